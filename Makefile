@@ -1,0 +1,27 @@
+# Two commands: `make demo` and `make test`. Both create .venv and install into it first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# torch is installed on its own first so a pinned, locally available build is used (CPU wheel here);
+# override with `make TORCH_SPEC="torch" demo` to take whatever your index serves (e.g. a CUDA build).
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.lmprof-installed
+
+.PHONY: setup demo test clean
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/lmprof train --out runs
+
+test: setup
+	$(PY) -m pytest -n 2 tests
+
+clean:
+	rm -rf $(VENV) runs sweeps-out .pytest_cache

@@ -1,0 +1,32 @@
+"""lmprof: profile, explain and compare transformer language models in PyTorch.
+
+The public Python API is imported lazily so that ``import lmprof`` stays cheap (no torch import)
+for tools that only read run records.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "profile_training", "profile_inference", "load_run", "load_results"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "profile_training":
+        from lmprof.api import profile_training
+
+        return profile_training
+    if name == "profile_inference":
+        from lmprof.api import profile_inference
+
+        return profile_inference
+    if name == "load_run":
+        from lmprof.record.run import Run
+
+        return Run.load
+    if name == "load_results":
+        from lmprof.record.store import load_results
+
+        return load_results
+    raise AttributeError(name)

@@ -1,0 +1,209 @@
+"""The run record: what one lmprof run measured, written once and read by everything after.
+
+On disk a run is a folder (see docs/run-format.md)::
+
+    run.json      schema, mode, env, config, metrics (value + unit + source), blocks, ops, notes
+    blocks.csv    one row per (block, phase)
+    ops.csv       top operators, like torch.profiler's key_averages table
+    trace.json.gz the profiled phase, opens in Perfetto / chrome://tracing
+
+Every number carries its unit and its source: ``measured`` (read from a clock or counter),
+``estimated`` (from a model or formula) or ``derived`` (arithmetic on measured figures). A figure the
+hardware cannot give has ``value=None`` and a ``note`` saying why; it is shown as ``n/a``.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmprof.errors import DataError
+
+SCHEMA = "lmprof.run/1"
+Source = Literal["measured", "estimated", "derived"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]), numpy's default method, without numpy."""
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+class Metric(BaseModel):
+    """One figure with its unit and source. ``value`` is the median when there are samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float | None
+    unit: str
+    source: Source
+    p10: float | None = None
+    p90: float | None = None
+    n: int | None = None
+    note: str | None = None
+
+    @classmethod
+    def na(cls, unit: str, reason: str, source: Source = "measured") -> "Metric":
+        """A figure that cannot be given here, with the reason."""
+        return cls(value=None, unit=unit, source=source, note=reason)
+
+    @classmethod
+    def from_samples(
+        cls, samples: Sequence[float], unit: str, source: Source = "measured", note: str | None = None
+    ) -> "Metric":
+        """Median, p10 and p90 of repeated measurements."""
+        if not samples:
+            return cls.na(unit, note or "no samples", source)
+        return cls(
+            value=statistics.median(samples),
+            unit=unit,
+            source=source,
+            p10=percentile(samples, 10),
+            p90=percentile(samples, 90),
+            n=len(samples),
+            note=note,
+        )
+
+    @property
+    def available(self) -> bool:
+        return self.value is not None
+
+    def spread_pct(self) -> float | None:
+        """(p90 - p10) / median, in percent: how noisy the figure is."""
+        if self.value in (None, 0) or self.p10 is None or self.p90 is None:
+            return None
+        return 100.0 * (self.p90 - self.p10) / abs(self.value)
+
+
+class Block(BaseModel):
+    """Time of one part of a step.
+
+    ``profiled_ms`` is measured under the profiler; ``time_ms`` is that time's share of the profiled
+    step applied to the clean (profiler-free) median step time, so that the parts add up to the
+    step a user would see without lmprof watching.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    phase: str
+    time_ms: float
+    profiled_ms: float
+    pct: float
+    calls: int | None = None
+    flops: float | None = None
+    bytes: float | None = None
+
+
+class OpStat(BaseModel):
+    """One operator's aggregate over the profiled steps (per step averages)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    calls: int
+    self_ms: float
+    total_ms: float
+    self_pct: float
+    phase: str = "step"
+    device_ms: float | None = None
+
+
+class Env(BaseModel):
+    """Where the run happened."""
+
+    model_config = ConfigDict(extra="allow")
+
+    device: str
+    device_name: str
+    torch: str
+    python: str
+    lmprof: str
+    os: str
+    cpu: str
+    threads: int
+    hostname: str = ""
+    cuda: str | None = None
+    driver: str | None = None
+
+
+class Run(BaseModel):
+    """A complete run record. ``save`` writes the folder; ``load`` reads it back."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    id: str
+    mode: Literal["train", "infer"]
+    created: str
+    env: Env
+    config: dict[str, Any]
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    blocks: list[Block] = Field(default_factory=list)
+    ops: list[OpStat] = Field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+
+    def metric(self, key: str) -> Metric | None:
+        return self.metrics.get(key)
+
+    def value(self, key: str) -> float | None:
+        m = self.metrics.get(key)
+        return None if m is None else m.value
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> Path:
+        """Write run.json, blocks.csv and ops.csv into ``folder`` (created if missing)."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        self.files.setdefault("blocks", "blocks.csv")
+        self.files.setdefault("ops", "ops.csv")
+        data = self.model_dump(mode="json", by_alias=True)
+        (out / "run.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        _write_csv(out / "blocks.csv", [b.model_dump() for b in self.blocks], list(Block.model_fields))
+        _write_csv(out / "ops.csv", [o.model_dump() for o in self.ops], list(OpStat.model_fields))
+        return out
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Run":
+        """Read a run folder (or its run.json) written by :meth:`save`."""
+        path = Path(folder)
+        if path.is_dir():
+            path = path / "run.json"
+        if not path.is_file():
+            raise DataError(f"no run record at {path}")
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise DataError(f"{path} is not valid JSON: {exc}") from None
+        schema = data.get("schema", "")
+        if not str(schema).startswith("lmprof.run/"):
+            raise DataError(f"{path} is not an lmprof run record (schema={schema!r})")
+        try:
+            return cls.model_validate(data)
+        except Exception as exc:  # pydantic.ValidationError: report the first problem in one line
+            raise DataError(f"{path} does not match {SCHEMA}: {str(exc).splitlines()[0]}") from None
+
+    def summary(self) -> str:
+        """The terminal summary as plain text."""
+        from lmprof.show.summary import render_text  # lazy: show sits above record
+
+        return render_text(self)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})

@@ -1,0 +1,272 @@
+"""The built-in GPT: nanoGPT's model, with a named scope around every sub-block and a KV cache.
+
+Read it beside the per-block table: each ``scope("...")`` below is one row of that table. Shapes are
+noted at line ends as in nanoGPT: B batch, T new tokens, S tokens attended to, C = n_embd,
+nh heads, hs head size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from lmprof.errors import ConfigError
+from lmprof.workloads.blocks import scope
+from lmprof.workloads.shape import ModelShape
+
+Attention = Literal["math", "sdpa"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """nanoGPT's GPTConfig plus the attention implementation."""
+
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 256
+    vocab_size: int = 65
+    dropout: float = 0.0
+    bias: bool = True
+    tied: bool = True
+    attention: Attention = "math"
+
+    def validate(self) -> "GPTConfig":
+        """Raise ConfigError on an impossible configuration; return self."""
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.attention not in ("math", "sdpa"):
+            raise ConfigError(f"attention must be 'math' or 'sdpa', got {self.attention!r}")
+        return self
+
+    def shape(self) -> ModelShape:
+        return ModelShape(
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            bias=self.bias,
+            tied=self.tied,
+            name="gpt",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, GPTConfig] = {
+    # llmProfiler's quick test: character-level vocabulary, 128 wide.
+    "tiny": GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=65),
+    # nanoGPT's shakespeare_char model.
+    "small": GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65),
+    # GPT-2 (124M).
+    "gpt2": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
+}
+
+
+def preset(name: str, **overrides: Any) -> GPTConfig:
+    """A preset config with overrides applied and validated."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return replace(PRESETS[name], **clean).validate()
+
+
+class KVCache:
+    """Pre-allocated keys and values for every layer: (n_layer, B, nh, max_len, hs) each."""
+
+    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device: torch.device, dtype: torch.dtype):
+        hs = cfg.n_embd // cfg.n_head
+        shape = (cfg.n_layer, batch, cfg.n_head, max_len, hs)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.max_len = max_len
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, nh, T, hs) at positions pos..pos+T; return all keys/values so far."""
+        t = k.size(2)
+        self.k[layer, :, :, pos : pos + t] = k
+        self.v[layer, :, :, pos : pos + t] = v
+        return self.k[layer, :, :, : pos + t], self.v[layer, :, :, : pos + t]
+
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__()
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.n_head, self.n_embd, self.dropout = cfg.n_head, cfg.n_embd, cfg.dropout
+        self.attention = cfg.attention
+        self.layer = layer
+        mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
+        self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        B, T, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        with scope("attn.qkv"):
+            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+            q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+            k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+            v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+            if cache is not None:
+                k, v = cache.update(self.layer, k, v, pos)  # (B, nh, S, hs), S = pos + T
+        S = k.size(2)
+        if self.attention == "sdpa":
+            with scope("attn.sdpa"):
+                drop = self.dropout if self.training else 0.0
+                if T == 1:  # one new token attends to everything before it: no mask needed
+                    y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)
+                elif S == T:
+                    y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+                else:
+                    y = F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=self.mask[:, :, pos : pos + T, :S], dropout_p=drop
+                    )
+                y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        else:
+            with scope("attn.scores"):
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
+                att = att.masked_fill(~self.mask[:, :, pos : pos + T, :S], float("-inf"))
+            with scope("attn.softmax"):
+                att = F.softmax(att, dim=-1)
+                att = self.attn_dropout(att)
+            with scope("attn.av"):
+                y = att @ v  # (B, nh, T, hs)
+                y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        with scope("attn.proj"):
+            y = self.resid_dropout(self.c_proj(y))  # (B, T, C)
+        return y
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with scope("mlp.fc"):
+            x = self.c_fc(x)  # (B, T, 4C)
+        with scope("mlp.act"):
+            x = self.gelu(x)
+        with scope("mlp.proj"):
+            x = self.dropout(self.c_proj(x))  # (B, T, C)
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__()
+        self.ln_1 = LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg, layer)
+        self.ln_2 = LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        with scope("ln_1"):
+            h = self.ln_1(x)
+        h = self.attn(h, cache, pos)
+        with scope("residual"):
+            x = x + h
+        with scope("ln_2"):
+            h = self.ln_2(x)
+        h = self.mlp(h)
+        with scope("residual"):
+            x = x + h
+        return x
+
+
+class GPT(nn.Module):
+    """nanoGPT's GPT. ``forward(idx, targets)`` returns (logits, loss) like nanoGPT."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+                drop=nn.Dropout(cfg.dropout),
+                h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
+                ln_f=LayerNorm(cfg.n_embd, bias=cfg.bias),
+            )
+        )
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tied:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):  # GPT-2's scaled init of residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        pos: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t = idx.size()
+        if pos + t > self.config.block_size:
+            raise ConfigError(f"sequence of {pos + t} tokens exceeds block_size {self.config.block_size}")
+        tr = self.transformer
+        with scope("embedding"):
+            positions = torch.arange(pos, pos + t, dtype=torch.long, device=idx.device)  # (T,)
+            x = tr.drop(tr.wte(idx) + tr.wpe(positions))  # (B, T, C)
+        for block in tr.h:
+            x = block(x, cache, pos)
+        with scope("ln_f"):
+            x = tr.ln_f(x)
+        if targets is not None:
+            with scope("lm_head"):
+                logits = self.lm_head(x)  # (B, T, vocab)
+            with scope("loss"):
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            return logits, loss
+        with scope("lm_head"):
+            logits = self.lm_head(x[:, [-1], :])  # inference: only the last position, (B, 1, vocab)
+        return logits, None
