@@ -9,13 +9,18 @@ import importlib
 import pkgutil
 import sys
 
-import click
+import typer
 
 import lmprof.cli as cli_pkg
 from lmprof.cli.app import app
 from lmprof.errors import LmprofError
 
 _NOT_VERBS = {"app", "main", "common"}
+
+
+@app.callback()
+def _root() -> None:
+    """Profile, explain and compare transformer language models in PyTorch."""
 
 
 def _register_verbs() -> None:
@@ -30,17 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, standalone_mode=False, prog_name="lmprof")
     except LmprofError as exc:
-        click.echo(f"lmprof: error: {exc}", err=True)
+        print(f"lmprof: error: {exc}", file=sys.stderr)
         return _exit(2, argv)
-    except click.exceptions.Abort:
-        click.echo("lmprof: aborted", err=True)
+    except (KeyboardInterrupt, typer.Abort):
+        print("lmprof: interrupted", file=sys.stderr)
         return _exit(130, argv)
-    except click.ClickException as exc:
-        msg = exc.format_message().replace("\n", " ")
-        click.echo(f"lmprof: error: {msg} (see lmprof --help)", err=True)
-        return _exit(2, argv)
-    except click.exceptions.Exit as exc:
-        return _exit(exc.exit_code, argv)
+    except typer.Exit as exc:
+        return _exit(int(getattr(exc, "exit_code", 0) or 0), argv)
+    except Exception as exc:
+        # typer vendors click in recent versions: recognise its usage errors by shape, not by class.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            ctx = getattr(exc, "ctx", None)
+            print(ctx.get_help() if ctx else "see lmprof --help")
+            return _exit(0, argv)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            msg = " ".join(exc.format_message().split())
+            print(f"lmprof: error: {msg} (see --help)", file=sys.stderr)
+            return _exit(2, argv)
+        raise
     code = result if isinstance(result, int) else 0
     return _exit(code, argv)
 

@@ -39,18 +39,30 @@ STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "zero
 INFER_PARTS: tuple[str, ...] = ("prefill", "decode")
 
 _enabled = False
+# Scopes inside the model can be kept off while step-part scopes are on: under torch.compile a
+# flag that changes between phases would force a recompilation in the profiled phase.
+_model_enabled = True
 
 
 @contextlib.contextmanager
-def scopes_enabled(on: bool = True) -> Iterator[None]:
-    """Turn block scopes on (for the profiled phase) within the ``with`` body."""
-    global _enabled
-    before = _enabled
-    _enabled = on
+def scopes_enabled(on: bool = True, model: bool = True) -> Iterator[None]:
+    """Turn scopes on (for the profiled phase) within the ``with`` body.
+
+    ``model=False`` keeps the sub-block scopes inside the model off (compiled models).
+    """
+    global _enabled, _model_enabled
+    before = (_enabled, _model_enabled)
+    _enabled, _model_enabled = on, model
     try:
         yield
     finally:
-        _enabled = before
+        _enabled, _model_enabled = before
+
+
+def model_scopes(on: bool) -> None:
+    """Set whether sub-block scopes inside models are ever emitted (off for compiled models)."""
+    global _model_enabled
+    _model_enabled = on
 
 
 def scopes_are_enabled() -> bool:
@@ -58,7 +70,15 @@ def scopes_are_enabled() -> bool:
 
 
 def scope(name: str) -> contextlib.AbstractContextManager[object]:
-    """A named range ``lmprof:<name>`` when scopes are enabled, else a no-op."""
+    """A sub-block range ``lmprof:<name>`` inside a model, when scopes are enabled, else a no-op."""
+    # _model_enabled is read first: it is constant for a compiled model, so dynamo's guard holds.
+    if _model_enabled and _enabled:
+        return torch.profiler.record_function(SCOPE_PREFIX + name)
+    return contextlib.nullcontext()
+
+
+def step_scope(name: str) -> contextlib.AbstractContextManager[object]:
+    """A step-part range (data, forward, backward, ...) outside the model."""
     if _enabled:
         return torch.profiler.record_function(SCOPE_PREFIX + name)
     return contextlib.nullcontext()

@@ -265,7 +265,7 @@ class GPT(nn.Module):
             with scope("lm_head"):
                 logits = self.lm_head(x)  # (B, T, vocab)
             with scope("loss"):
-                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
             return logits, loss
         with scope("lm_head"):
             logits = self.lm_head(x[:, [-1], :])  # inference: only the last position, (B, 1, vocab)

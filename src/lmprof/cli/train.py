@@ -1,0 +1,50 @@
+"""``lmprof train``: profile a GPT training step end to end, block by block."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lmprof.cli.app import app
+from lmprof.cli.common import console, merged
+
+
+@app.command()
+def train(
+    preset: Optional[str] = typer.Option(None, help="Model preset: tiny, small or gpt2 [default: tiny]"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Sequences per step [default: 8]"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-t", help="Tokens per sequence [default: per preset]"),
+    steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10]"),
+    warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3]"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3]"),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
+    dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 (autocast) [default: fp32]"),
+    compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
+    attention: Optional[str] = typer.Option(None, help="math (matmul-softmax-matmul) or sdpa (fused) [default: math]"),
+    n_layer: Optional[int] = typer.Option(None, "--n-layer", help="Override the preset's layers"),
+    n_head: Optional[int] = typer.Option(None, "--n-head", help="Override the preset's heads"),
+    n_embd: Optional[int] = typer.Option(None, "--n-embd", help="Override the preset's width"),
+    data: Optional[Path] = typer.Option(None, help="Train on a text file (character-level vocabulary)"),
+    optimizer: Optional[str] = typer.Option(None, help="adamw or sgd [default: adamw]"),
+    energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
+    seed: Optional[int] = typer.Option(None, help="Seed for weights and data [default: 0]"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
+    out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
+) -> None:
+    """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
+    from lmprof.pipeline.config import TrainConfig, build, load_yaml
+    from lmprof.pipeline.train import run_training
+    from lmprof.show.summary import render
+
+    values = merged(
+        load_yaml(config),
+        preset=preset, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
+        profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
+        n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
+        optimizer=optimizer, energy=energy, seed=seed, out=out,
+    )
+    cfg = build(TrainConfig, values)
+    with console.status("profiling training steps..."):
+        run, folder = run_training(cfg)
+    render(run, console, folder=str(folder))

@@ -1,0 +1,243 @@
+"""``lmprof train``: workload -> clean timing -> profiled phase -> attribution -> run record.
+
+:func:`measure_training` is model-agnostic (the built-in GPT, a Hugging Face model or a user's
+module all come in as a :class:`TrainWorkload`); :func:`run_training` builds the built-in GPT from a
+:class:`TrainConfig` and calls it.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from lmprof.analysis.attribution import Attribution, attribute
+from lmprof.errors import ConfigError
+from lmprof.hardware.devices import Device, environment, resolve_device
+from lmprof.measure.profiling import profile_steps
+from lmprof.measure.timing import time_calls, warm_up
+from lmprof.pipeline.config import DEFAULT_SEQ_LEN, MeasureSpec, TrainConfig
+from lmprof.record.run import Block, Env, Metric, Run
+from lmprof.trace.load import load_trace
+from lmprof.workloads.blocks import model_scopes, step_scope
+from lmprof.workloads.data import CharDataset, SyntheticBatches
+from lmprof.workloads.gpt import GPT, GPTConfig, preset
+from lmprof.workloads.shape import ModelShape
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainWorkload:
+    """What runs: a model, its optimizer, a batch source and how to get a loss from a batch."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: Iterator[Any]
+    device: Device
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]
+    tokens_per_step: int | None = None
+    shape: ModelShape | None = None
+    describe: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move a tensor, or tuples/lists/dicts of tensors, to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def autocast_for(device: Device, dtype: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """Mixed precision as users run it: fp32 parameters, 16-bit matmuls under torch.autocast."""
+    if dtype == "fp32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.kind, dtype=DTYPES[dtype])
+
+
+class TrainStep:
+    """One training step with a scope around each part. Calling it runs a step and syncs the device."""
+
+    def __init__(self, work: TrainWorkload, dtype: str):
+        self.work = work
+        self.amp = autocast_for(work.device, dtype)
+        self.scaler = torch.amp.GradScaler("cuda") if (dtype == "fp16" and work.device.kind == "cuda") else None
+        self._loss: torch.Tensor | None = None
+
+    def __call__(self) -> None:
+        w = self.work
+        with step_scope("data"):
+            batch = to_device(next(w.batches), w.device.torch_device)
+        with step_scope("forward"):
+            with self.amp():
+                loss = w.loss_fn(w.model, batch)
+        with step_scope("backward"):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        with step_scope("optimizer"):
+            if self.scaler:
+                self.scaler.step(w.optimizer)
+                self.scaler.update()
+            else:
+                w.optimizer.step()
+        with step_scope("zero_grad"):
+            w.optimizer.zero_grad(set_to_none=True)
+        self._loss = loss.detach()
+        w.device.synchronize()  # the step ends when the device is done (also under the profiler)
+
+    def last_loss(self) -> float | None:
+        """The last step's loss; reading it syncs, so call it only outside timed regions."""
+        return None if self._loss is None else float(self._loss.float().item())
+
+
+def blocks_from(att: Attribution, clean_step_ms: float) -> list[Block]:
+    """Attribution parts as Block rows, scaled so they add up to the clean step time."""
+    total = att.total_us() or 1.0
+    scale = clean_step_ms / (total / 1e3)
+    rows = []
+    for p in sorted(att.parts, key=lambda p: (p.phase, -p.us)):
+        ms = p.us / 1e3
+        rows.append(
+            Block(name=p.name, phase=p.phase, time_ms=ms * scale, profiled_ms=ms, pct=100.0 * p.us / total, calls=round(p.calls))
+        )
+    return rows
+
+
+def run_folder(out: str | Path, mode: str, label: str, device: Device) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(out) / f"{stamp}-{mode}-{label}-{device.kind}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}-{i}")
+    return path
+
+
+def measure_training(
+    work: TrainWorkload,
+    spec: MeasureSpec,
+    out_dir: Path,
+    config: dict[str, Any],
+) -> Run:
+    """The measurement protocol for training; writes the trace into ``out_dir`` and returns the Run."""
+    torch.manual_seed(spec.seed)
+    step = TrainStep(work, spec.dtype)
+    sync = work.device.synchronize
+    warm_up(step, spec.warmup, sync)
+    samples = time_calls(step, spec.steps, sync)
+    prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps)
+    att = attribute(load_trace(prof.trace_path))
+    loss = step.last_loss()
+
+    step_ms = [s * 1e3 for s in samples]
+    metrics: dict[str, Metric] = {"step_time": Metric.from_samples(step_ms, "ms", "measured")}
+    clean = metrics["step_time"].value or 0.0
+    profiled = att.mean_step_us / 1e3
+    metrics["profiled_step_time"] = Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")
+    metrics["profiler_overhead"] = Metric(
+        value=100.0 * (profiled - clean) / clean if clean else None,
+        unit="%",
+        source="derived",
+        note="profiled step time vs clean step time; block times are scaled to the clean step",
+    )
+    if work.tokens_per_step:
+        tps = [work.tokens_per_step / s for s in samples]
+        metrics["tokens_per_s"] = Metric.from_samples(tps, "tokens/s", "derived")
+        metrics["tokens_per_step"] = Metric(value=work.tokens_per_step, unit="tokens", source="measured")
+    metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
+    if loss is not None:
+        metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
+    run = Run(
+        id=out_dir.name,
+        mode="train",
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        env=Env(**environment(work.device)),
+        config=config,
+        metrics=metrics,
+        blocks=blocks_from(att, clean),
+        ops=prof.ops,
+        notes=[*work.notes, *att.notes],
+        files={"trace": "trace.json.gz"},
+    )
+    run.tables["attribution"] = [
+        {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
+    ]
+    return run
+
+
+def gpt_workload(cfg: TrainConfig, device: Device) -> tuple[TrainWorkload, GPTConfig, int]:
+    """The built-in GPT, its data and optimizer, for a TrainConfig."""
+    data = None
+    vocab = cfg.vocab_size
+    if cfg.data:
+        seq_guess = cfg.seq_len or DEFAULT_SEQ_LEN.get(cfg.preset, 64)
+        data = CharDataset(cfg.data, cfg.batch_size, seq_guess, seed=cfg.seed)
+        vocab = data.vocab_size
+    gcfg = preset(
+        cfg.preset,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        block_size=cfg.block_size,
+        vocab_size=vocab,
+        dropout=cfg.dropout,
+        bias=cfg.bias,
+        attention=cfg.attention,
+    )
+    seq_len = cfg.seq_len or min(DEFAULT_SEQ_LEN.get(cfg.preset, 64), gcfg.block_size)
+    if seq_len > gcfg.block_size:
+        raise ConfigError(f"seq_len {seq_len} exceeds the model's block_size {gcfg.block_size}")
+    batches: Iterator[Any] = data if data is not None else SyntheticBatches(gcfg.vocab_size, cfg.batch_size, seq_len, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = GPT(gcfg).to(device.torch_device)
+    model.train()
+    opt: torch.optim.Optimizer
+    if cfg.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    notes = []
+    fwd_model: torch.nn.Module = model
+    if cfg.compile:
+        model_scopes(False)
+        fwd_model = torch.compile(model)  # type: ignore[assignment]
+        notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
+    else:
+        model_scopes(True)
+
+    def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return fwd_model(x, y)[1]
+
+    work = TrainWorkload(
+        model=model,
+        optimizer=opt,
+        batches=batches,
+        device=device,
+        loss_fn=loss_fn,
+        tokens_per_step=cfg.batch_size * seq_len,
+        shape=gcfg.shape(),
+        notes=notes,
+    )
+    return work, gcfg, seq_len
+
+
+def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Path]:
+    """Profile the built-in GPT's training step; returns the Run and the folder it was saved in."""
+    device = resolve_device(cfg.device)
+    if cfg.dtype == "fp16" and device.kind == "cpu":
+        raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
+    work, gcfg, seq_len = gpt_workload(cfg, device)
+    folder = out_dir or run_folder(cfg.out, "train", cfg.preset, device)
+    config = cfg.model_dump()
+    config.update(model=gcfg.to_dict(), seq_len=seq_len, device_resolved=str(device))
+    run = measure_training(work, cfg, folder, config)
+    run.save(folder)
+    return run, folder

@@ -1,0 +1,55 @@
+"""Formatting figures for people: units kept, n/a spelled out, sizes in binary units."""
+from __future__ import annotations
+
+from lmprof.record.run import Metric
+
+
+def human_bytes(n: float) -> str:
+    """Bytes in B/KiB/MiB/GiB with three significant figures."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    x = float(n)
+    for unit in units:
+        if abs(x) < 1024 or unit == units[-1]:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.3g} {unit}"
+        x /= 1024
+    return f"{x:.3g} TiB"
+
+
+def si(x: float, unit: str) -> str:
+    """A number with an SI prefix: 1.23e12 FLOP/s -> '1.23 TFLOP/s'."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def number(x: float, unit: str) -> str:
+    """A value in its unit, scaled where the unit has natural multiples."""
+    if unit == "B":
+        return human_bytes(x)
+    if unit in ("FLOP", "FLOP/s", "FLOP/J", "B/s", "J", "W") and abs(x) >= 1e3:
+        return si(x, unit)
+    if unit == "count":
+        return f"{x:,.0f}"
+    if unit == "tokens":
+        return f"{x:,.0f} tokens"
+    if abs(x) >= 1000:
+        return f"{x:,.0f} {unit}"
+    if abs(x) >= 100:
+        return f"{x:.1f} {unit}"
+    return f"{x:.3g} {unit}"
+
+
+def metric_value(m: Metric) -> str:
+    """'30.6 ms', or 'n/a' when the figure is unavailable."""
+    if m.value is None:
+        return "n/a"
+    return number(m.value, m.unit)
+
+
+def metric_spread(m: Metric) -> str:
+    """'27.5 – 35.2 (n=10)' (p10 – p90) for repeated measurements, else ''."""
+    if m.value is None or m.p10 is None or m.p90 is None:
+        return ""
+    lo, hi = number(m.p10, m.unit).rsplit(" ", 1)[0], number(m.p90, m.unit).rsplit(" ", 1)[0]
+    return f"{lo} – {hi} (n={m.n})"

@@ -1,0 +1,135 @@
+"""The terminal summary of a run (rich). Formats figures; computes none."""
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from rich.console import Console
+from rich.table import Table
+
+from lmprof.record.run import Run
+from lmprof.show.format import metric_spread, metric_value
+from lmprof.workloads.blocks import FORWARD_BLOCKS
+
+# Shown first, in this order; every other metric follows in record order.
+HEADLINE = ("step_time", "tokens_per_s", "profiled_step_time", "profiler_overhead", "loss", "params")
+STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "other", "idle")
+
+
+def _title(run: Run) -> str:
+    c = run.config
+    model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
+    params = run.value("params")
+    p = f" ({params:,.0f} params)" if params else ""
+    return f"lmprof {run.mode} — {model}{p} on {run.env.device} ({run.env.device_name})"
+
+
+def _config_line(run: Run) -> str:
+    c = run.config
+    parts = []
+    if "batch_size" in c:
+        parts.append(f"batch {c['batch_size']}")
+    if c.get("seq_len"):
+        parts.append(f"seq {c['seq_len']}")
+    for key in ("dtype", "attention", "optimizer"):
+        if c.get(key):
+            parts.append(str(c[key]))
+    parts.append("compiled" if c.get("compile") else "eager")
+    parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, {c.get('profile_steps', '?')} profiled")
+    return ", ".join(parts)
+
+
+def metrics_table(run: Run) -> Table:
+    """Every figure with its unit, spread and source; notes are numbered below the table."""
+    t = Table(title="Figures", title_justify="left", show_edge=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_column("p10 – p90", justify="right")
+    t.add_column("source")
+    keys = [k for k in HEADLINE if k in run.metrics] + [k for k in run.metrics if k not in HEADLINE]
+    for k in keys:
+        m = run.metrics[k]
+        label = k + (f" [{len(_notes(run, keys[: keys.index(k) + 1]))}]" if m.note else "")
+        t.add_row(label, metric_value(m), metric_spread(m), m.source)
+    return t
+
+
+def _notes(run: Run, keys: list[str]) -> list[str]:
+    return [f"{k}: {run.metrics[k].note}" for k in keys if run.metrics[k].note]
+
+
+def blocks_table(run: Run) -> Table:
+    """Blocks as rows with one column per phase, then the step's own parts; total = clean step."""
+    cells: dict[str, dict[str, float]] = defaultdict(dict)
+    pct: dict[str, float] = defaultdict(float)
+    for b in run.blocks:
+        key = b.name if b.phase != "step" else f"step:{b.name}"
+        cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
+        pct[key] += b.pct
+    phases = [p for p in ("forward", "backward", "prefill", "decode") if any(b.phase == p for b in run.blocks)]
+    t = Table(title="Where the step goes (ms, scaled to the clean step; share of the profiled step)", title_justify="left", show_edge=False)
+    t.add_column("block")
+    for p in phases:
+        t.add_column(f"{p} ms", justify="right")
+    t.add_column("total ms", justify="right")
+    t.add_column("share", justify="right")
+    order = [b for b in FORWARD_BLOCKS if b in cells]
+    order += sorted(k for k in cells if k not in FORWARD_BLOCKS and not k.startswith("step:") and k not in ("accumulate_grad", "other"))
+    order += [k for k in ("accumulate_grad", "other") if k in cells]
+    order += [f"step:{s}" for s in STEP_ROWS if f"step:{s}" in cells]
+    total = 0.0
+    for key in order:
+        row = cells[key]
+        s = sum(row.values())
+        total += s
+        label = key.removeprefix("step:") + (" (step)" if key in ("step:other",) else "")
+        t.add_row(label, *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%")
+    t.add_section()
+    t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%")
+    return t
+
+
+def ops_table(run: Run, top: int = 10) -> Table:
+    t = Table(title=f"Top operators by self CPU time (per step, profiled)", title_justify="left", show_edge=False)
+    t.add_column("operator")
+    t.add_column("calls", justify="right")
+    t.add_column("self ms", justify="right")
+    t.add_column("total ms", justify="right")
+    t.add_column("self %", justify="right")
+    has_dev = any(o.device_ms for o in run.ops)
+    if has_dev:
+        t.add_column("device ms", justify="right")
+    for o in run.ops[:top]:
+        row = [o.name, str(o.calls), f"{o.self_ms:.3f}", f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
+        if has_dev:
+            row.append(f"{o.device_ms:.3f}" if o.device_ms else "")
+        t.add_row(*row)
+    return t
+
+
+def render(run: Run, console: Console, folder: str | None = None) -> None:
+    """Print the whole summary of ``run`` to ``console``."""
+    console.print(f"[bold]{_title(run)}[/bold]")
+    console.print(_config_line(run))
+    console.print()
+    console.print(metrics_table(run))
+    keys = [k for k in HEADLINE if k in run.metrics] + [k for k in run.metrics if k not in HEADLINE]
+    for i, note in enumerate(_notes(run, keys), 1):
+        console.print(f"  [{i}] {note}")
+    if run.blocks:
+        console.print()
+        console.print(blocks_table(run))
+    if run.ops:
+        console.print()
+        console.print(ops_table(run))
+    for note in run.notes:
+        console.print(f"note: {note}")
+    if folder:
+        console.print(f"\nrun folder: {folder}")
+
+
+def render_text(run: Run, width: int = 120) -> str:
+    """The summary as plain text (for ``Run.summary()``)."""
+    buf = io.StringIO()
+    render(run, Console(file=buf, width=width, color_system=None, highlight=False))
+    return buf.getvalue()

@@ -1,0 +1,67 @@
+"""Token batches: synthetic (default) or a character-level text file (nanoGPT's shakespeare_char).
+
+Batches are produced on the CPU from a seeded generator so that two runs see the same inputs; moving
+them to the device is part of the measured ``data`` block.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from lmprof.errors import ConfigError, DataError
+
+
+class SyntheticBatches:
+    """Uniform random tokens, seeded. Targets are the inputs shifted by one, like real LM data."""
+
+    def __init__(self, vocab_size: int, batch_size: int, seq_len: int, seed: int = 0):
+        if batch_size <= 0:
+            raise ConfigError(f"batch size must be positive, got {batch_size}")
+        if seq_len <= 0:
+            raise ConfigError(f"sequence length must be positive, got {seq_len}")
+        self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(self.vocab_size, (self.batch_size, self.seq_len + 1), generator=self.gen)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+class CharDataset:
+    """A text file encoded one token per character; random windows as batches (seeded)."""
+
+    def __init__(self, path: str | Path, batch_size: int, seq_len: int, seed: int = 0):
+        p = Path(path)
+        if not p.is_file():
+            raise DataError(f"data file not found: {p}")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"data file {p} is not UTF-8 text") from None
+        if len(text) < seq_len + 2:
+            raise DataError(f"data file {p} has {len(text)} characters, fewer than seq_len+2 = {seq_len + 2}")
+        if batch_size <= 0 or seq_len <= 0:
+            raise ConfigError("batch size and sequence length must be positive")
+        self.chars = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+        self.data = torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
+        self.batch_size, self.seq_len = batch_size, seq_len
+        self.gen = torch.Generator().manual_seed(seed)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(len(self.data) - self.seq_len - 1, (self.batch_size,), generator=self.gen)
+        x = torch.stack([self.data[s : s + self.seq_len] for s in starts.tolist()])
+        y = torch.stack([self.data[s + 1 : s + 1 + self.seq_len] for s in starts.tolist()])
+        return x, y
