@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+import contextlib
+from typing import Callable, ContextManager
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -38,11 +39,13 @@ def profile_steps(
     warmup: int = 1,
     top_ops: int = 40,
     scopes: bool = True,
+    around: Callable[[], ContextManager[object]] | None = None,
 ) -> ProfiledPhase:
     """Profile ``active`` calls of ``step_fn`` (after ``warmup`` profiler warm-up calls).
 
     ``step_fn`` must synchronize the device before returning so each ProfilerStep range spans the
     step's device work. The Chrome trace goes to ``trace_path`` (gzipped when it ends in .gz).
+    ``around`` is entered for the profiled phase only (e.g. module hooks that place block scopes).
     """
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     collected: dict[str, object] = {}
@@ -52,7 +55,7 @@ def profile_steps(
         collected["averages"] = prof.key_averages()
 
     sched = schedule(wait=0, warmup=warmup, active=active, repeat=1)
-    with scopes_enabled(scopes):
+    with scopes_enabled(scopes), (around or contextlib.nullcontext)():
         with profile(activities=_activities(device), schedule=sched, on_trace_ready=on_ready) as prof:
             for _ in range(warmup + active):
                 step_fn()

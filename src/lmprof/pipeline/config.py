@@ -46,6 +46,12 @@ class MeasureSpec(BaseModel):
     energy: EnergyMode = "auto"
     seed: int = 0
 
+    @field_validator("energy", mode="before")
+    @classmethod
+    def _energy(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `off` as false.
+        return "off" if v is False else v
+
     @field_validator("warmup")
     @classmethod
     def _warmup(cls, v: int) -> int:

@@ -43,6 +43,8 @@ class TrainWorkload:
     shape: ModelShape | None = None
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Entered for the profiled phase only: module hooks that place block scopes in foreign models.
+    scopes: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -132,7 +134,7 @@ def measure_training(
     sync = work.device.synchronize
     warm_up(step, spec.warmup, sync)
     samples = time_calls(step, spec.steps, sync)
-    prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps)
+    prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
     att = attribute(load_trace(prof.trace_path))
     loss = step.last_loss()
 

@@ -14,13 +14,14 @@ hardware cannot give has ``value=None`` and a ``note`` saying why; it is shown a
 from __future__ import annotations
 
 import csv
+import shutil
 import math
 import statistics
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from lmprof.errors import DataError
 
@@ -153,6 +154,12 @@ class Run(BaseModel):
     tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict)
+    # Where the run's files (trace, plots) were written, so save() elsewhere can bring them along.
+    _folder: Path | None = PrivateAttr(default=None)
+
+    @property
+    def folder(self) -> Path | None:
+        return self._folder
 
     def metric(self, key: str) -> Metric | None:
         return self.metrics.get(key)
@@ -166,6 +173,12 @@ class Run(BaseModel):
         """Write run.json, blocks.csv and ops.csv into ``folder`` (created if missing)."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
+        if self._folder is not None and self._folder.resolve() != out.resolve():
+            for name in self.files.values():
+                src = self._folder / name
+                if src.is_file() and not (out / name).exists():
+                    shutil.copy2(src, out / name)
+        self._folder = out
         self.files.setdefault("blocks", "blocks.csv")
         self.files.setdefault("ops", "ops.csv")
         data = self.model_dump(mode="json", by_alias=True)
@@ -190,9 +203,11 @@ class Run(BaseModel):
         if not str(schema).startswith("lmprof.run/"):
             raise DataError(f"{path} is not an lmprof run record (schema={schema!r})")
         try:
-            return cls.model_validate(data)
+            run = cls.model_validate(data)
         except Exception as exc:  # pydantic.ValidationError: report the first problem in one line
             raise DataError(f"{path} does not match {SCHEMA}: {str(exc).splitlines()[0]}") from None
+        run._folder = path.parent
+        return run
 
     def summary(self) -> str:
         """The terminal summary as plain text."""

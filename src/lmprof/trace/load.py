@@ -22,14 +22,21 @@ device        int64      args.device for device events, -1 when absent
 
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
+
+How it stays fast and lean: the file is read (and gunzipped) in bounded chunks and never held whole.
+A vectorised scan of each chunk's brackets and quotes finds where complete events end; those events
+are decoded by msgspec into small typed structs and turned into numpy columns before the next chunk
+is read, so the peak extra memory is the final columns plus one chunk's worth of Python objects.
+Timestamps are float64 microseconds: on traces that stamp Unix-epoch microseconds (~1.7e15) float64
+resolves 0.25 us, which is below anything the analyses report.
 """
 from __future__ import annotations
 
-import gzip
 import zlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -37,16 +44,22 @@ import pandas as pd
 
 from lmprof.errors import DataError
 
-
-class _Args(msgspec.Struct):
-    correlation: int | str | None = None
-    external_id: int | str | None = msgspec.field(default=None, name="External id")
-    seq: int | str | None = msgspec.field(default=None, name="Sequence number")
-    stream: int | str | None = None
-    device: int | str | None = None
+_READ_BYTES = 2 << 20  # decoded bytes handled per step: bounds the transient Python objects
+_GZIP_IN = 1 << 20  # compressed bytes read per gunzip step
 
 
-class _Event(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
+    correlation: int | str | None = -1
+    external_id: int | str | None = msgspec.field(default=-1, name="External id")
+    seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
+    stream: int | str | None = -1
+    device: int | str | None = -1
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str | int | float | None = ""
     cat: str | None = ""
@@ -54,12 +67,12 @@ class _Event(msgspec.Struct):
     tid: int | str | None = 0
     ts: float | str | None = 0.0
     dur: float | str | None = 0.0
-    id: int | str | None = None
+    id: int | str | None = -1
     args: _Args | None = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] = []
+class _Meta(msgspec.Struct):
+    traceEvents: list[Any] = []
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[Any] | None = None
     baseTimeNanoseconds: int | None = None
@@ -67,8 +80,9 @@ class _Trace(msgspec.Struct):
     traceName: str | None = None
 
 
-_TRACE_DECODER = msgspec.json.Decoder(_Trace)
-_LIST_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_META_DECODER = msgspec.json.Decoder(_Meta)
+_LIST_META_DECODER = msgspec.json.Decoder(list[Any])
 
 
 @dataclass
@@ -91,111 +105,493 @@ class TraceTable:
         return bool(self.events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"]).any())
 
 
-def _read_bytes(path: Path) -> bytes:
+# --------------------------------------------------------------------------------------------- bytes
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """Yield the decoded bytes of ``path`` in pieces of at most ~_READ_BYTES; gunzips transparently."""
     try:
-        raw = path.read_bytes()
+        f = open(path, "rb")
     except FileNotFoundError:
         raise DataError(f"trace not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder, not a trace file") from None
     except OSError as exc:
         raise DataError(f"cannot read trace {path}: {exc.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise DataError(f"{path}: gzip data is truncated or corrupt ({exc})") from None
-    return raw
+    with f:
+        head = f.read(2)
+        if head != b"\x1f\x8b":
+            yield head + f.read(_READ_BYTES - 2)
+            while block := f.read(_READ_BYTES):
+                yield block
+            return
+        f.seek(0)
+        yield from _gunzip(f, path)
 
 
-def _int_or_code(values: list[Any], codes: dict[str, int]) -> np.ndarray:
-    out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, int):
-            out[i] = v
-        elif v is None:
-            out[i] = -1
-        else:
-            s = str(v)
-            if s.lstrip("-").isdigit():
-                out[i] = int(s)
-            else:
-                # Non-numeric ids ("Spans", "stream 7 ..."): stable negative codes, names kept in meta.
-                out[i] = codes.setdefault(s, -1000 - len(codes))
-    return out
-
-
-def _num(values: list[Any]) -> np.ndarray:
+def _gunzip(f: Any, path: Path) -> Iterator[bytes]:
+    d = zlib.decompressobj(wbits=31)
+    data = b""
     try:
-        return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.asarray([float(v) if v not in (None, "") else 0.0 for v in values], dtype=np.float64)
+        while True:
+            if not data:
+                data = f.read(_GZIP_IN)
+                if not data:
+                    break
+            if d.eof:
+                if data[:2] != b"\x1f\x8b":
+                    break  # padding or junk after the last gzip member: ignored, as gzip(1) does
+                d = zlib.decompressobj(wbits=31)  # concatenated gzip members
+            # max_length bounds each piece, so a highly compressed trace never inflates at once
+            out = d.decompress(data, _READ_BYTES)
+            if out:
+                yield out
+            data = d.unused_data if d.eof else d.unconsumed_tail
+    except zlib.error as exc:
+        raise DataError(f"{path}: gzip data is corrupt ({exc})") from None
+    if not d.eof:
+        raise DataError(f"{path}: gzip data is truncated (the file ends before the compressed stream does)")
 
 
-def _opt_int(values: list[Any]) -> np.ndarray:
-    out = np.full(len(values), -1, dtype=np.int64)
-    for i, v in enumerate(values):
-        if v is None:
-            continue
+# ---------------------------------------------------------------------------------------- splitting
+
+_STRUCTURAL = np.zeros(256, dtype=bool)
+_STRUCTURAL[list(b'{}[]"')] = True
+_OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET, _QUOTE, _BACKSLASH, _COMMA = b"{}[]\"\\,"
+_WS = b" \t\r\n"
+
+
+def _brackets(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions, characters and depth-after of every bracket of ``buf`` that is outside a string.
+
+    ``buf`` must start outside any string at nesting depth ``depth0``. Vectorised: only the bytes
+    { } [ ] and unescaped quotes are looked at, and string state is the parity of quotes seen.
+    """
+    a = np.frombuffer(buf, dtype=np.uint8)
+    idx = np.flatnonzero(_STRUCTURAL[a])
+    ch = a[idx]
+    is_quote = ch == _QUOTE
+    q = idx[is_quote]
+    maybe_escaped = q[(q > 0) & (a[np.maximum(q - 1, 0)] == _BACKSLASH)]
+    if maybe_escaped.size:  # rare: count the backslash run before each such quote
+        escaped = [p for p in maybe_escaped.tolist() if _odd_backslashes(a, p)]
+        if escaped:
+            is_quote &= ~np.isin(idx, escaped)
+    # uint8 cumsum wraps at 256, which keeps the parity we need
+    outside = (np.cumsum(is_quote, dtype=np.uint8) & 1) == 0
+    keep = outside & (ch != _QUOTE)
+    pos, ch = idx[keep], ch[keep]
+    delta = np.where((ch == _OPEN_BRACE) | (ch == _OPEN_BRACKET), 1, -1).astype(np.int32)
+    depth = depth0 + np.cumsum(delta, dtype=np.int32)
+    return pos, ch, depth
+
+
+def _odd_backslashes(a: np.ndarray, p: int) -> bool:
+    n = 0
+    while p - 1 - n >= 0 and a[p - 1 - n] == _BACKSLASH:
+        n += 1
+    return n % 2 == 1
+
+
+class _Splitter:
+    """Feeds decoded bytes; hands out JSON lists of complete events and keeps the rest as metadata.
+
+    States: ``start``, ``prefix`` until the traceEvents list opens, ``events`` inside it, ``suffix``
+    after it. In ``events`` the buffer always begins with the list's ``[`` or the comma before the
+    next event, so a run of complete events becomes a JSON list in place: that first byte is set to
+    ``[`` and the comma after the run to ``]``, and msgspec decodes the slice without a copy.
+
+    Cuts are first guessed cheaply (the last ``}`` followed by a comma); a wrong guess always makes
+    invalid JSON (an open string or unbalanced brackets), and then the exact vectorised bracket scan
+    decides. Only the prefix, a failed guess and the final piece are ever scanned.
+    """
+
+    def __init__(self, path: Path, on_events: Callable[[memoryview], None]) -> None:
+        self.path = path
+        self.on_events = on_events
+        self.state = "start"
+        self.buf = bytearray()
+        self.prefix = b""
+        self.suffix: list[bytes] = []
+        self.array_depth = 0
+        self.seen_bytes = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.seen_bytes += len(chunk)
+        if self.state == "suffix":
+            self.suffix.append(chunk)
+            return
+        self.buf += chunk
+        if self.state == "start":
+            self._start()
+        if self.state == "prefix":
+            self._prefix()
+        if self.state == "events":
+            self._events_guess()
+
+    def _start(self) -> None:
+        i, n = 0, len(self.buf)
+        if self.buf[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark
+            i = 3
+        while i < n and self.buf[i] in _WS:
+            i += 1
+        if i == n:
+            self.buf = bytearray()
+            return
+        del self.buf[:i]
+        first = self.buf[:1]
+        if first == b"[":  # Chrome "JSON Array Format": the root is the event list itself
+            self.prefix, self.array_depth, self.state = b"[", 1, "events"
+        elif first == b"{":
+            self.state = "prefix"
+        else:
+            raise DataError(f"{self.path}: not a JSON trace (it starts with {bytes(first)!r}, expected '{{' or '[')")
+
+    def _prefix(self) -> None:
+        pos, ch, depth = _brackets(self.buf, 0)
+        for p in pos[(ch == _OPEN_BRACKET) & (depth == 2)].tolist():
+            before = bytes(self.buf[max(0, p - 64) : p]).rstrip(_WS)
+            if before.endswith(b":") and before[:-1].rstrip(_WS).endswith(b'"traceEvents"'):
+                self.prefix = bytes(self.buf[: p + 1])
+                del self.buf[:p]  # keep the "[" as the buffer's first byte
+                self.array_depth, self.state = 2, "events"
+                return
+        if (depth <= 0).any():
+            raise DataError(f"{self.path}: JSON has no traceEvents list (not a Kineto / Chrome trace)")
+
+    def _guess_cut(self) -> int | None:
+        """Index of the comma after the last event that looks complete, or None."""
+        buf, end = self.buf, len(self.buf)
+        while True:
+            e = buf.rfind(b"}", 1, end)
+            if e < 0:
+                return None
+            j = e + 1
+            while j < len(buf) and buf[j] in _WS:
+                j += 1
+            if j < len(buf) and buf[j] == _COMMA:
+                return j
+            end = e
+
+    def _events_guess(self) -> None:
+        cut = self._guess_cut()
+        if cut is None:
+            return
         try:
-            out[i] = int(v)
-        except (TypeError, ValueError):
+            self._emit(cut)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self._events_exact(final=False)
+
+    def _emit(self, end: int) -> None:
+        """Decode buf[0:end] as the event list (buf[end] becomes ']'), then drop it from the buffer."""
+        buf = self.buf
+        first, last = buf[0], buf[end]
+        buf[0], buf[end] = _OPEN_BRACKET, _CLOSE_BRACKET
+        try:
+            with memoryview(buf) as view:
+                self.on_events(view[: end + 1])
+        finally:
+            buf[0], buf[end] = first, last
+        self.buf = buf[end:]  # the comma (or closing bracket) at ``end`` stays as the next first byte
+
+    def _events_exact(self, final: bool) -> None:
+        buf = self.buf
+        if len(buf) <= 1:
+            if final:
+                raise DataError(self._truncated())
+            return
+        pos, ch, depth = _brackets(memoryview(buf)[1:], self.array_depth)
+        pos = pos + 1
+        closed = np.flatnonzero(depth < self.array_depth)
+        if closed.size:
+            k = int(closed[0])
+            if ch[k] != _CLOSE_BRACKET:
+                raise DataError(f"{self.path}: malformed JSON in traceEvents (unbalanced brackets)")
+            end = int(pos[k])
+            self._decode_or_fail(end)
+            self.suffix.append(bytes(self.buf))  # starts with the list's closing bracket
+            self.buf, self.state = bytearray(), "suffix"
+            return
+        ends = pos[(ch == _CLOSE_BRACE) & (depth == self.array_depth)]
+        for e in ends[::-1][:2].tolist():
+            j = e + 1
+            while j < len(buf) and buf[j] in _WS:
+                j += 1
+            if j < len(buf) and buf[j] == _COMMA:
+                self._decode_or_fail(j)
+                break
+        if final:
+            raise DataError(self._truncated())
+
+    def _decode_or_fail(self, end: int) -> None:
+        try:
+            self._emit(end)
+        except msgspec.ValidationError as exc:
+            raise DataError(f"{self.path}: unexpected trace event ({exc})") from None
+        except msgspec.DecodeError as exc:
+            raise DataError(f"{self.path}: not a valid trace JSON ({exc})") from None
+
+    def _truncated(self) -> str:
+        return f"{self.path}: trace is truncated (the traceEvents list is not closed after {self.seen_bytes:,} bytes)"
+
+    def finish(self) -> bytes:
+        """Check the stream ended cleanly; returns the top-level JSON with traceEvents emptied."""
+        if self.state == "start":
+            raise DataError(f"{self.path}: trace file is empty")
+        if self.state == "prefix":
+            raise DataError(f"{self.path}: trace is truncated or has no traceEvents list")
+        if self.state == "events":
+            self._events_exact(final=True)
+        return self.prefix + b"".join(self.suffix)
+
+
+# ------------------------------------------------------------------------------------------ columns
+
+_get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
+_get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
+
+
+_FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
+_BLOCK = 1 << 20  # rows in later blocks: 8 MiB for int64, large enough for malloc to mmap them
+
+
+class _Column:
+    """One growing column kept in a few large blocks.
+
+    Why blocks rather than a list of per-chunk arrays: many small long-lived arrays interleave with
+    each chunk's short-lived Python objects on the malloc heap, and that fragmentation roughly
+    doubled the peak resident memory. Large blocks are mapped on their own and given back on free.
+    """
+
+    __slots__ = ("dtype", "blocks", "fill", "rows")
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+        self.blocks: list[np.ndarray] = []
+        self.fill = 0  # rows used in the last block
+        self.rows = 0
+
+    def add(self, arr: np.ndarray) -> None:
+        i, n = 0, len(arr)
+        while i < n:
+            if not self.blocks or self.fill == len(self.blocks[-1]):
+                self.blocks.append(np.empty(_BLOCK if self.blocks else _FIRST_BLOCK, dtype=self.dtype))
+                self.fill = 0
+            block = self.blocks[-1]
+            k = min(n - i, len(block) - self.fill)
+            block[self.fill : self.fill + k] = arr[i : i + k]
+            self.fill += k
+            i += k
+        self.rows += n
+
+    def take(self, inverse: np.ndarray | None = None) -> np.ndarray:
+        """The whole column (rows moved to ``inverse[i]`` when given); frees the blocks as it goes."""
+        out = np.empty(self.rows, dtype=self.dtype)
+        start = 0
+        while self.blocks:
+            block = self.blocks.pop(0)
+            piece = block if self.blocks else block[: self.fill]
+            stop = start + len(piece)
+            if inverse is None:
+                out[start:stop] = piece
+            else:
+                out[inverse[start:stop]] = piece
+            start = stop
+            del block, piece
+        self.rows = self.fill = 0
+        return out
+
+
+class _Columns:
+    """Named :class:`_Column` s filled chunk by chunk."""
+
+    def __init__(self, dtypes: dict[str, Any]) -> None:
+        self.cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
+
+    def add(self, name: str, arr: np.ndarray) -> None:
+        self.cols[name].add(arr)
+
+    def take(self, name: str, inverse: np.ndarray | None = None) -> np.ndarray:
+        return self.cols[name].take(inverse)
+
+
+class _Builder:
+    """Turns decoded event structs into columns, sharing category / id codes across chunks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        i64, f64, i32 = np.int64, np.float64, np.int32
+        self.x = _Columns(
+            {"name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64, **{k: i64 for k in _get_arg}}
+        )
+        self.fl = _Columns({"id": i64, "ph": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64})
+        self.names: dict[Any, int] = {}
+        self.cats: dict[Any, int] = {}
+        self.phs: dict[Any, int] = {}
+        self.id_codes: dict[str, int] = {}
+        self.n_raw = 0
+
+    def add_json(self, payload: memoryview) -> None:
+        """Decode one JSON list of events (msgspec errors propagate: the splitter judges them)."""
+        events = _EVENTS_DECODER.decode(payload)
+        self.n_raw += len(events)
+        xs = [e for e in events if e.ph == "X"]
+        fl = [e for e in events if e.ph in ("s", "t", "f")]
+        del events
+        if xs:
+            self._add_complete(xs)
+        if fl:
+            self._add_flows(fl)
+
+    def _codes(self, table: dict[Any, int], values: list[Any]) -> np.ndarray:
+        return np.fromiter([table.setdefault(v, len(table)) for v in values], dtype=np.int32, count=len(values))
+
+    def _add_complete(self, xs: list[_Event]) -> None:
+        c = self.x
+        c.add("name", self._codes(self.names, list(map(_get["name"], xs))))
+        c.add("cat", self._codes(self.cats, list(map(_get["cat"], xs))))
+        c.add("pid", self._ints(xs, _get["pid"], none=0))
+        c.add("tid", self._ints(xs, _get["tid"], none=0))
+        c.add("ts", _floats(xs, _get["ts"]))
+        c.add("dur", _floats(xs, _get["dur"]))
+        args = list(map(_get["args"], xs))
+        if None in args:
+            args = [a if a is not None else _NO_ARGS for a in args]
+        for key, get in _get_arg.items():
+            c.add(key, self._ints(args, get, none=-1, coded=False))
+
+    def _add_flows(self, fl: list[_Event]) -> None:
+        c = self.fl
+        c.add("id", self._ints(fl, _get["id"], none=-1))
+        c.add("ph", self._codes(self.phs, list(map(_get["ph"], fl))))
+        c.add("cat", self._codes(self.cats, list(map(_get["cat"], fl))))
+        c.add("pid", self._ints(fl, _get["pid"], none=0))
+        c.add("tid", self._ints(fl, _get["tid"], none=0))
+        c.add("ts", _floats(fl, _get["ts"]))
+
+    def _ints(self, items: list[Any], get: Callable[[Any], Any], none: int, coded: bool = True) -> np.ndarray:
+        try:
+            return np.fromiter(map(get, items), dtype=np.int64, count=len(items))
+        except (TypeError, ValueError, OverflowError):
             pass
+        # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"); fix only those.
+        values = list(map(get, items))
+        for i in [i for i, v in enumerate(values) if v.__class__ is not int]:
+            v = values[i]
+            values[i] = none if v is None or v == "" else self._parse_id(str(v), coded, none)
+        return np.array(values, dtype=np.int64)
+
+    def _parse_id(self, s: str, coded: bool, none: int) -> int:
+        for parse in (lambda: int(s, 0), lambda: int(float(s))):
+            try:
+                v = parse()
+            except (ValueError, OverflowError):
+                continue
+            return v if -(2**63) <= v < 2**63 else none
+        if not coded:
+            return none
+        # Non-numeric ids ("Spans", "stream 7 ..."): stable negative codes, names kept in meta.
+        return self.id_codes.setdefault(s, -1000 - len(self.id_codes))
+
+
+def _floats(items: list[Any], get: Callable[[Any], Any]) -> np.ndarray:
+    try:
+        out = np.fromiter(map(get, items), dtype=np.float64, count=len(items))
+    except (TypeError, ValueError):
+        out = np.array([_to_float(v) for v in map(get, items)], dtype=np.float64)
+    if np.isnan(out).any():  # null timestamps / durations count as 0, like absent ones
+        out[np.isnan(out)] = 0.0
     return out
+
+
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) -> pd.Categorical:
+    labels = []
+    for k in table:  # insertion order == code order
+        s = "" if k is None else (k if isinstance(k, str) else str(k))
+        labels.append(s.lower() if lower else s)
+    if len(set(labels)) != len(labels):  # e.g. "Kernel" and "kernel": merge their codes
+        uniq, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+        codes = remap.astype(np.int32)[codes] if codes.size else codes
+        labels = list(uniq)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object))
+
+
+# --------------------------------------------------------------------------------------------- load
 
 
 def load_trace(path: str | Path) -> TraceTable:
     """Parse a trace file into a :class:`TraceTable`, or raise DataError naming the problem."""
     p = Path(path)
-    raw = _read_bytes(p)
-    if not raw.strip():
-        raise DataError(f"{p}: trace file is empty")
+    builder = _Builder(p)
+    splitter = _Splitter(p, builder.add_json)
+    for chunk in _chunks(p):
+        splitter.feed(chunk)
+    meta_json = splitter.finish()
     try:
-        if raw.lstrip()[:1] == b"[":
-            trace = _Trace(traceEvents=_LIST_DECODER.decode(raw))
+        if meta_json[:1] == b"[":
+            _LIST_META_DECODER.decode(meta_json)
+            top = _Meta()
         else:
-            trace = _TRACE_DECODER.decode(raw)
+            top = _META_DECODER.decode(meta_json)
+    except msgspec.ValidationError as exc:
+        raise DataError(f"{p}: unexpected top-level trace field ({exc})") from None
     except msgspec.DecodeError as exc:
         raise DataError(f"{p}: not a valid trace JSON ({exc})") from None
-    return _to_table(trace, str(p))
+    events, flows = _frames(builder)
+    if events.empty:
+        what = "no events" if builder.n_raw == 0 else "no complete ('ph': 'X') events"
+        raise DataError(f"{p}: trace has {what}")
+    meta: dict[str, Any] = {
+        "distributedInfo": top.distributedInfo,
+        "deviceProperties": top.deviceProperties,
+        "baseTimeNanoseconds": top.baseTimeNanoseconds,
+        "schemaVersion": top.schemaVersion,
+        "traceName": top.traceName,
+        "id_codes": {v: k for k, v in builder.id_codes.items()},
+    }
+    return TraceTable(events=events, flows=flows, meta=meta, path=str(p))
 
 
-def _to_table(trace: _Trace, path: str) -> TraceTable:
-    xs = [e for e in trace.traceEvents if e.ph == "X"]
-    fl = [e for e in trace.traceEvents if e.ph in ("s", "t", "f")]
-    codes: dict[str, int] = {}
-    no_args = _Args()
-    args = [e.args or no_args for e in xs]
-    events = pd.DataFrame(
-        {
-            "name": pd.Categorical([str(e.name) if e.name is not None else "" for e in xs]),
-            "cat": pd.Categorical([(e.cat or "").lower() for e in xs]),
-            "pid": _int_or_code([e.pid for e in xs], codes),
-            "tid": _int_or_code([e.tid for e in xs], codes),
-            "ts": _num([e.ts for e in xs]),
-            "dur": _num([e.dur for e in xs]),
-            "correlation": _opt_int([a.correlation for a in args]),
-            "external_id": _opt_int([a.external_id for a in args]),
-            "seq": _opt_int([a.seq for a in args]),
-            "stream": _opt_int([a.stream for a in args]),
-            "device": _opt_int([a.device for a in args]),
-        }
-    )
-    events = events.sort_values("ts", kind="stable").reset_index(drop=True)
+def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame]:
+    x = b.x
+    ts = x.take("ts")
+    inverse = None
+    if ts.size > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+        order = np.argsort(ts, kind="stable")
+        ts = ts[order]
+        # scatter every other column straight into sorted position: no unsorted full-size copy
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size, dtype=order.dtype)
+        del order
+    cols: dict[str, Any] = {
+        "name": _categorical(x.take("name", inverse), b.names),
+        "cat": _categorical(x.take("cat", inverse), b.cats, lower=True),
+        "pid": x.take("pid", inverse),
+        "tid": x.take("tid", inverse),
+        "ts": ts,
+        "dur": x.take("dur", inverse),
+    }
+    for name in _get_arg:
+        cols[name] = x.take(name, inverse)
+    del inverse
+    events = pd.DataFrame(cols, copy=False)
+    f = b.fl
     flows = pd.DataFrame(
         {
-            "id": _int_or_code([e.id for e in fl], codes),
-            "ph": pd.Categorical([e.ph for e in fl]),
-            "cat": pd.Categorical([(e.cat or "").lower() for e in fl]),
-            "pid": _int_or_code([e.pid for e in fl], codes),
-            "tid": _int_or_code([e.tid for e in fl], codes),
-            "ts": _num([e.ts for e in fl]),
-        }
+            "id": f.take("id"),
+            "ph": _categorical(f.take("ph"), b.phs),
+            "cat": _categorical(f.take("cat"), b.cats, lower=True),
+            "pid": f.take("pid"),
+            "tid": f.take("tid"),
+            "ts": f.take("ts"),
+        },
+        copy=False,
     )
-    meta: dict[str, Any] = {
-        "distributedInfo": trace.distributedInfo,
-        "deviceProperties": trace.deviceProperties,
-        "baseTimeNanoseconds": trace.baseTimeNanoseconds,
-        "schemaVersion": trace.schemaVersion,
-        "traceName": trace.traceName,
-        "id_codes": {v: k for k, v in codes.items()},
-    }
-    return TraceTable(events=events, flows=flows, meta=meta, path=path)
+    return events, flows

@@ -1,0 +1,452 @@
+"""Analytic FLOPs and minimum bytes moved, per block and phase, for a :class:`ModelShape`.
+
+Nothing here runs a model: every count is a formula over the shape, the batch ``B``, the number of
+new tokens ``T`` and the number of keys attended to ``S``. Block names are the canonical ones of
+:mod:`lmprof.workloads.blocks`, so the numbers line up with measured block times.
+
+Conventions are explicit (:class:`FlopConventions`) and printed with every result:
+
+* a multiply-add is 2 FLOPs;
+* attention scores and AV are counted for the full ``T x S`` matrix (PaLM appendix B, nanoGPT's
+  ``estimate_mfu``) unless ``causal_attention`` is set, which counts only the attended pairs;
+* the tied lm_head is counted once, as the lm_head matmul (the embedding gather is not a matmul);
+* backward is 2x forward for matmuls (grad of the input and grad of the weight);
+* non-matmul blocks (norms, softmax, activations, residual adds) get rough per-element costs
+  (:data:`ELEMENTWISE_COSTS`, transcendentals counted as 1 FLOP) kept apart in ``other_flops`` so that
+  matmul-only counters such as ``FlopCounterMode`` compare against ``matmul_flops``.
+
+Bytes are the *minimum* traffic for each block run as one fused kernel: its inputs read once, its
+outputs written once, its weights read once per pass, at the dtype's width. Intermediates inside a
+block are not counted; tensors passed between blocks are (a written score matrix is read again by
+the softmax). Decode reads the whole KV cache in attn.scores (K) and attn.av (V).
+
+This module is pure Python: no torch import.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Literal
+
+from lmprof.errors import ConfigError
+from lmprof.workloads.shape import ModelShape
+
+Phase = Literal["forward", "backward", "prefill", "decode"]
+PHASES: tuple[str, ...] = ("forward", "backward", "prefill", "decode")
+
+# Bytes per element of each dtype lmprof knows, under its canonical short name.
+DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+_DTYPE_ALIASES: dict[str, str] = {
+    "float64": "fp64", "double": "fp64", "fp64": "fp64",
+    "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32",
+    "tf32": "tf32", "tensorfloat32": "tf32",
+    "bfloat16": "bf16", "bf16": "bf16",
+    "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16",
+    "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8",
+}
+
+# Rough FLOPs per element of the non-matmul work, transcendentals (exp, erf, rsqrt) as 1 FLOP.
+# They only matter for placing memory-bound blocks on a roofline; MFU never uses them.
+ELEMENTWISE_COSTS: dict[str, int] = {
+    "layernorm": 7,  # mean (1), centre (1), square+sum (2), scale by rstd (1), gamma (1), beta (1)
+    "rmsnorm": 4,  # square+sum (2), scale by rstd (1), gamma (1)
+    "softmax": 5,  # max (1), subtract (1), exp (1), sum (1), divide (1)
+    "scale_mask": 2,  # multiply by 1/sqrt(hs) (1), masked select (1), per score
+    "gelu": 5,  # 0.5 * x * (1 + erf(x / sqrt 2)): 3 multiplies, erf, add
+    "swiglu": 6,  # silu(g) = g * sigmoid(g) (neg, exp, add, divide, multiply = 5), times up (1)
+    "rope": 3,  # x * cos + rotate(x) * sin, per element of q and k
+    "add": 1,  # residual add, bias add, token + position embedding add
+    "log_softmax": 5,  # max, subtract, exp, sum, log-subtract: the cross-entropy over the vocabulary
+}
+
+INDEX_BYTES = 8  # token ids and targets are int64 in PyTorch
+
+
+def normalize_dtype(dtype: object) -> str:
+    """Canonical short dtype name (fp32, tf32, bf16, fp16, fp8, fp64) of a string or torch.dtype."""
+    text = str(dtype).strip().lower().removeprefix("torch.")
+    if text not in _DTYPE_ALIASES:
+        raise ConfigError(f"unknown dtype {dtype!r}: use one of fp32, tf32, bf16, fp16, fp8")
+    return _DTYPE_ALIASES[text]
+
+
+def dtype_bytes(dtype: object) -> int:
+    """Bytes per element of ``dtype`` (tf32 is stored as fp32: 4 bytes)."""
+    return DTYPE_BYTES[normalize_dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class FlopConventions:
+    """The counting choices behind every FLOP and byte figure; :meth:`describe` prints them."""
+
+    causal_attention: bool = False  # count only attended (q, k) pairs instead of the full T x S
+    flops_per_mac: int = 2  # a multiply-add is 2 FLOPs; set 1 to count MACs
+    backward_matmul_factor: float = 2.0  # grad wrt input + grad wrt weight, each a forward-sized matmul
+    elementwise: bool = True  # count non-matmul blocks with ELEMENTWISE_COSTS; False zeroes them
+    backward_elementwise_factor: float = 2.0  # rough: read saved input + grad, a few ops per element
+    backward_bytes_factor: float = 2.0  # every forward read/write becomes a saved-tensor read + a grad read/write
+    prefill_logits: Literal["last", "all"] = "last"  # the built-in GPT's inference path: last position only
+
+    def __post_init__(self) -> None:
+        if self.flops_per_mac not in (1, 2):
+            raise ConfigError(f"flops_per_mac must be 1 or 2, got {self.flops_per_mac}")
+        if self.prefill_logits not in ("last", "all"):
+            raise ConfigError(f"prefill_logits must be 'last' or 'all', got {self.prefill_logits!r}")
+        for name in ("backward_matmul_factor", "backward_elementwise_factor", "backward_bytes_factor"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+
+    def describe(self) -> str:
+        """One line per convention, for printing beside the numbers they produced."""
+        attention = (
+            "only attended (causal) q-k pairs" if self.causal_attention
+            else "full T x S score matrix, causal mask not subtracted (PaLM / nanoGPT)"
+        )
+        other = (
+            "non-matmul blocks at rough per-element costs "
+            + ", ".join(f"{k} {v}" for k, v in ELEMENTWISE_COSTS.items())
+            + " FLOP/element"
+            if self.elementwise
+            else "non-matmul blocks counted as 0 FLOPs"
+        )
+        return "\n".join(
+            [
+                f"multiply-add = {self.flops_per_mac} FLOP{'s' if self.flops_per_mac > 1 else ''}",
+                f"attention: {attention}",
+                "tied lm_head counted once (as the lm_head matmul; the embedding gather has no matmul FLOPs)",
+                f"backward = {self.backward_matmul_factor:g} x forward for matmuls, "
+                f"{self.backward_elementwise_factor:g} x for non-matmul work, "
+                f"{self.backward_bytes_factor:g} x forward bytes",
+                other,
+                f"prefill logits: {'last position only' if self.prefill_logits == 'last' else 'every position'}",
+                "bytes: minimum traffic per block (inputs read once, outputs written once, weights once per pass)",
+            ]
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+DEFAULT_CONVENTIONS = FlopConventions()
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """FLOPs and minimum bytes of one block in one phase, summed over its layers and the batch."""
+
+    name: str
+    phase: str
+    matmul_flops: float
+    other_flops: float
+    weight_bytes: float
+    act_bytes: float  # activations read + written
+    kv_bytes: float = 0.0  # KV cache read (decode / prefill against a cache)
+    count: int = 1  # how many instances were summed (n_layer for per-layer blocks)
+
+    @property
+    def flops(self) -> float:
+        return self.matmul_flops + self.other_flops
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte (arithmetic intensity); inf when no bytes, 0 when no FLOPs."""
+        if self.bytes <= 0:
+            return float("inf") if self.flops > 0 else 0.0
+        return self.flops / self.bytes
+
+    def scaled(self, flops_matmul: float, flops_other: float, bytes_factor: float, phase: str) -> "BlockCost":
+        return replace(
+            self,
+            phase=phase,
+            matmul_flops=self.matmul_flops * flops_matmul,
+            other_flops=self.other_flops * flops_other,
+            weight_bytes=self.weight_bytes * bytes_factor,
+            act_bytes=self.act_bytes * bytes_factor,
+            kv_bytes=self.kv_bytes * bytes_factor,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d.update(flops=self.flops, bytes=self.bytes, intensity=self.intensity)
+        return d
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _attended_pairs(t_new: int, s: int, causal: bool) -> int:
+    """(query, key) pairs per sequence per head: T x S, or only those the causal mask keeps.
+
+    With a causal mask the i-th of the T new queries (at position S - T + i) sees S - T + i + 1 keys.
+    """
+    if not causal:
+        return t_new * s
+    return t_new * (s - t_new) + t_new * (t_new + 1) // 2
+
+
+def block_costs(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    phase: str,
+    dtype: object = "bf16",
+    context: int | None = None,
+    attention: Literal["math", "sdpa"] = "math",
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+) -> list[BlockCost]:
+    """Per-block FLOPs and minimum bytes of one pass, summed over layers and the batch.
+
+    ``phase``:
+
+    * ``forward``: training forward over ``batch`` x ``seq_len`` tokens, logits at every position, loss;
+    * ``backward``: the matching backward (forward scaled by the conventions' backward factors);
+    * ``prefill``: inference over ``seq_len`` prompt tokens, attending to ``context`` keys
+      (default ``seq_len``: an empty KV cache), logits per ``conventions.prefill_logits``, no loss;
+    * ``decode``: ONE new token per sequence attending to ``context`` keys (default ``seq_len``), the
+      KV cache length after appending it; weights and the whole cache are read once.
+
+    ``attention="sdpa"`` replaces attn.scores/softmax/av by one fused attn.sdpa block (no T x S
+    tensor in memory). Blocks are returned in data-flow order.
+    """
+    _check_positive(batch=batch, seq_len=seq_len)
+    if phase not in PHASES:
+        raise ConfigError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
+    if attention not in ("math", "sdpa"):
+        raise ConfigError(f"attention must be 'math' or 'sdpa', got {attention!r}")
+    if phase == "backward":
+        fwd = block_costs(
+            shape, batch=batch, seq_len=seq_len, phase="forward", dtype=dtype,
+            attention=attention, conventions=conventions,
+        )
+        c = conventions
+        return [
+            b.scaled(c.backward_matmul_factor, c.backward_elementwise_factor, c.backward_bytes_factor, "backward")
+            for b in fwd
+        ]
+
+    w = dtype_bytes(dtype)
+    mac = conventions.flops_per_mac
+    ew = 1 if conventions.elementwise else 0
+    cost = ELEMENTWISE_COSTS
+
+    B, L = batch, shape.n_layer
+    d, h, V, f = shape.n_embd, shape.n_head, shape.vocab_size, shape.ffn
+    kv = shape.kv_heads * shape.head_dim  # width of K (and of V) per token
+    T = 1 if phase == "decode" else seq_len  # new tokens per sequence
+    if phase == "forward":
+        S = T
+    else:
+        S = context if context is not None else seq_len
+        _check_positive(context=S)
+        if S < T:
+            raise ConfigError(f"context ({S}) must be at least the number of new tokens ({T})")
+    n = B * T  # tokens processed
+    bias = 1 if shape.bias else 0
+    norm_cost = cost["rmsnorm"] if shape.norm == "rmsnorm" else cost["layernorm"]
+    norm_params = d * (2 if (shape.norm == "layernorm" and shape.bias) else 1)
+    pairs = B * _attended_pairs(T, S, conventions.causal_attention)  # per head
+    scores_elems = h * pairs  # elements of the (B, h, T, S) score matrix actually computed
+    if phase == "forward" or (phase == "prefill" and conventions.prefill_logits == "all"):
+        logit_rows = n
+    else:  # decode, or prefill keeping only the last position's logits (the built-in GPT)
+        logit_rows = B
+
+    out: list[BlockCost] = []
+
+    def add(name: str, count: int, matmul: float, other: float, weights: float, acts: float, kvb: float = 0.0) -> None:
+        # weights and kvb are element counts (scaled by the dtype width here); acts is already bytes
+        # because token ids are int64 whatever the model dtype.
+        out.append(
+            BlockCost(
+                name=name, phase=phase, count=count,
+                matmul_flops=float(count * matmul), other_flops=float(count * other * ew),
+                weight_bytes=float(count * weights * w), act_bytes=float(count * acts),
+                kv_bytes=float(count * kvb * w),
+            )
+        )
+
+    # embedding: gather token rows (+ position rows) and add them.
+    pos_rows = T * d if shape.pos == "learned" else 0
+    add(
+        "embedding", 1, 0, n * d * cost["add"] if shape.pos == "learned" else 0,
+        n * d + pos_rows, n * INDEX_BYTES + n * d * w,
+    )
+    add("ln_1", L, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
+    qkv_out = d + 2 * kv
+    rope = cost["rope"] * n * (d + kv) if shape.pos == "rope" else 0
+    add(
+        "attn.qkv", L, mac * n * d * qkv_out, bias * n * qkv_out + rope,
+        d * qkv_out + bias * qkv_out, (n * d + n * qkv_out) * w,
+    )
+    # K and V of the S attended positions: the KV cache when decoding / prefilling against one.
+    from_cache = phase == "decode" or (phase == "prefill" and S > T)
+    k_read = B * S * kv
+    if attention == "math":
+        add(
+            "attn.scores", L, mac * pairs * d, cost["scale_mask"] * scores_elems, 0,
+            (n * d + (0 if from_cache else k_read) + scores_elems) * w, k_read if from_cache else 0,
+        )
+        add("attn.softmax", L, 0, cost["softmax"] * scores_elems, 0, 2 * scores_elems * w)
+        add(
+            "attn.av", L, mac * pairs * d, 0, 0,
+            (scores_elems + (0 if from_cache else k_read) + n * d) * w, k_read if from_cache else 0,
+        )
+    else:
+        add(
+            "attn.sdpa", L, 2 * mac * pairs * d, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
+            (n * d + (0 if from_cache else 2 * k_read) + n * d) * w, 2 * k_read if from_cache else 0,
+        )
+    add("attn.proj", L, mac * n * d * d, bias * n * d, d * d + bias * d, 2 * n * d * w)
+    add("residual", 2 * L, 0, cost["add"] * n * d, 0, 3 * n * d * w)
+    add("ln_2", L, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
+    if shape.mlp == "swiglu":  # gate and up projections both belong to mlp.fc
+        add("mlp.fc", L, mac * n * d * 2 * f, 2 * bias * n * f, 2 * d * f + 2 * bias * f, (n * d + 2 * n * f) * w)
+        add("mlp.act", L, 0, cost["swiglu"] * n * f, 0, 3 * n * f * w)
+    else:
+        add("mlp.fc", L, mac * n * d * f, bias * n * f, d * f + bias * f, (n * d + n * f) * w)
+        add("mlp.act", L, 0, cost["gelu"] * n * f, 0, 2 * n * f * w)
+    add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
+    add("ln_f", 1, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
+    add("lm_head", 1, mac * logit_rows * d * V, 0, V * d, (logit_rows * d + logit_rows * V) * w)
+    if phase == "forward":
+        add("loss", 1, 0, (cost["log_softmax"] * V + 1) * n, 0, n * V * w + n * INDEX_BYTES + w)
+    return out
+
+
+def phase_costs(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    phase: str,
+    dtype: object = "bf16",
+    decode_tokens: int = 1,
+    attention: Literal["math", "sdpa"] = "math",
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+) -> list[BlockCost]:
+    """Block costs of a whole phase as lmprof records it.
+
+    ``train`` gives forward + backward blocks; ``decode`` sums ``decode_tokens`` steps after a
+    ``seq_len``-token prompt (step i attends to ``seq_len + i`` keys); other phases are one pass.
+    """
+    if phase == "train":
+        return [
+            *block_costs(shape, batch=batch, seq_len=seq_len, phase="forward", dtype=dtype,
+                         attention=attention, conventions=conventions),
+            *block_costs(shape, batch=batch, seq_len=seq_len, phase="backward", dtype=dtype,
+                         attention=attention, conventions=conventions),
+        ]
+    if phase != "decode":
+        return block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                           attention=attention, conventions=conventions)
+    _check_positive(decode_tokens=decode_tokens)
+    steps = [
+        block_costs(shape, batch=batch, seq_len=seq_len + i, phase="decode", dtype=dtype,
+                    attention=attention, conventions=conventions)
+        for i in range(1, decode_tokens + 1)
+    ]
+    return sum_costs(steps)
+
+
+def sum_costs(passes: Iterable[list[BlockCost]]) -> list[BlockCost]:
+    """Add several passes block by block (same names and phases, first pass's order)."""
+    total: dict[tuple[str, str], BlockCost] = {}
+    for costs in passes:
+        for b in costs:
+            key = (b.name, b.phase)
+            if key not in total:
+                total[key] = b
+            else:
+                t = total[key]
+                total[key] = replace(
+                    t,
+                    matmul_flops=t.matmul_flops + b.matmul_flops,
+                    other_flops=t.other_flops + b.other_flops,
+                    weight_bytes=t.weight_bytes + b.weight_bytes,
+                    act_bytes=t.act_bytes + b.act_bytes,
+                    kv_bytes=t.kv_bytes + b.kv_bytes,
+                )
+    return list(total.values())
+
+
+def totals(costs: Iterable[BlockCost]) -> dict[str, float]:
+    """Sum of matmul FLOPs, all FLOPs and bytes over blocks."""
+    costs = list(costs)
+    return {
+        "matmul_flops": sum(b.matmul_flops for b in costs),
+        "flops": sum(b.flops for b in costs),
+        "bytes": sum(b.bytes for b in costs),
+    }
+
+
+# -- model-level FLOPs (MFU) ------------------------------------------------------------------------
+
+
+def model_flops_per_token(
+    shape: ModelShape,
+    seq_len: int,
+    mode: Literal["train", "forward"] = "train",
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+) -> float:
+    """FLOPs per token: ``6N + 12·L·H·Q·T`` (train) or ``2N + 4·L·H·Q·T`` (forward only).
+
+    N is the non-embedding parameter count as nanoGPT counts it (position embeddings out, the tied
+    token embedding in, since it is the lm_head's weight); H·Q = n_embd (query heads x head size);
+    T is the number of keys each token attends to. From the PaLM paper's appendix B, as used by
+    nanoGPT's ``estimate_mfu``. With ``causal_attention`` the attention term uses the average
+    (T + 1) / 2 attended keys instead of T.
+    """
+    _check_positive(seq_len=seq_len)
+    if mode not in ("train", "forward"):
+        raise ConfigError(f"mode must be 'train' or 'forward', got {mode!r}")
+    n = shape.n_params_non_embedding()
+    keys = (seq_len + 1) / 2 if conventions.causal_attention else seq_len
+    mac = conventions.flops_per_mac
+    # forward: mac per weight (the matmul), 2 matmuls of T·d per layer in attention
+    fwd = mac * n + 2 * mac * shape.n_layer * shape.n_head * shape.head_dim * keys
+    return 3 * fwd if mode == "train" else fwd
+
+
+def model_flops_per_step(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: Literal["train", "prefill", "decode"],
+    decode_tokens: int = 1,
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+) -> float:
+    """Model FLOPs of one training step, one prefill, or ``decode_tokens`` decode steps.
+
+    * train: ``B·T·(6N + 12·L·d·T)``;
+    * prefill: ``B·T·(2N + 4·L·d·T)``, minus the lm_head of the ``T - 1`` positions whose logits are
+      not computed when ``conventions.prefill_logits == "last"``;
+    * decode: sum over steps i = 1..n of ``B·(2N + 4·L·d·(T + i))``: one token per sequence
+      attending to the prompt ``T`` plus the i tokens generated so far (the new one included).
+    """
+    _check_positive(batch=batch, seq_len=seq_len)
+    if mode == "train":
+        return batch * seq_len * model_flops_per_token(shape, seq_len, "train", conventions)
+    if mode == "prefill":
+        total = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions)
+        if conventions.prefill_logits == "last":
+            total -= conventions.flops_per_mac * shape.n_embd * shape.vocab_size * batch * (seq_len - 1)
+        return total
+    if mode == "decode":
+        _check_positive(decode_tokens=decode_tokens)
+        # Attention term is linear in the context, so sum it in closed form.
+        mac = conventions.flops_per_mac
+        weights = mac * shape.n_params_non_embedding() * decode_tokens
+        # A single new query attends to every cached key, so the causal convention changes nothing.
+        contexts = decode_tokens * seq_len + decode_tokens * (decode_tokens + 1) / 2
+        attn = 2 * mac * shape.n_layer * shape.n_embd * contexts
+        return batch * (weights + attn)
+    raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")

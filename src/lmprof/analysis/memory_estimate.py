@@ -1,0 +1,615 @@
+"""Where every byte goes, from the model's shape alone: the analytic memory breakdown.
+
+Training holds, at its peak, the parameters, their gradients, the optimizer state and the tensors
+the forward pass saved for the backward pass (activations). Inference holds the parameters, the KV
+cache and one layer's temporaries at a time. Every figure here is in bytes and ``estimated``.
+
+The activation itemization follows Korthikanti et al. 2022, "Reducing Activation Recomputation in
+Large Transformer Models" (arXiv:2205.05198, section 4.1), which counts, per layer at 16-bit,
+``s*b*h*(34 + 5*a*s/h)`` bytes: attention ``11sbh + 5as^2b``, MLP ``19sbh``, two layer norms
+``4sbh``. Derived for lmprof's GPT (see docs/memory.md for the walk-through):
+
+* with ``dropout == 0`` (the default) nothing keeps a dropout mask, and the softmax output is the
+  same tensor the attention-over-values matmul saves: ``16`` tensors of ``sbh`` elements per layer
+  plus one ``a*s^2*b`` score tensor;
+* element sizes follow the precision regime (fp32; autocast with fp32 parameters, where the residual
+  stream, layer norms and log-softmax stay fp32; or 16-bit parameters);
+* fused attention (``sdpa``) keeps q, k, v, its output and a log-sum-exp instead of the scores;
+* the tensors the paper leaves out but PyTorch keeps are listed too: layer-norm statistics, the
+  causal mask, autocast's 16-bit weight copies and the logits the caller still holds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from lmprof.errors import ConfigError
+from lmprof.workloads.shape import ModelShape
+
+if TYPE_CHECKING:  # the measured side imports torch; the estimate must not
+    from lmprof.measure.memory import MeasuredMemory
+    from lmprof.record.run import Metric
+
+Mode = Literal["train", "infer"]
+Attention = Literal["math", "sdpa"]
+Optimizer = Literal["adamw", "sgd"]
+OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+FP32 = 4
+INT64 = 8
+BOOL = 1
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One kind of tensor kept in memory: which block keeps it, what it is and its size in bytes.
+
+    ``per_layer`` items are counted once per transformer layer; the others once per model.
+    """
+
+    block: str
+    what: str
+    formula: str
+    bytes: int
+    per_layer: bool
+    category: str = "activations"
+
+    @property
+    def total(self) -> int:
+        return self.bytes
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The analytic breakdown of one configuration (all figures in bytes).
+
+    ``peak`` is the largest of the candidate moments in ``moments``; ``peak_at`` names it.
+    ``activations`` is what the forward pass leaves alive for the backward pass (all layers plus the
+    embedding, final norm, lm_head and loss); ``logits`` is the (batch, seq, vocab) logits the caller
+    still holds after the forward pass (train) or the last position's logits (infer).
+    """
+
+    shape: ModelShape
+    mode: Mode
+    batch: int
+    seq_len: int
+    dtype: str
+    param_dtype: str
+    attention: Attention
+    optimizer: Optimizer
+    optimizer_impl: str
+    device_kind: str
+    dropout: float
+    kv_tokens: int
+    regime: str
+    n_params: int
+    params: int
+    grads: int
+    optimizer_state: int
+    master_weights: int
+    buffers: int
+    activations: int
+    activations_per_layer: int
+    logits: int
+    kv_cache: int
+    temporaries: int
+    peak: int
+    peak_at: str
+    moments: dict[str, int]
+    items: tuple[MemoryItem, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def static(self) -> int:
+        """Bytes that live for the whole run: parameters, buffers, optimizer state (and grads in train)."""
+        return self.params + self.buffers + self.grads + self.optimizer_state
+
+    def breakdown(self) -> list[dict[str, Any]]:
+        """Rows (category, bytes, note) of the categories that make up the peak, then the peak."""
+        rows: list[dict[str, Any]] = [
+            {"category": "params", "bytes": self.params, "note": f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"},
+            {"category": "buffers", "bytes": self.buffers, "note": "causal mask, bool, per layer"},
+        ]
+        if self.mode == "train":
+            rows += [
+                {"category": "grads", "bytes": self.grads, "note": f"same dtype as the params ({self.param_dtype})"},
+                {"category": "optimizer", "bytes": self.optimizer_state, "note": self._optimizer_note()},
+                {"category": "activations", "bytes": self.activations,
+                 "note": f"saved for backward, {self.activations_per_layer:,} B per layer"},
+                {"category": "logits", "bytes": self.logits, "note": "b*s*V logits still held by the caller"},
+            ]
+        else:
+            rows += [
+                {"category": "kv_cache", "bytes": self.kv_cache,
+                 "note": f"2 x {self.shape.n_layer} layers x {self.shape.kv_heads} kv heads x "
+                         f"{self.shape.head_dim} x {self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"},
+                {"category": "logits", "bytes": self.logits, "note": "last position only"},
+            ]
+        rows.append({"category": "temporaries", "bytes": self.temporaries, "note": f"extra at the peak: {self.peak_at}"})
+        rows.append({"category": "peak", "bytes": self.peak, "note": self.peak_at})
+        return rows
+
+    def _optimizer_note(self) -> str:
+        parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer"}[self.optimizer]
+        if self.master_weights:
+            parts += " + fp32 master weights"
+        if self.optimizer == "adamw":
+            parts += " + a step scalar per tensor"
+        return parts
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["shape"] = self.shape.to_dict()
+        return out
+
+
+# -- parameter bookkeeping --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Params:
+    total: int
+    tensors: int
+    largest: int
+    matmul_weights: int
+    matmul_weights_per_layer: int
+    linear_biases: int
+
+
+def _param_parts(shape: ModelShape) -> _Params:
+    """Counts the estimate needs beyond n_params: tensors, the largest tensor, matmul weights.
+
+    Tensor counts follow the built-in GPT's layout (fused qkv projection).
+    """
+    d, v, f, kv = shape.n_embd, shape.vocab_size, shape.ffn, shape.kv_heads * shape.head_dim
+    has_bias = 1 if shape.bias else 0
+    norm_tensors = 2 if (shape.norm == "layernorm" and shape.bias) else 1
+    qkv_w, proj_w = d * (d + 2 * kv), d * d
+    mlp_mats = 2 if shape.mlp == "gelu" else 3
+    mlp_w = mlp_mats * d * f
+    layer_w = qkv_w + proj_w + mlp_w
+    layer_b = has_bias * ((d + 2 * kv) + d + (f + d if shape.mlp == "gelu" else 2 * f + d))
+    layer_tensors = 2 * norm_tensors + (2 + mlp_mats) * (1 + has_bias)
+    tensors = 1 + (1 if shape.pos == "learned" else 0) + (0 if shape.tied else 1)
+    tensors += shape.n_layer * layer_tensors + norm_tensors
+    largest = max(v * d, qkv_w, f * d, shape.block_size * d if shape.pos == "learned" else 0)
+    # The lm_head's weight is a matmul weight (tied or not); the token embedding is a lookup.
+    return _Params(
+        total=shape.n_params(),
+        tensors=tensors,
+        largest=largest,
+        matmul_weights=shape.n_layer * layer_w + v * d,
+        matmul_weights_per_layer=layer_w,
+        linear_biases=shape.n_layer * layer_b,
+    )
+
+
+def causal_mask_bytes(shape: ModelShape) -> int:
+    """The built-in GPT's ``mask`` buffer: a (block_size, block_size) bool per layer."""
+    return shape.n_layer * shape.block_size * shape.block_size * BOOL
+
+
+# -- the estimate -----------------------------------------------------------------------------
+
+
+def estimate_memory(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: Mode = "train",
+    dtype: str = "fp32",
+    param_dtype: str = "fp32",
+    attention: Attention = "math",
+    optimizer: Optimizer = "adamw",
+    optimizer_impl: OptimizerImpl = "auto",
+    master_weights: bool | None = None,
+    device_kind: str = "cuda",
+    dropout: float = 0.0,
+    new_tokens: int = 0,
+    hold_logits: bool = True,
+    buffers: int | None = None,
+) -> MemoryEstimate:
+    """Estimate every category of memory for one training step or one inference run.
+
+    ``dtype`` is the compute dtype (``bf16``/``fp16`` mean torch.autocast when ``param_dtype`` is
+    fp32, lmprof's mixed precision); ``param_dtype`` bf16/fp16 means the parameters themselves are
+    16-bit, and then ``master_weights`` (default True) adds an fp32 copy in the optimizer.
+    ``optimizer_impl`` picks the AdamW/SGD temporaries (``auto``: foreach on CUDA, for-loop on CPU).
+    ``device_kind`` matters only for autocast (CUDA keeps softmax in fp32, CPU does not).
+    Inference caches ``seq_len + new_tokens`` tokens per sequence. ``hold_logits``: the caller keeps
+    the (b, s, V) logits until the step ends (``logits, loss = model(x, y)`` in a step function).
+    ``buffers`` overrides the built-in GPT's causal-mask buffer size.
+    """
+    _validate(shape, batch, seq_len, mode, dtype, param_dtype, attention, optimizer, optimizer_impl, dropout, new_tokens)
+    if param_dtype != "fp32":
+        dtype = param_dtype  # 16-bit parameters compute in their own dtype, no autocast
+    pp = _param_parts(shape)
+    p_bytes = DTYPE_BYTES[param_dtype]
+    autocast = dtype != "fp32" and param_dtype == "fp32"
+    if param_dtype == "fp32":
+        master_weights = False  # the parameters already are the fp32 master copy
+    elif master_weights is None:
+        master_weights = True
+    regime = _regime(dtype, param_dtype, master_weights, mode)
+
+    params = pp.total * p_bytes
+    buf = causal_mask_bytes(shape) if buffers is None else buffers
+    notes: list[str] = []
+    kv_tokens = seq_len + new_tokens if mode == "infer" else 0
+
+    if mode == "infer":
+        return _infer(shape, pp, batch, seq_len, kv_tokens, dtype, param_dtype, attention, device_kind,
+                      regime, params, buf, autocast)
+
+    # Static training state.
+    grads = pp.total * p_bytes
+    state_bytes = FP32 if (master_weights or param_dtype == "fp32") else p_bytes
+    n_states = 2 if optimizer == "adamw" else 1
+    master = pp.total * FP32 if master_weights else 0
+    step_scalars = pp.tensors * FP32 if optimizer == "adamw" else 0
+    opt_state = n_states * pp.total * state_bytes + master + step_scalars
+
+    items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
+    per_layer = sum(i.bytes for i in items if i.per_layer)
+    once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
+    activations = shape.n_layer * per_layer + once
+    b, s, v = batch, seq_len, shape.vocab_size
+    e_logits = DTYPE_BYTES[dtype] if autocast else p_bytes if param_dtype != "fp32" else DTYPE_BYTES[dtype]
+    logits = b * s * v * e_logits if hold_logits else 0
+    lp_bytes = FP32 if param_dtype == "fp32" else p_bytes
+
+    # Candidate peaks (steady state: optimizer state exists from the first step on).
+    base = params + buf + opt_state
+    fwd_extra = 0
+    if autocast:
+        # The autocast cache holds 16-bit copies of every linear bias too while forward runs, and
+        # cross-entropy first casts the 16-bit logits to fp32.
+        fwd_extra = pp.linear_biases * 2 + b * s * v * FP32
+    loss_grads = 2 * b * s * v * lp_bytes  # d(log-probs) from nll_loss, then d(logits) from log_softmax
+    opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, pp, state_bytes)
+    moments = {
+        "end of forward": base + activations + logits + fwd_extra,
+        "backward (loss gradient)": base + activations + logits + loss_grads,
+        "optimizer step": base + grads + logits + opt_temp,
+    }
+    peak_at = max(moments, key=lambda k: moments[k])
+    peak = moments[peak_at]
+    temporaries = {
+        "end of forward": fwd_extra,
+        "backward (loss gradient)": loss_grads,
+        "optimizer step": opt_temp,
+    }[peak_at]
+    if dropout > 0 and attention == "sdpa":
+        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept")
+    notes.append("first step only: optimizer state is created inside optimizer.step(), so the first step's "
+                 "forward/backward run without it")
+    return MemoryEstimate(
+        shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
+        device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
+        params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
+        activations=activations, activations_per_layer=per_layer, logits=logits, kv_cache=0,
+        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, items=tuple(items),
+        notes=tuple(notes),
+    )
+
+
+def activation_items(
+    shape: ModelShape,
+    batch: int,
+    seq_len: int,
+    dtype: str = "fp32",
+    param_dtype: str = "fp32",
+    attention: Attention = "math",
+    device_kind: str = "cuda",
+    dropout: float = 0.0,
+) -> list[MemoryItem]:
+    """The tensors the forward pass saves for backward, block by block (bytes per layer or once).
+
+    Paper terms (16-bit, per layer): layer-norm inputs 4sbh, QKV input 2sbh, Q and K 4sbh, softmax
+    output 2as^2b, its dropout mask as^2b and output 2as^2b, V 2sbh, projection input 2sbh and
+    dropout mask sbh; MLP inputs 2sbh + 8sbh, GELU input 8sbh, dropout mask sbh.
+    """
+    s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
+    f, v = shape.ffn, shape.vocab_size
+    kv = shape.kv_heads * shape.head_dim
+    autocast = dtype != "fp32" and param_dtype == "fp32"
+    e = DTYPE_BYTES[dtype] if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # matmul inputs
+    r = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # residual stream, norm inputs
+    # Softmax output: autocast on CUDA runs softmax in fp32 and the next matmul keeps a 16-bit cast.
+    sm = FP32 if (param_dtype == "fp32" and (dtype == "fp32" or device_kind == "cuda")) else e
+    sm_cast = e if (autocast and device_kind == "cuda") else 0
+    lp = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # log-softmax output
+    stats = 2 if shape.norm == "layernorm" else 1  # mean and rstd (or rstd), fp32
+    sbh = s * b * h
+    drop = dropout > 0
+    items: list[MemoryItem] = []
+
+    def add(block: str, what: str, formula: str, nbytes: int, per_layer: bool = True, category: str = "activations") -> None:
+        items.append(MemoryItem(block, what, formula, int(nbytes), per_layer, category))
+
+    # Once: embedding.
+    add("embedding", "positions (int64)", "s*8", s * INT64, per_layer=False)
+    if drop:
+        add("embedding", "dropout mask (bool)", "sbh", sbh * BOOL, per_layer=False)
+    # Per layer.
+    add("ln_1", "input (residual stream)", f"sbh*{r}", sbh * r)
+    add("ln_1", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32)
+    add("attn.qkv", "input (ln_1 output)", f"sbh*{e}", sbh * e)
+    if attention == "math":
+        add("attn.scores", "q and k", f"2sbh*{e}", 2 * sbh * e)
+        add("attn.scores", "causal mask (bool)", "s*s", s * s * BOOL)
+        add("attn.softmax", "softmax output", f"as^2b*{sm}", a * s * s * b * sm)
+        if drop:
+            add("attn.softmax", "dropout mask (bool)", "as^2b", a * s * s * b * BOOL)
+            add("attn.softmax", "dropout output", f"as^2b*{sm}", a * s * s * b * sm)
+        if sm_cast:
+            add("attn.av", "probabilities cast to 16-bit", f"as^2b*{sm_cast}", a * s * s * b * sm_cast)
+        add("attn.av", "v", f"sbh*{e}" if kv == h else f"sb*{kv}*{e}", s * b * h * e)
+        add("attn.proj", "input", f"sbh*{e}", sbh * e)
+    else:
+        add("attn.sdpa", "q, k, v", f"sb(h+2kv)*{e}", s * b * (h + 2 * kv) * e)
+        add("attn.sdpa", "output (= attn.proj input)", f"sbh*{e}", sbh * e)
+        add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
+    if drop:
+        add("attn.proj", "dropout mask (bool)", "sbh", sbh * BOOL)
+    add("ln_2", "input (residual stream)", f"sbh*{r}", sbh * r)
+    add("ln_2", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32)
+    add("mlp.fc", "input (ln_2 output)", f"sbh*{e}", sbh * e)
+    if shape.mlp == "gelu":
+        add("mlp.act", "GELU input", f"sb*{f}*{e}", s * b * f * e)
+    else:
+        add("mlp.act", "gate and up outputs, SiLU output", f"3sb*{f}*{e}", 3 * s * b * f * e)
+    add("mlp.proj", "input", f"sb*{f}*{e}", s * b * f * e)
+    if drop:
+        add("mlp.proj", "dropout mask (bool)", "sbh", sbh * BOOL)
+    if autocast:
+        pp = _param_parts(shape)
+        add("autocast", "16-bit weight copies", "2*layer matmul weights", 2 * pp.matmul_weights_per_layer)
+    # Once: head and loss.
+    add("ln_f", "input (residual stream)", f"sbh*{r}", sbh * r, per_layer=False)
+    add("ln_f", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32, per_layer=False)
+    add("lm_head", "input (ln_f output)", f"sbh*{e}", sbh * e, per_layer=False)
+    if autocast:
+        add("lm_head", "16-bit weight copy", "2*V*h", 2 * v * h, per_layer=False)
+    add("loss", "log-softmax output", f"sbV*{lp}", s * b * v * lp, per_layer=False)
+    add("loss", "loss (scalar)", "4", FP32, per_layer=False)
+    return items
+
+
+def _infer(
+    shape: ModelShape, pp: _Params, batch: int, seq_len: int, kv_tokens: int, dtype: str, param_dtype: str,
+    attention: Attention, device_kind: str, regime: str, params: int, buf: int, autocast: bool,
+) -> MemoryEstimate:
+    """Inference: parameters + KV cache + the prefill's largest per-layer temporaries."""
+    s, b, h, a, f = seq_len, batch, shape.n_embd, shape.n_head, shape.ffn
+    e = DTYPE_BYTES[dtype] if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]
+    r = FP32 if param_dtype == "fp32" else e
+    kv_bytes = e  # the cache is kept in the compute dtype
+    kv_cache = kv_cache_bytes(shape, batch, kv_tokens, kv_bytes)
+    sbh = s * b * h
+    # No graph is kept: at any moment one layer's temporaries are alive next to the residual stream.
+    resid = 2 * sbh * r  # x and the x + h being formed
+    qkv = s * b * (h + 2 * shape.kv_heads * shape.head_dim) * e
+    if attention == "math":
+        attn = qkv + 2 * a * s * s * b * (FP32 if (autocast and device_kind == "cuda") else e) + s * s
+    else:
+        attn = qkv + sbh * e
+    mlp = sbh * e + 2 * s * b * f * e  # ln_2 output, fc output, activation output
+    weight_copies = 2 * (pp.matmul_weights + pp.linear_biases) if autocast else 0
+    temporaries = resid + max(attn, mlp) + weight_copies
+    logits = b * shape.vocab_size * (FP32 if autocast else e)
+    moments = {"prefill": params + buf + kv_cache + temporaries + logits}
+    items = (
+        MemoryItem("kv_cache", "keys and values", "2*L*kv_heads*head_dim*tokens*b*bytes", kv_cache, False, "kv_cache"),
+        MemoryItem("prefill", "residual stream", f"2sbh*{r}", resid, False, "temporaries"),
+        MemoryItem("prefill", "largest layer temporaries (attention or MLP)", "max(attn, mlp)", max(attn, mlp), False,
+                   "temporaries"),
+    ) + ((MemoryItem("autocast", "16-bit weight copies", "2*(matmul weights + biases)", weight_copies, False,
+                     "temporaries"),) if weight_copies else ())
+    return MemoryEstimate(
+        shape=shape, mode="infer", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        attention=attention, optimizer="adamw", optimizer_impl="none", device_kind=device_kind, dropout=0.0,
+        kv_tokens=kv_tokens, regime=regime, n_params=pp.total, params=params, grads=0, optimizer_state=0,
+        master_weights=0, buffers=buf, activations=0, activations_per_layer=0, logits=logits, kv_cache=kv_cache,
+        temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, items=items,
+        notes=("prefill of the whole prompt at once; decode steps need less",),
+    )
+
+
+def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int) -> int:
+    """2 (keys, values) x layers x kv_heads x head_dim x tokens x batch x bytes per element."""
+    return 2 * shape.n_layer * shape.kv_heads * shape.head_dim * tokens * batch * dtype_bytes
+
+
+def _impl(impl: str, device_kind: str) -> str:
+    # torch picks foreach only when every tensor is on CUDA (or another accelerator); CPU loops.
+    if impl == "auto":
+        return "foreach" if device_kind == "cuda" else "for-loop"
+    return impl
+
+
+def _optimizer_temporaries(optimizer: str, impl: str, device_kind: str, pp: _Params, state_bytes: int) -> int:
+    """Extra bytes while optimizer.step() runs.
+
+    AdamW foreach builds sqrt(v) for every parameter at once (one parameter-sized list); the
+    for-loop version builds sqrt(v) and sqrt(v)/c for one tensor at a time (twice the largest
+    tensor); fused kernels need none. SGD with momentum and no weight decay works in place.
+    """
+    if optimizer != "adamw":
+        return 0
+    impl = _impl(impl, device_kind)
+    if impl == "foreach":
+        return pp.total * state_bytes
+    if impl == "for-loop":
+        return 2 * pp.largest * state_bytes
+    return 0
+
+
+def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str, attention: str,
+              optimizer: str, impl: str, dropout: float, new_tokens: int) -> None:
+    if batch <= 0:
+        raise ConfigError(f"batch size must be positive, got {batch}")
+    if seq_len <= 0:
+        raise ConfigError(f"sequence length must be positive, got {seq_len}")
+    if mode not in ("train", "infer"):
+        raise ConfigError(f"mode must be 'train' or 'infer', got {mode!r}")
+    for name, val in (("dtype", dtype), ("param dtype", param_dtype)):
+        if val not in DTYPE_BYTES:
+            raise ConfigError(f"{name} must be one of {', '.join(DTYPE_BYTES)}, got {val!r}")
+    if attention not in ("math", "sdpa"):
+        raise ConfigError(f"attention must be 'math' or 'sdpa', got {attention!r}")
+    if optimizer not in ("adamw", "sgd"):
+        raise ConfigError(f"optimizer must be 'adamw' or 'sgd', got {optimizer!r}")
+    if impl not in ("auto", "foreach", "for-loop", "fused"):
+        raise ConfigError(f"optimizer implementation must be auto, foreach, for-loop or fused, got {impl!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
+    if new_tokens < 0:
+        raise ConfigError(f"new tokens must be >= 0, got {new_tokens}")
+    tokens = seq_len + (new_tokens if mode == "infer" else 0)
+    if tokens > shape.block_size:
+        raise ConfigError(f"{tokens} tokens exceed the model's block_size {shape.block_size}")
+
+
+def _regime(dtype: str, param_dtype: str, master_weights: bool, mode: str) -> str:
+    """One line saying which precision regime the figures assume."""
+    if param_dtype == "fp32" and dtype == "fp32":
+        return "fp32: parameters, gradients, optimizer state and activations all fp32"
+    if param_dtype == "fp32":
+        return (f"autocast {dtype}: fp32 parameters" + (", gradients and optimizer state" if mode == "train" else "")
+                + f"; matmuls in {dtype} on 16-bit weight copies; residual stream, norms and loss in fp32")
+    if mode == "infer":
+        return f"{param_dtype} parameters, no autocast"
+    if master_weights:
+        return f"{param_dtype} parameters and gradients; fp32 master weights and fp32 moments in the optimizer"
+    return f"{param_dtype} parameters, gradients and optimizer moments; no fp32 master copy"
+
+
+def _name_bytes(dtype: str) -> str:
+    return f"{DTYPE_BYTES[dtype]} B ({dtype})"
+
+
+# -- fit search -------------------------------------------------------------------------------
+
+
+def largest_fitting_batch(budget: int, estimate_at: Any, limit: int = 1 << 20) -> int:
+    """The largest batch size b with ``estimate_at(b).peak <= budget`` (0 when not even 1 fits).
+
+    Peak memory grows with the batch size, so a doubling search then a bisection finds it in
+    O(log b) estimates.
+    """
+    if estimate_at(1).peak > budget:
+        return 0
+    lo = 1
+    hi = 2
+    while hi <= limit and estimate_at(hi).peak <= budget:
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if estimate_at(mid).peak <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# -- run record -------------------------------------------------------------------------------
+
+# Run-record keys and the estimate attribute each one reads.
+_KEYS = {
+    "params": "params",
+    "grads": "grads",
+    "optimizer": "optimizer_state",
+    "activations": None,  # activations + held logits: what the forward pass leaves alive
+    "kv_cache": "kv_cache",
+    "peak": "peak",
+}
+
+
+def _estimated_value(est: MemoryEstimate, key: str) -> int:
+    if key == "activations":
+        return est.activations + est.logits if est.mode == "train" else 0
+    return int(getattr(est, _KEYS[key]))
+
+
+def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = None) -> dict[str, "Metric"]:
+    """Run-record metrics: ``memory.<x>`` (measured, n/a with a reason when not) and ``memory.estimated.<x>``.
+
+    Keys: params, grads, optimizer, activations, kv_cache, peak. ``memory.activations`` is the
+    allocated bytes at the end of the forward pass minus before it (so it includes the held logits).
+    """
+    from lmprof.record.run import Metric
+
+    out: dict[str, Metric] = {}
+    for key in _KEYS:
+        if estimate.mode == "infer" and key in ("grads", "optimizer", "activations"):
+            continue
+        if estimate.mode == "train" and key == "kv_cache":
+            continue
+        out[f"memory.estimated.{key}"] = Metric(
+            value=float(_estimated_value(estimate, key)), unit="B", source="estimated",
+            note=_estimate_note(estimate, key),
+        )
+        out[f"memory.{key}"] = _measured_metric(measured, key)
+    return out
+
+
+def _estimate_note(est: MemoryEstimate, key: str) -> str | None:
+    if key == "peak":
+        return f"peak at {est.peak_at}; {est.regime}"
+    if key == "activations":
+        return "saved for backward + held logits (Korthikanti et al. 2022, adapted)"
+    if key == "optimizer":
+        return est._optimizer_note()
+    return None
+
+
+def _measured_metric(measured: "MeasuredMemory | None", key: str) -> "Metric":
+    from lmprof.record.run import Metric
+
+    if measured is None:
+        return Metric.na("B", "memory was not measured in this run")
+    value, note = measured.value(key)
+    if value is None:
+        return Metric.na("B", note or "not measurable here")
+    return Metric(value=float(value), unit="B", source="measured", note=note)
+
+
+def memory_table(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = None) -> list[dict[str, Any]]:
+    """Rows for ``Run.tables["memory"]``: category, measured_bytes, estimated_bytes, diff_pct, note.
+
+    ``diff_pct`` is (measured - estimated) / estimated in percent, None when either is missing.
+    """
+    rows: list[dict[str, Any]] = []
+    keys = ["params", "grads", "optimizer", "activations", "peak"] if estimate.mode == "train" else [
+        "params", "kv_cache", "peak"]
+    for key in keys:
+        est = _estimated_value(estimate, key)
+        meas, note = (None, "not measured") if measured is None else measured.value(key)
+        diff = None
+        if meas is not None and est:
+            diff = round(100.0 * (meas - est) / est, 2)
+        rows.append({
+            "category": key,
+            "measured_bytes": None if meas is None else int(meas),
+            "estimated_bytes": int(est),
+            "diff_pct": diff,
+            "note": note or _estimate_note(estimate, key) or "",
+        })
+    return rows
+
+
+def format_bytes(n: float | None) -> str:
+    """Human-readable binary size: 1536 -> '1.50 KiB'."""
+    if n is None:
+        return "n/a"
+    if n < 1024:
+        return f"{int(n)} B"
+    exp = min(int(math.log(abs(n), 1024)), 4)
+    return f"{n / 1024 ** exp:.2f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][exp]}"

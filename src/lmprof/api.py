@@ -1,0 +1,138 @@
+"""lmprof from Python, for models lmprof has never seen.
+
+    import lmprof
+    run = lmprof.profile_inference(model, input_ids, new_tokens=50)      # any causal LM nn.Module
+    run = lmprof.profile_training(model, batches, optimizer, steps=10)   # any nn.Module + loss
+    print(run.summary()); run.save("runs/mine")
+
+Block scopes come from module hooks (canonical names for GPT-2 / Llama-style models, module paths
+otherwise), installed only while the profiler runs.
+"""
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from lmprof.errors import ConfigError
+from lmprof.hardware.devices import Device, resolve_device
+from lmprof.pipeline.config import MeasureSpec
+from lmprof.record.run import Run
+
+
+def _device_of(model: torch.nn.Module, device: str | None) -> Device:
+    if device is not None:
+        return resolve_device(device)
+    p = next(model.parameters(), None)
+    return resolve_device(str(p.device) if p is not None else "cpu")
+
+
+def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """Call the model on the batch the obvious way and find the loss in what it returns."""
+    if isinstance(batch, dict):
+        out = model(**batch)
+    elif isinstance(batch, (tuple, list)):
+        out = model(*batch)
+    else:
+        out = model(batch)
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, (tuple, list)):
+        loss = next((t for t in reversed(out) if isinstance(t, torch.Tensor) and t.dim() == 0), None)
+    if loss is None and isinstance(out, torch.Tensor) and out.dim() == 0:
+        loss = out
+    if loss is None:
+        raise ConfigError("could not find a scalar loss in the model's output: pass loss_fn=(model, batch) -> loss")
+    return loss
+
+
+def _tokens_in(batch: Any) -> int | None:
+    first = batch[0] if isinstance(batch, (tuple, list)) else batch.get("input_ids") if isinstance(batch, dict) else batch
+    if isinstance(first, torch.Tensor) and first.dim() == 2 and not first.is_floating_point():
+        return int(first.numel())
+    return None
+
+
+def profile_training(
+    model: torch.nn.Module,
+    batches: Iterable[Any],
+    optimizer: torch.optim.Optimizer,
+    steps: int = 10,
+    *,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
+    warmup: int = 3,
+    profile_steps: int = 3,
+    dtype: str = "fp32",
+    device: str | None = None,
+    out_dir: str | Path | None = None,
+) -> Run:
+    """Profile ``steps`` training steps of any module; batches are cycled if there are too few.
+
+    ``loss_fn(model, batch)`` defaults to calling ``model(*batch)`` (or ``model(**batch)``) and taking
+    ``.loss``, the last scalar of a tuple, or a scalar output.
+    """
+    from lmprof.pipeline.train import TrainWorkload, measure_training
+    from lmprof.workloads.hooks import module_scopes
+
+    spec = MeasureSpec(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off")
+    dev = _device_of(model, device)
+    source = iter(itertools.cycle(batches)) if isinstance(batches, (list, tuple)) else iter(batches)
+    first = next(source)
+    stream = itertools.chain([first], source)
+    work = TrainWorkload(
+        model=model, optimizer=optimizer, batches=stream, device=dev, loss_fn=loss_fn or _default_loss,
+        tokens_per_step=_tokens_in(first), scopes=lambda: module_scopes(model),
+    )
+    folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-train-"))
+    config = {"model_name": type(model).__name__, "dtype": dtype, "steps": steps, "warmup": warmup,
+              "profile_steps": profile_steps, "device_resolved": str(dev)}
+    run = measure_training(work, spec, folder, config)
+    run.save(folder)
+    return run
+
+
+def profile_inference(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    new_tokens: int = 50,
+    *,
+    kv_cache: bool = True,
+    steps: int = 5,
+    warmup: int = 1,
+    profile_steps: int = 1,
+    tokenizer: Any = None,
+    device: str | None = None,
+    out_dir: str | Path | None = None,
+) -> Run:
+    """Profile greedy generation of ``new_tokens`` tokens from ``input_ids`` (B, T) with any causal LM.
+
+    The model is called as ``model(ids)`` returning logits (or an object with ``.logits``); Hugging
+    Face models use their ``past_key_values`` cache.
+    """
+    from lmprof.pipeline.infer import InferWorkload, measure_inference
+    from lmprof.workloads.decoding import decoder_for
+    from lmprof.workloads.hf import shape_of
+    from lmprof.workloads.hooks import module_scopes
+
+    if new_tokens <= 0:
+        raise ConfigError(f"new_tokens must be positive, got {new_tokens}")
+    if input_ids.dim() != 2:
+        raise ConfigError(f"input_ids must be (batch, tokens), got shape {tuple(input_ids.shape)}")
+    dev = _device_of(model, device)
+    model = model.eval()
+    p = next(model.parameters(), None)
+    decoder, notes = decoder_for(model, kv_cache, p.dtype if p is not None else torch.float32)
+    work = InferWorkload(
+        model=model, decoder=decoder, prompt=input_ids.to(dev.torch_device), new_tokens=new_tokens, device=dev,
+        shape=shape_of(model), tokenizer=tokenizer, scopes=lambda: module_scopes(model), notes=notes,
+    )
+    spec = MeasureSpec(warmup=warmup, steps=steps, profile_steps=profile_steps, energy="off")
+    folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-infer-"))
+    config = {"model_name": type(model).__name__, "batch_size": input_ids.size(0), "seq_len": input_ids.size(1),
+              "new_tokens": new_tokens, "kv_cache": kv_cache, "steps": steps, "warmup": warmup,
+              "profile_steps": profile_steps, "device_resolved": str(dev)}
+    run = measure_inference(work, spec, folder, config)
+    run.save(folder)
+    return run

@@ -1,0 +1,49 @@
+"""``lmprof infer``: profile prefill and decode, block by block."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lmprof.cli.app import app
+from lmprof.cli.common import console, merged
+
+
+@app.command()
+def infer(
+    preset: Optional[str] = typer.Option(None, help="Built-in GPT preset: tiny, small or gpt2 [default: tiny]"),
+    hf: Optional[str] = typer.Option(None, "--hf", help="Hugging Face model: local folder or cached hub id"),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Architecture with random weights (gpt2, tiny-llama, ...) or a config.json"),
+    download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Allow fetching --hf from the hub"),
+    prompt: Optional[str] = typer.Option(None, help="Prompt text (else random tokens of --prompt-len)"),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="Random prompt length [default: 32]"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Prompts per batch [default: 1]"),
+    new_tokens: Optional[int] = typer.Option(None, "--new-tokens", "-n", help="Tokens generated per prompt [default: 50]"),
+    kv_cache: Optional[bool] = typer.Option(None, "--kv-cache/--no-kv-cache", help="Use a KV cache [default: on]"),
+    steps: Optional[int] = typer.Option(None, help="Timed generations [default: 5]"),
+    warmup: Optional[int] = typer.Option(None, help="Warm-up generations [default: 1]"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Generations under the profiler [default: 1]"),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
+    dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 weights [default: fp32]"),
+    attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
+    energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
+    seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
+    out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
+) -> None:
+    """Profile generation: time to first token, time per output token, and where each phase's time goes."""
+    from lmprof.pipeline.config import build, load_yaml
+    from lmprof.pipeline.infer import InferConfig, run_inference
+    from lmprof.show.summary import render
+
+    values = merged(
+        load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
+        prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
+        warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
+        energy=energy, seed=seed, out=out,
+    )
+    cfg = build(InferConfig, values)
+    with console.status("profiling generation..."):
+        run, folder = run_inference(cfg)
+    render(run, console, folder=str(folder))

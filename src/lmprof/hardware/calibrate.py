@@ -1,0 +1,377 @@
+"""Measured ceilings (``lmprof calibrate``) and the one place that decides which peak to use.
+
+:func:`calibrate` times square matmuls per dtype and a large copy on a device, and caches the
+result as JSON in ``$LMPROF_CACHE_DIR`` (default ``~/.cache/lmprof``), one file per host and device.
+:func:`resolve_peak` then answers "what is the peak of this device for this dtype": the datasheet
+table when it knows the device, else the calibration cache, else n/a with the reason. It never
+invents a number.
+
+A calibrated figure is what this software stack *achieves* on a large matmul, not what the silicon
+could do, so MFU against it reads higher than MFU against a datasheet peak; the source string
+always says which one was used.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from lmprof.analysis.flops import normalize_dtype
+from lmprof.errors import ConfigError, DataError
+from lmprof.hardware.peaks import PeakTable, load_table
+
+SCHEMA = "lmprof.calibration/1"
+DEFAULT_SECONDS = {"cpu": 3.0, "cuda": 10.0, "mps": 8.0}
+# Square matmul sizes tried in order until one takes a good share of the budget.
+DEFAULT_SIZES = {"cpu": (128, 256, 512, 1024, 2048), "cuda": (1024, 2048, 4096, 8192), "mps": (512, 1024, 2048, 4096)}
+# Copy size for bandwidth: well past the last-level cache so DRAM / HBM is what is measured.
+DEFAULT_COPY_BYTES = {"cpu": 128 * 2**20, "cuda": 1024 * 2**20, "mps": 512 * 2**20}
+_MIN_SAMPLE_S = 0.004  # below this a single timed call is mostly clock and launch noise
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The ceilings to compare a run against, and where they came from.
+
+    ``source`` is ``"table:<entry>"``, ``"calibrated:<file>"`` or None (nothing known); when the
+    bandwidth came from somewhere else than the FLOP/s, ``bytes_source`` says so.
+    """
+
+    flops_per_s: float | None
+    bytes_per_s: float | None
+    source: str | None
+    note: str
+    dtype: str = "fp32"
+    device: str = ""
+    bytes_source: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.flops_per_s is not None
+
+    @property
+    def ridge(self) -> float | None:
+        """Arithmetic intensity (FLOP/byte) where the compute and bandwidth ceilings meet."""
+        if self.flops_per_s is None or not self.bytes_per_s:
+            return None
+        return self.flops_per_s / self.bytes_per_s
+
+
+@dataclass
+class Calibration:
+    """One ``lmprof calibrate`` result, as cached on disk."""
+
+    device: str  # torch device type: cpu, cuda, mps
+    device_name: str
+    hostname: str
+    created: str
+    torch: str
+    threads: int
+    seconds: float
+    matmul: dict[str, dict[str, Any]] = field(default_factory=dict)  # dtype -> {flops_per_s, size, n, by_size}
+    bandwidth: dict[str, Any] = field(default_factory=dict)  # {bytes_per_s, nbytes, method, n}
+    path: str | None = None
+    schema: str = SCHEMA
+
+    def flops_for(self, dtype: str) -> float | None:
+        entry = self.matmul.get(normalize_dtype(dtype))
+        return None if entry is None else entry.get("flops_per_s")
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bandwidth.get("bytes_per_s")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("path", None)
+        return d
+
+
+# -- cache ------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """``$LMPROF_CACHE_DIR`` or ``$XDG_CACHE_HOME/lmprof`` (default ``~/.cache/lmprof``)."""
+    env = os.environ.get("LMPROF_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "lmprof"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "unknown"
+
+
+def cache_path(device_name: str, kind: str, directory: str | Path | None = None, hostname: str | None = None) -> Path:
+    """Where the calibration of ``device_name`` (a ``kind`` device) on this host is cached."""
+    host = _slug(hostname or socket.gethostname())
+    return Path(directory or cache_dir()) / f"calibration-{host}-{_slug(kind)}-{_slug(device_name)}.json"
+
+
+def save_calibration(cal: Calibration, directory: str | Path | None = None) -> Path:
+    path = cache_path(cal.device_name, cal.device, directory, cal.hostname)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cal.to_dict(), indent=2))
+    cal.path = str(path)
+    return path
+
+
+def load_calibration(
+    device_name: str, kind: str | None = None, directory: str | Path | None = None
+) -> Calibration | None:
+    """The cached calibration of this device on this host, or None.
+
+    With ``kind`` None every kind is tried (the first cached one wins).
+    """
+    kinds = [kind] if kind else ["cuda", "mps", "cpu"]
+    for k in kinds:
+        path = cache_path(device_name, k, directory)
+        if path.is_file():
+            return read_calibration(path)
+    return None
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read calibration {path}: {exc}") from None
+    if data.get("schema") != SCHEMA:
+        raise DataError(f"{path} is not an lmprof calibration (schema={data.get('schema')!r})")
+    known = {f for f in Calibration.__dataclass_fields__ if f != "path"}
+    cal = Calibration(**{k: v for k, v in data.items() if k in known})
+    cal.path = str(path)
+    return cal
+
+
+# -- resolving a peak -------------------------------------------------------------------------------
+
+
+def resolve_peak(
+    device_name: str,
+    kind: str | None = None,
+    dtype: object = "fp32",
+    *,
+    directory: str | Path | None = None,
+    table: PeakTable | None = None,
+) -> Peak:
+    """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else n/a.
+
+    ``device_name`` is torch's name ("NVIDIA H100 80GB HBM3") or a short name ("h100"); ``kind`` is
+    the torch device type (cpu, cuda, mps) or None for "any". A table entry lacking the dtype (bf16
+    on a V100) falls back to a calibration of that dtype if there is one.
+    """
+    dt = normalize_dtype(dtype)
+    table = table or load_table()
+    entry = table.find(device_name, kind)
+    flops = bw = None
+    flops_src = bw_src = None
+    notes: list[str] = []
+    if entry is not None:
+        flops = entry.flops_for(dt)
+        bw = entry.bytes_per_s
+        where = "" if entry.origin == "built-in" else f" from {entry.origin}"
+        if flops is not None:
+            flops_src = f"table:{entry.key}"
+            notes.append(f"{entry.name} dense {dt} datasheet peak ({entry.source}){where}")
+        else:
+            notes.append(f"the peak table's {entry.name} has no {dt} rate")
+        if bw is not None:
+            bw_src = f"table:{entry.key}"
+        if entry.note:
+            notes.append(entry.note)
+    if flops is None or bw is None:
+        cal = load_calibration(device_name, kind, directory)
+        if cal is not None:
+            if flops is None and cal.flops_for(dt) is not None:
+                flops = cal.flops_for(dt)
+                flops_src = f"calibrated:{cal.path}"
+                m = cal.matmul[dt]
+                notes.append(
+                    f"achieved {dt} matmul throughput measured by lmprof calibrate on {cal.created[:10]} "
+                    f"(n={m.get('size')}), not a datasheet peak"
+                )
+            if bw is None and cal.bytes_per_s is not None:
+                bw = cal.bytes_per_s
+                bw_src = f"calibrated:{cal.path}"
+                notes.append("bandwidth measured by lmprof calibrate (copy, read + write counted)")
+    if flops is None and bw is None:
+        what = f"{device_name!r}" + (f" ({kind})" if kind else "")
+        reason = (
+            f"no peak known for {what} {dt}: not in the peak table ({table.version}) and no calibration "
+            f"cached in {Path(directory or cache_dir())}; run `lmprof calibrate"
+            + (f" --device {kind}" if kind else "")
+            + f" --dtypes {dt}` or add the device to a user peaks.yaml"
+        )
+        return Peak(None, None, None, "; ".join(notes + [reason]) if notes else reason, dt, device_name)
+    if flops is None:
+        notes.append(f"no {dt} FLOP/s peak: MFU is n/a; run `lmprof calibrate --dtypes {dt}` for a measured one")
+    source = flops_src if flops_src else None
+    return Peak(
+        flops_per_s=flops,
+        bytes_per_s=bw,
+        source=source,
+        note="; ".join(notes),
+        dtype=dt,
+        device=device_name,
+        bytes_source=bw_src if bw_src != flops_src else None,
+    )
+
+
+# -- measuring --------------------------------------------------------------------------------------
+
+
+def _torch_dtype(name: str):  # -> torch.dtype
+    import torch
+
+    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+            "fp16": torch.float16, "fp64": torch.float64}[name]
+
+
+def _timed(fn: Callable[[], object], sync: Callable[[], None], budget_s: float, max_samples: int = 200) -> list[float]:
+    """Seconds per call of ``fn``: one warm-up call excluded, device synchronized around each sample.
+
+    Each sample times ``k`` back-to-back calls (k chosen so a sample lasts at least a few ms) and
+    divides, so tiny calls are not swamped by clock and launch overhead.
+    """
+    sync()
+    t0 = time.perf_counter()
+    fn()  # warm-up: allocations, kernel selection, caches; never counted
+    sync()
+    once = max(time.perf_counter() - t0, 1e-9)
+    k = max(1, math.ceil(_MIN_SAMPLE_S / once))
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(samples) < max_samples and (len(samples) < 3 or time.perf_counter() < deadline):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - t0) / k)
+    return samples
+
+
+def measure_matmul(
+    device: Any, dtype: str, *, budget_s: float, sizes: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Achievable FLOP/s of ``n x n @ n x n`` matmuls (2·n³ FLOPs each) in ``dtype`` on ``device``.
+
+    Sizes are tried from small to large while the budget lasts; the result is the best size's median.
+    """
+    import torch
+
+    from lmprof.hardware.devices import synchronizer
+
+    dt = normalize_dtype(dtype)
+    tdev = torch.device(device)
+    if dt == "fp8":
+        raise ConfigError("fp8 matmul calibration is not supported (it needs scaled matmuls); use the peak table")
+    if dt == "tf32" and tdev.type != "cuda":
+        raise ConfigError("tf32 is a CUDA tensor-core mode; calibrate fp32 on this device instead")
+    if dt == "fp64" and tdev.type == "mps":
+        raise ConfigError("MPS has no fp64")
+    sizes = tuple(sizes or DEFAULT_SIZES.get(tdev.type, DEFAULT_SIZES["cuda"]))
+    sync = synchronizer(tdev)
+    by_size: dict[str, dict[str, float]] = {}
+    best: tuple[float, int, int] | None = None
+    started = time.perf_counter()
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32 if tdev.type == "cuda" else None
+    try:
+        if tdev.type == "cuda":
+            # fp32 means true fp32 (what the table's fp32 figure is); tf32 turns tensor cores on.
+            torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+        for i, n in enumerate(sizes):
+            left = budget_s - (time.perf_counter() - started)
+            if left <= 0 and best is not None:
+                break
+            share = max(left, 0.0) / (len(sizes) - i)
+            a = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
+            b = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
+            out = torch.empty(n, n, device=tdev, dtype=_torch_dtype(dt))
+            samples = _timed(lambda: torch.matmul(a, b, out=out), sync, share)
+            med = statistics.median(samples)
+            flops = 2.0 * n**3 / med
+            by_size[str(n)] = {"flops_per_s": flops, "seconds": med, "n": len(samples)}
+            if best is None or flops > best[0]:
+                best = (flops, n, len(samples))
+            del a, b, out
+            remaining = budget_s - (time.perf_counter() - started)
+            if med * 8 * 4 > remaining:  # next size: 8x the work, warm-up + 3 samples would not fit
+                break
+    finally:
+        if prev_tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    assert best is not None
+    return {"flops_per_s": best[0], "size": best[1], "n": best[2], "by_size": by_size}
+
+
+def measure_bandwidth(device: Any, *, budget_s: float, nbytes: int | None = None) -> dict[str, Any]:
+    """Memory bandwidth from a large ``dst.copy_(src)``: bytes read + bytes written per second."""
+    import torch
+
+    from lmprof.hardware.devices import synchronizer
+
+    tdev = torch.device(device)
+    nbytes = int(nbytes or DEFAULT_COPY_BYTES.get(tdev.type, DEFAULT_COPY_BYTES["cuda"]))
+    numel = max(1, nbytes // 4)
+    src = torch.ones(numel, device=tdev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    samples = _timed(lambda: dst.copy_(src), synchronizer(tdev), budget_s)
+    med = statistics.median(samples)
+    moved = 2 * numel * 4  # every byte is read once and written once
+    return {"bytes_per_s": moved / med, "nbytes": numel * 4, "method": "copy (read + write)", "n": len(samples)}
+
+
+def calibrate(
+    device: str = "cpu",
+    dtypes: Sequence[str] = ("fp32", "bf16"),
+    *,
+    seconds: float | None = None,
+    sizes: Sequence[int] | None = None,
+    copy_bytes: int | None = None,
+    directory: str | Path | None = None,
+    save: bool = True,
+) -> Calibration:
+    """Measure matmul FLOP/s per dtype and copy bandwidth on ``device``; cache and return them.
+
+    ``seconds`` is the total budget (default 3 s on CPU, 10 s on CUDA), split evenly between the
+    dtypes and the bandwidth test; each measurement still takes at least 3 samples after warm-up.
+    """
+    import torch
+
+    from lmprof.hardware.devices import resolve_device
+
+    dev = resolve_device(device)
+    wanted = [normalize_dtype(d) for d in dtypes]
+    if not wanted:
+        raise ConfigError("give at least one dtype to calibrate")
+    total = float(seconds if seconds is not None else DEFAULT_SECONDS.get(dev.kind, 5.0))
+    if total <= 0:
+        raise ConfigError(f"--seconds must be positive, got {total}")
+    share = total / (len(wanted) + 1)
+    cal = Calibration(
+        device=dev.kind,
+        device_name=dev.name,
+        hostname=socket.gethostname(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        seconds=total,
+    )
+    for dt in wanted:
+        cal.matmul[dt] = measure_matmul(dev.torch_device, dt, budget_s=share, sizes=sizes)
+    cal.bandwidth = measure_bandwidth(dev.torch_device, budget_s=share, nbytes=copy_bytes)
+    if save:
+        save_calibration(cal, directory)
+    return cal

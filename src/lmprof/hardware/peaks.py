@@ -1,0 +1,192 @@
+"""The peak table: datasheet dense FLOP/s per dtype and memory bandwidth, per device.
+
+The built-in table is ``peaks.yaml`` beside this module (versioned; every entry names its vendor
+source). A user file merges over it, entry by entry:
+
+* ``$LMPROF_PEAKS`` if set (a path), else
+* ``$XDG_CONFIG_HOME/lmprof/peaks.yaml`` (default ``~/.config/lmprof/peaks.yaml``) if it exists.
+
+It has the same form (``devices: {key: {name, kind, match, tflops, bandwidth_gbs, source}}``); an
+entry whose key exists replaces the fields it gives (``tflops`` merged per dtype), a new key adds a
+device. See docs/flops-and-roofline.md.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from lmprof.analysis.flops import normalize_dtype
+from lmprof.errors import ConfigError
+
+TFLOP = 1e12
+GB = 1e9
+KINDS = ("cuda", "mps", "cpu")
+
+
+@dataclass(frozen=True)
+class PeakEntry:
+    """One device of the table, in base units (FLOP/s, bytes/s)."""
+
+    key: str
+    name: str
+    kind: str
+    flops: Mapping[str, float]  # canonical dtype -> dense FLOP/s
+    bytes_per_s: float | None
+    source: str
+    note: str = ""
+    aliases: tuple[str, ...] = ()
+    match: tuple[re.Pattern[str], ...] = ()
+    origin: str = "built-in"  # or the user file it came from
+
+    def flops_for(self, dtype: object) -> float | None:
+        """Dense peak FLOP/s for ``dtype``, or None when the vendor gives none."""
+        return self.flops.get(normalize_dtype(dtype))
+
+    def matches(self, device_name: str) -> bool:
+        return any(p.search(device_name) for p in self.match)
+
+
+@dataclass(frozen=True)
+class PeakTable:
+    """The merged table: built-in entries then user entries, in file order."""
+
+    version: str
+    entries: dict[str, PeakEntry]
+    files: tuple[str, ...] = field(default=())
+
+    def find(self, device: str, kind: str | None = None) -> PeakEntry | None:
+        """The entry for a short name (key or alias) or a torch device name, or None.
+
+        ``kind`` (cuda, mps, cpu) restricts the search to entries of that torch device type, so a
+        CPU named "Apple M2" never picks up the M2 GPU's figures.
+        """
+        text = (device or "").strip()
+        if not text:
+            return None
+        short = _short(text)
+        candidates = [e for e in self.entries.values() if kind is None or e.kind == kind]
+        for e in candidates:
+            if short == _short(e.key) or short in {_short(a) for a in e.aliases}:
+                return e
+        for e in candidates:
+            if e.matches(text):
+                return e
+        return None
+
+    def short_names(self) -> list[str]:
+        """Every key and alias, for help texts and error messages."""
+        names: list[str] = []
+        for e in self.entries.values():
+            names.append(e.key)
+            names.extend(e.aliases)
+        return names
+
+
+def _short(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+def builtin_path() -> Path:
+    """Path of the built-in peaks.yaml."""
+    return Path(str(resources.files("lmprof.hardware").joinpath("peaks.yaml")))
+
+
+def user_path() -> Path | None:
+    """The user peak file in effect: $LMPROF_PEAKS, else the XDG config one if it exists."""
+    env = os.environ.get("LMPROF_PEAKS")
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"LMPROF_PEAKS points to {path}, which is not a file")
+        return path
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = base / "lmprof" / "peaks.yaml"
+    return path if path.is_file() else None
+
+
+def load_table(user_file: str | Path | None = None, *, use_user: bool = True) -> PeakTable:
+    """The built-in table merged with ``user_file`` (default: :func:`user_path`)."""
+    base = _read_yaml(builtin_path())
+    version = str(base.get("version", "?"))
+    raw: dict[str, dict[str, Any]] = {k: dict(v, _origin="built-in") for k, v in base["devices"].items()}
+    files = [str(builtin_path())]
+    path = Path(user_file) if user_file is not None else (user_path() if use_user else None)
+    if path is not None:
+        user = _read_yaml(path)
+        devices = user.get("devices") or {}
+        if not isinstance(devices, dict):
+            raise ConfigError(f"{path}: 'devices' must be a mapping of device keys to entries")
+        for key, entry in devices.items():
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{path}: device {key!r} must be a mapping")
+            merged = dict(raw.get(str(key), {}))
+            tflops = dict(merged.get("tflops") or {})
+            tflops.update(entry.get("tflops") or {})
+            merged.update(entry)
+            merged["tflops"] = tflops
+            merged.setdefault("source", f"user peak file {path}")
+            merged["_origin"] = str(path)
+            raw[str(key)] = merged
+        version += f"+user({path.name})"
+        files.append(str(path))
+    entries = {key: _entry(key, e) for key, e in raw.items()}
+    return PeakTable(version=version, entries=entries, files=tuple(files))
+
+
+def find_device(device: str, kind: str | None = None, table: PeakTable | None = None) -> PeakEntry | None:
+    """Shortcut for ``load_table().find(device, kind)``."""
+    return (table or load_table()).find(device, kind)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read peak file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"peak file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"peak file {path} must be a mapping with a 'devices' key")
+    return data
+
+
+def _entry(key: str, e: dict[str, Any]) -> PeakEntry:
+    where = f"peak entry {key!r} ({e.get('_origin')})"
+    kind = str(e.get("kind", "cuda"))
+    if kind not in KINDS:
+        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    flops: dict[str, float] = {}
+    for dtype, value in (e.get("tflops") or {}).items():
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{where}: tflops.{dtype} must be a positive number, got {value!r}")
+        flops[normalize_dtype(dtype)] = float(value) * TFLOP
+    bw = e.get("bandwidth_gbs")
+    if bw is not None and (not isinstance(bw, (int, float)) or bw <= 0):
+        raise ConfigError(f"{where}: bandwidth_gbs must be a positive number, got {bw!r}")
+    try:
+        patterns = tuple(re.compile(str(p), re.IGNORECASE) for p in (e.get("match") or ()))
+    except re.error as exc:
+        raise ConfigError(f"{where}: bad match pattern: {exc}") from None
+    source = e.get("source")
+    if not source:
+        raise ConfigError(f"{where}: every entry needs a 'source' (the datasheet the numbers come from)")
+    return PeakEntry(
+        key=key,
+        name=str(e.get("name", key)),
+        kind=kind,
+        flops=flops,
+        bytes_per_s=None if bw is None else float(bw) * GB,
+        source=str(source),
+        note=str(e.get("note", "") or ""),
+        aliases=tuple(str(a) for a in (e.get("aliases") or ())),
+        match=patterns,
+        origin=str(e.get("_origin", "built-in")),
+    )

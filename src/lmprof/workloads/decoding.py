@@ -1,0 +1,142 @@
+"""Greedy decoding behind one small interface, for the built-in GPT, Hugging Face LMs and any module.
+
+A :class:`Decoder` runs the prefill (the whole prompt) and then one decode step per new token. With
+the KV cache off, every decode step re-runs the whole sequence (the quadratic baseline).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from lmprof.errors import ConfigError
+from lmprof.workloads.gpt import GPT, KVCache
+
+
+class Decoder:
+    """Prefill then token-by-token decode; subclasses know the model's calling convention."""
+
+    kv_cache: bool = False
+
+    def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Run the prefill on ``prompt`` (B, T); return the last position's logits (B, V)."""
+        raise NotImplementedError
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed one new token per sequence (B, 1); return the next logits (B, V)."""
+        raise NotImplementedError
+
+    def cache_bytes(self) -> int | None:
+        """Bytes held by the KV cache now, when the decoder can tell."""
+        return None
+
+
+class _Recompute(Decoder):
+    """No cache: each step runs the model on the whole sequence so far."""
+
+    def __init__(self, forward: Any):
+        self.forward = forward
+        self.seq: torch.Tensor | None = None
+
+    def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
+        self.seq = prompt
+        return self.forward(prompt)
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        assert self.seq is not None
+        self.seq = torch.cat([self.seq, token], dim=1)
+        return self.forward(self.seq)
+
+
+class GPTDecoder(Decoder):
+    """The built-in GPT with its pre-allocated KV cache."""
+
+    def __init__(self, model: GPT, kv_cache: bool = True, dtype: torch.dtype = torch.float32):
+        self.model, self.kv_cache, self.dtype = model, kv_cache, dtype
+        self.cache: KVCache | None = None
+        self.pos = 0
+        self._plain = _Recompute(lambda ids: model(ids)[0][:, -1])
+
+    def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
+        if not self.kv_cache:
+            return self._plain.start(prompt, max_len)
+        device = prompt.device
+        self.cache = KVCache(self.model.config, prompt.size(0), max_len, device, self.dtype)
+        logits, _ = self.model(prompt, cache=self.cache, pos=0)
+        self.pos = prompt.size(1)
+        return logits[:, -1]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        if not self.kv_cache:
+            return self._plain.step(token)
+        logits, _ = self.model(token, cache=self.cache, pos=self.pos)
+        self.pos += 1
+        return logits[:, -1]
+
+    def cache_bytes(self) -> int | None:
+        return self.cache.nbytes() if self.cache is not None else None
+
+
+class HFDecoder(Decoder):
+    """A transformers causal LM: ``past_key_values`` when the cache is on."""
+
+    def __init__(self, model: torch.nn.Module, kv_cache: bool = True):
+        self.model, self.kv_cache = model, kv_cache
+        self.past: Any = None
+        self._plain = _Recompute(lambda ids: model(input_ids=ids, use_cache=False).logits[:, -1])
+
+    def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
+        if not self.kv_cache:
+            return self._plain.start(prompt, max_len)
+        out = self.model(input_ids=prompt, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        if not self.kv_cache:
+            return self._plain.step(token)
+        out = self.model(input_ids=token, past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1]
+
+    def cache_bytes(self) -> int | None:
+        past = self.past
+        if past is None:
+            return None
+        tensors: list[torch.Tensor] = []
+        layers = getattr(past, "layers", None)
+        if layers is not None:  # transformers >= 4.56 Cache objects
+            for layer in layers:
+                for name in ("keys", "values"):
+                    t = getattr(layer, name, None)
+                    if isinstance(t, torch.Tensor):
+                        tensors.append(t)
+        elif hasattr(past, "key_cache"):
+            tensors = [*past.key_cache, *past.value_cache]
+        else:
+            tensors = [t for layer in past for t in layer if isinstance(t, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in tensors) or None
+
+
+def _logits_of(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise ConfigError("the model's output has no logits: return a (B, T, V) tensor, a tuple starting with it, or an object with .logits")
+
+
+def decoder_for(model: torch.nn.Module, kv_cache: bool = True, dtype: torch.dtype = torch.float32) -> tuple[Decoder, list[str]]:
+    """The right decoder for ``model`` and notes on what it could not do (e.g. no KV cache)."""
+    if isinstance(model, GPT):
+        return GPTDecoder(model, kv_cache, dtype), []
+    params = inspect.signature(model.forward).parameters
+    if "past_key_values" in params and hasattr(model, "config"):
+        return HFDecoder(model, kv_cache), []
+    notes = []
+    if kv_cache:
+        notes.append("model has no KV cache interface (past_key_values): every decode step re-runs the whole sequence")
+    return _Recompute(lambda ids: _logits_of(model(ids))[:, -1]), notes

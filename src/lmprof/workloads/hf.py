@@ -1,0 +1,150 @@
+"""Hugging Face causal LMs: load from a local path or the local hub cache, or build from a config.
+
+transformers is an optional extra (``pip install lmprof[hf]``). Nothing here downloads unless the
+user passes ``download=True``: an uncached hub id is a clear error, never a hang on a dead network.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmprof.errors import ConfigError, DataError, LmprofError
+from lmprof.workloads.shape import ModelShape
+
+# Architectures users name with --hf-config, built with random weights and no download.
+# (model_type, config kwargs). Sizes are the published ones.
+KNOWN_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt2": ("gpt2", {}),
+    "gpt2-medium": ("gpt2", {"n_layer": 24, "n_head": 16, "n_embd": 1024}),
+    "gpt2-large": ("gpt2", {"n_layer": 36, "n_head": 20, "n_embd": 1280}),
+    "gpt2-xl": ("gpt2", {"n_layer": 48, "n_head": 25, "n_embd": 1600}),
+    "tiny-gpt2": ("gpt2", {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 128, "vocab_size": 1000,
+                           "bos_token_id": 999, "eos_token_id": 999}),
+    "tinyllama-1.1b": ("llama", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+                                 "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+                                 "max_position_embeddings": 2048}),
+    "llama-2-7b": ("llama", {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+                             "max_position_embeddings": 4096}),
+    "mistral-7b": ("mistral", {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                               "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                               "max_position_embeddings": 32768}),
+    "tiny-llama": ("llama", {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+                             "max_position_embeddings": 256}),
+}
+
+
+@dataclass
+class HFModel:
+    model: torch.nn.Module
+    tokenizer: Any | None
+    name: str
+    source: str  # "local path", "hub cache", "config (random weights)"
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise LmprofError("Hugging Face models need transformers: pip install 'lmprof[hf]'") from None
+    transformers.logging.set_verbosity_error()  # config warnings would bury the summary
+    return transformers
+
+
+def _dtype_kw(tf: Any, dtype: torch.dtype) -> dict[str, Any]:
+    # transformers renamed torch_dtype to dtype (4.56); accept both versions.
+    major, minor = (int(x) for x in tf.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def config_for(name: str, **overrides: Any) -> Any:
+    """A transformers config for a known architecture name or a local config.json."""
+    tf = _transformers()
+    path = Path(name)
+    if path.suffix == ".json" or path.is_dir():
+        if not path.exists():
+            raise DataError(f"config not found: {path}")
+        cfg = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    elif name in KNOWN_CONFIGS:
+        model_type, kw = KNOWN_CONFIGS[name]
+        cfg = tf.AutoConfig.for_model(model_type, **kw)
+    else:
+        raise ConfigError(f"unknown --hf-config {name!r}: use one of {', '.join(KNOWN_CONFIGS)} or a config.json path")
+    for k, v in overrides.items():
+        if v is not None:
+            setattr(cfg, k, v)
+    return cfg
+
+
+def from_config(name: str, dtype: torch.dtype = torch.float32, seed: int = 0, **overrides: Any) -> HFModel:
+    """Build a model from an architecture with random weights (no download)."""
+    tf = _transformers()
+    cfg = config_for(name, **overrides)
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(cfg, **_dtype_kw(tf, dtype))
+    return HFModel(model, None, name, "config (random weights)")
+
+
+def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool = False) -> HFModel:
+    """Load weights (and tokenizer when present) from a local folder or the local hub cache."""
+    tf = _transformers()
+    path = Path(name_or_path)
+    local = path.exists()
+    if local and not (path / "config.json").is_file():
+        raise DataError(f"{path} is not a Hugging Face model folder (no config.json)")
+    if not local and not download:
+        # Never touch the network at run time unless asked: the hub client can wait a long time.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        model = tf.AutoModelForCausalLM.from_pretrained(
+            name_or_path, local_files_only=not download, **_dtype_kw(tf, dtype)
+        )
+    except (OSError, ValueError) as exc:
+        if local:
+            raise DataError(f"cannot load a causal LM from {path}: {str(exc).splitlines()[0]}") from None
+        raise DataError(
+            f"model {name_or_path!r} is not in the local Hugging Face cache (offline); "
+            "pass a local folder, --download to fetch it, or --hf-config for random weights"
+        ) from None
+    tokenizer = None
+    try:
+        tokenizer = tf.AutoTokenizer.from_pretrained(name_or_path, local_files_only=not download)
+    except Exception:  # noqa: BLE001 - a model without tokenizer files is still profilable
+        tokenizer = None
+    return HFModel(model, tokenizer, name_or_path, "local path" if local else "hub cache")
+
+
+def shape_of(model: torch.nn.Module) -> ModelShape | None:
+    """ModelShape of a GPT-2 or Llama-family model from its config, else None."""
+    cfg = getattr(model, "config", None)
+    mt = getattr(cfg, "model_type", None)
+    if mt == "gpt2":
+        return ModelShape(
+            n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
+            block_size=cfg.n_positions, d_ff=cfg.n_inner or 4 * cfg.n_embd, bias=True,
+            tied=bool(getattr(cfg, "tie_word_embeddings", True)), name="gpt2",
+        )
+    if mt in ("llama", "mistral", "qwen2"):
+        return ModelShape(
+            n_layer=cfg.num_hidden_layers, n_head=cfg.num_attention_heads, n_embd=cfg.hidden_size,
+            vocab_size=cfg.vocab_size, block_size=cfg.max_position_embeddings,
+            n_kv_head=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            d_ff=cfg.intermediate_size, mlp="swiglu", norm="rmsnorm", pos="rope",
+            bias=False,  # Llama-family linears and RMSNorms carry no bias
+            tied=bool(getattr(cfg, "tie_word_embeddings", False)), name=mt,
+        )
+    return None
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    cfg = getattr(model, "config", None)
+    for key in ("n_positions", "max_position_embeddings"):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int):
+            return v
+    return None

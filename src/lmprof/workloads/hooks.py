@@ -1,0 +1,133 @@
+"""Block scopes for models lmprof did not write, placed by module hooks.
+
+A pre-hook opens ``lmprof:<block>`` and a post-hook closes it, so the same attribution that reads
+the built-in GPT's scopes reads these. Module paths map to canonical block names for common
+families (GPT-2, Llama/Mistral/Qwen2 style); anything else is named by its module path with layer
+indices collapsed (``layers.*.fc1``), so unknown models still get a per-module table.
+
+Hooks are installed only for the profiled phase (:func:`module_scopes` is a context manager), so the
+clean timing phase runs the model untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator
+
+import torch
+
+from lmprof.workloads.blocks import SCOPE_PREFIX
+
+# (regex on the module path with layer indices replaced by '*', canonical block). First match wins.
+GPT2_RULES = [
+    (r"(^|\.)wte$|(^|\.)wpe$", "embedding"),
+    (r"\.h\.\*\.ln_1$", "ln_1"),
+    (r"\.h\.\*\.attn\.c_attn$", "attn.qkv"),
+    (r"\.h\.\*\.attn\.c_proj$", "attn.proj"),
+    (r"\.h\.\*\.attn$", "@attn"),  # exclusive time = the attention core (scores, softmax, AV)
+    (r"\.h\.\*\.ln_2$", "ln_2"),
+    (r"\.h\.\*\.mlp\.c_fc$", "mlp.fc"),
+    (r"\.h\.\*\.mlp\.act$", "mlp.act"),
+    (r"\.h\.\*\.mlp\.c_proj$", "mlp.proj"),
+    (r"\.h\.\*$", "residual"),  # exclusive time of a block = its residual adds
+    (r"(^|\.)ln_f$", "ln_f"),
+    (r"(^|^\.)lm_head$", "lm_head"),
+]
+LLAMA_RULES = [
+    (r"(^|\.)embed_tokens$", "embedding"),
+    (r"(^|\.)rotary_emb$", "rope"),
+    (r"\.layers\.\*\.input_layernorm$", "ln_1"),
+    (r"\.layers\.\*\.self_attn\.(q_proj|k_proj|v_proj|qkv_proj)$", "attn.qkv"),
+    (r"\.layers\.\*\.self_attn\.o_proj$", "attn.proj"),
+    (r"\.layers\.\*\.self_attn\.rotary_emb$", "rope"),
+    (r"\.layers\.\*\.self_attn$", "@attn"),
+    (r"\.layers\.\*\.post_attention_layernorm$", "ln_2"),
+    (r"\.layers\.\*\.mlp\.(gate_proj|up_proj|gate_up_proj)$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.act_fn$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.down_proj$", "mlp.proj"),
+    (r"\.layers\.\*\.mlp$", "mlp.act"),  # exclusive: the gate multiply of SwiGLU
+    (r"\.layers\.\*$", "residual"),
+    (r"(^|\.)norm$", "ln_f"),
+    (r"(^|^\.)lm_head$", "lm_head"),
+]
+FAMILIES = {
+    "gpt2": GPT2_RULES,
+    "llama": LLAMA_RULES,
+    "mistral": LLAMA_RULES,
+    "qwen2": LLAMA_RULES,
+    "qwen3": LLAMA_RULES,
+    "gemma": LLAMA_RULES,
+    "phi3": LLAMA_RULES,
+}
+
+
+def family_of(model: torch.nn.Module) -> str | None:
+    """The model family key for block mapping (Hugging Face ``config.model_type``), if known."""
+    cfg = getattr(model, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    return model_type if model_type in FAMILIES else None
+
+
+def _collapse(path: str) -> str:
+    """Replace the first numeric path component (the layer index) with '*': layers.3.fc -> layers.*.fc.
+
+    Later numeric components (positions inside an nn.Sequential) name different modules and stay.
+    """
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path, count=1)
+
+
+def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> dict[str, str]:
+    """Module path -> block name for every module that gets a scope."""
+    family = family_of(model)
+    rules = [(re.compile(rx), name) for rx, name in FAMILIES.get(family or "", [])]
+    names: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if not path:
+            continue
+        collapsed = "." + re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path)
+        if rules:
+            for rx, name in rules:
+                if rx.search(collapsed):
+                    names[path] = attention_core if name == "@attn" else name
+                    break
+        elif not any(True for _ in module.children()):
+            names[path] = _collapse(path)  # unknown model: every leaf module by its path
+    return names
+
+
+def attention_core_name(model: torch.nn.Module) -> str:
+    """attn.sdpa when the model runs fused attention, else attn.core (scores + softmax + AV)."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return "attn.sdpa" if impl in ("sdpa", "flash_attention_2", "flex_attention") else "attn.core"
+
+
+@contextlib.contextmanager
+def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
+    """Install scope hooks on ``model``'s modules for the duration of the ``with`` body."""
+    names = block_names(model, attention_core_name(model))
+    modules = dict(model.named_modules())
+    handles = []
+    open_ranges: dict[int, list[object]] = {}
+
+    def pre(name: str):
+        def hook(module: torch.nn.Module, args: object) -> None:
+            rf = torch.profiler.record_function(SCOPE_PREFIX + name)
+            rf.__enter__()
+            open_ranges.setdefault(id(module), []).append(rf)
+
+        return hook
+
+    def post(module: torch.nn.Module, args: object, output: object) -> None:
+        stack = open_ranges.get(id(module))
+        if stack:
+            stack.pop().__exit__(None, None, None)  # type: ignore[attr-defined]
+
+    for path, name in names.items():
+        m = modules[path]
+        handles.append(m.register_forward_pre_hook(pre(name)))
+        handles.append(m.register_forward_hook(post, always_call=True))
+    try:
+        yield names
+    finally:
+        for h in handles:
+            h.remove()
