@@ -215,6 +215,8 @@ class _Splitter:
         self.suffix: list[bytes] = []
         self.array_depth = 0
         self.seen_bytes = 0
+        self.exact_at = 0  # buffer length from which the next exact scan runs
+        self.prefix_at = 0  # same for the prefix scan
 
     def feed(self, chunk: bytes) -> None:
         self.seen_bytes += len(chunk)
@@ -224,8 +226,9 @@ class _Splitter:
         self.buf += chunk
         if self.state == "start":
             self._start()
-        if self.state == "prefix":
+        if self.state == "prefix" and len(self.buf) >= self.prefix_at:
             self._prefix()
+            self.prefix_at = 2 * len(self.buf)
         if self.state == "events":
             self._events_guess()
 
@@ -262,7 +265,7 @@ class _Splitter:
     def _guess_cut(self) -> int | None:
         """Index of the comma after the last event that looks complete, or None."""
         buf, end = self.buf, len(self.buf)
-        while True:
+        for _ in range(64):  # bounded: a giant event or junk must not make this quadratic
             e = buf.rfind(b"}", 1, end)
             if e < 0:
                 return None
@@ -272,15 +275,20 @@ class _Splitter:
             if j < len(buf) and buf[j] == _COMMA:
                 return j
             end = e
+        return None
 
     def _events_guess(self) -> None:
         cut = self._guess_cut()
-        if cut is None:
-            return
-        try:
-            self._emit(cut)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            self._events_exact(final=False)
+        if cut is not None:
+            try:
+                self._emit(cut)
+                return
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass  # a wrong guess (or bad JSON): the exact scan decides
+        if len(self.buf) < self.exact_at:
+            return  # the last exact scan found no cut: wait until the buffer doubles, so scans stay linear
+        self._events_exact(final=False)
+        self.exact_at = 2 * len(self.buf)
 
     def _emit(self, end: int) -> None:
         """Decode buf[0:end] as the event list (buf[end] becomes ']'), then drop it from the buffer."""
@@ -338,6 +346,8 @@ class _Splitter:
         """Check the stream ended cleanly; returns the top-level JSON with traceEvents emptied."""
         if self.state == "start":
             raise DataError(f"{self.path}: trace file is empty")
+        if self.state == "prefix":
+            self._prefix()
         if self.state == "prefix":
             raise DataError(f"{self.path}: trace is truncated or has no traceEvents list")
         if self.state == "events":

@@ -68,12 +68,17 @@ def family_of(model: torch.nn.Module) -> str | None:
     return model_type if model_type in FAMILIES else None
 
 
-def _collapse(path: str) -> str:
-    """Replace the first numeric path component (the layer index) with '*': layers.3.fc -> layers.*.fc.
+def _collapse(path: str, modules: dict[str, torch.nn.Module]) -> str:
+    """Replace indices into an nn.ModuleList (layer stacks) with '*': layers.3.fc -> layers.*.fc.
 
-    Later numeric components (positions inside an nn.Sequential) name different modules and stay.
+    Positions inside an nn.Sequential name different modules (Linear vs activation) and stay.
     """
-    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path, count=1)
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        parent = modules.get(".".join(parts[:i]))
+        if part.isdigit() and isinstance(parent, torch.nn.ModuleList):
+            parts[i] = "*"
+    return ".".join(parts)
 
 
 def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> dict[str, str]:
@@ -81,17 +86,18 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
     family = family_of(model)
     rules = [(re.compile(rx), name) for rx, name in FAMILIES.get(family or "", [])]
     names: dict[str, str] = {}
-    for path, module in model.named_modules():
+    modules = dict(model.named_modules())
+    for path, module in modules.items():
         if not path:
             continue
-        collapsed = "." + re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path)
+        collapsed = "." + _collapse(path, modules)
         if rules:
             for rx, name in rules:
                 if rx.search(collapsed):
                     names[path] = attention_core if name == "@attn" else name
                     break
         elif not any(True for _ in module.children()):
-            names[path] = _collapse(path)  # unknown model: every leaf module by its path
+            names[path] = _collapse(path, modules)  # unknown model: every leaf module by its path
     return names
 
 

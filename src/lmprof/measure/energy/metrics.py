@@ -77,9 +77,11 @@ def energy_metrics(
     )
     idle_w = result.idle_watts
     if idle_w is None:
-        why = "idle baseline not measured (EnergyMonitor.measure_idle)" if result.idle_seconds is None and not estimated else (
-            "; ".join(d.note for d in result.counted if d.idle_w is None and d.note) or "idle baseline missing"
-        )
+        if result.idle_seconds is None:
+            why = "idle baseline not measured (call EnergyMonitor.measure_idle before warm-up)"
+        else:
+            failed = [d.note for d in result.counted if d.idle_w is None and d.note]
+            why = "; ".join(failed) or "idle baseline missing for some domains"
         out[f"{p}.power.idle"] = Metric.na("W", why, measured)
         out[f"{p}.above_idle"] = Metric.na("J", why, derived)
     else:

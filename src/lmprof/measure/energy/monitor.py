@@ -390,7 +390,8 @@ class EnergyMonitor:
         return EnergyResult(mode=self.mode, domains=[self._blank(m, a) for m, a in self._meters])
 
     def _blank(self, m: EnergyMeter, avail: Availability) -> DomainEnergy:
-        idle_w, idle_note = self._idle.get(id(m), (None, None))
+        # A model's idle power is known without measure_idle(); a real meter's only after it.
+        idle_w, idle_note = self._idle.get(id(m), (m.modelled_idle_w() if avail.ok else None, None))
         return DomainEnergy(
             domain=m.domain, meter=m.name, method=m.method, source=m.source, in_total=m.in_total,
             update_period_s=m.update_period_s, idle_w=idle_w,

@@ -1,0 +1,112 @@
+"""Block attribution against traces written event by event, where the answer is known by hand."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmprof.analysis.attribution import attribute
+from lmprof.trace.load import load_trace
+
+EVAL = "autograd::engine::evaluate_function: "
+
+
+def X(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def A(name, ts, dur, tid=1):
+    return X(name, ts, dur, cat="user_annotation", tid=tid)
+
+
+def one_step(bwd_tid: int = 1) -> list[dict]:
+    """Step [0,100]: forward [10,50] with qkv [12,22] and mlp.fc [25,40]; backward [50,90]; optimizer [90,98]."""
+    return [
+        A("ProfilerStep#1", 0, 100),
+        A("lmprof:forward", 10, 40),
+        A("lmprof:attn.qkv", 12, 10),
+        X("aten::addmm", 13, 7, **{"Sequence number": 5}),
+        A("lmprof:mlp.fc", 25, 15),
+        X("aten::dropout", 26, 1, **{"Sequence number": 6}),  # peeks at the counter, makes no node
+        X("aten::mm", 28, 10, **{"Sequence number": 6}),
+        A("lmprof:backward", 50, 40),
+        X(EVAL + "MmBackward0", 52, 10, tid=bwd_tid, **{"Sequence number": 6}),
+        X("MmBackward0", 53, 8, tid=bwd_tid, **{"Sequence number": 6}),
+        X(EVAL + "AddmmBackward0", 63, 17, tid=bwd_tid, **{"Sequence number": 5}),
+        X(EVAL + "torch::autograd::AccumulateGrad", 81, 2, tid=bwd_tid),
+        A("lmprof:optimizer", 90, 8),
+    ]
+
+
+def write(tmp_path, events, name="t.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return load_trace(path)
+
+
+@pytest.mark.parametrize("bwd_tid", [1, 7])  # CPU: backward on the caller's thread; CUDA: engine thread
+def test_cpu_clock_by_hand(tmp_path, bwd_tid):
+    att = attribute(write(tmp_path, one_step(bwd_tid)), clock="cpu")
+    got = {(p.phase, p.name): p.us for p in att.parts}
+    assert got == {
+        ("forward", "attn.qkv"): 10,
+        ("forward", "mlp.fc"): 15,
+        ("forward", "other"): 40 - 25,
+        ("backward", "mlp.fc"): 10,
+        ("backward", "attn.qkv"): 17,
+        ("backward", "accumulate_grad"): 2,
+        ("backward", "other"): 40 - 29,
+        ("step", "optimizer"): 8,
+        ("step", "other"): 100 - 40 - 40 - 8,
+    }
+    assert att.total_us() == pytest.approx(100)
+    assert att.steps == 1 and att.step_us == [100]
+
+
+def test_two_steps_are_averaged(tmp_path):
+    second = [dict(e, ts=e["ts"] + 200) for e in one_step()]
+    second[0]["name"] = "ProfilerStep#2"
+    second[6]["args"]["Sequence number"] = 106  # a new step has new sequence numbers
+    second[8]["args"]["Sequence number"] = 106
+    second[9]["args"]["Sequence number"] = 106
+    second[3]["args"]["Sequence number"] = 105
+    second[10]["args"]["Sequence number"] = 105
+    att = attribute(write(tmp_path, one_step() + second), clock="cpu")
+    got = {(p.phase, p.name): (p.us, p.calls) for p in att.parts}
+    assert got[("backward", "attn.qkv")] == (17, 1)
+    assert att.total_us() == pytest.approx(100)
+
+
+def test_device_clock_counts_kernels_and_idle(tmp_path):
+    events = one_step()
+    # A launch inside attn.qkv (forward) and one inside the AddmmBackward0 node (backward).
+    events += [
+        X("cudaLaunchKernel", 14, 2, cat="cuda_runtime", correlation=1),
+        X("gemm_fwd", 20, 30, cat="kernel", pid=0, tid=7, correlation=1, stream=7, device=0),
+        X("cudaLaunchKernel", 64, 2, cat="cuda_runtime", correlation=2),
+        X("gemm_bwd", 66, 20, cat="kernel", pid=0, tid=7, correlation=2, stream=7, device=0),
+    ]
+    att = attribute(write(tmp_path, events))
+    assert att.clock == "device"
+    got = {(p.phase, p.name): p.us for p in att.parts}
+    assert got[("forward", "attn.qkv")] == 30
+    assert got[("backward", "attn.qkv")] == 20
+    assert got[("step", "idle")] == 100 - 50
+    assert att.total_us() == pytest.approx(100)
+
+
+def test_unmapped_backward_node_is_other_and_noted(tmp_path):
+    events = one_step()
+    events[10]["args"]["Sequence number"] = 999
+    att = attribute(write(tmp_path, events), clock="cpu")
+    got = {(p.phase, p.name): p.us for p in att.parts}
+    assert ("backward", "attn.qkv") not in got
+    assert got[("backward", "other")] == 40 - 12
+    assert any("no forward op" in n for n in att.notes)
+
+
+def test_trace_without_step_annotations_is_one_window(tmp_path):
+    events = [e for e in one_step() if not e["name"].startswith("ProfilerStep")]
+    att = attribute(write(tmp_path, events), clock="cpu")
+    assert att.steps == 1
+    assert att.step_us == [98 - 10]

@@ -1,0 +1,138 @@
+"""`lmprof infer` and the Python API: built-in GPT, Hugging Face GPT-2/Llama saved and reloaded, a
+plain module; operator counts match what torch.profiler shows; bad input is one line, exit 2."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lmprof
+from lmprof.pipeline.infer import InferConfig, run_inference
+
+transformers = pytest.importorskip("transformers")
+
+
+def small_cfg(**kw):
+    base = dict(batch_size=2, prompt_len=8, new_tokens=6, steps=2, warmup=1, profile_steps=1, device="cpu", energy="off")
+    base.update(kw)
+    return InferConfig(**base)
+
+
+def test_builtin_gpt_prefill_and_decode(tmp_path):
+    run, folder = run_inference(small_cfg(), out_dir=tmp_path / "r")
+    m = run.metrics
+    assert m["ttft"].unit == "ms" and m["ttft"].source == "measured" and m["ttft"].n == 2
+    assert m["tpot"].n == 2 * 5 and m["tpot"].p90 >= m["tpot"].value
+    # 2 sequences x 5 decode tokens / decode time; the median of per-run rates.
+    assert m["decode_tokens_per_s"].value == pytest.approx(2 * 1e3 / m["tpot"].value, rel=0.5)
+    # KV cache: 2 x 4 layers x 4 heads x 32 head_dim x (8 + 6) tokens x 2 batch x 4 bytes.
+    assert m["kv_cache.estimated"].value == 2 * 4 * 4 * 32 * 14 * 2 * 4
+    assert m["kv_cache"].value == m["kv_cache.estimated"].value
+    phases = {b.phase for b in run.blocks}
+    assert {"prefill", "decode"} <= phases
+    names = {b.name for b in run.blocks if b.phase == "decode"}
+    assert {"attn.qkv", "attn.scores", "attn.softmax", "attn.av", "mlp.fc", "lm_head"} <= names
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(m["e2e_latency"].value, rel=0.1)
+    assert (folder / "trace.json.gz").is_file()
+
+
+def test_no_kv_cache_is_quadratic_baseline(tmp_path):
+    run, _ = run_inference(small_cfg(kv_cache=False), out_dir=tmp_path / "r")
+    assert "kv_cache" not in run.metrics
+    assert run.metrics["kv_cache.estimated"].value == 0
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=100,
+                                   bos_token_id=99, eos_token_id=99)
+    transformers.GPT2LMHeadModel(gpt2).save_pretrained(root / "gpt2")
+    llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(llama).save_pretrained(root / "llama")
+    return root
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_hf_models_load_from_local_path(saved_models, tmp_path, family):
+    run, _ = run_inference(small_cfg(hf=str(saved_models / family)), out_dir=tmp_path / "r")
+    decode = {b.name for b in run.blocks if b.phase == "decode"}
+    assert {"embedding", "ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc", "mlp.proj", "ln_f", "lm_head"} <= decode
+    assert run.config["model_source"] == "local path"
+    assert run.metrics["kv_cache"].value > 0
+
+
+def test_gpt2_operator_counts_match_the_lesson(saved_models, tmp_path):
+    """HF GPT-2 generating N tokens: 4 addmm per layer per token (c_attn, c_proj, c_fc, c_proj)
+    and one mm per token for the lm_head, exactly what torch.profiler's table shows."""
+    n, layers = 7, 2
+    run, _ = run_inference(small_cfg(hf=str(saved_models / "gpt2"), new_tokens=n, batch_size=1), out_dir=tmp_path / "r")
+    ops = {o.name: o.calls for o in run.ops}
+    assert ops["aten::addmm"] == layers * 4 * n
+    assert ops["aten::mm"] == n
+
+
+def test_hf_config_random_weights_offline(tmp_path):
+    run, _ = run_inference(small_cfg(hf_config="tiny-gpt2", prompt="Hello world"), out_dir=tmp_path / "r")
+    assert run.config["model_source"] == "config (random weights)"
+    assert any("UTF-8 bytes" in n for n in run.notes)
+    assert run.config["prompt_tokens"] == len("Hello world")
+
+
+class Plain(torch.nn.Module):
+    """A causal LM lmprof knows nothing about: returns logits, no cache."""
+
+    def __init__(self, vocab=40, d=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.mix = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.Tanh(), torch.nn.Linear(2 * d, d))
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, targets=None):
+        logits = self.head(self.emb(ids) + self.mix(self.emb(ids)))
+        if targets is None:
+            return logits
+        return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_plain_module_inference_api(tmp_path):
+    run = lmprof.profile_inference(Plain(), torch.randint(40, (2, 5)), new_tokens=4, steps=2, out_dir=tmp_path / "a")
+    assert any("re-runs the whole sequence" in n for n in run.notes)
+    names = {b.name for b in run.blocks}
+    assert {"emb", "mix.0", "mix.2", "head"} <= names
+    run.save(tmp_path / "copy")
+    assert (tmp_path / "copy" / "trace.json.gz").is_file()
+    assert "lmprof infer" in run.summary()
+
+
+def test_plain_module_training_api(tmp_path):
+    model = Plain()
+    batches = [(torch.randint(40, (2, 6)), torch.randint(40, (2, 6)))]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = lmprof.profile_training(model, batches, opt, steps=2, warmup=1, profile_steps=1, out_dir=tmp_path / "t")
+    times = {(b.name, b.phase): b.time_ms for b in run.blocks}
+    assert times[("head", "forward")] > 0 and times[("head", "backward")] > 0
+    assert run.metrics["tokens_per_step"].value == 12
+    assert sum(times.values()) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--hf", "some-org/not-cached-model"], "not in the local Hugging Face cache"),
+        (["--new-tokens", "0"], "new tokens must be positive"),
+        (["--new-tokens", "-3"], "new tokens must be positive"),
+        (["--prompt-len", "250", "--new-tokens", "10"], "exceeds the model's context"),
+        (["--hf-config", "no-such-arch"], "unknown --hf-config"),
+    ],
+)
+def test_infer_bad_input(cli, args, needle):
+    code, out, err = cli("infer", "--device", "cpu", *args)
+    assert code == 2, err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_path_that_is_not_a_model(cli, tmp_path):
+    code, _, err = cli("infer", "--hf", str(tmp_path))
+    assert code == 2 and "not a Hugging Face model folder" in err

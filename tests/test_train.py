@@ -1,0 +1,82 @@
+"""End-to-end training profile on the tiny preset (CPU): the parts add up and every block shows."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from lmprof.pipeline.config import TrainConfig
+from lmprof.pipeline.train import run_training
+from lmprof.record.run import Run
+
+MATH_BLOCKS = ["embedding", "ln_1", "attn.qkv", "attn.scores", "attn.softmax", "attn.av", "attn.proj",
+               "residual", "ln_2", "mlp.fc", "mlp.act", "mlp.proj", "ln_f", "lm_head", "loss"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    cfg = TrainConfig(preset="tiny", batch_size=4, seq_len=32, steps=5, warmup=2, profile_steps=2, device="cpu", energy="off")
+    run, folder = run_training(cfg, out_dir=out)
+    return run, folder
+
+
+def test_parts_sum_to_clean_step(tiny_run):
+    run, _ = tiny_run
+    clean = run.metrics["step_time"].value
+    profiled = run.metrics["profiled_step_time"]
+    by_phase = {}
+    for b in run.blocks:
+        by_phase[b.phase] = by_phase.get(b.phase, 0.0) + b.time_ms
+    assert set(by_phase) >= {"forward", "backward", "step"}
+    assert sum(by_phase.values()) == pytest.approx(clean, rel=0.10)
+    # The raw profiled parts add up to the mean profiled step (attribution is exhaustive).
+    raw = sum(b.profiled_ms for b in run.blocks)
+    steps = run.tables["attribution"][0]["profiled_step_ms"]
+    assert raw == pytest.approx(sum(steps) / len(steps), rel=0.01)
+    assert profiled.n == 2
+
+
+def test_every_block_has_forward_and_backward_time(tiny_run):
+    run, _ = tiny_run
+    times = {(b.name, b.phase): b.time_ms for b in run.blocks}
+    for name in MATH_BLOCKS:
+        assert times.get((name, "forward"), 0) > 0, name
+        assert times.get((name, "backward"), 0) > 0, name
+    for part in ("optimizer", "zero_grad", "data"):
+        assert times.get((part, "step"), 0) > 0, part
+
+
+def test_metrics_have_units_and_sources(tiny_run):
+    run, _ = tiny_run
+    st = run.metrics["step_time"]
+    assert st.unit == "ms" and st.source == "measured" and st.n == 5
+    assert st.p10 <= st.value <= st.p90
+    tps = run.metrics["tokens_per_s"]
+    assert tps.unit == "tokens/s" and tps.source == "derived"
+    assert tps.value == pytest.approx(4 * 32 / (st.value / 1e3), rel=0.2)
+    assert run.metrics["params"].value == 834432  # tiny preset, counted by hand in test_gpt.py
+
+
+def test_run_folder_round_trips_and_trace_opens(tiny_run):
+    run, folder = tiny_run
+    for name in ("run.json", "blocks.csv", "ops.csv", "trace.json.gz"):
+        assert (folder / name).is_file(), name
+    again = Run.load(folder)
+    assert again.metrics["step_time"].value == run.metrics["step_time"].value
+    raw = json.loads((folder / "run.json").read_text())
+    assert raw["schema"] == "lmprof.run/1" and raw["mode"] == "train"
+    assert {"device", "device_name", "torch", "cpu", "threads", "lmprof"} <= set(raw["env"])
+    with gzip.open(folder / "trace.json.gz") as fh:
+        trace = json.load(fh)
+    assert any(e.get("name", "").startswith("lmprof:attn.qkv") for e in trace["traceEvents"])
+    header = (folder / "blocks.csv").read_text().splitlines()[0]
+    assert header.startswith("name,phase,time_ms,profiled_ms,pct")
+
+
+def test_ops_table_matches_profiler_counts(tiny_run):
+    run, _ = tiny_run
+    ops = {o.name: o for o in run.ops}
+    # 4 layers x (qkv, proj, fc, proj) linear layers with bias -> 16 addmm per forward.
+    assert ops["aten::addmm"].calls == 16
