@@ -28,6 +28,7 @@ def infer(
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 weights [default: fp32]"),
     attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
     energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
+    tdp_w: Optional[float] = typer.Option(None, "--tdp-w", help="Rated power (W) for --energy estimate"),
     seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
@@ -41,7 +42,7 @@ def infer(
         load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
         prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
-        energy=energy, seed=seed, out=out,
+        energy=energy, tdp_w=tdp_w, seed=seed, out=out,
     )
     cfg = build(InferConfig, values)
     with console.status("profiling generation..."):

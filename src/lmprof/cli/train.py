@@ -28,6 +28,7 @@ def train(
     data: Optional[Path] = typer.Option(None, help="Train on a text file (character-level vocabulary)"),
     optimizer: Optional[str] = typer.Option(None, help="adamw or sgd [default: adamw]"),
     energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
+    tdp_w: Optional[float] = typer.Option(None, "--tdp-w", help="Rated power (W) for --energy estimate"),
     seed: Optional[int] = typer.Option(None, help="Seed for weights and data [default: 0]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
@@ -42,7 +43,7 @@ def train(
         preset=preset, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
-        optimizer=optimizer, energy=energy, seed=seed, out=out,
+        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out,
     )
     cfg = build(TrainConfig, values)
     with console.status("profiling training steps..."):

@@ -44,6 +44,8 @@ class MeasureSpec(BaseModel):
     dtype: Dtype = "fp32"
     compile: bool = False
     energy: EnergyMode = "auto"
+    tdp_w: float | None = None  # rated power for --energy estimate
+    idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
     seed: int = 0
 
     @field_validator("energy", mode="before")

@@ -20,7 +20,8 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, environment, resolve_device
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.config import MeasureSpec, ModelSpec
-from lmprof.pipeline.train import DTYPES, blocks_from, run_folder
+from lmprof.measure.energy import EnergyMonitor, energy_metrics
+from lmprof.pipeline.train import DTYPES, blocks_from, measured_window, run_folder
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.load import load_trace
 from lmprof.workloads.blocks import step_scope
@@ -109,10 +110,13 @@ def generate(work: InferWorkload, clock: Callable[[], float] = time.perf_counter
 def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, config: dict[str, Any]) -> Run:
     """The measurement protocol for inference; writes the trace into ``out_dir`` and returns the Run."""
     B, T, n = work.prompt.size(0), work.prompt.size(1), work.new_tokens
+    monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
     with torch.inference_mode():
+        monitor.measure_idle()
         for _ in range(spec.warmup):
             generate(work)
-        gens = [generate(work) for _ in range(spec.steps)]
+        gens: list[Generation] = []
+        _, energy = measured_window(lambda: gens.append(generate(work)), spec.steps, work.device.synchronize, monitor)
         cache_bytes = work.decoder.cache_bytes()
         prof = profile_steps(
             lambda: generate(work), work.device.torch_device, out_dir / "trace.json.gz",
@@ -148,6 +152,11 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         metrics["kv_cache.estimated"] = Metric(
             value=est if config.get("kv_cache", True) else 0, unit="B", source="estimated",
             note="2 x layers x kv_heads x head_dim x (prompt + new tokens) x batch x bytes")
+    energy_notes: list[str] = []
+    if energy is not None:
+        metrics.update(energy_metrics(energy, steps=len(gens), tokens=B * n * len(gens),
+                                      step_unit="generation", token_unit="generated token"))
+        energy_notes = [energy.explanation(), *energy.warnings]
     if cache_bytes is not None:
         metrics["kv_cache"] = Metric(value=cache_bytes, unit="B", source="measured",
                                      note="bytes of the cache tensors after the last generation")
@@ -160,9 +169,11 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         metrics=metrics,
         blocks=blocks_from(att, clean),
         ops=prof.ops,
-        notes=[*work.notes, *att.notes],
+        notes=[*work.notes, *att.notes, *energy_notes],
         files={"trace": "trace.json.gz"},
     )
+    if energy is not None:
+        run.tables["energy"] = energy.rows()
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]

@@ -17,6 +17,7 @@ import torch
 from lmprof.analysis.attribution import Attribution, attribute
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, environment, resolve_device
+from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.profiling import profile_steps
 from lmprof.measure.timing import time_calls, warm_up
 from lmprof.pipeline.config import DEFAULT_SEQ_LEN, MeasureSpec, TrainConfig
@@ -99,6 +100,27 @@ class TrainStep:
         return None if self._loss is None else float(self._loss.float().item())
 
 
+def measured_window(
+    fn: Callable[[], object], steps: int, sync: Callable[[], None], monitor: EnergyMonitor
+) -> tuple[list[float], Any]:
+    """Time ``steps`` calls of ``fn`` with the energy window around exactly those calls.
+
+    When a meter needs a longer window than ``steps`` give, more steps are timed (never fewer).
+    Returns the per-call seconds and the EnergyResult (None when energy is off).
+    """
+    if monitor.mode == "off":
+        return time_calls(fn, steps, sync), None
+    if monitor.available:
+        probe = time_calls(fn, 1, sync)[0]  # one step's length decides how many reach the window
+        steps += monitor.extra_steps(step_s=probe, steps=steps)
+    sync()
+    monitor.begin()
+    samples = time_calls(fn, steps, sync)
+    result = monitor.end()
+    monitor.close()
+    return samples, result
+
+
 def blocks_from(att: Attribution, clean_step_ms: float) -> list[Block]:
     """Attribution parts as Block rows, scaled so they add up to the clean step time."""
     total = att.total_us() or 1.0
@@ -132,8 +154,10 @@ def measure_training(
     torch.manual_seed(spec.seed)
     step = TrainStep(work, spec.dtype)
     sync = work.device.synchronize
+    monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
+    monitor.measure_idle()  # before warm-up: a device stays clocked up for a while after work
     warm_up(step, spec.warmup, sync)
-    samples = time_calls(step, spec.steps, sync)
+    samples, energy = measured_window(step, spec.steps, sync, monitor)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
     att = attribute(load_trace(prof.trace_path))
     loss = step.last_loss()
@@ -156,6 +180,11 @@ def measure_training(
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
     if loss is not None:
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
+    energy_notes: list[str] = []
+    if energy is not None:
+        n = len(samples)
+        metrics.update(energy_metrics(energy, steps=n, tokens=(work.tokens_per_step or 0) * n or None))
+        energy_notes = [energy.explanation(), *energy.warnings]
     run = Run(
         id=out_dir.name,
         mode="train",
@@ -165,9 +194,11 @@ def measure_training(
         metrics=metrics,
         blocks=blocks_from(att, clean),
         ops=prof.ops,
-        notes=[*work.notes, *att.notes],
+        notes=[*work.notes, *att.notes, *energy_notes],
         files={"trace": "trace.json.gz"},
     )
+    if energy is not None:
+        run.tables["energy"] = energy.rows()
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]

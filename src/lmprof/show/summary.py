@@ -12,7 +12,10 @@ from lmprof.show.format import metric_spread, metric_value
 from lmprof.workloads.blocks import FORWARD_BLOCKS
 
 # Shown first, in this order; every other metric follows in record order.
-HEADLINE = ("step_time", "tokens_per_s", "profiled_step_time", "profiler_overhead", "loss", "params")
+HEADLINE = (
+    "step_time", "tokens_per_s", "ttft", "tpot", "decode_tokens_per_s", "e2e_latency", "prefill_tokens_per_s",
+    "mfu", "profiled_step_time", "profiled_e2e_latency", "profiler_overhead", "loss", "params",
+)
 STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "other", "idle")
 
 
@@ -67,7 +70,9 @@ def blocks_table(run: Run) -> Table:
         cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
         pct[key] += b.pct
     phases = [p for p in ("forward", "backward", "prefill", "decode") if any(b.phase == p for b in run.blocks)]
-    t = Table(title="Where the step goes (ms, scaled to the clean step; share of the profiled step)", title_justify="left", show_edge=False)
+    what = "step" if run.mode == "train" else "generation"
+    t = Table(title=f"Where the {what} goes (ms, scaled to the clean {what}; share of the profiled {what})",
+              title_justify="left", show_edge=False)
     t.add_column("block")
     for p in phases:
         t.add_column(f"{p} ms", justify="right")
