@@ -33,7 +33,9 @@ EVAL_PREFIX = "autograd::engine::evaluate_function: "
 # Scopes that enclose blocks: their exclusive time is that phase's ``other``.
 PHASE_SCOPES = ("forward", "backward", "prefill", "decode")
 # Scopes that are step parts on their own.
-LEAF_PARTS = ("data", "optimizer", "zero_grad", "allreduce")
+LEAF_PARTS = ("data", "optimizer", "zero_grad")
+# Host-side collective calls and DDP's gradient-bucket work: their own block, "allreduce".
+COMM_PREFIXES = ("c10d::", "torch.distributed.ddp.reducer::", "torch::distributed::reducer::")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "runtime")
 
@@ -155,6 +157,7 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
     scopes = host[(host["cat"] == "user_annotation") & host_names.str.startswith(SCOPE_PREFIX)]
     evals = host[(host["cat"] == "cpu_op") & host_names.str.startswith(EVAL_PREFIX)]
     fwd_ops = host[(host["cat"] == "cpu_op") & (host["seq"] >= 0) & ~host_names.str.startswith(EVAL_PREFIX)]
+    comms = host[(host["cat"] == "cpu_op") & host_names.str.startswith(COMM_PREFIXES)]
     if clock == "device":
         dev = ev[ev["cat"].isin(DEVICE_CATS) & (ev["correlation"] >= 0)]
         rt = ev[ev["cat"].isin(RUNTIME_CATS) & (ev["correlation"] >= 0)]
@@ -207,6 +210,14 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
                 block = seq_block.get(int(seq), "other")
                 unmapped_backward += block == "other"
             owners.append(_Owner(span.tid, float(ts), float(ts + dur), block, "backward"))
+        cm = comms[(comms["ts"] >= s0) & (comms["ts"] < s1)]
+        for tid, ts, dur, name in zip(cm["tid"], cm["ts"], cm["dur"], names[cm.index]):
+            label = "allreduce" if ("allreduce" in name or "reducer" in name) else "comm"  # e.g. DDP's buffer broadcast
+            # In the backward, the reducer runs on the autograd engine's thread: nest it like nodes.
+            bwd = next((b for b in bwd_spans if b.ts <= ts < b.end), None)
+            span = bwd or next((p for p in phase_spans if p.tid == tid and p.ts <= ts < p.end), None)
+            owner_tid = bwd.tid if bwd else int(tid)
+            owners.append(_Owner(owner_tid, float(ts), float(ts + dur), label, span.phase if span else "step"))
         step_owner = _Owner(-(10**12), s0, s1, "other", "step")
         tids = {o.tid for o in owners} or {0}
         # The step range is on the main thread: pin it to the thread of the outermost scope.

@@ -32,6 +32,8 @@ def train(
     seed: Optional[int] = typer.Option(None, help="Seed for weights and data [default: 0]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
 ) -> None:
     """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
     from lmprof.pipeline.config import TrainConfig, build, load_yaml
@@ -43,9 +45,16 @@ def train(
         preset=preset, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
-        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out,
+        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, nproc=nproc,
     )
     cfg = build(TrainConfig, values)
+    from lmprof.pipeline.distributed import is_distributed, world
+
+    if is_distributed():  # a rank under torchrun: rank 0 reports unless the launcher will
+        run, folder = run_training(cfg, out_dir=run_dir)
+        if world()[0] == 0 and run_dir is None:
+            render(run, console, folder=str(folder))
+        return
     with console.status("profiling training steps..."):
-        run, folder = run_training(cfg)
+        run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))

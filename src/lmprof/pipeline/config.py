@@ -80,6 +80,7 @@ class TrainConfig(ModelSpec, MeasureSpec):
     optimizer: Literal["adamw", "sgd"] = "adamw"
     lr: float = 3e-4
     out: str = "runs"
+    nproc: int = 1  # > 1: launch through torchrun, DDP, one trace per rank
 
     @field_validator("batch_size")
     @classmethod

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+import yaml
 
 from lmprof.analysis.attribution import Attribution, attribute
 from lmprof.errors import ConfigError
@@ -205,8 +206,10 @@ def measure_training(
     return run
 
 
-def gpt_workload(cfg: TrainConfig, device: Device) -> tuple[TrainWorkload, GPTConfig, int]:
-    """The built-in GPT, its data and optimizer, for a TrainConfig."""
+def gpt_workload(
+    cfg: TrainConfig, device: Device, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
+) -> tuple[TrainWorkload, GPTConfig, int]:
+    """The built-in GPT, its data and optimizer, for a TrainConfig (``wrap``: e.g. DDP)."""
     data = None
     vocab = cfg.vocab_size
     if cfg.data:
@@ -237,10 +240,10 @@ def gpt_workload(cfg: TrainConfig, device: Device) -> tuple[TrainWorkload, GPTCo
     else:
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
     notes = []
-    fwd_model: torch.nn.Module = model
+    fwd_model: torch.nn.Module = wrap(model) if wrap else model
     if cfg.compile:
         model_scopes(False)
-        fwd_model = torch.compile(model)  # type: ignore[assignment]
+        fwd_model = torch.compile(fwd_model)  # type: ignore[assignment]
         notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
     else:
         model_scopes(True)
@@ -263,14 +266,67 @@ def gpt_workload(cfg: TrainConfig, device: Device) -> tuple[TrainWorkload, GPTCo
 
 
 def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Path]:
-    """Profile the built-in GPT's training step; returns the Run and the folder it was saved in."""
+    """Profile the built-in GPT's training step; returns the Run and the folder it was saved in.
+
+    Under torchrun (WORLD_SIZE > 1) every rank profiles itself into ``<run>/rank<r>`` and rank 0
+    assembles ``<run>/run.json``; with ``cfg.nproc > 1`` outside torchrun, this launches torchrun.
+    """
+    from lmprof.pipeline import distributed as dist
+
+    if cfg.nproc > 1 and not dist.is_distributed():
+        device = resolve_device(cfg.device)  # fail here, in one line, before starting ranks
+        folder = out_dir or run_folder(cfg.out, "train", f"{cfg.preset}-ddp{cfg.nproc}", device)
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = folder / "config.yaml"
+        spec.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        return dist.launch(["--config", str(spec)], cfg.nproc, folder), folder
+    if dist.is_distributed():
+        return _run_rank(cfg, out_dir)
     device = resolve_device(cfg.device)
     if cfg.dtype == "fp16" and device.kind == "cpu":
         raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
     work, gcfg, seq_len = gpt_workload(cfg, device)
     folder = out_dir or run_folder(cfg.out, "train", cfg.preset, device)
-    config = cfg.model_dump()
-    config.update(model=gcfg.to_dict(), seq_len=seq_len, device_resolved=str(device))
-    run = measure_training(work, cfg, folder, config)
+    run = measure_training(work, cfg, folder, _config(cfg, gcfg, seq_len, device))
     run.save(folder)
     return run, folder
+
+
+def _config(cfg: TrainConfig, gcfg: GPTConfig, seq_len: int, device: Device) -> dict[str, Any]:
+    config = cfg.model_dump()
+    config.update(model=gcfg.to_dict(), seq_len=seq_len, device_resolved=str(device))
+    return config
+
+
+def _run_rank(cfg: TrainConfig, run_dir: Path | None) -> tuple[Run, Path]:
+    """One rank of a DDP training profile (inside torchrun)."""
+    import os
+
+    import torch.distributed as tdist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from lmprof.pipeline import distributed as dist
+
+    rank, local_rank, world_size = dist.world()
+    base = resolve_device(cfg.device)
+    device = resolve_device(f"cuda:{local_rank}") if base.kind == "cuda" else base
+    dist.init(device.kind, float(os.environ.get("LMPROF_DIST_TIMEOUT", dist.DEFAULT_TIMEOUT_S)))
+    try:
+        if run_dir is None:  # launched by the user's own torchrun: rank 0 names the folder
+            box = [str(run_folder(cfg.out, "train", f"{cfg.preset}-ddp{world_size}", device)) if rank == 0 else None]
+            tdist.broadcast_object_list(box, src=0)
+            run_dir = Path(box[0])  # type: ignore[arg-type]
+        ids = [local_rank] if device.kind == "cuda" else None
+        rank_cfg = cfg.model_copy(update={"seed": cfg.seed + rank})  # each rank its own data
+        work, gcfg, seq_len = gpt_workload(rank_cfg, device, wrap=lambda m: DistributedDataParallel(m, device_ids=ids))
+        config = _config(cfg, gcfg, seq_len, device) | {"rank": rank, "world_size": world_size}
+        folder = run_dir / f"rank{rank}"
+        run = measure_training(work, cfg, folder, config)
+        run.save(folder)
+        dist.barrier()
+        if rank == 0:
+            run = dist.assemble(run_dir, world_size)
+        dist.barrier()
+        return run, run_dir
+    finally:
+        dist.shutdown()

@@ -1,0 +1,123 @@
+"""Distributed training profiles: torchrun launches the ranks, each rank profiles itself, rank 0
+assembles one run folder with per-rank figures.
+
+Layout of a distributed run folder::
+
+    <run>/run.json            rank 0's record plus per-rank figures (tables["ranks"], straggler)
+    <run>/rank0/, rank1/ ...  each rank's own run.json, blocks.csv, ops.csv, trace.json.gz
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from lmprof.errors import LmprofError
+from lmprof.record.run import Metric, Run
+
+DEFAULT_TIMEOUT_S = 300  # collectives give up after this: no rank hangs forever
+
+
+def world() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) outside torchrun."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def is_distributed() -> bool:
+    return world()[2] > 1
+
+
+def init(device_kind: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Join the process group: nccl on CUDA, gloo on CPU, with a timeout on every collective."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    _, local_rank, _ = world()
+    backend = "nccl" if device_kind == "cuda" else "gloo"
+    if device_kind == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend, timeout=dt.timedelta(seconds=timeout_s))
+    if os.environ.get("LMPROF_FAKE_RANK_CRASH") == str(world()[0]):
+        raise RuntimeError("simulated crash (LMPROF_FAKE_RANK_CRASH testing hook)")
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def launch(argv: Sequence[str], nproc: int, run_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Run:
+    """Run ``lmprof train <argv>`` on ``nproc`` ranks through torchrun; return the assembled Run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "lmprof", "train", *argv, "--run-dir", str(run_dir)]
+    env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(timeout_s))
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 120)
+    except subprocess.TimeoutExpired:
+        raise LmprofError(f"distributed run did not finish within {timeout_s + 120:.0f} s and was stopped") from None
+    if proc.returncode != 0:
+        raise LmprofError(failure_message(proc.stdout + proc.stderr, proc.returncode))
+    return Run.load(run_dir)
+
+
+def failure_message(output: str, code: int) -> str:
+    """One line naming the failed rank and its last error, from torchrun's output."""
+    user = re.findall(r"lmprof: error: (.+)", output)
+    if user:
+        return user[-1]
+    rank = re.search(r"rank\s*:\s*(\d+)", output) or re.search(r"\[rank(\d+)\]", output)
+    errors = [ln.strip() for ln in output.splitlines() if re.match(r"\s*(\[rank\d+\]:\s*)?\w*(Error|Exception)\b", ln)]
+    last = errors[-1] if errors else f"exit code {code}"
+    last = re.sub(r"^\[rank\d+\]:\s*", "", last)
+    where = f"rank {rank.group(1)}" if rank else "a rank"
+    return f"distributed run failed on {where}: {last}"
+
+
+def assemble(run_dir: Path, world_size: int) -> Run:
+    """Rank 0: merge every rank's record into ``run_dir/run.json`` with per-rank figures."""
+    runs = [Run.load(run_dir / f"rank{r}") for r in range(world_size)]
+    base = runs[0].model_copy(deep=True)
+    rows = []
+    for r, run in enumerate(runs):
+        st = run.metrics["step_time"]
+        allreduce = sum(b.time_ms for b in run.blocks if b.name == "allreduce")
+        rows.append({"rank": r, "step_time_ms": st.value, "p10_ms": st.p10, "p90_ms": st.p90,
+                     "allreduce_ms": allreduce, "tokens_per_s": run.value("tokens_per_s")})
+    times = [row["step_time_ms"] for row in rows]
+    slowest = max(range(world_size), key=lambda r: times[r])
+    fastest = min(times)
+    base.tables["ranks"] = rows
+    base.metrics["world_size"] = Metric(value=world_size, unit="count", source="measured")
+    base.metrics["slowest_rank"] = Metric(value=slowest, unit="rank", source="measured",
+                                          note="rank with the highest median clean step time")
+    base.metrics["straggler"] = Metric(
+        value=100.0 * (times[slowest] - fastest) / fastest if fastest else None, unit="%", source="derived",
+        note="slowest rank's median step vs the fastest rank's")
+    tps = [row["tokens_per_s"] for row in rows]
+    if all(t is not None for t in tps):
+        base.metrics["tokens_per_s.global"] = Metric(value=sum(tps), unit="tokens/s", source="derived",
+                                                     note="sum over ranks of each rank's median tokens/s")
+    base.files = {k: f"rank0/{v}" for k, v in base.files.items() if k not in ("blocks", "ops")}
+    base.files["traces"] = "rank*/trace.json.gz"
+    base.notes.append(f"distributed: {world_size} ranks; blocks and operators are rank 0's, per-rank figures in tables['ranks']")
+    base.id = run_dir.name
+    base._folder = run_dir  # noqa: SLF001 - the record lives in this folder
+    base.save(run_dir)
+    return base

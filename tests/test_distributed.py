@@ -1,0 +1,65 @@
+"""A 2-process gloo DDP training profile of a tiny GPT on CPU: both ranks' records and the assembled run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmprof.pipeline.config import TrainConfig
+from lmprof.pipeline.distributed import failure_message
+from lmprof.pipeline.train import run_training
+from lmprof.record.run import Run
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ddp") / "run"
+    cfg = TrainConfig(preset="tiny", n_layer=2, batch_size=2, seq_len=16, steps=2, warmup=1, profile_steps=1,
+                      device="cpu", energy="off", nproc=2)
+    run, out = run_training(cfg, out_dir=folder)
+    return run, out
+
+
+def test_both_ranks_recorded(ddp_run):
+    run, folder = ddp_run
+    for r in (0, 1):
+        rank = Run.load(folder / f"rank{r}")
+        assert rank.config["rank"] == r and rank.config["world_size"] == 2
+        assert (folder / f"rank{r}" / "trace.json.gz").is_file()
+        assert rank.metrics["step_time"].n == 2
+
+
+def test_assembled_run_has_per_rank_figures(ddp_run):
+    run, folder = ddp_run
+    again = Run.load(folder)
+    assert again.metrics["world_size"].value == 2
+    rows = again.tables["ranks"]
+    assert [r["rank"] for r in rows] == [0, 1]
+    times = [r["step_time_ms"] for r in rows]
+    slowest = again.metrics["slowest_rank"].value
+    assert times[int(slowest)] == max(times)
+    assert again.metrics["straggler"].value == pytest.approx(100 * (max(times) - min(times)) / min(times))
+    assert json.loads((folder / "run.json").read_text())["files"]["trace"] == "rank0/trace.json.gz"
+
+
+def test_allreduce_is_its_own_block(ddp_run):
+    run, _ = ddp_run
+    bwd = {b.name: b.time_ms for b in run.blocks if b.phase == "backward"}
+    assert bwd.get("allreduce", 0) > 0
+    # attribution stays exhaustive with DDP: parts add up to the clean step
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+
+
+def test_crashed_rank_is_named_and_nothing_hangs(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMPROF_FAKE_RANK_CRASH", "1")
+    code, _, err = cli("train", "--nproc", "2", "--n-layer", "1", "--steps", "1", "--warmup", "0",
+                       "--profile-steps", "1", "--device", "cpu", "--energy", "off", "--out", tmp_path)
+    assert code == 2
+    assert "rank 1" in err and "simulated crash" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_failure_message_from_torchrun_output():
+    out = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File x\n"
+           "[rank1]: RuntimeError: Connection closed by peer\nrank      : 1 (local_rank: 1)\n")
+    assert failure_message(out, 1) == "distributed run failed on rank 1: RuntimeError: Connection closed by peer"
