@@ -76,6 +76,8 @@ class Calibration:
     torch: str
     threads: int
     seconds: float
+    loadavg: float | None = None  # 1-minute load average before measuring: other work skews the figures
+    cpu_count: int | None = None
     matmul: dict[str, dict[str, Any]] = field(default_factory=dict)  # dtype -> {flops_per_s, size, n, by_size}
     bandwidth: dict[str, Any] = field(default_factory=dict)  # {bytes_per_s, nbytes, method, n}
     path: str | None = None
@@ -208,14 +210,16 @@ def resolve_peak(
     if flops is None and bw is None:
         what = f"{device_name!r}" + (f" ({kind})" if kind else "")
         reason = (
-            f"no peak known for {what} {dt}: not in the peak table ({table.version}) and no calibration "
+            f"no peak known for {what} {dt}: not in the peak table (version {table.version}) and no calibration "
             f"cached in {Path(directory or cache_dir())}; run `lmprof calibrate"
             + (f" --device {kind}" if kind else "")
             + f" --dtypes {dt}` or add the device to a user peaks.yaml"
         )
         return Peak(None, None, None, "; ".join(notes + [reason]) if notes else reason, dt, device_name)
     if flops is None:
-        notes.append(f"no {dt} FLOP/s peak: MFU is n/a; run `lmprof calibrate --dtypes {dt}` for a measured one")
+        fix = ("add the figure to a user peaks.yaml" if dt == "fp8"
+               else f"run `lmprof calibrate --dtypes {dt}` for a measured one")
+        notes.append(f"no {dt} FLOP/s peak, so MFU is n/a: {fix}")
     source = flops_src if flops_src else None
     return Peak(
         flops_per_s=flops,
@@ -306,9 +310,13 @@ def measure_matmul(
             if best is None or flops > best[0]:
                 best = (flops, n, len(samples))
             del a, b, out
-            remaining = budget_s - (time.perf_counter() - started)
-            if med * 8 * 4 > remaining:  # next size: 8x the work, warm-up + 3 samples would not fit
-                break
+            if i + 1 < len(sizes):
+                # Predict the next size from the best rate so far (a small size can be slowed down
+                # by thread start-up or a busy machine, which says little about bigger ones); stop
+                # when its warm-up + 3 samples would not fit in what is left.
+                nxt = 2.0 * sizes[i + 1] ** 3 / best[0]
+                if nxt * 4 > budget_s - (time.perf_counter() - started):
+                    break
     finally:
         if prev_tf32 is not None:
             torch.backends.cuda.matmul.allow_tf32 = prev_tf32
@@ -331,6 +339,23 @@ def measure_bandwidth(device: Any, *, budget_s: float, nbytes: int | None = None
     med = statistics.median(samples)
     moved = 2 * numel * 4  # every byte is read once and written once
     return {"bytes_per_s": moved / med, "nbytes": numel * 4, "method": "copy (read + write)", "n": len(samples)}
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # Windows has no load average
+        return None
+
+
+def busy_warning(cal: Calibration) -> str | None:
+    """A warning when other processes were using the CPUs as calibration started, else None."""
+    if cal.loadavg is None or not cal.cpu_count:
+        return None
+    if cal.loadavg >= 0.5 * cal.cpu_count:
+        return (f"the machine was busy (load average {cal.loadavg:g} on {cal.cpu_count} CPUs): other work "
+                "slows these figures down; rerun `lmprof calibrate` on an idle machine")
+    return None
 
 
 def calibrate(
@@ -368,6 +393,8 @@ def calibrate(
         torch=torch.__version__,
         threads=torch.get_num_threads(),
         seconds=total,
+        loadavg=_loadavg(),
+        cpu_count=os.cpu_count(),
     )
     for dt in wanted:
         cal.matmul[dt] = measure_matmul(dev.torch_device, dt, budget_s=share, sizes=sizes)

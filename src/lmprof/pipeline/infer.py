@@ -20,6 +20,7 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, environment, resolve_device
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.config import MeasureSpec, ModelSpec
+from lmprof.pipeline.costs import add_costs
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.pipeline.train import DTYPES, blocks_from, measured_window, run_folder
 from lmprof.record.run import Env, Metric, Run
@@ -145,6 +146,9 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         value=100.0 * (profiled - clean) / clean if clean else None, unit="%", source="derived",
         note="profiled vs clean generation; block times are scaled to the clean generation")
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
+    if profiled < clean:
+        work.notes.append("the profiled phase ran faster than the clean one: run-to-run noise is larger than the "
+                          "profiler's overhead here (a busy machine?); compare spreads before trusting small differences")
     if work.shape is not None:
         dtype_bytes = next(work.model.parameters()).element_size()
         s = work.shape
@@ -174,6 +178,10 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     )
     if energy is not None:
         run.tables["energy"] = energy.rows()
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+        next(work.model.parameters()).dtype, "fp32")
+    attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
+    add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1)
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]

@@ -22,6 +22,7 @@ from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.profiling import profile_steps
 from lmprof.measure.timing import time_calls, warm_up
 from lmprof.pipeline.config import DEFAULT_SEQ_LEN, MeasureSpec, TrainConfig
+from lmprof.pipeline.costs import add_costs
 from lmprof.record.run import Block, Env, Metric, Run
 from lmprof.trace.load import load_trace
 from lmprof.workloads.blocks import model_scopes, step_scope
@@ -43,6 +44,9 @@ class TrainWorkload:
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]
     tokens_per_step: int | None = None
     shape: ModelShape | None = None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    attention: str = "math"
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Entered for the profiled phase only: module hooks that place block scopes in foreign models.
@@ -179,6 +183,9 @@ def measure_training(
         metrics["tokens_per_s"] = Metric.from_samples(tps, "tokens/s", "derived")
         metrics["tokens_per_step"] = Metric(value=work.tokens_per_step, unit="tokens", source="measured")
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
+    if profiled < clean:
+        work.notes.append("the profiled phase ran faster than the clean one: run-to-run noise is larger than the "
+                          "profiler's overhead here (a busy machine?); compare spreads before trusting small differences")
     if loss is not None:
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     energy_notes: list[str] = []
@@ -200,6 +207,9 @@ def measure_training(
     )
     if energy is not None:
         run.tables["energy"] = energy.rows()
+    if work.batch_size and work.seq_len:
+        add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
+                  attention=work.attention)  # type: ignore[arg-type]
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]
@@ -260,6 +270,9 @@ def gpt_workload(
         loss_fn=loss_fn,
         tokens_per_step=cfg.batch_size * seq_len,
         shape=gcfg.shape(),
+        batch_size=cfg.batch_size,
+        seq_len=seq_len,
+        attention=gcfg.attention,
         notes=notes,
     )
     return work, gcfg, seq_len

@@ -72,22 +72,17 @@ def plot_roofline(
     ax.set_xlim(xmin, xmax)
     ax.set_ylim(ymin, ymax)
     # The roof: bandwidth slope up to the ridge, then the flat compute ceiling.
-    ax.plot([xmin, ridge], [xmin * peak_bytes_per_s, peak_flops], color="black", lw=2)
-    ax.plot([ridge, xmax], [peak_flops, peak_flops], color="black", lw=2)
-    ax.axvline(ridge, color="black", lw=0.8, ls=":")
-    ax.text(ridge * 1.08, ymin * 1.6, f"ridge {ridge:.3g} FLOP/byte", fontsize=8, rotation=90, va="bottom")
-    ax.text(xmax / 1.15, peak_flops * 1.15, f"compute ceiling {_eng(peak_flops, 'FLOP/s')} ({dtype})",
-            ha="right", va="bottom", fontsize=9)
-    x_text = xmin * 1.6
-    ax.text(x_text, x_text * peak_bytes_per_s * 1.3, f"memory ceiling {_eng(peak_bytes_per_s, 'B/s')}",
-            fontsize=9, rotation=_slope_angle(ax, fig), rotation_mode="anchor", va="bottom")
-
+    ax.plot([xmin, ridge], [xmin * peak_bytes_per_s, peak_flops], color="#555555", lw=2,
+            label=f"memory ceiling {_eng(peak_bytes_per_s, 'B/s')}")
+    ax.plot([ridge, xmax], [peak_flops, peak_flops], color="black", lw=2,
+            label=f"compute ceiling {_eng(peak_flops, 'FLOP/s')} ({dtype})")
+    ax.axvline(ridge, color="black", lw=0.8, ls=":", label=f"ridge {ridge:.3g} FLOP/byte")
     phases = sorted({p.phase for p, _ in placed})
     show_phase = len(phases) > 1
     for p, y in placed:
         ax.scatter([p.intensity], [y], s=36, color=_COLORS.get(p.bound, "#333333"),
                    marker=_MARKERS.get(p.phase, "o"), zorder=3, edgecolors="white", linewidths=0.5)
-    _label_points(ax, fig, [(p, y, f"{p.name} ({p.phase[:3]})" if show_phase else p.name) for p, y in placed])
+    _label_points(ax, fig, placed, phases)
 
     ax.set_xlabel("Arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("Performance (FLOP/s)")
@@ -97,11 +92,12 @@ def plot_roofline(
     ax.grid(True, which="major", ls="-", lw=0.4, alpha=0.5)
     ax.grid(True, which="minor", ls=":", lw=0.3, alpha=0.3)
     bounds = [b for b in _COLORS if any(p.bound == b for p, _ in placed)]
-    handles = [Line2D([], [], ls="", marker="o", color=_COLORS[b], label=b) for b in bounds]
+    handles = ax.get_legend_handles_labels()[0]
+    handles += [Line2D([], [], ls="", marker="o", color=_COLORS[b], label=b) for b in bounds]
     if show_phase:
         handles += [Line2D([], [], ls="", marker=_MARKERS.get(ph, "o"), color="#444444", label=ph) for ph in phases]
-    if handles:
-        ax.legend(handles=handles, loc="lower right", fontsize=8, framealpha=0.85)
+    # Upper left is always empty on a roofline (above the bandwidth slope).
+    ax.legend(handles=handles, loc="upper left", fontsize=8, framealpha=0.9)
     footer = []
     if skipped:
         footer.append("not drawn (no FLOPs or no bytes): " + ", ".join(sorted({p.name for p in skipped})))
@@ -116,38 +112,48 @@ def plot_roofline(
     return out
 
 
-def _slope_angle(ax, fig) -> float:  # type: ignore[no-untyped-def]
-    """On-screen angle (degrees) of a slope-1 line in log-log axes, to lay text along the roof."""
-    fig.canvas.draw()
-    (x0, y0), (x1, y1) = ax.transAxes.transform([(0, 0), (1, 1)])
-    xl, yl = ax.get_xlim(), ax.get_ylim()
-    dx = (x1 - x0) / math.log10(xl[1] / xl[0])
-    dy = (y1 - y0) / math.log10(yl[1] / yl[0])
-    return math.degrees(math.atan2(dy, dx))
+_SHORT_PHASE = {"forward": "fwd", "backward": "bwd", "prefill": "prefill", "decode": "decode"}
 
 
-def _label_points(ax, fig, items) -> None:  # type: ignore[no-untyped-def]
-    """Label points, nudging each label to the candidate offset farthest from labels already placed.
+def _label_points(ax, fig, placed, phases) -> None:  # type: ignore[no-untyped-def]
+    """Label points; points drawn on top of each other share one label ("ln_1, ln_2, ln_f").
 
-    Blocks often share an intensity (ln_1, ln_2 and ln_f; the big matmuls), so plain labels pile up.
+    A block present in every phase at the same spot is named once; otherwise its phase is added.
+    Each label goes to the candidate offset farthest from the labels already placed, so blocks of
+    similar intensity (the big matmuls, the norms) stay readable.
     """
     fig.canvas.draw()
     to_px = ax.transData.transform
-    candidates = [(6, 4), (6, -11), (-6, 4), (-6, -11), (6, 15), (6, -22), (-6, 15), (-6, -22), (6, 26), (6, -33)]
-    px_per_pt = fig.dpi / 72.0
-    taken: list[tuple[float, float]] = []
-    for p, y, text in sorted(items, key=lambda it: (it[0].intensity, it[1])):
+    groups: list[tuple[float, float, float, float, dict[str, set[str]]]] = []  # px, py, x, y, name -> phases
+    for p, y in sorted(placed, key=lambda it: (it[0].intensity, it[1])):
         px, py = to_px((p.intensity, y))
+        for g in groups:
+            if abs(g[0] - px) < 8 and abs(g[1] - py) < 8:
+                g[4].setdefault(p.name, set()).add(p.phase)
+                break
+        else:
+            groups.append((px, py, p.intensity, y, {p.name: {p.phase}}))
+    x_right = ax.transAxes.transform((0.78, 0))[0]
+    px_per_pt = fig.dpi / 72.0
+    right = [(6, 4), (6, -11), (6, 15), (6, -22), (6, 26), (6, -33)]
+    left = [(-6, 4), (-6, -11), (-6, 15), (-6, -22), (-6, 26), (-6, -33)]
+    taken: list[tuple[float, float]] = []
+    for px, py, x, y, names in groups:
+        parts = [n if len(ph) == len(phases) else n + " (" + "/".join(_SHORT_PHASE.get(q, q) for q in sorted(ph)) + ")"
+                 for n, ph in names.items()]
+        text = "\n".join(", ".join(parts[i:i + 3]) for i in range(0, len(parts), 3))
+        candidates = (left + right) if px > x_right else (right + left)
         best, best_score = candidates[0], -1.0
         for dx, dy in candidates:
             cx, cy = px + dx * px_per_pt, py + dy * px_per_pt
-            score = min((abs(cx - tx) / 60 + abs(cy - ty) / 10 for tx, ty in taken), default=1e9)
+            score = min((abs(cx - tx) / 80 + abs(cy - ty) / 12 for tx, ty in taken), default=1e9)
             if score > best_score + 1e-9:
                 best, best_score = (dx, dy), score
             if score >= 1.5:
                 break
         dx, dy = best
         taken.append((px + dx * px_per_pt, py + dy * px_per_pt))
-        ax.annotate(text, (p.intensity, y), xytext=(dx, dy), textcoords="offset points", fontsize=7.5,
-                    ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
-                    arrowprops=dict(arrowstyle="-", lw=0.4, color="#888888") if abs(dy) > 12 else None)
+        ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7.5,
+                          ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
+                          arrowprops=dict(arrowstyle="-", lw=0.4, color="#888888") if abs(dy) > 12 else None)
+        ann.set_in_layout(False)  # labels must not shrink the axes in tight_layout

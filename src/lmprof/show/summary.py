@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lmprof.record.run import Run
-from lmprof.show.format import metric_spread, metric_value
+from lmprof.show.format import metric_spread, metric_value, number
 from lmprof.workloads.blocks import FORWARD_BLOCKS
 
 # Shown first, in this order; every other metric follows in record order.
@@ -112,6 +112,23 @@ def ops_table(run: Run, top: int = 10) -> Table:
     return t
 
 
+def roofline_table(run: Run, top: int = 8) -> Table | None:
+    """The blocks that take the most time, with their roofline position and bound type."""
+    rows = [r for r in run.tables.get("roofline", []) if r.get("time_s")]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: r["time_s"], reverse=True)
+    t = Table(title="Roofline: top blocks by time (FLOPs and bytes estimated, time measured)", title_justify="left", show_edge=False)
+    for col in ("block", "phase", "FLOP", "FLOP/byte", "achieved", "of roof", "bound"):
+        t.add_column(col, justify="left" if col in ("block", "phase", "bound") else "right")
+    for r in rows[:top]:
+        frac = r.get("roof_fraction")
+        t.add_row(r["name"], r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
+                  number(r["achieved_flops_per_s"], "FLOP/s") if r.get("achieved_flops_per_s") else "",
+                  f"{100 * frac:.1f}%" if frac is not None else "", r["bound"])
+    return t
+
+
 def render(run: Run, console: Console, folder: str | None = None) -> None:
     """Print the whole summary of ``run`` to ``console``."""
     console.print(f"[bold]{_title(run)}[/bold]")
@@ -124,6 +141,10 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
     if run.blocks:
         console.print()
         console.print(blocks_table(run))
+    roof = roofline_table(run)
+    if roof is not None:
+        console.print()
+        console.print(roof)
     if run.ops:
         console.print()
         console.print(ops_table(run))

@@ -1,0 +1,242 @@
+"""MFU / HFU metrics and per-block FLOPs, bytes and roofline points for a run.
+
+The lead's run builder calls three things:
+
+* :func:`mfu_metrics`: model FLOPs of a step (or phase), achieved FLOP/s, the device peak and its
+  source, MFU, HFU and memory-bandwidth utilisation, as run-record :class:`Metric` s;
+* :func:`fill_block_costs`: copies of the run's :class:`Block` s with ``flops`` and ``bytes`` set;
+* :func:`block_roofline` / :func:`run_roofline_png`: roofline points and the PNG from measured times.
+
+MFU (PaLM appendix B) = model FLOPs per second / peak FLOP/s, where model FLOPs are what the model
+mathematically needs (6N + 12·L·d·T per training token). HFU counts the FLOPs the hardware actually
+executes, which adds activation recomputation; lmprof does not recompute by default, so HFU == MFU
+unless ``recompute`` says otherwise.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Mapping, Sequence
+
+from lmprof.analysis.flops import (
+    DEFAULT_CONVENTIONS,
+    FlopConventions,
+    block_costs,
+    model_flops_per_step,
+    model_flops_per_token,
+    normalize_dtype,
+    phase_costs,
+    totals,
+)
+from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
+from lmprof.errors import ConfigError
+from lmprof.record.run import Block, Metric, Run
+from lmprof.workloads.shape import ModelShape
+
+Mode = Literal["train", "prefill", "decode"]
+Recompute = Literal["none", "full"] | float | None
+# Phase names a run may use for its blocks, mapped to the analytic phases.
+DEFAULT_PHASE_MAP: dict[str, str] = {
+    "forward": "forward", "fwd": "forward", "backward": "backward", "bwd": "backward",
+    "prefill": "prefill", "decode": "decode",
+}
+
+
+def _recompute_fraction(recompute: Recompute) -> float:
+    if recompute in (None, "none"):
+        return 0.0
+    if recompute == "full":
+        return 1.0
+    if isinstance(recompute, (int, float)) and 0.0 <= float(recompute) <= 1.0:
+        return float(recompute)
+    raise ConfigError(f"recompute must be 'none', 'full' or a fraction in [0, 1], got {recompute!r}")
+
+
+def mfu_metrics(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: Mode,
+    time_s: float | None,
+    device_name: str,
+    device_kind: str | None = None,
+    dtype: object = "bf16",
+    decode_tokens: int = 1,
+    recompute: Recompute = None,
+    tf32: bool = False,
+    attention: Literal["math", "sdpa"] = "math",
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+    peak: object | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Metric]:
+    """Model FLOPs, achieved FLOP/s, peak, MFU, HFU and bandwidth utilisation of one step or phase.
+
+    ``mode``: ``train`` (one optimizer step, forward + backward, ``time_s`` its step time),
+    ``prefill`` (``seq_len`` prompt tokens) or ``decode`` (``decode_tokens`` steps after a
+    ``seq_len`` prompt, ``time_s`` the time of all of them). ``recompute`` (train only): ``"full"``
+    activation checkpointing adds one forward per step to the hardware FLOPs, a float adds that
+    fraction of a forward; None means lmprof's default, no recomputation, so HFU == MFU.
+    ``tf32`` with fp32 compares against the TF32 tensor-core peak (what cuBLAS uses when TF32 is on).
+    ``peak`` may be a resolved :class:`~lmprof.hardware.calibrate.Peak`; by default it is resolved.
+
+    Keys: ``flops.model_per_step`` (FLOP), ``flops.hardware_per_step`` (FLOP), ``flops.achieved``
+    (FLOP/s), ``peak.flops`` (FLOP/s), ``peak.bandwidth`` (B/s), ``bytes.model_per_step`` (B),
+    ``mfu`` (%), ``hfu`` (%), ``mbu`` (%: minimum bytes / time / peak bandwidth).
+    """
+    from lmprof.hardware.calibrate import Peak, resolve_peak
+
+    if mode not in ("train", "prefill", "decode"):
+        raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")
+    dt = normalize_dtype(dtype)
+    peak_dtype = "tf32" if (tf32 and dt == "fp32") else dt
+    fraction = _recompute_fraction(recompute)
+    if fraction and mode != "train":
+        raise ConfigError("recompute only applies to training")
+
+    model = model_flops_per_step(
+        shape, batch=batch, seq_len=seq_len, mode=mode, decode_tokens=decode_tokens, conventions=conventions
+    )
+    forward = 0.0  # one forward pass, what full recomputation adds per training step
+    if mode == "train":
+        forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions)
+    hardware = model + fraction * forward
+    phase = "train" if mode == "train" else mode
+    nbytes = totals(
+        phase_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dt, decode_tokens=decode_tokens,
+                    attention=attention, conventions=conventions)
+    )["bytes"]
+
+    per = {"train": "training step", "prefill": "prefill", "decode": f"{decode_tokens} decode step(s)"}[mode]
+    last_only = " minus lm_head of all but the last position" if conventions.prefill_logits == "last" else ""
+    formula = {
+        "train": f"B·T·(6N + 12·L·d·T), N={shape.n_params_non_embedding():,} non-embedding params",
+        "prefill": f"B·T·(2N + 4·L·d·T){last_only}",
+        "decode": "sum over steps of B·(2N + 4·L·d·context)",
+    }[mode]
+    out: dict[str, Metric] = {
+        "flops.model_per_step": Metric(value=model, unit="FLOP", source="estimated",
+                                       note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}"),
+        "flops.hardware_per_step": Metric(
+            value=hardware, unit="FLOP", source="estimated",
+            note="model FLOPs, no recomputation" if not fraction
+            else f"model FLOPs + {fraction:g} x forward recomputed (activation checkpointing)",
+        ),
+        "bytes.model_per_step": Metric(value=nbytes, unit="B", source="estimated",
+                                       note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)"),
+    }
+    timed = time_s is not None and time_s > 0
+    out["flops.achieved"] = (
+        Metric(value=model / time_s, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
+        if timed else Metric.na("FLOP/s", "no measured time", source="derived")
+    )
+
+    if peak is None:
+        peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
+    assert isinstance(peak, Peak)
+    peak_source: Literal["measured", "estimated"] = (
+        "measured" if (peak.source or "").startswith("calibrated:") else "estimated"
+    )
+    if peak.flops_per_s:
+        out["peak.flops"] = Metric(value=peak.flops_per_s, unit="FLOP/s", source=peak_source,
+                                   note=f"{peak.source}: {peak.note}")
+    else:
+        out["peak.flops"] = Metric.na("FLOP/s", peak.note, source="estimated")
+    if peak.bytes_per_s:
+        bw_src = peak.bytes_source or peak.source
+        out["peak.bandwidth"] = Metric(
+            value=peak.bytes_per_s, unit="B/s",
+            source="measured" if (bw_src or "").startswith("calibrated:") else "estimated", note=str(bw_src),
+        )
+    else:
+        out["peak.bandwidth"] = Metric.na("B/s", peak.note, source="estimated")
+
+    flops_peak = f"peak {peak_dtype} FLOP/s ({_fmt(peak.flops_per_s)}, {peak.source})" if peak.flops_per_s else ""
+    bw_peak = (f"peak bandwidth ({_fmt(peak.bytes_per_s)}B/s, {peak.bytes_source or peak.source})"
+               if peak.bytes_per_s else "")
+
+    def pct(key: str, num: float, denom: float | None, what: str, of: str) -> None:
+        if not timed:
+            out[key] = Metric.na("%", "no measured time", source="derived")
+        elif not denom:
+            out[key] = Metric.na("%", peak.note, source="derived")
+        else:
+            out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
+
+    pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
+    pct("hfu", hardware, peak.flops_per_s,
+        "hardware FLOP/s (with recomputation)" if fraction else "hardware FLOP/s (no recomputation: HFU == MFU)",
+        flops_peak)
+    pct("mbu", nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
+    return out
+
+
+def _fmt(x: float) -> str:
+    for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= f:
+            return f"{x / f:.3g}{p}"
+    return f"{x:.3g}"
+
+
+def fill_block_costs(
+    blocks: Sequence[Block],
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    dtype: object = "bf16",
+    decode_tokens: int = 1,
+    attention: Literal["math", "sdpa"] = "math",
+    conventions: FlopConventions = DEFAULT_CONVENTIONS,
+    phase_map: Mapping[str, str] = DEFAULT_PHASE_MAP,
+) -> list[Block]:
+    """Copies of ``blocks`` with ``flops`` and ``bytes`` set from the analytic model.
+
+    A block's phase is mapped through ``phase_map`` (forward/backward/prefill/decode); blocks of other
+    phases (optimizer, data, ...) or unknown names are returned unchanged. Decode blocks get the sum
+    over ``decode_tokens`` steps (a phase total); pass ``decode_tokens=1`` for per-token blocks.
+    """
+    cache: dict[str, dict[str, tuple[float, float]]] = {}
+    out = []
+    for b in blocks:
+        phase = phase_map.get(b.phase)
+        if phase is None:
+            out.append(b)
+            continue
+        if phase not in cache:
+            costs = (
+                phase_costs(shape, batch=batch, seq_len=seq_len, phase="decode", dtype=dtype,
+                            decode_tokens=decode_tokens, attention=attention, conventions=conventions)
+                if phase == "decode"
+                else block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                                 attention=attention, conventions=conventions)
+            )
+            cache[phase] = {c.name: (c.flops, c.bytes) for c in costs}
+        fb = cache[phase].get(b.name)
+        out.append(b if fb is None else b.model_copy(update={"flops": fb[0], "bytes": fb[1]}))
+    return out
+
+
+def block_roofline(
+    blocks: Sequence[Block],
+    peak_flops: float | None,
+    peak_bytes_per_s: float | None,
+    *,
+    overhead_threshold: float = DEFAULT_OVERHEAD_THRESHOLD,
+    use_profiled: bool = False,
+) -> list[RooflinePoint]:
+    """Roofline points of blocks with ``flops`` and ``bytes`` set, from their measured time.
+
+    ``time_ms`` (the clean, profiler-free share) is used unless ``use_profiled``.
+    """
+    points = []
+    for b in blocks:
+        if b.flops is None or b.bytes is None:
+            continue
+        t_ms = b.profiled_ms if use_profiled else b.time_ms
+        points.append(classify(b.name, b.flops, b.bytes, peak_flops, peak_bytes_per_s,
+                               time_s=t_ms / 1e3 if t_ms else None, phase=b.phase,
+                               overhead_threshold=overhead_threshold))
+    return points
+
+
+__all__ = ["mfu_metrics", "fill_block_costs", "block_roofline", "DEFAULT_PHASE_MAP"]

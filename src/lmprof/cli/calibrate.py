@@ -1,0 +1,68 @@
+"""``lmprof calibrate``: measure this machine's achievable matmul FLOP/s and memory bandwidth."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from lmprof.cli.app import app
+
+
+@app.command()
+def calibrate(
+    device: str = typer.Option("cpu", help="auto, cpu, cuda, cuda:N or mps"),
+    dtypes: str = typer.Option("fp32,bf16", help="Comma-separated matmul dtypes: fp32, tf32 (CUDA), bf16, fp16, fp64"),
+    seconds: Optional[float] = typer.Option(None, help="Total time budget [default: 3 on CPU, 10 on CUDA, 8 on MPS]"),
+    sizes: Optional[str] = typer.Option(None, help="Comma-separated square matmul sizes to try [default: per device]"),
+    no_save: bool = typer.Option(False, "--no-save", help="Measure and print, but do not cache the result"),
+) -> None:
+    """Time square matmuls per dtype and a large copy; cache them for MFU and rooflines.
+
+    Used by MFU and the roofline when the peak table does not know the device (CPUs, unlisted GPUs).
+    The cache is $LMPROF_CACHE_DIR (default ~/.cache/lmprof), one JSON file per host and device.
+    """
+    from lmprof.cli.common import console
+    from lmprof.errors import ConfigError
+    from lmprof.hardware.calibrate import busy_warning, cache_dir, calibrate as run_calibration
+    from lmprof.hardware.peaks import load_table
+
+    wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()] if sizes else None
+    except ValueError:
+        raise ConfigError(f"--sizes must be comma-separated integers, got {sizes!r}") from None
+    if size_list is not None and any(n <= 0 for n in size_list):
+        raise ConfigError("--sizes must be positive")
+    if seconds is not None and seconds <= 0:
+        raise ConfigError(f"--seconds must be positive, got {seconds}")
+    cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=not no_save)
+
+    console.print(
+        f"lmprof calibrate: {cal.device_name} ({cal.device}), torch {cal.torch}, {cal.threads} threads, "
+        f"{cal.seconds:g} s budget, host {cal.hostname}"
+    )
+    entry = load_table().find(cal.device_name, cal.device)
+    for dt, m in cal.matmul.items():
+        line = f"  {dt + ' matmul':<12}{m['flops_per_s'] / 1e9:>10,.1f} GFLOP/s  best n={m['size']}, median of {m['n']}"
+        if entry is not None and entry.flops_for(dt):
+            line += f" ({100 * m['flops_per_s'] / entry.flops_for(dt):.0f}% of the {entry.key} datasheet peak)"
+        console.print(line)
+        console.print("      by size (GFLOP/s): "
+                      + ", ".join(f"{n}: {v['flops_per_s'] / 1e9:,.1f}" for n, v in m["by_size"].items()))
+    bw = cal.bandwidth
+    line = (f"  {'memory':<12}{bw['bytes_per_s'] / 1e9:>10,.1f} GB/s     {bw['method']} of "
+            f"{bw['nbytes'] / 2**20:.0f} MiB, median of {bw['n']}")
+    if entry is not None and entry.bytes_per_s:
+        line += f" ({100 * bw['bytes_per_s'] / entry.bytes_per_s:.0f}% of the {entry.key} datasheet bandwidth)"
+    console.print(line)
+    warning = busy_warning(cal)
+    if warning:
+        console.print(f"  warning: {warning}")
+    if entry is None:
+        console.print("  not in the peak table: MFU and rooflines on this device will use these measured figures")
+    else:
+        console.print(f"  in the peak table as {entry.key}: MFU uses the datasheet figures; these are for reference")
+    if cal.path:
+        console.print(f"saved {cal.path}")
+    else:
+        console.print(f"not saved (--no-save); the cache is {cache_dir()}")

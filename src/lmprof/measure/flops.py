@@ -1,0 +1,364 @@
+"""Measured FLOP counts per block, forward and backward, from PyTorch's own FLOP formulas.
+
+Two attributions are made in the same run:
+
+* **by block**, through the ``lmprof:<block>`` scopes. A ``TorchFunctionMode`` follows the scopes as
+  they open and close (``record_function`` enters and exits through torch ops) and tags every autograd
+  node created inside a scope with that block; a ``TorchDispatchMode`` then counts each aten op with the
+  formulas of ``torch.utils.flop_counter`` (the ones ``FlopCounterMode`` uses) and charges it to the
+  open scope in forward, or to the scope that created the executing autograd node in backward
+  (``torch._C._current_autograd_node()``). This is how attn.scores and attn.av are told apart: both
+  matmuls live directly in the attention module, but in different scopes, and their backward matmuls
+  run inside autograd nodes tagged with those scopes. Op order is never relied on.
+* **by module**, with ``torch.utils.flop_counter.FlopCounterMode`` itself, run separately around
+  forward and backward, and mapped to canonical block names for the built-in GPT
+  (``transformer.h.0.attn.c_attn`` -> attn.qkv, ...). The attention module's own matmuls (scores + AV,
+  or SDPA) are reported as ``attn.core``. Module attribution in backward follows FlopCounterMode's
+  module hooks, which are approximate for modules that only pass a tensor through (dropout); the
+  scope attribution is the one to use.
+
+Ops that ran but have no FLOP formula are listed, never silently zero: ``compute`` ones (names that
+look like matmul, convolution or attention, e.g. ``aten._scaled_dot_product_flash_attention_for_cpu``,
+which the CPU build dispatches SDPA to) make the count incomplete; ``other`` ones are elementwise,
+normalisation and reduction ops, which FlopCounterMode does not count by design.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from lmprof.errors import ConfigError
+from lmprof.workloads.blocks import FORWARD_BLOCKS, SCOPE_PREFIX, scopes_enabled
+
+UNSCOPED = "(unscoped)"
+_META_KEY = "lmprof_block"
+_COMPUTE_OP = re.compile(r"(mm|matmul|conv|attention|linear|einsum|bilinear|addmv|\bmv\b|\bdot\b|_scaled)", re.I)
+# Ops that move, view, allocate or copy but compute nothing: not worth listing as uncounted.
+_NO_COMPUTE = {
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select", "split",
+    "split_with_sizes", "unsqueeze", "squeeze", "detach", "alias", "clone", "copy_", "_to_copy", "contiguous",
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "arange", "lift_fresh", "new_empty", "new_zeros", "new_ones", "fill_", "zero_", "as_strided", "unbind",
+    "index_select", "embedding", "cat", "stack", "_reshape_alias", "unfold", "resize_", "set_", "index",
+    "index_put_", "index_put", "_local_scalar_dense", "item", "scalar_tensor", "randint", "random_", "normal_",
+    "uniform_", "bernoulli_", "native_dropout", "expand_as", "view_as", "masked_fill", "bitwise_not", "where",
+    "embedding_dense_backward",
+}
+
+# Module path suffixes of the built-in GPT and the block each one is.
+GPT_MODULE_BLOCKS: tuple[tuple[str, str], ...] = (
+    ("attn.c_attn", "attn.qkv"),
+    ("attn.c_proj", "attn.proj"),
+    ("mlp.c_fc", "mlp.fc"),
+    ("mlp.c_proj", "mlp.proj"),
+    ("ln_1", "ln_1"),
+    ("ln_2", "ln_2"),
+    ("ln_f", "ln_f"),
+    ("wte", "embedding"),
+    ("wpe", "embedding"),
+    ("lm_head", "lm_head"),
+)
+
+
+@dataclass
+class UncountedOp:
+    """An op that ran without a FLOP formula."""
+
+    name: str
+    kind: str  # "compute" (the count is incomplete) or "other" (elementwise / norm / reduction)
+    calls: int = 0
+    phases: set[str] = field(default_factory=set)
+    blocks: set[str] = field(default_factory=set)
+
+
+@dataclass
+class MeasuredFlops:
+    """FLOPs counted while running a model, attributed by block and by module."""
+
+    by_block: dict[tuple[str, str], int]  # (block, phase) -> FLOPs
+    by_op: dict[tuple[str, str], int]  # (aten op, phase) -> FLOPs
+    by_module: dict[tuple[str, str], int]  # (module path, phase) -> FLOPs, FlopCounterMode's (inclusive)
+    uncounted: list[UncountedOp]
+
+    def total(self, phase: str | None = None) -> int:
+        return sum(v for (_, ph), v in self.by_block.items() if phase is None or ph == phase)
+
+    def block(self, name: str, phase: str = "forward") -> int:
+        return self.by_block.get((name, phase), 0)
+
+    def compute_uncounted(self) -> list[UncountedOp]:
+        """Uncounted ops that do matmul-class work: the per-block numbers are incomplete where they ran."""
+        return [u for u in self.uncounted if u.kind == "compute"]
+
+    def module_blocks(self, mapping: Iterable[tuple[str, str]] = GPT_MODULE_BLOCKS) -> dict[tuple[str, str], int]:
+        """FlopCounterMode's module counts mapped to canonical blocks; attention internals as ``attn.core``.
+
+        FlopCounterMode counts are inclusive (a module includes its children), so leaves are mapped
+        directly and the attention module's own work is its total minus its mapped children.
+        """
+        mapping = tuple(mapping)
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        for (path, phase), flops in self.by_module.items():
+            block = module_block(path, mapping)
+            if block is not None:
+                out[(block, phase)] += flops
+            elif path.endswith(".attn"):
+                children = sum(
+                    v for (p, ph), v in self.by_module.items()
+                    if ph == phase and p.startswith(path + ".") and module_block(p, mapping) is not None
+                )
+                out[("attn.core", phase)] += flops - children
+        return dict(out)
+
+    def summary(self) -> str:
+        """Plain-text table of per-block FLOPs and the uncounted ops."""
+        phases = [ph for ph in ("forward", "backward") if any(p == ph for _, p in self.by_block)]
+        lines = [f"{'block':<16}" + "".join(f"{ph:>18}" for ph in phases)]
+        order = {name: i for i, name in enumerate(FORWARD_BLOCKS)}
+        names = sorted({n for n, _ in self.by_block}, key=lambda n: order.get(n, len(order)))
+        for n in names:
+            lines.append(f"{n:<16}" + "".join(f"{self.by_block.get((n, ph), 0):>18,}" for ph in phases))
+        lines.append(f"{'total':<16}" + "".join(f"{self.total(ph):>18,}" for ph in phases))
+        compute = self.compute_uncounted()
+        if compute:
+            lines.append("uncounted compute ops (no FLOP formula; counts above are incomplete): "
+                         + ", ".join(f"{u.name} x{u.calls} in {'/'.join(sorted(u.blocks))}" for u in compute))
+        other = [u.name for u in self.uncounted if u.kind == "other"]
+        if other:
+            lines.append("uncounted non-matmul ops (FlopCounterMode counts matmul/conv/attention only): "
+                         + ", ".join(other))
+        return "\n".join(lines)
+
+
+def module_block(path: str, mapping: Iterable[tuple[str, str]] = GPT_MODULE_BLOCKS) -> str | None:
+    """Canonical block of a module path (``GPT.transformer.h.0.attn.c_attn`` -> ``attn.qkv``), or None."""
+    for suffix, block in mapping:
+        if path == suffix or path.endswith("." + suffix):
+            return block
+    return None
+
+
+def _formulas() -> dict[Any, Callable[..., int]]:
+    # The registry FlopCounterMode builds for itself (raw formulas wrapped to take shapes).
+    return FlopCounterMode(display=False).flop_registry
+
+
+def _op_base(func: Any) -> str:
+    return str(func._overloadpacket).split(".")[-1]
+
+
+class _ScopeTracker(TorchFunctionMode):
+    """Follows lmprof scopes and tags the autograd nodes created under each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self._enter = torch.ops.profiler._record_function_enter_new
+        self._exit = torch.ops.profiler._record_function_exit
+
+    def current(self) -> str:
+        # Innermost scope naming a canonical block; enclosing step-part scopes (forward, ...) are skipped.
+        for name in reversed(self.stack):
+            if name in FORWARD_BLOCKS:
+                return name
+        return self.stack[-1] if self.stack else UNSCOPED
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        packet = getattr(func, "_overloadpacket", func)
+        if packet is self._enter and args and isinstance(args[0], str):
+            name = args[0]
+            self.stack.append(name[len(SCOPE_PREFIX):] if name.startswith(SCOPE_PREFIX) else name)
+            return func(*args, **kwargs)
+        if packet is self._exit:
+            out = func(*args, **kwargs)
+            if self.stack:
+                self.stack.pop()
+            return out
+        out = func(*args, **kwargs)
+        if torch.is_grad_enabled():
+            self._tag(out, self.current())
+        return out
+
+    @staticmethod
+    def _tag(out: Any, block: str) -> None:
+        """Tag the not-yet-tagged autograd nodes reachable from ``out``: exactly those just created."""
+        todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or _META_KEY in node.metadata:
+                continue
+            node.metadata[_META_KEY] = block
+            todo.extend(nxt for nxt, _ in node.next_functions)
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+class _BlockCounter(TorchDispatchMode):
+    """Counts FLOPs of every aten op and charges them to a (block, phase)."""
+
+    def __init__(self, tracker: _ScopeTracker) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.formulas = _formulas()
+        self.by_block: dict[tuple[str, str], int] = defaultdict(int)
+        self.by_op: dict[tuple[str, str], int] = defaultdict(int)
+        self.uncounted: dict[str, UncountedOp] = {}
+
+    def _where(self) -> tuple[str, str]:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return node.metadata.get(_META_KEY, UNSCOPED), "backward"
+        return self.tracker.current(), "forward"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        packet = func._overloadpacket
+        if packet not in self.formulas:
+            # Same rule as FlopCounterMode: an op without a formula is counted through its
+            # decomposition when it has one.
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        out = func(*args, **kwargs)
+        block, phase = self._where()
+        if packet in self.formulas:
+            flops = int(self.formulas[packet](*args, **kwargs, out_val=out))
+            self.by_block[(block, phase)] += flops
+            self.by_op[(str(packet), phase)] += flops
+        elif str(packet).startswith("aten.") and _op_base(func) not in _NO_COMPUTE:
+            name = str(packet)
+            kind = "compute" if _COMPUTE_OP.search(_op_base(func)) else "other"
+            u = self.uncounted.setdefault(name, UncountedOp(name, kind))
+            u.calls += 1
+            u.phases.add(phase)
+            u.blocks.add(block)
+        return out
+
+
+def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredFlops:
+    """Run ``step()`` (a forward pass) and, with ``backward``, ``.backward()`` on what it returns.
+
+    ``step`` must return a scalar tensor (a loss) when ``backward`` is set. Scopes are enabled for
+    the duration so that block attribution works on any model using ``lmprof.workloads.blocks.scope``.
+    """
+    tracker = _ScopeTracker()
+    counter = _BlockCounter(tracker)
+    # One FlopCounterMode over forward and backward (its module hooks for backward are installed during
+    # forward); the backward share is the difference between the counts after and before backward.
+    modules = FlopCounterMode(display=False)
+    with scopes_enabled(True), modules:
+        with tracker, counter:
+            result = step()
+        after_forward = modules.get_flop_counts()
+        if backward:
+            loss = result[1] if isinstance(result, tuple) else result
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise ConfigError("count_flops(backward=True) needs step() to return a scalar loss (or (logits, loss))")
+            with counter:
+                loss.backward()
+        after_all = modules.get_flop_counts()
+    by_module: dict[tuple[str, str], int] = {}
+    for path, ops in after_all.items():
+        if path == "Global":
+            continue
+        fwd = int(sum(after_forward.get(path, {}).values()))
+        bwd = int(sum(ops.values())) - fwd
+        for phase, flops in (("forward", fwd), ("backward", bwd)):
+            if flops:
+                by_module[(path, phase)] = flops
+    return MeasuredFlops(
+        by_block=dict(counter.by_block),
+        by_op=dict(counter.by_op),
+        by_module=by_module,
+        uncounted=sorted(counter.uncounted.values(), key=lambda u: (u.kind != "compute", u.name)),
+    )
+
+
+def count_gpt_flops(
+    model: torch.nn.Module,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: str = "train",
+    seed: int = 0,
+) -> MeasuredFlops:
+    """Count the built-in GPT's FLOPs for one training step, one prefill, or one decode step.
+
+    * train: forward with targets + backward (phases ``forward`` and ``backward``);
+    * prefill: ``seq_len`` tokens into an empty KV cache, no grad (phase ``forward``);
+    * decode: one token at position ``seq_len - 1`` after an uncounted prefill of ``seq_len - 1``
+      tokens, so it attends to ``seq_len`` keys like ``block_costs(phase="decode", seq_len=...)``.
+    """
+    from lmprof.workloads.gpt import KVCache
+
+    cfg = model.config  # type: ignore[attr-defined]
+    if batch <= 0 or seq_len <= 0:
+        raise ConfigError(f"batch and seq_len must be positive, got {batch}, {seq_len}")
+    if seq_len > cfg.block_size:
+        raise ConfigError(f"seq_len {seq_len} exceeds the model's block_size {cfg.block_size}")
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    idx = torch.randint(0, cfg.vocab_size, (batch, seq_len), generator=gen).to(device)
+    if mode == "train":
+        targets = torch.randint(0, cfg.vocab_size, (batch, seq_len), generator=gen).to(device)
+        model.zero_grad(set_to_none=True)
+        return count_flops(lambda: model(idx, targets), backward=True)
+    dtype = next(model.parameters()).dtype
+    cache = KVCache(cfg, batch, seq_len, device, dtype)
+    with torch.no_grad():
+        if mode == "prefill":
+            return count_flops(lambda: model(idx, cache=cache, pos=0))
+        if mode == "decode":
+            if seq_len > 1:
+                model(idx[:, :-1], cache=cache, pos=0)
+            return count_flops(lambda: model(idx[:, -1:], cache=cache, pos=seq_len - 1))
+    raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Analytic vs measured matmul FLOPs of one block."""
+
+    name: str
+    phase: str
+    analytic: float
+    measured: float
+
+    @property
+    def rel_error(self) -> float:
+        if self.analytic == 0:
+            return 0.0 if self.measured == 0 else float("inf")
+        return (self.measured - self.analytic) / self.analytic
+
+    def ok(self, tol: float = 0.01) -> bool:
+        return abs(self.rel_error) <= tol
+
+
+def compare(analytic: Iterable[Any], measured: MeasuredFlops) -> list[Comparison]:
+    """Pair analytic :class:`~lmprof.analysis.flops.BlockCost` matmul FLOPs with measured block counts.
+
+    Only blocks with analytic matmul FLOPs are compared: FlopCounterMode counts matmuls only. Analytic
+    phases prefill and decode are compared with the measured ``forward`` (inference runs no backward).
+    """
+    out = []
+    for b in analytic:
+        if b.matmul_flops <= 0:
+            continue
+        phase = "backward" if b.phase == "backward" else "forward"
+        out.append(Comparison(b.name, b.phase, b.matmul_flops, float(measured.block(b.name, phase))))
+    return out

@@ -1,0 +1,75 @@
+"""Attach FLOP and byte counts, MFU and the roofline to a finished run.
+
+Analytic counts need the model's shape (the built-in GPT, Hugging Face GPT-2 / Llama families); a
+module lmprof cannot describe gets a note instead of invented numbers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from lmprof.analysis.mfu import block_roofline, fill_block_costs, mfu_metrics
+from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD
+from lmprof.record.run import Run
+from lmprof.workloads.shape import ModelShape
+
+
+def add_costs(
+    run: Run,
+    folder: Path,
+    shape: ModelShape | None,
+    *,
+    batch: int,
+    seq_len: int,
+    dtype: str,
+    attention: Literal["math", "sdpa"] = "math",
+    decode_tokens: int = 1,
+) -> None:
+    """Fill block FLOPs/bytes, MFU figures, the roofline table and roofline.png in ``run``."""
+    from lmprof.hardware.calibrate import resolve_peak
+
+    if shape is None:
+        run.notes.append("no analytic FLOP model for this module: MFU and roofline are n/a")
+        return
+    kind = run.env.device.split(":")[0]
+    common = dict(device_name=run.env.device_name, device_kind=kind, dtype=dtype, attention=attention)
+    if run.mode == "train":
+        step = run.metrics.get("step_time")
+        run.metrics.update(mfu_metrics(shape, batch=batch, seq_len=seq_len, mode="train",
+                                       time_s=step.value / 1e3 if step and step.value else None, **common))
+    else:
+        ttft, tpot = run.metrics.get("ttft"), run.metrics.get("tpot")
+        prefill_s = ttft.value / 1e3 if ttft and ttft.value else None
+        # The decode phase as a whole: median time per token x tokens after the first.
+        decode_s = tpot.value * decode_tokens / 1e3 if tpot and tpot.value and decode_tokens else None
+        for phase, time_s in (("prefill", prefill_s), ("decode", decode_s)):
+            figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=phase, time_s=time_s,
+                                  decode_tokens=max(decode_tokens, 1), **common)
+            run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
+                                  decode_tokens=decode_tokens, attention=attention)
+    peak = resolve_peak(run.env.device_name, kind, dtype)
+    if not peak.flops_per_s or not peak.bytes_per_s:
+        run.notes.append(f"no roofline: {peak.note}")
+        return
+    points = block_roofline(run.blocks, peak.flops_per_s, peak.bytes_per_s, overhead_threshold=DEFAULT_OVERHEAD_THRESHOLD)
+    run.tables["roofline"] = [p.to_dict() for p in points]
+    if not points:
+        return
+    over = [p for p in points if p.roof_fraction is not None and p.roof_fraction > 1.05]
+    if over:
+        worst = max(over, key=lambda p: p.roof_fraction or 0)
+        run.notes.append(
+            f"{len(over)} block(s) ran above the roofline (up to {100 * (worst.roof_fraction or 0):.0f}% for "
+            f"{worst.name} {worst.phase}): the ceiling ({peak.source}) is below what this device achieves; "
+            "for calibrated ceilings rerun `lmprof calibrate` on an idle machine")
+    from lmprof.show.roofline_plot import plot_roofline
+
+    path = plot_roofline(
+        points, peak_flops=peak.flops_per_s, peak_bytes_per_s=peak.bytes_per_s, out=folder / "roofline.png",
+        device=run.env.device_name, dtype=dtype, model=shape.name or "model",
+        phase="/".join(sorted({p.phase for p in points})), measured=True,
+        note=f"peak: {peak.source}" + (f", bandwidth {peak.bytes_source}" if peak.bytes_source else ""),
+    )
+    if path:
+        run.files["roofline"] = Path(path).name
