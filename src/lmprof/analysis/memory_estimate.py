@@ -16,13 +16,13 @@ Large Transformer Models" (arXiv:2205.05198, section 4.1), which counts, per lay
   stream, layer norms and log-softmax stay fp32; or 16-bit parameters);
 * fused attention (``sdpa``) keeps q, k, v, its output and a log-sum-exp instead of the scores;
 * the tensors the paper leaves out but PyTorch keeps are listed too: layer-norm statistics, the
-  causal mask, autocast's 16-bit weight copies and the logits the caller still holds.
+  causal mask, autocast's 16-bit weight copies and the (b, s, V) logits while they live.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from lmprof.errors import ConfigError
 from lmprof.workloads.shape import ModelShape
@@ -37,6 +37,8 @@ Optimizer = Literal["adamw", "sgd"]
 OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Categories of the breakdown, in the order they are shown; ``at_peak`` splits the peak into them.
+_AT_PEAK = ("params", "buffers", "grads", "optimizer", "activations", "logits", "kv_cache", "temporaries")
 FP32 = 4
 INT64 = 8
 BOOL = 1
@@ -56,10 +58,6 @@ class MemoryItem:
     per_layer: bool
     category: str = "activations"
 
-    @property
-    def total(self) -> int:
-        return self.bytes
-
 
 @dataclass(frozen=True)
 class MemoryEstimate:
@@ -67,8 +65,9 @@ class MemoryEstimate:
 
     ``peak`` is the largest of the candidate moments in ``moments``; ``peak_at`` names it.
     ``activations`` is what the forward pass leaves alive for the backward pass (all layers plus the
-    embedding, final norm, lm_head and loss); ``logits`` is the (batch, seq, vocab) logits the caller
-    still holds after the forward pass (train) or the last position's logits (infer).
+    embedding, final norm, lm_head and loss); ``logits`` is the (batch, seq, vocab) lm_head output,
+    alive while the loss is computed and, with ``hold_logits``, until the step ends (train), or the
+    last position's logits (infer).
     """
 
     shape: ModelShape
@@ -93,11 +92,13 @@ class MemoryEstimate:
     activations: int
     activations_per_layer: int
     logits: int
+    hold_logits: bool
     kv_cache: int
     temporaries: int
     peak: int
     peak_at: str
     moments: dict[str, int]
+    at_peak: dict[str, int]
     items: tuple[MemoryItem, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -107,28 +108,40 @@ class MemoryEstimate:
         return self.params + self.buffers + self.grads + self.optimizer_state
 
     def breakdown(self) -> list[dict[str, Any]]:
-        """Rows (category, bytes, note) of the categories that make up the peak, then the peak."""
+        """Rows (category, bytes, at_peak, note): each category's size and its share of the peak.
+
+        ``bytes`` is the category's full size; ``at_peak`` what of it is alive at the peak moment
+        (gradients, say, are not yet allocated when the backward pass starts). ``at_peak`` adds up to
+        the peak row.
+        """
+        a = self.at_peak
         rows: list[dict[str, Any]] = [
-            {"category": "params", "bytes": self.params, "note": f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"},
-            {"category": "buffers", "bytes": self.buffers, "note": "causal mask, bool, per layer"},
+            {"category": "params", "bytes": self.params, "at_peak": a["params"],
+             "note": f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"},
+            {"category": "buffers", "bytes": self.buffers, "at_peak": a["buffers"], "note": "causal mask, bool, per layer"},
         ]
         if self.mode == "train":
             rows += [
-                {"category": "grads", "bytes": self.grads, "note": f"same dtype as the params ({self.param_dtype})"},
-                {"category": "optimizer", "bytes": self.optimizer_state, "note": self._optimizer_note()},
-                {"category": "activations", "bytes": self.activations,
+                {"category": "grads", "bytes": self.grads, "at_peak": a["grads"],
+                 "note": f"same dtype as the params ({self.param_dtype})"},
+                {"category": "optimizer", "bytes": self.optimizer_state, "at_peak": a["optimizer"],
+                 "note": self._optimizer_note()},
+                {"category": "activations", "bytes": self.activations, "at_peak": a["activations"],
                  "note": f"saved for backward, {self.activations_per_layer:,} B per layer"},
-                {"category": "logits", "bytes": self.logits, "note": "b*s*V logits still held by the caller"},
+                {"category": "logits", "bytes": self.logits, "at_peak": a["logits"],
+                 "note": "b*s*V lm_head output, " + ("held by the caller until the step ends" if self.hold_logits
+                                                     else "freed once the loss is computed")},
             ]
         else:
             rows += [
-                {"category": "kv_cache", "bytes": self.kv_cache,
+                {"category": "kv_cache", "bytes": self.kv_cache, "at_peak": a["kv_cache"],
                  "note": f"2 x {self.shape.n_layer} layers x {self.shape.kv_heads} kv heads x "
                          f"{self.shape.head_dim} x {self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"},
-                {"category": "logits", "bytes": self.logits, "note": "last position only"},
+                {"category": "logits", "bytes": self.logits, "at_peak": a["logits"], "note": "last position only"},
             ]
-        rows.append({"category": "temporaries", "bytes": self.temporaries, "note": f"extra at the peak: {self.peak_at}"})
-        rows.append({"category": "peak", "bytes": self.peak, "note": self.peak_at})
+        rows.append({"category": "temporaries", "bytes": self.temporaries, "at_peak": a["temporaries"],
+                     "note": f"extra at the peak moment ({self.peak_at})"})
+        rows.append({"category": "peak", "bytes": self.peak, "at_peak": self.peak, "note": self.peak_at})
         return rows
 
     def _optimizer_note(self) -> str:
@@ -156,6 +169,7 @@ class _Params:
     matmul_weights: int
     matmul_weights_per_layer: int
     linear_biases: int
+    layer_params: int
 
 
 def _param_parts(shape: ModelShape) -> _Params:
@@ -183,7 +197,12 @@ def _param_parts(shape: ModelShape) -> _Params:
         matmul_weights=shape.n_layer * layer_w + v * d,
         matmul_weights_per_layer=layer_w,
         linear_biases=shape.n_layer * layer_b,
+        layer_params=layer_w + layer_b + 2 * _norm_params(shape),
     )
+
+
+def _norm_params(shape: ModelShape) -> int:
+    return shape.n_embd * (2 if (shape.norm == "layernorm" and shape.bias) else 1)
 
 
 def causal_mask_bytes(shape: ModelShape) -> int:
@@ -209,7 +228,7 @@ def estimate_memory(
     device_kind: str = "cuda",
     dropout: float = 0.0,
     new_tokens: int = 0,
-    hold_logits: bool = True,
+    hold_logits: bool = False,
     buffers: int | None = None,
 ) -> MemoryEstimate:
     """Estimate every category of memory for one training step or one inference run.
@@ -218,9 +237,12 @@ def estimate_memory(
     fp32, lmprof's mixed precision); ``param_dtype`` bf16/fp16 means the parameters themselves are
     16-bit, and then ``master_weights`` (default True) adds an fp32 copy in the optimizer.
     ``optimizer_impl`` picks the AdamW/SGD temporaries (``auto``: foreach on CUDA, for-loop on CPU).
-    ``device_kind`` matters only for autocast (CUDA keeps softmax in fp32, CPU does not).
-    Inference caches ``seq_len + new_tokens`` tokens per sequence. ``hold_logits``: the caller keeps
-    the (b, s, V) logits until the step ends (``logits, loss = model(x, y)`` in a step function).
+    ``device_kind`` (``cpu`` or a GPU kind) decides what differs between the two: autocast keeps
+    softmax in fp32 on CUDA only, dropout masks are bool on CUDA and full-width on the CPU, and the
+    default optimizer implementation.
+    Inference caches ``seq_len + new_tokens`` tokens per sequence. ``hold_logits``: the step keeps
+    the (b, s, V) logits until it ends (``logits, loss = model(x, y)`` in the step's scope); lmprof's
+    own train step keeps only the loss, so by default they die with the forward pass.
     ``buffers`` overrides the built-in GPT's causal-mask buffer size.
     """
     _validate(shape, batch, seq_len, mode, dtype, param_dtype, attention, optimizer, optimizer_impl, dropout, new_tokens)
@@ -257,8 +279,8 @@ def estimate_memory(
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
     activations = shape.n_layer * per_layer + once
     b, s, v = batch, seq_len, shape.vocab_size
-    e_logits = DTYPE_BYTES[dtype] if autocast else p_bytes if param_dtype != "fp32" else DTYPE_BYTES[dtype]
-    logits = b * s * v * e_logits if hold_logits else 0
+    logits = b * s * v * DTYPE_BYTES[dtype]  # the lm_head's output dtype
+    held = logits if hold_logits else 0  # what is left of them after the forward pass
     lp_bytes = FP32 if param_dtype == "fp32" else p_bytes
 
     # Candidate peaks (steady state: optimizer state exists from the first step on).
@@ -270,20 +292,43 @@ def estimate_memory(
         fwd_extra = pp.linear_biases * 2 + b * s * v * FP32
     loss_grads = 2 * b * s * v * lp_bytes  # d(log-probs) from nll_loss, then d(logits) from log_softmax
     opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, pp, state_bytes)
-    moments = {
-        "end of forward": base + activations + logits + fwd_extra,
-        "backward (loss gradient)": base + activations + logits + loss_grads,
-        "optimizer step": base + grads + logits + opt_temp,
+    # Backward through the layers, top to bottom: each layer frees its activations and adds its
+    # gradients, so the level is linear in the layer count and peaks at the first or last layer.
+    # Alive besides: the lm_head/ln_f gradients and one MLP's backward temporaries (the residual
+    # gradient, the hidden-size gradient and the projection's weight gradient).
+    head_once = sum(i.bytes for i in items if not i.per_layer and i.block in ("ln_f", "lm_head", "loss"))
+    rest_once = once - head_once
+    g_head = (v * shape.n_embd + _norm_params(shape)) * p_bytes
+    g_layer = pp.layer_params * p_bytes
+    e_act = DTYPE_BYTES[dtype]
+    r_act = FP32 if param_dtype == "fp32" else p_bytes
+    bwd_temp = b * s * shape.n_embd * r_act + b * s * shape.ffn * e_act + shape.n_embd * shape.ffn * p_bytes
+    layers_top = shape.n_layer * per_layer
+    layers_bottom = per_layer + (shape.n_layer - 1) * g_layer
+    static = {"params": params, "buffers": buf, "optimizer": opt_state}
+    top_is_higher = layers_top >= layers_bottom
+    parts = {
+        # While the loss is computed the logits are alive whether or not the step keeps them.
+        "end of forward": {**static, "activations": activations, "logits": logits, "temporaries": fwd_extra},
+        "backward (loss gradient)": {**static, "activations": activations, "logits": held,
+                                     "temporaries": loss_grads},
+        "backward (layers)": {
+            **static,
+            "activations": (shape.n_layer if top_is_higher else 1) * per_layer + rest_once,
+            "grads": g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer),
+            "logits": held,
+            "temporaries": bwd_temp,
+        },
+        "optimizer step": {**static, "grads": grads, "logits": held, "temporaries": opt_temp},
     }
+    moments = {name: sum(p.values()) for name, p in parts.items()}
     peak_at = max(moments, key=lambda k: moments[k])
     peak = moments[peak_at]
-    temporaries = {
-        "end of forward": fwd_extra,
-        "backward (loss gradient)": loss_grads,
-        "optimizer step": opt_temp,
-    }[peak_at]
+    at_peak = {c: int(parts[peak_at].get(c, 0)) for c in _AT_PEAK}
+    temporaries = at_peak["temporaries"]
     if dropout > 0 and attention == "sdpa":
-        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept")
+        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept"
+                     if device_kind != "cpu" else "sdpa with dropout runs the unfused math kernel on the CPU")
     notes.append("first step only: optimizer state is created inside optimizer.step(), so the first step's "
                  "forward/backward run without it")
     return MemoryEstimate(
@@ -291,9 +336,10 @@ def estimate_memory(
         attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
         device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
         params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
-        activations=activations, activations_per_layer=per_layer, logits=logits, kv_cache=0,
-        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, items=tuple(items),
-        notes=tuple(notes),
+        activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
+        kv_cache=0,
+        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
+        items=tuple(items), notes=tuple(notes),
     )
 
 
@@ -320,12 +366,20 @@ def activation_items(
     e = DTYPE_BYTES[dtype] if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # matmul inputs
     r = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # residual stream, norm inputs
     # Softmax output: autocast on CUDA runs softmax in fp32 and the next matmul keeps a 16-bit cast.
-    sm = FP32 if (param_dtype == "fp32" and (dtype == "fp32" or device_kind == "cuda")) else e
-    sm_cast = e if (autocast and device_kind == "cuda") else 0
+    sm = FP32 if (param_dtype == "fp32" and (dtype == "fp32" or device_kind != "cpu")) else e
+    sm_cast = e if (autocast and device_kind != "cpu") else 0
     lp = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # log-softmax output
     stats = 2 if shape.norm == "layernorm" else 1  # mean and rstd (or rstd), fp32
     sbh = s * b * h
     drop = dropout > 0
+    # CUDA's fused dropout keeps a bool mask; the CPU path keeps a scaled mask in the input's dtype.
+    cpu = device_kind == "cpu"
+
+    def mask(dtype_bytes: int) -> tuple[str, int]:
+        return ("dropout mask (scaled, input dtype)", dtype_bytes) if cpu else ("dropout mask (bool)", BOOL)
+
+    # sdpa with dropout on the CPU falls back to the unfused math kernel, which keeps the scores.
+    fused = attention == "sdpa" and not (drop and cpu)
     items: list[MemoryItem] = []
 
     def add(block: str, what: str, formula: str, nbytes: int, per_layer: bool = True, category: str = "activations") -> None:
@@ -334,28 +388,33 @@ def activation_items(
     # Once: embedding.
     add("embedding", "positions (int64)", "s*8", s * INT64, per_layer=False)
     if drop:
-        add("embedding", "dropout mask (bool)", "sbh", sbh * BOOL, per_layer=False)
+        what, mb = mask(r)
+        add("embedding", what, f"sbh*{mb}", sbh * mb, per_layer=False)
     # Per layer.
     add("ln_1", "input (residual stream)", f"sbh*{r}", sbh * r)
     add("ln_1", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32)
     add("attn.qkv", "input (ln_1 output)", f"sbh*{e}", sbh * e)
-    if attention == "math":
+    if not fused:
+        # Grouped-query k/v are repeated to every head before the matmuls, so q, k, v are all sbh.
         add("attn.scores", "q and k", f"2sbh*{e}", 2 * sbh * e)
-        add("attn.scores", "causal mask (bool)", "s*s", s * s * BOOL)
+        if attention == "math":
+            add("attn.scores", "causal mask (bool)", "s*s", s * s * BOOL)
         add("attn.softmax", "softmax output", f"as^2b*{sm}", a * s * s * b * sm)
         if drop:
-            add("attn.softmax", "dropout mask (bool)", "as^2b", a * s * s * b * BOOL)
+            what, mb = mask(sm)
+            add("attn.softmax", what, f"as^2b*{mb}", a * s * s * b * mb)
             add("attn.softmax", "dropout output", f"as^2b*{sm}", a * s * s * b * sm)
         if sm_cast:
             add("attn.av", "probabilities cast to 16-bit", f"as^2b*{sm_cast}", a * s * s * b * sm_cast)
-        add("attn.av", "v", f"sbh*{e}" if kv == h else f"sb*{kv}*{e}", s * b * h * e)
+        add("attn.av", "v", f"sbh*{e}", sbh * e)
         add("attn.proj", "input", f"sbh*{e}", sbh * e)
     else:
         add("attn.sdpa", "q, k, v", f"sb(h+2kv)*{e}", s * b * (h + 2 * kv) * e)
         add("attn.sdpa", "output (= attn.proj input)", f"sbh*{e}", sbh * e)
         add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
     if drop:
-        add("attn.proj", "dropout mask (bool)", "sbh", sbh * BOOL)
+        what, mb = mask(e)
+        add("attn.proj", what, f"sbh*{mb}", sbh * mb)
     add("ln_2", "input (residual stream)", f"sbh*{r}", sbh * r)
     add("ln_2", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32)
     add("mlp.fc", "input (ln_2 output)", f"sbh*{e}", sbh * e)
@@ -365,7 +424,8 @@ def activation_items(
         add("mlp.act", "gate and up outputs, SiLU output", f"3sb*{f}*{e}", 3 * s * b * f * e)
     add("mlp.proj", "input", f"sb*{f}*{e}", s * b * f * e)
     if drop:
-        add("mlp.proj", "dropout mask (bool)", "sbh", sbh * BOOL)
+        what, mb = mask(e)
+        add("mlp.proj", what, f"sbh*{mb}", sbh * mb)
     if autocast:
         pp = _param_parts(shape)
         add("autocast", "16-bit weight copies", "2*layer matmul weights", 2 * pp.matmul_weights_per_layer)
@@ -395,14 +455,16 @@ def _infer(
     resid = 2 * sbh * r  # x and the x + h being formed
     qkv = s * b * (h + 2 * shape.kv_heads * shape.head_dim) * e
     if attention == "math":
-        attn = qkv + 2 * a * s * s * b * (FP32 if (autocast and device_kind == "cuda") else e) + s * s
+        attn = qkv + 2 * a * s * s * b * (FP32 if (autocast and device_kind != "cpu") else e) + s * s
     else:
         attn = qkv + sbh * e
     mlp = sbh * e + 2 * s * b * f * e  # ln_2 output, fc output, activation output
     weight_copies = 2 * (pp.matmul_weights + pp.linear_biases) if autocast else 0
     temporaries = resid + max(attn, mlp) + weight_copies
-    logits = b * shape.vocab_size * (FP32 if autocast else e)
-    moments = {"prefill": params + buf + kv_cache + temporaries + logits}
+    logits = b * shape.vocab_size * e  # the lm_head's output for the last position only
+    at_peak = {c: 0 for c in _AT_PEAK}
+    at_peak.update(params=params, buffers=buf, kv_cache=kv_cache, logits=logits, temporaries=temporaries)
+    moments = {"prefill": sum(at_peak.values())}
     items = (
         MemoryItem("kv_cache", "keys and values", "2*L*kv_heads*head_dim*tokens*b*bytes", kv_cache, False, "kv_cache"),
         MemoryItem("prefill", "residual stream", f"2sbh*{r}", resid, False, "temporaries"),
@@ -414,8 +476,10 @@ def _infer(
         shape=shape, mode="infer", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
         attention=attention, optimizer="adamw", optimizer_impl="none", device_kind=device_kind, dropout=0.0,
         kv_tokens=kv_tokens, regime=regime, n_params=pp.total, params=params, grads=0, optimizer_state=0,
-        master_weights=0, buffers=buf, activations=0, activations_per_layer=0, logits=logits, kv_cache=kv_cache,
-        temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, items=items,
+        master_weights=0, buffers=buf, activations=0, activations_per_layer=0, logits=logits, hold_logits=False,
+        kv_cache=kv_cache,
+        temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, at_peak=at_peak,
+        items=items,
         notes=("prefill of the whole prompt at once; decode steps need less",),
     )
 
@@ -428,7 +492,7 @@ def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int)
 def _impl(impl: str, device_kind: str) -> str:
     # torch picks foreach only when every tensor is on CUDA (or another accelerator); CPU loops.
     if impl == "auto":
-        return "foreach" if device_kind == "cuda" else "for-loop"
+        return "for-loop" if device_kind == "cpu" else "foreach"
     return impl
 
 
@@ -480,8 +544,10 @@ def _regime(dtype: str, param_dtype: str, master_weights: bool, mode: str) -> st
     if param_dtype == "fp32" and dtype == "fp32":
         return "fp32: parameters, gradients, optimizer state and activations all fp32"
     if param_dtype == "fp32":
-        return (f"autocast {dtype}: fp32 parameters" + (", gradients and optimizer state" if mode == "train" else "")
-                + f"; matmuls in {dtype} on 16-bit weight copies; residual stream, norms and loss in fp32")
+        if mode == "infer":
+            return f"autocast {dtype}: fp32 parameters; matmuls in {dtype} on 16-bit weight copies"
+        return (f"autocast {dtype}: fp32 parameters, gradients and optimizer state; matmuls in {dtype} on "
+                "16-bit weight copies; residual stream, norms and loss in fp32")
     if mode == "infer":
         return f"{param_dtype} parameters, no autocast"
     if master_weights:
@@ -496,7 +562,7 @@ def _name_bytes(dtype: str) -> str:
 # -- fit search -------------------------------------------------------------------------------
 
 
-def largest_fitting_batch(budget: int, estimate_at: Any, limit: int = 1 << 20) -> int:
+def largest_fitting_batch(budget: int, estimate_at: Callable[[int], MemoryEstimate], limit: int = 1 << 20) -> int:
     """The largest batch size b with ``estimate_at(b).peak <= budget`` (0 when not even 1 fits).
 
     Peak memory grows with the batch size, so a doubling search then a bisection finds it in
@@ -526,7 +592,7 @@ _KEYS = {
     "params": "params",
     "grads": "grads",
     "optimizer": "optimizer_state",
-    "activations": None,  # activations + held logits: what the forward pass leaves alive
+    "activations": None,  # saved tensors (+ held logits): what the forward pass leaves alive
     "kv_cache": "kv_cache",
     "peak": "peak",
 }
@@ -534,7 +600,9 @@ _KEYS = {
 
 def _estimated_value(est: MemoryEstimate, key: str) -> int:
     if key == "activations":
-        return est.activations + est.logits if est.mode == "train" else 0
+        if est.mode != "train":
+            return 0
+        return est.activations + (est.logits if est.hold_logits else 0)
     return int(getattr(est, _KEYS[key]))
 
 
@@ -542,7 +610,7 @@ def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" =
     """Run-record metrics: ``memory.<x>`` (measured, n/a with a reason when not) and ``memory.estimated.<x>``.
 
     Keys: params, grads, optimizer, activations, kv_cache, peak. ``memory.activations`` is the
-    allocated bytes at the end of the forward pass minus before it (so it includes the held logits).
+    allocated bytes at the end of the forward pass minus before it (held logits included).
     """
     from lmprof.record.run import Metric
 
@@ -564,7 +632,8 @@ def _estimate_note(est: MemoryEstimate, key: str) -> str | None:
     if key == "peak":
         return f"peak at {est.peak_at}; {est.regime}"
     if key == "activations":
-        return "saved for backward + held logits (Korthikanti et al. 2022, adapted)"
+        held = " + held logits" if est.hold_logits else ""
+        return f"saved for backward{held} (Korthikanti et al. 2022, adapted)"
     if key == "optimizer":
         return est._optimizer_note()
     return None

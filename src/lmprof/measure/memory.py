@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import torch
 
-from lmprof.workloads.blocks import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
+from lmprof.workloads.blocks import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS, scopes_enabled
 
 # Timeline categories, bottom to top of the stacked plot.
 CATEGORIES = ("params", "optimizer", "grads", "kv_cache", "activations", "outputs", "temporaries", "other")
@@ -421,7 +421,7 @@ def _level_before(times: list[float], allocated: list[int], base: int, t_ms: flo
     return level
 
 
-def profile_memory(fn: Callable[[], object], trace_path: Path | None = None) -> list[dict[str, Any]]:
+def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> list[dict[str, Any]]:
     """Run ``fn`` once under torch.profiler with memory events; return the Chrome trace's events.
 
     Only the CPU activity is needed: allocator events (CPU and CUDA) are recorded on the host.
@@ -510,7 +510,7 @@ def measure_training_memory(
     step_fn: Callable[[], object],
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
-    device: torch.device | str,
+    device: Any,
     out_dir: str | Path | None = None,
     snapshot: bool = True,
     warmup: int = 0,
@@ -519,16 +519,20 @@ def measure_training_memory(
 ) -> MeasuredMemory:
     """Measure one training step's memory; ``step_fn`` runs the whole step.
 
-    ``step_fn`` should wrap its parts in ``torch.profiler.record_function("lmprof:forward")`` (and
-    backward, optimizer, zero_grad, data) so the timeline has phases and activations can be read.
+    ``step_fn`` should wrap its parts in ``lmprof.workloads.blocks.step_scope("forward")`` (or
+    ``torch.profiler.record_function("lmprof:forward")``), likewise backward, optimizer, zero_grad and
+    data, so the timeline has phases and activations can be read. ``device``: a string,
+    torch.device or lmprof Device.
     ``warmup`` steps run first, unmeasured (after one, the optimizer state exists: the steady state).
     On CUDA, with ``out_dir`` and ``snapshot``, writes ``memory_snapshot.pickle`` there.
     Call it outside any other torch.profiler session.
     """
-    dev = torch.device(device)
+    dev = _torch_device(device)
     for _ in range(warmup):
         step_fn()
-    with record_grads(model) as grads_seen:
+    # Step parts written with lmprof.workloads.blocks.step_scope emit their ranges only while scopes
+    # are on; the model's sub-block scopes stay off, they would only add events.
+    with record_grads(model) as grads_seen, scopes_enabled(True, model=False):
         result = _measure(step_fn, dev, lambda: static_memory(model, optimizer), out_dir, snapshot, cuda,
                           snapshot_entries)
     static_after = static_memory(model, optimizer)
@@ -540,7 +544,7 @@ def measure_training_memory(
 def measure_inference_memory(
     run_fn: Callable[[], object],
     model: torch.nn.Module,
-    device: torch.device | str,
+    device: Any,
     kv_cache: Any | None = None,
     out_dir: str | Path | None = None,
     snapshot: bool = False,
@@ -551,9 +555,11 @@ def measure_inference_memory(
     ``kv_cache`` is an object with ``nbytes()`` (lmprof's KVCache) allocated before the run; its
     bytes are part of the baseline.
     """
-    dev = torch.device(device)
+    dev = _torch_device(device)
     kv = int(kv_cache.nbytes()) if kv_cache is not None else None
-    result = _measure(run_fn, dev, lambda: static_memory(model), out_dir, snapshot, cuda, 100_000, kv_bytes=kv or 0)
+    with scopes_enabled(True, model=False):
+        result = _measure(run_fn, dev, lambda: static_memory(model), out_dir, snapshot, cuda, 100_000,
+                          kv_bytes=kv or 0)
     result.kv_cache = kv
     return result
 
@@ -589,7 +595,7 @@ def _measure(
         if recording:
             cu.start_history(snapshot_entries)
         try:
-            events = profile_memory(lambda: (fn(), cu.synchronize(dev)))
+            events = record_memory_events(lambda: (fn(), cu.synchronize(dev)))
             if recording:
                 path = Path(out_dir) / SNAPSHOT_NAME  # type: ignore[arg-type]
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -603,7 +609,7 @@ def _measure(
         source = "torch.cuda.max_memory_allocated (caching allocator, exact)"
         timeline = timeline_from_trace(events, dev, baseline)
     else:
-        events = profile_memory(fn)
+        events = record_memory_events(fn)
         timeline = timeline_from_trace(events, dev, baseline)
         peak = timeline.peak if timeline.events else None
         source = ("CPU: exact model/optimizer bytes + net bytes the step allocated (profiler memory events); "
@@ -615,6 +621,11 @@ def _measure(
         device=str(dev), static=before, grads=None, peak=peak, peak_source=source, timeline=timeline,
         peak_rss=peak_rss_bytes(), cuda_stats=stats, snapshot_path=snap_path, notes=notes,
     )
+
+
+def _torch_device(device: Any) -> torch.device:
+    """A torch.device from a string, a torch.device or lmprof's Device (which has .torch_device)."""
+    return getattr(device, "torch_device", None) or torch.device(device)
 
 
 def _cuda_stats(stats: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.record.run import Run
 from lmprof.workloads.shape import ModelShape
 
+MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.scores", "attn.av", "attn.sdpa", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
+
 
 def add_costs(
     run: Run,
@@ -56,7 +58,9 @@ def add_costs(
     run.tables["roofline"] = [p.to_dict() for p in points]
     if not points:
         return
-    over = [p for p in points if p.roof_fraction is not None and p.roof_fraction > 1.05]
+    # Only matmul blocks: elementwise blocks carry rough per-element FLOP estimates (a residual's
+    # backward is a pass-through), so their position says little about the ceiling.
+    over = [p for p in points if p.name in MATMUL_BLOCKS and p.roof_fraction is not None and p.roof_fraction > 1.05]
     if over:
         worst = max(over, key=lambda p: p.roof_fraction or 0)
         run.notes.append(

@@ -20,7 +20,10 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, environment, resolve_device
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.config import MeasureSpec, ModelSpec
+from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.measure.memory import measure_inference_memory
 from lmprof.pipeline.costs import add_costs
+from lmprof.pipeline.memory import add_memory
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.pipeline.train import DTYPES, blocks_from, measured_window, run_folder
 from lmprof.record.run import Env, Metric, Run
@@ -118,6 +121,10 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             generate(work)
         gens: list[Generation] = []
         _, energy = measured_window(lambda: gens.append(generate(work)), spec.steps, work.device.synchronize, monitor)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
+        if memory.kv_cache is None:
+            memory.kv_cache = work.decoder.cache_bytes()  # the cache is created inside the run
         cache_bytes = work.decoder.cache_bytes()
         prof = profile_steps(
             lambda: generate(work), work.device.torch_device, out_dir / "trace.json.gz",
@@ -182,6 +189,13 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         next(work.model.parameters()).dtype, "fp32")
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
     add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1)
+    estimate = None
+    if work.shape is not None:
+        estimate = estimate_memory(work.shape, batch=B, seq_len=T, mode="infer", dtype=dtype, param_dtype=dtype,
+                                   attention=attention, device_kind=work.device.kind,  # type: ignore[arg-type]
+                                   new_tokens=n if config.get("kv_cache", True) else 0)
+    add_memory(run, out_dir, memory, estimate, f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
+               f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]

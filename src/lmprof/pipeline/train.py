@@ -22,7 +22,10 @@ from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.profiling import profile_steps
 from lmprof.measure.timing import time_calls, warm_up
 from lmprof.pipeline.config import DEFAULT_SEQ_LEN, MeasureSpec, TrainConfig
+from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.measure.memory import measure_training_memory
 from lmprof.pipeline.costs import add_costs
+from lmprof.pipeline.memory import add_memory
 from lmprof.record.run import Block, Env, Metric, Run
 from lmprof.trace.load import load_trace
 from lmprof.workloads.blocks import model_scopes, step_scope
@@ -47,6 +50,8 @@ class TrainWorkload:
     batch_size: int | None = None
     seq_len: int | None = None
     attention: str = "math"
+    optimizer_name: str = "adamw"
+    dropout: float = 0.0
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Entered for the profiled phase only: module hooks that place block scopes in foreign models.
@@ -163,6 +168,8 @@ def measure_training(
     monitor.measure_idle()  # before warm-up: a device stays clocked up for a while after work
     warm_up(step, spec.warmup, sync)
     samples, energy = measured_window(step, spec.steps, sync, monitor)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
     att = attribute(load_trace(prof.trace_path))
     loss = step.last_loss()
@@ -207,6 +214,13 @@ def measure_training(
     )
     if energy is not None:
         run.tables["energy"] = energy.rows()
+    estimate = None
+    if work.shape is not None and work.batch_size and work.seq_len:
+        estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
+                                   attention=work.attention, optimizer=work.optimizer_name, device_kind=work.device.kind,
+                                   dropout=work.dropout)  # type: ignore[arg-type]
+    title = f"{config.get('preset') or config.get('model_name', 'model')}, batch {work.batch_size}, seq {work.seq_len}, {spec.dtype}, {work.device}"
+    add_memory(run, out_dir, memory, estimate, title)
     if work.batch_size and work.seq_len:
         add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
                   attention=work.attention)  # type: ignore[arg-type]
@@ -273,6 +287,8 @@ def gpt_workload(
         batch_size=cfg.batch_size,
         seq_len=seq_len,
         attention=gcfg.attention,
+        optimizer_name=cfg.optimizer,
+        dropout=gcfg.dropout,
         notes=notes,
     )
     return work, gcfg, seq_len

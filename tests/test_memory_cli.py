@@ -1,0 +1,135 @@
+"""``lmprof memory``: the fit check's output, exit codes, and agreement with a real CPU step."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.profiler import record_function
+
+from lmprof.cli.main import main
+from lmprof.cli.memory import KNOWN_GPUS, device_memory
+from lmprof.errors import ConfigError
+from lmprof.measure.memory import measure_training_memory
+from lmprof.workloads.gpt import GPT, PRESETS
+
+GIB = 1024**3
+BUDGET_GB = 0.05  # a small artificial budget the tiny model crosses around batch 16 at seq 64
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["memory", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _fit_json(capsys: pytest.CaptureFixture[str], batch: int) -> dict:
+    code, out, _ = _run(capsys, "--preset", "tiny", "--batch-size", str(batch), "--seq-len", "64",
+                        "--device", "cpu", "--memory-gb", str(BUDGET_GB), "--json")
+    data = json.loads(out)
+    assert code == (0 if data["fits"] else 1)
+    return data
+
+
+def _measured_peak(batch: int) -> int:
+    """Peak allocated bytes of a real steady-state CPU training step of the tiny GPT (fp32, AdamW)."""
+    torch.manual_seed(0)
+    cfg = PRESETS["tiny"]
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, cfg.vocab_size, (batch, 64))
+    y = torch.randint(0, cfg.vocab_size, (batch, 64))
+
+    def step() -> None:
+        with record_function("lmprof:forward"):
+            loss = model(x, y)[1]  # like lmprof's own step: the logits die with the forward pass
+        with record_function("lmprof:backward"):
+            loss.backward()
+        with record_function("lmprof:optimizer"):
+            opt.step()
+        with record_function("lmprof:zero_grad"):
+            opt.zero_grad(set_to_none=True)
+
+    measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    assert measured.peak is not None
+    return measured.peak
+
+
+def test_fit_check_agrees_with_a_real_cpu_step(capsys: pytest.CaptureFixture[str]) -> None:
+    budget = int(BUDGET_GB * GIB)
+    fits = _fit_json(capsys, 8)
+    too_big = _fit_json(capsys, 24)
+    assert fits["fits"] and not too_big["fits"]
+    best = fits["largest_batch"]
+    assert 8 <= best < 24
+    # What the check said holds for real steps: the fitting one peaks under the budget, the other over.
+    small, large, edge = _measured_peak(8), _measured_peak(24), _measured_peak(best)
+    assert small <= budget < large
+    assert edge <= budget
+    # ... and the estimate is close to the measured peak, not merely on the right side.
+    assert abs(small - fits["estimate"]["peak"]) <= 0.02 * small
+    assert abs(large - too_big["estimate"]["peak"]) <= 0.02 * large
+
+
+def test_gpt2_on_h100_report(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--preset", "gpt2", "--batch-size", "32", "--seq-len", "1024", "--dtype", "bf16",
+                        "--device", "h100")
+    assert code == 0
+    assert "124,439,808 params" in out
+    for word in ("params", "grads", "optimizer", "activations", "logits", "temporaries", "peak", "attn.softmax"):
+        assert word in out
+    assert "NVIDIA H100 80GB: 80.00 GiB" in out
+    assert "FITS:" in out and "DOES NOT FIT" not in out
+    assert "largest batch size that fits:" in out
+
+
+def test_does_not_fit_exits_1_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--preset", "gpt2", "--batch-size", "64", "--dtype", "fp32", "--device", "t4",
+                        "--no-blocks")
+    assert code == 1
+    assert "DOES NOT FIT" in out
+    assert "attn.softmax" not in out  # --no-blocks
+
+
+def test_infer_mode_and_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--preset", "tiny", "--mode", "infer", "--batch-size", "2", "--seq-len", "32",
+                        "--new-tokens", "8", "--n-layer", "2", "--attention", "sdpa", "--memory-gb", "1", "--json")
+    assert code == 0
+    est = json.loads(out)["estimate"]
+    assert est["shape"]["n_layer"] == 2 and est["attention"] == "sdpa"
+    assert est["kv_cache"] == 2 * 2 * 4 * 32 * 40 * 2 * 4  # 2 x L x heads x head_dim x tokens x b x 4 B
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--preset", "nope"],
+        ["--batch-size", "0"],
+        ["--dtype", "fp64"],
+        ["--attention", "flash"],
+        ["--device", "z80"],
+        ["--device", "a100"],
+        ["--memory-gb", "-1"],
+        ["--mode", "serve"],
+        ["--optimizer", "lion"],
+        ["--seq-len", "4096"],  # beyond the tiny preset's block size
+        ["--n-head", "3"],  # 128 is not divisible by 3
+        ["--batch-size", "many"],  # not an integer: click's own error
+    ],
+)
+def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    code, _, err = _run(capsys, *args)
+    assert code == 2
+    assert err.startswith("lmprof: error:") and err.count("\n") == 1
+
+
+def test_device_table() -> None:
+    assert device_memory("h100", None) == ("NVIDIA H100 80GB", 80 * GIB, "cuda")
+    assert device_memory("a100-40", None)[1] == 40 * GIB
+    assert device_memory("H200", None)[1] == 141 * 10**9
+    assert device_memory("h100", 2.5) == ("2.5 GiB budget", int(2.5 * GIB), "cuda")
+    name, ram, kind = device_memory("cpu", None)
+    assert kind == "cpu" and ram > 0
+    assert all(cap > 0 for _, cap in KNOWN_GPUS.values())
+    with pytest.raises(ConfigError):
+        device_memory("a100", None)
