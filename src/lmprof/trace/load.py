@@ -24,11 +24,13 @@ device        int64      args.device for device events, -1 when absent
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
 How it stays fast and lean: the file is read (and gunzipped) in bounded chunks and never held whole.
-A vectorised scan of each chunk's brackets and quotes finds where complete events end; those events
-are decoded by msgspec into small typed structs and turned into numpy columns before the next chunk
-is read, so the peak extra memory is the final columns plus one chunk's worth of Python objects.
-Timestamps are float64 microseconds: on traces that stamp Unix-epoch microseconds (~1.7e15) float64
-resolves 0.25 us, which is below anything the analyses report.
+Each chunk is cut after its last complete event (see :class:`_Splitter`), that run of events is
+decoded by msgspec into small typed structs in place, and the structs become numpy columns before
+the next chunk is read. So the peak extra memory is about the final columns plus one chunk's worth
+of Python objects, and no step walks the events one by one in Python except attribute reads.
+
+Timestamps are float64 microseconds: traces stamped in Unix-epoch microseconds (~1.7e15, older
+Kineto) resolve 0.25 us in float64; newer ones (relative to baseTimeNanoseconds) resolve ~1 ns.
 """
 from __future__ import annotations
 
@@ -72,12 +74,13 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _Meta(msgspec.Struct):
+    # Any: odd metadata must never make a trace unreadable
     traceEvents: list[Any] = []
-    distributedInfo: dict[str, Any] | None = None
-    deviceProperties: list[Any] | None = None
-    baseTimeNanoseconds: int | None = None
-    schemaVersion: int | str | None = None
-    traceName: str | None = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
+    traceName: Any = None
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
@@ -87,17 +90,21 @@ _LIST_META_DECODER = msgspec.json.Decoder(list[Any])
 
 @dataclass
 class TraceTable:
-    """A trace as columns. ``rank`` comes from distributedInfo when the trace has it."""
+    """A trace as columns. ``rank`` comes from distributedInfo when the trace has it.
+
+    Treat the frames as read-only: analyses cache arrays derived from them in ``cache``.
+    """
 
     events: pd.DataFrame
     flows: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rank(self) -> int | None:
-        info = self.meta.get("distributedInfo") or {}
-        rank = info.get("rank")
+        info = self.meta.get("distributedInfo")
+        rank = info.get("rank") if isinstance(info, dict) else None
         return int(rank) if isinstance(rank, (int, float, str)) and str(rank).lstrip("-").isdigit() else None
 
     @property
@@ -121,7 +128,7 @@ def _chunks(path: Path) -> Iterator[bytes]:
     with f:
         head = f.read(2)
         if head != b"\x1f\x8b":
-            yield head + f.read(_READ_BYTES - 2)
+            yield head + f.read(max(_READ_BYTES - 2, 0))
             while block := f.read(_READ_BYTES):
                 yield block
             return
@@ -248,7 +255,9 @@ class _Splitter:
         elif first == b"{":
             self.state = "prefix"
         else:
-            raise DataError(f"{self.path}: not a JSON trace (it starts with {bytes(first)!r}, expected '{{' or '[')")
+            raise DataError(
+                f"{self.path}: not a JSON trace (it starts with {bytes(first)!r}, expected '{{' or '[')"
+            )
 
     def _prefix(self) -> None:
         pos, ch, depth = _brackets(self.buf, 0)
@@ -340,7 +349,10 @@ class _Splitter:
             raise DataError(f"{self.path}: not a valid trace JSON ({exc})") from None
 
     def _truncated(self) -> str:
-        return f"{self.path}: trace is truncated (the traceEvents list is not closed after {self.seen_bytes:,} bytes)"
+        return (
+            f"{self.path}: trace is truncated "
+            f"(the traceEvents list is not closed after {self.seen_bytes:,} bytes)"
+        )
 
     def finish(self) -> bytes:
         """Check the stream ended cleanly; returns the top-level JSON with traceEvents emptied."""
@@ -432,7 +444,10 @@ class _Builder:
         self.path = path
         i64, f64, i32 = np.int64, np.float64, np.int32
         self.x = _Columns(
-            {"name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64, **{k: i64 for k in _get_arg}}
+            {
+                "name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64,
+                **{k: i64 for k in _get_arg},
+            }
         )
         self.fl = _Columns({"id": i64, "ph": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64})
         self.names: dict[Any, int] = {}
@@ -454,7 +469,8 @@ class _Builder:
             self._add_flows(fl)
 
     def _codes(self, table: dict[Any, int], values: list[Any]) -> np.ndarray:
-        return np.fromiter([table.setdefault(v, len(table)) for v in values], dtype=np.int32, count=len(values))
+        codes = [table.setdefault(v, len(table)) for v in values]
+        return np.fromiter(codes, dtype=np.int32, count=len(codes))
 
     def _add_complete(self, xs: list[_Event]) -> None:
         c = self.x

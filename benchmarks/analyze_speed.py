@@ -1,0 +1,146 @@
+"""Speed and memory of ``lmprof analyze`` on a large trace.
+
+Builds a ~270 MB / ~1.3 M-event Kineto trace by repeating a real one (each copy shifted in time and
+with its correlation / External ids / flow ids offset, so links stay within a copy), writes it to a
+temporary folder, then measures in a fresh child process:
+
+* load seconds      wall time of :func:`lmprof.trace.load.load_trace`
+* analysis seconds  wall time of :func:`lmprof.trace.analyze.analyze_tables` on the loaded table
+* peak extra memory ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after the step minus the resident
+                    set size just before loading (so imports are not counted); Linux reports KiB
+
+Usage::
+
+    .venv/bin/python benchmarks/analyze_speed.py            # plain JSON, 19 copies of v100_train_rank0
+    .venv/bin/python benchmarks/analyze_speed.py --gzip     # also time the same trace gzipped
+    .venv/bin/python benchmarks/analyze_speed.py --copies 2 # quick run
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = ROOT / "tests" / "data" / "traces" / "v100_train_rank0.json.gz"
+ID_STRIDE = 10_000_000  # offset of correlation / External id / flow id per copy
+
+
+def build_trace(source: Path, copies: int, out: Path, compress: bool = False) -> tuple[int, int]:
+    """Write ``copies`` time-shifted copies of ``source``'s events as one trace; returns (bytes, events)."""
+    import orjson
+
+    with gzip.open(source, "rb") if source.suffix == ".gz" else open(source, "rb") as f:
+        trace = orjson.loads(f.read())
+    events = trace.pop("traceEvents")
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    start = min(e["ts"] for e in timed)
+    span = max(e["ts"] + float(e.get("dur", 0) or 0) for e in timed) - start
+    n_events = 0
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb"))
+    with opener(out) as f:
+        head = orjson.dumps(trace)  # metadata first, events appended by hand
+        f.write(head[:-1] + (b', "traceEvents": [\n  ' if len(head) > 2 else b'"traceEvents": [\n  '))
+        first = True
+        for k in range(copies):
+            shift = k * (span + 1000.0)
+            batch = []
+            for e in events:
+                if e.get("ph") == "M" and k:
+                    continue  # metadata once
+                e2 = dict(e)
+                if "ts" in e2 and isinstance(e2["ts"], (int, float)):
+                    e2["ts"] = e2["ts"] + shift
+                if "id" in e2 and isinstance(e2["id"], int):
+                    e2["id"] = e2["id"] + k * ID_STRIDE
+                args = e2.get("args")
+                if isinstance(args, dict):
+                    args = dict(args)
+                    for key in ("correlation", "External id"):
+                        if isinstance(args.get(key), int):
+                            args[key] = args[key] + k * ID_STRIDE
+                    e2["args"] = args
+                batch.append(e2)
+            n_events += len(batch)
+            # ", " / ": " separators and a line per event, as Kineto writes (orjson would be ~20% smaller)
+            text = ",\n  ".join([json.dumps(e, separators=(", ", ": ")) for e in batch])
+            f.write((b"" if first else b",\n  ") + text.encode())
+            first = False
+        f.write(b"\n]}")
+    return out.stat().st_size, n_events
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def measure(path: Path) -> dict:
+    """Load + analyze ``path`` in this process; return seconds and peak-RSS deltas (MiB)."""
+    from lmprof.trace.analyze import analyze_tables
+    from lmprof.trace.load import load_trace
+
+    base = _rss_kib()
+    t0 = time.perf_counter()
+    table = load_trace(path)
+    t1 = time.perf_counter()
+    peak_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    table_mib = table.events.memory_usage(deep=True).sum() / 2**20
+    result = analyze_tables([table])
+    t2 = time.perf_counter()
+    peak_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "events": int(len(table.events)),
+        "flows": int(len(table.flows)),
+        "load_s": round(t1 - t0, 2),
+        "analysis_s": round(t2 - t1, 2),
+        "peak_extra_load_mib": round((peak_load - base) / 1024, 1),
+        "peak_extra_total_mib": round((peak_all - base) / 1024, 1),
+        "table_mib": round(table_mib, 1),
+        "idle_pct": result.traces[0].device.temporal.idle_pct if result.traces[0].device else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--copies", type=int, default=19)
+    ap.add_argument("--gzip", action="store_true", help="also measure a gzipped copy")
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child-process mode
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        variants = [("json", Path(tmp) / "big.json", False)]
+        if args.gzip:
+            variants.append(("json.gz", Path(tmp) / "big.json.gz", True))
+        print(f"source: {args.source.name} x {args.copies} copies")
+        for label, path, compress in variants:
+            t0 = time.perf_counter()
+            size, n = build_trace(args.source, args.copies, path, compress)
+            took = time.perf_counter() - t0
+            print(f"[{label}] built {size / 1e6:.0f} MB, {n:,} trace events in {took:.1f} s")
+            out = subprocess.run(
+                [sys.executable, __file__, "--measure", str(path)], capture_output=True, text=True, check=True
+            )
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            print(
+                f"[{label}] load {r['load_s']:.2f} s | analysis {r['analysis_s']:.2f} s | "
+                f"peak extra RSS: load {r['peak_extra_load_mib']:.0f} MiB, load+analysis "
+                f"{r['peak_extra_total_mib']:.0f} MiB | table {r['table_mib']:.0f} MiB | "
+                f"{r['events']:,} X events, {r['flows']:,} flow events"
+            )
+        print("peak extra memory: ru_maxrss (peak RSS) after the step minus RSS before loading, in a child")
+
+
+if __name__ == "__main__":
+    main()

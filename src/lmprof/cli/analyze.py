@@ -1,0 +1,44 @@
+"""``lmprof analyze``: what a torch.profiler (Kineto) trace says about where the time went."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from lmprof.cli.app import app
+
+
+@app.command()
+def analyze(
+    path: Path = typer.Argument(
+        ...,
+        help="A trace (.json or .json.gz), a folder with one trace per rank, or an lmprof run folder.",
+        show_default=False,
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print JSON instead of tables (schema: docs/trace-analysis.md)."
+    ),
+    top: int = typer.Option(10, "--top", min=1, help="How many kernels and CPU operators to list."),
+    include_last_step: bool = typer.Option(
+        False,
+        "--include-last-step",
+        help="Keep device work launched in the last ProfilerStep (HTA leaves it out by default).",
+    ),
+) -> None:
+    """Analyse a torch.profiler trace: device time, idle causes, launches, top kernels/ops, ranks.
+
+    Every figure is measured from the trace; device time follows HolisticTraceAnalysis's definitions
+    (docs/trace-analysis.md). Works on CPU-only, ROCm and multi-rank traces.
+    """
+    # heavy imports here, so `lmprof --help` stays fast
+    from lmprof.trace.analyze import analyze_path
+
+    report = analyze_path(path, top=top, include_last_step=include_last_step)
+    if json_out:
+        import orjson
+
+        typer.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return
+    from lmprof.show.analyze_view import render
+
+    render(report)

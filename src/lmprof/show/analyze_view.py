@@ -1,0 +1,204 @@
+"""Terminal tables for ``lmprof analyze`` (rich). Reads a :class:`~lmprof.trace.analyze.Report` only."""
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+
+_MAX_NAME = 72
+_DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    """Print the report as tables; several traces get a rank comparison first."""
+    con = console or Console(highlight=False)
+    for note in report.notes:
+        con.print(f"note: {note}")
+    if report.ranks is not None:
+        _ranks(con, report)
+    if len(report.traces) > _DETAILED_RANKS:
+        con.print(f"{len(report.traces)} traces: per-rank details with --json")
+        return
+    for tr in report.traces:
+        _trace(con, tr)
+
+
+def short_name(name: str, limit: int = _MAX_NAME) -> str:
+    """A readable kernel / operator name: no return type, arguments folded to (…), template
+    arguments kept one level deep (they tell instances apart) with deeper levels folded to <…>."""
+    s = name[5:] if name.startswith("void ") else name
+    out: list[str] = []
+    angle = paren = 0
+    for ch in s:
+        if paren:  # inside a top-level argument list: skip it
+            paren += ch == "("
+            paren -= ch == ")"
+            continue
+        if ch == "(" and angle == 0 and out and out[-1][-1:] not in (" ", ""):  # an argument list
+            out.append("(…)")
+            paren = 1
+        elif ch == "<":
+            angle += 1
+            if angle <= 2:
+                out.append("<" if angle == 1 else "<…>")
+        elif ch == ">" and angle:
+            angle -= 1
+            if angle == 0:
+                out.append(">")
+        elif angle <= 1:
+            out.append(ch)
+    s = re.sub(r"\s+", " ", "".join(out)).strip() or name
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def fmt_us(us: float | None) -> str:
+    """Microseconds in a readable unit."""
+    if us is None:
+        return "n/a"
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.2f} us"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def _trace(con: Console, tr: TraceReport) -> None:
+    rank = "?" if tr.rank is None else str(tr.rank)
+    con.print(
+        f"\n[bold]{escape(tr.path)}[/bold]  rank {rank}, {tr.events:,} events, "
+        f"host span {fmt_us(tr.host_span_us)}"
+    )
+    if tr.device is None:
+        con.print(f"device: {tr.device_note}")
+    else:
+        _device(con, tr.device)
+    _operators(con, tr)
+    _steps(con, tr)
+
+
+def _device(con: Console, dev: DeviceReport) -> None:
+    w, t = dev.window, dev.temporal
+    con.print(
+        f"device window {fmt_us(w.span_us)} ({w.device_events:,} device events, rule: {w.rule}"
+        + (f", {w.excluded_events:,} left out" if w.excluded_events else "")
+        + ")"
+    )
+    tab = Table(title="Device time (each instant counted once)", title_justify="left")
+    for col in ("", "time", "% of window"):
+        tab.add_column(col, justify="right" if col else "left")
+    for label, us, pct in (
+        ("compute", t.compute_us, t.compute_pct),
+        ("communication", t.communication_us, t.communication_pct),
+        ("memory copy/set", t.memory_us, t.memory_pct),
+        ("idle", t.idle_us, t.idle_pct),
+    ):
+        tab.add_row(label, fmt_us(us), _pct(pct))
+    con.print(tab)
+    ov = dev.overlap
+    if ov.overlap_pct is not None:
+        con.print(
+            f"communication overlapped by compute: {_pct(ov.overlap_pct)} "
+            f"of {fmt_us(ov.communication_total_us)}"
+        )
+
+    idle = dev.idle
+    if idle.gaps:
+        title = f"Idle gaps ({idle.gaps:,}, largest {fmt_us(idle.largest_gap_us)})"
+        tab = Table(title=title, title_justify="left")
+        for col in ("cause", "gaps", "time", "% of idle"):
+            tab.add_column(col, justify="left" if col == "cause" else "right")
+        for label, n, us in (
+            ("waiting on sync", idle.sync_gaps, idle.sync_us),
+            ("host-bound launch", idle.host_bound_gaps, idle.host_bound_us),
+            ("other", idle.other_gaps, idle.other_us),
+        ):
+            share = 100.0 * us / idle.idle_us if idle.idle_us else None
+            tab.add_row(label, f"{n:,}", fmt_us(us), _pct(share))
+        con.print(tab)
+
+    la = dev.launches
+    if la.linked:
+        con.print(
+            f"launches: {la.linked:,}/{la.kernels:,} kernels linked; launch delay median "
+            f"{fmt_us(la.launch_delay_median_us)}, p90 {fmt_us(la.launch_delay_p90_us)}, max "
+            f"{fmt_us(la.launch_delay_max_us)}; launch call median {fmt_us(la.launch_call_median_us)}"
+        )
+        con.print(
+            f"kernels shorter than their launch call: {la.short_kernels:,} ({_pct(la.short_kernels_pct)}), "
+            f"{fmt_us(la.short_kernels_time_us)} of kernel time"
+        )
+
+    k = dev.kernels
+    title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
+    tab = Table(title=title, title_justify="left")
+    for col in ("kernel", "type", "count", "total", "mean", "share"):
+        tab.add_column(col, justify="left" if col in ("kernel", "type") else "right", overflow="fold")
+    for r in k.top:
+        name = escape(short_name(r.name))
+        tab.add_row(name, r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
+    con.print(tab)
+
+
+def _operators(con: Console, tr: TraceReport) -> None:
+    ops = tr.operators
+    if not ops.count:
+        con.print("no CPU operators in trace")
+        return
+    tab = Table(title=f"Top CPU operators by self time ({ops.count:,} calls)", title_justify="left")
+    for col in ("operator", "count", "self", "total", "share"):
+        tab.add_column(col, justify="left" if col == "operator" else "right", overflow="fold")
+    for r in ops.top:
+        name = escape(short_name(r.name))
+        tab.add_row(name, f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
+    con.print(tab)
+
+
+def _steps(con: Console, tr: TraceReport) -> None:
+    st = tr.steps
+    if st is None:
+        con.print("no ProfilerStep annotations in trace")
+        return
+    con.print(
+        f"steps: {st.count} ProfilerStep, median {st.median_ms:.3f} ms (p10 {st.p10_ms:.3f}, "
+        f"p90 {st.p90_ms:.3f}, min {st.min_ms:.3f}, max {st.max_ms:.3f})"
+    )
+
+
+def _ranks(con: Console, report: Report) -> None:
+    rc = report.ranks
+    assert rc is not None
+    tab = Table(
+        title=f"Ranks ({len(rc.ranks)}): median step, device window, compute, all communication, idle",
+        title_justify="left",
+    )
+    for col in ("rank", "step", "window", "compute", "comm", "idle", "idle%"):
+        tab.add_column(col, justify="right", no_wrap=True)
+    for r in rc.ranks:
+        tab.add_row(
+            str(r.rank),
+            "n/a" if r.step_ms is None else f"{r.step_ms:.3f} ms",
+            fmt_us(r.span_us),
+            fmt_us(r.compute_us),
+            fmt_us(r.communication_total_us),
+            fmt_us(r.idle_us),
+            _pct(r.idle_pct),
+        )
+    con.print(tab)
+    by = {"step_ms": "median step time", "span_us": "device window", "host_span_us": "host span"}[rc.measure]
+    con.print(
+        f"slowest rank {rc.slowest_rank}: {_pct(rc.slowest_over_fastest_pct)} slower than the fastest "
+        f"(rank {rc.fastest_rank}), {_pct(rc.slowest_over_median_pct)} over the median, by {by}"
+    )
+    if rc.communication_skew_us is not None:
+        con.print(
+            f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "
+            f"({_pct(rc.communication_skew_pct)} of the mean)"
+        )

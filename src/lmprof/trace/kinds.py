@@ -1,0 +1,127 @@
+"""What each trace event is: device work, runtime call, CPU operator, step annotation, sync call.
+
+Every rule that classifies events by category or name lives here, so the analyses agree and the
+rules are documented once (docs/trace-analysis.md repeats them). All functions work on the
+categorical codes of :class:`~lmprof.trace.load.TraceTable` columns, so each distinct name is looked
+at once, not once per event.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from lmprof.trace.load import TraceTable
+
+# Device activity that occupies the GPU timeline. "memcpy"/"memset" are the pre-2021 Kineto names.
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+# CPU operators recorded by the PyTorch dispatcher ("operator" in old traces).
+OP_CATS = frozenset({"cpu_op", "operator"})
+ANNOTATION_CATS = frozenset({"user_annotation"})
+# Events drawn on GPU tracks that are not host work (and not device work either).
+GPU_TRACK_CATS = frozenset({"gpu_user_annotation", "cuda_sync", "ac2g", "trace"})
+
+# Kernel types, HTA's three: the order is the priority used when they overlap in time.
+COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
+KERNEL_TYPE_NAMES = ("computation", "communication", "memory")
+
+_STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+
+
+def is_runtime_cat(cat: str) -> bool:
+    """CUDA / HIP runtime and driver API calls (cuda_runtime, cuda_driver, hip_runtime, ...)."""
+    return cat.endswith("_runtime") or cat.endswith("_driver") or cat in ("runtime", "driver")
+
+
+def is_sync_call(name: str) -> bool:
+    """A runtime call that blocks the host until device work finishes.
+
+    ``*Synchronize`` (stream, device, event, context; CUDA, driver API and HIP) and the blocking
+    copies: ``cudaMemcpy*`` / ``hipMemcpy*`` / ``cuMemcpy*`` without ``Async`` (``.item()``,
+    ``.cpu()``, ``.tolist()`` end in one of these). ``hipMemcpyWithStream`` is blocking too.
+    """
+    if "Synchronize" in name:
+        return True
+    return name.startswith(("cudaMemcpy", "hipMemcpy", "cuMemcpy")) and "Async" not in name
+
+
+def kernel_type_of(name: str, cat: str) -> int:
+    """HTA's kernel type: NCCL/RCCL kernels are communication, memcpy/memset memory, rest compute."""
+    low = name.lower()
+    if "nccl" in low or "rccl" in low:
+        return COMMUNICATION
+    if cat in MEMORY_CATS or "Memcpy" in name or "Memset" in name:
+        return MEMORY
+    return COMPUTE
+
+
+def step_number(name: str) -> int | None:
+    """N of a ``ProfilerStep#N`` annotation, else None."""
+    m = _STEP_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def cat_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
+    """Rows whose category satisfies ``pred`` (evaluated once per distinct category)."""
+    return _category_mask(table.events["cat"], pred)
+
+
+def name_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
+    """Rows whose name satisfies ``pred`` (evaluated once per distinct name)."""
+    return _category_mask(table.events["name"], pred)
+
+
+def _category_mask(col: pd.Series, pred: Callable[[str], bool]) -> np.ndarray:
+    cat = col.cat
+    hits = np.fromiter((bool(pred(str(c))) for c in cat.categories), dtype=bool, count=len(cat.categories))
+    codes = cat.codes.to_numpy()
+    # code -1 (missing) never matches
+    return np.concatenate([hits, [False]])[codes]
+
+
+def device_mask(table: TraceTable) -> np.ndarray:
+    """Kernels, memcpys and memsets: the events that occupy the device timeline."""
+    return cat_mask(table, DEVICE_CATS.__contains__)
+
+
+def runtime_mask(table: TraceTable) -> np.ndarray:
+    """CUDA / HIP runtime and driver calls."""
+    return cat_mask(table, is_runtime_cat)
+
+
+def op_mask(table: TraceTable) -> np.ndarray:
+    """CPU operators (cpu_op)."""
+    return cat_mask(table, OP_CATS.__contains__)
+
+
+def annotation_mask(table: TraceTable) -> np.ndarray:
+    """Host-side ``record_function`` ranges (user_annotation), ProfilerStep#N included."""
+    return cat_mask(table, ANNOTATION_CATS.__contains__)
+
+
+def host_mask(table: TraceTable) -> np.ndarray:
+    """Events of host threads: everything but device work and GPU-track markers."""
+    return cat_mask(
+        table, lambda c: c not in DEVICE_CATS and c not in GPU_TRACK_CATS and not c.startswith("gpu_")
+    )
+
+
+def kernel_types(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """Kernel type (COMPUTE / COMMUNICATION / MEMORY) of the given device rows, as int8."""
+    names = table.events["name"].cat
+    by_name = np.fromiter(
+        (kernel_type_of(str(n), "") for n in names.categories), dtype=np.int8, count=len(names.categories)
+    )
+    by_name = np.concatenate([by_name, np.array([COMPUTE], dtype=np.int8)])  # code -1: no name
+    out = by_name[names.codes.to_numpy()[rows]]
+    memory_cat = cat_mask(table, MEMORY_CATS.__contains__)[rows]
+    out[(out == COMPUTE) & memory_cat] = MEMORY
+    return out
+
+
+def sync_mask(table: TraceTable) -> np.ndarray:
+    """Runtime calls that block the host on the device (see :func:`is_sync_call`)."""
+    return runtime_mask(table) & name_mask(table, is_sync_call)

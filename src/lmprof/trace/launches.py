@@ -1,0 +1,127 @@
+"""From each device event back to the host: runtime call, CPU operator and annotation that launched it.
+
+Links: a kernel / memcpy / memset and the runtime call that enqueued it (cudaLaunchKernel,
+cudaMemcpyAsync, hipLaunchKernel, cuLaunchKernel, ...) carry the same ``args.correlation``. The CPU
+operator and annotations around that runtime call are found by time nesting on the runtime call's
+thread (:mod:`lmprof.trace.nesting`). ``External id`` names the innermost one in most traces, but
+some Kineto versions fill it with the correlation id instead, so nesting is what is used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from lmprof.trace import kinds
+from lmprof.trace.load import TraceTable
+from lmprof.trace.nesting import enclosing
+
+
+def launching_calls(table: TraceTable, device_rows: np.ndarray | None = None) -> np.ndarray:
+    """Row of the runtime call that launched each device row (same correlation id), or -1.
+
+    When several runtime events share a correlation id (a runtime call and the driver call inside
+    it), the runtime one wins, then the earliest.
+    """
+    ev = table.events
+    if device_rows is None:
+        device_rows = np.flatnonzero(kinds.device_mask(table))
+    corr = ev["correlation"].to_numpy()
+    rt = np.flatnonzero(kinds.runtime_mask(table) & (corr >= 0))
+    out = np.full(len(device_rows), -1, dtype=np.int64)
+    if rt.size == 0 or len(device_rows) == 0:
+        return out
+    is_driver = kinds.cat_mask(table, lambda c: c.endswith("driver"))[rt]
+    order = np.lexsort((ev["ts"].to_numpy()[rt], is_driver, corr[rt]))
+    rt = rt[order]
+    keys = corr[rt]
+    first = np.concatenate([[True], keys[1:] != keys[:-1]])
+    rt, keys = rt[first], keys[first]
+    want = corr[device_rows]
+    pos = np.searchsorted(keys, want)
+    pos_ok = np.minimum(pos, len(keys) - 1)
+    hit = (pos < len(keys)) & (keys[pos_ok] == want) & (want >= 0)
+    out[hit] = rt[pos_ok[hit]]
+    return out
+
+
+def kernel_launches(table: TraceTable) -> pd.DataFrame:
+    """One row per device event (kernel, memcpy, memset), indexed by its row in ``table.events``.
+
+    Columns:
+
+    * ``runtime``: row of the launching runtime call (-1 when it is not in the trace)
+    * ``op``: row of the innermost ``cpu_op`` enclosing that runtime call on its thread (-1)
+    * ``annotation``: row of the innermost ``user_annotation`` enclosing it (-1), e.g. an
+      ``lmprof:<block>`` scope or ``ProfilerStep#N``
+    * ``launch_delay_us``: device start minus runtime call start (NaN when unlinked)
+
+    For other enclosing events (an outer annotation, an ``autograd::engine::evaluate_function:``
+    backward node) use :func:`lmprof.trace.nesting.enclosing` on the ``runtime`` rows with a mask.
+    """
+    cached = table.cache.get("kernel_launches")
+    if cached is not None:
+        return cached
+    ev = table.events
+    dev = np.flatnonzero(kinds.device_mask(table))
+    rt = launching_calls(table, dev)
+    op = enclosing(table, rt, kinds.op_mask(table))
+    ann = enclosing(table, rt, kinds.annotation_mask(table))
+    ts = ev["ts"].to_numpy()
+    delay = np.full(len(dev), np.nan)
+    linked = rt >= 0
+    delay[linked] = ts[dev[linked]] - ts[rt[linked]]
+    out = pd.DataFrame({"runtime": rt, "op": op, "annotation": ann, "launch_delay_us": delay}, index=dev)
+    out.index.name = "event"
+    table.cache["kernel_launches"] = out
+    return out
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """How kernels were launched. Times in microseconds; every figure measured from the trace."""
+
+    kernels: int  # kernels (device events of category kernel) considered
+    linked: int  # of them, with their launching runtime call in the trace
+    launch_delay_median_us: float | None  # kernel start - runtime call start
+    launch_delay_p90_us: float | None
+    launch_delay_max_us: float | None
+    launch_call_median_us: float | None  # duration of the launching runtime call
+    launch_call_p90_us: float | None
+    short_kernels: int  # kernel duration < duration of its launching runtime call
+    short_kernels_pct: float | None  # share of linked kernels
+    short_kernels_time_us: float  # summed duration of those kernels
+
+
+def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
+    """Launch delay and "kernels shorter than their launch" over the kernel rows in ``device_rows``."""
+    ev = table.events
+    links = kernel_launches(table)
+    is_kernel = kinds.cat_mask(table, lambda c: c == "kernel")
+    rows = device_rows[is_kernel[device_rows]]
+    sub = links.loc[rows]
+    rt = sub["runtime"].to_numpy()
+    linked = rt >= 0
+    k_rows, r_rows = rows[linked], rt[linked]
+    dur = ev["dur"].to_numpy()
+    delay = sub["launch_delay_us"].to_numpy()[linked]
+    call = dur[r_rows]
+    short = dur[k_rows] < call
+    n = int(linked.sum())
+    return LaunchStats(
+        kernels=len(rows),
+        linked=n,
+        launch_delay_median_us=_pct(delay, 50),
+        launch_delay_p90_us=_pct(delay, 90),
+        launch_delay_max_us=float(delay.max()) if n else None,
+        launch_call_median_us=_pct(call, 50),
+        launch_call_p90_us=_pct(call, 90),
+        short_kernels=int(short.sum()),
+        short_kernels_pct=100.0 * float(short.sum()) / n if n else None,
+        short_kernels_time_us=float(dur[k_rows][short].sum()),
+    )
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None

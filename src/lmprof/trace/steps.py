@@ -1,0 +1,75 @@
+"""``ProfilerStep#N`` annotations: one per ``prof.step()`` iteration, recorded on the host."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from lmprof.trace import kinds
+from lmprof.trace.load import TraceTable
+
+
+def profiler_steps(table: TraceTable) -> pd.DataFrame:
+    """Host-side ``ProfilerStep#N`` events: columns row, step, ts, dur (us), sorted by ts.
+
+    GPU-track copies (``gpu_user_annotation``, which ROCm traces also carry) are not steps.
+    """
+    host = kinds.cat_mask(table, lambda c: c in kinds.ANNOTATION_CATS or c in kinds.OP_CATS)
+    named = kinds.name_mask(table, lambda n: kinds.step_number(n) is not None)
+    rows = np.flatnonzero(host & named)
+    ev = table.events
+    names = ev["name"].to_numpy()[rows]
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "step": np.array([kinds.step_number(str(n)) for n in names], dtype=np.int64),
+            "ts": ev["ts"].to_numpy()[rows],
+            "dur": ev["dur"].to_numpy()[rows],
+        }
+    )
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One ProfilerStep."""
+
+    step: int
+    start_us: float  # relative to the first step's start
+    dur_ms: float
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Duration of the profiled steps, in milliseconds; measured from ProfilerStep annotations."""
+
+    count: int
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    steps: list[StepRow]
+
+
+def step_stats(table: TraceTable) -> StepStats | None:
+    """Statistics of ProfilerStep#N durations, or None when the trace has no step annotations."""
+    steps = profiler_steps(table)
+    if steps.empty:
+        return None
+    ms = steps["dur"].to_numpy() / 1000.0
+    t0 = float(steps["ts"].iloc[0])
+    return StepStats(
+        count=len(ms),
+        median_ms=float(np.median(ms)),
+        p10_ms=float(np.percentile(ms, 10)),
+        p90_ms=float(np.percentile(ms, 90)),
+        mean_ms=float(ms.mean()),
+        min_ms=float(ms.min()),
+        max_ms=float(ms.max()),
+        steps=[
+            StepRow(step=int(s), start_us=float(ts - t0), dur_ms=float(d))
+            for s, ts, d in zip(steps["step"], steps["ts"], ms)
+        ],
+    )

@@ -1,0 +1,168 @@
+"""The trace loader: columns from real Kineto traces, and a clear DataError for every broken file."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lmprof.trace.load as load_mod
+from lmprof.errors import DataError
+from lmprof.trace.load import load_trace
+
+DATA = Path(__file__).parent / "data" / "traces"
+COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id", "seq", "stream", "device"]
+
+
+@pytest.mark.parametrize(
+    "name, x_events, flows, rank, gpu",
+    [
+        ("a100_alexnet_cuda_sync", 868, 500, 0, True),
+        ("amd_mi250_train", 113, 45, None, True),
+        ("cpu_only_tiny", 16, 0, 34, False),
+        ("cpu_ops_only", 2467, 0, 0, False),
+        ("gpu_2rank_rank1", 4676, 0, 1, True),
+        ("a100_triton_kernel", 8, 3, None, True),
+    ],
+)
+def test_real_traces(name, x_events, flows, rank, gpu):
+    t = load_trace(DATA / f"{name}.json.gz")
+    ev = t.events
+    assert list(ev.columns) == COLUMNS
+    assert len(ev) == x_events and len(t.flows) == flows
+    assert t.rank == rank and t.has_gpu is gpu
+    assert str(ev["name"].dtype) == "category" and str(ev["cat"].dtype) == "category"
+    for col in ("pid", "tid", "correlation", "external_id", "seq", "stream", "device"):
+        assert ev[col].dtype == np.int64, col
+    assert ev["ts"].dtype == np.float64 and ev["dur"].dtype == np.float64
+    assert ev["ts"].is_monotonic_increasing
+    assert list(t.flows.columns) == ["id", "ph", "cat", "pid", "tid", "ts"]
+
+
+def test_v100_values_and_links():
+    t = load_trace(DATA / "v100_train_rank0.json.gz")
+    ev = t.events
+    assert len(ev) == 45420 and t.meta["distributedInfo"]["rank"] == 0
+    assert t.meta["deviceProperties"][0]["name"] == "Tesla V100-SXM2-32GB"
+    k = ev[ev["cat"] == "kernel"]
+    assert len(k) == 4350 and (k["stream"] == 7).all() and (k["device"] == 0).all()
+    rt = ev[ev["name"] == "cudaLaunchKernel"]
+    assert set(k["correlation"]) == set(rt["correlation"])
+    # the one 'Trace' span event has string pid/tid: stable negative codes, names kept in meta
+    span = ev[ev["cat"] == "trace"].iloc[0]
+    assert t.meta["id_codes"][span["pid"]] == "Spans"
+    assert {"fwdbwd", "ac2g"} <= set(t.flows["cat"].astype(str))
+
+
+def test_rocm_hex_stream_and_categories():
+    t = load_trace(DATA / "amd_mi250_train.json.gz")
+    ev = t.events
+    assert set(ev["cat"].astype(str)) >= {"kernel", "cuda_runtime", "gpu_memcpy", "cpu_op"}
+    copy_call = ev[ev["name"] == "hipMemcpyWithStream"].iloc[0]
+    assert copy_call["stream"] == 0  # "stream": "0x0" in the trace
+    assert (ev[ev["name"] == "hipLaunchKernel"]["correlation"] >= 0).all()
+
+
+def _write(tmp_path: Path, data: bytes, name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+GOOD = {
+    "schemaVersion": 1,
+    "distributedInfo": {"rank": 3},
+    "traceEvents": [
+        {"ph": "X", "cat": "Kernel", "name": 'k"}, {', "pid": 0, "tid": 7, "ts": 3, "dur": 1,
+         "args": {"stream": 7, "correlation": 5, "nested": [{"a": "}, {"}, {"b": [1, {"c": "]"}]}]}},
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": "main", "ts": 1.5, "dur": 2,
+         "args": {"External id": 9, "Sequence number": 4}},
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        {"ph": "s", "id": 5, "cat": "ac2g", "pid": 1, "tid": 1, "ts": 1.5},
+        {"ph": "f", "id": 5, "cat": "ac2g", "pid": 0, "tid": 7, "ts": 3, "bp": "e"},
+    ],
+    "traceName": "after the events",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_small_trace_exact(tmp_path, gz):
+    data = json.dumps(GOOD, indent=1).encode()
+    t = load_trace(_write(tmp_path, gzip.compress(data) if gz else data))
+    ev = t.events
+    assert list(ev["name"].astype(str)) == ["a", 'k"}, {']  # sorted by ts
+    assert list(ev["cat"].astype(str)) == ["cpu_op", "kernel"]  # lower-cased
+    assert list(ev["ts"]) == [1.5, 3.0] and list(ev["dur"]) == [2.0, 1.0]
+    assert list(ev["correlation"]) == [-1, 5] and list(ev["stream"]) == [-1, 7]
+    assert list(ev["external_id"]) == [9, -1] and list(ev["seq"]) == [4, -1]
+    assert ev["tid"].iloc[0] < 0 and t.meta["id_codes"][ev["tid"].iloc[0]] == "main"
+    assert t.rank == 3 and t.meta["traceName"] == "after the events"
+    assert list(t.flows["ph"].astype(str)) == ["s", "f"] and list(t.flows["id"]) == [5, 5]
+
+
+@pytest.mark.parametrize("read_bytes", [1, 5, 64, 1000])
+def test_any_chunking_gives_the_same_table(tmp_path, monkeypatch, read_bytes):
+    path = DATA / "amd_mi250_train.json.gz"
+    ref = load_trace(path)
+    small = _write(tmp_path, json.dumps(GOOD).encode())
+    ref_small = load_trace(small)
+    monkeypatch.setattr(load_mod, "_READ_BYTES", read_bytes)
+    monkeypatch.setattr(load_mod, "_GZIP_IN", max(1, read_bytes // 3))
+    for got, want in ((load_trace(path), ref), (load_trace(small), ref_small)):
+        for col in COLUMNS:
+            assert np.array_equal(got.events[col].astype(str), want.events[col].astype(str)), col
+        assert got.meta == want.meta
+
+
+def test_json_array_format(tmp_path):
+    data = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X", "name": "b", "ts": 0}]'
+    t = load_trace(_write(tmp_path, data))
+    assert list(t.events["name"].astype(str)) == ["b", "a"] and t.rank is None
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"", "empty"),
+        (b"  \n\t ", "empty"),
+        (b"hello", "not a JSON trace"),
+        (b'{"foo": 1, "bar": [1, 2]}', "no traceEvents"),
+        (b'{"traceEvents": []}', "no events"),
+        (b'{"traceEvents": [{"ph": "M", "name": "x"}]}', "no complete"),
+        (b'{"traceEvents": [{"ph": "X", "ts": [1]}]}', "unexpected trace event"),
+        (b'{"traceEvents": [1, 2]}', "unexpected trace event"),
+        (b'{"traceEvents": [{"ph": "X"}}]}', "unbalanced"),
+        (json.dumps(GOOD).encode()[:-40], "truncated"),
+        (json.dumps(GOOD).encode()[:60], "truncated"),
+        (json.dumps(GOOD).encode() + b" junk", "not a valid trace JSON"),
+    ],
+)
+def test_broken_files_raise_data_error(tmp_path, data, message):
+    with pytest.raises(DataError, match=message) as err:
+        load_trace(_write(tmp_path, data))
+    assert "\n" not in str(err.value) and "t.json" in str(err.value)
+
+
+def test_truncated_and_corrupt_gzip(tmp_path):
+    raw = gzip.compress(json.dumps(GOOD).encode() * 50)
+    with pytest.raises(DataError, match="gzip data is truncated"):
+        load_trace(_write(tmp_path, raw[: len(raw) // 2], "t.json.gz"))
+    real = (DATA / "cpu_only_tiny.json.gz").read_bytes()
+    with pytest.raises(DataError, match="gzip data is corrupt"):
+        load_trace(_write(tmp_path, real[:20] + bytes(200) + real[220:], "c.json.gz"))
+
+
+def test_missing_file_and_folder(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        load_trace(tmp_path / "nope.json")
+    with pytest.raises(DataError, match="folder"):
+        load_trace(tmp_path)
+
+
+def test_junk_inside_events_does_not_hang(tmp_path):
+    # 6 MB of objects without separators: must fail fast (scans are linear), not spin
+    data = b'{"traceEvents": [' + b'{"a": {"b": 1}}' * 400_000
+    with pytest.raises(DataError, match="truncated"):
+        load_trace(_write(tmp_path, data))
