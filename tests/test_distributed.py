@@ -63,3 +63,13 @@ def test_failure_message_from_torchrun_output():
     out = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File x\n"
            "[rank1]: RuntimeError: Connection closed by peer\nrank      : 1 (local_rank: 1)\n")
     assert failure_message(out, 1) == "distributed run failed on rank 1: RuntimeError: Connection closed by peer"
+
+
+def test_analyze_reads_every_rank_of_the_run(ddp_run, cli):
+    _, folder = ddp_run
+    code, out, err = cli("analyze", folder, "--json")
+    assert code == 0, err
+    import json as _json
+
+    report = _json.loads(out)
+    assert len(report["traces"]) == 2 and report["ranks"]["slowest_rank"] in (0, 1)

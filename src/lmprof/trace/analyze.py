@@ -148,6 +148,9 @@ def find_traces(path: str | Path) -> list[Path]:
     if p.is_file():
         return [p]
     if (p / "run.json").is_file() or (p / RUN_TRACE).is_file():
+        ranks = sorted(p.glob(f"rank*/{RUN_TRACE}"), key=lambda f: int(f.parent.name[4:] or 0))
+        if not (p / RUN_TRACE).is_file() and ranks:  # a distributed run: one trace per rank
+            return ranks
         if not (p / RUN_TRACE).is_file():
             raise DataError(f"{p} is an lmprof run folder without {RUN_TRACE} (no profiled phase recorded)")
         return [p / RUN_TRACE]
