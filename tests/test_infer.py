@@ -23,8 +23,8 @@ def test_builtin_gpt_prefill_and_decode(tmp_path):
     assert m["ttft"].unit == "ms" and m["ttft"].source == "measured" and m["ttft"].n == 2
     assert m["tpot"].n == 2 * 5 and m["tpot"].p90 >= m["tpot"].value
     assert m["decode_tokens_per_s"].unit == "tokens/s" and m["decode_tokens_per_s"].source == "derived"
-    # KV cache: 2 x 4 layers x 4 heads x 32 head_dim x (8 + 6) tokens x 2 batch x 4 bytes.
-    assert m["kv_cache.estimated"].value == 2 * 4 * 4 * 32 * 14 * 2 * 4
+    # KV cache: 2 x 4 layers x 4 heads x 32 head_dim x (8 + 6 - 1) tokens x 2 batch x 4 bytes.
+    assert m["kv_cache.estimated"].value == 2 * 4 * 4 * 32 * 13 * 2 * 4
     assert m["kv_cache"].value == m["kv_cache.estimated"].value
     phases = {b.phase for b in run.blocks}
     assert {"prefill", "decode"} <= phases

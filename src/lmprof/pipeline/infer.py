@@ -91,7 +91,7 @@ def generate(work: InferWorkload, clock: Callable[[], float] = time.perf_counter
     """One greedy generation, timed: device synced after the prefill and after every decode step."""
     sync = work.device.synchronize
     prompt = work.prompt
-    max_len = prompt.size(1) + work.new_tokens
+    max_len = prompt.size(1) + work.new_tokens - 1  # the last new token is never fed back
     sync()
     t0 = clock()
     with step_scope("prefill"):
@@ -159,10 +159,11 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     if work.shape is not None:
         dtype_bytes = next(work.model.parameters()).element_size()
         s = work.shape
-        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (T + n) * B * dtype_bytes
+        # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
+        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (T + n - 1) * B * dtype_bytes
         metrics["kv_cache.estimated"] = Metric(
             value=est if config.get("kv_cache", True) else 0, unit="B", source="estimated",
-            note="2 x layers x kv_heads x head_dim x (prompt + new tokens) x batch x bytes")
+            note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
     energy_notes: list[str] = []
     if energy is not None:
         metrics.update(energy_metrics(energy, steps=len(gens), tokens=B * n * len(gens),
@@ -193,7 +194,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     if work.shape is not None:
         estimate = estimate_memory(work.shape, batch=B, seq_len=T, mode="infer", dtype=dtype, param_dtype=dtype,
                                    attention=attention, device_kind=work.device.kind,  # type: ignore[arg-type]
-                                   new_tokens=n if config.get("kv_cache", True) else 0)
+                                   new_tokens=n - 1 if config.get("kv_cache", True) else 0)
     add_memory(run, out_dir, memory, estimate, f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
                f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")
     run.tables["attribution"] = [

@@ -11,10 +11,16 @@ from lmprof.record.run import Run
 from lmprof.show.format import metric_spread, metric_value, number
 from lmprof.workloads.blocks import FORWARD_BLOCKS
 
-# Shown first, in this order; every other metric follows in record order.
+# The terminal shows these, in this order; run.json has every figure.
 HEADLINE = (
     "step_time", "tokens_per_s", "ttft", "tpot", "decode_tokens_per_s", "e2e_latency", "prefill_tokens_per_s",
-    "mfu", "profiled_step_time", "profiled_e2e_latency", "profiler_overhead", "loss", "params",
+    "mfu", "prefill.mfu", "decode.mfu", "decode.mbu", "flops.achieved", "peak.flops",
+    "profiled_step_time", "profiled_e2e_latency", "profiler_overhead", "loss", "params",
+    "world_size", "slowest_rank", "straggler", "tokens_per_s.global",
+    "memory.peak", "memory.estimated.peak", "memory.params", "memory.grads", "memory.optimizer",
+    "memory.activations", "memory.kv_cache", "kv_cache",
+    "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
+    "energy.estimated.total", "energy.estimated.per_token",
 )
 STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "other", "idle")
 
@@ -49,12 +55,19 @@ def metrics_table(run: Run) -> Table:
     t.add_column("value", justify="right")
     t.add_column("p10 – p90", justify="right")
     t.add_column("source")
-    keys = [k for k in HEADLINE if k in run.metrics] + [k for k in run.metrics if k not in HEADLINE]
+    keys = shown_keys(run)
     for k in keys:
         m = run.metrics[k]
         label = k + (f" [{len(_notes(run, keys[: keys.index(k) + 1]))}]" if m.note else "")
         t.add_row(label, metric_value(m), metric_spread(m), m.source)
+    hidden = len(run.metrics) - len(keys)
+    if hidden:
+        t.caption = f"{hidden} more figures in run.json"
     return t
+
+
+def shown_keys(run: Run) -> list[str]:
+    return [k for k in HEADLINE if k in run.metrics]
 
 
 def _notes(run: Run, keys: list[str]) -> list[str]:
@@ -135,8 +148,7 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
     console.print(_config_line(run))
     console.print()
     console.print(metrics_table(run))
-    keys = [k for k in HEADLINE if k in run.metrics] + [k for k in run.metrics if k not in HEADLINE]
-    for i, note in enumerate(_notes(run, keys), 1):
+    for i, note in enumerate(_notes(run, shown_keys(run)), 1):
         console.print(f"  [{i}] {note}")
     if run.blocks:
         console.print()
