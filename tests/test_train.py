@@ -5,6 +5,7 @@ import gzip
 import json
 
 import pytest
+import torch
 
 from lmprof.pipeline.config import TrainConfig
 from lmprof.pipeline.train import run_training
@@ -80,3 +81,23 @@ def test_ops_table_matches_profiler_counts(tiny_run):
     ops = {o.name: o for o in run.ops}
     # 4 layers x (qkv, proj, fc, proj) linear layers with bias -> 16 addmm per forward.
     assert ops["aten::addmm"].calls == 16
+
+
+def test_compiled_model_profiles_without_recompiling(tmp_path, monkeypatch):
+    """torch.compile: sub-block scopes stay off (a flag flip would force a recompile in the
+    profiled phase) and the step is attributed to forward/backward as a whole."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    cfg = TrainConfig(preset="tiny", n_layer=1, batch_size=2, seq_len=16, steps=2, warmup=2, profile_steps=1,
+                      device="cpu", energy="off", compile=True)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    run, _ = run_training(cfg, out_dir=tmp_path / "c")
+    assert run.config["compile"] is True
+    assert any("torch.compile" in n for n in run.notes)
+    assert not any("no forward op" in n for n in run.notes)
+    assert counters["frames"]["total"] == 1  # the forward compiled once: no recompilation when profiling
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+    torch._dynamo.reset()

@@ -208,7 +208,8 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
                 block = "accumulate_grad"
             else:
                 block = seq_block.get(int(seq), "other")
-                unmapped_backward += block == "other"
+                # Only worth a note when the trace has block scopes (not for compiled models).
+                unmapped_backward += block == "other" and bool(block_scopes)
             owners.append(_Owner(span.tid, float(ts), float(ts + dur), block, "backward"))
         cm = comms[(comms["ts"] >= s0) & (comms["ts"] < s1)]
         for tid, ts, dur, name in zip(cm["tid"], cm["ts"], cm["dur"], names[cm.index]):

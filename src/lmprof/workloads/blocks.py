@@ -45,14 +45,17 @@ _model_enabled = True
 
 
 @contextlib.contextmanager
-def scopes_enabled(on: bool = True, model: bool = True) -> Iterator[None]:
+def scopes_enabled(on: bool = True, model: bool | None = None) -> Iterator[None]:
     """Turn scopes on (for the profiled phase) within the ``with`` body.
 
-    ``model=False`` keeps the sub-block scopes inside the model off (compiled models).
+    ``model`` sets whether sub-block scopes inside the model are emitted; None leaves the setting
+    made by :func:`model_scopes` alone (a compiled model guards on it, so it must not flip).
     """
     global _enabled, _model_enabled
     before = (_enabled, _model_enabled)
-    _enabled, _model_enabled = on, model
+    _enabled = on
+    if model is not None:
+        _model_enabled = model
     try:
         yield
     finally:
