@@ -1,0 +1,372 @@
+"""Recommendations: rules over a run's recorded figures, each citing the numbers that triggered it.
+
+A rule looks at figures already in the :class:`~lmprof.record.run.Run` (metrics, blocks, ops) and,
+optionally, facts from trace analysis. It fires only when every figure it needs is present and past
+its threshold, and the :class:`Recommendation` it returns carries those figures as
+:class:`Evidence` (key, value, unit, threshold, comparison). A rule whose figures are missing stays
+silent: no advice without evidence.
+
+Thresholds are the named constants below; docs/reports.md lists every rule with its threshold.
+Pure functions: no I/O, no torch.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from lmprof.record.run import Run
+
+# -- thresholds (documented in docs/reports.md) -------------------------------------------------
+
+#: Profiled vs clean step differ by more than this (%, either sign): block times are a rescaled
+#: picture of a step that ran differently, so small differences between blocks are not meaningful.
+PROFILER_OVERHEAD_MAX_PCT = 30.0
+#: Written-out attention (scores + softmax + av) takes at least this share of the profiled step (%):
+#: large enough that a fused kernel is worth trying.
+ATTN_UNFUSED_MIN_PCT = 5.0
+#: At least this many operator calls per step (nested calls included) ...
+OVERHEAD_MIN_OPS_PER_STEP = 200
+#: ... and at most this much profiled step time per operator call (µs): each call costs the host a
+#: few µs of dispatch, so below ~20 µs per call dispatch is a large part of the step.
+OVERHEAD_MAX_US_PER_OP = 20.0
+#: On a GPU trace, the device sits idle for at least this share of the step (%): the host cannot
+#: feed it fast enough.
+DEVICE_IDLE_MIN_PCT = 20.0
+#: MFU below this (%) ...
+LOW_MFU_PCT = 30.0
+#: ... while the matmul blocks (qkv, attn.proj, mlp.fc, mlp.proj, lm_head) take at least this share
+#: of the step (%): the step is dominated by work that should run near the compute peak.
+MATMUL_SHARE_MIN_PCT = 40.0
+#: Device idle while the host waits in synchronising calls (%, from trace analysis).
+SYNC_IDLE_MIN_PCT = 5.0
+#: The optimizer step takes more than this share of the training step (%).
+OPTIMIZER_SHARE_MAX_PCT = 15.0
+#: Peak memory below this share of the device's capacity (%) leaves room for a larger batch.
+MEMORY_USED_MAX_PCT = 50.0
+#: Fraction of device memory a suggested batch may plan to use (keeps room for fragmentation).
+MEMORY_PLAN_FRACTION = 0.9
+#: Clean step time spread (p90 - p10) / median above this (%): the timing is noisy.
+NOISY_SPREAD_MAX_PCT = 25.0
+
+UNFUSED_ATTENTION_BLOCKS = ("attn.scores", "attn.softmax", "attn.av")
+MATMUL_BLOCKS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head")
+# Keys in env (or metrics) that give the device's memory capacity in bytes, first found wins.
+CAPACITY_ENV_KEYS = ("gpu_memory_bytes", "device_memory_bytes", "memory_bytes")
+CAPACITY_METRIC_KEYS = ("memory.capacity", "memory.device_total", "memory.total")
+
+Comparison = Literal[">", ">=", "<", "<=", "|x| >", "present"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One recorded figure a rule relied on, and the threshold it was held against."""
+
+    key: str
+    value: float
+    unit: str
+    threshold: float | None
+    comparison: Comparison
+
+    def describe(self) -> str:
+        """'profiler_overhead = 45.0 % (threshold |x| > 30 %)'."""
+        limit = "" if self.threshold is None else f" (threshold {self.comparison} {self.threshold:g} {self.unit})"
+        return f"{self.key} = {_num(self.value)} {self.unit}{limit}"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to try, why, and the evidence that made the rule fire."""
+
+    rule: str
+    title: str
+    why: str
+    actions: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (evidence as a list of dicts)."""
+        return asdict(self)
+
+
+def _num(x: float) -> str:
+    if abs(x) >= 1e6:
+        return f"{x:.3g}"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+# -- figures the rules read --------------------------------------------------------------------
+
+
+def block_share(run: Run, names: Sequence[str], phase: str | None = None) -> float | None:
+    """Summed share (%) of the profiled step held by blocks ``names``; None if none is recorded."""
+    rows = [b for b in run.blocks if b.name in names and (phase is None or b.phase == phase)]
+    return sum(b.pct for b in rows) if rows else None
+
+
+def ops_per_step(run: Run) -> int | None:
+    """Operator calls per profiled step over the recorded ops (nested calls included)."""
+    return sum(o.calls for o in run.ops) if run.ops else None
+
+
+def median_op_us(run: Run) -> float | None:
+    """Median self time per operator call (µs), each op's mean weighted by its number of calls."""
+    pairs = sorted((1e3 * o.self_ms / o.calls, o.calls) for o in run.ops if o.calls > 0)
+    total = sum(c for _, c in pairs)
+    if not total:
+        return None
+    seen = 0
+    for us, calls in pairs:
+        seen += calls
+        if seen >= total / 2:
+            return us
+    return pairs[-1][0]
+
+
+def _profiled_step_ms(run: Run) -> float | None:
+    for key in ("profiled_step_time", "profiled_e2e_latency"):
+        v = run.value(key)
+        if v:
+            return v
+    steps = (run.tables.get("attribution") or [{}])[0].get("profiled_step_ms")
+    return statistics.mean(steps) if steps else None
+
+
+def device_capacity(run: Run) -> tuple[str, float] | None:
+    """(where it came from, bytes) of the device memory capacity, when the run recorded it."""
+    env = run.env.model_dump()
+    for key in CAPACITY_ENV_KEYS:
+        if env.get(key):
+            return f"env.{key}", float(env[key])
+    for key in CAPACITY_METRIC_KEYS:
+        if run.value(key):
+            return key, float(run.value(key))  # type: ignore[arg-type]
+    return None
+
+
+# -- the rules -----------------------------------------------------------------------------------
+
+Rule = Callable[[Run, Mapping[str, float]], "Recommendation | None"]
+
+
+def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Profiled steps differ from clean steps by more than PROFILER_OVERHEAD_MAX_PCT."""
+    v = run.value("profiler_overhead")
+    if v is None or abs(v) <= PROFILER_OVERHEAD_MAX_PCT:
+        return None
+    if v > 0:
+        why = (f"Under the profiler a step took {v:.0f}% longer than a clean step. Block times are the "
+               "profiled shares scaled to the clean step, but the profiler's cost is not spread evenly "
+               "(it is paid per operator), so blocks made of many small ops look bigger than they are.")
+    else:
+        why = (f"Profiled steps were {-v:.0f}% faster than clean steps: the clean timing was disturbed "
+               "(other load on the machine, frequency changes, a slow first step), so the scale applied "
+               "to block times is uncertain.")
+    return Recommendation(
+        rule="profiler_overhead", title="Block times are not trustworthy at this profiler overhead", why=why,
+        actions=("Trust the block shares (%) more than their milliseconds.",
+                 "Re-run with more --steps and --warmup on an otherwise idle machine.",
+                 "Fewer, longer steps (larger batch) reduce the per-op cost of profiling."),
+        evidence=(Evidence("profiler_overhead", v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
+    )
+
+
+def rule_attention_unfused(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Attention written out as matmul-softmax-matmul takes a sizeable share; a fused kernel exists."""
+    if any(b.name == "attn.sdpa" for b in run.blocks):
+        return None
+    share = block_share(run, UNFUSED_ATTENTION_BLOCKS)
+    if share is None or share < ATTN_UNFUSED_MIN_PCT:
+        return None
+    present = [n for n in UNFUSED_ATTENTION_BLOCKS if any(b.name == n for b in run.blocks)]
+    if run.config.get("hf"):
+        action = "Load the model with attn_implementation=\"sdpa\" (or \"flash_attention_2\" on a supported GPU)."
+    else:
+        action = "Re-run with --attention sdpa (torch.nn.functional.scaled_dot_product_attention)."
+    return Recommendation(
+        rule="attention_unfused", title="Attention is written out: try the fused kernel",
+        why=(f"{' + '.join(present)} take {share:.1f}% of the profiled step. A fused attention kernel "
+             "never writes the T x T score matrix to memory and does the three steps in one pass."),
+        actions=(action, "Compare the two runs with `lmprof compare` to see the attention blocks' ratio."),
+        evidence=(Evidence("blocks[" + "+".join(present) + "].pct", share, "%", ATTN_UNFUSED_MIN_PCT, ">="),),
+    )
+
+
+def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Many short operators (or an idle device): launch/dispatch overhead dominates the step."""
+    steps = ["Use a larger batch (or longer sequences) so each operator does more work."]
+    if not run.config.get("compile"):
+        steps.append("Try --compile (torch.compile fuses small ops into fewer kernels).")
+    if run.env.device.startswith("cuda"):
+        steps.append("CUDA graphs (torch.compile mode=\"reduce-overhead\") remove the per-launch host cost.")
+    actions = tuple(steps)
+    idle = trace.get("device_idle_pct")
+    idle_key = "trace.device_idle_pct"
+    if idle is None and run.env.device != "cpu":
+        idle, idle_key = block_share(run, ("idle",), phase="step"), "blocks[idle].pct"
+    if idle is not None and idle >= DEVICE_IDLE_MIN_PCT:
+        return Recommendation(
+            rule="overhead_bound", title="The device waits for the host: the step is overhead-bound",
+            why=f"The device was idle for {idle:.1f}% of the profiled step: kernels are launched slower than they run.",
+            actions=actions, evidence=(Evidence(idle_key, idle, "%", DEVICE_IDLE_MIN_PCT, ">="),),
+        )
+    # The trace counts every operator; the recorded top operators give a lower bound.
+    from_trace = trace.get("ops_per_step")
+    calls = from_trace if from_trace else ops_per_step(run)
+    calls_key = "trace.ops_per_step" if from_trace else "ops.calls_per_step"
+    step_ms = _profiled_step_ms(run)
+    if not calls or not step_ms:
+        return None
+    us_per_op = 1e3 * step_ms / calls
+    if calls < OVERHEAD_MIN_OPS_PER_STEP or us_per_op > OVERHEAD_MAX_US_PER_OP:
+        return None
+    evidence = [Evidence(calls_key, float(calls), "count", OVERHEAD_MIN_OPS_PER_STEP, ">="),
+                Evidence(f"profiled step / {calls_key}", us_per_op, "µs", OVERHEAD_MAX_US_PER_OP, "<=")]
+    median = median_op_us(run)
+    if median is not None:
+        evidence.append(Evidence("ops.median_self_time", median, "µs", None, "present"))
+    notes = () if from_trace else ("Counts cover the recorded top operators only, so the true number of calls is higher.",)
+    return Recommendation(
+        rule="overhead_bound", title="Many small operators: the step is overhead-bound",
+        why=(f"{calls:,.0f} operator calls per profiled step leave {us_per_op:.1f} µs of step time per call, close to "
+             "what dispatching one operator costs the host."),
+        actions=actions, evidence=tuple(evidence), notes=notes,
+    )
+
+
+def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Low MFU although matmul blocks dominate the step."""
+    mfu = run.value("mfu")
+    share = block_share(run, MATMUL_BLOCKS)
+    if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
+        return None
+    actions = ["Use bf16 (--dtype bf16) so matmuls run on the fast units; on fp32 CUDA enable TF32."]
+    if not run.config.get("compile"):
+        actions.append("Try --compile to fuse the element-wise work around the matmuls.")
+    actions.append("Grow the batch or width: small matmuls cannot fill the device.")
+    return Recommendation(
+        rule="low_mfu", title="Low MFU on a matmul-dominated step",
+        why=(f"The matmul blocks take {share:.1f}% of the step, yet the model reaches {mfu:.1f}% of the "
+             "device's peak FLOP/s."),
+        actions=tuple(actions),
+        evidence=(Evidence("mfu", mfu, "%", LOW_MFU_PCT, "<"),
+                  Evidence("blocks[" + "+".join(MATMUL_BLOCKS) + "].pct", share, "%", MATMUL_SHARE_MIN_PCT, ">=")),
+    )
+
+
+def rule_host_sync(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Trace analysis found the device idle while the host waited in synchronising calls."""
+    v = trace.get("sync_idle_pct")
+    if v is None or v < SYNC_IDLE_MIN_PCT:
+        return None
+    return Recommendation(
+        rule="host_sync", title="The device idles around host synchronisations",
+        why=(f"{v:.1f}% of the step the device had no work while the host sat in a synchronising call "
+             "(.item(), .cpu(), printing a tensor, torch.cuda.synchronize, data-dependent shapes)."),
+        actions=("Find the sync calls in the trace (cudaStreamSynchronize / cudaDeviceSynchronize) and remove "
+                 "or defer them: log losses every N steps, keep metrics on the device.",
+                 "Use non_blocking=True copies from pinned memory for input batches."),
+        evidence=(Evidence("trace.sync_idle_pct", v, "%", SYNC_IDLE_MIN_PCT, ">="),),
+    )
+
+
+def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """The optimizer step is a large share of a training step."""
+    if run.mode != "train":
+        return None
+    share = block_share(run, ("optimizer",), phase="step")
+    if share is None or share <= OPTIMIZER_SHARE_MAX_PCT:
+        return None
+    opt = str(run.config.get("optimizer") or "the optimizer")
+    return Recommendation(
+        rule="optimizer_share", title="The optimizer step is a large part of the step",
+        why=(f"{opt} takes {share:.1f}% of the profiled step. A per-parameter loop launches several small "
+             "ops for every parameter tensor."),
+        actions=("Use torch.optim.AdamW(..., fused=True) on CUDA, or foreach=True elsewhere, to update all "
+                 "parameters in a few multi-tensor kernels.",
+                 "A larger batch amortises the optimizer over more tokens."),
+        evidence=(Evidence("blocks[optimizer].pct", share, "%", OPTIMIZER_SHARE_MAX_PCT, ">"),),
+    )
+
+
+def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Peak memory uses little of the device: a larger batch fits."""
+    peak = run.value("memory.peak")
+    cap = device_capacity(run)
+    if not peak or cap is None:
+        return None
+    cap_key, capacity = cap
+    used = 100.0 * peak / capacity
+    if used >= MEMORY_USED_MAX_PCT:
+        return None
+    evidence = [Evidence("memory.peak", peak, "B", None, "present"),
+                Evidence(cap_key, capacity, "B", None, "present"),
+                Evidence("memory.peak / capacity", used, "%", MEMORY_USED_MAX_PCT, "<")]
+    # Only activations (and the KV cache) grow with the batch: scale those, keep the rest fixed.
+    per_batch = run.value("memory.activations") or run.value("memory.kv_cache") or run.value("kv_cache")
+    batch = run.config.get("batch_size")
+    suggestion = "Increase --batch-size until peak memory nears the device's capacity; re-profile."
+    if per_batch and isinstance(batch, int) and per_batch > 0:
+        factor = (MEMORY_PLAN_FRACTION * capacity - (peak - per_batch)) / per_batch
+        if factor >= 2:
+            suggestion = (f"Batch {batch} could grow to about {int(batch * factor)} before planned use reaches "
+                          f"{MEMORY_PLAN_FRACTION:.0%} of capacity (activations scale with the batch).")
+    return Recommendation(
+        rule="memory_headroom", title="Memory headroom for a larger batch",
+        why=f"Peak memory is {used:.1f}% of the device's capacity.",
+        actions=(suggestion, "A larger batch usually raises tokens/s until the device is saturated."),
+        evidence=tuple(evidence),
+    )
+
+
+def rule_noisy_timing(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """The clean step (or latency) timing spreads widely between repeats."""
+    for key in ("step_time", "e2e_latency"):
+        m = run.metric(key)
+        if m is None:
+            continue
+        spread = m.spread_pct()
+        if spread is None or spread <= NOISY_SPREAD_MAX_PCT:
+            return None
+        return Recommendation(
+            rule="noisy_timing", title="The timing is noisy",
+            why=(f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences "
+                 "smaller than that between runs are not meaningful."),
+            actions=("Run more --steps (and --warmup) on an otherwise idle machine.",
+                     "Pin threads/clocks where you can; compare medians, not single steps."),
+            evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),),
+        )
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    rule_profiler_overhead,
+    rule_noisy_timing,
+    rule_attention_unfused,
+    rule_overhead_bound,
+    rule_low_mfu,
+    rule_host_sync,
+    rule_optimizer_share,
+    rule_memory_headroom,
+)
+
+
+def advise(run: Run, trace: Mapping[str, float] | None = None) -> list[Recommendation]:
+    """Every recommendation whose rule fires on ``run``, in rule order.
+
+    ``trace`` holds optional figures from trace analysis: ``device_idle_pct`` and ``sync_idle_pct``
+    (percent of the device timeline) and ``ops_per_step`` (every CPU operator call per profiled
+    step). Rules needing a figure that is absent do not fire.
+    """
+    facts = dict(trace or {})
+    out = []
+    for rule in RULES:
+        rec = rule(run, facts)
+        if rec is not None:
+            # Guard the contract: a recommendation without evidence is a bug in its rule.
+            assert rec.evidence, f"rule {rec.rule} fired without evidence"
+            out.append(rec)
+    return out

@@ -1,0 +1,409 @@
+"""Two or more runs side by side: figures, per-block times, operator and kernel counts, with ratios.
+
+The first run is the baseline **A**; every other run is compared with it and a ratio is always
+*this run / A* (B/A): 0.5 for a step time means B takes half as long, 2.0 for tokens/s means B is
+twice as fast. Whether a ratio above 1 is better depends on the figure (``higher_is_better``);
+``speedups`` turns it into "times better than A" (A/B for times, B/A for throughputs): both
+examples above are a speedup of 2.0.
+
+:func:`compare_runs` is a pure function of the :class:`~lmprof.record.run.Run` objects (plus,
+optionally, operator/kernel counts read from their traces by :func:`trace_counts`). It refuses runs
+of different models, and training next to inference, unless told otherwise: such ratios compare
+workloads, not configurations.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from lmprof.errors import LmprofError
+from lmprof.record.run import Run
+
+# Headline figures, in display order (those present in any run are shown).
+HEADLINE_KEYS = (
+    "step_time", "tokens_per_s", "profiled_step_time", "profiler_overhead",
+    "ttft", "tpot", "decode_tokens_per_s", "prefill_tokens_per_s", "e2e_latency",
+    "mfu", "hfu", "mbu", "flops.achieved", "loss", "params",
+)
+# Model-identity fields read from run.config["model"] (built-in GPT) and compared when both runs have them.
+MODEL_DIMS = ("n_layer", "n_head", "n_embd", "vocab_size")
+Group = Literal["headline", "compute", "memory", "energy", "other"]
+Change = Literal["appeared", "disappeared", "changed", "same"]
+
+_PHASE_ORDER = ("forward", "backward", "prefill", "decode", "step")
+# Units where a larger number is better; for the rest (times, bytes, joules, watts) smaller is.
+_HIGHER_UNITS = ("tokens/s", "FLOP/s", "FLOP/J", "B/s")
+_HIGHER_PCT_KEYS = ("mfu", "hfu", "mbu")
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One figure across the runs. ``ratios[i]`` is values[i] / values[0] (None when undefined)."""
+
+    key: str
+    group: Group
+    unit: str
+    values: tuple[float | None, ...]
+    sources: tuple[str | None, ...]
+    ratios: tuple[float | None, ...]
+    higher_is_better: bool | None
+    notes: tuple[str | None, ...] = ()
+
+    @property
+    def speedups(self) -> tuple[float | None, ...]:
+        """How many times better each run is than A (A/B for times, B/A for throughputs); None if neutral."""
+        if self.higher_is_better is None:
+            return tuple(None for _ in self.ratios)
+        return tuple(None if r is None or r == 0 else (r if self.higher_is_better else 1.0 / r) for r in self.ratios)
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    """One (block, phase) across runs, clean-step milliseconds; ``name == "(total)"`` for a phase total."""
+
+    name: str
+    phase: str
+    times_ms: tuple[float | None, ...]
+    pcts: tuple[float | None, ...]
+    ratios: tuple[float | None, ...]
+
+    @property
+    def speedups(self) -> tuple[float | None, ...]:
+        """A's time / this run's time: 2.0 means the block takes half as long as in A."""
+        return tuple(None if r is None or r == 0 else 1.0 / r for r in self.ratios)
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """Calls per step of one operator (or kernel) across runs; ``deltas[i]`` = counts[i] - counts[0]."""
+
+    name: str
+    counts: tuple[float, ...]
+    deltas: tuple[float, ...]
+    change: Change
+
+
+@dataclass(frozen=True)
+class TraceCounts:
+    """Per-step call counts read from a run's trace: every CPU operator and every device kernel."""
+
+    ops: dict[str, float]
+    kernels: dict[str, float]
+    steps: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare_runs`."""
+
+    labels: tuple[str, ...]
+    run_ids: tuple[str, ...]
+    modes: tuple[str, ...]
+    descriptions: tuple[str, ...]
+    metrics: tuple[MetricRow, ...]
+    phases: tuple[BlockRow, ...]
+    blocks: tuple[BlockRow, ...]
+    ops: tuple[CountRow, ...]
+    ops_source: str
+    op_totals: tuple[float, ...]
+    kernels: tuple[CountRow, ...]
+    kernel_totals: tuple[float, ...] | None
+    warnings: tuple[str, ...] = field(default=())
+
+    def group(self, name: Group) -> list[MetricRow]:
+        """The metric rows of one group, in display order."""
+        return [m for m in self.metrics if m.group == name]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict of everything (metric and block rows with their ``speedups``)."""
+        d = asdict(self)
+        for name in ("metrics", "phases", "blocks"):
+            for row, obj in zip(d[name], getattr(self, name)):
+                row["speedups"] = list(obj.speedups)
+        return d
+
+
+# -- checks --------------------------------------------------------------------------------------
+
+
+def model_identity(run: Run) -> dict[str, Any]:
+    """What identifies the model of a run: HF name, dimensions, parameter count (absent keys left out)."""
+    c = run.config
+    out: dict[str, Any] = {"hf": c.get("hf") or None}
+    if c.get("model_name"):
+        out["model_name"] = c["model_name"]
+    model = c.get("model") if isinstance(c.get("model"), dict) else {}
+    for key in MODEL_DIMS:
+        if model.get(key) is not None:
+            out[key] = model[key]
+    if run.value("params"):
+        out["params"] = int(run.value("params"))  # type: ignore[arg-type]
+    return out
+
+
+def model_differences(a: Run, b: Run) -> list[str]:
+    """'n_layer: 4 vs 12' for every identity field both runs record with different values.
+
+    ``hf`` is compared even when one side lacks it: a built-in GPT is not a Hugging Face model.
+    """
+    ia, ib = model_identity(a), model_identity(b)
+    diffs = []
+    for key in dict.fromkeys([*ia, *ib]):
+        va, vb = ia.get(key), ib.get(key)
+        if va == vb or (key != "hf" and (va is None or vb is None)):
+            continue
+        diffs.append(f"{key}: {va if va is not None else 'built-in GPT'} vs {vb if vb is not None else 'built-in GPT'}")
+    return diffs
+
+
+def check_comparable(runs: Sequence[Run], *, allow_different_models: bool = False,
+                     allow_mixed_modes: bool = False) -> list[str]:
+    """Raise :class:`LmprofError` for runs that should not be compared; return warnings for forced ones."""
+    if len(runs) < 2:
+        raise LmprofError(f"compare needs at least two runs, got {len(runs)}")
+    warnings: list[str] = []
+    base = runs[0]
+    for other in runs[1:]:
+        if other.mode != base.mode:
+            msg = f"{base.id} is a {base.mode} run but {other.id} is an {other.mode} run" if other.mode == "infer" \
+                else f"{base.id} is an {base.mode} run but {other.id} is a {other.mode} run"
+            if not allow_mixed_modes:
+                raise LmprofError(f"{msg}: their figures measure different things (use --force to compare anyway)")
+            warnings.append(msg)
+        diffs = model_differences(base, other)
+        if diffs:
+            msg = f"{base.id} and {other.id} profile different models ({'; '.join(diffs)})"
+            if not allow_different_models:
+                raise LmprofError(f"{msg}: use --force to compare anyway")
+            warnings.append(msg)
+    return warnings
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    """value / base, None when either is missing or base is 0."""
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
+
+
+def _ratios(values: Sequence[float | None]) -> tuple[float | None, ...]:
+    return tuple(ratio(v, values[0]) for v in values)
+
+
+def _group(key: str) -> Group:
+    if key in HEADLINE_KEYS[:9] or key in ("loss", "params"):
+        return "headline"
+    if key.startswith(("memory.", "kv_cache")):
+        return "memory"
+    if key.startswith("energy."):
+        return "energy"
+    if key in _HIGHER_PCT_KEYS or key.startswith(("flops.", "peak.", "bytes.")):
+        return "compute"
+    return "other"
+
+
+def higher_is_better(key: str, unit: str) -> bool | None:
+    """True for throughputs and utilisations, False for times, bytes and energy, None when neutral."""
+    if key in _HIGHER_PCT_KEYS or unit in _HIGHER_UNITS:
+        return True
+    # Sizes of the workload, device properties, and figures whose ratio means nothing (a loss on
+    # other seeds, an overhead that can be negative) have no better direction.
+    if key in ("params", "tokens_per_step", "profiler_overhead", "loss") or key.startswith(
+            ("peak.", "flops.model", "flops.hardware", "bytes.")):
+        return None
+    if unit in ("ms", "s", "B", "J", "W") or unit.startswith("J/"):
+        return False
+    return None
+
+
+def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
+    """One row per figure any run has: headline keys first, then the rest in first-seen order."""
+    seen: dict[str, None] = {}
+    for r in runs:
+        for k in r.metrics:
+            seen.setdefault(k)
+    keys = [k for k in HEADLINE_KEYS if k in seen] + [k for k in seen if k not in HEADLINE_KEYS]
+    rows = []
+    for key in keys:
+        ms = [r.metrics.get(key) for r in runs]
+        unit = next(m.unit for m in ms if m is not None)
+        values = tuple(None if m is None else m.value for m in ms)
+        rows.append(MetricRow(
+            key=key, group=_group(key), unit=unit, values=values,
+            sources=tuple(None if m is None else m.source for m in ms), ratios=_ratios(values),
+            higher_is_better=higher_is_better(key, unit),
+            notes=tuple(None if m is None else (m.note if m.value is None else None) for m in ms),
+        ))
+    return rows
+
+
+def block_rows(runs: Sequence[Run]) -> tuple[list[BlockRow], list[BlockRow]]:
+    """(phase totals, per-block rows) in clean-step ms; blocks absent from a run are None there."""
+    per_run: list[dict[tuple[str, str], tuple[float, float]]] = []
+    order: dict[tuple[str, str], None] = {}
+    for r in runs:
+        d: dict[tuple[str, str], tuple[float, float]] = {}
+        for b in r.blocks:
+            t, p = d.get((b.name, b.phase), (0.0, 0.0))
+            d[(b.name, b.phase)] = (t + b.time_ms, p + b.pct)
+            order.setdefault((b.name, b.phase))
+        per_run.append(d)
+    # Phases in step order; within a phase the largest block (in any run) first.
+    def rank(key: tuple[str, str]) -> tuple[int, float]:
+        biggest = max((d[key][0] for d in per_run if key in d), default=0.0)
+        return (_PHASE_ORDER.index(key[1]) if key[1] in _PHASE_ORDER else len(_PHASE_ORDER), -biggest)
+
+    order = dict.fromkeys(sorted(order, key=rank))
+    blocks = []
+    for key in order:
+        times = tuple(d[key][0] if key in d else None for d in per_run)
+        pcts = tuple(d[key][1] if key in d else None for d in per_run)
+        blocks.append(BlockRow(key[0], key[1], times, pcts, _ratios(times)))
+    phases = []
+    for phase in dict.fromkeys(p for _, p in order):
+        times = tuple(
+            sum(t for (n, p), (t, _) in d.items() if p == phase) if any(p == phase for _, p in d) else None
+            for d in per_run)
+        pcts = tuple(
+            sum(s for (n, p), (_, s) in d.items() if p == phase) if any(p == phase for _, p in d) else None
+            for d in per_run)
+        phases.append(BlockRow("(total)", phase, times, pcts, _ratios(times)))
+    return phases, blocks
+
+
+def count_rows(counts: Sequence[Mapping[str, float]]) -> list[CountRow]:
+    """Per-name counts across runs with deltas against the first.
+
+    Order: appeared, disappeared, changed, same; within each, largest |delta| first.
+    """
+    names: dict[str, None] = {}
+    for c in counts:
+        for n in c:
+            names.setdefault(n)
+    rows = []
+    for n in names:
+        cs = tuple(float(c.get(n, 0.0)) for c in counts)
+        deltas = tuple(x - cs[0] for x in cs)
+        if cs[0] == 0 and any(x > 0 for x in cs[1:]):
+            change: Change = "appeared"
+        elif cs[0] > 0 and all(x == 0 for x in cs[1:]):
+            change = "disappeared"
+        elif any(abs(d) > 1e-9 for d in deltas):
+            change = "changed"
+        else:
+            change = "same"
+        rows.append(CountRow(n, cs, deltas, change))
+    # New names first (what a change introduced, e.g. compiled kernels), then the ones that went away.
+    rank = {"appeared": 0, "disappeared": 1, "changed": 2, "same": 3}
+    rows.sort(key=lambda r: (rank[r.change], -max(abs(d) for d in r.deltas), -max(r.counts), r.name))
+    return rows
+
+
+def _op_counts(run: Run) -> dict[str, float]:
+    return {o.name: float(o.calls) for o in run.ops}
+
+
+def _describe(run: Run) -> str:
+    c = run.config
+    model = c.get("hf") or c.get("model_name") or f"GPT {c.get('preset', '?')}"
+    parts = [run.mode, str(model), run.env.device]
+    for key in ("batch_size", "seq_len"):
+        if c.get(key):
+            parts.append(f"{key.split('_')[0]} {c[key]}")
+    for key in ("dtype", "attention"):
+        if c.get(key):
+            parts.append(str(c[key]))
+    parts.append("compiled" if c.get("compile") else "eager")
+    return ", ".join(parts)
+
+
+def compare_runs(
+    runs: Sequence[Run],
+    *,
+    allow_different_models: bool = False,
+    allow_mixed_modes: bool = False,
+    trace_counts: Sequence[TraceCounts | None] | None = None,
+) -> Comparison:
+    """Compare ``runs`` (the first is the baseline A); ratios are each run / A.
+
+    Raises :class:`LmprofError` for fewer than two runs, runs of different models (unless
+    ``allow_different_models``) or train next to infer (unless ``allow_mixed_modes``).
+    ``trace_counts`` (one per run, from :func:`trace_counts`) gives complete operator counts and
+    kernel counts; without it operator counts come from each run's recorded top operators.
+    """
+    warnings = check_comparable(runs, allow_different_models=allow_different_models,
+                                allow_mixed_modes=allow_mixed_modes)
+    labels = tuple(chr(ord("A") + i) if i < 26 else f"R{i}" for i in range(len(runs)))
+    tc = list(trace_counts) if trace_counts is not None else [None] * len(runs)
+    if len(tc) != len(runs):
+        raise ValueError("trace_counts must have one entry per run")
+    if all(t is not None for t in tc):
+        op_counts = [t.ops for t in tc]  # type: ignore[union-attr]
+        ops_source = "trace (every CPU operator, calls per profiled step)"
+    else:
+        op_counts = [_op_counts(r) for r in runs]
+        ops_source = "recorded top operators (ops.csv, calls per profiled step)"
+        if trace_counts is not None:
+            warnings.append("some runs have no readable trace: operator counts use the recorded top operators only")
+    kernel_counts = [t.kernels for t in tc] if all(t is not None for t in tc) else None  # type: ignore[union-attr]
+    if kernel_counts is not None and not any(kernel_counts):
+        kernel_counts = None  # CPU traces: no device kernels to compare
+    phases, blocks = block_rows(runs)
+    return Comparison(
+        labels=labels,
+        run_ids=tuple(r.id for r in runs),
+        modes=tuple(r.mode for r in runs),
+        descriptions=tuple(_describe(r) for r in runs),
+        metrics=tuple(metric_rows(runs)),
+        phases=tuple(phases),
+        blocks=tuple(blocks),
+        ops=tuple(count_rows(op_counts)),
+        ops_source=ops_source,
+        op_totals=tuple(sum(c.values()) for c in op_counts),
+        kernels=tuple(count_rows(kernel_counts)) if kernel_counts else (),
+        kernel_totals=tuple(sum(c.values()) for c in kernel_counts) if kernel_counts else None,
+        warnings=tuple(warnings),
+    )
+
+
+# -- reading counts from a trace (I/O; kept apart from the pure functions above) ---------------
+
+
+def _profiled_steps(run: Run, annotation_names: Sequence[str]) -> int:
+    rows = run.tables.get("attribution") or []
+    if rows and rows[0].get("profiled_steps"):
+        return int(rows[0]["profiled_steps"])
+    steps = sum(1 for n in annotation_names if n.startswith("ProfilerStep#"))
+    return max(steps, 1)
+
+
+def trace_counts(run: Run) -> TraceCounts | None:
+    """Per-step counts of every CPU operator and device kernel in the run's trace; None without one."""
+    if run.folder is None or "trace" not in run.files:
+        return None
+    path = Path(run.folder) / run.files["trace"]
+    if not path.is_file():
+        return None
+    from lmprof.trace.load import load_trace  # lazy: pandas/msgspec only when a trace is read
+
+    try:
+        table = load_trace(path)
+    except LmprofError:
+        return None
+    ev = table.events
+    cats = ev["cat"].astype(str)
+    names = ev["name"].astype(str)
+    steps = _profiled_steps(run, names[cats == "user_annotation"].tolist())
+    # lmprof's own ranges are annotations, not operators; cpu_op is Kineto's name ("operator" before 2021).
+    ops = Counter(n for n in names[cats.isin(["cpu_op", "operator"])] if not n.startswith("lmprof:"))
+    kernels = Counter(names[cats == "kernel"])
+    return TraceCounts(
+        ops={k: v / steps for k, v in ops.items()},
+        kernels={k: v / steps for k, v in kernels.items()},
+        steps=steps,
+    )

@@ -1,0 +1,154 @@
+"""``lmprof compare``: two or more run folders side by side, with ratios against the first."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Sequence
+
+import typer
+
+from lmprof.cli.app import app
+from lmprof.cli.common import console
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from lmprof.analysis.compare import BlockRow, Comparison, CountRow, MetricRow
+
+# Ratios within this distance of 1 are shown without colour: run-to-run noise, not a change.
+_NEUTRAL_BAND = 0.03
+_TOP_COUNT_ROWS = 25
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run folders; the first is the baseline A"),
+    force: bool = typer.Option(False, "--force", help="Compare runs of different models, or train with infer"),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of tables"),
+    no_trace: bool = typer.Option(False, "--no-trace", help="Do not read traces (op counts from ops.csv only)"),
+) -> None:
+    """Compare runs side by side: figures, per-block times, operator and kernel counts; ratios are B/A."""
+    import orjson
+
+    from lmprof.analysis.compare import compare_runs, trace_counts
+    from lmprof.record.run import Run
+
+    loaded = [Run.load(p) for p in runs]
+    counts = None if no_trace else [trace_counts(r) for r in loaded]
+    result = compare_runs(loaded, allow_different_models=force, allow_mixed_modes=force, trace_counts=counts)
+    if json_out:
+        typer.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return
+    render(result, [str(p) for p in runs])
+
+
+def render(c: "Comparison", folders: Sequence[str]) -> None:
+    """Print the comparison's tables to the console."""
+    for label, rid, desc, folder in zip(c.labels, c.run_ids, c.descriptions, folders):
+        console.print(f"[bold]{label}[/bold] {rid}  ({desc})  {folder}")
+    for w in c.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    console.print("X/A = X's value / A's value; 'X vs A' = how many times better or worse X is "
+                  "(A/X for times, bytes, energy; X/A for throughput and utilisation)")
+    for group, title in (("headline", "Figures"), ("compute", "Compute efficiency"), ("memory", "Memory"),
+                         ("energy", "Energy"), ("other", "Other figures")):
+        rows = c.group(group)  # type: ignore[arg-type]
+        if rows and any(v is not None for r in rows for v in r.values):
+            console.print()
+            console.print(_metric_table(c, rows, title))
+    if c.phases:
+        console.print()
+        console.print(_block_table(c, list(c.phases), "Phases (ms per step, scaled to the clean step)"))
+        console.print()
+        console.print(_block_table(c, list(c.blocks), "Blocks (ms per step, scaled to the clean step)"))
+    console.print()
+    console.print(_count_table(c, list(c.ops), c.op_totals, f"Operator calls per step — {c.ops_source}"))
+    if c.kernels and c.kernel_totals:
+        console.print()
+        console.print(_count_table(c, list(c.kernels), c.kernel_totals, "Kernel launches per step (trace)"))
+
+
+def _fmt_ratio(r: float | None, higher_is_better: bool | None) -> str:
+    if r is None:
+        return ""
+    text = f"{r:.2f}x"
+    if higher_is_better is None or abs(r - 1) <= _NEUTRAL_BAND:
+        return text
+    good = (r > 1) == higher_is_better
+    return f"[green]{text}[/green]" if good else f"[red]{text}[/red]"
+
+
+def _metric_table(c: "Comparison", rows: Sequence["MetricRow"], title: str) -> "Table":
+    from rich.table import Table
+
+    from lmprof.show.format import number
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    t.add_column("figure")
+    for label in c.labels:
+        t.add_column(label, justify="right")
+    for label in c.labels[1:]:
+        t.add_column(f"{label}/A", justify="right")
+        t.add_column(f"{label} vs A", justify="right")
+    for m in rows:
+        cells = ["n/a" if v is None else number(v, m.unit) for v in m.values]
+        pairs = [x for r, s in zip(m.ratios[1:], m.speedups[1:]) for x in (_fmt_ratio(r, m.higher_is_better), _verdict(s))]
+        t.add_row(m.key, *cells, *pairs)
+    return t
+
+
+def _verdict(speedup: float | None) -> str:
+    if speedup is None:
+        return ""
+    if abs(speedup - 1) <= _NEUTRAL_BAND:
+        return "same"
+    return f"{speedup:.2f}x better" if speedup > 1 else f"{1 / speedup:.2f}x worse"
+
+
+def _block_table(c: "Comparison", rows: Sequence["BlockRow"], title: str) -> "Table":
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    t.add_column("block")
+    t.add_column("phase")
+    for label in c.labels:
+        t.add_column(label, justify="right")
+    for label in c.labels[1:]:
+        t.add_column(f"{label}/A", justify="right")
+    for b in rows:
+        cells = ["—" if v is None else f"{v:.3f}" for v in b.times_ms]
+        t.add_row(b.name, b.phase, *cells, *[_fmt_ratio(r, False) for r in b.ratios[1:]])
+    return t
+
+
+def _count_table(c: "Comparison", rows: Sequence["CountRow"], totals: Sequence[float], title: str) -> "Table":
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    t.add_column("name", overflow="fold", max_width=60)
+    t.add_column("change")
+    for label in c.labels:
+        t.add_column(label, justify="right")
+    for label in c.labels[1:]:
+        t.add_column(f"{label}−A", justify="right")
+    changed = [r for r in rows if r.change != "same"]
+    tally = {k: sum(r.change == k for r in rows) for k in ("appeared", "disappeared", "changed")}
+    t.caption = ", ".join(f"{n} {k}" for k, n in tally.items())
+    for r in changed[:_TOP_COUNT_ROWS]:
+        t.add_row(r.name, r.change, *[_count(x) for x in r.counts], *[_delta(d) for d in r.deltas[1:]])
+    if len(changed) > _TOP_COUNT_ROWS:
+        t.add_row(f"... {len(changed) - _TOP_COUNT_ROWS} more changed (see --json)", "", *["" for _ in c.labels],
+                  *["" for _ in c.labels[1:]])
+    same = len(rows) - len(changed)
+    if same:
+        t.add_row(f"({same} unchanged)", "", *["" for _ in c.labels], *["" for _ in c.labels[1:]])
+    t.add_section()
+    t.add_row("total", "", *[_count(x) for x in totals], *[_delta(x - totals[0]) for x in totals[1:]])
+    return t
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if abs(x - round(x)) < 1e-9 else f"{x:,.1f}"
+
+
+def _delta(d: float) -> str:
+    return "0" if abs(d) < 1e-9 else ("+" if d > 0 else "−") + _count(abs(d))
