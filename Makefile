@@ -21,6 +21,7 @@ demo: setup
 	$(VENV)/bin/lmprof train --out runs
 
 test: setup
+	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"
 	$(PY) -m pytest -n 2 tests
 
 clean:

@@ -1,6 +1,7 @@
 """Helpers shared by verb modules: merging YAML with flags, the console."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,3 +16,13 @@ def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:
     out = dict(yaml_values)
     out.update({k: v for k, v in flags.items() if v is not None})
     return out
+
+
+def write_report(run: Any, folder: Path, enabled: bool = True) -> None:
+    """Write report.html into the run folder and print where it is."""
+    if not enabled:
+        return
+    from lmprof.show.report import write_run_report
+
+    path = write_run_report(run, folder)
+    console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, merged
+from lmprof.cli.common import console, merged, write_report
 
 
 @app.command()
@@ -32,6 +32,7 @@ def infer(
     seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
     from lmprof.pipeline.config import build, load_yaml
@@ -48,3 +49,5 @@ def infer(
     with console.status("profiling generation..."):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
+    write_report(run, folder, report)
+

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, merged
+from lmprof.cli.common import console, merged, write_report
 
 
 @app.command()
@@ -32,6 +32,7 @@ def train(
     seed: Optional[int] = typer.Option(None, help="Seed for weights and data [default: 0]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
 ) -> None:
@@ -54,7 +55,10 @@ def train(
         run, folder = run_training(cfg, out_dir=run_dir)
         if world()[0] == 0 and run_dir is None:
             render(run, console, folder=str(folder))
+            write_report(run, folder, report)
         return
     with console.status("profiling training steps..."):
         run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))
+    write_report(run, folder, report)
+
