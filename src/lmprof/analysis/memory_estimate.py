@@ -284,7 +284,6 @@ def estimate_memory(
     lp_bytes = FP32 if param_dtype == "fp32" else p_bytes
 
     # Candidate peaks (steady state: optimizer state exists from the first step on).
-    base = params + buf + opt_state
     fwd_extra = 0
     if autocast:
         # The autocast cache holds 16-bit copies of every linear bias too while forward runs, and

@@ -29,7 +29,7 @@ from lmprof.analysis.flops import (
 )
 from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
-from lmprof.record.run import Block, Metric, Run
+from lmprof.record.run import Block, Metric
 from lmprof.workloads.shape import ModelShape
 
 Mode = Literal["train", "prefill", "decode"]

@@ -5,19 +5,17 @@ TTFT is the prefill including the first token's choice; TPOT is each later token
 """
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Literal
+from typing import Any, Callable, ContextManager
 
 import torch
 from pydantic import field_validator
 
 from lmprof.analysis.attribution import attribute
 from lmprof.errors import ConfigError
-from lmprof.hardware.devices import Device, environment, resolve_device
+from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.config import MeasureSpec, ModelSpec
 from lmprof.analysis.memory_estimate import estimate_memory
@@ -25,8 +23,8 @@ from lmprof.measure.memory import measure_inference_memory
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
-from lmprof.pipeline.train import DTYPES, blocks_from, measured_window, run_folder
-from lmprof.record.run import Env, Metric, Run
+from lmprof.pipeline.train import DTYPES, assemble_run, measured_window, run_folder
+from lmprof.record.run import Metric, Run
 from lmprof.trace.load import load_trace
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.decoding import Decoder, decoder_for
@@ -172,20 +170,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     if cache_bytes is not None:
         metrics["kv_cache"] = Metric(value=cache_bytes, unit="B", source="measured",
                                      note="bytes of the cache tensors after the last generation")
-    run = Run(
-        id=out_dir.name,
-        mode="infer",
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        env=Env(**environment(work.device)),
-        config=config,
-        metrics=metrics,
-        blocks=blocks_from(att, clean),
-        ops=prof.ops,
-        notes=[*work.notes, *att.notes, *energy_notes],
-        files={"trace": "trace.json.gz"},
-    )
-    if energy is not None:
-        run.tables["energy"] = energy.rows()
+    run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, [*work.notes, *energy_notes], energy)
     dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
         next(work.model.parameters()).dtype, "fp32")
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
@@ -197,9 +182,6 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
                                    new_tokens=n - 1 if config.get("kv_cache", True) else 0)
     add_memory(run, out_dir, memory, estimate, f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
                f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")
-    run.tables["attribution"] = [
-        {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
-    ]
     run.tables["generation"] = [_generation_row(work, gens[-1].tokens, i) for i in range(min(B, 4))]
     return run
 
@@ -246,9 +228,8 @@ def build_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         shape = hfmod.shape_of(model)
         vocab = int(model.config.vocab_size)
         described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type}
-
-        def scopes() -> ContextManager[object]:
-            return module_scopes(model)
+        hooked = model
+        scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
     else:
         gcfg = preset(cfg.preset, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                       block_size=cfg.block_size, vocab_size=cfg.vocab_size, dropout=cfg.dropout,

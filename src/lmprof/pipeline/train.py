@@ -200,20 +200,7 @@ def measure_training(
         n = len(samples)
         metrics.update(energy_metrics(energy, steps=n, tokens=(work.tokens_per_step or 0) * n or None))
         energy_notes = [energy.explanation(), *energy.warnings]
-    run = Run(
-        id=out_dir.name,
-        mode="train",
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        env=Env(**environment(work.device)),
-        config=config,
-        metrics=metrics,
-        blocks=blocks_from(att, clean),
-        ops=prof.ops,
-        notes=[*work.notes, *att.notes, *energy_notes],
-        files={"trace": "trace.json.gz"},
-    )
-    if energy is not None:
-        run.tables["energy"] = energy.rows()
+    run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, [*work.notes, *energy_notes], energy)
     estimate = None
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
@@ -224,6 +211,28 @@ def measure_training(
     if work.batch_size and work.seq_len:
         add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
                   attention=work.attention)  # type: ignore[arg-type]
+    return run
+
+
+def assemble_run(
+    mode: str, device: Device, out_dir: Path, config: dict[str, Any], metrics: dict[str, Metric],
+    att: Attribution, clean_ms: float, prof: Any, notes: list[str], energy: Any,
+) -> Run:
+    """The Run record common to train and infer: env, blocks scaled to the clean time, ops, tables."""
+    run = Run(
+        id=out_dir.name,
+        mode=mode,  # type: ignore[arg-type]
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        env=Env(**environment(device)),
+        config=config,
+        metrics=metrics,
+        blocks=blocks_from(att, clean_ms),
+        ops=prof.ops,
+        notes=[*notes, *att.notes],
+        files={"trace": "trace.json.gz"},
+    )
+    if energy is not None:
+        run.tables["energy"] = energy.rows()
     run.tables["attribution"] = [
         {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
     ]

@@ -23,7 +23,6 @@ import html
 import io
 import math
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from lmprof.analysis.advice import RULES, Recommendation, advise
 from lmprof.errors import DataError
 from lmprof.record.run import Run
+from lmprof.show.blocks import block_cells, row_label
 from lmprof.show.format import human_bytes, metric_spread, metric_value, number
 
 REPORT_NAME = "report.html"
@@ -54,7 +54,6 @@ COMPUTE_PREFIXES = ("flops.", "peak.", "bytes.")
 COMPUTE_KEYS = ("mfu", "hfu", "mbu")
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
-STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "other", "idle")
 TOP_OPS = 15
 # Tables shown in their own sections; any other run table goes under "Other tables".
 _OWN_TABLES = {"energy", "memory", "roofline", "attribution"}
@@ -202,7 +201,7 @@ def metrics_table(run: Run, keys: Sequence[str]) -> str:
     for k in keys:
         m = run.metrics[k]
         value = metric_value(m)
-        cell = f'<span class="na">n/a</span>' if m.value is None else esc(value)
+        cell = '<span class="na">n/a</span>' if m.value is None else esc(value)
         rows.append([f"<code>{esc(k)}</code>", cell, esc(metric_spread(m)), badge(m.source),
                      f'<span class="note">{esc(m.note or "")}</span>'])
     return table(["figure", "value", "p10 – p90", "source", "note"], rows, num=(1, 2), cls="metrics")
@@ -217,41 +216,15 @@ def _keys(run: Run, pred: Callable[[str], bool]) -> list[str]:
 # ================================================================================================
 
 
-def _block_cells(run: Run) -> tuple[list[str], list[str], dict[str, dict[str, float]], dict[str, float]]:
-    """(row keys in display order, phases, ms per row and phase, share per row)."""
-    from lmprof.workloads.blocks import FORWARD_BLOCKS  # canonical order (imports torch: keep lazy)
-
-    cells: dict[str, dict[str, float]] = defaultdict(dict)
-    pct: dict[str, float] = defaultdict(float)
-    for b in run.blocks:
-        key = b.name if b.phase != "step" else f"step:{b.name}"
-        cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
-        pct[key] += b.pct
-    phases = [p for p in ("forward", "backward", "prefill", "decode") if any(b.phase == p for b in run.blocks)]
-    order = [b for b in FORWARD_BLOCKS if b in cells]
-    order += sorted(k for k in cells if k not in FORWARD_BLOCKS and not k.startswith("step:")
-                    and k not in ("accumulate_grad", "other"))
-    order += [k for k in ("accumulate_grad", "other") if k in cells]
-    order += [f"step:{s}" for s in STEP_ROWS if f"step:{s}" in cells]
-    order += sorted(k for k in cells if k.startswith("step:") and k not in order)
-    return order, phases, cells, pct
-
-
-def _row_label(key: str) -> str:
-    if key == "step:other":
-        return "other (step)"
-    return key.removeprefix("step:")
-
-
 def blocks_html(run: Run) -> str:
     """The per-block table: ms per phase (scaled to the clean step), total and share."""
-    order, phases, cells, pct = _block_cells(run)
+    order, phases, cells, pct = block_cells(run)
     rows, total = [], 0.0
     for key in order:
         row = cells[key]
         s = sum(row.values())
         total += s
-        rows.append([esc(_row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
+        rows.append([esc(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
                      f"{s:.3f}", f"{pct[key]:.1f}%"])
     rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%"])
     headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share"]
@@ -264,8 +237,8 @@ def block_chart_png(run: Run) -> bytes | None:
         return None
     from matplotlib.figure import Figure  # lazy: matplotlib only when a chart is drawn
 
-    order, phases, cells, _ = _block_cells(run)
-    labels = [_row_label(k) for k in order]
+    order, phases, cells, _ = block_cells(run)
+    labels = [row_label(k) for k in order]
     fig = Figure(figsize=(9.0, 0.28 * len(order) + 1.3), dpi=110)
     ax = fig.subplots()
     y = list(range(len(order)))

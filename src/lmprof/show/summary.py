@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import io
-from collections import defaultdict
 
 from rich.console import Console
 from rich.table import Table
 
 from lmprof.record.run import Run
+from lmprof.show.blocks import block_cells, row_label
 from lmprof.show.format import metric_spread, metric_value, number
-from lmprof.workloads.blocks import FORWARD_BLOCKS
 
 # The terminal shows these, in this order; run.json has every figure.
 HEADLINE = (
@@ -22,7 +21,6 @@ HEADLINE = (
     "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
     "energy.estimated.total", "energy.estimated.per_token",
 )
-STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "other", "idle")
 
 
 def _title(run: Run) -> str:
@@ -76,13 +74,7 @@ def _notes(run: Run, keys: list[str]) -> list[str]:
 
 def blocks_table(run: Run) -> Table:
     """Blocks as rows with one column per phase, then the step's own parts; total = clean step."""
-    cells: dict[str, dict[str, float]] = defaultdict(dict)
-    pct: dict[str, float] = defaultdict(float)
-    for b in run.blocks:
-        key = b.name if b.phase != "step" else f"step:{b.name}"
-        cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
-        pct[key] += b.pct
-    phases = [p for p in ("forward", "backward", "prefill", "decode") if any(b.phase == p for b in run.blocks)]
+    order, phases, cells, pct = block_cells(run)
     what = "step" if run.mode == "train" else "generation"
     t = Table(title=f"Where the {what} goes (ms, scaled to the clean {what}; share of the profiled {what})",
               title_justify="left", show_edge=False)
@@ -91,24 +83,19 @@ def blocks_table(run: Run) -> Table:
         t.add_column(f"{p} ms", justify="right")
     t.add_column("total ms", justify="right")
     t.add_column("share", justify="right")
-    order = [b for b in FORWARD_BLOCKS if b in cells]
-    order += sorted(k for k in cells if k not in FORWARD_BLOCKS and not k.startswith("step:") and k not in ("accumulate_grad", "other"))
-    order += [k for k in ("accumulate_grad", "other") if k in cells]
-    order += [f"step:{s}" for s in STEP_ROWS if f"step:{s}" in cells]
     total = 0.0
     for key in order:
         row = cells[key]
         s = sum(row.values())
         total += s
-        label = key.removeprefix("step:") + (" (step)" if key in ("step:other",) else "")
-        t.add_row(label, *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%")
+        t.add_row(row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%")
     t.add_section()
     t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%")
     return t
 
 
 def ops_table(run: Run, top: int = 10) -> Table:
-    t = Table(title=f"Top operators by self CPU time (per step, profiled)", title_justify="left", show_edge=False)
+    t = Table(title="Top operators by self CPU time (per step, profiled)", title_justify="left", show_edge=False)
     t.add_column("operator")
     t.add_column("calls", justify="right")
     t.add_column("self ms", justify="right")

@@ -1,0 +1,92 @@
+"""``lmprof results SWEEP_DIR``: the sweep's runs as a table, or exported to CSV / Parquet."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from lmprof.cli.app import app
+from lmprof.cli.common import console
+
+# (column, header, unit) shown in the terminal table when the sweep has them.
+_FIGURES = (
+    ("step_time_ms", "step ms", "ms"),
+    ("tokens_per_s", "tok/s", "tokens/s"),
+    ("ttft_ms", "ttft ms", "ms"),
+    ("tpot_ms", "tpot ms", "ms"),
+    ("decode_tokens_per_s", "decode tok/s", "tokens/s"),
+    ("mfu_pct", "mfu %", "%"),
+    ("memory_peak_bytes", "peak mem", "B"),
+    ("energy_per_token_j", "J/token", "J/token"),
+)
+# (column, header) of the configuration axes; only those that vary in the sweep are shown.
+_AXES = (("mode", "mode"), ("model", "model"), ("batch_size", "b"), ("seq_len", "t"), ("dev", "device"),
+         ("dtype", "dtype"), ("attention", "attn"), ("compile", "compile"))
+_STYLE = {"ok": "green", "oom": "magenta", "timeout": "yellow", "error": "red", "pending": "dim", "running": "cyan"}
+
+
+def _cell(value: Any, unit: str) -> str:
+    from lmprof.show.format import number
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = number(float(value), unit)
+    return text.rsplit(" ", 1)[0] if unit in ("ms", "tokens/s", "%", "J/token") else text
+
+
+@app.command()
+def results(
+    sweep_dir: Path = typer.Argument(..., help="A sweep folder (or its results.sqlite)"),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Write every run (all columns) to this CSV file"),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="Write every run (all columns) to a Parquet file"),
+) -> None:
+    """List a sweep's runs with their status and main figures; --csv/--parquet export all columns."""
+    from rich import box
+    from rich.table import Table
+
+    from lmprof.errors import DataError
+    from lmprof.record.store import load_results
+
+    df = load_results(sweep_dir)
+    if csv or parquet:
+        if csv:
+            df.to_csv(csv, index=False)
+            console.print(f"wrote {csv} ({len(df)} runs, {len(df.columns)} columns)")
+        if parquet:
+            try:
+                df.to_parquet(parquet, index=False)
+            except ImportError:
+                raise DataError("writing Parquet needs pyarrow: pip install 'lmprof[parquet]'") from None
+            console.print(f"wrote {parquet} ({len(df)} runs, {len(df.columns)} columns)")
+        return
+    df["dev"] = df["device_resolved"].where(df["device_resolved"].notna(), df["device"])
+    figures = [f for f in _FIGURES if f[0] in df.columns and df[f[0]].notna().any()]
+    axes = [(c, h) for c, h in _AXES if df[c].nunique(dropna=False) > 1] or [("model", "model")]
+    failed = bool((df["status"] != "ok").any())
+    table = Table(title=f"Sweep {sweep_dir}: {len(df)} points", title_justify="left", box=box.SIMPLE_HEAD,
+                  collapse_padding=True, pad_edge=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for col, header in axes:
+        table.add_column(header, justify="right" if col in ("batch_size", "seq_len") else "left", no_wrap=True,
+                         min_width=max(len(header), 4))
+    for _, header, _unit in figures:
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+    for _, r in df.iterrows():
+        style = _STYLE.get(r["status"], "white")
+        cells = [str(r[c]) if c != "compile" else ("yes" if r[c] else "no") for c, _ in axes]
+        row = [r["id"], f"[{style}]{r['status']}[/]", *cells, *[_cell(r[col], unit) for col, _, unit in figures]]
+        table.add_row(*row)
+    console.print(table)
+    fixed = [f"{h} {df[c].iloc[0] if c != 'compile' else ('yes' if df[c].iloc[0] else 'no')}"
+             for c, h in _AXES if (c, h) not in axes]
+    if fixed:
+        console.print("same for every point: " + ", ".join(fixed))
+    if failed:  # reasons below the table: they are long, the table stays readable
+        for _, r in df[df["status"] != "ok"].iterrows():
+            style = _STYLE.get(r["status"], "white")
+            console.print(f"[{style}]{r['status']}[/] {r['id']} {r['label']}: {r['message'] or ''}", soft_wrap=True)
+    counts = df["status"].value_counts()
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))

@@ -1,0 +1,62 @@
+"""``lmprof sweep SPEC.yaml``: run a grid of configurations, each point isolated in its own process."""
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lmprof.cli.app import app
+from lmprof.cli.common import console
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM (CI cancel, `kill`) takes the Ctrl-C path: the running worker is killed and its point
+    # is put back to pending before the sweep exits.
+    raise KeyboardInterrupt
+
+
+@app.command()
+def sweep(
+    spec: Path = typer.Argument(..., help="Sweep spec (YAML): lists to take the product of, see docs/sweeps.md"),
+    out: Path = typer.Option(Path("sweeps-out"), "--out", "-o", help="Sweep folder: results.sqlite and runs/"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out: skip points already ok"),
+    skip_failed: bool = typer.Option(False, "--skip-failed", help="With --resume: keep failed points as they are"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit without running them"),
+    strict: bool = typer.Option(False, "--strict", help="Exit with code 1 when any point failed (for CI)"),
+) -> None:
+    """Run every configuration of a sweep spec; each point's status and metrics go to results.sqlite."""
+    from lmprof.sweep.progress import ConsoleProgress, duration
+    from lmprof.sweep.runner import run_sweep
+    from lmprof.sweep.spec import load_spec
+
+    sweep_spec = load_spec(spec)
+    plan = sweep_spec.expand()
+    console.print(f"sweep {spec}: {len(plan.points)} points"
+                  + (f" ({plan.excluded} excluded by the rules)" if plan.excluded else "")
+                  + (f", {sweep_spec.repeats} repeats each" if sweep_spec.repeats > 1 else "")
+                  + f", timeout {sweep_spec.timeout_s:g} s per point -> {out}")
+    for rule in plan.unused_rules:
+        console.print(f"note: exclude rule {rule} matches no point (a typo?)")
+    if dry_run:
+        for p in plan.points:
+            console.print(f"  {p.id}  {p.label}")
+        return
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        summary = run_sweep(sweep_spec, out, resume=resume, retry_failed=not skip_failed,
+                            listener=ConsoleProgress(console))
+    except KeyboardInterrupt:
+        console.print(f"interrupted: finished points are saved; continue with: "
+                      f"lmprof sweep {spec} --out {out} --resume")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if summary.skipped_failed:
+        console.print(f"resume: {summary.skipped_failed} failed points kept as they are (--skip-failed)")
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing to run"
+    console.print(f"finished in {duration(summary.duration_s)}: {counts}")
+    console.print(f"results: {out / 'results.sqlite'}  (lmprof results {out}; lmprof plots {out})")
+    if strict and summary.failed:
+        raise typer.Exit(1)

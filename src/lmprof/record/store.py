@@ -1,0 +1,323 @@
+"""The sweep results store: one SQLite file (``results.sqlite``, WAL mode) in the sweep folder.
+
+Tables (the full schema is in docs/sweeps.md, so other tools can read it without lmprof):
+
+* ``meta(key, value)`` — ``schema`` (:data:`SCHEMA`), the last ``spec`` (JSON), ``created``;
+* ``points`` — one row per point: id, label, status, message, the product axes as columns, the point
+  as JSON (``config``), its run folder, timestamps, duration;
+* ``metrics(point_id, key, value, unit, source, p10, p90, n, note)`` — every metric of every ``ok``
+  run, long format;
+* ``blocks(point_id, name, phase, time_ms, profiled_ms, pct, calls, flops, bytes)`` — the per-block
+  table of every ``ok`` run;
+* view ``results`` — ``points`` with the common metrics pivoted into columns.
+
+Each point's row is committed as soon as the point finishes, so an interrupted sweep loses at most the
+point that was running. :func:`load_results` returns one row per point as a pandas DataFrame.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from lmprof.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lmprof.record.run import Run
+    from lmprof.sweep.spec import Point
+
+SCHEMA = "lmprof.sweep/1"
+DB_NAME = "results.sqlite"
+STATUSES = ("pending", "running", "ok", "oom", "timeout", "error")
+FAILED = ("oom", "timeout", "error")
+AXIS_COLUMNS = ("mode", "model", "batch_size", "seq_len", "device", "dtype", "compile", "attention", "repeat")
+
+# Metric column suffix by unit: step_time (ms) -> step_time_ms, mfu (%) -> mfu_pct.
+_UNIT_SUFFIX = {
+    "ms": "ms", "s": "s", "%": "pct", "B": "bytes", "B/s": "bytes_per_s", "J": "j", "W": "w",
+    "FLOP": "flop", "FLOP/s": "flop_per_s",
+}
+# Metrics pivoted by the SQL view `results` (load_results pivots all of them).
+VIEW_METRICS = (
+    ("step_time", "ms"), ("tokens_per_s", "tokens/s"), ("ttft", "ms"), ("tpot", "ms"),
+    ("decode_tokens_per_s", "tokens/s"), ("e2e_latency", "ms"), ("params", "count"), ("loss", "nats/token"),
+    ("mfu", "%"), ("memory.peak", "B"), ("energy.per_token", "J/token"), ("energy.flop_per_joule", "FLOP/J"),
+)
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS points (
+    id TEXT PRIMARY KEY,
+    label TEXT NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT,
+    mode TEXT NOT NULL,
+    model TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    seq_len INTEGER NOT NULL,
+    device TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    compile INTEGER NOT NULL,
+    attention TEXT NOT NULL,
+    repeat INTEGER NOT NULL,
+    n_layer INTEGER, n_head INTEGER, n_embd INTEGER,
+    config TEXT NOT NULL,
+    run_dir TEXT,
+    device_resolved TEXT,
+    device_name TEXT,
+    started TEXT,
+    finished TEXT,
+    duration_s REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    point_id TEXT NOT NULL REFERENCES points(id),
+    key TEXT NOT NULL, value REAL, unit TEXT NOT NULL, source TEXT NOT NULL,
+    p10 REAL, p90 REAL, n INTEGER, note TEXT,
+    PRIMARY KEY (point_id, key)
+);
+CREATE TABLE IF NOT EXISTS blocks (
+    point_id TEXT NOT NULL REFERENCES points(id),
+    name TEXT NOT NULL, phase TEXT NOT NULL,
+    time_ms REAL, profiled_ms REAL, pct REAL, calls INTEGER, flops REAL, bytes REAL,
+    PRIMARY KEY (point_id, phase, name)
+);
+"""
+
+
+def metric_column(key: str, unit: str) -> str:
+    """Column name of a metric: dots become underscores, plus a unit suffix where the unit is not in the name.
+
+    ``step_time`` (ms) -> ``step_time_ms``; ``mfu`` (%) -> ``mfu_pct``; ``memory.peak`` (B) ->
+    ``memory_peak_bytes``; ``tokens_per_s`` (tokens/s) stays; ``energy.per_token`` (J/token) ->
+    ``energy_per_token_j``.
+    """
+    base = re.sub(r"[^0-9a-zA-Z]+", "_", key).strip("_").lower()
+    suffix = _UNIT_SUFFIX.get(unit)
+    if suffix is None and unit.startswith("J/"):
+        suffix = "j"
+    if suffix is None or base.endswith("_" + suffix):
+        return base
+    return f"{base}_{suffix}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def db_path(where: str | Path) -> Path:
+    """``results.sqlite`` inside a sweep folder, or the path itself when it names a file."""
+    p = Path(where)
+    return p / DB_NAME if p.is_dir() or p.suffix != ".sqlite" else p
+
+
+class Store:
+    """Read/write access to one sweep's ``results.sqlite``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we open transactions ourselves, one per finished point.
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_DDL)
+        self._create_view()
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
+            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _create_view(self) -> None:
+        cols = ",\n".join(
+            f"  (SELECT value FROM metrics m WHERE m.point_id = p.id AND m.key = '{k}') AS {metric_column(k, u)}"
+            for k, u in VIEW_METRICS
+        )
+        self.conn.execute(f"CREATE VIEW IF NOT EXISTS results AS SELECT p.*,\n{cols}\nFROM points p")
+
+    # -- planning ------------------------------------------------------------------------------
+    def count_points(self) -> int:
+        """Points recorded so far (any status)."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM points").fetchone()[0])
+
+    def statuses(self) -> dict[str, str]:
+        """Point id -> status."""
+        return dict(self.conn.execute("SELECT id, status FROM points").fetchall())
+
+    def plan(self, points: Iterable["Point"], spec_json: str) -> None:
+        """Record the planned points as ``pending`` (keeping any already recorded) and the spec.
+
+        Pending rows of an earlier plan that the current spec no longer contains are dropped: they
+        never ran, so nothing is lost.
+        """
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.execute("DELETE FROM points WHERE status = 'pending'")
+            base = int(self.conn.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM points").fetchone()[0])
+            for i, p in enumerate(points):
+                spec = p.model_spec
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO points (id, label, status, mode, model, batch_size, seq_len, device, dtype,"
+                    " compile, attention, repeat, n_layer, n_head, n_embd, config, seq)"
+                    " VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (p.id, p.label, p.mode, p.model, p.batch_size, p.seq_len, p.device, p.dtype, int(p.compile),
+                     p.attention, p.repeat, spec.get("n_layer"), spec.get("n_head"), spec.get("n_embd"),
+                     p.model_dump_json(), base + i),
+                )
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('spec', ?)", (spec_json,))
+
+    # -- recording -----------------------------------------------------------------------------
+    def mark_running(self, point_id: str, run_dir: str, started: str) -> None:
+        """The point has started: a row left ``running`` means the sweep died while it ran."""
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.execute(
+                "UPDATE points SET status = 'running', message = NULL, run_dir = ?, started = ?, finished = NULL,"
+                " duration_s = NULL, attempts = attempts + 1 WHERE id = ?",
+                (run_dir, started, point_id),
+            )
+            self._clear_results(point_id)
+
+    def mark_pending(self, point_id: str, message: str) -> None:
+        """Put an interrupted point back in the queue."""
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.execute("UPDATE points SET status = 'pending', message = ? WHERE id = ?", (message, point_id))
+
+    def finish(self, point_id: str, status: str, message: str | None, finished: str, duration_s: float,
+               run: "Run | None" = None) -> None:
+        """Record a finished point, with its run's metrics and blocks when it succeeded; one commit."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self._clear_results(point_id)
+            env = run.env if run is not None else None
+            self.conn.execute(
+                "UPDATE points SET status = ?, message = ?, finished = ?, duration_s = ?,"
+                " device_resolved = ?, device_name = ? WHERE id = ?",
+                (status, message, finished, duration_s, env.device if env else None,
+                 env.device_name if env else None, point_id),
+            )
+            if run is not None:
+                self.conn.executemany(
+                    "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(point_id, k, m.value, m.unit, m.source, m.p10, m.p90, m.n, m.note)
+                     for k, m in run.metrics.items()],
+                )
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(point_id, b.name, b.phase, b.time_ms, b.profiled_ms, b.pct, b.calls, b.flops, b.bytes)
+                     for b in run.blocks],
+                )
+
+    def _clear_results(self, point_id: str) -> None:
+        self.conn.execute("DELETE FROM metrics WHERE point_id = ?", (point_id,))
+        self.conn.execute("DELETE FROM blocks WHERE point_id = ?", (point_id,))
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _connect_existing(path: str | Path) -> tuple[sqlite3.Connection, Path]:
+    p = db_path(path)
+    if not p.is_file():
+        raise DataError(f"no sweep results at {p} (run `lmprof sweep SPEC.yaml --out {Path(path)}` first)")
+    conn = sqlite3.connect(p, timeout=30)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise DataError(f"{p} is not an lmprof sweep store: {exc}") from None
+    if not row or not str(row[0]).startswith("lmprof.sweep/"):
+        conn.close()
+        raise DataError(f"{p} is not an lmprof sweep store (schema={row[0] if row else None!r})")
+    return conn, p
+
+
+def load_results(path: str | Path) -> "pd.DataFrame":
+    """One row per point of a sweep: status, flattened config, and one column per metric value.
+
+    ``path`` is the sweep folder or its ``results.sqlite``. Metric columns are named by
+    :func:`metric_column` (``step_time_ms``, ``tokens_per_s``, ``mfu_pct``, ...); their units are in
+    ``df.attrs["units"]`` (column -> unit). ``run_dir`` is an absolute path; failed points have no
+    metric values (NaN), never zeros. Rows are in plan order.
+    """
+    import pandas as pd
+
+    conn, p = _connect_existing(path)
+    try:
+        points = pd.read_sql_query("SELECT * FROM points ORDER BY seq", conn)
+        metrics = pd.read_sql_query("SELECT point_id, key, value, unit FROM metrics", conn)
+    finally:
+        conn.close()
+    points["compile"] = points["compile"].astype(bool)
+    points["run_dir"] = [str(p.parent / d) if isinstance(d, str) and d else None for d in points["run_dir"]]
+    points = points.drop(columns=["seq"])
+    units: dict[str, str] = {}
+    if not metrics.empty:
+        metrics["column"] = [metric_column(k, u) for k, u in zip(metrics["key"], metrics["unit"])]
+        units = dict(zip(metrics["column"], metrics["unit"]))
+        wide = metrics.pivot_table(index="point_id", columns="column", values="value", aggfunc="first", dropna=False)
+        wide = wide.reindex(columns=sorted(units))
+        clash = [c for c in wide.columns if c in points.columns]
+        wide = wide.rename(columns={c: f"metric_{c}" for c in clash})
+        units = {(f"metric_{c}" if c in clash else c): u for c, u in units.items()}
+        points = points.merge(wide, left_on="id", right_index=True, how="left")
+    points.attrs["units"] = units
+    points.attrs["source"] = str(p)
+    return points.reset_index(drop=True)
+
+
+def load_blocks(path: str | Path) -> "pd.DataFrame":
+    """The per-block rows of every ``ok`` run, joined with the point's axes (long format)."""
+    import pandas as pd
+
+    conn, _ = _connect_existing(path)
+    cols = ", ".join(f"p.{c}" for c in ("label", *AXIS_COLUMNS, "device_resolved", "device_name"))
+    try:
+        df = pd.read_sql_query(
+            f"SELECT b.*, {cols} FROM blocks b JOIN points p ON p.id = b.point_id WHERE p.status = 'ok' ORDER BY p.seq",
+            conn,
+        )
+    finally:
+        conn.close()
+    df["compile"] = df["compile"].astype(bool)
+    return df
+
+
+def load_metric_notes(path: str | Path, key_prefix: str) -> dict[str, int]:
+    """Notes of n/a metrics whose key starts with ``key_prefix``, with how many runs gave each."""
+    conn, _ = _connect_existing(path)
+    try:
+        rows = conn.execute(
+            "SELECT note, COUNT(DISTINCT point_id) FROM metrics"
+            " WHERE key LIKE ? ESCAPE '!' AND value IS NULL AND note IS NOT NULL GROUP BY note",
+            (key_prefix.replace("!", "!!").replace("_", "!_").replace("%", "!%") + "%",),
+        ).fetchall()
+    finally:
+        conn.close()
+    return {str(n): int(c) for n, c in rows}
+
+
+def load_spec_json(path: str | Path) -> dict[str, Any] | None:
+    """The spec the sweep was last run with, as stored in ``meta``."""
+    conn, _ = _connect_existing(path)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'spec'").fetchone()
+    finally:
+        conn.close()
+    return json.loads(row[0]) if row else None

@@ -1,0 +1,242 @@
+"""Run a sweep: each point in its own worker process, each result committed as soon as it is known.
+
+Isolation is the point of this module: a point that crashes, runs out of memory or hangs is killed
+and recorded with its status (``ok``, ``oom``, ``timeout``, ``error``) and a one-line reason, and the
+sweep goes on with the next point. Points run one at a time, so runs never compete for the device.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from lmprof.errors import ConfigError
+from lmprof.record.store import DB_NAME, FAILED, Store
+from lmprof.sweep import worker
+from lmprof.sweep.spec import Point, SweepSpec
+
+RUNS_DIR = "runs"
+_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one point ended."""
+
+    status: str  # ok, oom, timeout, error
+    message: str | None
+    started: str
+    finished: str
+    duration_s: float
+
+
+@dataclass
+class SweepSummary:
+    """Counts over the points of one ``run_sweep`` call."""
+
+    total: int
+    skipped_ok: int = 0
+    skipped_failed: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> int:
+        return sum(self.counts.get(s, 0) for s in FAILED)
+
+
+class SweepListener(Protocol):
+    """What the runner reports while it works (the CLI draws a progress bar from it)."""
+
+    def begin(self, total: int, todo: int, skipped_ok: int) -> None: ...
+    def point_started(self, point: Point, index: int) -> None: ...
+    def point_finished(self, point: Point, outcome: Outcome, headline: str) -> None: ...
+    def end(self, summary: SweepSummary) -> None: ...
+
+
+class QuietListener:
+    """A listener that reports nothing (the default for library use)."""
+
+    def begin(self, total: int, todo: int, skipped_ok: int) -> None:
+        pass
+
+    def point_started(self, point: Point, index: int) -> None:
+        pass
+
+    def point_finished(self, point: Point, outcome: Outcome, headline: str) -> None:
+        pass
+
+    def end(self, summary: SweepSummary) -> None:
+        pass
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the worker and anything it started (torch.compile spawns compiler processes)."""
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # Windows: no process groups here, kill the worker itself
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _tail(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    with path.open("rb") as fh:
+        fh.seek(max(0, path.stat().st_size - _TAIL_BYTES))
+        return fh.read().decode("utf-8", "replace").splitlines()
+
+
+def classify(returncode: int, log_lines: list[str], has_record: bool) -> tuple[str, str | None]:
+    """Status and one-line message from the worker's exit code and the tail of its output."""
+    reported = [ln[len(worker.RESULT_PREFIX):].strip() for ln in log_lines if ln.startswith(worker.RESULT_PREFIX)]
+    lines = [ln.strip() for ln in log_lines if ln.strip()]
+    last = reported[-1] if reported else (lines[-1] if lines else None)
+    if returncode == worker.EXIT_OK:
+        return ("ok", None) if has_record else ("error", "the worker exited without writing a run record")
+    if returncode == worker.EXIT_OOM:
+        return "oom", last or "out of memory"
+    if returncode == -getattr(signal, "SIGKILL", 9):
+        return "oom", "killed by signal 9 (SIGKILL): most likely the system's out-of-memory killer"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return "error", f"the worker died from {name}" + (f" ({last})" if last else "")
+    if any(worker.OOM_TEXT.search(ln) for ln in lines[-50:]):
+        oom_line = next(ln for ln in reversed(lines) if worker.OOM_TEXT.search(ln))
+        return "oom", oom_line[:300]
+    return "error", (last or f"the worker exited with code {returncode}")[:300]
+
+
+def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
+    """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
+
+    The run folder is emptied first (a point re-run on resume starts clean); the worker's output goes
+    to ``<run_dir>/worker.log``.
+    """
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    point_json = run_dir / "point.json"
+    point_json.write_text(point.model_dump_json(indent=2))
+    log = run_dir / "worker.log"
+    started, t0 = _now(), time.monotonic()
+    with log.open("wb") as fh:
+        # A new session puts the worker and its children in one process group we can kill together.
+        proc = subprocess.Popen(
+            [python, "-m", "lmprof.sweep.worker", str(point_json), str(run_dir)],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=hasattr(os, "setsid"),
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return Outcome("timeout", f"no result after {timeout_s:g} s (timeout_s): the worker was killed",
+                           started, _now(), time.monotonic() - t0)
+        except BaseException:
+            _kill_group(proc)  # interrupted (Ctrl-C, SIGTERM): never leave the worker behind
+            raise
+    status, message = classify(rc, _tail(log), (run_dir / "run.json").is_file())
+    return Outcome(status, message, started, _now(), time.monotonic() - t0)
+
+
+def headline(run: object) -> str:
+    """The figure shown beside a finished point: tokens/s for training, decode tokens/s for inference."""
+    from lmprof.show.format import metric_value
+
+    for key in ("tokens_per_s", "decode_tokens_per_s", "step_time", "e2e_latency"):
+        m = run.metrics.get(key)  # type: ignore[attr-defined]
+        if m is not None and m.value is not None:
+            return f"{key} {metric_value(m)}"
+    return ""
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    retry_failed: bool = True,
+    listener: SweepListener | None = None,
+    python: str = sys.executable,
+) -> SweepSummary:
+    """Run every point of ``spec`` into the sweep folder ``out``; returns the counts.
+
+    Without ``resume`` a folder that already holds results is refused (ConfigError). With it, points
+    recorded ``ok`` are never run again; failed points (``oom``, ``timeout``, ``error``) are run again
+    unless ``retry_failed`` is False; points left ``running`` or ``pending`` by an interrupted sweep
+    are run.
+    """
+    from lmprof.record.run import Run
+
+    out = Path(out)
+    listener = listener or QuietListener()
+    plan = spec.expand()
+    db = out / DB_NAME
+    if db.exists() and not resume:
+        with Store(db) as probe:
+            if probe.count_points():
+                raise ConfigError(
+                    f"{out} already holds sweep results ({DB_NAME}): pass --resume to continue that sweep, "
+                    f"or choose a new --out folder")
+    summary = SweepSummary(total=len(plan.points))
+    t_start = time.monotonic()
+    with Store(db) as store:
+        store.plan(plan.points, spec.model_dump_json())
+        known = store.statuses()
+        todo: list[Point] = []
+        for p in plan.points:
+            status = known.get(p.id, "pending")
+            if status == "ok":
+                summary.skipped_ok += 1
+            elif status in FAILED and not retry_failed:
+                summary.skipped_failed += 1
+            else:
+                todo.append(p)
+        listener.begin(len(plan.points), len(todo), summary.skipped_ok)
+        for i, point in enumerate(todo):
+            run_dir = out / RUNS_DIR / point.id
+            store.mark_running(point.id, f"{RUNS_DIR}/{point.id}", _now())
+            listener.point_started(point, i)
+            try:
+                outcome = run_point(point, run_dir, spec.timeout_s, python)
+            except BaseException:
+                store.mark_pending(point.id, "interrupted while running; run again with --resume")
+                summary.interrupted = True
+                summary.duration_s = time.monotonic() - t_start
+                listener.end(summary)
+                raise
+            run = None
+            if outcome.status == "ok":
+                try:
+                    run = Run.load(run_dir)
+                except Exception as exc:  # a record we cannot read is this point's error, not the sweep's
+                    outcome = Outcome("error", f"unreadable run record: {exc}", outcome.started, outcome.finished,
+                                      outcome.duration_s)
+            store.finish(point.id, outcome.status, outcome.message, outcome.finished, outcome.duration_s, run)
+            summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
+            listener.point_finished(point, outcome, headline(run) if run is not None else "")
+    summary.duration_s = time.monotonic() - t_start
+    listener.end(summary)
+    return summary

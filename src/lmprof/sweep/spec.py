@@ -1,0 +1,365 @@
+"""The sweep spec: a YAML grid of lists, validated, expanded into points with stable ids.
+
+A spec names lists (``models``, ``batch_sizes``, ``seq_lens``, ``devices``, ``dtypes``, ``compile``,
+``attention``, ``modes``); the sweep is their Cartesian product, minus the points that match an
+``exclude`` rule, each point repeated ``repeats`` times. Scalars (``steps``, ``warmup``, ...) apply to
+every point. See docs/sweeps.md for the reference.
+
+Every problem is one :class:`ConfigError` line naming the key, e.g.
+``quick.yaml: batch_sizes: must not be empty``.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from lmprof.errors import ConfigError
+from lmprof.pipeline.config import Dtype, EnergyMode, load_yaml
+
+Mode = Literal["train", "infer"]
+AttentionImpl = Literal["math", "sdpa"]
+
+# The axes of the product, in the order they vary (last fastest), and the spec list behind each.
+AXES: dict[str, str] = {
+    "mode": "modes",
+    "model": "models",
+    "device": "devices",
+    "dtype": "dtypes",
+    "compile": "compile",
+    "attention": "attention",
+    "batch_size": "batch_sizes",
+    "seq_len": "seq_lens",
+}
+_DIMENSIONS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+class ModelEntry(BaseModel):
+    """One entry of ``models``: a preset name, or explicit dimensions on top of a preset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    preset: str | None = None
+    n_layer: int | None = None
+    n_head: int | None = None
+    n_embd: int | None = None
+    block_size: int | None = None
+    vocab_size: int | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ModelEntry":
+        if self.preset is None and None in (self.n_layer, self.n_head, self.n_embd):
+            missing = [k for k in ("n_layer", "n_head", "n_embd") if getattr(self, k) is None]
+            raise ValueError(
+                f"a model without a preset needs n_layer, n_head and n_embd (missing {', '.join(missing)})")
+        for key in _DIMENSIONS:
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ValueError(f"{key} must be positive, got {value}")
+        return self
+
+    @property
+    def label(self) -> str:
+        """The name plots and tables use: ``name``, else the preset, else ``L<layers>-H<heads>-E<width>``."""
+        if self.name:
+            return self.name
+        overrides = any(getattr(self, k) is not None for k in _DIMENSIONS)
+        if self.preset and not overrides:
+            return self.preset
+        base = f"L{self.n_layer}-H{self.n_head}-E{self.n_embd}"
+        return f"{self.preset}-{base}" if self.preset else base
+
+    def resolved(self) -> dict[str, Any]:
+        """Preset plus overrides as explicit dimensions (the preset's values fill what is not given).
+
+        Divisibility (n_embd by n_head) is deliberately not checked here: an impossible shape is a
+        per-point ``error`` at run time, like any other failure, and the rest of the sweep goes on.
+        """
+        from lmprof.workloads.gpt import PRESETS  # lazy: imports torch
+
+        base = PRESETS[self.preset or "tiny"]
+        out: dict[str, Any] = {"preset": self.preset or "tiny"}
+        for key in _DIMENSIONS:
+            value = getattr(self, key)
+            out[key] = getattr(base, key) if value is None else value
+        return out
+
+
+class Point(BaseModel):
+    """One run of the sweep: everything the worker needs, nothing about how it is scheduled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode
+    model: str
+    model_spec: dict[str, Any]
+    batch_size: int
+    seq_len: int
+    device: str
+    dtype: Dtype
+    compile: bool
+    attention: AttentionImpl
+    steps: int | None = None
+    warmup: int | None = None
+    profile_steps: int | None = None
+    new_tokens: int
+    energy: EnergyMode
+    seed: int
+    data: str | None = None
+    repeat: int = 0
+
+    @property
+    def id(self) -> str:
+        """12 hex digits of a hash of the whole config: the same point gets the same id in every sweep.
+
+        Unset (None) fields are left out of the hash, so adding an optional field later keeps the ids
+        of existing sweeps, and ``--resume`` keeps working across versions.
+        """
+        blob = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        """A short human description, e.g. ``train tiny b4 t64 cpu fp32 sdpa``."""
+        parts = [self.mode, self.model, f"b{self.batch_size}", f"t{self.seq_len}", self.device, self.dtype,
+                 self.attention]
+        if self.compile:
+            parts.append("compile")
+        if self.repeat:
+            parts.append(f"#{self.repeat + 1}")
+        return " ".join(parts)
+
+    def run_values(self, out: str) -> dict[str, Any]:
+        """Values for ``TrainConfig`` / ``InferConfig`` (validated by the worker with ``build``)."""
+        values: dict[str, Any] = dict(self.model_spec)
+        values.update(
+            batch_size=self.batch_size, device=self.device, dtype=self.dtype, compile=self.compile,
+            attention=self.attention, energy=self.energy, seed=self.seed, out=out,
+        )
+        for key in ("steps", "warmup", "profile_steps"):
+            if getattr(self, key) is not None:
+                values[key] = getattr(self, key)
+        if self.mode == "train":
+            values["seq_len"] = self.seq_len
+            if self.data:
+                values["data"] = self.data
+        else:
+            values["prompt_len"] = self.seq_len  # inference's sequence is the prompt
+            values["new_tokens"] = self.new_tokens
+        return values
+
+
+class SweepSpec(BaseModel):
+    """The validated spec. Lists are the product's axes; scalars apply to every point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelEntry] = [ModelEntry(preset="tiny")]
+    batch_sizes: list[int] = [8]
+    seq_lens: list[int] = [64]
+    devices: list[str] = ["auto"]
+    dtypes: list[Dtype] = ["fp32"]
+    compile: list[bool] = [False]
+    attention: list[AttentionImpl] = ["math"]
+    modes: list[Mode] = ["train"]
+    steps: int | None = None
+    warmup: int | None = None
+    profile_steps: int | None = None
+    repeats: int = 1
+    timeout_s: float = 600.0
+    new_tokens: int = 16
+    energy: EnergyMode = "auto"
+    seed: int = 0
+    data: str | None = None
+    exclude: list[dict[str, Any]] = []
+
+    @field_validator("models", "batch_sizes", "seq_lens", "devices", "dtypes", "compile", "attention", "modes",
+                     mode="before")
+    @classmethod
+    def _listify(cls, v: object) -> object:
+        # A single value is a one-element list: `compile: true` reads naturally.
+        if v is None:
+            raise ValueError("must be a list of values, got nothing")
+        return v if isinstance(v, list) else [v]
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _model_names(cls, v: list[object]) -> list[object]:
+        return [{"preset": m} if isinstance(m, str) else m for m in v]
+
+    @field_validator("models", "batch_sizes", "seq_lens", "devices", "dtypes", "compile", "attention", "modes")
+    @classmethod
+    def _non_empty_unique(cls, v: list[Any]) -> list[Any]:
+        if not v:
+            raise ValueError("must not be empty (give at least one value)")
+        keys = [m.label if isinstance(m, ModelEntry) else m for m in v]
+        dupes = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ValueError(f"duplicate value {dupes[0]}")
+        return v
+
+    @field_validator("batch_sizes", "seq_lens")
+    @classmethod
+    def _positive_ints(cls, v: list[int]) -> list[int]:
+        bad = [x for x in v if x <= 0]
+        if bad:
+            raise ValueError(f"values must be positive, got {bad[0]}")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        out = [str(d).strip().lower() for d in v]
+        bad = [d for d in out if not _DEVICE.match(d)]
+        if bad:
+            raise ValueError(f"unknown device {bad[0]!r}: use auto, cpu, cuda, cuda:N or mps")
+        return out
+
+    @field_validator("energy", mode="before")
+    @classmethod
+    def _energy(cls, v: object) -> object:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
+    @field_validator("steps", "profile_steps", "repeats", "new_tokens")
+    @classmethod
+    def _at_least_one(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"must be at least 1, got {v}")
+        return v
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:
+            raise ValueError(f"must be >= 0, got {v}")
+        return v
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError(f"must be positive (seconds), got {v}")
+        return v
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _exclude(cls, v: object) -> object:
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise ValueError("must be a list of rules such as {device: cpu, dtype: fp16}")
+        for i, rule in enumerate(v):
+            if not isinstance(rule, dict) or not rule:
+                raise ValueError(f"rule {i} must be a non-empty mapping of axis: value, got {rule!r}")
+            unknown = [k for k in rule if k not in AXES]
+            if unknown:
+                raise ValueError(f"rule {i}: unknown key {unknown[0]!r}{_hint(unknown[0], AXES)} "
+                                 f"(rules match on {', '.join(AXES)})")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _known_presets(cls, v: list[ModelEntry]) -> list[ModelEntry]:
+        from lmprof.workloads.gpt import PRESETS  # lazy: imports torch
+
+        for i, m in enumerate(v):
+            if m.preset is not None and m.preset not in PRESETS:
+                raise ValueError(f"entry {i}: unknown preset {m.preset!r}: choose one of {', '.join(PRESETS)}")
+        return v
+
+    # -- expansion -----------------------------------------------------------------------------
+    def axis_values(self) -> dict[str, list[Any]]:
+        """Each product axis with its values (``model`` as labels)."""
+        values = {axis: list(getattr(self, key)) for axis, key in AXES.items()}
+        values["model"] = [m.label for m in self.models]
+        return values
+
+    def expand(self) -> "Plan":
+        """The product, minus excluded points, times ``repeats``, in a stable order."""
+        entries = {m.label: m for m in self.models}
+        resolved = {label: m.resolved() for label, m in entries.items()}
+        axes = self.axis_values()
+        kept: list[Point] = []
+        excluded = 0
+        used = [0] * len(self.exclude)
+        for combo in itertools.product(*axes.values()):
+            where = dict(zip(axes, combo))
+            hits = [i for i, rule in enumerate(self.exclude) if matches(rule, where)]
+            for i in hits:
+                used[i] += 1
+            if hits:
+                excluded += 1
+                continue
+            for r in range(self.repeats):
+                kept.append(Point(
+                    mode=where["mode"], model=where["model"], model_spec=resolved[where["model"]],
+                    batch_size=where["batch_size"], seq_len=where["seq_len"], device=where["device"],
+                    dtype=where["dtype"], compile=where["compile"], attention=where["attention"],
+                    steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
+                    new_tokens=self.new_tokens, energy=self.energy, seed=self.seed,
+                    data=self.data if where["mode"] == "train" else None, repeat=r,
+                ))
+        unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]
+        return Plan(points=kept, excluded=excluded, unused_rules=unused)
+
+
+class Plan(BaseModel):
+    """An expanded spec: the points to run, how many the rules excluded, rules that matched nothing."""
+
+    points: list[Point]
+    excluded: int
+    unused_rules: list[dict[str, Any]]
+
+
+def matches(rule: dict[str, Any], where: dict[str, Any]) -> bool:
+    """True when every key of ``rule`` matches the point; a list value matches any of its items."""
+    for key, want in rule.items():
+        options = want if isinstance(want, list) else [want]
+        have = where[key]
+        if not any(_same(have, o) for o in options):
+            return False
+    return True
+
+
+def _same(have: Any, want: Any) -> bool:
+    # YAML gives ints/bools already; strings are compared case-insensitively (`CPU` == `cpu`).
+    if isinstance(have, bool) or isinstance(want, bool):
+        return have is want or (isinstance(want, str) and want.lower() == str(have).lower())
+    if isinstance(have, str) and isinstance(want, str):
+        return have.lower() == want.lower()
+    return bool(have == want)
+
+
+def _hint(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_spec(values: dict[str, Any], where: str = "spec") -> SweepSpec:
+    """Validate a spec mapping; any problem is one ConfigError line naming the key."""
+    known = list(SweepSpec.model_fields)
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}{_hint(key, known)} (known keys: {', '.join(known)})")
+    try:
+        return SweepSpec.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = err.get("msg", "invalid value").removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        raise ConfigError(f"{where}: {loc or 'spec'}: {msg}") from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec YAML file."""
+    return parse_spec(load_yaml(path), where=str(path))

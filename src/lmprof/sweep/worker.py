@@ -1,0 +1,121 @@
+"""Run one sweep point in its own process: ``python -m lmprof.sweep.worker <point.json> <run_dir>``.
+
+The runner starts one worker per point so that a crash, an out-of-memory or a hang ends that point
+only. The worker reads the :class:`~lmprof.sweep.spec.Point`, runs ``run_training`` or
+``run_inference`` with ``out_dir=<run_dir>`` and exits with:
+
+* ``0`` — the run record was written to ``<run_dir>``;
+* ``3`` (:data:`EXIT_OOM`) — out of memory (``torch.OutOfMemoryError``, ``MemoryError``, or an error
+  whose message says "out of memory");
+* ``1`` (:data:`EXIT_ERROR`) — any other failure.
+
+Its last output line is ``lmprof.sweep: <one-line reason>`` (:data:`RESULT_PREFIX`); the runner keeps
+that line as the point's message, and the traceback, if any, stays in ``worker.log``.
+
+Testing hook: ``LMPROF_SWEEP_FAKE_OOM=<id>[,<id>...]`` (or ``*`` for every point) makes the worker
+raise ``torch.OutOfMemoryError`` for those point ids after the model libraries are imported, so tests
+can check how a sweep records an OOM without exhausting memory.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_OOM = 3
+EXIT_ORPHANED = 70
+RESULT_PREFIX = "lmprof.sweep: "
+FAKE_OOM_ENV = "LMPROF_SWEEP_FAKE_OOM"
+OOM_TEXT = re.compile(r"out of memory|\bOOM\b", re.IGNORECASE)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for the ways an out-of-memory shows up in Python: MemoryError, torch's OOM, its message."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom_cls = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    if oom_cls is not None and isinstance(exc, oom_cls):
+        return True
+    return bool(OOM_TEXT.search(str(exc)))
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception as one line: lmprof's own errors as their message, others with their type."""
+    from lmprof.errors import LmprofError
+
+    text = str(exc).strip().splitlines()
+    first = text[0].strip() if text else ""
+    if isinstance(exc, LmprofError):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _exit_with_parent() -> None:
+    """Leave when the runner dies (e.g. SIGKILL), so an orphan never keeps writing into the sweep."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="lmprof-sweep-parent-watch", daemon=True).start()
+
+
+def _fake_oom(point_id: str) -> None:
+    wanted = {s.strip() for s in os.environ.get(FAKE_OOM_ENV, "").split(",") if s.strip()}
+    if point_id in wanted or "*" in wanted:
+        import torch
+
+        oom = getattr(torch, "OutOfMemoryError", MemoryError)
+        raise oom(f"out of memory (simulated by {FAKE_OOM_ENV} for point {point_id})")
+
+
+def run_point(point_json: Path, run_dir: Path) -> None:
+    """Validate the point into a run config and run it, writing the run record into ``run_dir``."""
+    from lmprof.pipeline.config import TrainConfig, build
+    from lmprof.sweep.spec import Point
+
+    point = Point.model_validate_json(point_json.read_text())
+    values = point.run_values(out=str(run_dir.parent))
+    if point.mode == "train":
+        from lmprof.pipeline.train import run_training
+
+        _fake_oom(point.id)
+        run_training(build(TrainConfig, values), out_dir=run_dir)
+    else:
+        from lmprof.pipeline.infer import InferConfig, run_inference
+
+        _fake_oom(point.id)
+        run_inference(build(InferConfig, values), out_dir=run_dir)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    if len(argv) != 2:
+        print(f"{RESULT_PREFIX}usage: python -m lmprof.sweep.worker <point.json> <run_dir>", flush=True)
+        return EXIT_ERROR
+    _exit_with_parent()
+    try:
+        run_point(Path(argv[0]), Path(argv[1]))
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a hang
+        from lmprof.errors import LmprofError
+
+        if not isinstance(exc, LmprofError):
+            traceback.print_exc()
+        sys.stderr.flush()
+        print(f"{RESULT_PREFIX}{one_line(exc)}", flush=True)
+        return EXIT_OOM if is_oom(exc) else EXIT_ERROR
+    print(f"{RESULT_PREFIX}ok", flush=True)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
