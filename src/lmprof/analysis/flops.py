@@ -24,7 +24,7 @@ This module is pure Python: no torch import.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Literal
 
 from lmprof.errors import ConfigError
