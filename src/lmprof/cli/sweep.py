@@ -33,7 +33,8 @@ def sweep(
 
     sweep_spec = load_spec(spec)
     plan = sweep_spec.expand()
-    console.print(f"sweep {spec}: {len(plan.points)} points"
+    n = len(plan.points)
+    console.print(f"sweep {spec}: {n} point{'' if n == 1 else 's'}"
                   + (f" ({plan.excluded} excluded by the rules)" if plan.excluded else "")
                   + (f", {sweep_spec.repeats} repeats each" if sweep_spec.repeats > 1 else "")
                   + f", timeout {sweep_spec.timeout_s:g} s per point -> {out}")

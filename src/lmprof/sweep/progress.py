@@ -42,6 +42,7 @@ class ConsoleProgress:
             transient=True,
         )
         self.task = None
+        self.live = False
         self.done = 0
         self.failed = 0
         self.todo = 0
@@ -65,7 +66,8 @@ class ConsoleProgress:
         self.todo = todo
         if skipped_ok:
             self.console.print(f"resume: {skipped_ok} of {total} points already ok (not run again), {todo} to run")
-        if self.console.is_terminal:  # piped output gets the per-point lines only
+        self.live = self.console.is_terminal  # piped output gets the per-point lines only
+        if self.live:
             self.progress.start()
         self.task = self.progress.add_task("sweep", total=max(todo, 1), current="starting", counts="", left="")
         self._update("starting")
@@ -93,4 +95,5 @@ class ConsoleProgress:
 
     def end(self, summary: SweepSummary) -> None:
         """Remove the bar."""
-        self.progress.stop()
+        if self.live:  # rich prints a newline on stop() even for a bar it never drew
+            self.progress.stop()

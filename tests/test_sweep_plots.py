@@ -1,0 +1,47 @@
+"""Sweep plots from a fabricated store where every figure exists, and the reasons when figures are missing."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from lmprof.show.sweep_plots import load_sweep, make_plots, plot_energy, plot_mfu, plot_radar, plot_roofline
+from sweep_fakes import fake_sweep
+
+ALL = {
+    "blocks_train.png", "blocks_share_train.png", "blocks_infer.png", "blocks_share_infer.png",
+    "attention_train.png", "mlp_train.png", "attention_infer.png", "mlp_infer.png",
+    "throughput_vs_batch.png", "throughput_vs_seq_len.png", "energy_per_token_vs_batch.png",
+    "flop_per_joule_vs_batch.png", "mfu_vs_batch.png", "radar_train.png", "radar_infer.png", "roofline.png",
+}
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    return fake_sweep(tmp_path_factory.mktemp("fake-sweep"))
+
+
+def test_every_plot_is_written_when_every_figure_exists(fake):
+    results = make_plots(fake)
+    assert {r.name for r in results} == ALL
+    for r in results:
+        assert r.skipped is None, f"{r.name}: {r.skipped}"
+        assert r.path == fake / "plots" / r.name and r.path.stat().st_size > 10_000
+
+
+def test_missing_figures_skip_their_plots_with_the_reason(tmp_path):
+    fake_sweep(tmp_path)
+    conn = sqlite3.connect(tmp_path / "results.sqlite")
+    with conn:
+        conn.execute("DELETE FROM metrics WHERE key LIKE 'energy.%' OR key IN ('mfu', 'memory.peak')")
+        conn.execute("INSERT INTO metrics SELECT id, 'energy.total', NULL, 'J', 'measured', NULL, NULL, NULL, "
+                     "'no RAPL powercap interface here' FROM points WHERE status = 'ok'")
+        conn.execute("UPDATE blocks SET flops = NULL")
+    conn.close()
+    data, out = load_sweep(tmp_path), tmp_path / "p"
+    assert "no RAPL powercap interface here" in plot_energy(data, "per_token", out).skipped
+    assert "no RAPL powercap interface here" in plot_energy(data, "flop_per_joule", out).skipped
+    assert "no MFU" in plot_mfu(data, out).skipped
+    assert "needs 3 axes" in plot_radar(data, "infer", out).skipped  # throughput only: no energy, mfu or memory
+    assert "flops and bytes" in plot_roofline(data, out).skipped
+    assert not out.exists()  # nothing half-drawn
