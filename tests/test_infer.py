@@ -161,3 +161,13 @@ def test_generate_times_prefill_and_each_decode_step_exactly():
     assert g.prefill_s == pytest.approx(0.030)
     assert g.decode_s == pytest.approx([0.010, 0.012, 0.011])
     assert g.tokens.tolist() == [[3, 3, 3, 3], [3, 3, 3, 3]]
+
+
+def test_model_scopes_come_back_after_a_compiled_run(tmp_path):
+    """A compiled training run switches the built-in GPT's sub-block scopes off process-wide;
+    an inference run after it must switch them back on (this was a real, order-dependent bug)."""
+    from lmprof.workloads.blocks import model_scopes
+
+    model_scopes(False)
+    run, _ = run_inference(small_cfg(), out_dir=tmp_path / "r")
+    assert "attn.qkv" in {b.name for b in run.blocks if b.phase == "decode"}

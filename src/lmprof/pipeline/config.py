@@ -46,6 +46,7 @@ class MeasureSpec(BaseModel):
     energy: EnergyMode = "auto"
     tdp_w: float | None = None  # rated power for --energy estimate
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
+    plots: bool = True  # per-run PNGs (roofline, memory timeline); sweeps turn them off
     seed: int = 0
 
     @field_validator("energy", mode="before")

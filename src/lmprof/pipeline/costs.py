@@ -26,8 +26,9 @@ def add_costs(
     dtype: str,
     attention: Literal["math", "sdpa"] = "math",
     decode_tokens: int = 1,
+    plots: bool = True,
 ) -> None:
-    """Fill block FLOPs/bytes, MFU figures, the roofline table and roofline.png in ``run``."""
+    """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png."""
     from lmprof.hardware.calibrate import resolve_peak
 
     if shape is None:
@@ -67,6 +68,8 @@ def add_costs(
             f"{len(over)} block(s) ran above the roofline (up to {100 * (worst.roof_fraction or 0):.0f}% for "
             f"{worst.name} {worst.phase}): the ceiling ({peak.source}) is below what this device achieves; "
             "for calibrated ceilings rerun `lmprof calibrate` on an idle machine")
+    if not plots:
+        return
     from lmprof.show.roofline_plot import plot_roofline
 
     path = plot_roofline(

@@ -22,11 +22,11 @@ from lmprof.analysis.memory_estimate import estimate_memory
 from lmprof.measure.memory import measure_inference_memory
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
-from lmprof.measure.energy import EnergyMonitor, energy_metrics
-from lmprof.pipeline.train import DTYPES, assemble_run, measured_window, run_folder
+from lmprof.measure.energy import EnergyMonitor
+from lmprof.pipeline.train import DTYPES, add_energy, assemble_run, measured_window, run_folder
 from lmprof.record.run import Metric, Run
 from lmprof.trace.load import load_trace
-from lmprof.workloads.blocks import step_scope
+from lmprof.workloads.blocks import model_scopes, step_scope
 from lmprof.workloads.decoding import Decoder, decoder_for
 from lmprof.workloads.gpt import GPT, preset
 from lmprof.workloads.shape import ModelShape
@@ -162,25 +162,26 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         metrics["kv_cache.estimated"] = Metric(
             value=est if config.get("kv_cache", True) else 0, unit="B", source="estimated",
             note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
-    energy_notes: list[str] = []
-    if energy is not None:
-        metrics.update(energy_metrics(energy, steps=len(gens), tokens=B * n * len(gens),
-                                      step_unit="generation", token_unit="generated token"))
-        energy_notes = [energy.explanation(), *energy.warnings]
     if cache_bytes is not None:
         metrics["kv_cache"] = Metric(value=cache_bytes, unit="B", source="measured",
                                      note="bytes of the cache tensors after the last generation")
-    run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, [*work.notes, *energy_notes], energy)
+    run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
         next(work.model.parameters()).dtype, "fp32")
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
-    add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1)
+    add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,
+              plots=spec.plots)
+    if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
+        per_gen = [run.value(f"{p}.flops.model_per_step") for p in ("prefill", "decode")]
+        flops = sum(f for f in per_gen if f) * len(gens) if all(per_gen) else None
+        add_energy(run, energy, steps=len(gens), tokens=B * n * len(gens), flops=flops,
+                   step_unit="generation", token_unit="generated token")
     estimate = None
     if work.shape is not None:
         estimate = estimate_memory(work.shape, batch=B, seq_len=T, mode="infer", dtype=dtype, param_dtype=dtype,
                                    attention=attention, device_kind=work.device.kind,  # type: ignore[arg-type]
                                    new_tokens=n - 1 if config.get("kv_cache", True) else 0)
-    add_memory(run, out_dir, memory, estimate, f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
+    add_memory(run, out_dir, memory, estimate, plots=spec.plots, title=f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
                f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")
     run.tables["generation"] = [_generation_row(work, gens[-1].tokens, i) for i in range(min(B, 4))]
     return run
@@ -236,6 +237,7 @@ def build_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
                       bias=cfg.bias, attention=cfg.attention)
         torch.manual_seed(cfg.seed)
         model = GPT(gcfg).to(dtype=dtype)
+        model_scopes(True)  # process-wide: a compiled training run before this one turned them off
         context, shape, vocab = gcfg.block_size, gcfg.shape(), gcfg.vocab_size
         described = {"model": gcfg.to_dict()}
     model = model.to(device.torch_device).eval()

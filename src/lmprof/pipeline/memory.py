@@ -12,7 +12,7 @@ MEASURED_KEYS = ("params", "grads", "optimizer", "activations", "kv_cache", "pea
 
 
 def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate: MemoryEstimate | None,
-               title: str) -> None:
+               title: str, plots: bool = True) -> None:
     """Fill ``memory.*`` metrics, ``tables["memory"]``, the timeline PNG and the CUDA snapshot file."""
     from lmprof.show.memory_plot import plot_memory_timeline
 
@@ -32,7 +32,7 @@ def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate
         return
     run.tables["memory_measured"] = [_jsonable(measured.to_dict())]
     run.notes.extend(measured.notes)
-    if measured.timeline is not None:
+    if measured.timeline is not None and plots:
         path = plot_memory_timeline(measured.timeline, folder / "memory.png", title,
                                     estimate.peak if estimate is not None else None)
         run.files["memory_timeline"] = Path(path).name

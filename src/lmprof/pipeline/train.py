@@ -195,23 +195,29 @@ def measure_training(
                           "profiler's overhead here (a busy machine?); compare spreads before trusting small differences")
     if loss is not None:
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
-    energy_notes: list[str] = []
-    if energy is not None:
-        n = len(samples)
-        metrics.update(energy_metrics(energy, steps=n, tokens=(work.tokens_per_step or 0) * n or None))
-        energy_notes = [energy.explanation(), *energy.warnings]
-    run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, [*work.notes, *energy_notes], energy)
+    run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     estimate = None
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
                                    attention=work.attention, optimizer=work.optimizer_name, device_kind=work.device.kind,
                                    dropout=work.dropout)  # type: ignore[arg-type]
     title = f"{config.get('preset') or config.get('model_name', 'model')}, batch {work.batch_size}, seq {work.seq_len}, {spec.dtype}, {work.device}"
-    add_memory(run, out_dir, memory, estimate, title)
+    add_memory(run, out_dir, memory, estimate, title, plots=spec.plots)
     if work.batch_size and work.seq_len:
         add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
-                  attention=work.attention)  # type: ignore[arg-type]
+                  attention=work.attention, plots=spec.plots)  # type: ignore[arg-type]
+    if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
+        n = len(samples)
+        flops = run.value("flops.model_per_step")
+        add_energy(run, energy, steps=n, tokens=(work.tokens_per_step or 0) * n or None,
+                   flops=flops * n if flops else None)
     return run
+
+
+def add_energy(run: Run, energy: Any, **totals: Any) -> None:
+    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window)."""
+    run.metrics.update(energy_metrics(energy, **totals))
+    run.notes.extend([energy.explanation(), *energy.warnings])
 
 
 def assemble_run(

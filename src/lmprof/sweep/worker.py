@@ -85,6 +85,7 @@ def run_point(point_json: Path, run_dir: Path) -> None:
 
     point = Point.model_validate_json(point_json.read_text())
     values = point.run_values(out=str(run_dir.parent))
+    values.setdefault("plots", False)  # the sweep draws its own plots from the store
     if point.mode == "train":
         from lmprof.pipeline.train import run_training
 
