@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
 from lmprof.cli.app import app
 from lmprof.cli.common import console
+from lmprof.errors import ConfigError
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
@@ -25,12 +26,21 @@ def sweep(
     skip_failed: bool = typer.Option(False, "--skip-failed", help="With --resume: keep failed points as they are"),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit without running them"),
     strict: bool = typer.Option(False, "--strict", help="Exit with code 1 when any point failed (for CI)"),
+    executor: str = typer.Option("local", "--executor", help="local (one point after another) or ray (Ray tasks)"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (e.g. auto); default: a local Ray"),
 ) -> None:
     """Run every configuration of a sweep spec; each point's status and metrics go to results.sqlite."""
     from lmprof.sweep.progress import ConsoleProgress, duration
     from lmprof.sweep.runner import run_sweep
     from lmprof.sweep.spec import load_spec
 
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"unknown --executor {executor!r}: use local or ray")
+    runner_executor = None
+    if executor == "ray":
+        from lmprof.sweep.ray_executor import RayExecutor
+
+        runner_executor = RayExecutor(address)
     sweep_spec = load_spec(spec)
     plan = sweep_spec.expand()
     n = len(plan.points)
@@ -47,7 +57,7 @@ def sweep(
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         summary = run_sweep(sweep_spec, out, resume=resume, retry_failed=not skip_failed,
-                            listener=ConsoleProgress(console))
+                            listener=ConsoleProgress(console), executor=runner_executor)
     except KeyboardInterrupt:
         console.print(f"interrupted: finished points are saved; continue with: "
                       f"lmprof sweep {spec} --out {out} --resume")

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Iterator, Protocol
 
 from lmprof.errors import ConfigError
 from lmprof.record.store import DB_NAME, FAILED, Store
@@ -161,6 +161,25 @@ def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.e
     return Outcome(status, message, started, _now(), time.monotonic() - t0)
 
 
+class Executor(Protocol):
+    """Where sweep points run. ``run`` yields (point, outcome) as each finishes, in any order."""
+
+    def run(
+        self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
+    ) -> Iterator[tuple[Point, Outcome]]: ...
+
+
+class LocalExecutor:
+    """One point after another on this machine, each in its own worker process."""
+
+    def run(
+        self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
+    ) -> Iterator[tuple[Point, Outcome]]:
+        for point, run_dir in jobs:
+            on_start(point)
+            yield point, run_point(point, run_dir, timeout_s, python)
+
+
 def headline(run: object) -> str:
     """The figure shown beside a finished point: tokens/s for training, decode tokens/s for inference."""
     from lmprof.show.format import metric_value
@@ -180,13 +199,15 @@ def run_sweep(
     retry_failed: bool = True,
     listener: SweepListener | None = None,
     python: str = sys.executable,
+    executor: "Executor | None" = None,
 ) -> SweepSummary:
     """Run every point of ``spec`` into the sweep folder ``out``; returns the counts.
 
     Without ``resume`` a folder that already holds results is refused (ConfigError). With it, points
     recorded ``ok`` are never run again; failed points (``oom``, ``timeout``, ``error``) are run again
     unless ``retry_failed`` is False; points left ``running`` or ``pending`` by an interrupted sweep
-    are run.
+    are run. ``executor`` decides where points run (default: here, one after another); whatever it
+    is, each finished point is committed to the store on this process as soon as it returns.
     """
     from lmprof.record.run import Run
 
@@ -215,28 +236,37 @@ def run_sweep(
             else:
                 todo.append(p)
         listener.begin(len(plan.points), len(todo), summary.skipped_ok)
-        for i, point in enumerate(todo):
-            run_dir = out / RUNS_DIR / point.id
+        executor = executor or LocalExecutor()
+        started = {p.id: i for i, p in enumerate(todo)}
+
+        def on_start(point: Point) -> None:
             store.mark_running(point.id, f"{RUNS_DIR}/{point.id}", _now())
-            listener.point_started(point, i)
-            try:
-                outcome = run_point(point, run_dir, spec.timeout_s, python)
-            except BaseException:
-                store.mark_pending(point.id, "interrupted while running; run again with --resume")
-                summary.interrupted = True
-                summary.duration_s = time.monotonic() - t_start
-                listener.end(summary)
-                raise
-            run = None
-            if outcome.status == "ok":
-                try:
-                    run = Run.load(run_dir)
-                except Exception as exc:  # a record we cannot read is this point's error, not the sweep's
-                    outcome = Outcome("error", f"unreadable run record: {exc}", outcome.started, outcome.finished,
-                                      outcome.duration_s)
-            store.finish(point.id, outcome.status, outcome.message, outcome.finished, outcome.duration_s, run)
-            summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
-            listener.point_finished(point, outcome, headline(run) if run is not None else "")
+            listener.point_started(point, started[point.id])
+
+        jobs = [(p, out / RUNS_DIR / p.id) for p in todo]
+        finished: set[str] = set()
+        try:
+            for point, outcome in executor.run(jobs, spec.timeout_s, python, on_start):
+                finished.add(point.id)
+                run = None
+                run_dir = out / RUNS_DIR / point.id
+                if outcome.status == "ok":
+                    try:
+                        run = Run.load(run_dir)
+                    except Exception as exc:  # a record we cannot read is this point's error, not the sweep's
+                        outcome = Outcome("error", f"unreadable run record: {exc}", outcome.started, outcome.finished,
+                                          outcome.duration_s)
+                store.finish(point.id, outcome.status, outcome.message, outcome.finished, outcome.duration_s, run)
+                summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
+                listener.point_finished(point, outcome, headline(run) if run is not None else "")
+        except BaseException:
+            for point, _ in jobs:
+                if point.id not in finished and store.statuses().get(point.id) == "running":
+                    store.mark_pending(point.id, "interrupted while running; run again with --resume")
+            summary.interrupted = True
+            summary.duration_s = time.monotonic() - t_start
+            listener.end(summary)
+            raise
     summary.duration_s = time.monotonic() - t_start
     listener.end(summary)
     return summary

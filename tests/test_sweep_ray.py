@@ -1,0 +1,41 @@
+"""Sweeps on a local Ray instance: results flow back into the same store; failures stay per point."""
+from __future__ import annotations
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from lmprof.record.store import load_results  # noqa: E402
+from lmprof.sweep.ray_executor import RayExecutor, resources_for  # noqa: E402
+from lmprof.sweep.runner import run_sweep  # noqa: E402
+from lmprof.sweep.spec import SweepSpec  # noqa: E402
+
+
+def spec(**kw):
+    base = dict(models=[{"name": "mini", "n_layer": 1, "n_head": 2, "n_embd": 32}], batch_sizes=[2], seq_lens=[16],
+                modes=["train"], devices=["cpu"], steps=1, warmup=0, profile_steps=1, energy="off", timeout_s=120)
+    base.update(kw)
+    return SweepSpec.model_validate(base)
+
+
+def test_ray_sweep_commits_every_point_and_isolates_a_failure(tmp_path):
+    s = spec(models=[{"name": "mini", "n_layer": 1, "n_head": 2, "n_embd": 32},
+                     {"name": "bad", "n_layer": 1, "n_head": 3, "n_embd": 32}])
+    ex = RayExecutor(init_kwargs={"num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 1024 * 1024})
+    summary = run_sweep(s, tmp_path / "out", executor=ex)
+    assert summary.counts == {"ok": 1, "error": 1}
+    df = load_results(tmp_path / "out")
+    by_model = dict(zip(df["model"], df["status"]))
+    assert by_model == {"mini": "ok", "bad": "error"}
+    assert "divisible" in df.loc[df["model"] == "bad", "message"].iloc[0]
+    assert not ray.is_initialized()  # the executor shut down the Ray it started
+
+
+def test_ray_resources_follow_the_device():
+    cuda = spec(devices=["cuda"]).expand().points[0]
+    cpu = spec(devices=["cpu"]).expand().points[0]
+    auto = spec(devices=["auto"]).expand().points[0]
+    assert resources_for(cuda, cluster_has_gpu=False)["num_gpus"] == 1
+    assert resources_for(cpu, cluster_has_gpu=True)["num_gpus"] == 0
+    assert resources_for(auto, cluster_has_gpu=True)["num_gpus"] == 1
+    assert resources_for(auto, cluster_has_gpu=False)["num_gpus"] == 0
