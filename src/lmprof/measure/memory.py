@@ -481,7 +481,7 @@ class MeasuredMemory:
         if key == "kv_cache":
             if self.kv_cache is None:
                 return None, "no KV cache in this run"
-            return self.kv_cache, "KVCache.nbytes()"
+            return self.kv_cache, "bytes of the KV cache tensors"
         if key == "peak":
             return self.peak, self.peak_source
         raise KeyError(key)

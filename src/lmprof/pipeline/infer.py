@@ -228,7 +228,9 @@ def build_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         context = hfmod.context_length(model)
         shape = hfmod.shape_of(model)
         vocab = int(model.config.vocab_size)
-        described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type}
+        described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+                     # what the model really runs (transformers' choice), not lmprof's built-in default
+                     "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
         hooked = model
         scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
     else:
