@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: setup
+	@# Once per machine: this device's achievable FLOP/s and bandwidth, so MFU has a ceiling on CPUs too.
+	$(VENV)/bin/lmprof calibrate --device auto --if-missing
 	$(VENV)/bin/lmprof train --out runs
 
 test: setup

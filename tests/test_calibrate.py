@@ -99,3 +99,11 @@ def test_cli(capsys, isolated):
 def test_cli_bad_input(capsys, args):
     assert main(["calibrate", "--sizes", "16", "--seconds", "0.1", "--no-save", *args]) == 2
     assert "lmprof: error:" in capsys.readouterr().err
+
+
+def test_cli_if_missing_calibrates_once(capsys, isolated):
+    assert main(["calibrate", "--if-missing", "--seconds", "0.3", "--sizes", "32", "--dtypes", "fp32"]) == 0
+    first = capsys.readouterr().out
+    assert "saved" in first
+    assert main(["calibrate", "--if-missing", "--seconds", "0.3", "--sizes", "32", "--dtypes", "fp32"]) == 0
+    assert "already cached" in capsys.readouterr().out

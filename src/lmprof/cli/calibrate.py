@@ -15,6 +15,7 @@ def calibrate(
     seconds: Optional[float] = typer.Option(None, help="Total time budget [default: 3 on CPU, 10 on CUDA, 8 on MPS]"),
     sizes: Optional[str] = typer.Option(None, help="Comma-separated square matmul sizes to try [default: per device]"),
     no_save: bool = typer.Option(False, "--no-save", help="Measure and print, but do not cache the result"),
+    if_missing: bool = typer.Option(False, "--if-missing", help="Do nothing when this device already has a cached calibration"),
 ) -> None:
     """Time square matmuls per dtype and a large copy; cache them for MFU and rooflines.
 
@@ -35,6 +36,15 @@ def calibrate(
         raise ConfigError("--sizes must be positive")
     if seconds is not None and seconds <= 0:
         raise ConfigError(f"--seconds must be positive, got {seconds}")
+    if if_missing:
+        from lmprof.hardware.calibrate import load_calibration
+        from lmprof.hardware.devices import resolve_device
+
+        dev = resolve_device(device)
+        cached = load_calibration(dev.name, dev.kind)
+        if cached is not None:
+            console.print(f"calibration of {dev.name} ({dev.kind}) already cached: {cached.path} (rerun without --if-missing to refresh)")
+            return
     cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=not no_save)
 
     console.print(
