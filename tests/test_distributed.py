@@ -73,3 +73,13 @@ def test_analyze_reads_every_rank_of_the_run(ddp_run, cli):
 
     report = _json.loads(out)
     assert len(report["traces"]) == 2 and report["ranks"]["slowest_rank"] in (0, 1)
+
+
+def test_hugging_face_model_under_ddp(tmp_path):
+    pytest.importorskip("transformers")
+    cfg = TrainConfig(hf_config="tiny-gpt2", batch_size=2, seq_len=16, steps=1, warmup=1, profile_steps=1,
+                      device="cpu", energy="off", nproc=2, plots=False)
+    run, folder = run_training(cfg, out_dir=tmp_path / "hfddp")
+    assert run.metrics["world_size"].value == 2
+    assert "mlp.fc" in {b.name for b in run.blocks if b.phase == "backward"}
+    assert any(b.name == "allreduce" for b in run.blocks)

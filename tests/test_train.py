@@ -101,3 +101,26 @@ def test_compiled_model_profiles_without_recompiling(tmp_path, monkeypatch):
     assert counters["frames"]["total"] == 1  # the forward compiled once: no recompilation when profiling
     assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("arch,blocks", [("tiny-gpt2", {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"}),
+                                         ("tiny-llama", {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "rope"})])
+def test_hugging_face_training_is_attributed_per_block(tmp_path, arch, blocks):
+    pytest.importorskip("transformers")
+    cfg = TrainConfig(hf_config=arch, batch_size=2, seq_len=16, steps=2, warmup=1, profile_steps=1,
+                      device="cpu", energy="off", plots=False)
+    run, _ = run_training(cfg, out_dir=tmp_path / "hf")
+    fwd = {b.name for b in run.blocks if b.phase == "forward"}
+    bwd = {b.name for b in run.blocks if b.phase == "backward"}
+    assert blocks <= fwd
+    assert (blocks - {"rope"}) <= bwd  # rotary embeddings have no parameters to differentiate
+    assert run.config["hf"] == arch and run.config["model_source"] == "config (random weights)"
+    assert run.metrics["mfu"].source == "derived"  # n/a or a value, always labelled
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+
+
+def test_hugging_face_training_rejects_char_data(cli, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("hello world " * 50)
+    code, _, err = cli("train", "--hf-config", "tiny-gpt2", "--data", text, "--device", "cpu")
+    assert code == 2 and "synthetic tokens" in err

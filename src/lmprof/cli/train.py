@@ -13,6 +13,8 @@ from lmprof.cli.common import console, merged, write_report
 @app.command()
 def train(
     preset: Optional[str] = typer.Option(None, help="Model preset: tiny, small or gpt2 [default: tiny]"),
+    hf: Optional[str] = typer.Option(None, "--hf", help="Train a Hugging Face model: local folder or cached hub id"),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Hugging Face architecture with random weights (gpt2, tiny-llama, ...)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Sequences per step [default: 8]"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-t", help="Tokens per sequence [default: per preset]"),
     steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10]"),
@@ -43,7 +45,7 @@ def train(
 
     values = merged(
         load_yaml(config),
-        preset=preset, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
+        preset=preset, hf=hf, hf_config=hf_config, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
         optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, nproc=nproc,

@@ -30,6 +30,13 @@ class ModelSpec(BaseModel):
     dropout: float | None = None
     bias: bool | None = None
     attention: Literal["math", "sdpa"] = "math"
+    hf: str | None = None  # a Hugging Face model: local folder or cached hub id
+    hf_config: str | None = None  # a Hugging Face architecture with random weights (offline)
+    download: bool = False  # allow fetching --hf from the hub
+
+    def label(self) -> str:
+        """A short name for run folders: the HF model or the preset."""
+        return (self.hf or self.hf_config or self.preset).replace("/", "_").strip("._") or "model"
 
 
 class MeasureSpec(BaseModel):

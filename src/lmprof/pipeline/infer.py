@@ -35,9 +35,6 @@ from lmprof.workloads.shape import ModelShape
 class InferConfig(ModelSpec, MeasureSpec):
     """Everything ``lmprof infer`` needs."""
 
-    hf: str | None = None
-    hf_config: str | None = None
-    download: bool = False
     prompt: str | None = None
     prompt_len: int = 32
     batch_size: int = 1
@@ -260,8 +257,7 @@ def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, P
     """Profile greedy generation; returns the Run and the folder it was saved in."""
     device = resolve_device(cfg.device)
     work, described = build_workload(cfg, device)
-    label = (cfg.hf or cfg.hf_config or cfg.preset).replace("/", "_").strip("._") or "model"
-    folder = out_dir or run_folder(cfg.out, "infer", label, device)
+    folder = out_dir or run_folder(cfg.out, "infer", cfg.label(), device)
     config = cfg.model_dump()
     config.update(described, seq_len=work.prompt.size(1), device_resolved=str(device))
     if cfg.hf or cfg.hf_config:

@@ -245,9 +245,33 @@ def assemble_run(
     return run
 
 
-def gpt_workload(
-    cfg: TrainConfig, device: Device, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
-) -> tuple[TrainWorkload, GPTConfig, int]:
+Wrap = Callable[[torch.nn.Module], torch.nn.Module]
+
+
+def build_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, dict[str, Any]]:
+    """The model to train (built-in GPT or Hugging Face), its data and optimizer; plus config facts."""
+    if cfg.hf and cfg.hf_config:
+        raise ConfigError("give either --hf or --hf-config, not both")
+    if cfg.hf or cfg.hf_config:
+        return hf_workload(cfg, device, wrap)
+    work, gcfg = gpt_workload(cfg, device, wrap)
+    return work, {"model": gcfg.to_dict()}
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+
+
+def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
+    if not cfg.compile:
+        return model
+    notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
+    return torch.compile(model)  # type: ignore[return-value]
+
+
+def gpt_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, GPTConfig]:
     """The built-in GPT, its data and optimizer, for a TrainConfig (``wrap``: e.g. DDP)."""
     data = None
     vocab = cfg.vocab_size
@@ -273,40 +297,56 @@ def gpt_workload(
     torch.manual_seed(cfg.seed)
     model = GPT(gcfg).to(device.torch_device)
     model.train()
-    opt: torch.optim.Optimizer
-    if cfg.optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
-    notes = []
-    fwd_model: torch.nn.Module = wrap(model) if wrap else model
-    if cfg.compile:
-        model_scopes(False)
-        fwd_model = torch.compile(fwd_model)  # type: ignore[assignment]
-        notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
-    else:
-        model_scopes(True)
+    notes: list[str] = []
+    model_scopes(not cfg.compile)  # a compiled model guards on this flag: keep it constant
+    fwd_model = _maybe_compile(cfg, wrap(model) if wrap else model, notes)
 
     def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
         x, y = batch
         return fwd_model(x, y)[1]
 
     work = TrainWorkload(
-        model=model,
-        optimizer=opt,
-        batches=batches,
-        device=device,
-        loss_fn=loss_fn,
-        tokens_per_step=cfg.batch_size * seq_len,
-        shape=gcfg.shape(),
-        batch_size=cfg.batch_size,
-        seq_len=seq_len,
-        attention=gcfg.attention,
-        optimizer_name=cfg.optimizer,
-        dropout=gcfg.dropout,
-        notes=notes,
+        model=model, optimizer=_optimizer(cfg, model), batches=batches, device=device, loss_fn=loss_fn,
+        tokens_per_step=cfg.batch_size * seq_len, shape=gcfg.shape(), batch_size=cfg.batch_size, seq_len=seq_len,
+        attention=gcfg.attention, optimizer_name=cfg.optimizer, dropout=gcfg.dropout, notes=notes,
     )
-    return work, gcfg, seq_len
+    return work, gcfg
+
+
+def hf_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, dict[str, Any]]:
+    """A Hugging Face causal LM (local, cached, or from a config) trained on synthetic tokens."""
+    from lmprof.workloads import hf as hfmod
+    from lmprof.workloads.hooks import module_scopes
+
+    if cfg.data:
+        raise ConfigError("--data trains the built-in GPT on characters; Hugging Face models train on synthetic tokens")
+    loaded = (hfmod.load(cfg.hf, torch.float32, cfg.download) if cfg.hf
+              else hfmod.from_config(cfg.hf_config, torch.float32, cfg.seed))  # fp32 master weights, autocast does the rest
+    model = loaded.model.to(device.torch_device).train()
+    context = hfmod.context_length(model) or 1024
+    seq_len = cfg.seq_len or min(64, context)
+    if seq_len > context:
+        raise ConfigError(f"seq_len {seq_len} exceeds the model's context of {context}")
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    notes: list[str] = []
+    fwd_model = _maybe_compile(cfg, wrap(model) if wrap else model, notes)
+
+    def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
+        x, _y = batch
+        return fwd_model(input_ids=x, labels=x).loss  # transformers shifts the labels itself
+
+    work = TrainWorkload(
+        model=model, optimizer=_optimizer(cfg, model),
+        batches=SyntheticBatches(int(model.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
+        device=device, loss_fn=loss_fn, tokens_per_step=cfg.batch_size * seq_len, shape=hfmod.shape_of(model),
+        batch_size=cfg.batch_size, seq_len=seq_len, attention="sdpa" if impl != "eager" else "math",
+        optimizer_name=cfg.optimizer, notes=notes,
+        # Hooks would break a compiled graph: a compiled model is attributed as a whole.
+        scopes=None if cfg.compile else (lambda: module_scopes(model)),
+    )
+    described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+                 "attention": impl, "hf": cfg.hf or cfg.hf_config}
+    return work, described
 
 
 def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Path]:
@@ -319,7 +359,7 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
 
     if cfg.nproc > 1 and not dist.is_distributed():
         device = resolve_device(cfg.device)  # fail here, in one line, before starting ranks
-        folder = out_dir or run_folder(cfg.out, "train", f"{cfg.preset}-ddp{cfg.nproc}", device)
+        folder = out_dir or run_folder(cfg.out, "train", f"{cfg.label()}-ddp{cfg.nproc}", device)
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "config.yaml"
         spec.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
@@ -329,16 +369,16 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
     device = resolve_device(cfg.device)
     if cfg.dtype == "fp16" and device.kind == "cpu":
         raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
-    work, gcfg, seq_len = gpt_workload(cfg, device)
-    folder = out_dir or run_folder(cfg.out, "train", cfg.preset, device)
-    run = measure_training(work, cfg, folder, _config(cfg, gcfg, seq_len, device))
+    work, described = build_workload(cfg, device)
+    folder = out_dir or run_folder(cfg.out, "train", cfg.label(), device)
+    run = measure_training(work, cfg, folder, _config(cfg, described, work, device))
     run.save(folder)
     return run, folder
 
 
-def _config(cfg: TrainConfig, gcfg: GPTConfig, seq_len: int, device: Device) -> dict[str, Any]:
+def _config(cfg: TrainConfig, described: dict[str, Any], work: TrainWorkload, device: Device) -> dict[str, Any]:
     config = cfg.model_dump()
-    config.update(model=gcfg.to_dict(), seq_len=seq_len, device_resolved=str(device))
+    config.update(described, seq_len=work.seq_len, device_resolved=str(device))
     return config
 
 
@@ -357,13 +397,13 @@ def _run_rank(cfg: TrainConfig, run_dir: Path | None) -> tuple[Run, Path]:
     dist.init(device.kind, float(os.environ.get("LMPROF_DIST_TIMEOUT", dist.DEFAULT_TIMEOUT_S)))
     try:
         if run_dir is None:  # launched by the user's own torchrun: rank 0 names the folder
-            box = [str(run_folder(cfg.out, "train", f"{cfg.preset}-ddp{world_size}", device)) if rank == 0 else None]
+            box = [str(run_folder(cfg.out, "train", f"{cfg.label()}-ddp{world_size}", device)) if rank == 0 else None]
             tdist.broadcast_object_list(box, src=0)
             run_dir = Path(box[0])  # type: ignore[arg-type]
         ids = [local_rank] if device.kind == "cuda" else None
         rank_cfg = cfg.model_copy(update={"seed": cfg.seed + rank})  # each rank its own data
-        work, gcfg, seq_len = gpt_workload(rank_cfg, device, wrap=lambda m: DistributedDataParallel(m, device_ids=ids))
-        config = _config(cfg, gcfg, seq_len, device) | {"rank": rank, "world_size": world_size}
+        work, described = build_workload(rank_cfg, device, wrap=lambda m: DistributedDataParallel(m, device_ids=ids))
+        config = _config(cfg, described, work, device) | {"rank": rank, "world_size": world_size}
         folder = run_dir / f"rank{rank}"
         run = measure_training(work, cfg, folder, config)
         run.save(folder)
