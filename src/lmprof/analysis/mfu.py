@@ -29,6 +29,7 @@ from lmprof.analysis.flops import (
 )
 from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
+from lmprof.units import si
 from lmprof.record.run import Block, Metric
 from lmprof.workloads.shape import ModelShape
 
@@ -150,8 +151,8 @@ def mfu_metrics(
     else:
         out["peak.bandwidth"] = Metric.na("B/s", peak.note, source="estimated")
 
-    flops_peak = f"peak {peak_dtype} FLOP/s ({_fmt(peak.flops_per_s)}, {peak.source})" if peak.flops_per_s else ""
-    bw_peak = (f"peak bandwidth ({_fmt(peak.bytes_per_s)}B/s, {peak.bytes_source or peak.source})"
+    flops_peak = f"peak {peak_dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})" if peak.flops_per_s else ""
+    bw_peak = (f"peak bandwidth ({si(peak.bytes_per_s, sep='')}B/s, {peak.bytes_source or peak.source})"
                if peak.bytes_per_s else "")
 
     def pct(key: str, num: float, denom: float | None, what: str, of: str) -> None:
@@ -168,13 +169,6 @@ def mfu_metrics(
         flops_peak)
     pct("mbu", nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
     return out
-
-
-def _fmt(x: float) -> str:
-    for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= f:
-            return f"{x / f:.3g}{p}"
-    return f"{x:.3g}"
 
 
 def fill_block_costs(

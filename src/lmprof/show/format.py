@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from lmprof.record.run import Metric
+from lmprof.units import si
 
 
 def human_bytes(n: float) -> str:
@@ -13,14 +14,6 @@ def human_bytes(n: float) -> str:
             return f"{x:.0f} {unit}" if unit == "B" else f"{x:.3g} {unit}"
         x /= 1024
     return f"{x:.3g} TiB"
-
-
-def si(x: float, unit: str) -> str:
-    """A number with an SI prefix: 1.23e12 FLOP/s -> '1.23 TFLOP/s'."""
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= factor:
-            return f"{x / factor:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
 
 
 def number(x: float, unit: str) -> str:

@@ -10,16 +10,11 @@ from pathlib import Path
 from typing import Sequence
 
 from lmprof.analysis.roofline import RooflinePoint
+from lmprof.units import si
 
 _COLORS = {"compute-bound": "#1f77b4", "memory-bound": "#d62728", "overhead-bound": "#7f7f7f", "unknown": "#9467bd"}
 _MARKERS = {"forward": "o", "prefill": "o", "backward": "s", "decode": "^"}
 
-
-def _eng(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def plot_roofline(
@@ -73,9 +68,9 @@ def plot_roofline(
     ax.set_ylim(ymin, ymax)
     # The roof: bandwidth slope up to the ridge, then the flat compute ceiling.
     ax.plot([xmin, ridge], [xmin * peak_bytes_per_s, peak_flops], color="#555555", lw=2,
-            label=f"memory ceiling {_eng(peak_bytes_per_s, 'B/s')}")
+            label=f"memory ceiling {si(peak_bytes_per_s, 'B/s')}")
     ax.plot([ridge, xmax], [peak_flops, peak_flops], color="black", lw=2,
-            label=f"compute ceiling {_eng(peak_flops, 'FLOP/s')} ({dtype})")
+            label=f"compute ceiling {si(peak_flops, 'FLOP/s')} ({dtype})")
     ax.axvline(ridge, color="black", lw=0.8, ls=":", label=f"ridge {ridge:.3g} FLOP/byte")
     phases = sorted({p.phase for p, _ in placed})
     show_phase = len(phases) > 1
