@@ -83,3 +83,15 @@ def test_hugging_face_model_under_ddp(tmp_path):
     assert run.metrics["world_size"].value == 2
     assert "mlp.fc" in {b.name for b in run.blocks if b.phase == "backward"}
     assert any(b.name == "allreduce" for b in run.blocks)
+
+
+def test_fsdp_shards_show_as_gather_and_reduce_blocks(tmp_path):
+    cfg = TrainConfig(preset="tiny", n_layer=1, batch_size=2, seq_len=16, steps=1, warmup=1, profile_steps=1,
+                      device="cpu", energy="off", nproc=2, parallel="fsdp", plots=False)
+    run, folder = run_training(cfg, out_dir=tmp_path / "fsdp")
+    names = {b.name for b in run.blocks}
+    assert {"allgather", "allreduce"} <= names
+    params = run.metrics["params"].value  # the model's parameter count, whole
+    held = run.metrics["memory.params"].value  # bytes this rank holds: about half of the fp32 parameters
+    assert 0.4 * params * 4 <= held <= 0.6 * params * 4
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)

@@ -34,8 +34,9 @@ EVAL_PREFIX = "autograd::engine::evaluate_function: "
 PHASE_SCOPES = ("forward", "backward", "prefill", "decode")
 # Scopes that are step parts on their own.
 LEAF_PARTS = ("data", "optimizer", "zero_grad")
-# Host-side collective calls and DDP's gradient-bucket work: their own block, "allreduce".
-COMM_PREFIXES = ("c10d::", "torch.distributed.ddp.reducer::", "torch::distributed::reducer::")
+# Host-side collective calls, DDP's gradient-bucket work and FSDP's gather/reduce ranges: their own
+# blocks ("allreduce" for gradient reduction, "allgather" for FSDP's parameter gathers, "comm" else).
+COMM_PREFIXES = ("c10d::", "torch.distributed.ddp.reducer::", "torch::distributed::reducer::", "FSDP::")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "runtime")
 
@@ -80,6 +81,16 @@ class _Owner:
     phase: str
     exclusive: float = 0.0
     device: float = 0.0
+
+
+def comm_label(name: str) -> str:
+    """The block a communication event belongs to."""
+    low = name.lower()
+    if "all_gather" in low or "allgather" in low:
+        return "allgather"
+    if "allreduce" in low or "reducer" in low or "reduce" in low:
+        return "allreduce"
+    return "comm"  # e.g. DDP's buffer broadcast, FSDP's resharding
 
 
 def _label(scope: str) -> tuple[str, str] | None:
@@ -157,7 +168,7 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
     scopes = host[(host["cat"] == "user_annotation") & host_names.str.startswith(SCOPE_PREFIX)]
     evals = host[(host["cat"] == "cpu_op") & host_names.str.startswith(EVAL_PREFIX)]
     fwd_ops = host[(host["cat"] == "cpu_op") & (host["seq"] >= 0) & ~host_names.str.startswith(EVAL_PREFIX)]
-    comms = host[(host["cat"] == "cpu_op") & host_names.str.startswith(COMM_PREFIXES)]
+    comms = host[host_names.str.startswith(COMM_PREFIXES)]
     if clock == "device":
         dev = ev[ev["cat"].isin(DEVICE_CATS) & (ev["correlation"] >= 0)]
         rt = ev[ev["cat"].isin(RUNTIME_CATS) & (ev["correlation"] >= 0)]
@@ -213,7 +224,7 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
             owners.append(_Owner(span.tid, float(ts), float(ts + dur), block, "backward"))
         cm = comms[(comms["ts"] >= s0) & (comms["ts"] < s1)]
         for tid, ts, dur, name in zip(cm["tid"], cm["ts"], cm["dur"], names[cm.index]):
-            label = "allreduce" if ("allreduce" in name or "reducer" in name) else "comm"  # e.g. DDP's buffer broadcast
+            label = comm_label(name)
             # In the backward, the reducer runs on the autograd engine's thread: nest it like nodes.
             bwd = next((b for b in bwd_spans if b.ts <= ts < b.end), None)
             span = bwd or next((p for p in phase_spans if p.tid == tid and p.ts <= ts < p.end), None)

@@ -36,6 +36,7 @@ def train(
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
+    parallel: Optional[str] = typer.Option(None, "--parallel", help="With --nproc: ddp (replicas) or fsdp (FSDP2 shards) [default: ddp]"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
 ) -> None:
     """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
@@ -48,7 +49,7 @@ def train(
         preset=preset, hf=hf, hf_config=hf_config, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
-        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, nproc=nproc,
+        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, nproc=nproc, parallel=parallel,
     )
     cfg = build(TrainConfig, values)
     from lmprof.pipeline.distributed import is_distributed, world

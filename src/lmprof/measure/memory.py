@@ -47,9 +47,19 @@ Range = tuple[Any, int, int]  # (storage key, first byte, end byte)
 
 
 def tensor_range(t: torch.Tensor) -> Range:
-    """The bytes of its storage a tensor can reach: (storage key, start, end)."""
-    st = t.untyped_storage()
-    key = st.data_ptr() or id(st)  # meta / zero-size storages have no address
+    """The bytes of its storage a tensor can reach: (storage key, start, end).
+
+    A distributed tensor (FSDP2's DTensor) counts its local shard: what this rank holds.
+    A storage that was freed (FSDP's resharded full parameters) holds no bytes.
+    """
+    to_local = getattr(t, "to_local", None)
+    if callable(to_local):
+        t = to_local()
+    try:
+        st = t.untyped_storage()
+        key = st.data_ptr() or id(st)  # meta / zero-size storages have no address
+    except RuntimeError:  # "invalid python storage": freed under us, nothing held
+        return (id(t), 0, 0)
     size = t.element_size()
     if t.numel() == 0:
         return (key, 0, 0)

@@ -88,7 +88,8 @@ class TrainConfig(ModelSpec, MeasureSpec):
     optimizer: Literal["adamw", "sgd"] = "adamw"
     lr: float = 3e-4
     out: str = "runs"
-    nproc: int = 1  # > 1: launch through torchrun, DDP, one trace per rank
+    nproc: int = 1  # > 1: launch through torchrun, one trace per rank
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # how ranks share the model: replicas, or FSDP2 shards
 
     @field_validator("batch_size")
     @classmethod

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -46,6 +46,25 @@ def init(device_kind: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     dist.init_process_group(backend, timeout=dt.timedelta(seconds=timeout_s))
     if os.environ.get("LMPROF_FAKE_RANK_CRASH") == str(world()[0]):
         raise RuntimeError("simulated crash (LMPROF_FAKE_RANK_CRASH testing hook)")
+
+
+def wrapper(parallel: str, device_kind: str, local_rank: int) -> Callable[[torch.nn.Module], torch.nn.Module]:
+    """How a rank wraps its model: DDP replicas, or FSDP2 shards (every layer, then the root)."""
+    if parallel == "fsdp":
+        def shard(model: torch.nn.Module) -> torch.nn.Module:
+            from torch.distributed.fsdp import fully_shard
+
+            for layers in (m for m in model.modules() if isinstance(m, torch.nn.ModuleList)):
+                for layer in layers:
+                    fully_shard(layer)
+            fully_shard(model)
+            return model
+
+        return shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [local_rank] if device_kind == "cuda" else None
+    return lambda m: DistributedDataParallel(m, device_ids=ids)
 
 
 def barrier() -> None:

@@ -387,7 +387,6 @@ def _run_rank(cfg: TrainConfig, run_dir: Path | None) -> tuple[Run, Path]:
     import os
 
     import torch.distributed as tdist
-    from torch.nn.parallel import DistributedDataParallel
 
     from lmprof.pipeline import distributed as dist
 
@@ -400,9 +399,10 @@ def _run_rank(cfg: TrainConfig, run_dir: Path | None) -> tuple[Run, Path]:
             box = [str(run_folder(cfg.out, "train", f"{cfg.label()}-ddp{world_size}", device)) if rank == 0 else None]
             tdist.broadcast_object_list(box, src=0)
             run_dir = Path(box[0])  # type: ignore[arg-type]
-        ids = [local_rank] if device.kind == "cuda" else None
         rank_cfg = cfg.model_copy(update={"seed": cfg.seed + rank})  # each rank its own data
-        work, described = build_workload(rank_cfg, device, wrap=lambda m: DistributedDataParallel(m, device_ids=ids))
+        work, described = build_workload(rank_cfg, device, wrap=dist.wrapper(cfg.parallel, device.kind, local_rank))
+        if cfg.parallel == "fsdp":
+            work.notes.append("FSDP: parameters are sharded; memory.params/grads/optimizer count this rank's shards")
         config = _config(cfg, described, work, device) | {"rank": rank, "world_size": world_size}
         folder = run_dir / f"rank{rank}"
         run = measure_training(work, cfg, folder, config)
