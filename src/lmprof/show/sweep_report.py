@@ -1,0 +1,285 @@
+"""The sweep report: every plot, a sortable table of runs, the best configuration per objective, failures."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from lmprof.errors import DataError
+from lmprof.record.run import Run
+from lmprof.show.format import number
+from lmprof.show.html import REPORT_NAME, absent, cell_value, esc, figure, page, section, table
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A 'best configuration' criterion over a sweep's result columns (first matching column wins)."""
+
+    title: str
+    columns: tuple[str, ...]
+    maximize: bool
+    unit: str
+
+
+# Column names as the sweep store writes them (lmprof.record.store.metric_column) and as run keys.
+OBJECTIVES = (
+    Objective("fastest (tokens/s)", ("tokens_per_s", "decode_tokens_per_s"), True, "tokens/s"),
+    Objective("lowest step time", ("step_time_ms", "step_time"), False, "ms"),
+    Objective("lowest time to first token", ("ttft_ms", "ttft"), False, "ms"),
+    Objective("lowest time per output token", ("tpot_ms", "tpot"), False, "ms"),
+    Objective("best MFU", ("mfu_pct", "mfu"), True, "%"),
+    Objective("lowest peak memory", ("memory_peak_bytes", "memory.peak"), False, "B"),
+    Objective("best energy per token", ("energy_per_token_j", "energy.per_token", "energy_estimated_per_token_j",
+                                        "energy.estimated.per_token"), False, "J/token"),
+)
+_STATUS_COLS = ("status", "state", "outcome")
+_OK = {"ok", "success", "succeeded", "done", "completed", "passed"}
+_UNFINISHED = {"pending", "running", "queued"}
+_REASON_COLS = ("message", "error", "reason", "failure", "error_message")
+_ID_COLS = ("label", "run_id", "id", "name", "point")
+_CONFIG_HINTS = ("mode", "model", "preset", "batch_size", "seq_len", "dtype", "attention", "compile", "device",
+                 "n_layer", "n_head", "n_embd", "optimizer", "kv_cache", "new_tokens", "prompt_len", "hf", "repeat")
+_HIDDEN_COLUMNS = ("config", "seq")  # the point as JSON: every field already has its own column
+_LINK_COLUMNS = ("run_dir", "folder", "run_folder")
+_MAX_COLUMNS = 40
+
+
+def is_sweep_folder(folder: str | Path) -> bool:
+    """A sweep folder: has results.sqlite or plots/, or holds run folders but no run.json itself."""
+    p = Path(folder)
+    if (p / "run.json").is_file():
+        return False
+    return (p / "results.sqlite").is_file() or (p / "plots").is_dir() or any(p.glob("*/run.json"))
+
+
+def load_sweep_table(folder: str | Path) -> tuple[Any, str]:
+    """(DataFrame of sweep points or None, where it came from).
+
+    Prefers :func:`lmprof.record.store.load_results`; when that module is missing or refuses the
+    file, reads ``results.sqlite`` directly; without a store builds rows from the run folders inside.
+    """
+    import pandas as pd
+
+    p = Path(folder)
+    db = p / "results.sqlite"
+    if db.is_file():
+        try:
+            from lmprof.record.store import load_results
+        except ImportError:
+            why = "lmprof.record.store is not installed"
+        else:
+            try:
+                return load_results(p), "results.sqlite"
+            except DataError as exc:  # not the store's schema: read the file as plain SQLite
+                why = str(exc)
+        import sqlite3
+
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
+            pick = next((n for n in ("results", "points", "runs") if n in names), names[0] if names else None)
+            if pick is not None:
+                return pd.read_sql_query(f'SELECT * FROM "{pick}"', con), f"results.sqlite table {pick} ({why})"
+    rows = []
+    for rj in sorted(p.glob("*/run.json")):
+        try:
+            run = Run.load(rj)
+        except DataError as exc:
+            rows.append({"run_id": rj.parent.name, "status": "error", "message": str(exc)})
+            continue
+        row: dict[str, Any] = {"run_id": run.id, "status": "ok", "mode": run.mode, "run_dir": str(rj.parent)}
+        row.update({k: v for k, v in run.config.items() if k in _CONFIG_HINTS})
+        row.update({k: m.value for k, m in run.metrics.items()})
+        rows.append(row)
+    df = pd.DataFrame(rows) if rows else None
+    if df is not None:
+        df.attrs["units"] = {}
+    return df, "run folders"
+
+
+def _col(df: Any, names: Sequence[str]) -> str | None:
+    lower = {str(c).lower(): c for c in df.columns}
+    for n in names:
+        if n in lower:
+            return lower[n]
+    return None
+
+
+def _status(df: Any) -> Any:
+    col = _col(df, _STATUS_COLS)
+    return None if col is None else df[col].astype(str).str.lower()
+
+
+def _ok_mask(df: Any) -> Any:
+    import pandas as pd
+
+    st = _status(df)
+    if st is not None:
+        return st.isin(_OK)
+    reason = _col(df, _REASON_COLS)
+    if reason is not None:
+        return df[reason].isna() | (df[reason].astype(str).str.strip() == "")
+    return pd.Series(True, index=df.index)
+
+
+def _failed_mask(df: Any) -> Any:
+    st = _status(df)
+    if st is None:
+        return ~_ok_mask(df)
+    return ~st.isin(_OK) & ~st.isin(_UNFINISHED)
+
+
+def _point_label(df: Any, i: Any) -> str:
+    row = df.loc[i]
+    ident = _col(df, _ID_COLS)
+    who = str(row[ident]) if ident is not None else f"row {i}"
+    if ident is not None and str(ident).lower() == "label":
+        return who  # the store's label already names the point's axes
+    cfg = ", ".join(f"{c}={row[c]}" for c in df.columns if str(c).lower() in _CONFIG_HINTS and not _isna(row[c]))
+    return who + (f" ({cfg})" if cfg else "")
+
+
+def best_points(df: Any) -> list[tuple[Objective, str, float, str, str]]:
+    """(objective, column, best value, point label, mode) for every objective with values.
+
+    Training and inference points are never ranked together: with a ``mode`` column, each mode gets
+    its own best per objective, from the first of the objective's columns that has values there.
+    """
+    import pandas as pd
+
+    ok = df[_ok_mask(df)]
+    mode_col = _col(ok, ("mode",))
+    groups = [(str(m), g) for m, g in ok.groupby(mode_col, sort=False)] if mode_col is not None else [("", ok)]
+    out = []
+    for mode, group in groups:
+        for obj in OBJECTIVES:
+            for name in obj.columns:
+                col = _col(group, (name,))
+                values = pd.to_numeric(group[col], errors="coerce").dropna() if col is not None else None
+                if values is None or values.empty:
+                    continue
+                i = values.idxmax() if obj.maximize else values.idxmin()
+                out.append((obj, str(col), float(values[i]), _point_label(group, i), mode))
+                break
+    return out
+
+
+def _display_columns(df: Any) -> list[str]:
+    """Point name and status, then the objectives' figures, the axes, other figures, the rest."""
+    import pandas as pd
+
+    cols = [c for c in df.columns if str(c).lower() not in _HIDDEN_COLUMNS]
+    first = [c for c in (_col(df, _ID_COLS), _col(df, _STATUS_COLS)) if c is not None]
+    goals = [c for o in OBJECTIVES for c in [_col(df, o.columns)] if c is not None and c not in first]
+    axes = [c for c in cols if str(c).lower() in _CONFIG_HINTS and c not in first + goals]
+    units = df.attrs.get("units", {}) or {}
+    figures = [c for c in cols if c in units and c not in first + goals + axes]
+    taken = set(first + goals + axes + figures)
+    rest = [c for c in cols if c not in taken]
+    # Other numeric columns (durations, attempts) before text (ids, paths, timestamps, messages).
+    rest.sort(key=lambda c: not pd.api.types.is_numeric_dtype(df[c]))
+    return list(dict.fromkeys(first + goals + axes + figures + rest))[:_MAX_COLUMNS]
+
+
+def sweep_table_html(df: Any, sweep_dir: Path) -> str:
+    """All points in a click-to-sort table (numbers sort numerically by their raw value in data-sort)."""
+    import pandas as pd
+
+    units: Mapping[str, str] = df.attrs.get("units", {}) or {}
+    cols = _display_columns(df)
+    numeric = {c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
+    head = "".join(f'<th data-type="num" class="num">{esc(c)}</th>' if c in numeric else f"<th>{esc(c)}</th>"
+                   for c in cols)
+    rows = []
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = None if _isna(r[c]) else r[c]
+            if c in numeric:
+                raw = "" if v is None else repr(float(v))
+                shown = cell_value(v, units.get(c)) if units.get(c) not in (None, "count") else cell_value(v)
+                cells.append(f'<td class="num" data-sort="{raw}">{shown}</td>')
+            elif str(c).lower() in _LINK_COLUMNS and v:
+                cells.append(f"<td>{_folder_link(Path(str(v)), sweep_dir)}</td>")
+            else:
+                cells.append(f"<td>{cell_value(v)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    shown_cols = len([c for c in df.columns if str(c).lower() not in _HIDDEN_COLUMNS])
+    note = f'<p class="intro">First {_MAX_COLUMNS} of {shown_cols} columns shown.</p>' if shown_cols > _MAX_COLUMNS else ""
+    return (f'{note}<div class="scroll"><table class="sortable runs"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _folder_link(path: Path, base: Path) -> str:
+    """A relative link to a run folder (its report.html when it has one)."""
+    target = path if path.is_absolute() else base / path
+    if (target / REPORT_NAME).is_file():
+        target = target / REPORT_NAME
+    try:
+        href = Path(os.path.relpath(target.resolve(), base.resolve())).as_posix()
+    except ValueError:
+        href = target.resolve().as_uri()
+    return f'<a href="{esc(href)}">{esc(path.name)}</a>'
+
+
+def _isna(v: Any) -> bool:
+    try:
+        return bool(v is None or (isinstance(v, float) and math.isnan(v)))
+    except TypeError:
+        return False
+
+
+def render_sweep_report(folder: str | Path) -> str:
+    """The sweep report as an HTML string."""
+    p = Path(folder)
+    df, source = load_sweep_table(p)
+    plots = sorted((p / "plots").glob("*.png")) if (p / "plots").is_dir() else []
+    plot_html = "".join(figure(f.read_bytes(), f.name) for f in plots) or absent("no plots/*.png in this sweep "
+                                                                              "(make them with `lmprof plots`)")
+    counts = ""
+    if df is None or len(df) == 0:
+        table_html = absent("no sweep results found (results.sqlite or run folders)")
+        best_html = failed_html = absent("no results")
+    else:
+        table_html = sweep_table_html(df, p)
+        bests = best_points(df)
+        best_html = table(
+            ["objective", "mode", "best value", "configuration", "column"],
+            [[esc(o.title), esc(mode), esc(number(v, o.unit)), esc(label), f"<code>{esc(col)}</code>"]
+             for o, col, v, label, mode in bests],
+            num=(2,), cls="best",
+        ) if bests else absent("none of the objectives (tokens/s, step time, TTFT, TPOT, MFU, peak memory, "
+                               "energy per token) is recorded for a successful point of this sweep")
+        failed = df[_failed_mask(df)]
+        reason_col, status_col = _col(df, _REASON_COLS), _col(df, _STATUS_COLS)
+        failed_html = table(
+            ["point", "status", "reason"],
+            [[esc(_point_label(df, i)), esc(failed.loc[i, status_col] if status_col else "failed"),
+              esc(failed.loc[i, reason_col] if reason_col and not _isna(failed.loc[i, reason_col])
+                  else "no reason recorded")] for i in failed.index], cls="failed",
+        ) if len(failed) else absent("no failed points")
+        n_ok = int(_ok_mask(df).sum())
+        unfinished = len(df) - n_ok - len(failed)
+        counts = (f"{len(df)} points: {n_ok} succeeded, {len(failed)} failed"
+                  + (f", {unfinished} not finished" if unfinished else "") + "; ")
+    header = (f"<h1>lmprof sweep — {esc(p.resolve().name)}</h1>"
+              f"<p class=\"sub\">{esc(counts)}results from {esc(source)}</p>")
+    sections = [
+        ("best", "Best configuration per objective", best_html, "Among the points that succeeded."),
+        ("failed", "Failed points", failed_html, None),
+        ("runs", "All points", table_html, "Click a column header to sort; click again to reverse."),
+        ("plots", "Plots", plot_html, f"{len(plots)} plot(s) from the sweep's plots/ folder." if plots else None),
+    ]
+    body = "".join(section(sid, title, b, intro) for sid, title, b, intro in sections)
+    return page(f"lmprof sweep — {p.resolve().name}", header, [(s, t) for s, t, _, _ in sections], body, script=True)
+
+
+def write_sweep_report(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Write the sweep report to ``out`` or ``folder/report.html``."""
+    path = Path(out) if out is not None else Path(folder) / REPORT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_sweep_report(folder), encoding="utf-8")
+    return path
+
+
