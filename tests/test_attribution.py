@@ -110,3 +110,24 @@ def test_trace_without_step_annotations_is_one_window(tmp_path):
     att = attribute(write(tmp_path, events), clock="cpu")
     assert att.steps == 1
     assert att.step_us == [98 - 10]
+
+
+def test_device_clock_backward_on_the_engine_thread(tmp_path):
+    """On CUDA the autograd engine runs backward nodes on its own thread: kernels launched there
+    still belong to the node's block; launches on that thread outside any node stay in backward."""
+    events = one_step(bwd_tid=7)
+    events += [
+        X("cudaLaunchKernel", 14, 2, cat="cuda_runtime", correlation=1),
+        X("gemm_fwd", 20, 30, cat="kernel", pid=0, tid=9, correlation=1),
+        X("cudaLaunchKernel", 64, 2, cat="cuda_runtime", tid=7, correlation=2),  # inside AddmmBackward0
+        X("gemm_bwd", 66, 20, cat="kernel", pid=0, tid=9, correlation=2),
+        X("cudaLaunchKernel", 84, 1, cat="cuda_runtime", tid=7, correlation=3),  # engine thread, no node
+        X("memset", 86, 3, cat="gpu_memset", pid=0, tid=9, correlation=3),
+    ]
+    att = attribute(write(tmp_path, events))
+    got = {(p.phase, p.name): p.us for p in att.parts}
+    assert got[("forward", "attn.qkv")] == 30
+    assert got[("backward", "attn.qkv")] == 20
+    assert got[("backward", "other")] == 3
+    assert got[("step", "idle")] == 100 - 53
+    assert att.total_us() == pytest.approx(100)

@@ -74,13 +74,18 @@ class Attribution:
 
 @dataclass
 class _Owner:
-    tid: int
+    tid: int  # the thread it nests on (backward nodes: the thread that called backward)
     ts: float
     end: float
     name: str
     phase: str
     exclusive: float = 0.0
     device: float = 0.0
+    launch_tid: int | None = None  # the thread its kernels are launched from, when not ``tid``
+
+    @property
+    def own_tid(self) -> int:
+        return self.tid if self.launch_tid is None else self.launch_tid
 
 
 def comm_label(name: str) -> str:
@@ -131,11 +136,11 @@ def _nest(owners: list[_Owner]) -> None:
 
 
 def _innermost(owners: list[_Owner], tid: np.ndarray, ts: np.ndarray) -> list[_Owner | None]:
-    """For each point (tid, ts), the innermost owner on that thread containing it."""
+    """For each point (tid, ts), the innermost owner running on that thread that contains it."""
     result: list[_Owner | None] = [None] * len(ts)
     by_tid: dict[int, list[_Owner]] = defaultdict(list)
     for o in owners:
-        by_tid[o.tid].append(o)
+        by_tid[o.own_tid].append(o)
     order = np.lexsort((ts, tid))
     groups = {k: sorted(v, key=lambda o: (o.ts, -(o.end - o.ts))) for k, v in by_tid.items()}
     cur_tid, stack, nxt, group = None, [], 0, []
@@ -211,7 +216,7 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
         # even when the autograd engine runs them on its own thread.
         bwd_spans = [p for p in phase_spans if p.phase == "backward"]
         ev_s = evals[(evals["ts"] >= s0) & (evals["ts"] < s1)]
-        for ts, dur, seq, name in zip(ev_s["ts"], ev_s["dur"], ev_s["seq"], names[ev_s.index]):
+        for tid, ts, dur, seq, name in zip(ev_s["tid"], ev_s["ts"], ev_s["dur"], ev_s["seq"], names[ev_s.index]):
             span = next((b for b in bwd_spans if b.ts <= ts < b.end), None)
             if span is None:
                 continue
@@ -221,7 +226,7 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
                 block = seq_block.get(int(seq), "other")
                 # Only worth a note when the trace has block scopes (not for compiled models).
                 unmapped_backward += block == "other" and bool(block_scopes)
-            owners.append(_Owner(span.tid, float(ts), float(ts + dur), block, "backward"))
+            owners.append(_Owner(span.tid, float(ts), float(ts + dur), block, "backward", launch_tid=int(tid)))
         cm = comms[(comms["ts"] >= s0) & (comms["ts"] < s1)]
         for tid, ts, dur, name in zip(cm["tid"], cm["ts"], cm["dur"], names[cm.index]):
             label = comm_label(name)
@@ -229,7 +234,8 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
             bwd = next((b for b in bwd_spans if b.ts <= ts < b.end), None)
             span = bwd or next((p for p in phase_spans if p.tid == tid and p.ts <= ts < p.end), None)
             owner_tid = bwd.tid if bwd else int(tid)
-            owners.append(_Owner(owner_tid, float(ts), float(ts + dur), label, span.phase if span else "step"))
+            owners.append(_Owner(owner_tid, float(ts), float(ts + dur), label, span.phase if span else "step",
+                                 launch_tid=int(tid)))
         step_owner = _Owner(-(10**12), s0, s1, "other", "step")
         tids = {o.tid for o in owners} or {0}
         # The step range is on the main thread: pin it to the thread of the outermost scope.
@@ -243,10 +249,13 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
                 calls[(o.name, o.phase)] += 1
         else:
             ln = launches[(launches["ts_rt"] >= s0) & (launches["ts_rt"] < s1)]
-            inner = _innermost(owners, ln["tid_rt"].to_numpy(), ln["ts_rt"].to_numpy())
+            launch_ts = ln["ts_rt"].to_numpy()
+            inner = _innermost(owners, ln["tid_rt"].to_numpy(), launch_ts)
             busy = 0.0
-            for dur, o in zip(ln["dur"].to_numpy(), inner):
-                target = o or step_owner
+            for dur, o, t in zip(ln["dur"].to_numpy(), inner, launch_ts):
+                # A launch outside every owner on its thread (the autograd engine's own work on its
+                # thread, a helper thread) belongs to the phase that was running at the time.
+                target = o or next((p for p in phase_spans if p.ts <= t < p.end), None) or step_owner
                 target.device += float(dur)
                 busy += float(dur)
             for o in owners:
