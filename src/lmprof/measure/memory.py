@@ -625,8 +625,10 @@ def _measure(
         source = ("CPU: exact model/optimizer bytes + net bytes the step allocated (profiler memory events); "
                   "not the process RSS")
         if dev.type != "cpu":
-            notes.append(f"{dev.type}: allocator events are not reported to the profiler; peak unknown")
-            peak, source = None, f"no allocator statistics for {dev.type}"
+            # The profiler sees only host allocations here, so a timeline from them would describe
+            # the CPU, not this device: report n/a rather than a wrong figure.
+            notes.append(f"{dev.type}: device allocations are not reported to the profiler; peak and activations unknown")
+            peak, source, timeline = None, f"no allocator statistics for {dev.type}", None
     return MeasuredMemory(
         device=str(dev), static=before, grads=None, peak=peak, peak_source=source, timeline=timeline,
         peak_rss=peak_rss_bytes(), cuda_stats=stats, snapshot_path=snap_path, notes=notes,
