@@ -141,3 +141,19 @@ def test_missing_user_file(monkeypatch, tmp_path):
     monkeypatch.setenv("LMPROF_PEAKS", str(tmp_path / "nope.yaml"))
     with pytest.raises(ConfigError):
         load_table()
+
+
+def test_mps_device_name_carries_the_chip_so_the_table_matches(monkeypatch):
+    """resolve_device names an MPS device after the chip (sysctl), which the peak table knows."""
+    import subprocess
+
+    from lmprof.hardware import devices
+    from lmprof.hardware.peaks import find_device
+
+    class Done:
+        stdout = "Apple M2 Max\n"
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: Done())
+    name = f"{devices.apple_chip()} GPU (MPS)"
+    assert name == "Apple M2 Max GPU (MPS)"
+    assert find_device(name).key == "m2-max"

@@ -70,7 +70,7 @@ def resolve_device(spec: str = "auto") -> Device:
     if dev.type == "mps":
         if not _mps_available():
             raise DeviceError("device 'mps' requested but the Apple MPS backend is not available here")
-        return Device(dev, f"Apple {platform.machine()} GPU (MPS)")
+        return Device(dev, f"{apple_chip()} GPU (MPS)")
     if dev.type == "cpu":
         return Device(torch.device("cpu"), cpu_model())
     raise DeviceError(f"unsupported device type {dev.type!r}: use auto, cpu, cuda or mps")
@@ -87,6 +87,18 @@ def synchronize(device: torch.device) -> None:
 def synchronizer(device: torch.device) -> Callable[[], None]:
     """A zero-argument sync function for ``device``, for timing loops."""
     return lambda: synchronize(device)
+
+
+def apple_chip() -> str:
+    """The Apple chip's name ("Apple M2 Max"), which the peak table matches; a generic name if unknown."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=2)
+        name = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return name or f"Apple {platform.machine()}"
 
 
 def cpu_model() -> str:
