@@ -6,9 +6,10 @@ from typing import Any
 
 from rich.console import Console
 
-# Piped output (CI logs, files) gets a fixed width instead of rich's 80-column fallback.
+# Piped output (CI logs, files) gets a fixed width instead of rich's 80-column fallback; plain lines
+# are never hard-wrapped (a path or a message split mid-phrase breaks grep), tables still fit.
 _probe = Console()
-console = Console(highlight=False, width=None if _probe.is_terminal else 120)
+console = Console(highlight=False, width=None if _probe.is_terminal else 120, soft_wrap=True)
 
 
 def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:
