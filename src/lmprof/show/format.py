@@ -1,7 +1,7 @@
 """Formatting figures for people: units kept, n/a spelled out, sizes in binary units."""
 from __future__ import annotations
 
-from lmprof.record.run import Metric
+from lmprof.record.run import Metric, Run
 from lmprof.units import si
 
 
@@ -46,3 +46,28 @@ def metric_spread(m: Metric) -> str:
         return ""
     lo, hi = number(m.p10, m.unit).rsplit(" ", 1)[0], number(m.p90, m.unit).rsplit(" ", 1)[0]
     return f"{lo} – {hi} (n={m.n})"
+
+
+def run_title(run: Run, with_params: bool = True) -> str:
+    """'lmprof train — GPT preset tiny (834,432 params) on cpu (AMD EPYC)'."""
+    c = run.config
+    model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
+    params = run.value("params") if with_params else None
+    p = f" ({params:,.0f} params)" if params else ""
+    return f"lmprof {run.mode} — {model}{p} on {run.env.device} ({run.env.device_name})"
+
+
+def config_line(run: Run) -> str:
+    """The run's shape and protocol in one line: batch, lengths, dtype, attention, compile, steps."""
+    c = run.config
+    parts = []
+    for key, label in (("batch_size", "batch"), ("seq_len", "seq"), ("new_tokens", "new tokens")):
+        if c.get(key):
+            parts.append(f"{label} {c[key]}")
+    for key in ("dtype", "attention", "optimizer"):
+        if c.get(key):
+            parts.append(str(c[key]))
+    parts.append("compiled" if c.get("compile") else "eager")
+    parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, "
+                 f"{c.get('profile_steps', '?')} profiled")
+    return ", ".join(parts)

@@ -10,7 +10,7 @@ from lmprof.analysis.advice import RULES, Recommendation, advise
 from lmprof.errors import DataError
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, row_label
-from lmprof.show.format import human_bytes, metric_spread, metric_value
+from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, absent, badge, esc, figure, generic_table, kv_html, page, section, table,
 )
@@ -290,26 +290,6 @@ def trace_file_html(run: Run, report_dir: Path) -> str:
             "in Chrome and <b>Load</b> it. lmprof's block ranges are the <code>lmprof:*</code> slices.</p>")
 
 
-def _title(run: Run) -> str:
-    c = run.config
-    model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
-    return f"lmprof {run.mode} — {model} on {run.env.device} ({run.env.device_name})"
-
-
-def _config_line(run: Run) -> str:
-    c = run.config
-    parts = []
-    for key, label in (("batch_size", "batch"), ("seq_len", "seq"), ("new_tokens", "new tokens")):
-        if c.get(key):
-            parts.append(f"{label} {c[key]}")
-    for key in ("dtype", "attention", "optimizer"):
-        if c.get(key):
-            parts.append(str(c[key]))
-    parts.append("compiled" if c.get("compile") else "eager")
-    parts.append(f"{c.get('steps', '?')} timed, {c.get('warmup', '?')} warm-up, {c.get('profile_steps', '?')} profiled")
-    return ", ".join(parts)
-
-
 def render_run_report(run: Run, report_dir: str | Path | None = None,
                       trace: TraceFindings | None = None) -> str:
     """The run report as an HTML string. ``report_dir`` is where it will live (for relative links)."""
@@ -356,7 +336,7 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
         ("configuration", "Configuration", config_html(run.config), None),
         ("trace", "Trace file", trace_file_html(run, rdir), None),
     ]
-    header = (f"<h1>{esc(_title(run))}</h1><p class=\"sub\">{esc(_config_line(run))}<br>run "
+    header = (f"<h1>{esc(run_title(run, with_params=False))}</h1><p class=\"sub\">{esc(config_line(run))}<br>run "
               f"<code>{esc(run.id)}</code>, recorded {esc(run.created)}</p>")
     nav = [(sid, "Other" if sid == "other" else title.split(" and ")[0]) for sid, title, _, _ in sections]
     body = "".join(section(sid, title, b, intro) for sid, title, b, intro in sections)

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, row_label
-from lmprof.show.format import metric_spread, metric_value, number
+from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
 # The terminal shows these, in this order; run.json has every figure.
 HEADLINE = (
@@ -21,29 +21,6 @@ HEADLINE = (
     "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
     "energy.estimated.total", "energy.estimated.per_token",
 )
-
-
-def _title(run: Run) -> str:
-    c = run.config
-    model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
-    params = run.value("params")
-    p = f" ({params:,.0f} params)" if params else ""
-    return f"lmprof {run.mode} — {model}{p} on {run.env.device} ({run.env.device_name})"
-
-
-def _config_line(run: Run) -> str:
-    c = run.config
-    parts = []
-    if "batch_size" in c:
-        parts.append(f"batch {c['batch_size']}")
-    if c.get("seq_len"):
-        parts.append(f"seq {c['seq_len']}")
-    for key in ("dtype", "attention", "optimizer"):
-        if c.get(key):
-            parts.append(str(c[key]))
-    parts.append("compiled" if c.get("compile") else "eager")
-    parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, {c.get('profile_steps', '?')} profiled")
-    return ", ".join(parts)
 
 
 def metrics_table(run: Run) -> Table:
@@ -131,8 +108,8 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
 
 def render(run: Run, console: Console, folder: str | None = None) -> None:
     """Print the whole summary of ``run`` to ``console``."""
-    console.print(f"[bold]{_title(run)}[/bold]")
-    console.print(_config_line(run))
+    console.print(f"[bold]{run_title(run)}[/bold]")
+    console.print(config_line(run))
     console.print()
     console.print(metrics_table(run))
     for i, note in enumerate(_notes(run, shown_keys(run)), 1):
