@@ -1,0 +1,49 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never a partial one.
+
+Every file lmprof writes (run.json, CSVs, traces, caches, reports, plots) goes through here, so a
+kill -9 or a full disk in the middle of a write never leaves a truncated record behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
+
+    For libraries that insist on writing a file themselves (matplotlib, gzip, sqlite exports).
+    The temporary file keeps ``path``'s suffix so format detection by extension still works.
+    On error the temporary file is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp" + target.suffix, dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp_path.unlink()
+        raise
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically and return the path."""
+    return write_bytes(path, text.encode(encoding))
