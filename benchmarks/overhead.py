@@ -10,7 +10,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from lmprof.pipeline.config import TrainConfig
+from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 
 # Small enough to finish on a laptop CPU; the gpt2 row uses a short sequence for the same reason.

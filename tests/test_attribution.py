@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lmprof.analysis.attribution import attribute
+from lmprof.trace.attribution import attribute
 from lmprof.trace.load import load_trace
 
 EVAL = "autograd::engine::evaluate_function: "

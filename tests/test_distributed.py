@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lmprof.pipeline.config import TrainConfig
+from lmprof.config import TrainConfig
 from lmprof.pipeline.distributed import failure_message
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Run

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import lmprof
-from lmprof.pipeline.infer import InferConfig, run_inference
+from lmprof.config import InferConfig
+from lmprof.pipeline.infer import run_inference
 
 transformers = pytest.importorskip("transformers")
 
@@ -152,7 +153,7 @@ class FakeDecoder:
 
 def test_generate_times_prefill_and_each_decode_step_exactly():
     from lmprof.hardware.devices import resolve_device
-    from lmprof.pipeline.infer import InferWorkload, generate
+    from lmprof.workloads.inference import InferWorkload, generate
 
     ticks = iter([0.0, 0.030, 1.0, 1.010, 2.0, 2.012, 3.0, 3.011])  # prefill 30 ms, decodes 10/12/11 ms
     work = InferWorkload(model=torch.nn.Linear(1, 1), decoder=FakeDecoder(), prompt=torch.zeros(2, 5, dtype=torch.long),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmprof.pipeline.config import TrainConfig
+from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Block, Env, Metric, OpStat, Run
 from lmprof.show.report import (

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lmprof.pipeline.config import TrainConfig
+from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.show.report import write_run_report, write_sweep_report
 

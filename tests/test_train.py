@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lmprof.pipeline.config import TrainConfig
+from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Run
 

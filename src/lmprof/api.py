@@ -19,7 +19,7 @@ import torch
 
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
-from lmprof.pipeline.config import MeasureSpec
+from lmprof.config import MeasureSpec
 from lmprof.record.run import Run
 
 
@@ -73,7 +73,8 @@ def profile_training(
     ``loss_fn(model, batch)`` defaults to calling ``model(*batch)`` (or ``model(**batch)``) and taking
     ``.loss``, the last scalar of a tuple, or a scalar output.
     """
-    from lmprof.pipeline.train import TrainWorkload, measure_training
+    from lmprof.pipeline.train import measure_training
+    from lmprof.workloads.training import TrainWorkload
     from lmprof.workloads.hooks import module_scopes
 
     spec = MeasureSpec(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off")
@@ -111,7 +112,8 @@ def profile_inference(
     The model is called as ``model(ids)`` returning logits (or an object with ``.logits``); Hugging
     Face models use their ``past_key_values`` cache.
     """
-    from lmprof.pipeline.infer import InferWorkload, measure_inference
+    from lmprof.pipeline.infer import measure_inference
+    from lmprof.workloads.inference import InferWorkload
     from lmprof.workloads.decoding import decoder_for
     from lmprof.workloads.hf import shape_of
     from lmprof.workloads.hooks import module_scopes

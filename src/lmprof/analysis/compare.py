@@ -32,7 +32,7 @@ MODEL_DIMS = ("n_layer", "n_head", "n_embd", "vocab_size")
 Group = Literal["headline", "compute", "memory", "energy", "other"]
 Change = Literal["appeared", "disappeared", "changed", "same"]
 
-_PHASE_ORDER = ("forward", "backward", "prefill", "decode", "step")
+from lmprof.names import PHASE_ORDER as _PHASE_ORDER
 # Units where a larger number is better; for the rest (times, bytes, joules, watts) smaller is.
 _HIGHER_UNITS = ("tokens/s", "FLOP/s", "FLOP/J", "B/s")
 _HIGHER_PCT_KEYS = ("mfu", "hfu", "mbu")

@@ -35,8 +35,9 @@ def infer(
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
-    from lmprof.pipeline.config import build, load_yaml
-    from lmprof.pipeline.infer import InferConfig, run_inference
+    from lmprof.config import build, load_yaml
+    from lmprof.config import InferConfig
+    from lmprof.pipeline.infer import run_inference
     from lmprof.show.summary import render
 
     values = merged(

@@ -40,7 +40,7 @@ def train(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
 ) -> None:
     """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
-    from lmprof.pipeline.config import TrainConfig, build, load_yaml
+    from lmprof.config import TrainConfig, build, load_yaml
     from lmprof.pipeline.train import run_training
     from lmprof.show.summary import render
 

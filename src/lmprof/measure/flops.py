@@ -35,7 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from lmprof.errors import ConfigError
-from lmprof.workloads.blocks import FORWARD_BLOCKS, SCOPE_PREFIX, scopes_enabled
+from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
+from lmprof.workloads.blocks import scopes_enabled
 
 UNSCOPED = "(unscoped)"
 _META_KEY = "lmprof_block"

@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import torch
 
-from lmprof.workloads.blocks import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS, scopes_enabled
+from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
+from lmprof.workloads.blocks import scopes_enabled
 
 # Timeline categories, bottom to top of the stacked plot.
 CATEGORIES = ("params", "optimizer", "grads", "kv_cache", "activations", "outputs", "temporaries", "other")

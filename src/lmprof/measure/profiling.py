@@ -14,7 +14,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from lmprof.record.run import OpStat
-from lmprof.workloads.blocks import SCOPE_PREFIX, scopes_enabled
+from lmprof.names import SCOPE_PREFIX
+from lmprof.workloads.blocks import scopes_enabled
 
 
 @dataclass

@@ -18,8 +18,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from lmprof.config import TrainConfig
 from lmprof.errors import LmprofError
+from lmprof.hardware.devices import resolve_device
+from lmprof.pipeline.protocol import run_folder
 from lmprof.record.run import Metric, Run
+from lmprof.workloads.builders import train_workload
 
 DEFAULT_TIMEOUT_S = 300  # collectives give up after this: no rank hangs forever
 
@@ -140,3 +144,41 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     base._folder = run_dir  # noqa: SLF001 - the record lives in this folder
     base.save(run_dir)
     return base
+
+
+Measure = Callable[..., Run]
+
+
+def run_rank(cfg: TrainConfig, run_dir: Path | None, measure: Measure) -> tuple[Run, Path]:
+    """One rank of a DDP/FSDP training profile (inside torchrun): profile this rank, rank 0 assembles.
+
+    ``measure`` is the training protocol (pipeline.train.measure_training), passed in so the launcher
+    and the protocol do not import each other.
+    """
+    import torch.distributed as tdist
+
+
+    rank, local_rank, world_size = world()
+    base = resolve_device(cfg.device)
+    device = resolve_device(f"cuda:{local_rank}") if base.kind == "cuda" else base
+    init(device.kind, float(os.environ.get("LMPROF_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+    try:
+        if run_dir is None:  # launched by the user's own torchrun: rank 0 names the folder
+            box = [str(run_folder(cfg.out, "train", f"{cfg.label()}-ddp{world_size}", device)) if rank == 0 else None]
+            tdist.broadcast_object_list(box, src=0)
+            run_dir = Path(box[0])  # type: ignore[arg-type]
+        rank_cfg = cfg.model_copy(update={"seed": cfg.seed + rank})  # each rank its own data
+        work, described = train_workload(rank_cfg, device, wrap=wrapper(cfg.parallel, device.kind, local_rank))
+        if cfg.parallel == "fsdp":
+            work.notes.append("FSDP: parameters are sharded; memory.params/grads/optimizer count this rank's shards")
+        config = cfg.model_dump() | described | {"seq_len": work.seq_len, "device_resolved": str(device), "rank": rank, "world_size": world_size}
+        folder = run_dir / f"rank{rank}"
+        run = measure(work, cfg, folder, config)
+        run.save(folder)
+        barrier()
+        if rank == 0:
+            run = assemble(run_dir, world_size)
+        barrier()
+        return run, run_dir
+    finally:
+        shutdown()

@@ -3,23 +3,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from lmprof.names import FORWARD_BLOCKS, PHASES, STEP_ROWS
 from lmprof.record.run import Run
-
-# Step parts in display order after the blocks.
-STEP_ROWS = ("data", "optimizer", "zero_grad", "allreduce", "comm", "other", "idle")
 
 
 def block_cells(run: Run) -> tuple[list[str], list[str], dict[str, dict[str, float]], dict[str, float]]:
     """(row keys in display order, phases, ms per row and phase, share per row)."""
-    from lmprof.workloads.blocks import FORWARD_BLOCKS  # canonical order (imports torch: keep lazy)
-
     cells: dict[str, dict[str, float]] = defaultdict(dict)
     pct: dict[str, float] = defaultdict(float)
     for b in run.blocks:
         key = b.name if b.phase != "step" else f"step:{b.name}"
         cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
         pct[key] += b.pct
-    phases = [p for p in ("forward", "backward", "prefill", "decode") if any(b.phase == p for b in run.blocks)]
+    phases = [p for p in PHASES if any(b.phase == p for b in run.blocks)]
     order = [b for b in FORWARD_BLOCKS if b in cells]
     order += sorted(k for k in cells if k not in FORWARD_BLOCKS and not k.startswith("step:")
                     and k not in ("accumulate_grad", "other"))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # The product's axes that tell configurations apart (repeats of one configuration are aggregated).
 CONFIG_AXES = ("mode", "model", "dev", "dtype", "compile", "attention", "batch_size", "seq_len")
-PHASES = {"train": ("forward", "backward"), "infer": ("prefill", "decode")}
+from lmprof.names import MODE_PHASES as PHASES
 PER = {"train": "ms per training step", "infer": "ms per generation"}
 THROUGHPUT = {
     "train": ("tokens_per_s", "train: tokens/s"),

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from lmprof.errors import ConfigError
-from lmprof.pipeline.config import Dtype, EnergyMode, load_yaml
+from lmprof.config import Dtype, EnergyMode, load_yaml
 
 Mode = Literal["train", "infer"]
 AttentionImpl = Literal["math", "sdpa"]

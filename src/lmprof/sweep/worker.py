@@ -80,7 +80,7 @@ def _fake_oom(point_id: str) -> None:
 
 def run_point(point_json: Path, run_dir: Path) -> None:
     """Validate the point into a run config and run it, writing the run record into ``run_dir``."""
-    from lmprof.pipeline.config import TrainConfig, build
+    from lmprof.config import TrainConfig, build
     from lmprof.sweep.spec import Point
 
     point = Point.model_validate_json(point_json.read_text())
@@ -92,7 +92,8 @@ def run_point(point_json: Path, run_dir: Path) -> None:
         _fake_oom(point.id)
         run_training(build(TrainConfig, values), out_dir=run_dir)
     else:
-        from lmprof.pipeline.infer import InferConfig, run_inference
+        from lmprof.config import InferConfig
+        from lmprof.pipeline.infer import run_inference
 
         _fake_oom(point.id)
         run_inference(build(InferConfig, values), out_dir=run_dir)

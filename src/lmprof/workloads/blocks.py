@@ -10,33 +10,13 @@ from typing import Iterator
 
 import torch
 
-SCOPE_PREFIX = "lmprof:"
-
-# Sub-blocks of the forward pass, in data-flow order. attn.sdpa replaces scores/softmax/av when the
-# fused kernel is used.
-FORWARD_BLOCKS: tuple[str, ...] = (
-    "embedding",
-    "ln_1",
-    "attn.qkv",
-    "attn.scores",
-    "attn.softmax",
-    "attn.av",
-    "attn.sdpa",
-    "attn.proj",
-    "residual",
-    "ln_2",
-    "mlp.fc",
-    "mlp.act",
-    "mlp.proj",
-    "ln_f",
-    "lm_head",
-    "loss",
+from lmprof.names import (  # noqa: F401 - re-exported: models import their names from here
+    FORWARD_BLOCKS,
+    INFER_PARTS,
+    SCOPE_PREFIX,
+    STEP_PARTS,
+    block_of,
 )
-
-# Parts of a training step that enclose the blocks above.
-STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "zero_grad")
-# Parts of an inference run.
-INFER_PARTS: tuple[str, ...] = ("prefill", "decode")
 
 _enabled = False
 # Scopes inside the model can be kept off while step-part scopes are on: under torch.compile a
@@ -85,10 +65,3 @@ def step_scope(name: str) -> contextlib.AbstractContextManager[object]:
     if _enabled:
         return torch.profiler.record_function(SCOPE_PREFIX + name)
     return contextlib.nullcontext()
-
-
-def block_of(event_name: str) -> str | None:
-    """The block name of a scope event, or None when the event is not an lmprof scope."""
-    if event_name.startswith(SCOPE_PREFIX):
-        return event_name[len(SCOPE_PREFIX):]
-    return None

@@ -131,3 +131,31 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of option: value")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+class InferConfig(ModelSpec, MeasureSpec):
+    """Everything ``lmprof infer`` needs."""
+
+    prompt: str | None = None
+    prompt_len: int = 32
+    batch_size: int = 1
+    new_tokens: int = 50
+    kv_cache: bool = True
+    steps: int = 5
+    warmup: int = 1
+    profile_steps: int = 1
+    out: str = "runs"
+
+    @field_validator("new_tokens")
+    @classmethod
+    def _new(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"new tokens must be positive, got {v}")
+        return v
+
+    @field_validator("batch_size", "prompt_len")
+    @classmethod
+    def _pos(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be positive, got {v}")
+        return v

@@ -1,0 +1,65 @@
+"""The shared vocabulary: block, step-part and phase names and their display order.
+
+Bottom layer (no torch, no pandas): every other layer takes these names from here, so a block or
+phase is spelled in exactly one place. The scope ranges that carry them in a trace are
+``lmprof:<name>`` (:data:`SCOPE_PREFIX`).
+"""
+from __future__ import annotations
+
+SCOPE_PREFIX = "lmprof:"
+
+# Sub-blocks of the forward pass, in data-flow order. attn.sdpa replaces scores/softmax/av when the
+# fused kernel is used.
+FORWARD_BLOCKS: tuple[str, ...] = (
+    "embedding",
+    "ln_1",
+    "attn.qkv",
+    "attn.scores",
+    "attn.softmax",
+    "attn.av",
+    "attn.sdpa",
+    "attn.proj",
+    "residual",
+    "ln_2",
+    "mlp.fc",
+    "mlp.act",
+    "mlp.proj",
+    "ln_f",
+    "lm_head",
+    "loss",
+)
+
+# Scopes that enclose blocks: their own (exclusive) time is that phase's ``other``.
+TRAIN_PHASES: tuple[str, ...] = ("forward", "backward")
+INFER_PHASES: tuple[str, ...] = ("prefill", "decode")
+PHASES: tuple[str, ...] = (*TRAIN_PHASES, *INFER_PHASES)
+# Phases of a mode, for tables and plots that show one mode.
+MODE_PHASES: dict[str, tuple[str, ...]] = {"train": TRAIN_PHASES, "infer": INFER_PHASES}
+# The pseudo-phase of rows that belong to the whole step, not to one phase.
+STEP = "step"
+# Phases in display order, the step's own rows last.
+PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
+
+# Parts of a training step that are rows on their own (phase ``step``).
+LEAF_PARTS: tuple[str, ...] = ("data", "optimizer", "zero_grad")
+# Scopes a training step is made of, in order.
+STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "zero_grad")
+# Scopes an inference run is made of.
+INFER_PARTS: tuple[str, ...] = INFER_PHASES
+
+# Rows that are not blocks of the model.
+OTHER = "other"  # time inside a phase (or the step) that no block claims
+IDLE = "idle"  # device clock: step wall time with no kernel running
+ACCUMULATE_GRAD = "accumulate_grad"  # writing .grad of parameters (no forward block owns it)
+# Communication rows: gradient reduction, FSDP's parameter gathers, anything else collective.
+ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
+
+# Step rows in display order after the blocks.
+STEP_ROWS: tuple[str, ...] = ("data", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
+
+
+def block_of(event_name: str) -> str | None:
+    """The block name of a scope event, or None when the event is not an lmprof scope."""
+    if event_name.startswith(SCOPE_PREFIX):
+        return event_name[len(SCOPE_PREFIX):]
+    return None

@@ -1,0 +1,305 @@
+"""Attribute each profiled step's time to blocks, forward and backward, from a trace table.
+
+Built on the trace engine's primitives (steps, nesting, launches, kinds, autograd links), so a trace
+rule exists once. How a trace event becomes a block's time:
+
+* **Owners** are the intervals that can own time: lmprof's ``lmprof:<name>`` ranges (block scopes
+  and step parts), the ``ProfilerStep#N`` range, host-side collectives, and in the backward pass
+  every autograd node evaluation (``autograd::engine::evaluate_function: XBackward0``).
+* A backward node belongs to the block whose forward op created it (:func:`autograd.forward_op`:
+  the same autograd sequence number). AccumulateGrad (writing .grad of parameters) has no forward
+  op and gets its own row, ``accumulate_grad``.
+* **Nesting.** An owner's parent is the innermost owner enclosing it on its own thread
+  (:mod:`lmprof.trace.nesting`). The autograd engine may run nodes (and DDP's reducer) on a thread
+  of its own: such an owner with no parent on its thread is nested, by time, in the ``backward``
+  scope that was running; any other orphan in the step range, in the step.
+* **CPU clock** (CPU runs): an owner's time is its exclusive wall time, its duration minus that of
+  the owners nested in it. Exclusive times of all owners in a step add up to the step exactly; what
+  no block claims shows as ``other`` in its phase, never hidden.
+* **Device clock** (GPU traces): an owner's time is the summed duration of the kernels, copies and
+  sets launched from inside it (runtime call -> device event by correlation id). The step's
+  remainder, wall time with no device work attributed, is ``idle``.
+
+The result keeps every step apart (:attr:`Attribution.per_step`) and gives the mean per step.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from lmprof import names
+from lmprof.trace import kinds
+from lmprof.trace.autograd import backward_node_mask, forward_op
+from lmprof.trace.launches import launching_calls
+from lmprof.trace.load import TraceTable
+from lmprof.trace.nesting import enclosing
+from lmprof.trace.steps import profiler_steps
+
+# Host-side collective calls, DDP's gradient-bucket work and FSDP's gather/reduce ranges.
+COMM_PREFIXES = ("c10d::", "torch.distributed.ddp.reducer::", "torch::distributed::reducer::", "FSDP::")
+
+Clock = Literal["cpu", "device"]
+Key = tuple[str, str]  # (block or part name, phase)
+
+
+@dataclass
+class Part:
+    """Mean time per step of one (name, phase), microseconds; calls per step."""
+
+    name: str
+    phase: str
+    us: float
+    calls: float
+
+
+@dataclass
+class Attribution:
+    """Per-block time of the profiled steps; ``per_step[i]`` maps (name, phase) to us in step i."""
+
+    steps: int
+    step_us: list[float]
+    parts: list[Part]
+    clock: Clock
+    notes: list[str] = field(default_factory=list)
+    per_step: list[dict[Key, float]] = field(default_factory=list)
+    # Events per step owned by each (name, phase): host operators and ranges the profiler recorded
+    # inside that owner and no deeper owner. Their count is what the profiler's per-event cost scales with.
+    events: dict[Key, float] = field(default_factory=dict)
+
+    @property
+    def mean_step_us(self) -> float:
+        """Mean profiled step, microseconds."""
+        return float(np.mean(self.step_us)) if self.step_us else 0.0
+
+    def total_us(self) -> float:
+        """Sum of the parts: the mean profiled step (CPU clock) or the step with idle (device clock)."""
+        return sum(p.us for p in self.parts)
+
+    def by_phase(self, phase: str) -> dict[str, float]:
+        """Block name -> mean us per step, for one phase."""
+        return {p.name: p.us for p in self.parts if p.phase == phase}
+
+
+def comm_label(name: str) -> str:
+    """The row a communication event belongs to."""
+    low = name.lower()
+    if "all_gather" in low or "allgather" in low:
+        return names.ALLGATHER
+    if "allreduce" in low or "reducer" in low or "reduce" in low:
+        return names.ALLREDUCE
+    return names.COMM  # e.g. DDP's buffer broadcast, FSDP's resharding
+
+
+def _step_windows(table: TraceTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, row) of each profiled step; row -1 when the trace has no ProfilerStep range."""
+    steps = profiler_steps(table)
+    if len(steps):
+        ts = steps["ts"].to_numpy(dtype=float)
+        return ts, ts + steps["dur"].to_numpy(dtype=float), steps["row"].to_numpy()
+    ev = table.events
+    host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
+    if host.size == 0:
+        return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+    ts = ev["ts"].to_numpy()[host]
+    end = ts + ev["dur"].to_numpy()[host]
+    return np.array([ts.min()]), np.array([end.max()]), np.array([-1])
+
+
+def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the latest-starting interval in (starts, ends) that contains each t, else -1.
+
+    The intervals are phase scopes or steps: they do not overlap, so the latest start is the one.
+    """
+    if starts.size == 0:
+        return np.full(len(t), -1, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    pos = np.searchsorted(s, t, side="right") - 1
+    ok = (pos >= 0) & (t < e[np.maximum(pos, 0)])
+    return np.where(ok, order[np.maximum(pos, 0)], -1)
+
+
+def _pick(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """rows[idx] where idx >= 0, else -1 (rows may be empty)."""
+    if rows.size == 0:
+        return np.full(len(idx), -1, dtype=np.int64)
+    return np.where(idx >= 0, rows[np.maximum(idx, 0)], -1)
+
+
+def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
+    """Per-block time of the profiled steps in ``table`` (see the module doc for the rules)."""
+    ev = table.events
+    clock = clock or ("device" if table.has_gpu else "cpu")
+    s0, s1, step_rows = _step_windows(table)
+    if s0.size == 0:
+        return Attribution(0, [], [], clock, ["trace has no host events"])
+    name_col = ev["name"].astype(str).to_numpy()
+    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    tid = ev["tid"].to_numpy()
+    host = kinds.op_mask(table) | kinds.annotation_mask(table)
+    scope_mask = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(names.SCOPE_PREFIX))
+    phase_mask = scope_mask & kinds.name_mask(table, lambda n: n[len(names.SCOPE_PREFIX):] in names.PHASES)
+    leaf_mask = scope_mask & kinds.name_mask(table, lambda n: n[len(names.SCOPE_PREFIX):] in names.LEAF_PARTS)
+    block_mask = scope_mask & ~phase_mask & ~leaf_mask
+    comm_mask = host & kinds.name_mask(table, lambda n: n.startswith(COMM_PREFIXES))
+
+    # Phase scopes (forward, backward, prefill, decode): the spans orphans are placed in by time.
+    phase_rows = np.flatnonzero(phase_mask)
+    phase_name = np.array([n[len(names.SCOPE_PREFIX):] for n in name_col[phase_rows]], dtype=object)
+    bwd_rows = phase_rows[phase_name == "backward"]
+
+    # Backward nodes count only inside a backward scope (never, say, a stray one before the steps).
+    node_mask = backward_node_mask(table)
+    node_rows = np.flatnonzero(node_mask)
+    in_bwd = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[node_rows]) >= 0
+    node_mask[node_rows[~in_bwd]] = False
+    node_rows = node_rows[in_bwd]
+
+    step_mask = np.zeros(len(ev), dtype=bool)
+    step_mask[step_rows[step_rows >= 0]] = True
+    owner_mask = scope_mask | node_mask | comm_mask | step_mask
+    owners = np.flatnonzero(owner_mask)
+    step_of = _containing(s0, s1, ts[owners])
+    owners, step_of = owners[step_of >= 0], step_of[step_of >= 0]
+
+    label: dict[int, Key] = {}
+    # Step parts and phase scopes.
+    for r in owners[leaf_mask[owners]]:
+        label[int(r)] = (name_col[r][len(names.SCOPE_PREFIX):], names.STEP)
+    for r, p in zip(phase_rows, phase_name):
+        label[int(r)] = (names.OTHER, str(p))
+    # Blocks take the phase of the innermost phase scope around them on their thread.
+    blocks = owners[block_mask[owners]]
+    enclosing_phase = enclosing(table, blocks, phase_mask)
+    for r, p in zip(blocks, enclosing_phase):
+        phase = name_col[p][len(names.SCOPE_PREFIX):] if p >= 0 else names.STEP
+        label[int(r)] = (name_col[r][len(names.SCOPE_PREFIX):], phase)
+    # Backward nodes: the block of the forward op that made them.
+    nodes = owners[node_mask[owners]]
+    fwd_block = enclosing(table, forward_op(table, nodes), block_mask)
+    unmapped_backward = 0
+    any_blocks = bool(block_mask.any())
+    for r, b in zip(nodes, fwd_block):
+        if "AccumulateGrad" in name_col[r]:
+            block = names.ACCUMULATE_GRAD
+        else:
+            block = name_col[b][len(names.SCOPE_PREFIX):] if b >= 0 else names.OTHER
+            # Only worth a note when the trace has block scopes (not for compiled models).
+            unmapped_backward += b < 0 and any_blocks
+        label[int(r)] = (block, "backward")
+    # Collectives: in the backward scope running at the time (the reducer runs on the engine's
+    # thread), else in the phase scope around them on their thread, else the step.
+    comms = owners[comm_mask[owners] & ~node_mask[owners]]
+    comm_bwd = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[comms])
+    comm_phase = enclosing(table, comms, phase_mask)
+    for r, b, p in zip(comms, comm_bwd, comm_phase):
+        phase = "backward" if b >= 0 else (name_col[p][len(names.SCOPE_PREFIX):] if p >= 0 else names.STEP)
+        label[int(r)] = (comm_label(name_col[r]), phase)
+    for r in owners[step_mask[owners]]:
+        label[int(r)] = (names.OTHER, names.STEP)
+
+    # Logical parent of each owner: the innermost owner around it on its thread; an orphan inside a
+    # backward scope (the engine's thread) nests in that scope, any other orphan in its step.
+    parent = enclosing(table, owners, owner_mask)
+    orphan = (parent < 0) & ~step_mask[owners]
+    bwd_of = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[owners])
+    bwd_row = _pick(bwd_rows, bwd_of)
+    to_bwd = orphan & (bwd_row >= 0) & (tid[owners] != tid[np.maximum(bwd_row, 0)])
+    parent[to_bwd] = bwd_row[to_bwd]
+    to_step = orphan & ~to_bwd
+    parent[to_step] = step_rows[step_of[to_step]]  # -1 where the step is not a ProfilerStep range
+
+    n_steps = len(s0)
+    totals: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]
+    calls: dict[Key, int] = defaultdict(int)
+    # Exclusive wall time: duration minus the children's time inside it (clipped to the parent,
+    # since a node on the engine's thread can outlive the backward scope by a little).
+    exclusive = dur[owners].copy()
+    pos = {int(r): i for i, r in enumerate(owners)}
+    child_end = ts[owners] + dur[owners]
+    for i, p in enumerate(parent):
+        if p >= 0:
+            j = pos[int(p)]
+            exclusive[j] -= max(0.0, min(child_end[i], ts[p] + dur[p]) - ts[owners[i]])
+    # What no owner claims in a step without a ProfilerStep range is the step's "other".
+    for k in range(n_steps if clock == "cpu" else 0):
+        if step_rows[k] < 0:
+            calls[(names.OTHER, names.STEP)] += 1
+            top = (step_of == k) & (parent < 0)
+            covered = float(np.minimum(child_end[top], s1[k]).sum() - ts[owners[top]].sum())
+            totals[k][(names.OTHER, names.STEP)] += (s1[k] - s0[k]) - covered
+    notes: list[str] = []
+    if clock == "cpu":
+        for i, r in enumerate(owners):
+            totals[step_of[i]][label[int(r)]] += float(exclusive[i])
+            calls[label[int(r)]] += 1
+    else:
+        for r in _device_time(table, owner_mask, label, phase_rows, s0, s1, totals, notes):
+            if not step_mask[r]:
+                calls[label[r]] += 1
+    if unmapped_backward:
+        notes.append(f"{unmapped_backward} backward node(s) had no forward op inside a block scope: "
+                     "shown as backward 'other'")
+    keys = sorted({k for t in totals for k in t})
+    parts = [Part(k[0], k[1], sum(t.get(k, 0.0) for t in totals) / n_steps, calls[k] / n_steps) for k in keys]
+    parts = [p for p in parts if p.us != 0.0 or p.calls]
+    return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
+                       [dict(t) for t in totals], _owned_events(table, host, owner_mask, owners, label, n_steps))
+
+
+def _owned_events(table: TraceTable, host: np.ndarray, owner_mask: np.ndarray, owners: np.ndarray,
+                  label: dict[int, Key], n_steps: int) -> dict[Key, float]:
+    """Host events per step whose innermost owner is each (name, phase): the profiler's work there."""
+    rows = np.flatnonzero(host & ~owner_mask)
+    inner = enclosing(table, rows, owner_mask)
+    counts: dict[Key, float] = defaultdict(float)
+    known = set(owners.tolist())
+    hit, n = np.unique(inner[inner >= 0], return_counts=True)
+    for r, c in zip(hit, n):
+        if int(r) in known:
+            counts[label[int(r)]] += c / n_steps
+    for r in owners:  # each owner is a recorded range too
+        counts[label[int(r)]] += 1 / n_steps
+    return dict(counts)
+
+
+def _device_time(
+    table: TraceTable, owner_mask: np.ndarray, label: dict[int, Key], phase_rows: np.ndarray,
+    s0: np.ndarray, s1: np.ndarray, totals: list[dict[Key, float]], notes: list[str],
+) -> set[int]:
+    """Device clock: kernels' time to the owner around their launch; the rest of the step is idle.
+
+    Returns the owner rows that launched device work (each is one call of its row).
+    """
+    ev = table.events
+    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    dev = np.flatnonzero(kinds.device_mask(table) & (ev["correlation"].to_numpy() >= 0))
+    rt = launching_calls(table, dev)
+    dev, rt = dev[rt >= 0], rt[rt >= 0]
+    step_k = _containing(s0, s1, ts[rt])
+    dev, rt, step_k = dev[step_k >= 0], rt[step_k >= 0], step_k[step_k >= 0]
+    owner = enclosing(table, rt, owner_mask)
+    # A launch outside every owner on its thread (the autograd engine's own work, a helper thread)
+    # belongs to the phase that was running at the time, else to the step.
+    in_phase = _containing(ts[phase_rows], ts[phase_rows] + dur[phase_rows], ts[rt])
+    owner = np.where(owner >= 0, owner, _pick(phase_rows, in_phase))
+    busy = np.zeros(len(s0))
+    launched: set[int] = set()
+    for k, o, d in zip(step_k, owner, dur[dev]):
+        if o >= 0 and int(o) in label:
+            launched.add(int(o))
+        key = label.get(int(o), (names.OTHER, names.STEP)) if o >= 0 else (names.OTHER, names.STEP)
+        totals[k][key] += float(d)
+        busy[k] += float(d)
+    # Device clock: owners with no device time are not rows of their own.
+    for k in range(len(s0)):
+        for key in [key for key, v in totals[k].items() if v == 0.0]:
+            del totals[k][key]
+        idle = (s1[k] - s0[k]) - busy[k]
+        if idle < 0 and not any("overlap" in n for n in notes):
+            notes.append("kernels on several streams overlap: device time exceeds the step's wall time")
+        totals[k][(names.IDLE, names.STEP)] += idle
+    return launched

@@ -1,0 +1,185 @@
+"""Workload builders: the built-in GPT and Hugging Face models, for training and for inference.
+
+Each builder turns a validated config into a workload (what runs) plus the facts about the model
+that go into the run record; nothing here measures anything.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+
+from lmprof.config import DEFAULT_SEQ_LEN, InferConfig, TrainConfig
+from lmprof.errors import ConfigError
+from lmprof.hardware.devices import Device
+from lmprof.workloads.blocks import model_scopes
+from lmprof.workloads.data import CharDataset, SyntheticBatches
+from lmprof.workloads.decoding import decoder_for
+from lmprof.workloads.gpt import GPT, GPTConfig, preset
+from lmprof.workloads.inference import InferWorkload
+from lmprof.workloads.precision import TORCH_DTYPES
+from lmprof.workloads.training import TrainWorkload
+
+Wrap = Callable[[torch.nn.Module], torch.nn.Module]
+
+
+def train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, dict[str, Any]]:
+    """The model to train (built-in GPT or Hugging Face), its data and optimizer; plus config facts."""
+    if cfg.hf and cfg.hf_config:
+        raise ConfigError("give either --hf or --hf-config, not both")
+    if cfg.hf or cfg.hf_config:
+        return hf_train_workload(cfg, device, wrap)
+    work, gcfg = gpt_train_workload(cfg, device, wrap)
+    return work, {"model": gcfg.to_dict()}
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+
+
+def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
+    if not cfg.compile:
+        return model
+    notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
+    return torch.compile(model)  # type: ignore[return-value]
+
+
+def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, GPTConfig]:
+    """The built-in GPT, its data and optimizer, for a TrainConfig (``wrap``: e.g. DDP)."""
+    data = None
+    vocab = cfg.vocab_size
+    if cfg.data:
+        seq_guess = cfg.seq_len or DEFAULT_SEQ_LEN.get(cfg.preset, 64)
+        data = CharDataset(cfg.data, cfg.batch_size, seq_guess, seed=cfg.seed)
+        vocab = data.vocab_size
+    gcfg = preset(
+        cfg.preset,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        block_size=cfg.block_size,
+        vocab_size=vocab,
+        dropout=cfg.dropout,
+        bias=cfg.bias,
+        attention=cfg.attention,
+    )
+    seq_len = cfg.seq_len or min(DEFAULT_SEQ_LEN.get(cfg.preset, 64), gcfg.block_size)
+    if seq_len > gcfg.block_size:
+        raise ConfigError(f"seq_len {seq_len} exceeds the model's block_size {gcfg.block_size}")
+    batches: Iterator[Any] = data if data is not None else SyntheticBatches(gcfg.vocab_size, cfg.batch_size, seq_len, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = GPT(gcfg).to(device.torch_device)
+    model.train()
+    notes: list[str] = []
+    model_scopes(not cfg.compile)  # a compiled model guards on this flag: keep it constant
+    fwd_model = _maybe_compile(cfg, wrap(model) if wrap else model, notes)
+
+    def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return fwd_model(x, y)[1]
+
+    work = TrainWorkload(
+        model=model, optimizer=_optimizer(cfg, model), batches=batches, device=device, loss_fn=loss_fn,
+        tokens_per_step=cfg.batch_size * seq_len, shape=gcfg.shape(), batch_size=cfg.batch_size, seq_len=seq_len,
+        attention=gcfg.attention, optimizer_name=cfg.optimizer, dropout=gcfg.dropout, notes=notes,
+    )
+    return work, gcfg
+
+
+def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, dict[str, Any]]:
+    """A Hugging Face causal LM (local, cached, or from a config) trained on synthetic tokens."""
+    from lmprof.workloads import hf as hfmod
+    from lmprof.workloads.hooks import module_scopes
+
+    if cfg.data:
+        raise ConfigError("--data trains the built-in GPT on characters; Hugging Face models train on synthetic tokens")
+    loaded = (hfmod.load(cfg.hf, torch.float32, cfg.download) if cfg.hf
+              else hfmod.from_config(cfg.hf_config, torch.float32, cfg.seed))  # fp32 master weights, autocast does the rest
+    model = loaded.model.to(device.torch_device).train()
+    context = hfmod.context_length(model) or 1024
+    seq_len = cfg.seq_len or min(64, context)
+    if seq_len > context:
+        raise ConfigError(f"seq_len {seq_len} exceeds the model's context of {context}")
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    notes: list[str] = []
+    fwd_model = _maybe_compile(cfg, wrap(model) if wrap else model, notes)
+
+    def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
+        x, _y = batch
+        return fwd_model(input_ids=x, labels=x).loss  # transformers shifts the labels itself
+
+    work = TrainWorkload(
+        model=model, optimizer=_optimizer(cfg, model),
+        batches=SyntheticBatches(int(model.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
+        device=device, loss_fn=loss_fn, tokens_per_step=cfg.batch_size * seq_len, shape=hfmod.shape_of(model),
+        batch_size=cfg.batch_size, seq_len=seq_len, attention="sdpa" if impl != "eager" else "math",
+        optimizer_name=cfg.optimizer, notes=notes,
+        # Hooks would break a compiled graph: a compiled model is attributed as a whole.
+        scopes=None if cfg.compile else (lambda: module_scopes(model)),
+    )
+    described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+                 "attention": impl, "hf": cfg.hf or cfg.hf_config}
+    return work, described
+
+
+def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) -> torch.Tensor:
+    if cfg.prompt is not None:
+        if not cfg.prompt:
+            raise ConfigError("the prompt is empty")
+        if tokenizer is not None:
+            ids = tokenizer(cfg.prompt)["input_ids"]
+        else:
+            ids = [b % vocab for b in cfg.prompt.encode("utf-8")]
+            notes.append("no tokenizer with this model: the prompt was encoded as UTF-8 bytes (one token per byte)")
+        row = torch.tensor(ids, dtype=torch.long)
+        return row.unsqueeze(0).repeat(cfg.batch_size, 1)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    return torch.randint(vocab, (cfg.batch_size, cfg.prompt_len), generator=gen)
+
+
+def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dict[str, Any]]:
+    """The model (built-in, Hugging Face or config), its decoder and the prompt batch."""
+    from lmprof.workloads import hf as hfmod
+    from lmprof.workloads.hooks import module_scopes
+
+    dtype = TORCH_DTYPES[cfg.dtype]
+    notes: list[str] = []
+    tokenizer = None
+    scopes: Callable[[], ContextManager[object]] | None = None
+    described: dict[str, Any] = {}
+    if cfg.hf and cfg.hf_config:
+        raise ConfigError("give either --hf or --hf-config, not both")
+    if cfg.hf or cfg.hf_config:
+        loaded = hfmod.load(cfg.hf, dtype, cfg.download) if cfg.hf else hfmod.from_config(cfg.hf_config, dtype, cfg.seed)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        context = hfmod.context_length(model)
+        shape = hfmod.shape_of(model)
+        vocab = int(model.config.vocab_size)
+        described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+                     # what the model really runs (transformers' choice), not lmprof's built-in default
+                     "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
+        hooked = model
+        scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
+    else:
+        gcfg = preset(cfg.preset, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                      block_size=cfg.block_size, vocab_size=cfg.vocab_size, dropout=cfg.dropout,
+                      bias=cfg.bias, attention=cfg.attention)
+        torch.manual_seed(cfg.seed)
+        model = GPT(gcfg).to(dtype=dtype)
+        model_scopes(True)  # process-wide: a compiled training run before this one turned them off
+        context, shape, vocab = gcfg.block_size, gcfg.shape(), gcfg.vocab_size
+        described = {"model": gcfg.to_dict()}
+    model = model.to(device.torch_device).eval()
+    prompt = _prompt_ids(cfg, tokenizer, vocab, notes).to(device.torch_device)
+    if context is not None and prompt.size(1) + cfg.new_tokens > context:
+        raise ConfigError(
+            f"prompt of {prompt.size(1)} tokens + {cfg.new_tokens} new tokens exceeds the model's context of {context}")
+    decoder, dnotes = decoder_for(model, cfg.kv_cache, dtype)
+    notes += dnotes
+    if cfg.compile:
+        raise ConfigError("--compile is not supported for inference yet")
+    work = InferWorkload(model, decoder, prompt, cfg.new_tokens, device, shape, tokenizer, scopes, notes)
+    described["prompt_tokens"] = prompt.size(1)
+    return work, described
