@@ -103,7 +103,7 @@ def test_plain_module_inference_api(tmp_path):
     assert {"emb", "mix.0", "mix.2", "head"} <= names
     run.save(tmp_path / "copy")
     assert (tmp_path / "copy" / "trace.json.gz").is_file()
-    assert "lmprof infer" in run.summary()
+    assert "lmprof infer" in lmprof.summary(run)
 
 
 def test_plain_module_training_api(tmp_path):

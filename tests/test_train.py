@@ -5,7 +5,6 @@ import gzip
 import json
 
 import pytest
-import torch
 
 from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training

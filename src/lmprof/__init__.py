@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from lmprof.version import __version__
 
-__all__ = ["__version__", "profile_training", "profile_inference", "load_run", "load_results"]
+__all__ = ["__version__", "profile_training", "profile_inference", "load_run", "load_results", "summary"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from lmprof.record.store import load_results
 
         return load_results
+    if name == "summary":
+        from lmprof.show.summary import render_text
+
+        return render_text  # lmprof.summary(run): the terminal summary as plain text
     raise AttributeError(name)

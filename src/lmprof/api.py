@@ -3,7 +3,7 @@
     import lmprof
     run = lmprof.profile_inference(model, input_ids, new_tokens=50)      # any causal LM nn.Module
     run = lmprof.profile_training(model, batches, optimizer, steps=10)   # any nn.Module + loss
-    print(run.summary()); run.save("runs/mine")
+    print(lmprof.summary(run)); run.save("runs/mine")
 
 Block scopes come from module hooks (canonical names for GPT-2 / Llama-style models, module paths
 otherwise), installed only while the profiler runs.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from lmprof.errors import LmprofError
+from lmprof.names import PHASE_ORDER as _PHASE_ORDER
 from lmprof.record.run import Run
 
 # Headline figures, in display order (those present in any run are shown).
@@ -32,7 +33,6 @@ MODEL_DIMS = ("n_layer", "n_head", "n_embd", "vocab_size")
 Group = Literal["headline", "compute", "memory", "energy", "other"]
 Change = Literal["appeared", "disappeared", "changed", "same"]
 
-from lmprof.names import PHASE_ORDER as _PHASE_ORDER
 # Units where a larger number is better; for the rest (times, bytes, joules, watts) smaller is.
 _HIGHER_UNITS = ("tokens/s", "FLOP/s", "FLOP/J", "B/s")
 _HIGHER_PCT_KEYS = ("mfu", "hfu", "mbu")

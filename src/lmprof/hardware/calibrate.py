@@ -303,7 +303,7 @@ def measure_matmul(
             a = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
             b = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
             out = torch.empty(n, n, device=tdev, dtype=_torch_dtype(dt))
-            samples = _timed(lambda: torch.matmul(a, b, out=out), sync, share)
+            samples = _timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), sync, share)
             med = statistics.median(samples)
             flops = 2.0 * n**3 / med
             by_size[str(n)] = {"flops_per_s": flops, "seconds": med, "n": len(samples)}

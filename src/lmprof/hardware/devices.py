@@ -115,7 +115,7 @@ def cpu_model() -> str:
 
 def environment(device: Device) -> dict[str, object]:
     """Facts about the machine for the run record's ``env``."""
-    from lmprof import __version__
+    from lmprof.version import __version__
 
     env: dict[str, object] = {
         "device": str(device),

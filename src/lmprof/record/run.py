@@ -209,12 +209,6 @@ class Run(BaseModel):
         run._folder = path.parent
         return run
 
-    def summary(self) -> str:
-        """The terminal summary as plain text."""
-        from lmprof.show.summary import render_text  # lazy: show sits above record
-
-        return render_text(self)
-
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with path.open("w", newline="") as fh:

@@ -21,7 +21,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from lmprof.errors import DataError
 
@@ -29,7 +29,26 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from lmprof.record.run import Run
-    from lmprof.sweep.spec import Point
+
+class PlannedPoint(Protocol):
+    """What the store needs of a sweep point (sweep.spec.Point has it; the store sits below sweep)."""
+
+    id: str
+    label: str
+    mode: str
+    model: str
+    batch_size: int
+    seq_len: int
+    device: str
+    dtype: str
+    compile: bool
+    attention: str
+    repeat: int
+
+    model_spec: dict[str, Any]
+
+    def model_dump_json(self) -> str: ...
+
 
 SCHEMA = "lmprof.sweep/1"
 DB_NAME = "results.sqlite"
@@ -159,7 +178,7 @@ class Store:
         """Point id -> status."""
         return dict(self.conn.execute("SELECT id, status FROM points").fetchall())
 
-    def plan(self, points: Iterable["Point"], spec_json: str) -> None:
+    def plan(self, points: Iterable[PlannedPoint], spec_json: str) -> None:
         """Record the planned points as ``pending`` (keeping any already recorded) and the spec.
 
         Pending rows of an earlier plan that the current spec no longer contains are dropped: they

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+from lmprof.names import MODE_PHASES as PHASES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 # The product's axes that tell configurations apart (repeats of one configuration are aggregated).
 CONFIG_AXES = ("mode", "model", "dev", "dtype", "compile", "attention", "batch_size", "seq_len")
-from lmprof.names import MODE_PHASES as PHASES
 PER = {"train": "ms per training step", "infer": "ms per generation"}
 THROUGHPUT = {
     "train": ("tokens_per_s", "train: tokens/s"),
@@ -375,7 +375,7 @@ def plot_metric_vs(
                     key=_natural_key)
     styles = {lab: (_SERIES_COLORS[i % len(_SERIES_COLORS)], _SERIES_MARKERS[i % len(_SERIES_MARKERS)])
               for i, lab in enumerate(labels)}
-    for r, ((mode, col, sub), med) in enumerate(zip(panels, meds)):
+    for r, ((mode, col, _sub), med) in enumerate(zip(panels, meds)):
         for c, model in enumerate(models):
             ax = grid[r][c]
             m = med[med["model"] == model]
@@ -383,7 +383,7 @@ def plot_metric_vs(
             if m.empty:
                 ax.text(0.5, 0.5, "no ok runs", ha="center", va="center", transform=ax.transAxes, color="#777777")
             groups = m.groupby(series_axes, dropna=False, sort=True) if series_axes else [((), m)]
-            for key, g in groups:
+            for _key, g in groups:
                 g = g.sort_values(x)
                 label = _config_label(g.iloc[0], series_axes)
                 color, marker = styles[label]

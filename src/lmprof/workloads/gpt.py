@@ -185,7 +185,9 @@ class MLP(nn.Module):
         return x
 
 
-class Block(nn.Module):
+class Layer(nn.Module):
+    """One transformer layer (nanoGPT's ``Block``; "block" in lmprof means a timed sub-block)."""
+
     def __init__(self, cfg: GPTConfig, layer: int):
         super().__init__()
         self.ln_1 = LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -219,7 +221,7 @@ class GPT(nn.Module):
                 wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
                 wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
                 drop=nn.Dropout(cfg.dropout),
-                h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
+                h=nn.ModuleList([Layer(cfg, i) for i in range(cfg.n_layer)]),
                 ln_f=LayerNorm(cfg.n_embd, bias=cfg.bias),
             )
         )

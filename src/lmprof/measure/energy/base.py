@@ -84,7 +84,7 @@ class EnergyMeter(ABC):
         """Idle power from a model, for meters that need no idle measurement (estimates only)."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most meters hold nothing to release
         """Release what :meth:`probe` opened (library handles, threads). Safe to call twice."""
 
     def __repr__(self) -> str:

@@ -133,7 +133,7 @@ def rapl_meters(root: Path = POWERCAP_ROOT, *, read: Reader = read_text, clock: 
         return [UnavailableMeter("rapl", "cpu", f"no RAPL powercap interface on this machine ({root} not found)")]
     meters: list[EnergyMeter] = []
     seen: set[str] = set()
-    for prefix, pkg, sub, path in _zone_dirs(root):
+    for _prefix, pkg, _sub, path in _zone_dirs(root):
         try:
             zone_name = read(path / "name").strip()
         except OSError:
