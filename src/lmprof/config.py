@@ -143,7 +143,7 @@ class InferConfig(ModelSpec, MeasureSpec):
     kv_cache: bool = True
     steps: int = 5
     warmup: int = 1
-    profile_steps: int = 1
+    profile_steps: int = 3  # several generations: per-block medians, and a spread to show
     out: str = "runs"
 
     @field_validator("new_tokens")

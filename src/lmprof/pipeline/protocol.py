@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
+import numpy as np
+
+from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
+from lmprof.measure.energy.monitor import EnergyResult
+from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.timing import time_calls
-from lmprof.record.run import Block, Env, Metric, Run
+from lmprof.measure.profiler_cost import EventCost, event_cost
+from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
 NOISY_PROFILE = ("the profiled phase ran faster than the clean one: run-to-run noise is larger than the "
@@ -22,7 +28,7 @@ NOISY_PROFILE = ("the profiled phase ran faster than the clean one: run-to-run n
 
 def measured_window(
     fn: Callable[[], object], steps: int, sync: Callable[[], None], monitor: EnergyMonitor
-) -> tuple[list[float], Any]:
+) -> tuple[list[float], EnergyResult | None]:
     """Time ``steps`` calls of ``fn`` with the energy window around exactly those calls.
 
     When a meter needs a longer window than ``steps`` give, more steps are timed (never fewer).
@@ -41,19 +47,6 @@ def measured_window(
     return samples, result
 
 
-def blocks_from(att: Attribution, clean_step_ms: float) -> list[Block]:
-    """Attribution parts as Block rows, scaled so they add up to the clean step time."""
-    total = att.total_us() or 1.0
-    scale = clean_step_ms / (total / 1e3)
-    rows = []
-    for p in sorted(att.parts, key=lambda p: (p.phase, -p.us)):
-        ms = p.us / 1e3
-        rows.append(
-            Block(name=p.name, phase=p.phase, time_ms=ms * scale, profiled_ms=ms, pct=100.0 * p.us / total, calls=round(p.calls))
-        )
-    return rows
-
-
 def run_folder(out: str | Path, mode: str, label: str, device: Device) -> Path:
     """A new folder name under ``out``: time stamp, mode, label and device kind, never reused."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -67,7 +60,8 @@ def run_folder(out: str | Path, mode: str, label: str, device: Device) -> Path:
 
 def overhead_metrics(att: Attribution, clean_ms: float, what: str, notes: list[str]) -> dict[str, Metric]:
     """The profiled step (or generation) and the profiler's overhead against the clean one."""
-    profiled = att.mean_step_us / 1e3
+    # The median, like the clean figure and the table: one slow profiled step must not set the overhead.
+    profiled = float(np.median(att.step_us)) / 1e3 if att.step_us else 0.0
     key = "profiled_step_time" if what == "step" else "profiled_e2e_latency"
     metrics = {key: Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")}
     metrics["profiler_overhead"] = Metric(
@@ -82,32 +76,42 @@ def overhead_metrics(att: Attribution, clean_ms: float, what: str, notes: list[s
     return metrics
 
 
-def add_energy(run: Run, energy: Any, **totals: Any) -> None:
+def add_energy(run: Run, energy: EnergyResult, **totals: Any) -> None:
     """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window)."""
     run.metrics.update(energy_metrics(energy, **totals))
     run.notes.extend([energy.explanation(), *energy.warnings])
 
 
+def profiler_cost_for(att: Attribution) -> EventCost | None:
+    """The per-event profiler cost to take out of a CPU-clock attribution (None on a device clock)."""
+    return event_cost() if att.clock == "cpu" else None
+
+
 def assemble_run(
-    mode: str, device: Device, out_dir: Path, config: dict[str, Any], metrics: dict[str, Metric],
-    att: Attribution, clean_ms: float, prof: Any, notes: list[str], energy: Any,
+    mode: Literal["train", "infer"], device: Device, out_dir: Path, config: dict[str, Any],
+    metrics: dict[str, Metric], att: Attribution, clean_ms: float, prof: ProfiledPhase, notes: list[str],
+    energy: EnergyResult | None,
 ) -> Run:
-    """The Run record common to train and infer: env, blocks scaled to the clean time, ops, tables."""
+    """The Run record common to every entry point: env, blocks reconciled to the clean time, ops, tables."""
+    cost = profiler_cost_for(att)
+    rec = reconcile(att, clean_ms, cost)
     run = Run(
         id=out_dir.name,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         env=Env(**environment(device)),
         config=config,
         metrics=metrics,
-        blocks=blocks_from(att, clean_ms),
+        blocks=rec.blocks,
         ops=prof.ops,
-        notes=[*notes, *att.notes],
+        notes=[*notes, *att.notes, *rec.notes],
         files={"trace": "trace.json.gz"},
     )
     if energy is not None:
         run.tables["energy"] = energy.rows()
-    run.tables["attribution"] = [
-        {"clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us]}
-    ]
+    run.tables["attribution"] = [{
+        "clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us],
+        "correction": rec.correction, "event_cost_us": cost.to_dict() if cost else None,
+        "removed_ms_per_step": rec.removed_us_per_step / 1e3, "scale_to_clean": rec.scale,
+    }]
     return run

@@ -88,9 +88,10 @@ class Metric(BaseModel):
 class Block(BaseModel):
     """Time of one part of a step.
 
-    ``profiled_ms`` is measured under the profiler; ``time_ms`` is that time's share of the profiled
-    step applied to the clean (profiler-free) median step time, so that the parts add up to the
-    step a user would see without lmprof watching.
+    ``profiled_ms`` is the mean measured under the profiler; ``time_ms`` is the block's median over
+    the profiled steps, with the profiler's per-event cost taken out (CPU clock), scaled so that the
+    parts add up to the clean (profiler-free) median step a user would see without lmprof watching
+    (analysis/reconcile.py).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -103,6 +104,8 @@ class Block(BaseModel):
     calls: int | None = None
     flops: float | None = None
     bytes: float | None = None
+    # p90 - p10 of the block's time over the profiled steps, on the time_ms scale: its uncertainty.
+    spread_ms: float | None = None
 
 
 class OpStat(BaseModel):

@@ -56,6 +56,22 @@ class Part:
 
 
 @dataclass
+class EventCounts:
+    """Recorded events per step that inflate one (name, phase)'s time (means over the steps).
+
+    ``ops``: host operators (and foreign ranges) whose innermost owner it is; ``scopes`` /
+    ``op_ranges``: its own owner ranges (lmprof scopes, or operator ranges such as autograd nodes
+    and collectives); ``child_scopes`` / ``child_op_ranges``: owner ranges nested directly in it.
+    """
+
+    ops: float = 0.0
+    scopes: float = 0.0
+    op_ranges: float = 0.0
+    child_scopes: float = 0.0
+    child_op_ranges: float = 0.0
+
+
+@dataclass
 class Attribution:
     """Per-block time of the profiled steps; ``per_step[i]`` maps (name, phase) to us in step i."""
 
@@ -65,9 +81,9 @@ class Attribution:
     clock: Clock
     notes: list[str] = field(default_factory=list)
     per_step: list[dict[Key, float]] = field(default_factory=list)
-    # Events per step owned by each (name, phase): host operators and ranges the profiler recorded
-    # inside that owner and no deeper owner. Their count is what the profiler's per-event cost scales with.
-    events: dict[Key, float] = field(default_factory=dict)
+    # What the profiler recorded per step, by the (name, phase) whose time each record inflates:
+    # the profiler's cost is per event, so these counts are what a correction scales with.
+    events: dict[Key, EventCounts] = field(default_factory=dict)
 
     @property
     def mean_step_us(self) -> float:
@@ -246,23 +262,37 @@ def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
     keys = sorted({k for t in totals for k in t})
     parts = [Part(k[0], k[1], sum(t.get(k, 0.0) for t in totals) / n_steps, calls[k] / n_steps) for k in keys]
     parts = [p for p in parts if p.us != 0.0 or p.calls]
+    counts = _event_counts(table, host, owner_mask, scope_mask | step_mask, owners, parent, label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
-                       [dict(t) for t in totals], _owned_events(table, host, owner_mask, owners, label, n_steps))
+                       [dict(t) for t in totals], counts)
 
 
-def _owned_events(table: TraceTable, host: np.ndarray, owner_mask: np.ndarray, owners: np.ndarray,
-                  label: dict[int, Key], n_steps: int) -> dict[Key, float]:
-    """Host events per step whose innermost owner is each (name, phase): the profiler's work there."""
+def _event_counts(
+    table: TraceTable, host: np.ndarray, owner_mask: np.ndarray, range_is_scope: np.ndarray,
+    owners: np.ndarray, parent: np.ndarray, label: dict[int, Key], n_steps: int,
+) -> dict[Key, EventCounts]:
+    """Per (name, phase), the recorded events per step whose cost lands in its time."""
+    counts: dict[Key, EventCounts] = defaultdict(EventCounts)
+    known = set(owners.tolist())
     rows = np.flatnonzero(host & ~owner_mask)
     inner = enclosing(table, rows, owner_mask)
-    counts: dict[Key, float] = defaultdict(float)
-    known = set(owners.tolist())
     hit, n = np.unique(inner[inner >= 0], return_counts=True)
     for r, c in zip(hit, n):
         if int(r) in known:
-            counts[label[int(r)]] += c / n_steps
-    for r in owners:  # each owner is a recorded range too
-        counts[label[int(r)]] += 1 / n_steps
+            counts[label[int(r)]].ops += c / n_steps
+    for r, p in zip(owners, parent):
+        scope = bool(range_is_scope[r])
+        own = counts[label[int(r)]]
+        if scope:
+            own.scopes += 1 / n_steps
+        else:
+            own.op_ranges += 1 / n_steps
+        if p >= 0 and int(p) in known:
+            up = counts[label[int(p)]]
+            if scope:
+                up.child_scopes += 1 / n_steps
+            else:
+                up.child_op_ranges += 1 / n_steps
     return dict(counts)
 
 

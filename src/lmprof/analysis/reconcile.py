@@ -1,0 +1,90 @@
+"""Block times that add up to the clean step, with the profiler's per-event cost taken out first.
+
+Attribution (trace/attribution.py) gives each block's time *under the profiler*. The profiler
+costs a roughly fixed time per recorded event (measure/profiler_cost.py), so a block made of many
+small ops is inflated far more than a matmul block. Reconciling therefore goes in three steps:
+
+1. **Subtract** (CPU clock only): each (block, phase) loses, per step, its recorded operators x the
+   per-op cost, its own ranges x the part of a range's cost that lands inside it, and the ranges
+   nested directly in it x the part that lands outside them (in their parent).
+2. **Median over the profiled steps**, per block, so one disturbed step does not move a block.
+3. **Scale** the medians so they add up to the clean (profiler-free) median step: what remains of
+   the profiler's cost after step 1, and run-to-run noise, is spread in proportion.
+
+On a device clock (GPU traces) kernel durations are not inflated by host-side recording, so step 1
+is skipped; the run record says which correction was used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lmprof.measure.profiler_cost import EventCost
+from lmprof.record.run import Block
+from lmprof.trace.attribution import Attribution, EventCounts, Key
+
+# Above this the blocks' sum after correction and the clean step disagree enough to say so.
+MISMATCH_NOTE_PCT = 10.0
+
+
+@dataclass
+class Reconciled:
+    """Block rows scaled to the clean step, and how they were obtained."""
+
+    blocks: list[Block]
+    correction: str
+    removed_us_per_step: float  # profiler cost taken out before scaling
+    scale: float  # clean step / sum of corrected block medians
+    notes: list[str] = field(default_factory=list)
+
+
+def event_overhead_us(counts: EventCounts, cost: EventCost) -> float:
+    """Profiler time per step that lands in one (block, phase), from its event counts."""
+    scope_in, scope_out = cost.scope_inside_us, cost.scope_outside_us
+    in_share = scope_in / cost.scope_us if cost.scope_us > 0 else 0.5
+    return (counts.ops * cost.op_us
+            + counts.scopes * scope_in + counts.child_scopes * scope_out
+            + counts.op_ranges * cost.op_us * in_share + counts.child_op_ranges * cost.op_us * (1 - in_share))
+
+
+def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reconciled:
+    """Block rows for the run record: corrected, per-step medians, scaled to ``clean_ms``."""
+    subtract = att.clock == "cpu" and cost is not None
+    steps = att.per_step or [{(p.name, p.phase): p.us for p in att.parts}]
+    keys: list[Key] = sorted({k for s in steps for k in s} | {(p.name, p.phase) for p in att.parts})
+    overhead = {k: event_overhead_us(att.events.get(k, EventCounts()), cost) if subtract and cost else 0.0
+                for k in keys}
+    corrected = {k: np.array([max(s.get(k, 0.0) - overhead[k], 0.0) if subtract else s.get(k, 0.0) for s in steps])
+                 for k in keys}
+    median = {k: float(np.median(v)) for k, v in corrected.items()}
+    total = sum(median.values())
+    clean_us = clean_ms * 1e3
+    scale = clean_us / total if total > 0 else 1.0
+    parts = {(p.name, p.phase): p for p in att.parts}
+    rows = []
+    for k in sorted(keys, key=lambda k: (k[1], -median[k])):
+        part = parts.get(k)
+        v = corrected[k]
+        spread = float(np.percentile(v, 90) - np.percentile(v, 10)) * scale / 1e3 if len(v) > 1 else None
+        rows.append(Block(
+            name=k[0], phase=k[1], time_ms=median[k] * scale / 1e3,
+            profiled_ms=(part.us if part else 0.0) / 1e3, pct=100.0 * median[k] / total if total else 0.0,
+            calls=round(part.calls) if part else 0, spread_ms=spread,
+        ))
+    removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
+    notes = []
+    if subtract and cost is not None:
+        correction = (f"profiler cost per event subtracted before scaling (CPU clock): {cost.op_us:.2f} us per "
+                      f"operator, {cost.scope_us:.2f} us per scope, measured on this machine")
+        mismatch = 100.0 * (1.0 / scale - 1.0) if scale else 0.0
+        if abs(mismatch) > MISMATCH_NOTE_PCT:
+            notes.append(
+                f"after removing the profiler's per-event cost ({removed / 1e3:.3g} ms per step) the blocks add up to "
+                f"{total / 1e3:.3g} ms against the clean {clean_ms:.3g} ms ({mismatch:+.0f}%): the difference is spread "
+                "over the blocks in proportion, so small blocks carry that much uncertainty")
+    elif att.clock == "device":
+        correction = "none: device clock (kernel durations are not inflated by host-side recording)"
+    else:
+        correction = "none: profiler cost per event not measured; blocks scaled by one factor"
+    return Reconciled(rows, correction, removed, scale, notes)
