@@ -14,7 +14,15 @@ from lmprof.measure.memory import measure_inference_memory
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
-from lmprof.pipeline.protocol import add_energy, assemble_run, measured_window, overhead_metrics, run_folder
+from lmprof.measure.noise import snapshot
+from lmprof.pipeline.protocol import (
+    add_energy,
+    assemble_run,
+    mark_noise,
+    measured_window,
+    overhead_metrics,
+    run_folder,
+)
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import attribute
 from lmprof.trace.load import load_trace
@@ -32,7 +40,9 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         for _ in range(spec.warmup):
             generate(work)
         gens: list[Generation] = []
+        before = snapshot()
         _, energy = measured_window(lambda: gens.append(generate(work)), spec.steps, work.device.synchronize, monitor)
+        after = snapshot()
         out_dir.mkdir(parents=True, exist_ok=True)
         memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
         if memory.kv_cache is None:
@@ -59,7 +69,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     else:
         metrics["tpot"] = Metric.na("ms", "one new token: no decode step after the prefill")
     clean = metrics["e2e_latency"].value or 0.0
-    metrics.update(overhead_metrics(att, clean, "generation", work.notes))
+    metrics.update(overhead_metrics(att, clean, "generation"))
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
     if work.shape is not None:
         dtype_bytes = next(work.model.parameters()).element_size()
@@ -73,6 +83,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         metrics["kv_cache"] = Metric(value=cache_bytes, unit="B", source="measured",
                                      note="bytes of the cache tensors after the last generation")
     run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
+    mark_noise(run, e2e, "generation", before, after, work.device.kind)
     dtype = dtype_name(next(work.model.parameters()).dtype)
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
     add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,

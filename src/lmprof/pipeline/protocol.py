@@ -12,18 +12,18 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from lmprof.analysis.noise import noise_reasons
 from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
+from lmprof.measure.noise import Snapshot
 from lmprof.measure.timing import time_calls
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
-NOISY_PROFILE = ("the profiled phase ran faster than the clean one: run-to-run noise is larger than the "
-                 "profiler's overhead here (a busy machine?); compare spreads before trusting small differences")
 
 
 def measured_window(
@@ -58,7 +58,7 @@ def run_folder(out: str | Path, mode: str, label: str, device: Device) -> Path:
     return path
 
 
-def overhead_metrics(att: Attribution, clean_ms: float, what: str, notes: list[str]) -> dict[str, Metric]:
+def overhead_metrics(att: Attribution, clean_ms: float, what: str) -> dict[str, Metric]:
     """The profiled step (or generation) and the profiler's overhead against the clean one."""
     # The median, like the clean figure and the table: one slow profiled step must not set the overhead.
     profiled = float(np.median(att.step_us)) / 1e3 if att.step_us else 0.0
@@ -71,8 +71,6 @@ def overhead_metrics(att: Attribution, clean_ms: float, what: str, notes: list[s
         note=(f"profiled {what} time vs clean {what} time; block times are scaled to the clean {what}"
               if what == "step" else "profiled vs clean generation; block times are scaled to the clean generation"),
     )
-    if profiled < clean_ms:
-        notes.append(NOISY_PROFILE)
     return metrics
 
 
@@ -115,3 +113,10 @@ def assemble_run(
         "removed_ms_per_step": rec.removed_us_per_step / 1e3, "scale_to_clean": rec.scale,
     }]
     return run
+
+
+def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
+               device_kind: str) -> None:
+    """Mark ``run`` noisy, with the reasons, when its timed window was not steady."""
+    reasons = noise_reasons(samples_ms, what, before, after, device_kind, run.value("profiler_overhead"))
+    run.noisy, run.noise = bool(reasons), reasons

@@ -22,7 +22,15 @@ from lmprof.measure.profiling import profile_steps
 from lmprof.measure.timing import warm_up
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
-from lmprof.pipeline.protocol import add_energy, assemble_run, measured_window, overhead_metrics, run_folder
+from lmprof.measure.noise import snapshot
+from lmprof.pipeline.protocol import (
+    add_energy,
+    assemble_run,
+    mark_noise,
+    measured_window,
+    overhead_metrics,
+    run_folder,
+)
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import attribute
 from lmprof.trace.load import load_trace
@@ -43,7 +51,9 @@ def measure_training(
     monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
     monitor.measure_idle()  # before warm-up: a device stays clocked up for a while after work
     warm_up(step, spec.warmup, sync)
+    before = snapshot()
     samples, energy = measured_window(step, spec.steps, sync, monitor)
+    after = snapshot()
     out_dir.mkdir(parents=True, exist_ok=True)
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
@@ -53,7 +63,7 @@ def measure_training(
     step_ms = [s * 1e3 for s in samples]
     metrics: dict[str, Metric] = {"step_time": Metric.from_samples(step_ms, "ms", "measured")}
     clean = metrics["step_time"].value or 0.0
-    metrics.update(overhead_metrics(att, clean, "step", work.notes))
+    metrics.update(overhead_metrics(att, clean, "step"))
     if work.tokens_per_step:
         tps = [work.tokens_per_step / s for s in samples]
         metrics["tokens_per_s"] = Metric.from_samples(tps, "tokens/s", "derived")
@@ -62,6 +72,7 @@ def measure_training(
     if loss is not None:
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
+    mark_noise(run, step_ms, "step", before, after, work.device.kind)
     estimate = None
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,

@@ -157,6 +157,9 @@ class Run(BaseModel):
     tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict)
+    # A run whose timing is not to be trusted as it stands, and why (analysis/noise.py).
+    noisy: bool = False
+    noise: list[str] = Field(default_factory=list)
     # Where the run's files (trace, plots) were written, so save() elsewhere can bring them along.
     _folder: Path | None = PrivateAttr(default=None)
 

@@ -338,6 +338,9 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
     ]
     header = (f"<h1>{esc(run_title(run, with_params=False))}</h1><p class=\"sub\">{esc(config_line(run))}<br>run "
               f"<code>{esc(run.id)}</code>, recorded {esc(run.created)}</p>")
+    if run.noisy:
+        header += ("<div class=\"evidence\"><strong>Noisy run</strong>: these timings are not to be trusted as they "
+                   "stand.<ul>" + "".join(f"<li>{esc(r)}</li>" for r in run.noise) + "</ul></div>")
     nav = [(sid, "Other" if sid == "other" else title.split(" and ")[0]) for sid, title, _, _ in sections]
     body = "".join(section(sid, title, b, intro) for sid, title, b, intro in sections)
     return page(f"lmprof report — {run.id}", header, nav, body)

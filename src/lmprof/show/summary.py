@@ -71,6 +71,16 @@ def blocks_table(run: Run) -> Table:
     return t
 
 
+def uncertain_blocks(run: Run, rel: float = 0.2, min_share: float = 1.0) -> list[str]:
+    """Blocks whose time varies over the profiled steps by more than ``rel`` of it (and that matter)."""
+    out = []
+    for b in run.blocks:
+        if b.spread_ms is not None and b.time_ms > 0 and b.pct >= min_share and b.spread_ms > rel * b.time_ms:
+            out.append(f"  uncertain: {b.name} ({b.phase}) {b.time_ms:.3f} ms, p10-p90 over the profiled steps "
+                       f"spans {b.spread_ms:.3f} ms")
+    return out
+
+
 def ops_table(run: Run, top: int = 10) -> Table:
     t = Table(title="Top operators by self CPU time (per step, profiled)", title_justify="left", show_edge=False)
     t.add_column("operator")
@@ -110,6 +120,10 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
     """Print the whole summary of ``run`` to ``console``."""
     console.print(f"[bold]{run_title(run)}[/bold]")
     console.print(config_line(run))
+    if run.noisy:
+        console.print("[bold red]NOISY RUN[/bold red]: these timings are not to be trusted as they stand:")
+        for reason in run.noise:
+            console.print(f"  - {reason}")
     console.print()
     console.print(metrics_table(run))
     for i, note in enumerate(_notes(run, shown_keys(run)), 1):
@@ -117,6 +131,8 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
     if run.blocks:
         console.print()
         console.print(blocks_table(run))
+        for line in uncertain_blocks(run):
+            console.print(line)
     roof = roofline_table(run)
     if roof is not None:
         console.print()
@@ -131,7 +147,7 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
 
 
 def render_text(run: Run, width: int = 120) -> str:
-    """The summary as plain text (for ``Run.summary()``)."""
+    """The summary as plain text (``lmprof.summary(run)``)."""
     buf = io.StringIO()
     render(run, Console(file=buf, width=width, color_system=None, highlight=False))
     return buf.getvalue()

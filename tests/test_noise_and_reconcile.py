@@ -1,0 +1,91 @@
+"""Noise detection and the per-event correction, against figures worked out by hand."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmprof.analysis.noise import load_reason, noise_reasons, spread_reason
+from lmprof.analysis.reconcile import event_overhead_us, reconcile
+from lmprof.measure.noise import Snapshot, other_cores
+from lmprof.measure.profiler_cost import EventCost
+from lmprof.trace.attribution import Attribution, EventCounts, Part, attribute
+from lmprof.trace.load import load_trace
+
+
+def snap(wall, busy, own, cpus=2, threads=1, load=None):
+    return Snapshot(wall_s=wall, machine_busy_s=busy, own_cpu_s=own, loadavg_1m=load, threads=threads, cpus=cpus)
+
+
+def test_other_cores_is_machine_busy_minus_own_over_wall():
+    # 10 s of wall; the machine was busy 15 CPU-s, of which this process used 9: others kept 0.6 cores busy.
+    assert other_cores(snap(0, 100, 50), snap(10, 115, 59)) == pytest.approx(0.6)
+
+
+def test_quiet_and_loaded_windows():
+    assert load_reason(snap(0, 100, 50), snap(10, 110.5, 60), "cpu") is None  # others 0.05 cores
+    reason = load_reason(snap(0, 100, 50), snap(10, 118, 60), "cpu")  # others 0.8 cores of the 1 left free
+    assert reason and "0.80 of 2 cores" in reason
+
+
+def test_spread_rule():
+    assert spread_reason([10.0] * 9 + [10.5], "step") is None
+    assert "vary" in spread_reason([10, 10, 10, 10, 20, 20, 20, 20, 20, 20], "step")
+
+
+def test_noise_reasons_collects_every_rule():
+    reasons = noise_reasons([10, 30, 10, 30, 10], "step", snap(0, 100, 50), snap(10, 118, 60), "cpu", -10.0)
+    assert len(reasons) == 3
+
+
+COST = EventCost(op_us=1.0, scope_us=4.0, scope_inside_us=3.0, op_spread_us=0, scope_spread_us=0, repeats=1)
+
+
+def test_event_overhead_by_hand():
+    counts = EventCounts(ops=10, scopes=2, op_ranges=1, child_scopes=3, child_op_ranges=4)
+    # 10 ops x 1 + 2 own scopes x 3 inside + 3 child scopes x 1 outside + 1 own op range x 1 x 3/4 + 4 x 1 x 1/4
+    assert event_overhead_us(counts, COST) == pytest.approx(10 + 6 + 3 + 0.75 + 1)
+
+
+def test_reconcile_subtracts_then_scales_to_the_clean_step():
+    steps = [{("a", "forward"): 100.0, ("b", "forward"): 50.0}, {("a", "forward"): 110.0, ("b", "forward"): 50.0}]
+    att = Attribution(2, [150.0, 160.0], [Part("a", "forward", 105, 1), Part("b", "forward", 50, 1)], "cpu",
+                      per_step=steps, events={("b", "forward"): EventCounts(ops=20)})
+    rec = reconcile(att, clean_ms=0.135, cost=COST)
+    got = {b.name: b.time_ms for b in rec.blocks}
+    # a: median 105; b: 50 - 20 x 1 = 30; sum 135 us = the clean step, so the scale is 1.
+    assert got == pytest.approx({"a": 0.105, "b": 0.030})
+    assert rec.scale == pytest.approx(1.0)
+    assert "subtracted" in rec.correction
+
+
+def test_device_clock_is_not_corrected():
+    att = Attribution(1, [100.0], [Part("k", "forward", 60, 1), Part("idle", "step", 40, 0)], "device",
+                      per_step=[{("k", "forward"): 60.0, ("idle", "step"): 40.0}],
+                      events={("k", "forward"): EventCounts(ops=50)})
+    rec = reconcile(att, clean_ms=0.2, cost=COST)
+    assert {b.name: b.time_ms for b in rec.blocks} == pytest.approx({"k": 0.12, "idle": 0.08})
+    assert rec.correction.startswith("none: device clock")
+
+
+def X(name, ts, dur, cat="cpu_op", tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def test_event_counts_from_a_trace_written_by_hand(tmp_path):
+    events = [
+        X("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        X("lmprof:forward", 10, 60, cat="user_annotation"),
+        X("lmprof:ln_1", 12, 10, cat="user_annotation"),
+        X("aten::layer_norm", 13, 8), X("aten::native_layer_norm", 14, 6),
+        X("lmprof:residual", 30, 5, cat="user_annotation"),
+        X("aten::add", 31, 3),
+        X("aten::empty", 40, 1),  # in forward, outside any block
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    att = attribute(load_trace(path), clock="cpu")
+    ln, res, fwd = att.events[("ln_1", "forward")], att.events[("residual", "forward")], att.events[("other", "forward")]
+    assert (ln.ops, ln.scopes, ln.child_scopes) == (2, 1, 0)
+    assert (res.ops, res.scopes) == (1, 1)
+    assert (fwd.ops, fwd.scopes, fwd.child_scopes) == (1, 1, 2)
