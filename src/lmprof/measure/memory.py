@@ -623,7 +623,8 @@ def _measure(
         events = record_memory_events(fn)
         timeline = timeline_from_trace(events, dev, baseline)
         peak = timeline.peak if timeline.events else None
-        source = ("CPU: exact model/optimizer bytes + net bytes the step allocated (profiler memory events); "
+        held = "model/optimizer" if before.optimizer else "model"  # inference holds no optimizer state
+        source = (f"CPU: exact {held} bytes + net bytes the step allocated (profiler memory events); "
                   "not the process RSS")
         if dev.type != "cpu":
             # The profiler sees only host allocations here, so a timeline from them would describe

@@ -67,7 +67,8 @@ def measure_training(
     if work.tokens_per_step:
         tps = [work.tokens_per_step / s for s in samples]
         metrics["tokens_per_s"] = Metric.from_samples(tps, "tokens/s", "derived")
-        metrics["tokens_per_step"] = Metric(value=work.tokens_per_step, unit="tokens", source="measured")
+        metrics["tokens_per_step"] = Metric(value=work.tokens_per_step, unit="tokens", source="derived",
+                                             note="batch x sequence length")
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
     if loss is not None:
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
