@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from lmprof.errors import DataError
 from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Block, Env, Metric, OpStat, Run
 from lmprof.show.report import (
-    best_points,
     findings_from_analysis,
     load_sweep_table,
     render_run_report,
@@ -214,25 +214,12 @@ def _plain_sqlite_sweep(folder: Path) -> None:
         ])
 
 
-def test_sweep_report_from_a_plain_results_table(tmp_path):
+def test_sweep_report_refuses_a_foreign_results_table(tmp_path):
+    """The report reads the store's own schema and guesses no other: a plain SQLite file (another
+    tool's results table) is one clear error, not a report built from guessed column names."""
     _plain_sqlite_sweep(tmp_path)
-    _plots(tmp_path)
-    df, source = load_sweep_table(tmp_path)
-    assert len(df) == 4 and "results" in source
-    best = {o.title: (v, label) for o, _, v, label, _ in best_points(df)}
-    assert best["fastest (tokens/s)"] == (3000.0, "b8")
-    assert best["lowest step time"] == (20.0, "b2")
-    assert best["best MFU"] == (30.0, "b8")
-    assert "lowest peak memory" not in best  # objectives the sweep lacks are left out
-    path = write_report(tmp_path)
-    text = path.read_text()
-    assert path == tmp_path / "report.html"
-    assert len(assert_self_contained(text)) == 2
-    assert "throughput_vs_batch.png" in text and "mfu_vs_batch.png" in text
-    failed = text.split('id="failed"')[1].split("</section>")[0]
-    assert "CUDA out of memory" in failed and "b32" in failed and "b64" not in failed  # pending is not failed
-    assert '<table class="sortable runs">' in text and 'data-type="num"' in text and "<script>" in text
-    assert "4 points: 2 succeeded, 1 failed, 1 not finished" in text
+    with pytest.raises(DataError, match="not an lmprof sweep store"):
+        load_sweep_table(tmp_path)
 
 
 def test_sweep_report_from_the_sweep_store(tmp_path):

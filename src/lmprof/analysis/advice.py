@@ -51,9 +51,8 @@ NOISY_SPREAD_MAX_PCT = 25.0
 
 UNFUSED_ATTENTION_BLOCKS = ("attn.scores", "attn.softmax", "attn.av")
 MATMUL_BLOCKS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head")
-# Keys in env (or metrics) that give the device's memory capacity in bytes, first found wins.
-CAPACITY_ENV_KEYS = ("gpu_memory_bytes", "device_memory_bytes", "memory_bytes")
-CAPACITY_METRIC_KEYS = ("memory.capacity", "memory.device_total", "memory.total")
+# The env key hardware/devices.py writes the device's memory capacity under (bytes).
+CAPACITY_ENV_KEY = "gpu_memory_bytes"
 
 Comparison = Literal[">", ">=", "<", "<=", "|x| >", "present"]
 
@@ -137,14 +136,8 @@ def _profiled_step_ms(run: Run) -> float | None:
 
 def device_capacity(run: Run) -> tuple[str, float] | None:
     """(where it came from, bytes) of the device memory capacity, when the run recorded it."""
-    env = run.env.model_dump()
-    for key in CAPACITY_ENV_KEYS:
-        if env.get(key):
-            return f"env.{key}", float(env[key])
-    for key in CAPACITY_METRIC_KEYS:
-        if run.value(key):
-            return key, float(run.value(key))  # type: ignore[arg-type]
-    return None
+    capacity = run.env.model_dump().get(CAPACITY_ENV_KEY)
+    return (f"env.{CAPACITY_ENV_KEY}", float(capacity)) if capacity else None
 
 
 # -- the rules -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from lmprof.errors import DataError
 from lmprof.record.run import Run
+from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number
 from lmprof.show.html import REPORT_NAME, absent, cell_value, esc, figure, page, section, table
 
@@ -26,23 +27,23 @@ class Objective:
 # Column names as the sweep store writes them (lmprof.record.store.metric_column) and as run keys.
 OBJECTIVES = (
     Objective("fastest (tokens/s)", ("tokens_per_s", "decode_tokens_per_s"), True, "tokens/s"),
-    Objective("lowest step time", ("step_time_ms", "step_time"), False, "ms"),
-    Objective("lowest time to first token", ("ttft_ms", "ttft"), False, "ms"),
-    Objective("lowest time per output token", ("tpot_ms", "tpot"), False, "ms"),
-    Objective("best MFU", ("mfu_pct", "mfu"), True, "%"),
-    Objective("lowest peak memory", ("memory_peak_bytes", "memory.peak"), False, "B"),
-    Objective("best energy per token", ("energy_per_token_j", "energy.per_token", "energy_estimated_per_token_j",
-                                        "energy.estimated.per_token"), False, "J/token"),
+    Objective("lowest step time", ("step_time_ms",), False, "ms"),
+    Objective("lowest time to first token", ("ttft_ms",), False, "ms"),
+    Objective("lowest time per output token", ("tpot_ms",), False, "ms"),
+    Objective("best MFU", ("mfu_pct",), True, "%"),
+    Objective("lowest peak memory", ("memory_peak_bytes",), False, "B"),
+    Objective("best energy per token", ("energy_per_token_j", "energy_estimated_per_token_j"), False, "J/token"),
 )
-_STATUS_COLS = ("status", "state", "outcome")
-_OK = {"ok", "success", "succeeded", "done", "completed", "passed"}
-_UNFINISHED = {"pending", "running", "queued"}
-_REASON_COLS = ("message", "error", "reason", "failure", "error_message")
-_ID_COLS = ("label", "run_id", "id", "name", "point")
+# The store's own schema (record/store.py): one name each, nothing guessed.
+_STATUS_COLS = ("status",)
+_OK = {"ok"}
+_UNFINISHED = {s for s in STATUSES if s not in FAILED and s != "ok"}
+_REASON_COLS = ("message",)
+_ID_COLS = ("label",)
 _CONFIG_HINTS = ("mode", "model", "preset", "batch_size", "seq_len", "dtype", "attention", "compile", "device",
                  "n_layer", "n_head", "n_embd", "optimizer", "kv_cache", "new_tokens", "prompt_len", "hf", "repeat")
 _HIDDEN_COLUMNS = ("config", "seq")  # the point as JSON: every field already has its own column
-_LINK_COLUMNS = ("run_dir", "folder", "run_folder")
+_LINK_COLUMNS = ("run_dir",)
 _MAX_COLUMNS = 40
 
 
@@ -57,40 +58,24 @@ def is_sweep_folder(folder: str | Path) -> bool:
 def load_sweep_table(folder: str | Path) -> tuple[Any, str]:
     """(DataFrame of sweep points or None, where it came from).
 
-    Prefers :func:`lmprof.record.store.load_results`; when that module is missing or refuses the
-    file, reads ``results.sqlite`` directly; without a store builds rows from the run folders inside.
+    The store when there is one (:func:`lmprof.record.store.load_results`, whose errors are the
+    user's to see); without a store, rows built from the run folders inside, in the store's columns.
     """
     import pandas as pd
 
     p = Path(folder)
-    db = p / "results.sqlite"
-    if db.is_file():
-        try:
-            from lmprof.record.store import load_results
-        except ImportError:
-            why = "lmprof.record.store is not installed"
-        else:
-            try:
-                return load_results(p), "results.sqlite"
-            except DataError as exc:  # not the store's schema: read the file as plain SQLite
-                why = str(exc)
-        import sqlite3
-
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
-            pick = next((n for n in ("results", "points", "runs") if n in names), names[0] if names else None)
-            if pick is not None:
-                return pd.read_sql_query(f'SELECT * FROM "{pick}"', con), f"results.sqlite table {pick} ({why})"
+    if (p / DB_NAME).is_file():
+        return load_results(p), DB_NAME
     rows = []
     for rj in sorted(p.glob("*/run.json")):
         try:
             run = Run.load(rj)
         except DataError as exc:
-            rows.append({"run_id": rj.parent.name, "status": "error", "message": str(exc)})
+            rows.append({"label": rj.parent.name, "status": "error", "message": str(exc)})
             continue
-        row: dict[str, Any] = {"run_id": run.id, "status": "ok", "mode": run.mode, "run_dir": str(rj.parent)}
+        row: dict[str, Any] = {"label": run.id, "status": "ok", "mode": run.mode, "run_dir": str(rj.parent)}
         row.update({k: v for k, v in run.config.items() if k in _CONFIG_HINTS})
-        row.update({k: m.value for k, m in run.metrics.items()})
+        row.update({metric_column(k, m.unit): m.value for k, m in run.metrics.items()})
         rows.append(row)
     df = pd.DataFrame(rows) if rows else None
     if df is not None:
