@@ -140,15 +140,17 @@ def test_run_report_renders_in_chromium(browser, run_report, tmp_path):
 
 
 def test_sweep_report_sorts_in_chromium(browser, tmp_path):
-    import sqlite3
-
     from matplotlib.figure import Figure
 
-    with sqlite3.connect(tmp_path / "results.sqlite") as con:
-        con.execute("CREATE TABLE results (label TEXT, status TEXT, message TEXT, tokens_per_s REAL)")
-        con.executemany("INSERT INTO results VALUES (?, ?, ?, ?)",
-                        [("a", "ok", None, 30.0), ("b", "ok", None, 10.0), ("c", "error", "boom", None),
-                         ("d", "ok", None, 20.0)])
+    from lmprof.record.run import Env, Metric, Run
+
+    # A sweep folder without a store: three runs and one unreadable record ("boom").
+    for name, tps in (("a", 30.0), ("b", 10.0), ("d", 20.0)):
+        env = Env(device="cpu", device_name="cpu", torch="x", python="x", lmprof="x", os="x", cpu="x", threads=1)
+        Run(id=name, mode="train", created="2026-01-01T00:00:00+00:00", env=env, config={},
+            metrics={"tokens_per_s": Metric(value=tps, unit="tokens/s", source="derived")}).save(tmp_path / name)
+    (tmp_path / "boom").mkdir()
+    (tmp_path / "boom" / "run.json").write_text("{}")
     (tmp_path / "plots").mkdir()
     fig = Figure(figsize=(2, 1.5), dpi=50)
     fig.subplots().bar([0, 1], [1, 2])

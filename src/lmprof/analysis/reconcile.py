@@ -26,6 +26,9 @@ from lmprof.trace.attribution import Attribution, EventCounts, Key
 
 # Above this the blocks' sum after correction and the clean step disagree enough to say so.
 MISMATCH_NOTE_PCT = 10.0
+# The correction never takes a block below this share of its profiled time: a block that ran did
+# take time, and past this point the profiler's cost dwarfs the block (the run names such blocks).
+FLOOR_SHARE = 0.1
 
 
 @dataclass
@@ -55,8 +58,11 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
     keys: list[Key] = sorted({k for s in steps for k in s} | {(p.name, p.phase) for p in att.parts})
     overhead = {k: event_overhead_us(att.events.get(k, EventCounts()), cost) if subtract and cost else 0.0
                 for k in keys}
-    corrected = {k: np.array([max(s.get(k, 0.0) - overhead[k], 0.0) if subtract else s.get(k, 0.0) for s in steps])
+    corrected = {k: np.array([max(s.get(k, 0.0) - overhead[k], FLOOR_SHARE * s.get(k, 0.0)) if subtract
+                              else s.get(k, 0.0) for s in steps])
                  for k in keys}
+    floored = [k for k in keys if subtract and any(s.get(k, 0.0) > 0 and s.get(k, 0.0) - overhead[k] < FLOOR_SHARE
+                                                   * s.get(k, 0.0) for s in steps)]
     median = {k: float(np.median(v)) for k, v in corrected.items()}
     total = sum(median.values())
     clean_us = clean_ms * 1e3
@@ -74,6 +80,10 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
     notes = []
+    if floored:
+        notes.append("the profiler's own cost exceeded most of these blocks' profiled time, so their figures are "
+                     f"uncertain (kept at {FLOOR_SHARE:.0%} of the profiled time): "
+                     + ", ".join(f"{n} ({p})" for n, p in floored[:8]) + (" ..." if len(floored) > 8 else ""))
     if subtract and cost is not None:
         correction = (f"profiler cost per event subtracted before scaling (CPU clock): {cost.op_us:.2f} us per "
                       f"operator, {cost.scope_us:.2f} us per scope, measured on this machine")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
 Bound = Literal["compute-bound", "memory-bound", "overhead-bound", "unknown"]
 DEFAULT_OVERHEAD_THRESHOLD = 0.10
@@ -113,20 +113,6 @@ def classify(
         if fraction < overhead_threshold:
             bound = "overhead-bound"
     return RooflinePoint(name, phase, flops, nbytes, i, bound, roof, best, time_s, achieved, achieved_bw, fraction)
-
-
-def classify_all(
-    blocks: Iterable[tuple[str, str, float, float, float | None]],
-    peak_flops: float | None,
-    peak_bytes_per_s: float | None,
-    *,
-    overhead_threshold: float = DEFAULT_OVERHEAD_THRESHOLD,
-) -> list[RooflinePoint]:
-    """:func:`classify` over ``(name, phase, flops, bytes, time_s or None)`` tuples."""
-    return [
-        classify(name, f, q, peak_flops, peak_bytes_per_s, time_s=t, phase=phase, overhead_threshold=overhead_threshold)
-        for name, phase, f, q, t in blocks
-    ]
 
 
 def _check_ceilings(peak_flops: float, peak_bytes_per_s: float) -> None:

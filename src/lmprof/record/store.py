@@ -17,7 +17,6 @@ point that was running. :func:`load_results` returns one row per point as a pand
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import sqlite3
 from pathlib import Path
@@ -330,13 +329,3 @@ def load_metric_notes(path: str | Path, key_prefix: str) -> dict[str, int]:
     finally:
         conn.close()
     return {str(n): int(c) for n, c in rows}
-
-
-def load_spec_json(path: str | Path) -> dict[str, Any] | None:
-    """The spec the sweep was last run with, as stored in ``meta``."""
-    conn, _ = _connect_existing(path)
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'spec'").fetchone()
-    finally:
-        conn.close()
-    return json.loads(row[0]) if row else None

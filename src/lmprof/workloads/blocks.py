@@ -10,13 +10,7 @@ from typing import Iterator
 
 import torch
 
-from lmprof.names import (  # noqa: F401 - re-exported: models import their names from here
-    FORWARD_BLOCKS,
-    INFER_PARTS,
-    SCOPE_PREFIX,
-    STEP_PARTS,
-    block_of,
-)
+from lmprof.names import SCOPE_PREFIX
 
 _enabled = False
 # Scopes inside the model can be kept off while step-part scopes are on: under torch.compile a
@@ -46,10 +40,6 @@ def model_scopes(on: bool) -> None:
     """Set whether sub-block scopes inside models are ever emitted (off for compiled models)."""
     global _model_enabled
     _model_enabled = on
-
-
-def scopes_are_enabled() -> bool:
-    return _enabled
 
 
 def scope(name: str) -> contextlib.AbstractContextManager[object]:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import torch
 
-from lmprof.workloads.blocks import SCOPE_PREFIX
+from lmprof.names import SCOPE_PREFIX
 
 # (regex on the module path with layer indices replaced by '*', canonical block). First match wins.
 GPT2_RULES = [
