@@ -145,124 +145,151 @@ def _pick(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, rows[np.maximum(idx, 0)], -1)
 
 
+@dataclass
+class _Owners:
+    """The owner ranges of a trace: which rows, in which step, under which (name, phase)."""
+
+    rows: np.ndarray  # owner rows in the profiled steps
+    step_of: np.ndarray  # index of the step each row is in
+    mask: np.ndarray  # owner rows, over the whole table
+    scope_mask: np.ndarray  # lmprof scopes and ProfilerStep ranges (record_function), over the table
+    phase_rows: np.ndarray  # rows of phase scopes (forward, backward, prefill, decode)
+    bwd_rows: np.ndarray  # rows of backward scopes
+    label: dict[int, Key]
+    unmapped_backward: int  # backward nodes with no forward op in a block scope
+
+
+def _scope_name(name: str) -> str:
+    return name[len(names.SCOPE_PREFIX):]
+
+
+def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: np.ndarray) -> _Owners:
+    """Every owner range of the profiled steps, labelled (see the module doc for the rules)."""
+    ev = table.events
+    name_col = ev["name"].astype(str).to_numpy()
+    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    host = kinds.op_mask(table) | kinds.annotation_mask(table)
+    scope_mask = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(names.SCOPE_PREFIX))
+    phase_mask = scope_mask & kinds.name_mask(table, lambda n: _scope_name(n) in names.PHASES)
+    leaf_mask = scope_mask & kinds.name_mask(table, lambda n: _scope_name(n) in names.LEAF_PARTS)
+    block_mask = scope_mask & ~phase_mask & ~leaf_mask
+    comm_mask = host & kinds.name_mask(table, lambda n: n.startswith(COMM_PREFIXES))
+    phase_rows = np.flatnonzero(phase_mask)
+    phase_name = np.array([_scope_name(n) for n in name_col[phase_rows]], dtype=object)
+    bwd_rows = phase_rows[phase_name == "backward"]
+    bwd_start, bwd_end = ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows]
+    # Backward nodes count only inside a backward scope (never, say, a stray one before the steps).
+    node_mask = backward_node_mask(table)
+    node_rows = np.flatnonzero(node_mask)
+    node_mask[node_rows[_containing(bwd_start, bwd_end, ts[node_rows]) < 0]] = False
+    step_mask = np.zeros(len(ev), dtype=bool)
+    step_mask[step_rows[step_rows >= 0]] = True
+    owner_mask = scope_mask | node_mask | comm_mask | step_mask
+    rows = np.flatnonzero(owner_mask)
+    step_of = _containing(s0, s1, ts[rows])
+    rows, step_of = rows[step_of >= 0], step_of[step_of >= 0]
+
+    label: dict[int, Key] = {}
+    for r in rows[leaf_mask[rows]]:
+        label[int(r)] = (_scope_name(name_col[r]), names.STEP)
+    for r, p in zip(phase_rows, phase_name):
+        label[int(r)] = (names.OTHER, str(p))
+    # Blocks take the phase of the innermost phase scope around them on their thread.
+    blocks = rows[block_mask[rows]]
+    for r, p in zip(blocks, enclosing(table, blocks, phase_mask)):
+        label[int(r)] = (_scope_name(name_col[r]), _scope_name(name_col[p]) if p >= 0 else names.STEP)
+    # Backward nodes: the block of the forward op that made them.
+    nodes = rows[node_mask[rows]]
+    unmapped = 0
+    any_blocks = bool(block_mask.any())
+    for r, b in zip(nodes, enclosing(table, forward_op(table, nodes), block_mask)):
+        if "AccumulateGrad" in name_col[r]:
+            block = names.ACCUMULATE_GRAD
+        else:
+            block = _scope_name(name_col[b]) if b >= 0 else names.OTHER
+            unmapped += b < 0 and any_blocks  # worth a note only when the trace has block scopes
+        label[int(r)] = (block, "backward")
+    # Collectives: in the backward scope running at the time (the reducer runs on the engine's
+    # thread), else in the phase scope around them on their thread, else the step.
+    comms = rows[comm_mask[rows] & ~node_mask[rows]]
+    comm_bwd = _containing(bwd_start, bwd_end, ts[comms])
+    for r, b, p in zip(comms, comm_bwd, enclosing(table, comms, phase_mask)):
+        phase = "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP)
+        label[int(r)] = (comm_label(name_col[r]), phase)
+    for r in rows[step_mask[rows]]:
+        label[int(r)] = (names.OTHER, names.STEP)
+    return _Owners(rows, step_of, owner_mask, scope_mask | step_mask, phase_rows, bwd_rows, label, unmapped)
+
+
+def _logical_parents(table: TraceTable, own: _Owners, step_rows: np.ndarray) -> np.ndarray:
+    """Parent owner row of each owner: the innermost owner around it on its thread; an orphan inside
+    a backward scope (the autograd engine's thread) nests in that scope, any other orphan in its
+    step (-1 where the step is not a ProfilerStep range)."""
+    ev = table.events
+    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    tid = ev["tid"].to_numpy()
+    rows = own.rows
+    parent = enclosing(table, rows, own.mask)
+    orphan = (parent < 0) & ~np.isin(rows, step_rows)
+    bwd_row = _pick(own.bwd_rows, _containing(ts[own.bwd_rows], ts[own.bwd_rows] + dur[own.bwd_rows], ts[rows]))
+    to_bwd = orphan & (bwd_row >= 0) & (tid[rows] != tid[np.maximum(bwd_row, 0)])
+    parent[to_bwd] = bwd_row[to_bwd]
+    to_step = orphan & ~to_bwd
+    parent[to_step] = step_rows[own.step_of[to_step]]
+    return parent
+
+
+def _exclusive_us(table: TraceTable, rows: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each owner's duration minus its children's time inside it (clipped to the parent: a node on
+    the engine's thread can outlive the backward scope by a little)."""
+    ev = table.events
+    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    exclusive = dur[rows].copy()
+    pos = {int(r): i for i, r in enumerate(rows)}
+    for i, p in enumerate(parent):
+        if p >= 0:
+            exclusive[pos[int(p)]] -= max(0.0, min(ts[rows[i]] + dur[rows[i]], ts[p] + dur[p]) - ts[rows[i]])
+    return exclusive
+
+
 def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
     """Per-block time of the profiled steps in ``table`` (see the module doc for the rules)."""
-    ev = table.events
     clock = clock or ("device" if table.has_gpu else "cpu")
     s0, s1, step_rows = _step_windows(table)
     if s0.size == 0:
         return Attribution(0, [], [], clock, ["trace has no host events"])
-    name_col = ev["name"].astype(str).to_numpy()
-    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
-    tid = ev["tid"].to_numpy()
-    host = kinds.op_mask(table) | kinds.annotation_mask(table)
-    scope_mask = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(names.SCOPE_PREFIX))
-    phase_mask = scope_mask & kinds.name_mask(table, lambda n: n[len(names.SCOPE_PREFIX):] in names.PHASES)
-    leaf_mask = scope_mask & kinds.name_mask(table, lambda n: n[len(names.SCOPE_PREFIX):] in names.LEAF_PARTS)
-    block_mask = scope_mask & ~phase_mask & ~leaf_mask
-    comm_mask = host & kinds.name_mask(table, lambda n: n.startswith(COMM_PREFIXES))
-
-    # Phase scopes (forward, backward, prefill, decode): the spans orphans are placed in by time.
-    phase_rows = np.flatnonzero(phase_mask)
-    phase_name = np.array([n[len(names.SCOPE_PREFIX):] for n in name_col[phase_rows]], dtype=object)
-    bwd_rows = phase_rows[phase_name == "backward"]
-
-    # Backward nodes count only inside a backward scope (never, say, a stray one before the steps).
-    node_mask = backward_node_mask(table)
-    node_rows = np.flatnonzero(node_mask)
-    in_bwd = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[node_rows]) >= 0
-    node_mask[node_rows[~in_bwd]] = False
-    node_rows = node_rows[in_bwd]
-
-    step_mask = np.zeros(len(ev), dtype=bool)
-    step_mask[step_rows[step_rows >= 0]] = True
-    owner_mask = scope_mask | node_mask | comm_mask | step_mask
-    owners = np.flatnonzero(owner_mask)
-    step_of = _containing(s0, s1, ts[owners])
-    owners, step_of = owners[step_of >= 0], step_of[step_of >= 0]
-
-    label: dict[int, Key] = {}
-    # Step parts and phase scopes.
-    for r in owners[leaf_mask[owners]]:
-        label[int(r)] = (name_col[r][len(names.SCOPE_PREFIX):], names.STEP)
-    for r, p in zip(phase_rows, phase_name):
-        label[int(r)] = (names.OTHER, str(p))
-    # Blocks take the phase of the innermost phase scope around them on their thread.
-    blocks = owners[block_mask[owners]]
-    enclosing_phase = enclosing(table, blocks, phase_mask)
-    for r, p in zip(blocks, enclosing_phase):
-        phase = name_col[p][len(names.SCOPE_PREFIX):] if p >= 0 else names.STEP
-        label[int(r)] = (name_col[r][len(names.SCOPE_PREFIX):], phase)
-    # Backward nodes: the block of the forward op that made them.
-    nodes = owners[node_mask[owners]]
-    fwd_block = enclosing(table, forward_op(table, nodes), block_mask)
-    unmapped_backward = 0
-    any_blocks = bool(block_mask.any())
-    for r, b in zip(nodes, fwd_block):
-        if "AccumulateGrad" in name_col[r]:
-            block = names.ACCUMULATE_GRAD
-        else:
-            block = name_col[b][len(names.SCOPE_PREFIX):] if b >= 0 else names.OTHER
-            # Only worth a note when the trace has block scopes (not for compiled models).
-            unmapped_backward += b < 0 and any_blocks
-        label[int(r)] = (block, "backward")
-    # Collectives: in the backward scope running at the time (the reducer runs on the engine's
-    # thread), else in the phase scope around them on their thread, else the step.
-    comms = owners[comm_mask[owners] & ~node_mask[owners]]
-    comm_bwd = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[comms])
-    comm_phase = enclosing(table, comms, phase_mask)
-    for r, b, p in zip(comms, comm_bwd, comm_phase):
-        phase = "backward" if b >= 0 else (name_col[p][len(names.SCOPE_PREFIX):] if p >= 0 else names.STEP)
-        label[int(r)] = (comm_label(name_col[r]), phase)
-    for r in owners[step_mask[owners]]:
-        label[int(r)] = (names.OTHER, names.STEP)
-
-    # Logical parent of each owner: the innermost owner around it on its thread; an orphan inside a
-    # backward scope (the engine's thread) nests in that scope, any other orphan in its step.
-    parent = enclosing(table, owners, owner_mask)
-    orphan = (parent < 0) & ~step_mask[owners]
-    bwd_of = _containing(ts[bwd_rows], ts[bwd_rows] + dur[bwd_rows], ts[owners])
-    bwd_row = _pick(bwd_rows, bwd_of)
-    to_bwd = orphan & (bwd_row >= 0) & (tid[owners] != tid[np.maximum(bwd_row, 0)])
-    parent[to_bwd] = bwd_row[to_bwd]
-    to_step = orphan & ~to_bwd
-    parent[to_step] = step_rows[step_of[to_step]]  # -1 where the step is not a ProfilerStep range
-
+    own = _find_owners(table, s0, s1, step_rows)
+    parent = _logical_parents(table, own, step_rows)
     n_steps = len(s0)
     totals: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]
     calls: dict[Key, int] = defaultdict(int)
-    # Exclusive wall time: duration minus the children's time inside it (clipped to the parent,
-    # since a node on the engine's thread can outlive the backward scope by a little).
-    exclusive = dur[owners].copy()
-    pos = {int(r): i for i, r in enumerate(owners)}
-    child_end = ts[owners] + dur[owners]
-    for i, p in enumerate(parent):
-        if p >= 0:
-            j = pos[int(p)]
-            exclusive[j] -= max(0.0, min(child_end[i], ts[p] + dur[p]) - ts[owners[i]])
-    # What no owner claims in a step without a ProfilerStep range is the step's "other".
-    for k in range(n_steps if clock == "cpu" else 0):
-        if step_rows[k] < 0:
-            calls[(names.OTHER, names.STEP)] += 1
-            top = (step_of == k) & (parent < 0)
-            covered = float(np.minimum(child_end[top], s1[k]).sum() - ts[owners[top]].sum())
-            totals[k][(names.OTHER, names.STEP)] += (s1[k] - s0[k]) - covered
     notes: list[str] = []
     if clock == "cpu":
-        for i, r in enumerate(owners):
-            totals[step_of[i]][label[int(r)]] += float(exclusive[i])
-            calls[label[int(r)]] += 1
+        for i, (r, us) in enumerate(zip(own.rows, _exclusive_us(table, own.rows, parent))):
+            totals[own.step_of[i]][own.label[int(r)]] += float(us)
+            calls[own.label[int(r)]] += 1
+        # A step without a ProfilerStep range: what no top-level owner covers is the step's "other".
+        ev = table.events
+        start = ev["ts"].to_numpy(dtype=float)[own.rows]
+        end = start + np.maximum(ev["dur"].to_numpy(dtype=float)[own.rows], 0.0)
+        for k in np.flatnonzero(step_rows < 0):
+            top = (own.step_of == k) & (parent < 0)
+            covered = float(np.minimum(end[top], s1[k]).sum() - start[top].sum())
+            totals[k][(names.OTHER, names.STEP)] += (s1[k] - s0[k]) - covered
+            calls[(names.OTHER, names.STEP)] += 1
     else:
-        for r in _device_time(table, owner_mask, label, phase_rows, s0, s1, totals, notes):
-            if not step_mask[r]:
-                calls[label[r]] += 1
-    if unmapped_backward:
-        notes.append(f"{unmapped_backward} backward node(s) had no forward op inside a block scope: "
+        step_set = set(step_rows.tolist())
+        for r in _device_time(table, own.mask, own.label, own.phase_rows, s0, s1, totals, notes):
+            if r not in step_set:
+                calls[own.label[r]] += 1
+    if own.unmapped_backward:
+        notes.append(f"{own.unmapped_backward} backward node(s) had no forward op inside a block scope: "
                      "shown as backward 'other'")
     keys = sorted({k for t in totals for k in t})
     parts = [Part(k[0], k[1], sum(t.get(k, 0.0) for t in totals) / n_steps, calls[k] / n_steps) for k in keys]
     parts = [p for p in parts if p.us != 0.0 or p.calls]
-    counts = _event_counts(table, host, owner_mask, scope_mask | step_mask, owners, parent, label, n_steps)
+    host = kinds.op_mask(table) | kinds.annotation_mask(table)
+    counts = _event_counts(table, host, own.mask, own.scope_mask, own.rows, parent, own.label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
                        [dict(t) for t in totals], counts)
 
