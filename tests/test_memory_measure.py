@@ -11,15 +11,9 @@ import torch
 from torch.profiler import record_function
 
 from lmprof.analysis.memory_estimate import estimate_memory, memory_metrics, memory_table
-from lmprof.measure.memory import (
-    SNAPSHOT_NAME,
-    classify,
-    measure_inference_memory,
-    measure_training_memory,
-    static_memory,
-    tensor_bytes,
-    timeline_from_trace,
-)
+from lmprof.measure.memory import SNAPSHOT_NAME, measure_inference_memory, measure_training_memory
+from lmprof.measure.memory_timeline import classify, timeline_from_trace
+from lmprof.measure.tensor_bytes import static_memory, tensor_bytes
 from lmprof.show.memory_plot import plot_memory_timeline, timeline_title
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.gpt import GPT, PRESETS, KVCache

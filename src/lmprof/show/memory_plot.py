@@ -3,7 +3,7 @@
 Forward rises (activations pile up), backward falls (they are freed as gradients appear), the
 optimizer step spikes with its temporaries. The top panel is over time (ms, under the profiler);
 the bottom one is over allocation events in order, so short phases such as the optimizer step,
-a sliver in time, are wide enough to see. Reads :class:`lmprof.measure.memory.MemoryTimeline`.
+a sliver in time, are wide enough to see. Reads :class:`lmprof.measure.memory_timeline.MemoryTimeline`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from lmprof.measure.memory import MemoryTimeline
+    from lmprof.measure.memory_timeline import MemoryTimeline
 
 MIB = 1024 * 1024
 

@@ -1,0 +1,264 @@
+"""One step's allocation timeline from the profiler's memory events, split into categories.
+
+One step runs under ``torch.profiler`` with ``profile_memory=True``. Every allocation and free is an
+instant ``[memory]`` event with its size and address; the running sum, on top of the exactly known
+model/optimizer bytes, is the allocated memory over time. Phases come from the ``lmprof:<part>``
+ranges the caller wraps around forward, backward, optimizer, ... Each block is put in a category by
+when it was allocated and freed (:func:`classify`).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
+
+# Timeline categories, bottom to top of the stacked plot.
+CATEGORIES = ("params", "optimizer", "grads", "kv_cache", "activations", "outputs", "temporaries", "other")
+_PARTS = set(STEP_PARTS) | set(INFER_PARTS)
+
+
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    start_ms: float
+    end_ms: float
+
+
+@dataclass
+class MemoryTimeline:
+    """Allocated bytes over one step, split into categories.
+
+    ``t_ms[i]`` is the time of the i-th allocation/free (ms from the first phase's start),
+    ``allocated[i]`` the total after it, ``categories[c][i]`` each category's share (they add up to
+    ``allocated``). Categories come from each block's lifetime (see :func:`classify`); params,
+    optimizer, grads and kv_cache also include the exactly known bytes alive before the step.
+    """
+
+    t_ms: list[float]
+    allocated: list[int]
+    categories: dict[str, list[int]]
+    phases: list[Phase]
+    baseline: int
+    device: str
+    peak: int
+    peak_ms: float
+    peak_phase: str | None
+    activations: int | None
+    events: int
+    notes: list[str] = field(default_factory=list)
+
+    def phase_peak(self, name: str) -> int | None:
+        """The largest allocated level inside a phase, or None when the phase is missing."""
+        ph = [p for p in self.phases if p.name == name]
+        if not ph:
+            return None
+        vals = [a for t, a in zip(self.t_ms, self.allocated) if any(p.start_ms <= t <= p.end_ms for p in ph)]
+        return max(vals) if vals else self.level_at(ph[0].start_ms)
+
+    def level_at(self, t_ms: float) -> int:
+        """Allocated bytes at time t (after every event at or before t)."""
+        level = self.baseline
+        for t, a in zip(self.t_ms, self.allocated):
+            if t > t_ms:
+                break
+            level = a
+        return level
+
+
+def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> str:
+    """A block's category from the phase that allocated it and the one that freed it.
+
+    forward -> freed in backward: activations (saved for backward); freed in forward: temporaries;
+    alive after backward: outputs (logits and loss the caller holds). backward -> freed in
+    zero_grad or alive at the end: grads; freed in backward: temporaries. optimizer -> alive at the
+    end: optimizer state (first step); freed in optimizer: temporaries. prefill/decode -> freed in
+    the same phase: temporaries, else outputs. Anything else (data, outside any phase): other.
+    """
+    if alloc_phase == "forward":
+        if freed and free_phase == "forward":
+            return "temporaries"
+        if freed and free_phase == "backward":
+            return "activations"
+        return "outputs"
+    if alloc_phase == "backward":
+        if freed and free_phase == "backward":
+            return "temporaries"
+        if not freed or free_phase == "zero_grad":
+            return "grads"
+        return "other"
+    if alloc_phase == "optimizer":
+        if not freed:
+            return "optimizer"
+        return "temporaries" if free_phase == "optimizer" else "other"
+    if alloc_phase in INFER_PARTS:
+        return "temporaries" if freed and free_phase == alloc_phase else "outputs"
+    return "other"
+
+
+def load_trace_events(trace: str | Path | dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The event list of a Chrome trace given as a path (.json or .json.gz), a dict or a list."""
+    if isinstance(trace, (str, Path)):
+        path = Path(trace)
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:  # type: ignore[operator]
+            trace = json.load(fh)
+    if isinstance(trace, dict):
+        return list(trace.get("traceEvents", []))
+    return list(trace)
+
+
+def timeline_from_trace(
+    trace: str | Path | dict[str, Any] | list[dict[str, Any]],
+    device: torch.device | str = "cpu",
+    baseline: dict[str, int] | None = None,
+) -> MemoryTimeline:
+    """Build the memory timeline from a Chrome trace recorded with ``profile_memory=True``.
+
+    ``device`` picks the allocator's events (CPU or one CUDA device). ``baseline`` holds the bytes
+    known to be alive before the trace by category (e.g. params, optimizer); the timeline's level is
+    baseline + the running sum of the events' byte deltas.
+    """
+    dev = torch.device(device)
+    events = load_trace_events(trace)
+    want_type = 1 if dev.type == "cuda" else 0
+    want_id = dev.index if dev.type == "cuda" else None
+    mem: list[tuple[float, int, int, int]] = []
+    phases: list[Phase] = []
+    for ev in events:
+        name = ev.get("name")
+        if name == "[memory]":
+            a = ev.get("args", {})
+            if int(a.get("Device Type", 0)) != want_type:
+                continue
+            if want_id is not None and int(a.get("Device Id", want_id)) != want_id:
+                continue
+            mem.append((float(ev["ts"]), int(a.get("Ev Idx", 0)), int(a.get("Bytes", 0)), int(a.get("Addr", 0))))
+        elif ev.get("ph") == "X" and ev.get("cat") == "user_annotation" and isinstance(name, str):
+            part = name[len(SCOPE_PREFIX):] if name.startswith(SCOPE_PREFIX) else None
+            if part in _PARTS:
+                ts = float(ev["ts"])
+                phases.append(Phase(part, ts, ts + float(ev.get("dur", 0.0))))
+    mem.sort()
+    phases.sort(key=lambda p: p.start_ms)
+    t0 = phases[0].start_ms if phases else (mem[0][0] if mem else 0.0)
+    phases = [Phase(p.name, (p.start_ms - t0) / 1e3, (p.end_ms - t0) / 1e3) for p in phases]
+    return _build_timeline(mem, phases, t0, dict(baseline or {}), str(dev))
+
+
+def _phase_at(phases: list[Phase], t_ms: float) -> str | None:
+    for p in phases:
+        if p.start_ms <= t_ms <= p.end_ms:
+            return p.name
+    return None
+
+
+def _build_timeline(
+    mem: list[tuple[float, int, int, int]], phases: list[Phase], t0: float, baseline: dict[str, int], device: str
+) -> MemoryTimeline:
+    notes: list[str] = []
+    # Pass 1: pair allocations with frees by address to learn each block's lifetime.
+    open_blocks: dict[int, int] = {}  # addr -> index of its allocation event
+    free_of: dict[int, int] = {}  # allocation index -> free index
+    unknown_frees = 0
+    for i, (_, _, nbytes, addr) in enumerate(mem):
+        if nbytes > 0:
+            open_blocks[addr] = i
+        elif nbytes < 0:
+            j = open_blocks.pop(addr, None)
+            if j is None:
+                unknown_frees += 1
+            else:
+                free_of[j] = i
+    times = [(ts - t0) / 1e3 for ts, _, _, _ in mem]
+    cat_of: dict[int, str] = {}
+    for i, (_, _, nbytes, _) in enumerate(mem):
+        if nbytes > 0:
+            j = free_of.get(i)
+            cat_of[i] = classify(
+                _phase_at(phases, times[i]), None if j is None else _phase_at(phases, times[j]), j is not None
+            )
+    # Pass 2: running totals per category.
+    base_total = sum(baseline.values())
+    level = {c: int(baseline.get(c, 0)) for c in CATEGORIES}
+    alloc_idx_at: dict[int, int] = {}
+    cats: dict[str, list[int]] = {c: [] for c in CATEGORIES}
+    allocated: list[int] = []
+    total = base_total
+    for i, (_, _, nbytes, addr) in enumerate(mem):
+        total += nbytes
+        if nbytes > 0:
+            alloc_idx_at[addr] = i
+            level[cat_of[i]] += nbytes
+        elif nbytes < 0:
+            j = alloc_idx_at.pop(addr, None)
+            # A block from before the trace (CUDA reports those frees): take it from "other".
+            level[cat_of[j] if j is not None else "other"] += nbytes
+        allocated.append(total)
+        for c in CATEGORIES:
+            cats[c].append(level[c])
+    # "other" may go below zero when pre-existing blocks are freed; fold that into the level shown.
+    for k, v in enumerate(cats["other"]):
+        if v < 0:
+            cats["other"][k] = 0
+            for c in ("temporaries", "outputs", "activations", "grads", "optimizer", "kv_cache", "params"):
+                take = min(cats[c][k], -v)
+                cats[c][k] -= take
+                v += take
+                if v >= 0:
+                    break
+    if unknown_frees:
+        notes.append(f"{unknown_frees} frees of blocks allocated before profiling started")
+    if allocated:
+        k = max(range(len(allocated)), key=allocated.__getitem__)
+        peak, peak_ms = allocated[k], times[k]
+    else:
+        peak, peak_ms = base_total, 0.0
+        notes.append(f"no memory events for {device} in the trace")
+    fwd = [p for p in phases if p.name == "forward"]
+    activations = None
+    if fwd:
+        before = _level_before(times, allocated, base_total, fwd[0].start_ms)
+        after = _level_before(times, allocated, base_total, fwd[0].end_ms, inclusive=True)
+        activations = after - before
+    else:
+        notes.append("no lmprof:forward range in the trace: activations unknown")
+    return MemoryTimeline(
+        t_ms=times, allocated=allocated, categories=cats, phases=phases, baseline=base_total, device=device,
+        peak=peak, peak_ms=peak_ms, peak_phase=_phase_at(phases, peak_ms), activations=activations,
+        events=len(mem), notes=notes,
+    )
+
+
+def _level_before(times: list[float], allocated: list[int], base: int, t_ms: float, inclusive: bool = False) -> int:
+    level = base
+    for t, a in zip(times, allocated):
+        if t > t_ms or (t == t_ms and not inclusive):
+            break
+        level = a
+    return level
+
+
+def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> list[dict[str, Any]]:
+    """Run ``fn`` once under torch.profiler with memory events; return the Chrome trace's events.
+
+    Only the CPU activity is needed: allocator events (CPU and CUDA) are recorded on the host.
+    torch.profiler cannot nest, so call this outside any other profiling.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = trace_path or Path(tmp) / "memory_trace.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+        return load_trace_events(path)

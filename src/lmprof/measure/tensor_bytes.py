@@ -1,0 +1,135 @@
+"""Exact bytes of live tensors: parameters, gradients, optimizer state, each storage counted once.
+
+Tied weights and views share a storage, so bytes are counted by (storage, byte range), never by
+tensor. Gradients are read by a post-accumulate hook during backward (the step frees them again in
+``zero_grad``).
+"""
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import torch
+
+
+Range = tuple[Any, int, int]  # (storage key, first byte, end byte)
+
+
+def tensor_range(t: torch.Tensor) -> Range:
+    """The bytes of its storage a tensor can reach: (storage key, start, end).
+
+    A distributed tensor (FSDP2's DTensor) counts its local shard: what this rank holds.
+    A storage that was freed (FSDP's resharded full parameters) holds no bytes.
+    """
+    to_local = getattr(t, "to_local", None)
+    if callable(to_local):
+        t = to_local()
+    try:
+        st = t.untyped_storage()
+        key = st.data_ptr() or id(st)  # meta / zero-size storages have no address
+    except RuntimeError:  # "invalid python storage": freed under us, nothing held
+        return (id(t), 0, 0)
+    size = t.element_size()
+    if t.numel() == 0:
+        return (key, 0, 0)
+    start = t.storage_offset() * size
+    # The furthest element a strided view reaches (strides may be 0 or permuted).
+    last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    return (key, start, start + (last + 1) * size)
+
+
+def ranges_bytes(ranges: Iterable[Range]) -> int:
+    """Bytes covered by ranges, overlaps counted once (tied weights, views of one storage)."""
+    by_key: dict[Any, list[tuple[int, int]]] = {}
+    for key, lo, hi in ranges:
+        if hi > lo:
+            by_key.setdefault(key, []).append((lo, hi))
+    total = 0
+    for spans in by_key.values():
+        spans.sort()
+        cur_lo, cur_hi = spans[0]
+        for lo, hi in spans[1:]:
+            if lo > cur_hi:
+                total += cur_hi - cur_lo
+                cur_lo, cur_hi = lo, hi
+            else:
+                cur_hi = max(cur_hi, hi)
+        total += cur_hi - cur_lo
+    return total
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Exact bytes held by tensors, each storage byte counted once."""
+    return ranges_bytes(tensor_range(t) for t in tensors)
+
+
+def _state_tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                yield value
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """Exact bytes of the model and optimizer at one moment.
+
+    ``optimizer`` includes every tensor in ``optimizer.state``: AdamW's two moments per parameter
+    and its 0-dim ``step`` counter per parameter (``optimizer_scalars``; 4 B each, kept on the CPU
+    even for CUDA parameters unless ``capturable``/``fused``).
+    """
+
+    params: int
+    buffers: int
+    grads: int
+    optimizer: int
+    optimizer_scalars: int
+    n_params: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.buffers + self.grads + self.optimizer
+
+
+def static_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> StaticMemory:
+    """Exact bytes of parameters, buffers, current gradients and optimizer state."""
+    params = list(model.parameters())
+    state = list(_state_tensors(optimizer)) if optimizer is not None else []
+    return StaticMemory(
+        params=tensor_bytes(params),
+        buffers=tensor_bytes(model.buffers()),
+        grads=tensor_bytes(p.grad for p in params if p.grad is not None),
+        optimizer=tensor_bytes(state),
+        optimizer_scalars=tensor_bytes(t for t in state if t.dim() == 0),
+        n_params=sum(p.numel() for p in params),
+    )
+
+
+@contextlib.contextmanager
+def record_grads(model: torch.nn.Module) -> Iterator[dict[int, Range]]:
+    """Within the block, remember the storage range of every parameter's final .grad.
+
+    Only the range is kept, never the tensor, so the step frees its gradients as it always would.
+    """
+    seen: dict[int, Range] = {}
+    handles = []
+    for p in model.parameters():
+        if p.requires_grad:
+            def hook(param: torch.Tensor) -> None:
+                if param.grad is not None:
+                    seen[id(param)] = tensor_range(param.grad)
+            handles.append(p.register_post_accumulate_grad_hook(hook))
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size in bytes (whole process, never decreases)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
