@@ -9,7 +9,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from lmprof.config import DEFAULT_SEQ_LEN, InferConfig, TrainConfig
+from lmprof.config import DEFAULT_SEQ_LEN, InferConfig, ModelSpec, TrainConfig
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
@@ -21,6 +21,13 @@ from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.workloads.training import TrainWorkload
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
+
+
+def gpt_config(spec: ModelSpec, vocab_size: int | None = None) -> GPTConfig:
+    """The built-in GPT's config: the preset with the spec's overrides (``vocab_size`` wins if given)."""
+    return preset(spec.preset, n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd,
+                  block_size=spec.block_size, vocab_size=vocab_size if vocab_size is not None else spec.vocab_size,
+                  dropout=spec.dropout, bias=spec.bias, attention=spec.attention)
 
 
 def train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, dict[str, Any]]:
@@ -54,17 +61,7 @@ def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = Non
         seq_guess = cfg.seq_len or DEFAULT_SEQ_LEN.get(cfg.preset, 64)
         data = CharDataset(cfg.data, cfg.batch_size, seq_guess, seed=cfg.seed)
         vocab = data.vocab_size
-    gcfg = preset(
-        cfg.preset,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_embd=cfg.n_embd,
-        block_size=cfg.block_size,
-        vocab_size=vocab,
-        dropout=cfg.dropout,
-        bias=cfg.bias,
-        attention=cfg.attention,
-    )
+    gcfg = gpt_config(cfg, vocab_size=vocab)
     seq_len = cfg.seq_len or min(DEFAULT_SEQ_LEN.get(cfg.preset, 64), gcfg.block_size)
     if seq_len > gcfg.block_size:
         raise ConfigError(f"seq_len {seq_len} exceeds the model's block_size {gcfg.block_size}")
@@ -163,9 +160,7 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         hooked = model
         scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
     else:
-        gcfg = preset(cfg.preset, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
-                      block_size=cfg.block_size, vocab_size=cfg.vocab_size, dropout=cfg.dropout,
-                      bias=cfg.bias, attention=cfg.attention)
+        gcfg = gpt_config(cfg)
         torch.manual_seed(cfg.seed)
         model = GPT(gcfg).to(dtype=dtype)
         model_scopes(True)  # process-wide: a compiled training run before this one turned them off
