@@ -19,7 +19,8 @@ import torch
 
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
-from lmprof.config import MeasureSpec
+from lmprof.config import MeasureSpec, build
+from lmprof.record.outdir import check_output_dir
 from lmprof.record.run import Run
 
 
@@ -77,7 +78,7 @@ def profile_training(
     from lmprof.workloads.training import TrainWorkload
     from lmprof.workloads.hooks import module_scopes
 
-    spec = MeasureSpec(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off")
+    spec = build(MeasureSpec, dict(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off"))
     dev = _device_of(model, device)
     source = iter(itertools.cycle(batches)) if isinstance(batches, (list, tuple)) else iter(batches)
     first = next(source)
@@ -87,6 +88,7 @@ def profile_training(
         tokens_per_step=_tokens_in(first), scopes=lambda: module_scopes(model),
     )
     folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-train-"))
+    check_output_dir(folder, "out_dir")  # before measuring: a bad folder must not cost a finished run
     config = {"model_name": type(model).__name__, "dtype": dtype, "steps": steps, "warmup": warmup,
               "profile_steps": profile_steps, "device_resolved": str(dev)}
     run = measure_training(work, spec, folder, config)
@@ -130,8 +132,9 @@ def profile_inference(
         model=model, decoder=decoder, prompt=input_ids.to(dev.torch_device), new_tokens=new_tokens, device=dev,
         shape=shape_of(model), tokenizer=tokenizer, scopes=lambda: module_scopes(model), notes=notes,
     )
-    spec = MeasureSpec(warmup=warmup, steps=steps, profile_steps=profile_steps, energy="off")
+    spec = build(MeasureSpec, dict(warmup=warmup, steps=steps, profile_steps=profile_steps, energy="off"))
     folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-infer-"))
+    check_output_dir(folder, "out_dir")  # before measuring: a bad folder must not cost a finished run
     config = {"model_name": type(model).__name__, "batch_size": input_ids.size(0), "seq_len": input_ids.size(1),
               "new_tokens": new_tokens, "kv_cache": kv_cache, "steps": steps, "warmup": warmup,
               "profile_steps": profile_steps, "device_resolved": str(dev)}

@@ -4,10 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+import math
+import os
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from lmprof.errors import ConfigError, DataError
+from lmprof.safeyaml import load_file
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 EnergyMode = Literal["auto", "off", "estimate"]
@@ -15,8 +18,37 @@ EnergyMode = Literal["auto", "off", "estimate"]
 # Default sequence length per preset: short enough for a quick CPU run, the model's context for gpt2.
 DEFAULT_SEQ_LEN = {"tiny": 64, "small": 256, "gpt2": 1024}
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; beyond it torch raises
+MAX_SIZE = 2**31 - 1  # batch, sequence and dimension sizes: more than any device holds, less than overflows
 
-class ModelSpec(BaseModel):
+
+class _Checked(BaseModel):
+    """Rules every run option shares, so they exist once: no true/false where a number is meant."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: object, info: ValidationInfo) -> object:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(v, bool) and field is not None and _is_number(field.annotation):
+            raise ValueError(f"expected a number, got {str(v).lower()}")
+        return v
+
+
+def _is_number(annotation: object) -> bool:
+    args = getattr(annotation, "__args__", None)
+    if args:
+        return all(a in (int, float, type(None)) for a in args) and any(a in (int, float) for a in args)
+    return annotation in (int, float)
+
+
+def _bounded(name: str, v: int | None, low: int, high: int) -> int | None:
+    if v is not None and not low <= v <= high:
+        raise ValueError(f"{name} must be between {low} and {high:,}, got {v:,}" if abs(v) < 10**30
+                         else f"{name} must be between {low} and {high:,}, got a {len(str(abs(v)))}-digit number")
+    return v
+
+
+class ModelSpec(_Checked):
     """Which built-in GPT: a preset plus optional overrides."""
 
     model_config = ConfigDict(extra="forbid")
@@ -34,12 +66,17 @@ class ModelSpec(BaseModel):
     hf_config: str | None = None  # a Hugging Face architecture with random weights (offline)
     download: bool = False  # allow fetching --hf from the hub
 
+    @field_validator("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+    @classmethod
+    def _dims(cls, v: int | None, info: ValidationInfo) -> int | None:
+        return _bounded(info.field_name or "size", v, 1, MAX_SIZE)
+
     def label(self) -> str:
         """A short name for run folders: the HF model or the preset."""
         return (self.hf or self.hf_config or self.preset).replace("/", "_").strip("._") or "model"
 
 
-class MeasureSpec(BaseModel):
+class MeasureSpec(_Checked):
     """How figures are taken: the same protocol for every mode."""
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +92,26 @@ class MeasureSpec(BaseModel):
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
     plots: bool = True  # per-run PNGs (roofline, memory timeline); sweeps turn them off
     seed: int = 0
+    force: bool = False  # run even when the steps asked for would take longer than lmprof.pipeline.budget allows
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        return _bounded("seed", v, 0, MAX_SEED)  # type: ignore[return-value]
+
+    @field_validator("tdp_w")
+    @classmethod
+    def _tdp(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"rated power must be a positive number of watts, got {v}")
+        return v
+
+    @field_validator("idle_s")
+    @classmethod
+    def _idle(cls, v: float) -> float:
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"must be a finite number of seconds >= 0, got {v}")
+        return v
 
     @field_validator("energy", mode="before")
     @classmethod
@@ -76,6 +133,12 @@ class MeasureSpec(BaseModel):
             raise ValueError(f"must be positive, got {v}")
         return v
 
+    @field_validator("warmup", "steps", "profile_steps")
+    @classmethod
+    def _countable(cls, v: int, info: ValidationInfo) -> int:
+        # Beyond this no clock could finish; below it, lmprof.pipeline.budget estimates the duration.
+        return _bounded(info.field_name or "steps", v, 0, 2**62)  # type: ignore[return-value]
+
 
 class TrainConfig(ModelSpec, MeasureSpec):
     """Everything ``lmprof train`` needs."""
@@ -96,14 +159,50 @@ class TrainConfig(ModelSpec, MeasureSpec):
     def _batch(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"batch size must be positive, got {v}")
-        return v
+        return _bounded("batch size", v, 1, MAX_SIZE)  # type: ignore[return-value]
 
     @field_validator("seq_len")
     @classmethod
     def _seq(cls, v: int | None) -> int | None:
         if v is not None and v <= 0:
             raise ValueError(f"sequence length must be positive, got {v}")
+        return _bounded("sequence length", v, 1, MAX_SIZE)
+
+    @field_validator("nproc")
+    @classmethod
+    def _nproc(cls, v: int) -> int:
+        return _bounded("--nproc (ranks)", v, 1, 4096)  # type: ignore[return-value]
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_input_file(v, "data file")
         return v
+
+
+def check_input_file(path: str | Path, what: str) -> Path:
+    """``path`` must be a regular file we can read; otherwise one line saying what it is instead."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{what} not found: {p}")
+    if not p.is_file():
+        raise DataError(f"{what} {p} is {_kind_of(p)}, not a regular file")
+    if not os.access(p, os.R_OK):
+        raise DataError(f"{what} {p} is not readable (permission denied)")
+    return p
+
+
+def _kind_of(p: Path) -> str:
+    import stat
+
+    mode = p.stat().st_mode
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def build(model_cls: type[BaseModel], values: dict[str, Any]) -> Any:
@@ -118,16 +217,13 @@ def build(model_cls: type[BaseModel], values: dict[str, Any]) -> Any:
 
 
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
-    """Read a YAML config file into a dict (empty when no path)."""
+    """Read a YAML config file into a dict (empty when no path); bounded (see :mod:`lmprof.safeyaml`)."""
     if path is None:
         return {}
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise DataError(f"config file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_file(p) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of option: value")
     return {str(k).replace("-", "_"): v for k, v in data.items()}

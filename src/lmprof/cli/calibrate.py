@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import math
+
 import typer
 
 from lmprof.cli.app import app
@@ -34,8 +36,8 @@ def calibrate(
         raise ConfigError(f"--sizes must be comma-separated integers, got {sizes!r}") from None
     if size_list is not None and any(n <= 0 for n in size_list):
         raise ConfigError("--sizes must be positive")
-    if seconds is not None and seconds <= 0:
-        raise ConfigError(f"--seconds must be positive, got {seconds}")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"--seconds must be a positive number, got {seconds}")
     if if_missing:
         from lmprof.hardware.calibrate import load_calibration
         from lmprof.hardware.devices import resolve_device

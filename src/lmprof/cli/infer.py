@@ -33,6 +33,7 @@ def infer(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
     from lmprof.config import build, load_yaml
@@ -44,9 +45,12 @@ def infer(
         load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
         prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
-        energy=energy, tdp_w=tdp_w, seed=seed, out=out,
+        energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
     )
     cfg = build(InferConfig, values)
+    from lmprof.record.outdir import check_output_dir
+
+    check_output_dir(cfg.out, "--out")
     with console.status("profiling generation..."):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))

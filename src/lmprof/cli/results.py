@@ -47,16 +47,22 @@ def results(
     from rich.table import Table
 
     from lmprof.errors import DataError
+    from lmprof.atomic import atomic_path
+    from lmprof.record.outdir import check_output_file
     from lmprof.record.store import load_results
 
     df = load_results(sweep_dir)
     if csv or parquet:
         if csv:
-            df.to_csv(csv, index=False)
+            check_output_file(csv, "--csv")
+            with atomic_path(csv) as tmp:
+                df.to_csv(tmp, index=False)
             console.print(f"wrote {csv} ({len(df)} runs, {len(df.columns)} columns)")
         if parquet:
             try:
-                df.to_parquet(parquet, index=False)
+                check_output_file(parquet, "--parquet")
+                with atomic_path(parquet) as tmp:
+                    df.to_parquet(tmp, index=False)
             except ImportError:
                 raise DataError("writing Parquet needs pyarrow: pip install 'lmprof[parquet]'") from None
             console.print(f"wrote {parquet} ({len(df)} runs, {len(df.columns)} columns)")

@@ -35,6 +35,7 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
     parallel: Optional[str] = typer.Option(None, "--parallel", help="With --nproc: ddp (replicas) or fsdp (FSDP2 shards) [default: ddp]"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
@@ -49,9 +50,12 @@ def train(
         preset=preset, hf=hf, hf_config=hf_config, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
-        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, nproc=nproc, parallel=parallel,
+        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force, nproc=nproc, parallel=parallel,
     )
     cfg = build(TrainConfig, values)
+    from lmprof.record.outdir import check_output_dir
+
+    check_output_dir(run_dir if run_dir is not None else cfg.out, "--run-dir" if run_dir is not None else "--out")
     from lmprof.pipeline.distributed import is_distributed, world
 
     if is_distributed():  # a rank under torchrun: rank 0 reports unless the launcher will

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lmprof.analysis.flops import normalize_dtype
+from lmprof.atomic import write_text
 from lmprof.errors import ConfigError, DataError
 from lmprof.hardware.peaks import PeakTable, load_table
 
 SCHEMA = "lmprof.calibration/1"
 DEFAULT_SECONDS = {"cpu": 3.0, "cuda": 10.0, "mps": 8.0}
+MAX_CALIBRATION_SIZE = 2**16  # square matmul side: 16 GiB per fp32 operand, beyond any sane calibration
 # Square matmul sizes tried in order until one takes a good share of the budget.
 DEFAULT_SIZES = {"cpu": (128, 256, 512, 1024, 2048), "cuda": (1024, 2048, 4096, 8192), "mps": (512, 1024, 2048, 4096)}
 # Copy size for bandwidth: well past the last-level cache so DRAM / HBM is what is measured.
@@ -121,39 +123,78 @@ def cache_path(device_name: str, kind: str, directory: str | Path | None = None,
 
 def save_calibration(cal: Calibration, directory: str | Path | None = None) -> Path:
     path = cache_path(cal.device_name, cal.device, directory, cal.hostname)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cal.to_dict(), indent=2))
+    write_text(path, json.dumps(cal.to_dict(), indent=2))
     cal.path = str(path)
     return path
 
 
 def load_calibration(
-    device_name: str, kind: str | None = None, directory: str | Path | None = None
+    device_name: str, kind: str | None = None, directory: str | Path | None = None,
+    notes: list[str] | None = None,
 ) -> Calibration | None:
     """The cached calibration of this device on this host, or None.
 
-    With ``kind`` None every kind is tried (the first cached one wins).
+    With ``kind`` None every kind is tried (the first cached one wins). A cache file that cannot be
+    read (truncated, wrong types, another schema) is ignored, never fatal: a calibration is a
+    convenience, and a finished run must not be lost over it; why it was ignored goes to ``notes``.
     """
     kinds = [kind] if kind else ["cuda", "mps", "cpu"]
     for k in kinds:
         path = cache_path(device_name, k, directory)
         if path.is_file():
-            return read_calibration(path)
+            try:
+                return read_calibration(path)
+            except DataError as exc:
+                if notes is not None:
+                    notes.append(f"ignored the calibration cache: {exc} (rerun `lmprof calibrate` to replace it)")
     return None
 
 
 def read_calibration(path: str | Path) -> Calibration:
+    """Read one calibration file; anything but a well-formed one is a DataError naming what is wrong."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read calibration {path}: {exc}") from None
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
+        raise DataError(f"cannot read calibration {path}: {' '.join(str(exc).split())[:160]}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path} is not an lmprof calibration (not a JSON object)")
     if data.get("schema") != SCHEMA:
-        raise DataError(f"{path} is not an lmprof calibration (schema={data.get('schema')!r})")
+        raise DataError(f"{path} is not an lmprof calibration (schema={str(data.get('schema'))[:40]!r})")
+    problem = _calibration_problem(data)
+    if problem:
+        raise DataError(f"{path} is not a valid lmprof calibration: {problem}")
     known = {f for f in Calibration.__dataclass_fields__ if f != "path"}
     cal = Calibration(**{k: v for k, v in data.items() if k in known})
     cal.path = str(path)
     return cal
+
+
+def _rate(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _calibration_problem(data: dict[str, Any]) -> str | None:
+    """What makes a calibration dict unusable (None when it is fine): the fields peaks are read from."""
+    for key in ("device", "device_name", "hostname", "created", "torch"):
+        if not isinstance(data.get(key), str):
+            return f"field {key} must be a string"
+    for key in ("threads",):
+        if not isinstance(data.get(key), int) or isinstance(data.get(key), bool):
+            return f"field {key} must be an integer"
+    if not isinstance(data.get("seconds"), (int, float)) or isinstance(data.get("seconds"), bool):
+        return "field seconds must be a number"
+    matmul, bandwidth = data.get("matmul", {}), data.get("bandwidth", {})
+    if not isinstance(matmul, dict) or not all(isinstance(m, dict) for m in matmul.values()):
+        return "field matmul must map dtypes to objects"
+    for dt, m in matmul.items():
+        if not _rate(m.get("flops_per_s")):
+            return f"field matmul.{dt}.flops_per_s must be a positive number"
+    if not isinstance(bandwidth, dict):
+        return "field bandwidth must be an object"
+    if "bytes_per_s" in bandwidth and bandwidth["bytes_per_s"] is not None and not _rate(bandwidth["bytes_per_s"]):
+        return "field bandwidth.bytes_per_s must be a positive number"
+    return None
 
 
 # -- resolving a peak -------------------------------------------------------------------------------
@@ -193,7 +234,7 @@ def resolve_peak(
         if entry.note:
             notes.append(entry.note)
     if flops is None or bw is None:
-        cal = load_calibration(device_name, kind, directory)
+        cal = load_calibration(device_name, kind, directory, notes)
         if cal is not None:
             if flops is None and cal.flops_for(dt) is not None:
                 flops = cal.flops_for(dt)
@@ -382,8 +423,11 @@ def calibrate(
     if not wanted:
         raise ConfigError("give at least one dtype to calibrate")
     total = float(seconds if seconds is not None else DEFAULT_SECONDS.get(dev.kind, 5.0))
-    if total <= 0:
-        raise ConfigError(f"--seconds must be positive, got {total}")
+    if not (math.isfinite(total) and 0 < total <= 86400):
+        raise ConfigError(f"--seconds must be a positive number of seconds up to a day (86400), got {total}")
+    if sizes is not None and any(not 0 < n <= MAX_CALIBRATION_SIZE for n in sizes):
+        raise ConfigError(f"--sizes must be between 1 and {MAX_CALIBRATION_SIZE:,} (a square matmul of that size "
+                          "needs gigabytes per operand)")
     share = total / (len(wanted) + 1)
     cal = Calibration(
         device=dev.kind,

@@ -13,6 +13,7 @@ from typing import Callable, ContextManager
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from lmprof.atomic import atomic_path
 from lmprof.record.run import OpStat
 from lmprof.names import SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
@@ -52,7 +53,8 @@ def profile_steps(
     collected: dict[str, object] = {}
 
     def on_ready(prof: profile) -> None:
-        prof.export_chrome_trace(str(trace_path))
+        with atomic_path(trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
+            prof.export_chrome_trace(str(tmp))
         collected["averages"] = prof.key_averages()
 
     sched = schedule(wait=0, warmup=warmup, active=active, repeat=1)

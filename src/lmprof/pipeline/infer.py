@@ -12,6 +12,7 @@ from lmprof.hardware.devices import resolve_device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_inference_memory
 from lmprof.measure.profiling import profile_steps
+from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.measure.noise import snapshot
@@ -36,6 +37,8 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     B, T, n = work.prompt.size(0), work.prompt.size(1), work.new_tokens
     monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
     with torch.inference_mode():
+        check_duration(lambda: generate(work), spec.warmup + spec.steps + spec.profile_steps,
+                       work.device.synchronize, force=spec.force, what="generations")
         monitor.measure_idle()
         for _ in range(spec.warmup):
             generate(work)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.atomic import write_text
 from lmprof.config import MeasureSpec, TrainConfig
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
@@ -20,6 +21,7 @@ from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_training_memory
 from lmprof.measure.profiling import profile_steps
 from lmprof.measure.timing import warm_up
+from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.measure.noise import snapshot
@@ -49,6 +51,7 @@ def measure_training(
     step = TrainStep(work, spec.dtype)
     sync = work.device.synchronize
     monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
+    check_duration(step, spec.warmup + spec.steps + spec.profile_steps, sync, force=spec.force)
     monitor.measure_idle()  # before warm-up: a device stays clocked up for a while after work
     warm_up(step, spec.warmup, sync)
     before = snapshot()
@@ -105,7 +108,7 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
         folder = out_dir or run_folder(cfg.out, "train", f"{cfg.label()}-ddp{cfg.nproc}", device)
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "config.yaml"
-        spec.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        write_text(spec, yaml.safe_dump(cfg.model_dump(), sort_keys=False))
         return dist.launch(["--config", str(spec)], cfg.nproc, folder), folder
     if dist.is_distributed():
         return dist.run_rank(cfg, out_dir, measure_training)

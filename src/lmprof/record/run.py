@@ -14,6 +14,7 @@ hardware cannot give has ``value=None`` and a ``note`` saying why; it is shown a
 from __future__ import annotations
 
 import csv
+import io
 import shutil
 import math
 import statistics
@@ -21,8 +22,9 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from lmprof.atomic import atomic_path, write_bytes, write_text
 from lmprof.errors import DataError
 
 SCHEMA = "lmprof.run/1"
@@ -183,14 +185,16 @@ class Run(BaseModel):
             for name in self.files.values():
                 src = self._folder / name
                 if src.is_file() and not (out / name).exists():
-                    shutil.copy2(src, out / name)
+                    with atomic_path(out / name) as tmp:
+                        shutil.copy2(src, tmp)
         self._folder = out
         self.files.setdefault("blocks", "blocks.csv")
         self.files.setdefault("ops", "ops.csv")
         data = self.model_dump(mode="json", by_alias=True)
-        (out / "run.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        # The CSVs first, run.json last: a folder with a run.json is a complete run.
         _write_csv(out / "blocks.csv", [b.model_dump() for b in self.blocks], list(Block.model_fields))
         _write_csv(out / "ops.csv", [o.model_dump() for o in self.ops], list(OpStat.model_fields))
+        write_bytes(out / "run.json", orjson.dumps(data, option=orjson.OPT_INDENT_2))
         return out
 
     @classmethod
@@ -200,25 +204,42 @@ class Run(BaseModel):
         if path.is_dir():
             path = path / "run.json"
         if not path.is_file():
-            raise DataError(f"no run record at {path}")
+            raise DataError(f"no run record at {path}" + (" (not a regular file)" if path.exists() else ""))
         try:
-            data = orjson.loads(path.read_bytes())
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise DataError(f"{path} is not valid JSON: {exc}") from None
+            raise DataError(f"{path} is not valid JSON: {' '.join(str(exc).split())[:200]}") from None
+        if not isinstance(data, dict):
+            raise DataError(f"{path} is not an lmprof run record: expected a JSON object, got {_json_kind(data)}")
         schema = data.get("schema", "")
         if not str(schema).startswith("lmprof.run/"):
-            raise DataError(f"{path} is not an lmprof run record (schema={schema!r})")
+            raise DataError(f"{path} is not an lmprof run record (schema={str(schema)[:80]!r})")
         try:
             run = cls.model_validate(data)
-        except Exception as exc:  # pydantic.ValidationError: report the first problem in one line
-            raise DataError(f"{path} does not match {SCHEMA}: {str(exc).splitlines()[0]}") from None
+        except ValidationError as exc:  # the first problem in one line, naming the field
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err.get("loc", ())) or "record"
+            msg = " ".join(str(err.get("msg", "invalid value")).split())[:200]
+            raise DataError(f"{path} does not match {SCHEMA}: field {where}: {msg}") from None
         run._folder = path.parent
         return run
 
 
+def _json_kind(data: Any) -> str:
+    if data is None:
+        return "null"
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(data), type(data).__name__)
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    write_text(path, buf.getvalue())

@@ -5,7 +5,10 @@ import base64
 import datetime as _dt
 import html
 import math
+import os
+import re
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, Iterable, Mapping, Sequence
 
 from lmprof.show.format import number
@@ -24,6 +27,42 @@ NOT_RECORDED = "not recorded in this run"
 def esc(x: object) -> str:
     """HTML-escape anything (None -> '')."""
     return "" if x is None else html.escape(str(x), quote=True)
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+def file_inside(folder: str | Path | None, name: object) -> Path | None:
+    """The file ``name`` names inside ``folder``, or None when ``name`` is anything but a plain relative
+    path that stays there (a URL such as ``javascript:...``, an absolute path, ``..``, a symlink out).
+
+    Everything a report links to or embeds from a run record or a store goes through here: the record
+    may come from anyone, and only files of the run itself belong in its report.
+    """
+    if folder is None or not isinstance(name, str) or not name or "\x00" in name or "\\" in name:
+        return None
+    if _SCHEME.match(name) or name.startswith(("/", "~")) or ".." in Path(name).parts:
+        return None
+    base = Path(folder)
+    try:
+        target = (base / name).resolve()
+        target.relative_to(base.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return target
+
+
+def local_href(target: Path, report_dir: str | Path) -> str:
+    """A relative, percent-encoded link from ``report_dir`` to ``target`` (checked by :func:`file_inside`).
+
+    Encoding every segment means no file name can turn into a scheme (``javascript%3A...``) or break
+    out of the attribute.
+    """
+    try:
+        rel = Path(os.path.relpath(target, Path(report_dir).resolve())).as_posix()
+    except ValueError:  # different drives on Windows
+        return target.as_uri()
+    return quote(rel, safe="/")
 
 
 def _template(name: str) -> str:

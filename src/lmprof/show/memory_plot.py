@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from lmprof.atomic import atomic_path
+
 if TYPE_CHECKING:
     from lmprof.measure.memory_timeline import MemoryTimeline
 
@@ -144,7 +146,8 @@ def plot_memory_timeline(
         top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     top.set_title(title or f"memory over one step ({tl.device})", fontsize=11)
     fig.tight_layout()
-    fig.savefig(out)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return out
 

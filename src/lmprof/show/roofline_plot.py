@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lmprof.analysis.roofline import RooflinePoint
+from lmprof.atomic import atomic_path
 from lmprof.units import si
 
 _COLORS = {"compute-bound": "#1f77b4", "memory-bound": "#d62728", "overhead-bound": "#7f7f7f", "unknown": "#9467bd"}
@@ -103,7 +104,8 @@ def plot_roofline(
     fig.tight_layout(rect=(0, 0.04 * len(footer), 1, 1))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png")
     return out
 
 

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from lmprof.analysis.advice import RULES, Recommendation, advise
 from lmprof.errors import DataError
+from lmprof.atomic import write_text
+from lmprof.record.outdir import check_output_file
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
-    NOT_RECORDED, REPORT_NAME, absent, badge, esc, figure, generic_table, kv_html, page, section, table,
+    NOT_RECORDED, REPORT_NAME, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
+    section, table,
 )
 from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_html
 
@@ -186,9 +188,12 @@ def _pngs(run: Run, pred: Callable[[str, str], bool], used: set[str]) -> list[st
     for role, name in run.files.items():
         if not name.lower().endswith(".png") or name in used or not pred(role.lower(), name.lower()):
             continue
-        path = Path(run.folder) / name if run.folder else None
+        path = file_inside(run.folder, name)  # never embed a file from outside the run
         used.add(name)
-        if path is None or not path.is_file():
+        if path is None:
+            out.append(absent(f"{name}: not a file inside the run folder, not shown"))
+            continue
+        if not path.is_file():
             out.append(absent(f"{name}: listed in run.json but the file is missing"))
             continue
         out.append(figure(path.read_bytes(), f"{name} ({role})"))
@@ -273,17 +278,17 @@ def config_html(config: Mapping[str, Any]) -> str:
 
 
 def trace_file_html(run: Run, report_dir: Path) -> str:
-    """A relative link to the trace and how to open it."""
+    """A relative link to the trace and how to open it (only a file inside the run folder is linked)."""
     name = run.files.get("trace")
     if not name:
         return absent("no trace file was written by this run")
-    path = Path(run.folder) / name if run.folder else Path(name)
+    path = file_inside(run.folder, name)
+    if path is None:
+        return absent(f"the record names the trace {name!r}, which is not a file inside the run folder: "
+                      "not linked")
     size = f" ({human_bytes(path.stat().st_size)})" if path.is_file() else " (file missing)"
-    try:
-        href = os.path.relpath(path.resolve(), report_dir.resolve())
-    except ValueError:  # different drives on Windows
-        href = path.resolve().as_uri()
-    return (f'<p><a href="{esc(Path(href).as_posix())}" download>{esc(name)}</a>{esc(size)}: the profiled '
+    href = local_href(path, report_dir)
+    return (f'<p><a href="{esc(href)}" download>{esc(name)}</a>{esc(size)}: the profiled '
             "steps as a Chrome/Kineto trace.</p>"
             "<p>Open it in Perfetto: go to <code>ui.perfetto.dev</code>, choose <b>Open trace file</b> and pick "
             "this file (it is read in your browser, nothing is uploaded). Or open <code>chrome://tracing</code> "
@@ -355,6 +360,6 @@ def write_run_report(run: Run, folder: str | Path | None = None, *, out: str | P
         if base is None:
             raise DataError("write_run_report: no folder given and the run was never saved")
         path = Path(base) / REPORT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_run_report(run, report_dir=path.parent), encoding="utf-8")
+    check_output_file(path)
+    write_text(path, render_run_report(run, report_dir=path.parent))
     return path

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from lmprof.names import MODE_PHASES as PHASES
 
+from lmprof.atomic import atomic_path
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -127,7 +129,8 @@ def _save(fig: "Figure", path: Path, footer: Sequence[str] = (), legend: SideLeg
     if lines:
         fig.text(0.01, 0.005, "\n".join(lines), fontsize=7.5, va="bottom", ha="left", color="#444444")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

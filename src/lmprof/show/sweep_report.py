@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lmprof.errors import DataError
+from lmprof.atomic import write_text
+from lmprof.record.outdir import check_output_file
 from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number
-from lmprof.show.html import REPORT_NAME, absent, cell_value, esc, figure, page, section, table
+from lmprof.show.html import (
+    REPORT_NAME, absent, cell_value, esc, figure, file_inside, local_href, page, section, table,
+)
 
 
 @dataclass(frozen=True)
@@ -197,15 +200,20 @@ def sweep_table_html(df: Any, sweep_dir: Path) -> str:
 
 
 def _folder_link(path: Path, base: Path) -> str:
-    """A relative link to a run folder (its report.html when it has one)."""
-    target = path if path.is_absolute() else base / path
+    """A relative link to a run folder inside the sweep (its report.html when it has one); anything the
+    store names outside the sweep folder is shown as text, never linked."""
+    name = str(path)
+    if path.is_absolute():
+        try:
+            name = path.resolve().relative_to(base.resolve()).as_posix()
+        except (OSError, ValueError):
+            return esc(path.name)
+    target = file_inside(base, name)
+    if target is None:
+        return esc(path.name)
     if (target / REPORT_NAME).is_file():
         target = target / REPORT_NAME
-    try:
-        href = Path(os.path.relpath(target.resolve(), base.resolve())).as_posix()
-    except ValueError:
-        href = target.resolve().as_uri()
-    return f'<a href="{esc(href)}">{esc(path.name)}</a>'
+    return f'<a href="{esc(local_href(target, base))}">{esc(path.name)}</a>'
 
 
 def _isna(v: Any) -> bool:
@@ -263,8 +271,8 @@ def render_sweep_report(folder: str | Path) -> str:
 def write_sweep_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write the sweep report to ``out`` or ``folder/report.html``."""
     path = Path(out) if out is not None else Path(folder) / REPORT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_sweep_report(folder), encoding="utf-8")
+    check_output_file(path)
+    write_text(path, render_sweep_report(folder))
     return path
 
 

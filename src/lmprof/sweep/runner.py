@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
+from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import worker
@@ -138,7 +139,7 @@ def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.e
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     point_json = run_dir / "point.json"
-    point_json.write_text(point.model_dump_json(indent=2))
+    write_text(point_json, point.model_dump_json(indent=2))
     log = run_dir / "worker.log"
     started, t0 = _now(), time.monotonic()
     with log.open("wb") as fh:
