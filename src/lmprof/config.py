@@ -22,7 +22,7 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; beyond it torch r
 MAX_SIZE = 2**31 - 1  # batch, sequence and dimension sizes: more than any device holds, less than overflows
 
 
-class _Checked(BaseModel):
+class Checked(BaseModel):
     """Rules every run option shares, so they exist once: no true/false where a number is meant."""
 
     @field_validator("*", mode="before")
@@ -48,7 +48,7 @@ def _bounded(name: str, v: int | None, low: int, high: int) -> int | None:
     return v
 
 
-class ModelSpec(_Checked):
+class ModelSpec(Checked):
     """Which built-in GPT: a preset plus optional overrides."""
 
     model_config = ConfigDict(extra="forbid")
@@ -76,7 +76,7 @@ class ModelSpec(_Checked):
         return (self.hf or self.hf_config or self.preset).replace("/", "_").strip("._") or "model"
 
 
-class MeasureSpec(_Checked):
+class MeasureSpec(Checked):
     """How figures are taken: the same protocol for every mode."""
 
     model_config = ConfigDict(extra="forbid")

@@ -32,6 +32,8 @@ def sweep(
     """Run every configuration of a sweep spec; each point's status and metrics go to results.sqlite."""
     from lmprof.sweep.progress import ConsoleProgress, duration
     from lmprof.sweep.runner import run_sweep
+    from lmprof.record.outdir import check_output_dir
+    from lmprof.safeyaml import short_repr
     from lmprof.sweep.spec import load_spec
 
     if executor not in ("local", "ray"):
@@ -42,6 +44,8 @@ def sweep(
 
         runner_executor = RayExecutor(address)
     sweep_spec = load_spec(spec)
+    if not dry_run:
+        check_output_dir(out, "--out")
     plan = sweep_spec.expand()
     n = len(plan.points)
     console.print(f"sweep {spec}: {n} point{'' if n == 1 else 's'}"
@@ -49,7 +53,7 @@ def sweep(
                   + (f", {sweep_spec.repeats} repeats each" if sweep_spec.repeats > 1 else "")
                   + f", timeout {sweep_spec.timeout_s:g} s per point -> {out}")
     for rule in plan.unused_rules:
-        console.print(f"note: exclude rule {rule} matches no point (a typo?)")
+        console.print(f"note: exclude rule {short_repr(rule)} matches no point (a typo?)")
     if dry_run:
         for p in plan.points:
             console.print(f"  {p.id}  {p.label}")

@@ -140,17 +140,31 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_file():
+            raise DataError(f"{self.path} is {'a directory' if self.path.is_dir() else 'not a regular file'}, "
+                            "not an lmprof sweep store: move it away or choose another --out")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: we open transactions ourselves, one per finished point.
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(_DDL)
-        self._create_view()
-        with self.conn:
-            self.conn.execute("BEGIN")
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+        try:
+            # isolation_level=None: we open transactions ourselves, one per finished point.
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except sqlite3.Error as exc:
+            raise store_error(self.path, exc) from None
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(_DDL)
+            self._create_view()
+            with self.conn:
+                self.conn.execute("BEGIN")
+                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
+                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise store_error(self.path, exc) from None
+        if not row or not str(row[0]).startswith("lmprof.sweep/"):
+            self.conn.close()
+            raise DataError(f"{self.path} is not an lmprof sweep store (schema={str(row[0])[:40] if row else None!r})")
 
     def close(self) -> None:
         self.conn.close()
@@ -183,11 +197,18 @@ class Store:
         Pending rows of an earlier plan that the current spec no longer contains are dropped: they
         never ran, so nothing is lost.
         """
+        points = list(points)
+        wanted = {p.id for p in points}
         with self.conn:
             self.conn.execute("BEGIN")
-            self.conn.execute("DELETE FROM points WHERE status = 'pending'")
+            # Pending rows the plan still has are kept, with their attempt counts (an interrupted point
+            # is put back to pending and must not look as if it had never run).
+            stale = [pid for (pid,) in self.conn.execute("SELECT id FROM points WHERE status = 'pending'")
+                     if pid not in wanted]
+            self.conn.executemany("DELETE FROM points WHERE id = ?", [(pid,) for pid in stale])
             base = int(self.conn.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM points").fetchone()[0])
             for i, p in enumerate(points):
+                self.conn.execute("UPDATE points SET seq = ? WHERE id = ? AND status = 'pending'", (base + i, p.id))
                 spec = p.model_spec
                 self.conn.execute(
                     "INSERT OR IGNORE INTO points (id, label, status, mode, model, batch_size, seq_len, device, dtype,"
@@ -249,17 +270,37 @@ class Store:
         self.conn.execute("DELETE FROM blocks WHERE point_id = ?", (point_id,))
 
 
+def store_error(path: Path, exc: sqlite3.Error) -> DataError:
+    """One line for an SQLite failure on a store: read-only, locked, or not a store at all."""
+    text = str(exc)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low:
+        return DataError(f"{path} is read-only: lmprof records each finished point there, so it needs write "
+                         f"access to the file and its folder ({text})")
+    if "locked" in low or "busy" in low:
+        return DataError(f"{path} is locked by another process ({text}): is another sweep writing to it?")
+    if "unable to open" in low:
+        return DataError(f"cannot open {path} ({text}): check that its folder exists and is writable")
+    return DataError(f"{path} is not an lmprof sweep store (a damaged or foreign file: {text}); "
+                     "move it away, or choose another --out")
+
+
 # -- reading -------------------------------------------------------------------------------------
 def _connect_existing(path: str | Path) -> tuple[sqlite3.Connection, Path]:
     p = db_path(path)
+    if p.exists() and not p.is_file():
+        raise DataError(f"{p} is a directory, not an lmprof sweep store")
     if not p.is_file():
         raise DataError(f"no sweep results at {p} (run `lmprof sweep SPEC.yaml --out {Path(path)}` first)")
-    conn = sqlite3.connect(p, timeout=30)
+    try:
+        conn = sqlite3.connect(p, timeout=30)
+    except sqlite3.Error as exc:
+        raise store_error(p, exc) from None
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise DataError(f"{p} is not an lmprof sweep store: {exc}") from None
+        raise store_error(p, exc) from None
     if not row or not str(row[0]).startswith("lmprof.sweep/"):
         conn.close()
         raise DataError(f"{p} is not an lmprof sweep store (schema={row[0] if row else None!r})")
@@ -280,6 +321,8 @@ def load_results(path: str | Path) -> "pd.DataFrame":
     try:
         points = pd.read_sql_query("SELECT * FROM points ORDER BY seq", conn)
         metrics = pd.read_sql_query("SELECT point_id, key, value, unit FROM metrics", conn)
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        raise store_error(p, exc) from None  # type: ignore[arg-type]
     finally:
         conn.close()
     points["compile"] = points["compile"].astype(bool)
@@ -311,6 +354,8 @@ def load_blocks(path: str | Path) -> "pd.DataFrame":
             f"SELECT b.*, {cols} FROM blocks b JOIN points p ON p.id = b.point_id WHERE p.status = 'ok' ORDER BY p.seq",
             conn,
         )
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        raise store_error(db_path(path), exc) from None  # type: ignore[arg-type]
     finally:
         conn.close()
     df["compile"] = df["compile"].astype(bool)
@@ -326,6 +371,8 @@ def load_metric_notes(path: str | Path, key_prefix: str) -> dict[str, int]:
             " WHERE key LIKE ? ESCAPE '!' AND value IS NULL AND note IS NOT NULL GROUP BY note",
             (key_prefix.replace("!", "!!").replace("_", "!_").replace("%", "!%") + "%",),
         ).fetchall()
+    except sqlite3.Error as exc:
+        raise store_error(db_path(path), exc) from None
     finally:
         conn.close()
     return {str(n): int(c) for n, c in rows}

@@ -55,7 +55,7 @@ def is_sweep_folder(folder: str | Path) -> bool:
     p = Path(folder)
     if (p / "run.json").is_file():
         return False
-    return (p / "results.sqlite").is_file() or (p / "plots").is_dir() or any(p.glob("*/run.json"))
+    return (p / "results.sqlite").exists() or (p / "plots").is_dir() or any(p.glob("*/run.json"))
 
 
 def load_sweep_table(folder: str | Path) -> tuple[Any, str]:
@@ -67,7 +67,10 @@ def load_sweep_table(folder: str | Path) -> tuple[Any, str]:
     import pandas as pd
 
     p = Path(folder)
-    if (p / DB_NAME).is_file():
+    db = p / DB_NAME
+    if db.exists() and not db.is_file():
+        raise DataError(f"{db} is a directory, not an lmprof sweep store")
+    if db.is_file():
         return load_results(p), DB_NAME
     rows = []
     for rj in sorted(p.glob("*/run.json")):

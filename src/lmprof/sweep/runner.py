@@ -19,9 +19,11 @@ from typing import Callable, Iterator, Protocol
 
 from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
+from lmprof.record.outdir import check_output_dir
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import worker
-from lmprof.sweep.spec import Point, SweepSpec
+from lmprof.sweep.lock import sweep_lock, wait_point_free
+from lmprof.sweep.spec import Plan, Point, SweepSpec
 
 RUNS_DIR = "runs"
 _TAIL_BYTES = 64 * 1024
@@ -132,9 +134,13 @@ def classify(returncode: int, log_lines: list[str], has_record: bool) -> tuple[s
 def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
     """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
 
-    The run folder is emptied first (a point re-run on resume starts clean); the worker's output goes
-    to ``<run_dir>/worker.log``.
+    The run folder is emptied first (a point re-run on resume starts clean), but never while a worker
+    still holds it (one orphaned by a killed sweep); the worker's output goes to ``<run_dir>/worker.log``.
     """
+    if not wait_point_free(run_dir):
+        now = _now()
+        return Outcome("error", f"{run_dir} is still being written by a worker of an earlier sweep; "
+                       "run again with --resume once it has exited", now, now, 0.0)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
@@ -210,11 +216,18 @@ def run_sweep(
     are run. ``executor`` decides where points run (default: here, one after another); whatever it
     is, each finished point is committed to the store on this process as soon as it returns.
     """
-    from lmprof.record.run import Run
-
     out = Path(out)
+    check_output_dir(out, "--out")
     listener = listener or QuietListener()
     plan = spec.expand()
+    with sweep_lock(out):  # one writer per store: a second sweep on this folder stops here
+        return _run_locked(spec, plan, out, resume, retry_failed, listener, python, executor)
+
+
+def _run_locked(spec: SweepSpec, plan: Plan, out: Path, resume: bool, retry_failed: bool,
+                listener: SweepListener, python: str, executor: "Executor | None") -> SweepSummary:
+    from lmprof.record.run import Run
+
     db = out / DB_NAME
     if db.exists() and not resume:
         with Store(db) as probe:

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from lmprof.errors import ConfigError
-from lmprof.config import Dtype, EnergyMode, load_yaml
+from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, load_yaml
+from lmprof.safeyaml import short_repr
 
 Mode = Literal["train", "infer"]
 AttentionImpl = Literal["math", "sdpa"]
@@ -39,9 +41,11 @@ AXES: dict[str, str] = {
 }
 _DIMENSIONS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+MAX_POINTS = 10_000  # default grid bound; a spec raises it with `max_points: N`
+MAX_EXCLUDE_RULES = 1_000
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(Checked):
     """One entry of ``models``: a preset name, or explicit dimensions on top of a preset."""
 
     model_config = ConfigDict(extra="forbid")
@@ -157,7 +161,7 @@ class Point(BaseModel):
         return values
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(Checked):
     """The validated spec. Lists are the product's axes; scalars apply to every point."""
 
     model_config = ConfigDict(extra="forbid")
@@ -180,6 +184,7 @@ class SweepSpec(BaseModel):
     seed: int = 0
     data: str | None = None
     exclude: list[dict[str, Any]] = []
+    max_points: int = MAX_POINTS  # the grid's bound (points x repeats): a typo must not queue a million runs
 
     @field_validator("models", "batch_sizes", "seq_lens", "devices", "dtypes", "compile", "attention", "modes",
                      mode="before")
@@ -206,12 +211,19 @@ class SweepSpec(BaseModel):
             raise ValueError(f"duplicate value {dupes[0]}")
         return v
 
+    @field_validator("batch_sizes", "seq_lens", mode="before")
+    @classmethod
+    def _no_bool_sizes(cls, v: object) -> object:
+        if isinstance(v, bool) or (isinstance(v, list) and any(isinstance(x, bool) for x in v)):
+            raise ValueError("expected numbers, got true/false")
+        return v
+
     @field_validator("batch_sizes", "seq_lens")
     @classmethod
     def _positive_ints(cls, v: list[int]) -> list[int]:
-        bad = [x for x in v if x <= 0]
+        bad = [x for x in v if not 0 < x < 2**31]
         if bad:
-            raise ValueError(f"values must be positive, got {bad[0]}")
+            raise ValueError(f"values must be positive (at most {2**31 - 1:,}), got {short_repr(bad[0], 40)}")
         return v
 
     @field_validator("devices")
@@ -245,8 +257,22 @@ class SweepSpec(BaseModel):
     @field_validator("timeout_s")
     @classmethod
     def _timeout(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError(f"must be positive (seconds), got {v}")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"must be positive (a finite number of seconds), got {v}")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if not 0 <= v <= MAX_SEED:
+            raise ValueError(f"must be between 0 and {MAX_SEED:,}, got {short_repr(v, 40)}")
+        return v
+
+    @field_validator("steps", "warmup", "profile_steps", "new_tokens", "repeats", "max_points")
+    @classmethod
+    def _not_astronomical(cls, v: int | None) -> int | None:
+        if v is not None and v > 2**62:
+            raise ValueError(f"must be at most {2**62:,}, got a {len(str(v))}-digit number")
         return v
 
     @field_validator("exclude", mode="before")
@@ -256,9 +282,12 @@ class SweepSpec(BaseModel):
             return []
         if not isinstance(v, list):
             raise ValueError("must be a list of rules such as {device: cpu, dtype: fp16}")
+        if len(v) > MAX_EXCLUDE_RULES:
+            raise ValueError(f"{len(v):,} rules, more than the {MAX_EXCLUDE_RULES:,} lmprof accepts: exclude whole "
+                             "axis values with lists ({dtype: [fp16, bf16]}) instead")
         for i, rule in enumerate(v):
             if not isinstance(rule, dict) or not rule:
-                raise ValueError(f"rule {i} must be a non-empty mapping of axis: value, got {rule!r}")
+                raise ValueError(f"rule {i} must be a non-empty mapping of axis: value, got {short_repr(rule)}")
             unknown = [k for k in rule if k not in AXES]
             if unknown:
                 raise ValueError(f"rule {i}: unknown key {unknown[0]!r}{_hint(unknown[0], AXES)} "
@@ -274,6 +303,18 @@ class SweepSpec(BaseModel):
             if m.preset is not None and m.preset not in PRESETS:
                 raise ValueError(f"entry {i}: unknown preset {m.preset!r}: choose one of {', '.join(PRESETS)}")
         return v
+
+    @model_validator(mode="after")
+    def _bounded_grid(self) -> "SweepSpec":
+        sizes = [len(getattr(self, key)) for key in AXES.values()]
+        total = math.prod(sizes) * self.repeats
+        if total > self.max_points:
+            shape = " x ".join(str(n) for n in sizes if n > 1) or "1"
+            raise ValueError(
+                f"the grid has {total:,} points ({shape} values x {self.repeats:,} repeats), more than "
+                f"max_points ({self.max_points:,}): shrink the lists, or set max_points: {total} in the spec "
+                "if you mean it")
+        return self
 
     # -- expansion -----------------------------------------------------------------------------
     def axis_values(self) -> dict[str, list[Any]]:

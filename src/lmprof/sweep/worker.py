@@ -32,7 +32,8 @@ EXIT_OOM = 3
 EXIT_ORPHANED = 70
 RESULT_PREFIX = "lmprof.sweep: "
 FAKE_OOM_ENV = "LMPROF_SWEEP_FAKE_OOM"
-OOM_TEXT = re.compile(r"out of memory|\bOOM\b", re.IGNORECASE)
+# CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.
+OOM_TEXT = re.compile(r"out of memory|can'?t allocate memory|cannot allocate memory|\bOOM\b", re.IGNORECASE)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -105,6 +106,9 @@ def main(argv: list[str]) -> int:
         print(f"{RESULT_PREFIX}usage: python -m lmprof.sweep.worker <point.json> <run_dir>", flush=True)
         return EXIT_ERROR
     _exit_with_parent()
+    from lmprof.sweep.lock import hold_point_lock
+
+    hold_point_lock(Path(argv[1]))  # held until this process ends: the runner never empties a live folder
     try:
         run_point(Path(argv[0]), Path(argv[1]))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a hang
