@@ -43,8 +43,8 @@ def _is_number(annotation: object) -> bool:
 
 def _bounded(name: str, v: int | None, low: int, high: int) -> int | None:
     if v is not None and not low <= v <= high:
-        raise ValueError(f"{name} must be between {low} and {high:,}, got {v:,}" if abs(v) < 10**30
-                         else f"{name} must be between {low} and {high:,}, got a {len(str(abs(v)))}-digit number")
+        got = f"{v:,}" if abs(v) < 10**30 else f"a {len(str(abs(v)))}-digit number"
+        raise ValueError(f"must be between {low} and {high:,}, got {got}")
     return v
 
 

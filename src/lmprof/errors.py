@@ -20,3 +20,7 @@ class DeviceError(LmprofError):
 
 class DataError(LmprofError):
     """A missing or unreadable input file (data, trace, run folder)."""
+
+
+class OutOfMemory(LmprofError):
+    """A run asked for more memory than the device has; the message says what ran out and what fits."""

@@ -47,7 +47,11 @@ def calibrate(
         if cached is not None:
             console.print(f"calibration of {dev.name} ({dev.kind}) already cached: {cached.path} (rerun without --if-missing to refresh)")
             return
-    cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=not no_save)
+    from lmprof.cli._oom import matmul_fit, oom_guard
+
+    what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
+    with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
+        cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=not no_save)
 
     console.print(
         f"lmprof calibrate: {cal.device_name} ({cal.device}), torch {cal.torch}, {cal.threads} threads, "

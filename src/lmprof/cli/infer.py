@@ -51,7 +51,14 @@ def infer(
     from lmprof.record.outdir import check_output_dir
 
     check_output_dir(cfg.out, "--out")
-    with console.status("profiling generation..."):
+    from lmprof.cli._oom import gpt_fit, oom_guard
+
+    from lmprof.hardware.devices import resolve_device
+
+    kind = resolve_device(cfg.device).kind
+    what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
+            f" + {cfg.new_tokens} new tokens")
+    with console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, "infer", kind), kind):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)

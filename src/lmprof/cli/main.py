@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         return _exit(130, argv)
     except typer.Exit as exc:
         return _exit(int(getattr(exc, "exit_code", 0) or 0), argv)
+    except MemoryError:
+        print("lmprof: error: out of memory (Python could not allocate more): try smaller sizes", file=sys.stderr)
+        return _exit(2, argv)
     except Exception as exc:
         # typer vendors click in recent versions: recognise its usage errors by shape, not by class.
         if type(exc).__name__ == "NoArgsIsHelpError":

@@ -23,6 +23,10 @@ def human_duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
+def _short(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
 def check_duration(fn: Callable[[], object], total_steps: int, sync: Callable[[], None], *, force: bool,
                    what: str = "steps") -> None:
     """Raise ConfigError when ``total_steps`` calls of ``fn`` would take more than MAX_SECONDS.
@@ -36,6 +40,5 @@ def check_duration(fn: Callable[[], object], total_steps: int, sync: Callable[[]
     estimate = one * total_steps
     if estimate > MAX_SECONDS:
         raise ConfigError(
-            f"{total_steps:,} {what} would take about {human_duration(estimate)} (one takes {one * 1e3:.3g} ms "
-            f"here), more than the {MAX_SECONDS / 3600:g} hour lmprof runs without asking: use fewer --steps/"
+            f"{total_steps:,} {what} would take about {human_duration(estimate)} (one takes {_short(one)} here), more than the {MAX_SECONDS / 3600:g} hour lmprof runs without asking: use fewer --steps/"
             f"--warmup, or pass --force")

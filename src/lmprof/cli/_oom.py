@@ -1,0 +1,132 @@
+"""Out of memory as one line: what ran out, how much was asked for, and what lmprof estimates would fit.
+
+PyTorch reports a CPU out-of-memory as a RuntimeError ("DefaultCPUAllocator: can't allocate memory:
+you tried to allocate N bytes"), CUDA as ``torch.OutOfMemoryError``, Python as MemoryError; all of
+them become :class:`~lmprof.errors.OutOfMemory` here.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import re
+from collections.abc import Iterator
+from typing import Callable
+
+from lmprof.errors import OutOfMemory
+
+_TRIED_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
+_TRIED_UNITS = re.compile(r"tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b", re.IGNORECASE)
+_UNIT = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+# fit(budget_bytes) -> a phrase saying what would fit, or None when lmprof cannot tell.
+Fit = Callable[[int], "str | None"]
+
+
+def requested_bytes(text: str) -> int | None:
+    """The size of the allocation that failed, when the allocator's message says it."""
+    m = _TRIED_BYTES.search(text)
+    if m:
+        return int(m.group(1))
+    m = _TRIED_UNITS.search(text)
+    if m:
+        return int(float(m.group(1)) * _UNIT[m.group(2).lower()])
+    return None
+
+
+def available_memory(device_kind: str = "cpu") -> int | None:
+    """Bytes free for a new run: MemAvailable on Linux (sysconf elsewhere), total memory on a GPU."""
+    if device_kind == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human(n: float) -> str:
+    """Bytes in binary units."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+@contextlib.contextmanager
+def oom_guard(what: str, fit: Fit | None = None, device_kind: str = "cpu", hint: str = "") -> Iterator[None]:
+    """Turn an out-of-memory inside the block into OutOfMemory naming ``what`` ran out and what fits."""
+    from lmprof.sweep.worker import is_oom
+
+    text = None
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not is_oom(exc):
+            raise
+        text = str(exc)
+    if text is None:
+        return
+    gc.collect()  # the failed step's tensors are garbage now: measure what a new run would have
+    asked = requested_bytes(text)
+    free = available_memory(device_kind)
+    parts = [f"out of memory {what}"]
+    if asked is not None:
+        parts.append(f"an allocation of {human(asked)} failed" + (f" with {human(free)} available" if free else ""))
+    advice = None
+    if fit is not None and free:
+        with contextlib.suppress(Exception):  # an estimate that fails must not hide the OOM itself
+            advice = fit(free)
+    parts.append(advice or hint or "try a smaller --batch-size or --seq-len")
+    raise OutOfMemory("; ".join(parts)) from None
+
+
+def gpt_fit(cfg: object, mode: str, device_kind: str) -> Fit | None:
+    """What would fit for the built-in GPT: the largest batch lmprof's memory estimate puts under the budget."""
+    if getattr(cfg, "hf", None) or getattr(cfg, "hf_config", None):
+        return None
+
+    def fit(budget: int) -> str | None:
+        from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
+        from lmprof.pipeline.config import DEFAULT_SEQ_LEN
+        from lmprof.workloads.gpt import preset
+
+        c = cfg
+        gcfg = preset(c.preset, n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd,  # type: ignore[attr-defined]
+                      block_size=c.block_size, vocab_size=c.vocab_size, attention=c.attention)  # type: ignore[attr-defined]
+        shape = gcfg.shape()
+        if mode == "train":
+            seq = c.seq_len or min(DEFAULT_SEQ_LEN.get(c.preset, 64), gcfg.block_size)  # type: ignore[attr-defined]
+            extra = {"optimizer": c.optimizer}  # type: ignore[attr-defined]
+        else:
+            seq = c.prompt_len  # type: ignore[attr-defined]
+            extra = {"new_tokens": c.new_tokens}  # type: ignore[attr-defined]
+
+        def at(b: int):  # type: ignore[no-untyped-def]
+            return estimate_memory(shape, batch=b, seq_len=seq, mode=mode, dtype=c.dtype,  # type: ignore[attr-defined, arg-type]
+                                   attention=gcfg.attention, device_kind=device_kind, **extra)  # type: ignore[arg-type]
+
+        best = largest_fitting_batch(budget, at)
+        if best == 0:
+            return f"lmprof's estimate says not even batch 1 at {seq} tokens fits in {human(budget)}: use a smaller model"
+        return f"lmprof's estimate says --batch-size {best} at {seq} tokens fits in {human(budget)}"
+
+    return fit
+
+
+def matmul_fit(dtype_bytes: int = 4) -> Fit:
+    """What would fit for calibrate's square matmuls: three n x n operands."""
+    def fit(budget: int) -> str:
+        n = int(math.sqrt(budget / (3 * dtype_bytes)))
+        return f"square matmuls up to --sizes {n} fit (three {n} x {n} fp32 operands)"
+
+    return fit
