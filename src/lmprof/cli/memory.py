@@ -51,8 +51,8 @@ def device_memory(device: str | None, memory_gb: float | None) -> tuple[str, int
     if spec not in KNOWN_GPUS and spec not in ("cpu", "auto", "mps") and not spec.startswith("cuda"):
         raise ConfigError(f"unknown device {device!r}: use cpu, cuda, auto or one of {', '.join(KNOWN_GPUS)}")
     if memory_gb is not None:
-        if not memory_gb > 0:
-            raise ConfigError(f"--memory-gb must be positive, got {memory_gb}")
+        if not (memory_gb > 0 and memory_gb < 2**40):  # also refuses nan and inf
+            raise ConfigError(f"--memory-gb must be a positive, finite number of GiB, got {memory_gb}")
         kind = "cpu" if spec == "cpu" or (spec == "auto" and not _cuda()) else "cuda"
         return f"{memory_gb:g} GiB budget", int(memory_gb * GIB), kind
     if spec in KNOWN_GPUS:
@@ -123,6 +123,9 @@ def memory(
     from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
     from lmprof.workloads.gpt import preset as make_preset
 
+    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens)):
+        if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
+            raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
     cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
                       block_size=block_size, dropout=dropout, attention=attention)
     shape = cfg.shape()

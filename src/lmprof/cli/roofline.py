@@ -71,6 +71,9 @@ def roofline(
         raise ConfigError(f"unknown phase {phase!r}: use one of {', '.join(_PHASES)}")
     if batch_size <= 0:
         raise ConfigError(f"--batch-size must be positive, got {batch_size}")
+    from lmprof.record.outdir import check_output_file
+
+    check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
     dt = normalize_dtype(dtype)
     cfg = gpt_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
     shape = cfg.shape()

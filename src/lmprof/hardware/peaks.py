@@ -19,10 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from lmprof.analysis.flops import normalize_dtype
 from lmprof.errors import ConfigError
+from lmprof.safeyaml import load_file
 
 TFLOP = 1e12
 GB = 1e9
@@ -146,11 +145,9 @@ def find_device(device: str, kind: str | None = None, table: PeakTable | None = 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read peak file {path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"peak file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        data = load_file(path)  # bounded, UTF-8 checked: see lmprof.safeyaml
+    except ConfigError as exc:
+        raise ConfigError(f"peak file: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"peak file {path} must be a mapping with a 'devices' key")
     return data

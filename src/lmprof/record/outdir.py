@@ -69,7 +69,7 @@ def check_output_file(path: str | os.PathLike[str], what: str = "--out") -> Path
     """Raise ConfigError unless a file can be written at ``path`` (not a folder; its folder writable)."""
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"{what} {p} is a folder: give a file name (e.g. {p / 'report.html'})")
+        raise ConfigError(f"{what} {p} is a folder: give the name of a file to write")
     if p.exists() and not p.is_file():
         raise ConfigError(f"{what} {p} is not a regular file")
     check_output_dir(p.parent if str(p.parent) else Path("."), what=f"{what} {p}: folder")

@@ -6,6 +6,8 @@ user passes ``download=True``: an uncached hub id is a clear error, never a hang
 from __future__ import annotations
 
 import os
+import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +71,10 @@ def config_for(name: str, **overrides: Any) -> Any:
     if path.suffix == ".json" or path.is_dir():
         if not path.exists():
             raise DataError(f"config not found: {path}")
-        cfg = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
+        try:
+            cfg = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # truncated JSON, unknown model_type, ...
+            raise DataError(f"cannot read the Hugging Face config {path}: {_first_line(exc)}") from None
     elif name in KNOWN_CONFIGS:
         model_type, kw = KNOWN_CONFIGS[name]
         cfg = tf.AutoConfig.for_model(model_type, **kw)
@@ -101,12 +106,19 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool =
         # Never touch the network at run time unless asked: the hub client can wait a long time.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        model = tf.AutoModelForCausalLM.from_pretrained(
-            name_or_path, local_files_only=not download, **_dtype_kw(tf, dtype)
-        )
-    except (OSError, ValueError) as exc:
+        with warnings.catch_warnings():  # torch's note on the pickle protocol would precede our one line
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            model = tf.AutoModelForCausalLM.from_pretrained(
+                name_or_path, local_files_only=not download, **_dtype_kw(tf, dtype)
+            )
+    except pickle.UnpicklingError:
+        # torch.load(weights_only=True) refused a weights file holding more than tensors: nothing ran.
+        raise DataError(f"cannot load a causal LM from {path}: its weights file holds Python objects, not only "
+                        "tensors, and lmprof never unpickles those (nothing was executed); use safetensors "
+                        "weights") from None
+    except (OSError, ValueError, KeyError, EOFError) as exc:
         if local:
-            raise DataError(f"cannot load a causal LM from {path}: {str(exc).splitlines()[0]}") from None
+            raise DataError(f"cannot load a causal LM from {path}: {_first_line(exc)}") from None
         raise DataError(
             f"model {name_or_path!r} is not in the local Hugging Face cache (offline); "
             "pass a local folder, --download to fetch it, or --hf-config for random weights"
@@ -117,6 +129,12 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool =
     except Exception:  # noqa: BLE001 - a model without tokenizer files is still profilable
         tokenizer = None
     return HFModel(model, tokenizer, name_or_path, "local path" if local else "hub cache")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text[:300]
 
 
 def shape_of(model: torch.nn.Module) -> ModelShape | None:
