@@ -150,6 +150,11 @@ class Store:
         except sqlite3.Error as exc:
             raise store_error(self.path, exc) from None
         try:
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:  # someone else's database: never write our tables into it
+                self.conn.close()
+                raise DataError(f"{self.path} is an SQLite database but not an lmprof sweep store "
+                                f"(tables: {', '.join(sorted(tables)[:5])}); choose another --out")
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_DDL)
