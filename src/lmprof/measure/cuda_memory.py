@@ -46,7 +46,10 @@ class TorchCuda:
         torch.cuda.memory._record_memory_history(max_entries=max_entries)
 
     def dump_snapshot(self, path: str) -> None:
-        torch.cuda.memory._dump_snapshot(path)
+        from lmprof.atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            torch.cuda.memory._dump_snapshot(str(tmp))
 
     def stop_history(self) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)

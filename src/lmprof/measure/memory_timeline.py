@@ -259,6 +259,8 @@ def record_memory_events(fn: Callable[[], object], trace_path: Path | None = Non
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = trace_path or Path(tmp) / "memory_trace.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(path))
+        from lmprof.atomic import atomic_path
+
+        with atomic_path(path) as tmp_path:
+            prof.export_chrome_trace(str(tmp_path))
         return load_trace_events(path)
