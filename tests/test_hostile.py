@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from lmprof.errors import ConfigError, DataError
-from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, Store
 from sweep_fakes import _run, fake_sweep
 

@@ -97,7 +97,7 @@ def gpt_fit(cfg: object, mode: str, device_kind: str) -> Fit | None:
 
     def fit(budget: int) -> str | None:
         from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
-        from lmprof.pipeline.config import DEFAULT_SEQ_LEN
+        from lmprof.config import DEFAULT_SEQ_LEN
         from lmprof.workloads.gpt import preset
 
         c = cfg
