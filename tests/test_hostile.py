@@ -472,6 +472,16 @@ def test_numbers_out_of_range_are_refused(cli, no_measuring, args, needle):
     one_line_error(*cli("train", "--no-report", *args)[::2], needle)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (("--prompt-len", str(10**30)), "prompt_len"),
+    (("--new-tokens", str(10**30)), "new_tokens"),
+    (("-b", str(10**30)), "batch_size"),
+    (("--seed", "-1"), "seed"),
+])
+def test_infer_numbers_out_of_range_are_refused(cli, no_measuring, args, needle):
+    one_line_error(*cli("infer", "--no-report", *args)[::2], needle)
+
+
 def test_bool_where_a_number_is_meant(tmp_path, cli, no_measuring):
     c = tmp_path / "c.yaml"
     c.write_text("steps: true\n")
@@ -483,6 +493,8 @@ def test_bool_where_a_number_is_meant(tmp_path, cli, no_measuring):
     (("memory", "--memory-gb", "nan"), "memory-gb"),
     (("memory", "-b", str(10**30), "--json"), "batch-size"),
     (("calibrate", "--seconds", "nan", "--no-save"), "seconds"),
+    (("memory", "--n-layer", str(10**30)), "n-layer"),
+    (("roofline", "--device", "h100", "-b", str(10**30)), "batch-size"),
 ])
 def test_other_verbs_numbers(cli, args, needle):
     one_line_error(*cli(*args)[::2], needle)

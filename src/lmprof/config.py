@@ -247,11 +247,11 @@ class InferConfig(ModelSpec, MeasureSpec):
     def _new(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"new tokens must be positive, got {v}")
-        return v
+        return _bounded("new_tokens", v, 1, MAX_SIZE)  # type: ignore[return-value]
 
     @field_validator("batch_size", "prompt_len")
     @classmethod
     def _pos(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"must be positive, got {v}")
-        return v
+        return _bounded("size", v, 1, MAX_SIZE)  # type: ignore[return-value]

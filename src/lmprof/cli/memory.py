@@ -123,7 +123,9 @@ def memory(
     from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
     from lmprof.workloads.gpt import preset as make_preset
 
-    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens)):
+    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens),
+                        ("--n-layer", n_layer), ("--n-head", n_head), ("--n-embd", n_embd),
+                        ("--vocab-size", vocab_size), ("--block-size", block_size)):
         if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
     cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,

@@ -71,6 +71,10 @@ def roofline(
         raise ConfigError(f"unknown phase {phase!r}: use one of {', '.join(_PHASES)}")
     if batch_size <= 0:
         raise ConfigError(f"--batch-size must be positive, got {batch_size}")
+    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--n-layer", n_layer),
+                        ("--n-head", n_head), ("--n-embd", n_embd)):
+        if value is not None and not 0 < value < 2**31:  # beyond any device: the figures would be nonsense
+            raise ConfigError(f"{name} must be between 1 and {2**31 - 1:,}")
     from lmprof.record.outdir import check_output_file
 
     check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
