@@ -309,9 +309,8 @@ class SweepSpec(Checked):
         sizes = [len(getattr(self, key)) for key in AXES.values()]
         total = math.prod(sizes) * self.repeats
         if total > self.max_points:
-            shape = " x ".join(str(n) for n in sizes if n > 1) or "1"
             raise ValueError(
-                f"the grid has {total:,} points ({shape} values x {self.repeats:,} repeats), more than "
+                f"the grid has {total:,} points ({math.prod(sizes):,} combinations x {self.repeats:,} repeats), more than "
                 f"max_points ({self.max_points:,}): shrink the lists, or set max_points: {total} in the spec "
                 "if you mean it")
         return self
