@@ -107,3 +107,14 @@ def test_cli_if_missing_calibrates_once(capsys, isolated):
     assert "saved" in first
     assert main(["calibrate", "--if-missing", "--seconds", "0.3", "--sizes", "32", "--dtypes", "fp32"]) == 0
     assert "already cached" in capsys.readouterr().out
+
+
+def test_a_cpu_calibration_is_used_only_with_its_thread_count(isolated):
+    """Issue 13 §5: a 1-thread run against a 2-thread calibration reported MFU 28% instead of ~57%."""
+    cal = fake("Some CPU", "cpu", {"fp32": 100e9}, 40e9)
+    cal.threads = 2
+    save_calibration(cal, isolated)
+    two = resolve_peak("Some CPU", "cpu", "fp32", threads=2)
+    assert two.flops_per_s == 100e9
+    one = resolve_peak("Some CPU", "cpu", "fp32", threads=1)
+    assert one.flops_per_s is None and "taken with 2 thread(s) and this run uses 1" in one.note

@@ -130,23 +130,33 @@ def save_calibration(cal: Calibration, directory: str | Path | None = None) -> P
 
 def load_calibration(
     device_name: str, kind: str | None = None, directory: str | Path | None = None,
-    notes: list[str] | None = None,
+    notes: list[str] | None = None, threads: int | None = None,
 ) -> Calibration | None:
     """The cached calibration of this device on this host, or None.
 
     With ``kind`` None every kind is tried (the first cached one wins). A cache file that cannot be
     read (truncated, wrong types, another schema) is ignored, never fatal: a calibration is a
     convenience, and a finished run must not be lost over it; why it was ignored goes to ``notes``.
+    A CPU calibration is used only by a run with the same number of threads (``threads``): a
+    1-thread run measured against a 2-thread ceiling would report half its real MFU.
     """
     kinds = [kind] if kind else ["cuda", "mps", "cpu"]
     for k in kinds:
         path = cache_path(device_name, k, directory)
         if path.is_file():
             try:
-                return read_calibration(path)
+                cal = read_calibration(path)
             except DataError as exc:
                 if notes is not None:
                     notes.append(f"ignored the calibration cache: {exc} (rerun `lmprof calibrate` to replace it)")
+                continue
+            if k == "cpu" and threads is not None and cal.threads != threads:
+                if notes is not None:
+                    notes.append(f"the CPU calibration was taken with {cal.threads} thread(s) and this run uses "
+                                 f"{threads}: not comparable, so not used (run `lmprof calibrate` with "
+                                 f"OMP_NUM_THREADS={threads})")
+                continue
+            return cal
     return None
 
 
@@ -207,6 +217,7 @@ def resolve_peak(
     *,
     directory: str | Path | None = None,
     table: PeakTable | None = None,
+    threads: int | None = None,
 ) -> Peak:
     """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else n/a.
 
@@ -234,7 +245,11 @@ def resolve_peak(
         if entry.note:
             notes.append(entry.note)
     if flops is None or bw is None:
-        cal = load_calibration(device_name, kind, directory, notes)
+        if threads is None and kind in ("cpu", None):
+            import torch  # lazy, like the rest of this module: reading a peak needs no torch otherwise
+
+            threads = torch.get_num_threads()  # a CPU ceiling holds for this process's thread count
+        cal = load_calibration(device_name, kind, directory, notes, threads=threads)
         if cal is not None:
             if flops is None and cal.flops_for(dt) is not None:
                 flops = cal.flops_for(dt)
