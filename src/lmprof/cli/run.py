@@ -16,7 +16,7 @@ _SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 @app.command(context_settings=_SETTINGS)
 def run(
     argv: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments"),
-    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m` does (its arguments follow)"),
+    module: bool = typer.Option(False, "-m", "--module", help="SCRIPT is a module name, run as `python -m` does"),
     infer: bool = typer.Option(False, "--infer", help="Profile Hugging Face generate() calls: prefill vs decode"),
     steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10; --infer: 5 generations]"),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3; --infer: 1]"),
@@ -35,9 +35,9 @@ def run(
     from lmprof.pipeline.usercode.session import SessionSpec
 
     args = list(argv or [])
-    if module is None and not args:
+    if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")
-    target, script_args = (module, args) if module else (args[0], args[1:])
+    target, script_args = args[0], args[1:]
     for name, value in (("steps", steps), ("profile-steps", profile_steps)):
         if value is not None and value <= 0:
             raise ConfigError(f"--{name} must be positive, got {value}")
@@ -46,12 +46,12 @@ def run(
     if nproc > 1:
         from lmprof.pipeline.usercode.ranks import launch_script
 
-        return launch_script(target, script_args, module=module is not None, nproc=nproc, out=out, report=report, infer=infer,
+        return launch_script(target, script_args, module=module, nproc=nproc, out=out, report=report, infer=infer,
                              steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after)
     label = Path(target).stem if not module else target.rsplit(".", 1)[-1]
     spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
                        out=out, label=label, report=report, stop_after=stop_after,
-                       config={"script": target if module is None else f"-m {target}", "script_args": script_args})
+                       config={"script": f"-m {target}" if module else target, "script_args": script_args})
     from lmprof.pipeline.distributed import world
 
     rank, _, world_size = world()
@@ -60,7 +60,7 @@ def run(
             raise ConfigError("under torchrun, use lmprof run --nproc N (it launches torchrun itself)")
         spec.run_dir, spec.verbose, spec.report = run_dir / f"rank{rank}", False, False
         spec.config.update(rank=rank, world_size=world_size)
-    result = run_script(target, script_args, spec, module=module is not None)
+    result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)
     return result.exit_code
