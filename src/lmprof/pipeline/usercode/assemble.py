@@ -6,15 +6,12 @@ from typing import Any
 
 import torch
 
-from lmprof.analysis.attribution import Attribution, attribute
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.window import drop_partial
-from lmprof.pipeline.train import assemble_run  # TODO(issue 15): the protocol module's run assembly
+from lmprof.pipeline.protocol import assemble_run, overhead_metrics
 from lmprof.record.run import Metric, Run
+from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
-
-NOISE_NOTE = ("the profiled phase ran faster than the clean one: run-to-run noise is larger than the "
-              "profiler's overhead here (a busy machine?); compare spreads before trusting small differences")
 
 
 def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | None:
@@ -79,17 +76,9 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
     return run
 
 
-def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, key: str, notes: list[str],
-              what: str) -> None:
-    if att is None:
-        return
-    profiled = att.mean_step_us / 1e3
-    metrics[key] = Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")
-    metrics["profiler_overhead"] = Metric(
-        value=100.0 * (profiled - clean) / clean if clean else None, unit="%", source="derived",
-        note=f"profiled vs clean {what}; block times are scaled to the clean {what}")
-    if profiled < clean:
-        notes.append(NOISE_NOTE)
+def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, notes: list[str], what: str) -> None:
+    if att is not None:
+        metrics.update(overhead_metrics(att, clean, what, notes))
 
 
 def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
@@ -104,7 +93,7 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
     metrics: dict[str, Metric] = {"step_time": Metric.from_samples(
         step_ms, "ms", "measured", note="from one optimizer step's end to the next's, device synchronized")}
     clean = metrics["step_time"].value or 0.0
-    _overhead(metrics, att, clean, "profiled_step_time", notes, "step")
+    _overhead(metrics, att, clean, notes, "step")
     bwd = session.backwards_per_step
     if bwd is not None and bwd > 1.01:
         notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
@@ -139,7 +128,7 @@ def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | 
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s], "tokens/s", "derived",
                 note="batch x decode forwards / decode time")
     clean = metrics["e2e_latency"].value or 0.0
-    _overhead(metrics, att, clean, "profiled_e2e_latency", notes, "generation")
+    _overhead(metrics, att, clean, notes, "generation")
     session.spec.config.setdefault("new_tokens", g0.forwards)
     return _common(session, metrics, att, clean, profiled, notes)
 

@@ -15,14 +15,13 @@ from typing import Any
 
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
+from lmprof.pipeline.protocol import run_folder
 
 
 def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,
                   infer: bool, steps: int | None, warmup: int | None, profile_steps: int | None,
                   stop_after: bool) -> int:
     """Run the script on ``nproc`` ranks; return torchrun's exit code (the script's, as ranks keep it)."""
-    from lmprof.pipeline.train import run_folder  # TODO(issue 15): the protocol module's folder naming
-
     label = (target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
     run_dir = run_folder(out, "infer" if infer else "train", label, resolve_device("auto"))
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import torch
 
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.window import ProfilerWindow
+from lmprof.pipeline.protocol import run_folder
 from lmprof.pipeline.usercode.probes import Probes
 
 Mode = Literal["train", "infer"]
@@ -198,8 +199,6 @@ class Session:
 
     def _folder(self) -> Path:
         if self.folder is None:
-            from lmprof.pipeline.train import run_folder  # TODO(issue 15): the protocol module's folder naming
-
             assert self.device is not None
             self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, self.spec.label, self.device)
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -216,7 +215,7 @@ class Session:
         if self.model is not None and not self._infer_handles:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, always_call=True))
         g = self.k + 1  # the generation starting now
-        w, s, p = self.warmup, self.steps, self.profile_steps
+        w, s = self.warmup, self.steps
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
