@@ -413,3 +413,29 @@ def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
     assert proc.returncode == 5
     assert proc.stdout == "out: ['--lr', '3e-4']\n"
     assert "lmprof train — Linear" in proc.stderr and "report:" in proc.stderr
+
+
+def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
+    script = write(tmp_path, "ddp.py", """
+        import sys, torch, torch.distributed as dist
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(int(sys.argv[1])):
+            model(torch.randn(32, 64)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+        print("rank", dist.get_rank(), "done")
+        dist.destroy_process_group()
+    """)
+    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--nproc", "2", "--no-report", "--steps", "3",
+                           "--warmup", "1", "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script), "8"],
+                          capture_output=True, text=True, timeout=280, env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rank 0 done" in proc.stdout and "rank 1 done" in proc.stdout
+    (folder,) = (tmp_path / "runs").iterdir()
+    run = Run.load(folder)
+    assert run.value("world_size") == 2 and [r["rank"] for r in run.tables["ranks"]] == [0, 1]
+    assert (folder / "rank1" / "trace.json.gz").is_file()
+    assert any(b.name == "allreduce" for b in Run.load(folder / "rank0").blocks)
+    check_blocks(Run.load(folder / "rank1"), ("forward", "backward"), "step_time")
