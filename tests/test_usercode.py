@@ -439,3 +439,34 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     assert (folder / "rank1" / "trace.json.gz").is_file()
     assert any(b.name == "allreduce" for b in Run.load(folder / "rank0").blocks)
     check_blocks(Run.load(folder / "rank1"), ("forward", "backward"), "step_time")
+
+
+@pytest.mark.parametrize("variant", ["compile", "gradscaler"])
+def test_compiled_model_and_gradscaler(tmp_path: Path, variant: str) -> None:
+    script = write(tmp_path, "v.py", f"""
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        variant = {variant!r}
+        fwd = torch.compile(model, backend="eager") if variant == "compile" else model
+        scaler = torch.amp.GradScaler("cpu") if variant == "gradscaler" else None
+        for _ in range(12):
+            loss = fwd(torch.randn(32, 64)).pow(2).mean()
+            if scaler:
+                scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+            else:
+                loss.backward(); opt.step()
+            opt.zero_grad()
+    """)
+    code, folder = lmprof_run(tmp_path, "--steps", 3, "--warmup", 1, "--profile-steps", 2, script)
+    assert code == 0 and folder is not None
+    run = Run.load(folder)
+    assert run.metrics["step_time"].n == 3
+    assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.value("step_time"), rel=1e-6)
+    assert any(b.phase == "backward" for b in run.blocks)
+    if variant == "compile":
+        assert any(n.startswith("torch.compile: the model is compiled") for n in run.notes)
+        assert run.config["compile"] is True
+    else:
+        assert {"0", "2"} <= {b.name for b in run.blocks if b.phase == "forward"}
