@@ -238,7 +238,12 @@ def test_plain_script_own_loop_and_model(tmp_path: Path) -> None:
     assert run.mode == "train" and run.config["model_name"] == "Net"
     check_blocks(run, ("forward", "backward"), "step_time")
     names = {b.name for b in run.blocks if b.phase == "forward"}
-    assert {"layers.*.0", "layers.*.2", "head", "emb", "loss"} <= names  # module paths, layers folded
+    # Module paths; each layer its own row in the record, folded into one in the table.
+    assert {"layers.*.0[0]", "layers.*.0[1]", "layers.*.2[1]", "head", "emb", "loss"} <= names
+    from lmprof.show.summary import render_text
+
+    table = render_text(run)
+    assert " layers.*.0 " in table and "layers.*.0[" not in table
     assert run.metrics["tokens_per_step"].value == 8 * 64
 
 

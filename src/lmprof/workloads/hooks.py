@@ -2,8 +2,9 @@
 
 A pre-hook opens ``lmprof:<block>`` and a post-hook closes it, so the same attribution that reads
 the built-in GPT's scopes reads these. Module paths map to canonical block names for common
-families (GPT-2, Llama/Mistral/Qwen2/Gemma/Phi-3 style, Gemma 2/3, Phi-1/2, GPT-NeoX); anything else is named by its module path with layer
-indices collapsed (``layers.*.fc1``), so unknown models still get a per-module table.
+families (GPT-2, Llama/Mistral/Qwen2/Gemma/Phi-3 style, Gemma 2/3, Phi-1/2, GPT-NeoX); anything
+else is named by its module path with layer indices collapsed and kept apart (``layers.*.fc1[3]``),
+so unknown models still get a per-module table (folded over layers) and per-layer rows in blocks.csv.
 
 Hooks are installed only for the profiled phase (:func:`module_scopes` is a context manager), so the
 clean timing phase runs the model untouched.
@@ -114,12 +115,25 @@ def _collapse(path: str, modules: dict[str, torch.nn.Module]) -> str:
 
     Positions inside an nn.Sequential name different modules (Linear vs activation) and stay.
     """
+    return _split_layers(path, modules)[0]
+
+
+def _split_layers(path: str, modules: dict[str, torch.nn.Module]) -> tuple[str, list[str]]:
+    """The collapsed path and the layer-stack indices it replaced (outermost first)."""
     parts = path.split(".")
+    indices = []
     for i, part in enumerate(parts):
         parent = modules.get(".".join(parts[:i]))
         if part.isdigit() and isinstance(parent, torch.nn.ModuleList):
             parts[i] = "*"
-    return ".".join(parts)
+            indices.append(part)
+    return ".".join(parts), indices
+
+
+def _per_layer_name(path: str, modules: dict[str, torch.nn.Module]) -> str:
+    """layers.3.fc -> layers.*.fc[3]: tables fold the layers (lmprof.names.folded), records keep them."""
+    collapsed, indices = _split_layers(path, modules)
+    return f"{collapsed}[{','.join(indices)}]" if indices else collapsed
 
 
 def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> dict[str, str]:
@@ -138,7 +152,7 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
                     names[path] = attention_core if name == "@attn" else name
                     break
         elif not any(True for _ in module.children()):
-            names[path] = _collapse(path, modules)  # unknown model: every leaf module by its path
+            names[path] = _per_layer_name(path, modules)  # unknown model: every leaf module by its path
     return names
 
 
