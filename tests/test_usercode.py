@@ -242,8 +242,9 @@ def test_plain_script_own_loop_and_model(tmp_path: Path) -> None:
     assert {"layers.*.0[0]", "layers.*.0[1]", "layers.*.2[1]", "head", "emb", "loss"} <= names
     from lmprof.show.summary import render_text
 
-    table = render_text(run)
-    assert " layers.*.0 " in table and "layers.*.0[" not in table
+    section = render_text(run).split("Where the step goes")[1].split("Top operators")[0]
+    rows = [line for line in section.splitlines() if "│" in line]
+    assert any(r.split("│")[0].strip() == "layers.*.0" for r in rows) and not any("layers.*.0[" in r for r in rows)
     assert run.metrics["tokens_per_step"].value == 8 * 64
 
 
@@ -437,7 +438,7 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
                            "--warmup", "1", "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script), "8"],
                           capture_output=True, text=True, timeout=280, env=_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "rank 0 done" in proc.stdout and "rank 1 done" in proc.stdout
+    assert proc.stdout.count("done") == 2  # both ranks' own output, untouched (lines may interleave)
     (folder,) = (tmp_path / "runs").iterdir()
     run = Run.load(folder)
     assert run.value("world_size") == 2 and [r["rank"] for r in run.tables["ranks"]] == [0, 1]

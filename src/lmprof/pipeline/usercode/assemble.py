@@ -8,7 +8,7 @@ import torch
 
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.window import drop_partial
-from lmprof.pipeline.protocol import assemble_run, overhead_metrics
+from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
@@ -69,6 +69,11 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
     phase = profiled if (profiled is not None and att is not None) else ProfiledPhase(session.folder / "trace.json.gz", [], 0)
     run = assemble_run(session.spec.mode, session.device, session.folder, _config(session), metrics, att or empty,
                        clean_ms, phase, notes, None)
+    if session.noise_window is not None:
+        samples = ([g.e2e_s * 1e3 for g in session.gens] if session.spec.mode == "infer"
+                   else [s * 1e3 for s in session.samples])
+        mark_noise(run, samples, "generation" if session.spec.mode == "infer" else "step", *session.noise_window,
+                   session.device.kind)
     if att is None:
         run.tables.pop("attribution", None)
         if not (session.folder / "trace.json.gz").is_file():
@@ -76,9 +81,9 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
     return run
 
 
-def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, notes: list[str], what: str) -> None:
+def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
     if att is not None:
-        metrics.update(overhead_metrics(att, clean, what, notes))
+        metrics.update(overhead_metrics(att, clean, what))
 
 
 def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
@@ -93,7 +98,7 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
     metrics: dict[str, Metric] = {"step_time": Metric.from_samples(
         step_ms, "ms", "measured", note="from one optimizer step's end to the next's, device synchronized")}
     clean = metrics["step_time"].value or 0.0
-    _overhead(metrics, att, clean, notes, "step")
+    _overhead(metrics, att, clean, "step")
     bwd = session.backwards_per_step
     if bwd is not None and bwd > 1.01:
         notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
@@ -101,7 +106,7 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
     if session.input_shape and len(session.input_shape) == 2:
         fwd = session.forwards_per_step or 1.0
         tokens = session.input_shape[0] * session.input_shape[1] * round(bwd or fwd)
-        metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="measured",
+        metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
                                             note="input_ids of the model's first profiled forward x backward passes per step")
         metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in session.samples], "tokens/s", "derived")
     return _common(session, metrics, att, clean, profiled, notes)
@@ -128,7 +133,7 @@ def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | 
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s], "tokens/s", "derived",
                 note="batch x decode forwards / decode time")
     clean = metrics["e2e_latency"].value or 0.0
-    _overhead(metrics, att, clean, notes, "generation")
+    _overhead(metrics, att, clean, "generation")
     session.spec.config.setdefault("new_tokens", g0.forwards)
     return _common(session, metrics, att, clean, profiled, notes)
 

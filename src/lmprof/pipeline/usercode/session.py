@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from lmprof.hardware.devices import Device, resolve_device
+from lmprof.measure.noise import Snapshot, snapshot
 from lmprof.measure.window import ProfilerWindow
 from lmprof.pipeline.protocol import run_folder
 from lmprof.pipeline.usercode.probes import Probes
@@ -96,6 +97,9 @@ class Session:
         self.forwards_per_step: float | None = None
         self.input_shape: tuple[int, ...] | None = None
         self._last: float | None = None
+        self._noise_before: Snapshot | None = None
+        # Machine counters around the clean window (before, after), for the run's noise verdict.
+        self.noise_window: tuple[Snapshot, Snapshot] | None = None
         self._gen: dict[str, Any] | None = None
         self._infer_handles: list[Any] = []
         self._on_done: list[Callable[[], None]] = []
@@ -158,6 +162,7 @@ class Session:
         if self.k < w:
             return
         if self.k == w:
+            self._noise_before = snapshot()
             self._mark()
             return
         if self.k <= w + s:
@@ -166,6 +171,7 @@ class Session:
             if start is not None:
                 self.samples.append(now - start)
             if self.k == w + s:
+                self._end_clean()
                 self._start_window()
             return
         self._sync()  # the profiled step's range ends when the device is done, as in lmprof train
@@ -180,6 +186,10 @@ class Session:
             self.window.open_step()
         else:
             self.finish(None)
+
+    def _end_clean(self) -> None:
+        if self._noise_before is not None:
+            self.noise_window = (self._noise_before, snapshot())
 
     def optimizer_begin(self) -> None:
         if self.probes is not None:
@@ -221,6 +231,8 @@ class Session:
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
         if g == w + s + 1:
             self._start_window()
+        if g == w + 1:
+            self._noise_before = snapshot()
         if g > w:
             self._gen["t0"] = self._mark()
         if self.window is not None and g > w + s + 1:
@@ -253,6 +265,8 @@ class Session:
                 prefill_s=fwd[0] - t0, decode_s=[b - a for a, b in zip(fwd, fwd[1:])], e2e_s=t1 - t0,
                 batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None, forwards=len(fwd)))
         self.k += 1
+        if g == w + s:
+            self._end_clean()
         if self.probes is not None and self.probes.active:
             self.probes.generation_end()
             if g == w + s + 1:
