@@ -72,7 +72,8 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
     if session.noise_window is not None:
         samples = ([g.e2e_s * 1e3 for g in session.gens] if session.spec.mode == "infer"
                    else [s * 1e3 for s in session.samples])
-        mark_noise(run, samples, "generation" if session.spec.mode == "infer" else "step", *session.noise_window,
+        before, after = session.noise_window
+        mark_noise(run, samples, "generation" if session.spec.mode == "infer" else "step", before, after,
                    session.device.kind)
     if att is None:
         run.tables.pop("attribution", None)

@@ -82,7 +82,8 @@ class Probes:
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
         if self.mode == "train":
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
-            for obj in [*optimizers, *([self.model] if self.model is not None else [])]:
+            owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
+            for obj in owners:
                 self._patch(obj, "zero_grad", self._wrap_zero_grad(obj.zero_grad), instance=True)
         self.active = True
 

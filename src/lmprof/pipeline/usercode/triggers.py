@@ -167,7 +167,7 @@ class GenerateTrigger:
                 depth[0] -= 1
                 session.generation_end()
 
-        GenerationMixin.generate = generate  # type: ignore[method-assign]
+        GenerationMixin.generate = generate  # type: ignore[method-assign,assignment]
         self.session.on_done(self.remove)
         return True
 
