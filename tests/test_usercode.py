@@ -476,3 +476,31 @@ def test_compiled_model_and_gradscaler(tmp_path: Path, variant: str) -> None:
         assert run.config["compile"] is True
     else:
         assert {"0", "2"} <= {b.name for b in run.blocks if b.phase == "forward"}
+
+
+def test_profile_inference_loop_and_short_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """lmprof.profile(infer=True) over a hand-written decoding loop; then a loop too short for the
+    window: the clean figures it has are written and one line says what happened."""
+    import torch
+
+    import lmprof
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 32), torch.nn.Linear(32, 50)).eval()
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, warmup=1, steps=3, profile_steps=1,
+                                         report=False, verbose=False) as prof:
+        for _ in range(6):
+            ids = torch.zeros(2, 4, dtype=torch.long)
+            for _ in range(5):  # prefill, then 4 decode steps
+                ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+            prof.step()
+    run = Run.load(prof.folder)
+    assert run.mode == "infer" and run.metrics["e2e_latency"].n == 3 and run.metrics["tpot"].n == 3 * 4
+    check_blocks(run, ("prefill", "decode"), "e2e_latency")
+    with lmprof.profile(model, out=tmp_path / "short", warmup=1, steps=10, report=False) as prof:
+        for _ in range(4):
+            model(torch.zeros(2, 4, dtype=torch.long)).sum().backward()
+            prof.step()
+    err = capsys.readouterr().err
+    assert "lmprof: the with-block ended after 4 step(s), with 3 of 10 clean steps timed and none profiled" in err
+    short = Run.load(prof.folder)
+    assert short.metrics["step_time"].n == 3 and not short.blocks and "trace" not in short.files
