@@ -9,10 +9,19 @@ from typing import Any
 
 from lmprof.version import __version__
 
-__all__ = ["__version__", "profile_training", "profile_inference", "load_run", "load_results", "summary"]
+__all__ = ["__version__", "profile", "profile_training", "profile_inference", "load_run", "load_results", "summary",
+           "integrations"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "profile":
+        from lmprof.api import profile
+
+        return profile
+    if name == "integrations":
+        import lmprof.integrations as integrations
+
+        return integrations
     if name == "profile_training":
         from lmprof.api import profile_training
 

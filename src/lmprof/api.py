@@ -141,3 +141,38 @@ def profile_inference(
     run = measure_inference(work, spec, folder, config)
     run.save(folder)
     return run
+
+
+def profile(
+    model: torch.nn.Module,
+    out: str | Path = "runs",
+    *,
+    infer: bool = False,
+    steps: int | None = None,
+    warmup: int | None = None,
+    profile_steps: int | None = None,
+    report: bool = True,
+    verbose: bool = True,
+    label: str | None = None,
+) -> Any:
+    """Profile your own loop: ``with lmprof.profile(model, out="runs/") as prof: ... prof.step()``.
+
+    Call ``prof.step()`` once per training step (or, with ``infer=True``, once per generation: the
+    first top-level forward after it is the prefill, later ones decode). Warm-up, clean timed steps
+    and the profiled window follow ``lmprof train``'s protocol (defaults 3/10/3; inference 1/5/1);
+    after the window the loop runs unprofiled. The run folder is written under ``out`` when the
+    window completes (or, with what was measured, when the block ends) and the summary printed to
+    stderr (``verbose=False``: quiet). ``prof.run`` / ``prof.folder`` hold the result.
+    """
+    from lmprof.pipeline.usercode.context import Profile
+    from lmprof.pipeline.usercode.session import SessionSpec
+
+    for name, value in (("steps", steps), ("profile_steps", profile_steps)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"warmup must be >= 0, got {warmup}")
+    spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
+                       out=out, label=label or type(model).__name__, report=report, verbose=verbose,
+                       config={"source": "lmprof.profile"})
+    return Profile(model, spec)

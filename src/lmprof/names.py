@@ -58,6 +58,20 @@ ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 STEP_ROWS: tuple[str, ...] = ("data", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 
 
+def folded(block: str) -> str:
+    """A per-layer block name without its layer index: ``layers.*.fc1[3]`` -> ``layers.*.fc1``.
+
+    Models lmprof has no rules for get one block per module path with layer-stack indices replaced
+    by ``*`` and kept in a ``[i]`` suffix (``[i,j]`` when nested): run records keep the per-layer
+    rows, tables fold them into one.
+    """
+    if block.endswith("]") and "[" in block:
+        head, _, idx = block[:-1].rpartition("[")
+        if idx and all(part.isdigit() for part in idx.split(",")):
+            return head
+    return block
+
+
 def block_of(event_name: str) -> str | None:
     """The block name of a scope event, or None when the event is not an lmprof scope."""
     if event_name.startswith(SCOPE_PREFIX):

@@ -85,11 +85,16 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def torchrun_command(nproc: int, lmprof_argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``lmprof <lmprof_argv>`` on ``nproc`` local ranks."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "lmprof", *lmprof_argv]
+
+
 def launch(argv: Sequence[str], nproc: int, run_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Run:
     """Run ``lmprof train <argv>`` on ``nproc`` ranks through torchrun; return the assembled Run."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "lmprof", "train", *argv, "--run-dir", str(run_dir)]
+    cmd = torchrun_command(nproc, ["train", *argv, "--run-dir", str(run_dir)])
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(timeout_s))
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 120)

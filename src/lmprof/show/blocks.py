@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from lmprof.names import FORWARD_BLOCKS, PHASES, STEP_ROWS
+from lmprof.names import FORWARD_BLOCKS, PHASES, STEP_ROWS, folded
 from lmprof.record.run import Run
 
 
@@ -12,7 +12,8 @@ def block_cells(run: Run) -> tuple[list[str], list[str], dict[str, dict[str, flo
     cells: dict[str, dict[str, float]] = defaultdict(dict)
     pct: dict[str, float] = defaultdict(float)
     for b in run.blocks:
-        key = b.name if b.phase != "step" else f"step:{b.name}"
+        name = folded(b.name)  # per-layer rows of models without block rules: one row for all layers
+        key = name if b.phase != "step" else f"step:{name}"
         cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
         pct[key] += b.pct
     phases = [p for p in PHASES if any(b.phase == p for b in run.blocks)]

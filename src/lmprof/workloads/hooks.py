@@ -2,8 +2,9 @@
 
 A pre-hook opens ``lmprof:<block>`` and a post-hook closes it, so the same attribution that reads
 the built-in GPT's scopes reads these. Module paths map to canonical block names for common
-families (GPT-2, Llama/Mistral/Qwen2 style); anything else is named by its module path with layer
-indices collapsed (``layers.*.fc1``), so unknown models still get a per-module table.
+families (GPT-2, Llama/Mistral/Qwen2/Gemma/Phi-3 style, Gemma 2/3, Phi-1/2, GPT-NeoX); anything
+else is named by its module path with layer indices collapsed and kept apart (``layers.*.fc1[3]``),
+so unknown models still get a per-module table (folded over layers) and per-layer rows in blocks.csv.
 
 Hooks are installed only for the profiled phase (:func:`module_scopes` is a context manager), so the
 clean timing phase runs the model untouched.
@@ -43,12 +44,49 @@ LLAMA_RULES = [
     (r"\.layers\.\*\.self_attn$", "@attn"),
     (r"\.layers\.\*\.post_attention_layernorm$", "ln_2"),
     (r"\.layers\.\*\.mlp\.(gate_proj|up_proj|gate_up_proj)$", "mlp.fc"),
-    (r"\.layers\.\*\.mlp\.act_fn$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.(act_fn|activation_fn)$", "mlp.act"),
     (r"\.layers\.\*\.mlp\.down_proj$", "mlp.proj"),
     (r"\.layers\.\*\.mlp$", "mlp.act"),  # exclusive: the gate multiply of SwiGLU
     (r"\.layers\.\*$", "residual"),
     (r"(^|\.)norm$", "ln_f"),
     (r"(^|^\.)lm_head$", "lm_head"),
+]
+# Gemma 2/3 norm the attention and MLP outputs too: norms around attention are ln_1, around the MLP ln_2.
+GEMMA2_RULES = [
+    (r"\.layers\.\*\.post_attention_layernorm$", "ln_1"),
+    (r"\.layers\.\*\.(pre|post)_feedforward_layernorm$", "ln_2"),
+    *LLAMA_RULES,
+]
+# Phi-1/2: attention and MLP in parallel after one norm; dense is the attention output projection.
+PHI_RULES = [
+    (r"(^|\.)embed_tokens$", "embedding"),
+    (r"(^|\.)rotary_emb$", "rope"),
+    (r"\.layers\.\*\.input_layernorm$", "ln_1"),
+    (r"\.layers\.\*\.self_attn\.(q_proj|k_proj|v_proj)$", "attn.qkv"),
+    (r"\.layers\.\*\.self_attn\.dense$", "attn.proj"),
+    (r"\.layers\.\*\.self_attn$", "@attn"),
+    (r"\.layers\.\*\.mlp\.fc1$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.activation_fn$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.fc2$", "mlp.proj"),
+    (r"\.layers\.\*$", "residual"),
+    (r"(^|\.)final_layernorm$", "ln_f"),
+    (r"(^|^\.)lm_head$", "lm_head"),
+]
+GPT_NEOX_RULES = [
+    (r"(^|\.)embed_in$", "embedding"),
+    (r"(^|\.)rotary_emb$", "rope"),
+    (r"\.layers\.\*\.input_layernorm$", "ln_1"),
+    (r"\.layers\.\*\.attention\.query_key_value$", "attn.qkv"),
+    (r"\.layers\.\*\.attention\.dense$", "attn.proj"),
+    (r"\.layers\.\*\.attention\.rotary_emb$", "rope"),
+    (r"\.layers\.\*\.attention$", "@attn"),
+    (r"\.layers\.\*\.post_attention_layernorm$", "ln_2"),
+    (r"\.layers\.\*\.mlp\.dense_h_to_4h$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.act$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.dense_4h_to_h$", "mlp.proj"),
+    (r"\.layers\.\*$", "residual"),
+    (r"(^|\.)final_layer_norm$", "ln_f"),
+    (r"(^|^\.)(lm_head|embed_out)$", "lm_head"),
 ]
 FAMILIES = {
     "gpt2": GPT2_RULES,
@@ -57,7 +95,11 @@ FAMILIES = {
     "qwen2": LLAMA_RULES,
     "qwen3": LLAMA_RULES,
     "gemma": LLAMA_RULES,
+    "gemma2": GEMMA2_RULES,
+    "gemma3_text": GEMMA2_RULES,
+    "phi": PHI_RULES,
     "phi3": LLAMA_RULES,
+    "gpt_neox": GPT_NEOX_RULES,
 }
 
 
@@ -73,12 +115,25 @@ def _collapse(path: str, modules: dict[str, torch.nn.Module]) -> str:
 
     Positions inside an nn.Sequential name different modules (Linear vs activation) and stay.
     """
+    return _split_layers(path, modules)[0]
+
+
+def _split_layers(path: str, modules: dict[str, torch.nn.Module]) -> tuple[str, list[str]]:
+    """The collapsed path and the layer-stack indices it replaced (outermost first)."""
     parts = path.split(".")
+    indices = []
     for i, part in enumerate(parts):
         parent = modules.get(".".join(parts[:i]))
         if part.isdigit() and isinstance(parent, torch.nn.ModuleList):
             parts[i] = "*"
-    return ".".join(parts)
+            indices.append(part)
+    return ".".join(parts), indices
+
+
+def _per_layer_name(path: str, modules: dict[str, torch.nn.Module]) -> str:
+    """layers.3.fc -> layers.*.fc[3]: tables fold the layers (lmprof.names.folded), records keep them."""
+    collapsed, indices = _split_layers(path, modules)
+    return f"{collapsed}[{','.join(indices)}]" if indices else collapsed
 
 
 def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> dict[str, str]:
@@ -97,7 +152,7 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
                     names[path] = attention_core if name == "@attn" else name
                     break
         elif not any(True for _ in module.children()):
-            names[path] = _collapse(path, modules)  # unknown model: every leaf module by its path
+            names[path] = _per_layer_name(path, modules)  # unknown model: every leaf module by its path
     return names
 
 

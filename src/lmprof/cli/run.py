@@ -1,0 +1,66 @@
+"""``lmprof run``: profile your own script, unchanged (``lmprof run train.py --lr 3e-4``)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from lmprof.cli.app import app
+
+# Options end at the script's name: everything after it is the script's own (its --steps is not ours).
+_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+@app.command(context_settings=_SETTINGS)
+def run(
+    argv: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments"),
+    module: bool = typer.Option(False, "-m", "--module", help="SCRIPT is a module name, run as `python -m` does"),
+    infer: bool = typer.Option(False, "--infer", help="Profile Hugging Face generate() calls: prefill vs decode"),
+    steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10; --infer: 5 generations]"),
+    warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3; --infer: 1]"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3; --infer: 1]"),
+    out: str = typer.Option("runs", help="Folder that receives the run folder"),
+    stop_after: bool = typer.Option(False, "--stop-after", help="End the script once the run is written"),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks)"),
+) -> int:
+    """Profile your own training (or, with --infer, generation) script, unchanged: warm-up, clean
+    timed steps, then a profiled window attributed per block, written as a run folder. The script's
+    stdout is left alone (the summary goes to stderr) and its exit code is kept."""
+    from lmprof.errors import ConfigError
+    from lmprof.pipeline.usercode.script import run_script
+    from lmprof.pipeline.usercode.session import SessionSpec
+
+    args = list(argv or [])
+    if not args:
+        raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")
+    target, script_args = args[0], args[1:]
+    for name, value in (("steps", steps), ("profile-steps", profile_steps)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name} must be positive, got {value}")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    if nproc > 1:
+        from lmprof.pipeline.usercode.ranks import launch_script
+
+        return launch_script(target, script_args, module=module, nproc=nproc, out=out, report=report, infer=infer,
+                             steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after)
+    label = Path(target).stem if not module else target.rsplit(".", 1)[-1]
+    spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
+                       out=out, label=label, report=report, stop_after=stop_after,
+                       config={"script": f"-m {target}" if module else target, "script_args": script_args})
+    from lmprof.pipeline.distributed import world
+
+    rank, _, world_size = world()
+    if world_size > 1:  # a rank under torchrun: its own folder, quiet; the launcher assembles and prints
+        if run_dir is None:
+            raise ConfigError("under torchrun, use lmprof run --nproc N (it launches torchrun itself)")
+        spec.run_dir, spec.verbose, spec.report = run_dir / f"rank{rank}", False, False
+        spec.config.update(rank=rank, world_size=world_size)
+    result = run_script(target, script_args, spec, module=module)
+    if result.session.message:
+        print(f"lmprof: {result.session.message}", file=sys.stderr)
+    return result.exit_code

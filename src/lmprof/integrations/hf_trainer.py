@@ -1,0 +1,85 @@
+"""A ``transformers`` Trainer callback that runs lmprof's protocol on the Trainer's own steps.
+
+    trainer = Trainer(..., callbacks=[lmprof.integrations.TrainerCallback(out="runs/")])
+
+A step is one Trainer step (``on_step_end``: after the optimizer step, the scheduler and zero_grad,
+all gradient-accumulation micro-batches included). The model is the one the Trainer trains.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import transformers
+
+from lmprof.pipeline.usercode import script
+from lmprof.pipeline.usercode.session import Session, SessionSpec
+from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+
+
+class TrainerCallback(transformers.TrainerCallback):
+    """Profile a Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
+
+    ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
+    unprofiled. ``run`` and ``folder`` hold the result afterwards.
+    """
+
+    def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
+                 profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
+                 verbose: bool = True):
+        self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
+                                report=report, verbose=verbose, config={"source": "TrainerCallback"})
+        self.stop_after = stop_after
+        self.session: Session | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if script.active_session() is not None:  # lmprof run already watches this process's steps
+            print("lmprof: TrainerCallback is idle: lmprof run already profiles this script", file=sys.stderr)
+            return
+        if model is None:
+            return
+        inner, compiled = _unwrap(model)
+        self.spec.label = type(inner).__name__
+        self.session = Session(self.spec)
+        self.session.attach(inner, compiled=compiled)
+        opt = kwargs.get("optimizer")
+        if opt is not None:
+            self.session.optimizers.append(getattr(opt, "optimizer", opt))  # accelerate wraps it
+        OptimizerTrigger(self.session, boundaries=False).install()
+        script._ACTIVE.append(self.session)  # noqa: SLF001
+        self.session.begin()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        s = self.session
+        if s is None or s.done:
+            return control
+        s.boundary()
+        if s.done:
+            self._release()
+            if self.stop_after:
+                control.should_training_stop = True
+        return control
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        s = self.session
+        if s is None:
+            return
+        if not s.done:
+            s.finish("training ended")
+        self._release()
+
+    def _release(self) -> None:
+        s = self.session
+        if s is not None and s in script._ACTIVE:  # noqa: SLF001
+            script._ACTIVE.remove(s)  # noqa: SLF001
+            if s.message and s.spec.verbose:
+                print(f"lmprof: {s.message}", file=sys.stderr)
+
+    @property
+    def run(self) -> Any:
+        return self.session.run if self.session else None
+
+    @property
+    def folder(self) -> Path | None:
+        return self.session.folder if self.session and self.session.run is not None else None

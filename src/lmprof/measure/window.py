@@ -1,0 +1,86 @@
+"""A profiled window driven from outside: someone else's loop says when each step starts and ends.
+
+:func:`lmprof.measure.profiling.profile_steps` owns its loop; here the user's code does, so the
+window is opened, stepped and closed by calls. Each profiled step gets a ``ProfilerStep#<n>`` range
+(the name attribution looks for), opened and closed explicitly, so gaps between steps (e.g. a
+script's own work between two ``generate`` calls) stay outside every step. The profiler's own
+warm-up is a step run under the profiler with no range: its events are in the trace but belong to
+no step, and the operator table leaves them out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.autograd.profiler_util import EventList
+from torch.profiler import profile
+
+from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+class ProfilerWindow:
+    """torch.profiler started, stepped and stopped by calls from the caller's loop."""
+
+    def __init__(self, device: torch.device, trace_path: Path, top_ops: int = 40):
+        self.device = device
+        self.trace_path = trace_path
+        self.top_ops = top_ops
+        self._prof: profile | None = None
+        self._step: Any = None  # the open ProfilerStep record_function
+        self.complete = 0  # steps whose range was closed by close_step()
+        self.partial = False  # a step was open when the window stopped
+
+    def start(self) -> None:
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        self._prof = profile(activities=_activities(self.device))
+        self._prof.start()
+
+    def open_step(self) -> None:
+        """Begin the range of the next profiled step."""
+        self._step = torch.profiler.record_function(f"{STEP_PREFIX}{self.complete + 1}")
+        self._step.__enter__()
+
+    def close_step(self) -> None:
+        """End the open step's range (the caller synchronized the device first)."""
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+            self.complete += 1
+
+    def stop(self) -> ProfiledPhase:
+        """Stop profiling and write the trace. A step still open is closed, flagged ``partial`` and
+        left out of the operator table; :func:`drop_partial` removes it from the loaded trace."""
+        assert self._prof is not None, "window was never started"
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+            self.partial = True
+        self._prof.stop()
+        self._prof.export_chrome_trace(str(self.trace_path))
+        ops = _op_table(self._step_averages(), self.complete, self.top_ops) if self.complete else []
+        return ProfiledPhase(trace_path=self.trace_path, ops=ops, steps=self.complete)
+
+    def _step_averages(self) -> Any:
+        """key_averages over the events that start inside a complete step's range."""
+        assert self._prof is not None
+        events = self._prof.events()
+        spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))  # named ProfilerStep* here
+        spans = spans[: self.complete]
+        kept = [e for e in events if any(s <= e.time_range.start < t for s, t in spans)]
+        subset = EventList(kept, use_device=getattr(events, "_use_device", None))
+        subset._tree_built = True  # noqa: SLF001 - the events keep the parent/child links built for the full list
+        return subset.key_averages()
+
+
+def drop_partial(table: Any, complete: int) -> None:
+    """Remove ProfilerStep ranges numbered above ``complete`` from a loaded trace table, in place."""
+    ev = table.events
+    names = ev["name"].astype(str)
+    is_step = names.str.startswith(STEP_PREFIX)
+    numbers = names.where(is_step, "").str.slice(len(STEP_PREFIX))
+    late = is_step & (numbers.apply(lambda s: int(s) if s.isdigit() else 0) > complete)
+    if late.any():
+        table.events = ev[~late]

@@ -1,0 +1,162 @@
+"""A session's measurements as the same Run record, folder and summary as ``lmprof train`` / ``infer``."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from lmprof.measure.profiling import ProfiledPhase
+from lmprof.measure.window import drop_partial
+from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
+from lmprof.record.run import Metric, Run
+from lmprof.trace.attribution import Attribution, attribute
+from lmprof.trace.load import load_trace
+
+
+def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | None:
+    if profiled is None or not profiled.steps:
+        return None
+    table = load_trace(profiled.trace_path)
+    drop_partial(table, profiled.steps)
+    table.cache.clear()
+    att = attribute(table)
+    return att if att.steps else None
+
+
+def _dtype(model: torch.nn.Module | None) -> str | None:
+    p = next(model.parameters(), None) if model is not None else None
+    if p is None:
+        return None
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(p.dtype, str(p.dtype))
+
+
+def _config(session: Any) -> dict[str, Any]:
+    model = session.model
+    cfg: dict[str, Any] = {"source": "user code", "model_name": _model_name(model), "steps": session.steps,
+                           "warmup": session.warmup, "profile_steps": session.profile_steps,
+                           "device_resolved": str(session.device), "compile": session.compiled}
+    if model is not None:
+        cfg["dtype"] = _dtype(model)
+        mt = getattr(getattr(model, "config", None), "model_type", None)
+        if mt:
+            cfg["model_type"] = mt
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        if impl:
+            cfg["attention"] = impl
+    if session.optimizers:
+        cfg["optimizer"] = type(session.optimizers[0]).__name__.lower()
+    if session.input_shape and len(session.input_shape) == 2:
+        cfg["batch_size"], cfg["seq_len"] = session.input_shape
+    cfg.update(session.spec.config)
+    return cfg
+
+
+def _model_name(model: torch.nn.Module | None) -> str:
+    if model is None:
+        return "unknown model"
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    return name if name else type(model).__name__
+
+
+def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, clean_ms: float,
+            profiled: ProfiledPhase | None, notes: list[str]) -> Run:
+    assert session.folder is not None and session.device is not None
+    if session.model is not None:
+        metrics["params"] = Metric(value=sum(p.numel() for p in session.model.parameters()), unit="count",
+                                   source="measured")
+    empty = Attribution(0, [], [], "cpu")
+    phase = profiled if (profiled is not None and att is not None) else ProfiledPhase(session.folder / "trace.json.gz", [], 0)
+    run = assemble_run(session.spec.mode, session.device, session.folder, _config(session), metrics, att or empty,
+                       clean_ms, phase, notes, None)
+    if session.noise_window is not None:
+        samples = ([g.e2e_s * 1e3 for g in session.gens] if session.spec.mode == "infer"
+                   else [s * 1e3 for s in session.samples])
+        before, after = session.noise_window
+        mark_noise(run, samples, "generation" if session.spec.mode == "infer" else "step", before, after,
+                   session.device.kind)
+    if att is None:
+        run.tables.pop("attribution", None)
+        if not (session.folder / "trace.json.gz").is_file():
+            run.files.pop("trace", None)
+    return run
+
+
+def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
+    if att is not None:
+        metrics.update(overhead_metrics(att, clean, what))
+
+
+def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
+    """The Run for a finished session (train or infer)."""
+    att = _attribution(session, profiled)
+    notes = list(session.notes)
+    if att is None:
+        notes.append("no profiled step completed: clean timing only, no block breakdown")
+    if session.spec.mode == "infer":
+        return _infer_run(session, att, profiled, notes)
+    step_ms = [s * 1e3 for s in session.samples]
+    metrics: dict[str, Metric] = {"step_time": Metric.from_samples(
+        step_ms, "ms", "measured", note="from one optimizer step's end to the next's, device synchronized")}
+    clean = metrics["step_time"].value or 0.0
+    _overhead(metrics, att, clean, "step")
+    bwd = session.backwards_per_step
+    if bwd is not None and bwd > 1.01:
+        notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
+                     "one optimizer step, all its micro-batches included")
+    if session.input_shape and len(session.input_shape) == 2:
+        fwd = session.forwards_per_step or 1.0
+        tokens = session.input_shape[0] * session.input_shape[1] * round(bwd or fwd)
+        metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
+                                            note="input_ids of the model's first profiled forward x backward passes per step")
+        metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in session.samples], "tokens/s", "derived")
+    return _common(session, metrics, att, clean, profiled, notes)
+
+
+def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | None, notes: list[str]) -> Run:
+    gens = session.gens
+    ms = 1e3
+    metrics: dict[str, Metric] = {
+        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured",
+                                    note="from generate() being called to the end of its first forward (prefill)"),
+        "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured",
+                                           note="one generate() call, device synchronized"),
+    }
+    decode = [d * ms for g in gens for d in g.decode_s]
+    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note="end of one forward to the end of the next")
+                       if decode else Metric.na("ms", "one forward per generation: no decode step"))
+    g0 = gens[-1]
+    if g0.batch and g0.prompt_len:
+        metrics["prefill_tokens_per_s"] = Metric.from_samples([g.batch * g.prompt_len / g.prefill_s for g in gens],
+                                                              "tokens/s", "derived")
+        if decode:
+            metrics["decode_tokens_per_s"] = Metric.from_samples(
+                [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s], "tokens/s", "derived",
+                note="batch x decode forwards / decode time")
+    clean = metrics["e2e_latency"].value or 0.0
+    _overhead(metrics, att, clean, "generation")
+    session.spec.config.setdefault("new_tokens", g0.forwards)
+    return _common(session, metrics, att, clean, profiled, notes)
+
+
+def write(session: Any) -> None:
+    """Save the run folder, write report.html and print the summary to stderr (stdout is the script's)."""
+    run, folder = session.run, session.folder
+    run.save(folder)
+    if not session.spec.verbose:
+        if session.spec.report:
+            from lmprof.show.report import write_run_report
+
+            write_run_report(run, folder)
+        return
+    from rich.console import Console
+
+    from lmprof.show.summary import render
+
+    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 120)
+    render(run, console, folder=str(folder))
+    if session.spec.report:
+        from lmprof.show.report import write_run_report
+
+        path = write_run_report(run, folder)
+        console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")

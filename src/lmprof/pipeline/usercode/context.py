@@ -1,0 +1,65 @@
+"""``lmprof.profile(model)``: a session driven by ``prof.step()`` inside the user's own loop."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from lmprof.pipeline.usercode import script
+from lmprof.pipeline.usercode.session import Session, SessionSpec
+from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+
+
+class Profile:
+    """The context manager :func:`lmprof.profile` returns; call :meth:`step` once per step."""
+
+    def __init__(self, model: torch.nn.Module, spec: SessionSpec):
+        self.model = model
+        self.session = Session(spec)
+
+    def __enter__(self) -> "Profile":
+        if script.active_session() is not None:
+            from lmprof.errors import ConfigError
+
+            raise ConfigError("an lmprof session is already running in this process (lmprof run?): "
+                              "lmprof.profile() inside it would measure the same steps twice")
+        inner, compiled = _unwrap(self.model)
+        self.session.attach(inner, compiled=compiled)
+        if compiled:
+            self.session.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it: "
+                                      "its forward is not split into blocks")
+        if self.session.spec.mode == "train":
+            OptimizerTrigger(self.session, boundaries=False).install()
+        script._ACTIVE.append(self.session)  # noqa: SLF001
+        self.session.begin()
+        return self
+
+    def step(self) -> None:
+        """One step (training) or one generation (``infer=True``) ended."""
+        self.session.boundary()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        script._ACTIVE.remove(self.session)  # noqa: SLF001
+        if not self.session.done:
+            reason = "the with-block ended" if exc_type is None else f"the loop raised {exc_type.__name__}"
+            self.session.finish(reason)
+        if self.session.message and self.session.spec.verbose:
+            print(f"lmprof: {self.session.message}", file=sys.stderr)
+
+    @property
+    def run(self) -> Any:
+        """The Run once written (None before, or when nothing was measured)."""
+        return self.session.run
+
+    @property
+    def folder(self) -> Path | None:
+        return self.session.folder if self.session.run is not None else None
+
+    @property
+    def message(self) -> str | None:
+        """What happened, when the window did not complete."""
+        return self.session.message

@@ -1,0 +1,176 @@
+"""Scopes placed in someone else's step while the profiled window runs, without touching their code.
+
+Phase scopes (what attribution splits a step by):
+
+* training: ``forward`` from the model's top-level forward until the backward starts, with ``loss``
+  inside it from the model's return until then (a loss computed outside the model lands there);
+  ``backward`` around every ``torch.autograd.backward`` call (``loss.backward()`` goes through it);
+  ``optimizer`` around every torch.optim step; ``zero_grad`` around the optimizer's and the
+  model's ``zero_grad``.
+* inference: ``prefill`` from the generation's start to the end of its first top-level forward,
+  then ``decode`` from the end of each forward to the end of the next (token choice included, as in
+  the clean TPOT).
+
+Block scopes inside the model come from :func:`lmprof.workloads.hooks.module_scopes`. Everything is
+installed by :meth:`Probes.install` and removed by :meth:`Probes.remove`: outside the window the
+user's code runs untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from lmprof.workloads.blocks import SCOPE_PREFIX, scopes_enabled
+from lmprof.workloads.hooks import module_scopes
+
+
+class ScopeStack:
+    """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out."""
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, Any]] = []
+
+    def open(self, name: str) -> None:
+        rf = torch.profiler.record_function(SCOPE_PREFIX + name)
+        rf.__enter__()
+        self._open.append((name, rf))
+
+    def close(self, name: str) -> None:
+        """Close ``name`` and everything opened after it; nothing when it is not open."""
+        if not any(n == name for n, _ in self._open):
+            return
+        while self._open:
+            n, rf = self._open.pop()
+            rf.__exit__(None, None, None)
+            if n == name:
+                return
+
+    def is_open(self, name: str) -> bool:
+        return any(n == name for n, _ in self._open)
+
+    def close_all(self) -> None:
+        while self._open:
+            self._open.pop()[1].__exit__(None, None, None)
+
+
+class Probes:
+    """Everything lmprof adds to the user's step during the profiled window."""
+
+    def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True):
+        self.model = model
+        self.mode = mode
+        self.blocks = blocks  # False under torch.compile: hooks would force a recompilation
+        self.scopes = ScopeStack()
+        self._stack = contextlib.ExitStack()
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any, bool]] = []
+        self.active = False
+        # What the window saw, per profiled step (reset by the session at each step).
+        self.forwards = 0
+        self.backwards = 0
+        self.input_shape: tuple[int, ...] | None = None
+
+    # -- install / remove --------------------------------------------------------------------
+    def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self._stack.enter_context(scopes_enabled(True))
+        if self.model is not None and self.blocks:
+            self._stack.enter_context(module_scopes(self.model))
+            if self.mode == "train":
+                self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+                self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
+        if self.mode == "train":
+            self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+            owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
+            for obj in owners:
+                self._patch(obj, "zero_grad", self._wrap_zero_grad(obj.zero_grad), instance=True)
+        self.active = True
+
+    def remove(self) -> None:
+        self.scopes.close_all()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for obj, attr, old, instance in reversed(self._patched):
+            if instance:
+                obj.__dict__.pop(attr, None)  # back to the class's method
+            else:
+                setattr(obj, attr, old)
+        self._patched.clear()
+        self._stack.close()
+        self.active = False
+
+    def _patch(self, obj: Any, attr: str, new: Any, instance: bool = False) -> None:
+        self._patched.append((obj, attr, getattr(obj, attr), instance))
+        setattr(obj, attr, new)
+
+    # -- training phases ---------------------------------------------------------------------
+    def _end_forward(self) -> None:
+        self.scopes.close("forward")
+
+    def _fwd_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._end_forward()  # a forward with no backward after it (evaluation) ends here
+        self.scopes.open("forward")
+        self.forwards += 1
+        if self.input_shape is None:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if isinstance(ids, torch.Tensor) and not ids.is_floating_point():
+                self.input_shape = tuple(ids.shape)
+
+    def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self.scopes.is_open("forward"):
+            self.scopes.open("loss")
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            self._end_forward()
+            self.backwards += 1
+            self.scopes.open("backward")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.scopes.close("backward")
+
+        return backward
+
+    def _wrap_zero_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            if self.scopes.is_open("zero_grad"):  # the model's zero_grad called from the optimizer's
+                return original(*args, **kwargs)
+            self._end_forward()
+            self.scopes.open("zero_grad")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.scopes.close("zero_grad")
+
+        return zero_grad
+
+    def optimizer_begin(self) -> None:
+        if self.active and self.mode == "train":
+            self._end_forward()
+            self.scopes.open("optimizer")
+
+    def optimizer_end(self) -> None:
+        if self.active:
+            self.scopes.close("optimizer")
+
+    # -- inference phases --------------------------------------------------------------------
+    def generation_begin(self) -> None:
+        self.scopes.open("prefill")
+
+    def forward_end(self) -> None:
+        """A top-level forward of the model ended inside a generation: the next phase is decode."""
+        self.forwards += 1
+        for phase in ("prefill", "decode"):
+            self.scopes.close(phase)
+        self.scopes.open("decode")
+
+    def generation_end(self) -> None:
+        for phase in ("prefill", "decode"):
+            self.scopes.close(phase)
+
+    def step_end(self) -> None:
+        """The step's boundary: nothing stays open across it."""
+        self.scopes.close_all()

@@ -1,0 +1,58 @@
+"""``lmprof run --nproc N``: the script on N ranks through torchrun, one rank folder each.
+
+The script sets up its own process group and DDP as it would under torchrun; each rank runs
+``lmprof run --run-dir <run>`` and writes ``<run>/rank<r>``. This (parent) process then assembles
+``<run>/run.json`` as ``lmprof train --nproc`` does, and prints the summary. The script's output is
+not captured: it goes where the ranks' output goes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from lmprof.hardware.devices import resolve_device
+from lmprof.pipeline import distributed as dist
+from lmprof.pipeline.protocol import run_folder
+
+
+def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,
+                  infer: bool, steps: int | None, warmup: int | None, profile_steps: int | None,
+                  stop_after: bool) -> int:
+    """Run the script on ``nproc`` ranks; return torchrun's exit code (the script's, as ranks keep it)."""
+    label = (target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
+    run_dir = run_folder(out, "infer" if infer else "train", label, resolve_device("auto"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv: list[str] = ["run", "--run-dir", str(run_dir), "--out", out]
+    for flag, value in (("--steps", steps), ("--warmup", warmup), ("--profile-steps", profile_steps)):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--infer"] if infer else []
+    argv += ["--stop-after"] if stop_after else []
+    argv += ["-m", target] if module else [target]
+    argv += script_args
+    env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(dist.DEFAULT_TIMEOUT_S))
+    code = subprocess.run(dist.torchrun_command(nproc, argv), env=env).returncode
+    written = [r for r in range(nproc) if (run_dir / f"rank{r}" / "run.json").is_file()]
+    if len(written) != nproc:
+        print(f"lmprof: {len(written)} of {nproc} ranks wrote a run (torchrun exit code {code}); "
+              f"rank folders are in {run_dir}", file=sys.stderr)
+        return code
+    run = dist.assemble(run_dir, nproc)
+    _show(run, run_dir, report)
+    return code
+
+
+def _show(run: Any, folder: Path, report: bool) -> None:
+    from rich.console import Console
+
+    from lmprof.show.summary import render
+
+    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 120)
+    render(run, console, folder=str(folder))
+    if report:
+        from lmprof.show.report import write_run_report
+
+        console.print(f"report: {write_run_report(run, folder)}")

@@ -1,0 +1,85 @@
+"""``lmprof run``: run a script (or ``-m`` module) unchanged, in this process, under a session.
+
+The script runs with ``runpy`` as ``__main__`` with ``sys.argv`` set to its own arguments and its
+folder first on ``sys.path``, as ``python script.py`` would. Its exit code is kept: ``sys.exit(n)``
+gives n, an uncaught exception prints its traceback and gives 1, and ``--stop-after`` gives 0 once the
+run is written. Whatever ends it, the session writes what was measured and says what happened.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmprof.errors import ConfigError
+from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
+from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
+
+_ACTIVE: list[Session] = []  # at most one session per process (the Trainer callback checks this)
+
+
+def active_session() -> Session | None:
+    """The session ``lmprof run`` or ``lmprof.profile`` has running in this process, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@dataclass
+class ScriptResult:
+    exit_code: int
+    session: Session
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints the message and exits 1, as python does
+    return 1
+
+
+def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:
+    """Run ``target`` (a path, or a module name with ``module``) under a session; never raises for
+    what the script does."""
+    if not module and not Path(target).is_file():
+        raise ConfigError(f"no such script: {target}")
+    session = Session(spec)
+    if spec.mode == "infer":
+        if not GenerateTrigger(session).install():
+            raise ConfigError("--infer marks Hugging Face generate() calls, but transformers is not installed")
+    else:
+        OptimizerTrigger(session).install()
+        session.warmup = max(session.warmup, 1)  # the first optimizer step only marks a start
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [target, *args]
+    sys.path.insert(0, os.getcwd() if module else str(Path(target).resolve().parent))
+    _ACTIVE.append(session)
+    code, reason = 0, None
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+        reason = "the script ended"
+    except StopScript:
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+        reason = f"the script exited (code {code})"
+    except KeyboardInterrupt:
+        code, reason = 130, "the script was interrupted"
+    except BaseException as exc:  # the script's own error: show it as python would, keep going
+        traceback.print_exc()
+        code, reason = 1, f"the script raised {type(exc).__name__}"
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+        _ACTIVE.remove(session)
+    if not session.done:
+        session.finish(reason)
+    elif session.spec.stop_after and reason is None:
+        session.message = f"--stop-after: stopped the script once the run was written to {session.folder}"
+    return ScriptResult(code, session)

@@ -1,0 +1,344 @@
+"""The protocol run from inside someone else's loop: a state machine fed with step boundaries.
+
+The user's code drives the steps; lmprof only observes. Steps are counted from the first boundary:
+
+    warm-up (W steps)  ->  clean window (S steps: device synced at each boundary, nothing else)
+    ->  profiler warm-up (1 step under the profiler, no step range)
+    ->  profiled window (P steps: torch.profiler, ProfilerStep ranges, probes)  ->  done
+
+Training: a boundary is the end of an optimizer step (or ``prof.step()``); a step is the time
+between two boundaries, everything the loop does included (data, logging, several backward passes
+with gradient accumulation). Inference: a step is one generation, from the start of ``generate`` to
+its return; its first top-level forward is the prefill, the later ones decode steps.
+
+When the script ends before the window is complete, :meth:`Session.finish` writes what was
+measured and says what happened in :attr:`Session.message`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+
+from lmprof.hardware.devices import Device, resolve_device
+from lmprof.measure.noise import Snapshot, snapshot
+from lmprof.measure.window import ProfilerWindow
+from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.usercode.probes import Probes
+
+Mode = Literal["train", "infer"]
+DEFAULTS: dict[str, tuple[int, int, int]] = {"train": (3, 10, 3), "infer": (1, 5, 1)}  # as lmprof train / infer
+
+
+class StopScript(BaseException):
+    """Raised into the user's code by ``--stop-after`` once the run is written (not an Exception, so
+    a script's ``except Exception`` does not swallow it)."""
+
+
+@dataclass
+class SessionSpec:
+    """How a session measures and where it writes."""
+
+    mode: Mode = "train"
+    warmup: int | None = None
+    steps: int | None = None
+    profile_steps: int | None = None
+    out: str | Path = "runs"
+    run_dir: Path | None = None  # exact folder (torchrun ranks); else a new folder under ``out``
+    label: str = "script"
+    report: bool = True
+    stop_after: bool = False
+    verbose: bool = True  # print the summary (to stderr) when the run is written
+    config: dict[str, Any] = field(default_factory=dict)  # extra facts for run.json's config
+
+    def counts(self) -> tuple[int, int, int]:
+        w, s, p = DEFAULTS[self.mode]
+        return (w if self.warmup is None else self.warmup, s if self.steps is None else self.steps,
+                p if self.profile_steps is None else self.profile_steps)
+
+
+@dataclass
+class Generation:
+    """One clean generation's timings (seconds) and sizes."""
+
+    prefill_s: float
+    decode_s: list[float]
+    e2e_s: float
+    batch: int | None
+    prompt_len: int | None
+    forwards: int
+
+
+class Session:
+    """Counts steps and runs the measurement protocol at each boundary."""
+
+    def __init__(self, spec: SessionSpec, clock: Callable[[], float] = time.perf_counter):
+        self.spec = spec
+        self.warmup, self.steps, self.profile_steps = spec.counts()
+        self.clock = clock
+        self.model: torch.nn.Module | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.device: Device | None = None
+        self.notes: list[str] = []
+        self.compiled = False
+        self.k = 0  # completed steps
+        self.samples: list[float] = []  # clean step seconds (train)
+        self.gens: list[Generation] = []  # clean generations (infer)
+        self.window: ProfilerWindow | None = None
+        self.probes: Probes | None = None
+        self.folder: Path | None = None
+        self.run: Any = None
+        self.message: str | None = None
+        self.done = False
+        self.backwards_per_step: float | None = None
+        self.forwards_per_step: float | None = None
+        self.input_shape: tuple[int, ...] | None = None
+        self._last: float | None = None
+        self._noise_before: Snapshot | None = None
+        # Machine counters around the clean window (before, after), for the run's noise verdict.
+        self.noise_window: tuple[Snapshot, Snapshot] | None = None
+        self._gen: dict[str, Any] | None = None
+        self._infer_handles: list[Any] = []
+        self._on_done: list[Callable[[], None]] = []
+
+    # -- setup -------------------------------------------------------------------------------
+    def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
+               compiled: bool = False) -> None:
+        """The model whose blocks are scoped (and where it runs)."""
+        self.model = model
+        self.optimizers = list(optimizers or [])
+        self.compiled = compiled
+        p = next(model.parameters(), None)
+        self.device = resolve_device(str(p.device) if p is not None else "cpu")
+
+    def on_done(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the session ends (triggers remove their hooks there)."""
+        self._on_done.append(fn)
+
+    def begin(self) -> None:
+        """Mark step 0's start (``lmprof.profile``): with no warm-up, the first step is then timed."""
+        if self.spec.mode == "infer":
+            self.generation_begin()
+        elif self.warmup == 0:
+            self._mark()
+
+    def _sync(self) -> None:
+        if self.device is not None:
+            self.device.synchronize()
+
+    def _mark(self) -> float:
+        self._sync()
+        self._last = self.clock()
+        return self._last
+
+    @property
+    def phase(self) -> str:
+        w, s, p = self.warmup, self.steps, self.profile_steps
+        if self.done:
+            return "done"
+        if self.k < w:
+            return "warm-up"
+        if self.k < w + s:
+            return "clean"
+        if self.k < w + s + 1 + p:
+            return "profiled"
+        return "done"
+
+    # -- training ----------------------------------------------------------------------------
+    def boundary(self) -> None:
+        """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
+        if self.done:
+            return
+        if self.spec.mode == "infer":
+            self.generation_end()
+            if not self.done:
+                self.generation_begin()
+            return
+        self.k += 1
+        w, s, p = self.warmup, self.steps, self.profile_steps
+        if self.k < w:
+            return
+        if self.k == w:
+            self._noise_before = snapshot()
+            self._mark()
+            return
+        if self.k <= w + s:
+            start = self._last
+            now = self._mark()
+            if start is not None:
+                self.samples.append(now - start)
+            if self.k == w + s:
+                self._end_clean()
+                self._start_window()
+            return
+        self._sync()  # the profiled step's range ends when the device is done, as in lmprof train
+        assert self.window is not None and self.probes is not None
+        self.probes.step_end()
+        j = self.k - (w + s + 1)  # profiled steps completed
+        if j == 0:  # the profiler's warm-up step ended: count from here
+            self.probes.forwards = self.probes.backwards = 0
+        else:
+            self.window.close_step()
+        if j < p:
+            self.window.open_step()
+        else:
+            self.finish(None)
+
+    def _end_clean(self) -> None:
+        if self._noise_before is not None:
+            self.noise_window = (self._noise_before, snapshot())
+
+    def optimizer_begin(self) -> None:
+        if self.probes is not None:
+            self.probes.optimizer_begin()
+
+    def optimizer_end(self) -> None:
+        if self.probes is not None:
+            self.probes.optimizer_end()
+
+    def _start_window(self) -> None:
+        folder = self._folder()
+        assert self.device is not None
+        self.window = ProfilerWindow(self.device.torch_device, folder / "trace.json.gz")
+        self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled)
+        self.probes.install(self.optimizers)
+        self.window.start()
+
+    def _folder(self) -> Path:
+        if self.folder is None:
+            assert self.device is not None
+            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, self.spec.label, self.device)
+            self.folder.mkdir(parents=True, exist_ok=True)
+        return self.folder
+
+    # -- inference ---------------------------------------------------------------------------
+    def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
+                         kwargs: dict[str, Any] | None = None) -> None:
+        """A generation starts (``generate`` was called, or ``prof.step()`` in inference mode)."""
+        if self.done:
+            return
+        if self.model is None and model is not None:
+            self.attach(model)
+        if self.model is not None and not self._infer_handles:
+            self._infer_handles.append(self.model.register_forward_hook(self._forward_end, always_call=True))
+        g = self.k + 1  # the generation starting now
+        w, s = self.warmup, self.steps
+        ids = (kwargs or {}).get("input_ids", args[0] if args else None)
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
+        self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
+        if g == w + s + 1:
+            self._start_window()
+        if g == w + 1:
+            self._noise_before = snapshot()
+        if g > w:
+            self._gen["t0"] = self._mark()
+        if self.window is not None and g > w + s + 1:
+            self.window.open_step()
+        if self.probes is not None and self.probes.active:
+            self.probes.generation_begin()
+
+    def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        gen = self._gen
+        if gen is None or self.done or gen["t0"] is None:
+            return
+        self._sync()
+        gen["fwd"].append(self.clock())
+        if self.probes is not None and self.probes.active:
+            self.probes.forward_end()
+
+    def generation_end(self) -> None:
+        gen = self._gen
+        if gen is None or self.done:
+            return
+        self._gen = None
+        w, s, p = self.warmup, self.steps, self.profile_steps
+        g = gen["g"]
+        t1 = self._mark() if gen["t0"] is not None else None
+        if w < g <= w + s and t1 is not None and gen["fwd"]:
+            t0, fwd = gen["t0"], gen["fwd"]
+            shape = gen["shape"] or self.input_shape
+            self.input_shape = shape
+            self.gens.append(Generation(
+                prefill_s=fwd[0] - t0, decode_s=[b - a for a, b in zip(fwd, fwd[1:])], e2e_s=t1 - t0,
+                batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None, forwards=len(fwd)))
+        self.k += 1
+        if g == w + s:
+            self._end_clean()
+        if self.probes is not None and self.probes.active:
+            self.probes.generation_end()
+            if g == w + s + 1:
+                self.probes.forwards = 0
+        if self.window is not None and g > w + s + 1:
+            self.window.close_step()
+            if g == w + s + 1 + p:
+                self.finish(None)
+
+    # -- the end -----------------------------------------------------------------------------
+    def finish(self, reason: str | None) -> Path | None:
+        """End the session: stop what runs, write the run from what was measured, say what happened.
+
+        ``reason`` is None when the window completed, else what ended the script early ("the script
+        exited (code 0)", "the script raised ValueError", ...). Returns the run folder, or None when
+        nothing was measured.
+        """
+        if self.done:
+            return self.folder
+        self.done = True
+        phase_before = self._where()
+        profiled = None
+        if self.window is not None:
+            profiled = self.window.stop()
+        if self.probes is not None:
+            p = max(self.window.complete if self.window else 0, 1)
+            if self.probes.backwards:
+                self.backwards_per_step = self.probes.backwards / p
+            if self.probes.forwards:
+                self.forwards_per_step = self.probes.forwards / p
+            self.input_shape = self.input_shape or self.probes.input_shape
+            self.probes.remove()
+        for h in self._infer_handles:
+            h.remove()
+        self._infer_handles.clear()
+        for fn in self._on_done:
+            fn()
+        measured = bool(self.samples) or bool(self.gens)
+        if not measured:
+            self.message = self._nothing_message(reason)
+            if self.folder is not None and not any(self.folder.iterdir()):
+                self.folder.rmdir()
+            return None
+        from lmprof.pipeline.usercode.assemble import assemble, write
+
+        self._folder()
+        self.run = assemble(self, profiled)
+        write(self)
+        if reason is not None:
+            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
+        elif self.spec.stop_after:
+            raise StopScript()
+        return self.folder
+
+    def _where(self) -> str:
+        w, s, p = self.warmup, self.steps, self.profile_steps
+        unit = "generation" if self.spec.mode == "infer" else "step"
+        k = self.k
+        if k < w:
+            return f"after {k} {unit}(s), during warm-up ({w})"
+        if k < w + s:
+            return f"after {k} {unit}(s), with {len(self.samples) or len(self.gens)} of {s} clean {unit}s timed and none profiled"
+        done = self.window.complete if self.window else 0
+        return f"after {k} {unit}(s), with all {s} clean {unit}s timed and {done} of {p} profiled"
+
+    def _nothing_message(self, reason: str | None) -> str:
+        what = reason or "the session ended"
+        if self.k == 0 and self.spec.mode == "infer":
+            return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
+                    "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
+        if self.k == 0:
+            return (f"{what} without stepping a torch.optim optimizer: nothing measured (for a loop without "
+                    "one, use lmprof.profile(model) and call prof.step() after each step)")
+        return (f"{what} {self._where()}: nothing measured; run more steps or lower --warmup "
+                f"(needs {self.warmup} + {self.steps} + 1 + {self.profile_steps})")
