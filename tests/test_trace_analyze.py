@@ -19,7 +19,7 @@ DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
 TOP = {"schema", "source", "time_units", "traces", "ranks", "notes"}
-TRACE = {"path", "rank", "events", "host_span_us", "device", "device_note", "operators", "steps"}
+TRACE = {"path", "rank", "events", "host_span_us", "device", "device_note", "operators", "steps", "notes"}
 DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids"}
 WINDOW = {"start_us", "end_us", "span_us", "device_events", "excluded_events", "rule"}
 TEMPORAL = {

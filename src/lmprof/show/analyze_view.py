@@ -17,7 +17,7 @@ def render(report: Report, console: Console | None = None) -> None:
     """Print the report as tables; several traces get a rank comparison first."""
     con = console or Console(highlight=False)
     for note in report.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {escape(note)}")
     if report.ranks is not None:
         _ranks(con, report)
     if len(report.traces) > _DETAILED_RANKS:
@@ -76,6 +76,8 @@ def _trace(con: Console, tr: TraceReport) -> None:
         f"\n[bold]{escape(tr.path)}[/bold]  rank {rank}, {tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
     )
+    for note in tr.notes:
+        con.print(f"note: {escape(note)}")
     if tr.device is None:
         con.print(f"device: {tr.device_note}")
     else:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -16,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from lmprof.errors import DataError
-from lmprof.trace import kinds
+from lmprof.trace import kinds, load
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
@@ -63,6 +65,7 @@ class TraceReport:
     device_note: str | None
     operators: OperatorBreakdown
     steps: StepStats | None  # None when there are no ProfilerStep annotations
+    notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         device_note=None if device else NO_DEVICE,
         operators=operator_breakdown(table, top),
         steps=step_stats(table),
+        notes=list(table.notes),
     )
 
 
@@ -140,25 +144,52 @@ def combine(reports: list[TraceReport]) -> Report:
     return Report(traces=reports, ranks=compare_ranks(rows), notes=notes)
 
 
-def find_traces(path: str | Path) -> list[Path]:
-    """Trace files named by ``path``: the file itself, a run folder's trace, or a folder's traces."""
+_RANK_DIR = re.compile(r"rank(\d{1,7})")
+
+
+def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
+    """Trace files named by ``path``: the file itself, a run folder's trace, or a folder's traces.
+
+    Only regular files are taken (a FIFO or a device is refused before anything opens it). In a
+    distributed run folder, only ``rank<N>/`` folders count; others are left out with a note
+    appended to ``notes``.
+    """
     p = Path(path)
-    if not p.exists():
-        raise DataError(f"not found: {p}")
-    if p.is_file():
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise DataError(f"not found: {p}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {p}: {exc.strerror}") from None
+    if stat.S_ISREG(mode):
         return [p]
+    if not stat.S_ISDIR(mode):
+        load.open_regular(p)  # raises the DataError that names what it is
     if (p / "run.json").is_file() or (p / RUN_TRACE).is_file():
-        ranks = sorted(p.glob(f"rank*/{RUN_TRACE}"), key=lambda f: int(f.parent.name[4:] or 0))
-        if not (p / RUN_TRACE).is_file() and ranks:  # a distributed run: one trace per rank
-            return ranks
-        if not (p / RUN_TRACE).is_file():
-            raise DataError(f"{p} is an lmprof run folder without {RUN_TRACE} (no profiled phase recorded)")
-        return [p / RUN_TRACE]
-    files = sorted(
-        f
-        for f in p.iterdir()
-        if f.is_file() and f.name.endswith((".json", ".json.gz")) and f.name != "run.json"
-    )
+        if (p / RUN_TRACE).is_file():
+            return [p / RUN_TRACE]
+        ranked, odd = [], []
+        for d in sorted(p.glob("rank*")):
+            m = _RANK_DIR.fullmatch(d.name)
+            if m and (d / RUN_TRACE).is_file():
+                ranked.append((int(m.group(1)), d / RUN_TRACE))
+            elif d.is_dir():
+                odd.append(d.name)
+        if odd and notes is not None:
+            notes.append(f"left out folder(s) not named rank<N> or without {RUN_TRACE}: {', '.join(odd[:5])}")
+        if ranked:  # a distributed run: one trace per rank
+            return [f for _, f in sorted(ranked)]
+        if odd:
+            raise DataError(f"{p} is an lmprof run folder with no rank<N>/{RUN_TRACE} (found: {', '.join(odd[:5])})")
+        raise DataError(f"{p} is an lmprof run folder without {RUN_TRACE} (no profiled phase recorded)")
+    try:
+        files = sorted(
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.name.endswith((".json", ".json.gz")) and f.name != "run.json"
+        )
+    except OSError as exc:
+        raise DataError(f"cannot list {p}: {exc.strerror}") from None
     if not files:
         raise DataError(f"no trace files (*.json, *.json.gz) in {p}")
     return files
@@ -167,11 +198,14 @@ def find_traces(path: str | Path) -> list[Path]:
 def analyze_path(path: str | Path, *, top: int = 10, include_last_step: bool = False) -> Report:
     """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory."""
     reports = []
-    for f in find_traces(path):
+    notes: list[str] = []
+    for f in find_traces(path, notes):
         table = load_trace(f)
         reports.append(analyze_table(table, top=top, include_last_step=include_last_step))
         del table
-    return combine(reports)
+    report = combine(reports)
+    report.notes[:0] = notes
+    return report
 
 
 def _clean(x: Any) -> Any:
@@ -184,4 +218,6 @@ def _clean(x: Any) -> Any:
         return None if not math.isfinite(f) else round(f, 3)
     if isinstance(x, np.integer):
         return int(x)
+    if isinstance(x, int) and not isinstance(x, bool) and not -(2**63) <= x < 2**64:
+        return str(x)  # JSON readers (and orjson) stop at 64 bits: keep the digits as text
     return x

@@ -59,9 +59,12 @@ def kernel_type_of(name: str, cat: str) -> int:
 
 
 def step_number(name: str) -> int | None:
-    """N of a ``ProfilerStep#N`` annotation, else None."""
+    """N of a ``ProfilerStep#N`` annotation, else None (also when N does not fit in 64 bits)."""
     m = _STEP_RE.match(name)
-    return int(m.group(1)) if m else None
+    if not m or len(m.group(1)) > 19:
+        return None
+    n = int(m.group(1))
+    return n if n < 2**63 else None
 
 
 def cat_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
