@@ -19,7 +19,10 @@ DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
 TOP = {"schema", "source", "time_units", "traces", "ranks", "notes"}
-TRACE = {"path", "rank", "events", "host_span_us", "device", "device_note", "operators", "steps", "notes"}
+TRACE = {
+    "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
+    "steps", "notes",
+}  # fmt: skip
 DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids"}
 WINDOW = {"start_us", "end_us", "span_us", "device_events", "excluded_events", "rule"}
 TEMPORAL = {
@@ -34,6 +37,8 @@ IDLE = {
 LAUNCHES = {
     "kernels", "linked", "launch_delay_median_us", "launch_delay_p90_us", "launch_delay_max_us",
     "launch_call_median_us", "launch_call_p90_us", "short_kernels", "short_kernels_pct", "short_kernels_time_us",
+    "graph_launches", "graph_kernels", "graph_kernels_time_us", "graph_launch_call_median_us",
+    "graph_kernels_per_launch_max",
 }  # fmt: skip
 KERNELS = {"count", "total_us", "by_type_us", "top"}
 KERNEL_ROW = {"name", "type", "count", "total_us", "mean_us", "max_us", "share_pct"}

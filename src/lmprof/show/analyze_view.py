@@ -127,9 +127,15 @@ def _device(con: Console, dev: DeviceReport) -> None:
         con.print(tab)
 
     la = dev.launches
+    if la.graph_launches:
+        con.print(
+            f"graph launches: {la.graph_launches:,} calls launched {la.graph_kernels:,} kernels "
+            f"({fmt_us(la.graph_kernels_time_us)} of kernel time; up to {la.graph_kernels_per_launch_max:,} "
+            f"kernels per call, median call {fmt_us(la.graph_launch_call_median_us)}); counted apart below"
+        )
     if la.linked:
         con.print(
-            f"launches: {la.linked:,}/{la.kernels:,} kernels linked; launch delay median "
+            f"launches: {la.linked:,}/{la.kernels:,} kernels launched one by one; launch delay median "
             f"{fmt_us(la.launch_delay_median_us)}, p90 {fmt_us(la.launch_delay_p90_us)}, max "
             f"{fmt_us(la.launch_delay_max_us)}; launch call median {fmt_us(la.launch_call_median_us)}"
         )

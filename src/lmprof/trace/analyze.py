@@ -63,6 +63,7 @@ class TraceReport:
     host_span_us: float  # first host event start to last host event end
     device: DeviceReport | None  # None: no device activity (see ``device_note``)
     device_note: str | None
+    unsupported_device_events: dict[str, int]  # category -> events of device work not analysed
     operators: OperatorBreakdown
     steps: StepStats | None  # None when there are no ProfilerStep annotations
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
@@ -107,16 +108,27 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
             kernels=kernel_breakdown(table, sel.rows, top),
             device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
         )
+    unsupported = kinds.unsupported_device_events(table)
+    notes = list(table.notes)
+    device_note = None if device else NO_DEVICE
+    if unsupported:
+        found = ", ".join(f"{n:,} {c}" for c, n in sorted(unsupported.items()))
+        what = f"found device events lmprof does not analyse ({found})"
+        if device is None:
+            device_note = f"no supported device activity in trace: {what}; host figures only"
+        else:
+            notes.append(f"{what}: left out of the device figures")
     return TraceReport(
         path=table.path,
         rank=table.rank,
         events=len(ev),
         host_span_us=host_span,
         device=device,
-        device_note=None if device else NO_DEVICE,
+        device_note=device_note,
+        unsupported_device_events=unsupported,
         operators=operator_breakdown(table, top),
         steps=step_stats(table),
-        notes=list(table.notes),
+        notes=notes,
     )
 
 
