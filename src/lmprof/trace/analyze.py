@@ -207,15 +207,37 @@ def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
     return files
 
 
-def analyze_path(path: str | Path, *, top: int = 10, include_last_step: bool = False) -> Report:
-    """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory."""
+def analyze_path(
+    path: str | Path, *, top: int = 10, include_last_step: bool = False, export: str | Path | None = None
+) -> Report:
+    """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory.
+
+    ``export``: a folder to write the SQL-ready Parquet tables to (:mod:`lmprof.trace.export`);
+    it is checked before any trace is read, and the files appear only when every trace succeeded.
+    """
     reports = []
     notes: list[str] = []
-    for f in find_traces(path, notes):
-        table = load_trace(f)
-        reports.append(analyze_table(table, top=top, include_last_step=include_last_step))
-        del table
-    report = combine(reports)
+    files = find_traces(path, notes)
+    exporter = None
+    if export is not None:
+        from lmprof.trace.export import Exporter
+
+        exporter = Exporter(Path(export))
+    ok = False
+    try:
+        for i, f in enumerate(files):
+            table = load_trace(f)
+            rep = analyze_table(table, top=top, include_last_step=include_last_step)
+            reports.append(rep)
+            if exporter is not None:
+                sel = select_device(table, include_last_step)
+                exporter.add(table, table.rank if table.rank is not None else i, sel.rows if sel else None)
+            del table
+        report = combine(reports)
+        ok = True
+    finally:
+        if exporter is not None:
+            exporter.close(ok)
     report.notes[:0] = notes
     return report
 
