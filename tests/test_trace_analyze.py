@@ -18,12 +18,23 @@ from lmprof.trace.timeline import select_device
 DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
-TOP = {"schema", "source", "time_units", "traces", "ranks", "notes"}
+TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
     "steps", "notes",
 }  # fmt: skip
-DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids"}
+DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication"}
+COMMUNICATION = {"collectives", "with_size", "source", "groups", "calls"}
+COLL_GROUP = {
+    "kind", "dtype", "group_size", "message_bytes", "count", "total_us", "median_us", "algbw_median_gbps",
+    "busbw_median_gbps",
+}  # fmt: skip
+COLL_CALL = {
+    "row", "kind", "process_group", "seq", "dtype", "group_size", "message_bytes", "start_us", "time_us",
+    "algbw_gbps", "busbw_gbps",
+}  # fmt: skip
+COLL_MATCH = {"matched", "unmatched", "match_by", "ranks"}
+COLL_RANK = {"rank", "matched", "time_us", "wait_us", "transfer_us", "wait_pct"}
 WINDOW = {"start_us", "end_us", "span_us", "device_events", "excluded_events", "rule"}
 TEMPORAL = {
     "span_us", "busy_us", "compute_us", "communication_us", "memory_us", "idle_us", "non_compute_us",
@@ -74,6 +85,12 @@ def _check_schema(doc: dict) -> None:
                           ("launches", LAUNCHES), ("kernels", KERNELS)):  # fmt: skip
             assert set(dev[key]) == keys, key
         assert all(set(r) == KERNEL_ROW for r in dev["kernels"]["top"])
+        if dev["communication"] is not None:
+            cm = dev["communication"]
+            assert set(cm) == COMMUNICATION
+            assert all(set(g) == COLL_GROUP for g in cm["groups"]) and all(set(c) == COLL_CALL for c in cm["calls"])
+    if doc["collectives"] is not None:
+        assert set(doc["collectives"]) == COLL_MATCH and all(set(r) == COLL_RANK for r in doc["collectives"]["ranks"])
     if doc["ranks"] is not None:
         assert set(doc["ranks"]) == RANKS and all(set(r) == RANK_ROW for r in doc["ranks"]["ranks"])
     _check_units(doc)
@@ -88,7 +105,7 @@ def _check_units(node, key: str = "") -> None:
         for v in node:
             _check_units(v, key)
     elif isinstance(node, float):
-        assert key.endswith(("_us", "_ms", "_pct")), key
+        assert key.endswith(("_us", "_ms", "_pct", "_gbps")), key
 
 
 def _union_py(intervals: list[tuple[float, float]]) -> float:

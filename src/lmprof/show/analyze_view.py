@@ -144,6 +144,9 @@ def _device(con: Console, dev: DeviceReport) -> None:
             f"{fmt_us(la.short_kernels_time_us)} of kernel time"
         )
 
+    if dev.communication is not None:
+        _communication(con, dev)
+
     k = dev.kernels
     title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
     tab = Table(title=title, title_justify="left")
@@ -153,6 +156,38 @@ def _device(con: Console, dev: DeviceReport) -> None:
         name = escape(short_name(r.name))
         tab.add_row(name, r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
     con.print(tab)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _gbps(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _communication(con: Console, dev: DeviceReport) -> None:
+    cm = dev.communication
+    assert cm is not None
+    title = (f"Collectives ({cm.collectives:,}, sizes known for {cm.with_size:,}; from {cm.source}); "
+             "bandwidth in GB/s, nccl-tests conventions")
+    tab = Table(title=title, title_justify="left")
+    for col in ("collective", "n", "message", "count", "total", "median", "algbw", "busbw"):
+        tab.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True,
+                       min_width=16 if col == "collective" else None)
+    for g in cm.groups[:10]:
+        tab.add_row(escape(f"{g.kind} {g.dtype}".strip()), "?" if g.group_size is None else str(g.group_size),
+                    _bytes(g.message_bytes), f"{g.count:,}", fmt_us(g.total_us), fmt_us(g.median_us),
+                    _gbps(g.algbw_median_gbps), _gbps(g.busbw_median_gbps))  # fmt: skip
+    con.print(tab)
+    if cm.with_size < cm.collectives:
+        con.print("note: collectives without size: the trace has no record_param_comms / kernel args with "
+                  "'In msg nelems', 'dtype' and 'Group size' for them (bandwidth n/a)")
 
 
 def _operators(con: Console, tr: TraceReport) -> None:
@@ -205,6 +240,18 @@ def _ranks(con: Console, report: Report) -> None:
         f"slowest rank {rc.slowest_rank}: {_pct(rc.slowest_over_fastest_pct)} slower than the fastest "
         f"(rank {rc.fastest_rank}), {_pct(rc.slowest_over_median_pct)} over the median, by {by}"
     )
+    cm = report.collectives
+    if cm is not None:
+        tab = Table(
+            title=f"Collectives matched across ranks by {cm.match_by}: {cm.matched:,} "
+            f"({cm.unmatched:,} on some ranks only, left out)",
+            title_justify="left",
+        )
+        for col in ("rank", "time", "waiting", "transferring", "waiting %"):
+            tab.add_column(col, justify="right", no_wrap=True)
+        for r in cm.ranks:
+            tab.add_row(str(r.rank), fmt_us(r.time_us), fmt_us(r.wait_us), fmt_us(r.transfer_us), _pct(r.wait_pct))
+        con.print(tab)
     if rc.communication_skew_us is not None:
         con.print(
             f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "

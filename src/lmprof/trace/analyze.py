@@ -19,6 +19,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
+from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
@@ -51,6 +52,7 @@ class DeviceReport:
     launches: LaunchStats
     kernels: KernelBreakdown
     device_ids: list[int]  # args.device values seen on device events
+    communication: Communication | None  # collectives of the window; None without communication kernels
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class Report:
 
     traces: list[TraceReport]
     ranks: RankComparison | None
+    # collectives matched across ranks: wait vs transfer per rank (None: fewer than 2 ranks communicate)
+    collectives: CommMatch | None = None
     schema: str = SCHEMA
     source: str = "measured"  # every figure is read from the trace(s)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -107,6 +111,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
             launches=launch_stats(table, sel.rows),
             kernels=kernel_breakdown(table, sel.rows, top),
             device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
+            communication=collectives(table, sel.rows),
         )
     unsupported = kinds.unsupported_device_events(table)
     notes = list(table.notes)
@@ -153,7 +158,8 @@ def combine(reports: list[TraceReport]) -> Report:
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]
-    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes)
+    matched = match_ranks([(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)])
+    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes, collectives=matched)
 
 
 _RANK_DIR = re.compile(r"rank(\d{1,7})")

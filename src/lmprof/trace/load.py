@@ -20,6 +20,8 @@ stream        int64      args.stream for device events, -1 when absent
 device        int64      args.device for device events, -1 when absent
 ============  =========  ========================================================================
 
+``TraceTable.comms`` holds the collective parameters of the few events that carry them (column
+``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
@@ -58,9 +60,19 @@ class _Args(msgspec.Struct, gc=False):
     seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
     stream: int | str | None = -1
     device: int | str | None = -1
+    # collective parameters (record_param_comms, and NCCL kernels in newer traces); Any: an odd
+    # value here must never cost the event
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    coll_seq: Any = msgspec.field(default=None, name="Seq")
 
 
 _NO_ARGS = _Args()
+_COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -109,6 +121,8 @@ class TraceTable:
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # what the loader skipped or repaired, one sentence each (empty for a clean trace)
     notes: list[str] = field(default_factory=list)
+    # collective parameters of the events that carry them (see the module docstring)
+    comms: pd.DataFrame = field(default_factory=lambda: _empty_comms())
 
     @property
     def rank(self) -> int | None:
@@ -468,6 +482,7 @@ class _Splitter:
 
 _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
+_get_collective = attrgetter("collective")
 
 
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
@@ -556,6 +571,8 @@ class _Builder:
         self.repaired_utf8 = 0  # events read after replacing invalid UTF-8
         self.out_of_range: dict[str, int] = {}  # field -> integers outside int64, or non-finite times
         self.first_problem: str | None = None
+        self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
+        self.comm_values: list[tuple[Any, ...]] = []
 
     def add_json(self, payload: memoryview, exact: bool = False) -> None:
         """Decode one JSON list of events.
@@ -619,8 +636,13 @@ class _Builder:
         args = list(map(_get["args"], xs))
         if None in args:
             args = [a if a is not None else _NO_ARGS for a in args]
+        base = c.cols["pid"].rows - len(xs)  # raw index of xs[0]
         for key, get in _get_arg.items():
             c.add(key, self._ints(args, get, none=-1, field=f"args.{key}", coded=False))
+        colls = list(map(_get_collective, args))
+        for i in [i for i, v in enumerate(colls) if v is not None]:
+            self.comm_raw.append(base + i)
+            self.comm_values.append(tuple(getattr(args[i], f) for f in _COMM_FIELDS))
 
     def _add_flows(self, fl: list[_Event]) -> None:
         c = self.fl
@@ -737,7 +759,7 @@ def load_trace(path: str | Path) -> TraceTable:
     info = top.distributedInfo
     if isinstance(info, dict) and "rank" in info and parse_rank(info) is None:
         notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
-    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes)
+    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms)
 
 
 def _check_skipped(p: Path, b: _Builder) -> None:
@@ -778,6 +800,40 @@ def _short_repr(v: Any) -> str:
 _MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
 
 
+def _empty_comms() -> pd.DataFrame:
+    return _comms_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
+
+
+def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
+    """Collective parameters as typed columns: ints (-1 when absent or odd), names as str ("" absent)."""
+    values = [v for v, k in zip(values, keep.tolist()) if k]
+    rows = rows[keep]
+    order = np.argsort(rows, kind="stable")
+    values = [values[i] for i in order.tolist()]
+    cols: dict[str, Any] = {"row": rows[order]}
+    for j, f in enumerate(_COMM_FIELDS):
+        column = [v[j] for v in values]
+        if f in ("collective", "dtype", "pg_name"):
+            cols[f] = pd.array([_short_str(x) for x in column], dtype=object)
+        else:
+            cols[f] = np.array([_small_int(x) for x in column], dtype=np.int64)
+    return pd.DataFrame(cols)
+
+
+def _short_str(x: Any) -> str:
+    return "" if x is None or isinstance(x, (list, dict)) else str(x)[:200]
+
+
+def _small_int(x: Any) -> int:
+    if isinstance(x, bool) or x is None:
+        return -1
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    if isinstance(x, str) and x.strip().isdigit() and len(x.strip()) < 19:
+        x = int(x.strip())
+    return x if isinstance(x, int) and 0 <= x < _MAX_INT else -1
+
+
 def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Events and flows as frames, events sorted by ts; also how many events had junk times."""
     x = b.x
@@ -804,12 +860,19 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     }
     for name in _get_arg:
         cols[name] = x.take(name, inverse)
+    comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
+    if inverse is not None and comm_rows.size:
+        comm_rows = inverse[comm_rows]
     del inverse
     bad_dur = ~(np.abs(cols["dur"]) <= _MAX_TIME_US)
     keep = np.isfinite(cols["ts"]) & ~bad_dur
     dropped = int(len(keep) - keep.sum())
+    comm_keep = np.ones(comm_rows.size, dtype=bool)
     if dropped:
         cols = {k: v[keep] for k, v in cols.items()}
+        comm_keep = keep[comm_rows]
+        comm_rows = (np.cumsum(keep) - 1)[comm_rows]
+    b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
     events = pd.DataFrame(cols, copy=False)
     f = b.fl
     flows = pd.DataFrame(
