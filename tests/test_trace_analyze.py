@@ -23,7 +23,13 @@ TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
     "steps", "notes",
 }  # fmt: skip
-DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication"}
+DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication", "hardware"}
+HARDWARE = {
+    "kernels", "with_resources", "resources_time_us", "occupancy_pct", "low_occupancy_time_pct", "blocks_per_sm",
+    "small_grid_time_pct", "warps_per_sm", "registers_per_thread", "shared_memory_bytes", "compute_time_us",
+    "tensor_core_time_us", "tensor_core_pct", "tensor_core_kernels", "copies",
+}  # fmt: skip
+COPY_ROW = {"kind", "count", "bytes", "time_us", "achieved_gbps"}
 COMMUNICATION = {"collectives", "with_size", "source", "groups", "calls"}
 COLL_GROUP = {
     "kind", "dtype", "group_size", "message_bytes", "count", "total_us", "median_us", "algbw_median_gbps",
@@ -85,6 +91,7 @@ def _check_schema(doc: dict) -> None:
                           ("launches", LAUNCHES), ("kernels", KERNELS)):  # fmt: skip
             assert set(dev[key]) == keys, key
         assert all(set(r) == KERNEL_ROW for r in dev["kernels"]["top"])
+        assert set(dev["hardware"]) == HARDWARE and all(set(c) == COPY_ROW for c in dev["hardware"]["copies"])
         if dev["communication"] is not None:
             cm = dev["communication"]
             assert set(cm) == COMMUNICATION
@@ -105,7 +112,8 @@ def _check_units(node, key: str = "") -> None:
         for v in node:
             _check_units(v, key)
     elif isinstance(node, float):
-        assert key.endswith(("_us", "_ms", "_pct", "_gbps")), key
+        # per-SM / per-thread averages and bytes are counts, not times: named for what they count
+        assert key.endswith(("_us", "_ms", "_pct", "_gbps", "_bytes", "_per_sm", "_per_thread")), key
 
 
 def _union_py(intervals: list[tuple[float, float]]) -> float:

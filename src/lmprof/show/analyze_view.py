@@ -146,6 +146,7 @@ def _device(con: Console, dev: DeviceReport) -> None:
 
     if dev.communication is not None:
         _communication(con, dev)
+    _hardware(con, dev)
 
     k = dev.kernels
     title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
@@ -188,6 +189,37 @@ def _communication(con: Console, dev: DeviceReport) -> None:
     if cm.with_size < cm.collectives:
         con.print("note: collectives without size: the trace has no record_param_comms / kernel args with "
                   "'In msg nelems', 'dtype' and 'Group size' for them (bandwidth n/a)")
+
+
+def _num(x: float | None, fmt: str = ".1f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def _hardware(con: Console, dev: DeviceReport) -> None:
+    hw = dev.hardware
+    tab = Table(title="Hardware use (kernel args; averages weighted by kernel time)", title_justify="left")
+    tab.add_column("figure", justify="left")
+    tab.add_column("value", justify="right")
+    tab.add_column("source", justify="left")
+    res = f"{hw.with_resources:,}/{hw.kernels:,} kernels"
+    if hw.with_resources:
+        tab.add_row("est. achieved occupancy", f"{_num(hw.occupancy_pct)}%", res)
+        tab.add_row("kernel time below 25% occupancy", _pct(hw.low_occupancy_time_pct), "measured (CUPTI)")
+        tab.add_row("blocks per SM", _num(hw.blocks_per_sm), "measured (CUPTI)")
+        tab.add_row("kernel time with < 1 block per SM", _pct(hw.small_grid_time_pct), "measured (CUPTI)")
+        tab.add_row("warps per SM", _num(hw.warps_per_sm), "measured (CUPTI)")
+        tab.add_row("registers per thread", _num(hw.registers_per_thread), "measured (CUPTI)")
+        tab.add_row("shared memory per block", f"{_num(hw.shared_memory_bytes, ',.0f')} B", "measured (CUPTI)")
+    else:
+        tab.add_row("occupancy, blocks/warps per SM", "n/a", "the trace has no kernel resource args")
+    tab.add_row("compute time in tensor-core kernels", _pct(hw.tensor_core_pct),
+                f"estimated from names ({hw.tensor_core_kernels:,} kernels)")
+    for c in hw.copies[:6]:
+        tab.add_row(escape(c.kind), f"{_gbps(c.achieved_gbps)} GB/s",
+                    f"{_bytes(c.bytes)} in {fmt_us(c.time_us)} ({c.count:,})")
+    con.print(tab)
+    if hw.copies:
+        con.print("copy bandwidth: achieved only; the link's peak is n/a (the trace does not record the link)")
 
 
 def _operators(con: Console, tr: TraceReport) -> None:

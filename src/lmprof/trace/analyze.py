@@ -19,6 +19,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
+from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
@@ -53,6 +54,7 @@ class DeviceReport:
     kernels: KernelBreakdown
     device_ids: list[int]  # args.device values seen on device events
     communication: Communication | None  # collectives of the window; None without communication kernels
+    hardware: HardwareUse  # occupancy, tensor-core share, copy bandwidth of the window
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
             kernels=kernel_breakdown(table, sel.rows, top),
             device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
             communication=collectives(table, sel.rows),
+            hardware=hardware_use(table, sel.rows),
         )
     unsupported = kinds.unsupported_device_events(table)
     notes = list(table.notes)

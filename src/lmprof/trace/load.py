@@ -22,6 +22,9 @@ device        int64      args.device for device events, -1 when absent
 
 ``TraceTable.comms`` holds the collective parameters of the few events that carry them (column
 ``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).
+``TraceTable.hw`` holds what CUPTI reports per kernel and copy, for the events that have it (column
+``row``; registers, shared_memory (bytes per block), blocks_per_sm, warps_per_sm, occupancy (est.
+achieved occupancy %), nbytes (a copy's or set's size); NaN when absent).
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
@@ -69,10 +72,18 @@ class _Args(msgspec.Struct, gc=False):
     group_size: Any = msgspec.field(default=None, name="Group size")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     coll_seq: Any = msgspec.field(default=None, name="Seq")
+    # what CUPTI reports per kernel / memcpy (kernel resources and the copy's size)
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
+    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
 
 
 _NO_ARGS = _Args()
 _COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
+_HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -123,6 +134,8 @@ class TraceTable:
     notes: list[str] = field(default_factory=list)
     # collective parameters of the events that carry them (see the module docstring)
     comms: pd.DataFrame = field(default_factory=lambda: _empty_comms())
+    # kernel resources and copy sizes of the device events that carry them (see the module docstring)
+    hw: pd.DataFrame = field(default_factory=lambda: _hw_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool)))
 
     @property
     def rank(self) -> int | None:
@@ -483,6 +496,8 @@ class _Splitter:
 _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
 _get_collective = attrgetter("collective")
+_get_registers = attrgetter("registers")
+_get_nbytes = attrgetter("nbytes")
 
 
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
@@ -573,6 +588,8 @@ class _Builder:
         self.first_problem: str | None = None
         self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
         self.comm_values: list[tuple[Any, ...]] = []
+        self.hw_raw: list[int] = []
+        self.hw_values: list[tuple[Any, ...]] = []
 
     def add_json(self, payload: memoryview, exact: bool = False) -> None:
         """Decode one JSON list of events.
@@ -643,6 +660,10 @@ class _Builder:
         for i in [i for i, v in enumerate(colls) if v is not None]:
             self.comm_raw.append(base + i)
             self.comm_values.append(tuple(getattr(args[i], f) for f in _COMM_FIELDS))
+        regs, nbytes = list(map(_get_registers, args)), list(map(_get_nbytes, args))
+        for i in [i for i, (r, b) in enumerate(zip(regs, nbytes)) if r is not None or b is not None]:
+            self.hw_raw.append(base + i)
+            self.hw_values.append(tuple(getattr(args[i], f) for f in _HW_FIELDS))
 
     def _add_flows(self, fl: list[_Event]) -> None:
         c = self.fl
@@ -759,7 +780,7 @@ def load_trace(path: str | Path) -> TraceTable:
     info = top.distributedInfo
     if isinstance(info, dict) and "rank" in info and parse_rank(info) is None:
         notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
-    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms)
+    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw)
 
 
 def _check_skipped(p: Path, b: _Builder) -> None:
@@ -820,6 +841,25 @@ def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarr
     return pd.DataFrame(cols)
 
 
+def _hw_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
+    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0)."""
+    values = [v for v, k in zip(values, keep.tolist()) if k]
+    rows = rows[keep]
+    order = np.argsort(rows, kind="stable")
+    cols: dict[str, Any] = {"row": rows[order]}
+    for j, f in enumerate(_HW_FIELDS):
+        col = np.array([_number(values[i][j]) for i in order.tolist()], dtype=np.float64)
+        cols[f] = col
+    return pd.DataFrame(cols)
+
+
+def _number(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return np.nan
+    f = float(x) if abs(x) < 1e30 else np.nan
+    return f if np.isfinite(f) and f >= 0 else np.nan
+
+
 def _short_str(x: Any) -> str:
     return "" if x is None or isinstance(x, (list, dict)) else str(x)[:200]
 
@@ -861,18 +901,22 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     for name in _get_arg:
         cols[name] = x.take(name, inverse)
     comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
-    if inverse is not None and comm_rows.size:
-        comm_rows = inverse[comm_rows]
+    hw_rows = np.asarray(b.hw_raw, dtype=np.int64)
+    if inverse is not None:
+        comm_rows, hw_rows = inverse[comm_rows], inverse[hw_rows]
     del inverse
     bad_dur = ~(np.abs(cols["dur"]) <= _MAX_TIME_US)
     keep = np.isfinite(cols["ts"]) & ~bad_dur
     dropped = int(len(keep) - keep.sum())
     comm_keep = np.ones(comm_rows.size, dtype=bool)
+    hw_keep = np.ones(hw_rows.size, dtype=bool)
     if dropped:
         cols = {k: v[keep] for k, v in cols.items()}
-        comm_keep = keep[comm_rows]
-        comm_rows = (np.cumsum(keep) - 1)[comm_rows]
+        new_row = np.cumsum(keep) - 1
+        comm_keep, hw_keep = keep[comm_rows], keep[hw_rows]
+        comm_rows, hw_rows = new_row[comm_rows], new_row[hw_rows]
     b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
+    b.hw = _hw_frame(hw_rows, b.hw_values, hw_keep)
     events = pd.DataFrame(cols, copy=False)
     f = b.fl
     flows = pd.DataFrame(
