@@ -21,8 +21,11 @@ DATA = Path(__file__).parent / "data" / "traces"
 TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
-    "steps", "notes",
+    "steps", "notes", "critical_path",
 }  # fmt: skip
+CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
+CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path"}
+WHAT_IF = {"change", "step_ms", "saving_pct"}
 DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication", "hardware"}
 HARDWARE = {
     "kernels", "with_resources", "resources_time_us", "occupancy_pct", "low_occupancy_time_pct", "blocks_per_sm",
@@ -82,6 +85,10 @@ def _check_schema(doc: dict) -> None:
         assert all(set(r) == OPERATOR_ROW for r in tr["operators"]["top"])
         if tr["steps"] is not None:
             assert set(tr["steps"]) == STEPS and all(set(s) == STEP_ROW for s in tr["steps"]["steps"])
+        if tr["critical_path"] is not None:
+            cp = tr["critical_path"]
+            assert set(cp) == CRITICAL and all(set(p) == CRITICAL_STEP for p in cp["steps"])
+            assert all(set(w) == WHAT_IF for w in cp["what_if"])
         dev = tr["device"]
         if dev is None:
             assert tr["device_note"] == "no device activity in trace"

@@ -84,6 +84,7 @@ def _trace(con: Console, tr: TraceReport) -> None:
         _device(con, tr.device)
     _operators(con, tr)
     _steps(con, tr)
+    _critical(con, tr)
 
 
 def _device(con: Console, dev: DeviceReport) -> None:
@@ -245,6 +246,40 @@ def _steps(con: Console, tr: TraceReport) -> None:
         f"steps: {st.count} ProfilerStep, median {st.median_ms:.3f} ms (p10 {st.p10_ms:.3f}, "
         f"p90 {st.p90_ms:.3f}, min {st.min_ms:.3f}, max {st.max_ms:.3f})"
     )
+
+
+_SEGMENT_LABELS = {
+    "cpu": "host CPU work", "launch_call": "host in launch calls", "data_loader": "host in data loader",
+    "launch_latency": "launch latency (call end to kernel start)", "computation": "compute kernels",
+    "communication": "communication kernels", "memory": "memcpy / memset", "sync": "sync return",
+    "device_wait": "device gap on the stream", "cross_stream": "waiting on another stream",
+    "unknown": "unexplained",
+}  # fmt: skip
+
+
+def _critical(con: Console, tr: TraceReport) -> None:
+    cp = tr.critical_path
+    if cp is None:
+        return
+    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms incl. device work)",
+                title_justify="left")  # fmt: skip
+    tab.add_column("on the path", justify="left")
+    tab.add_column("% of steps", justify="right")
+    for key, pct in sorted(cp.segments_pct.items(), key=lambda kv: -kv[1]):
+        if pct >= 0.05:
+            tab.add_row(_SEGMENT_LABELS.get(key, key), _pct(pct))
+    con.print(tab)
+    tab = Table(title="What if (optimistic: another path may become critical)", title_justify="left")
+    for col in ("change", "median step", "saving"):
+        tab.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
+    for w in cp.what_if:
+        change = w.change
+        if change.startswith("top kernel") and cp.top_kernel:
+            change += f" ({short_name(cp.top_kernel, 60)})"
+        tab.add_row(escape(change), f"{w.step_ms:.3f} ms", _pct(w.saving_pct))
+    con.print(tab)
+    if not cp.linked:
+        con.print("note: no device work linked to launch calls: the path stays on the host")
 
 
 def _ranks(con: Console, report: Report) -> None:

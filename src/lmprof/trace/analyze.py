@@ -19,6 +19,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
+from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
@@ -70,6 +71,7 @@ class TraceReport:
     unsupported_device_events: dict[str, int]  # category -> events of device work not analysed
     operators: OperatorBreakdown
     steps: StepStats | None  # None when there are no ProfilerStep annotations
+    critical_path: CriticalPath | None  # per step; None without ProfilerStep annotations
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
@@ -136,6 +138,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         unsupported_device_events=unsupported,
         operators=operator_breakdown(table, top),
         steps=step_stats(table),
+        critical_path=critical_path(table, sel.rows if sel is not None else None),
         notes=notes,
     )
 
