@@ -114,7 +114,7 @@ def _check_units(node, key: str = "") -> None:
     """Every non-integer number is named with its unit (or sits in a dict named with one)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            _check_units(v, key if key.endswith(("_us", "_ms")) and not isinstance(v, (dict, list)) else k)
+            _check_units(v, key if key.endswith(("_us", "_ms", "_pct")) and not isinstance(v, (dict, list)) else k)
     elif isinstance(node, list):
         for v in node:
             _check_units(v, key)
