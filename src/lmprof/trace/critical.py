@@ -16,6 +16,10 @@ annotation, on the host) and, at every point, asking what the work there waited 
   stream, e.g. NCCL waiting for compute): the device event on any stream that ended last before K
   started is taken as the predecessor (``cross_stream``), else the gap is ``unknown``.
 
+When the walk reaches device work launched before the step began, the device was still busy with
+an earlier step (the host runs ahead, the device is the bottleneck): the rest of the way back to the
+step's start is ``previous_step``.
+
 Segments cover the step exactly once, so they sum to the step's duration. Host segments are split
 into time inside launch runtime calls (``launch_call``), in data-loader operators (``data_loader``:
 an enclosing host event whose name contains ``DataLoader``) and other CPU work (``cpu``). Device
@@ -46,7 +50,7 @@ from lmprof.trace.steps import profiler_steps
 
 SEGMENTS = (
     "cpu", "launch_call", "data_loader", "launch_latency", "computation", "communication", "memory",
-    "sync", "device_wait", "cross_stream", "unknown",
+    "sync", "device_wait", "cross_stream", "previous_step", "unknown",
 )  # fmt: skip
 _EPS = 1.0  # us: a predecessor that finished this close before K started is taken as K's cause
 _MAX_STEPS_WALKED = 200
@@ -169,6 +173,10 @@ def _walk(
 
     for _ in range(1_000_000):
         if t <= t0:
+            break
+        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.ts[ix.launch[kernel]] < t0:
+            # the device was still busy with work an earlier step launched: the step waited for it
+            seg["previous_step"] += t - t0
             break
         if mode == "host":
             ends, rows = ix.sync.get(where, ([], []))
