@@ -39,7 +39,11 @@ HOSTILE: list[Any] = [
     "<script>alert(1)</script>", "kernel", "cuda_runtime", "ProfilerStep#5",
 ]  # fmt: skip
 FIELDS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args"]
-ARG_FIELDS = ["correlation", "External id", "Sequence number", "stream", "device"]
+ARG_FIELDS = [
+    "correlation", "External id", "Sequence number", "stream", "device", "Collective name", "In msg nelems",
+    "Out msg nelems", "dtype", "Group size", "Seq", "registers per thread", "blocks per SM", "bytes",
+    "est. achieved occupancy %",
+]
 STRUCTURAL = b'{}[]",:\\0e-'
 
 
