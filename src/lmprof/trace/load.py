@@ -43,7 +43,8 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -496,8 +497,10 @@ class _Splitter:
 _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
 _get_collective = attrgetter("collective")
-_get_registers = attrgetter("registers")
-_get_nbytes = attrgetter("nbytes")
+_get_comm_fields = attrgetter(*_COMM_FIELDS)
+_get_hw_fields = attrgetter(*_HW_FIELDS)
+# categories whose events carry kernel resources or copy sizes
+_HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 
 
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
@@ -645,7 +648,8 @@ class _Builder:
     def _add_complete(self, xs: list[_Event]) -> None:
         c = self.x
         c.add("name", self._codes(self.names, list(map(_get["name"], xs))))
-        c.add("cat", self._codes(self.cats, list(map(_get["cat"], xs))))
+        cat_codes = self._codes(self.cats, list(map(_get["cat"], xs)))
+        c.add("cat", cat_codes)
         c.add("pid", self._ints(xs, _get["pid"], none=0, field="pid"))
         c.add("tid", self._ints(xs, _get["tid"], none=0, field="tid"))
         c.add("ts", _floats(xs, _get["ts"]))
@@ -656,14 +660,18 @@ class _Builder:
         base = c.cols["pid"].rows - len(xs)  # raw index of xs[0]
         for key, get in _get_arg.items():
             c.add(key, self._ints(args, get, none=-1, field=f"args.{key}", coded=False))
-        colls = list(map(_get_collective, args))
-        for i in [i for i, v in enumerate(colls) if v is not None]:
+        # sparse args, found without a Python-level loop over every event
+        n = len(args)
+        has = np.fromiter(map(is_not, map(_get_collective, args), repeat(None)), dtype=bool, count=n)
+        for i in np.flatnonzero(has).tolist():
             self.comm_raw.append(base + i)
-            self.comm_values.append(tuple(getattr(args[i], f) for f in _COMM_FIELDS))
-        regs, nbytes = list(map(_get_registers, args)), list(map(_get_nbytes, args))
-        for i in [i for i, (r, b) in enumerate(zip(regs, nbytes)) if r is not None or b is not None]:
-            self.hw_raw.append(base + i)
-            self.hw_values.append(tuple(getattr(args[i], f) for f in _HW_FIELDS))
+            self.comm_values.append(_get_comm_fields(args[i]))
+        device_codes = [v for k, v in self.cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
+        for i in np.flatnonzero(np.isin(cat_codes, device_codes)).tolist():
+            values = _get_hw_fields(args[i])
+            if values[0] is not None or values[-1] is not None:  # registers or bytes
+                self.hw_raw.append(base + i)
+                self.hw_values.append(values)
 
     def _add_flows(self, fl: list[_Event]) -> None:
         c = self.fl
@@ -847,8 +855,14 @@ def _hw_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray)
     rows = rows[keep]
     order = np.argsort(rows, kind="stable")
     cols: dict[str, Any] = {"row": rows[order]}
+    ordered = [values[i] for i in order.tolist()]
     for j, f in enumerate(_HW_FIELDS):
-        col = np.array([_number(values[i][j]) for i in order.tolist()], dtype=np.float64)
+        raw = [v[j] for v in ordered]
+        try:  # fast path: numbers and None only
+            col = np.array([np.nan if x is None else x for x in raw], dtype=np.float64)
+            col[~(np.isfinite(col) & (col >= 0))] = np.nan
+        except (TypeError, ValueError, OverflowError):
+            col = np.array([_number(x) for x in raw], dtype=np.float64)
         cols[f] = col
     return pd.DataFrame(cols)
 
