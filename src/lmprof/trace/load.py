@@ -136,7 +136,7 @@ class TraceTable:
     # collective parameters of the events that carry them (see the module docstring)
     comms: pd.DataFrame = field(default_factory=lambda: _empty_comms())
     # kernel resources and copy sizes of the device events that carry them (see the module docstring)
-    hw: pd.DataFrame = field(default_factory=lambda: _hw_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool)))
+    hw: pd.DataFrame = field(default_factory=lambda: _hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool)))
 
     @property
     def rank(self) -> int | None:
@@ -498,7 +498,7 @@ _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
 _get_collective = attrgetter("collective")
 _get_comm_fields = attrgetter(*_COMM_FIELDS)
-_get_hw_fields = attrgetter(*_HW_FIELDS)
+_HW_GETTERS = {f: attrgetter(f) for f in _HW_FIELDS}
 # categories whose events carry kernel resources or copy sizes
 _HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 
@@ -591,8 +591,9 @@ class _Builder:
         self.first_problem: str | None = None
         self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
         self.comm_values: list[tuple[Any, ...]] = []
-        self.hw_raw: list[int] = []
-        self.hw_values: list[tuple[Any, ...]] = []
+        self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
+        self.hw_cols: dict[str, list[Any]] = {f: [] for f in _HW_FIELDS}  # their values, field by field
+        self.comm_names: dict[int, bool] = {}  # name code -> may carry collective parameters
 
     def add_json(self, payload: memoryview, exact: bool = False) -> None:
         """Decode one JSON list of events.
@@ -647,7 +648,8 @@ class _Builder:
 
     def _add_complete(self, xs: list[_Event]) -> None:
         c = self.x
-        c.add("name", self._codes(self.names, list(map(_get["name"], xs))))
+        name_codes = self._codes(self.names, list(map(_get["name"], xs)))
+        c.add("name", name_codes)
         cat_codes = self._codes(self.cats, list(map(_get["cat"], xs)))
         c.add("cat", cat_codes)
         c.add("pid", self._ints(xs, _get["pid"], none=0, field="pid"))
@@ -660,18 +662,27 @@ class _Builder:
         base = c.cols["pid"].rows - len(xs)  # raw index of xs[0]
         for key, get in _get_arg.items():
             c.add(key, self._ints(args, get, none=-1, field=f"args.{key}", coded=False))
-        # sparse args, found without a Python-level loop over every event
-        n = len(args)
-        has = np.fromiter(map(is_not, map(_get_collective, args), repeat(None)), dtype=bool, count=n)
-        for i in np.flatnonzero(has).tolist():
-            self.comm_raw.append(base + i)
-            self.comm_values.append(_get_comm_fields(args[i]))
+        # sparse args: only events that can carry them are looked at (by name / category code)
+        comm_idx = np.flatnonzero(np.isin(name_codes, self._comm_codes()))
+        for i in comm_idx.tolist():
+            if args[i].collective is not None:
+                self.comm_raw.append(base + i)
+                self.comm_values.append(_get_comm_fields(args[i]))
         device_codes = [v for k, v in self.cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
-        for i in np.flatnonzero(np.isin(cat_codes, device_codes)).tolist():
-            values = _get_hw_fields(args[i])
-            if values[0] is not None or values[-1] is not None:  # registers or bytes
-                self.hw_raw.append(base + i)
-                self.hw_values.append(values)
+        dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+        if dev_idx.size:
+            dev_args = [args[i] for i in dev_idx.tolist()]
+            self.hw_raw.append(base + dev_idx)
+            for f, get in _HW_GETTERS.items():
+                self.hw_cols[f].extend(map(get, dev_args))
+
+    def _comm_codes(self) -> list[int]:
+        """Name codes of events that may carry collective parameters (record_param_comms, NCCL/RCCL kernels)."""
+        for name, code in self.names.items():
+            if code not in self.comm_names:
+                low = str(name).lower()
+                self.comm_names[code] = "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
+        return [c for c, ok in self.comm_names.items() if ok]
 
     def _add_flows(self, fl: list[_Event]) -> None:
         c = self.fl
@@ -849,22 +860,25 @@ def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarr
     return pd.DataFrame(cols)
 
 
-def _hw_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
-    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0)."""
-    values = [v for v, k in zip(values, keep.tolist()) if k]
-    rows = rows[keep]
-    order = np.argsort(rows, kind="stable")
-    cols: dict[str, Any] = {"row": rows[order]}
-    ordered = [values[i] for i in order.tolist()]
-    for j, f in enumerate(_HW_FIELDS):
-        raw = [v[j] for v in ordered]
+def _hw_frame(rows: np.ndarray, values: dict[str, list[Any]], keep: np.ndarray) -> pd.DataFrame:
+    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0).
+
+    Rows of device events without any of them (no registers and no bytes) are dropped.
+    """
+    order = np.argsort(rows[keep], kind="stable")
+    cols: dict[str, Any] = {"row": rows[keep][order]}
+    for f in _HW_FIELDS:
+        raw = values.get(f, [])
         try:  # fast path: numbers and None only
             col = np.array([np.nan if x is None else x for x in raw], dtype=np.float64)
             col[~(np.isfinite(col) & (col >= 0))] = np.nan
         except (TypeError, ValueError, OverflowError):
             col = np.array([_number(x) for x in raw], dtype=np.float64)
-        cols[f] = col
-    return pd.DataFrame(cols)
+        if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
+            col = np.full(rows.size, np.nan)
+        cols[f] = col[keep][order]
+    out = pd.DataFrame(cols)
+    return out[out["registers"].notna() | out["nbytes"].notna()].reset_index(drop=True)
 
 
 def _number(x: Any) -> float:
@@ -915,7 +929,7 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     for name in _get_arg:
         cols[name] = x.take(name, inverse)
     comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
-    hw_rows = np.asarray(b.hw_raw, dtype=np.int64)
+    hw_rows = np.concatenate(b.hw_raw) if b.hw_raw else np.empty(0, dtype=np.int64)
     if inverse is not None:
         comm_rows, hw_rows = inverse[comm_rows], inverse[hw_rows]
     del inverse
@@ -930,7 +944,7 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
         comm_keep, hw_keep = keep[comm_rows], keep[hw_rows]
         comm_rows, hw_rows = new_row[comm_rows], new_row[hw_rows]
     b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
-    b.hw = _hw_frame(hw_rows, b.hw_values, hw_keep)
+    b.hw = _hw_frame(hw_rows, b.hw_cols, hw_keep)
     events = pd.DataFrame(cols, copy=False)
     f = b.fl
     flows = pd.DataFrame(
