@@ -109,14 +109,17 @@ class _Index:
         order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
         self.dev_by_end = order.tolist()
         self.dev_ends = self.end[order].tolist()
-        stream = ev["stream"].to_numpy()
-        key = [(int(self.pid[r]), int(stream[r]) if stream[r] >= 0 else int(self.tid[r])) for r in self.dev_by_end]
-        self.stream_of: dict[int, tuple[int, int]] = dict(zip(self.dev_by_end, key))
-        self.by_stream: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-        for r, k in zip(self.dev_by_end, key):
-            ends, rows = self.by_stream.setdefault(k, ([], []))
-            ends.append(float(self.end[r]))
-            rows.append(r)
+        # one key per (device pid, stream); the tid stands in for a missing args.stream
+        stream = ev["stream"].to_numpy()[order]
+        lane = np.where(stream >= 0, stream, self.tid[order])
+        _, key = np.unique(np.stack([self.pid[order], lane]), axis=1, return_inverse=True)
+        key = key.ravel()
+        self.stream_of: dict[int, int] = dict(zip(self.dev_by_end, key.tolist()))
+        self.by_stream: dict[int, tuple[list[float], list[int]]] = {}
+        grouped = np.argsort(key, kind="stable")  # keeps end order inside each stream
+        bounds = np.flatnonzero(np.diff(key[grouped])) + 1
+        for part in np.split(grouped, bounds) if grouped.size else []:
+            self.by_stream[int(key[part[0]])] = (self.end[order[part]].tolist(), order[part].tolist())
         # blocking calls per host thread, by end time
         sync = np.flatnonzero(kinds.sync_mask(table))
         self.sync: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
@@ -129,8 +132,11 @@ class _Index:
         loader = np.flatnonzero(kinds.host_mask(table) & kinds.name_mask(table, lambda n: "DataLoader" in n))
         self.launch_iv = self._per_thread(runtime)
         self.loader_iv = self._per_thread(loader)
-        names = ev["name"].to_numpy()
-        self.names = names
+        self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
+        # plain lists for the walk: indexing a list is several times cheaper than a numpy array
+        self.tsl, self.endl = self.ts.tolist(), self.end.tolist()
+        self.pidl, self.tidl = self.pid.tolist(), self.tid.tolist()
+        self.name_categories = ev["name"].cat.categories
 
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
         out = {}
@@ -158,7 +164,7 @@ def _walk(
     on_path: list[int] = []
     mode, t, where = "host", t1, thread
     kernel = -1
-    if last_device >= 0 and ix.end[last_device] >= t1:  # the step ends with its device work
+    if last_device >= 0 and ix.endl[last_device] >= t1:  # the step ends with its device work
         mode, kernel = "device", last_device
 
     def host(a: float, b: float, th: tuple[int, int]) -> None:
@@ -174,14 +180,14 @@ def _walk(
     for _ in range(1_000_000):
         if t <= t0:
             break
-        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.ts[ix.launch[kernel]] < t0:
+        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.tsl[ix.launch[kernel]] < t0:
             # the device was still busy with work an earlier step launched: the step waited for it
             seg["previous_step"] += t - t0
             break
         if mode == "host":
             ends, rows = ix.sync.get(where, ([], []))
             i = bisect.bisect_right(ends, t) - 1
-            while i >= 0 and ix.ts[rows[i]] >= t:  # a zero-length call at t does not move the walk
+            while i >= 0 and ix.tsl[rows[i]] >= t:  # a zero-length call at t does not move the walk
                 i -= 1
             if i < 0 or ends[i] <= t0:
                 host(t0, t, where)
@@ -189,16 +195,16 @@ def _walk(
             s = rows[i]
             host(ends[i], t, where)
             j = bisect.bisect_right(ix.dev_ends, ends[i]) - 1
-            if j >= 0 and ix.dev_ends[j] > ix.ts[s] and ix.dev_ends[j] > t0:
+            if j >= 0 and ix.dev_ends[j] > ix.tsl[s] and ix.dev_ends[j] > t0:
                 seg["sync"] += ends[i] - max(ix.dev_ends[j], t0)
                 kernel, mode, t = ix.dev_by_end[j], "device", ix.dev_ends[j]
             else:
-                host(float(ix.ts[s]), ends[i], where)
-                t = float(ix.ts[s])
+                host((ix.tsl[s]), ends[i], where)
+                t = (ix.tsl[s])
             continue
         # device: kernel K ends at t
         k = kernel
-        start = float(ix.ts[k])
+        start = (ix.tsl[k])
         a = max(start, t0)
         seg[kinds.KERNEL_TYPE_NAMES[ix.types[k]]] += t - a
         on_path.append(k)
@@ -210,7 +216,7 @@ def _walk(
             p_i -= 1
         dev_ready = ends[p_i] if p_i >= 0 else -np.inf
         c = ix.launch.get(k, -1)
-        host_ready = float(ix.end[c]) if c >= 0 else -np.inf
+        host_ready = (ix.endl[c]) if c >= 0 else -np.inf
         if max(dev_ready, host_ready) < start - _EPS:
             j = bisect.bisect_right(ix.dev_ends, start + 1e-6) - 1
             while j >= 0 and ix.dev_by_end[j] == k:
@@ -220,9 +226,9 @@ def _walk(
                 kernel, t = ix.dev_by_end[j], ix.dev_ends[j]
                 continue
         if c >= 0 and host_ready >= dev_ready:
-            c_start, c_end = float(ix.ts[c]), float(ix.end[c])
+            c_start, c_end = (ix.tsl[c]), (ix.endl[c])
             seg["launch_latency"] += max(start - max(c_end, t0), 0.0)
-            where = (int(ix.pid[c]), int(ix.tid[c]))
+            where = ((ix.pidl[c]), (ix.tidl[c]))
             top = min(c_end, start)
             host(c_start, top, where)
             mode, t = "host", c_start
@@ -287,10 +293,12 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
 def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, on_path: list[int]) -> tuple[str | None, float]:
     if dev_rows is None or len(dev_rows) == 0:
         return None, 0.0
-    names = ix.names[dev_rows]
-    totals: dict[str, float] = {}
-    for n, d in zip(names.tolist(), ix.dur[dev_rows].tolist()):
-        totals[n] = totals.get(n, 0.0) + d
-    top = max(totals, key=totals.get)
-    on = sum(float(ix.dur[k]) for k in on_path if ix.names[k] == top)
-    return str(top), on
+    codes = ix.name_codes[dev_rows]
+    ok = codes >= 0
+    if not ok.any():
+        return None, 0.0
+    sums = np.bincount(codes[ok], weights=ix.dur[dev_rows][ok])
+    top_code = int(np.argmax(sums))
+    path = np.asarray(on_path, dtype=np.int64)
+    on = float(ix.dur[path][ix.name_codes[path] == top_code].sum()) if path.size else 0.0
+    return str(ix.name_categories[top_code]), on
