@@ -133,9 +133,6 @@ class _Index:
         self.launch_iv = self._per_thread(runtime)
         self.loader_iv = self._per_thread(loader)
         self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
-        # plain lists for the walk: indexing a list is several times cheaper than a numpy array
-        self.tsl, self.endl = self.ts.tolist(), self.end.tolist()
-        self.pidl, self.tidl = self.pid.tolist(), self.tid.tolist()
         self.name_categories = ev["name"].cat.categories
 
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
@@ -164,7 +161,7 @@ def _walk(
     on_path: list[int] = []
     mode, t, where = "host", t1, thread
     kernel = -1
-    if last_device >= 0 and ix.endl[last_device] >= t1:  # the step ends with its device work
+    if last_device >= 0 and ix.end[last_device] >= t1:  # the step ends with its device work
         mode, kernel = "device", last_device
 
     def host(a: float, b: float, th: tuple[int, int]) -> None:
@@ -180,14 +177,14 @@ def _walk(
     for _ in range(1_000_000):
         if t <= t0:
             break
-        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.tsl[ix.launch[kernel]] < t0:
+        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.ts[ix.launch[kernel]] < t0:
             # the device was still busy with work an earlier step launched: the step waited for it
             seg["previous_step"] += t - t0
             break
         if mode == "host":
             ends, rows = ix.sync.get(where, ([], []))
             i = bisect.bisect_right(ends, t) - 1
-            while i >= 0 and ix.tsl[rows[i]] >= t:  # a zero-length call at t does not move the walk
+            while i >= 0 and ix.ts[rows[i]] >= t:  # a zero-length call at t does not move the walk
                 i -= 1
             if i < 0 or ends[i] <= t0:
                 host(t0, t, where)
@@ -195,16 +192,16 @@ def _walk(
             s = rows[i]
             host(ends[i], t, where)
             j = bisect.bisect_right(ix.dev_ends, ends[i]) - 1
-            if j >= 0 and ix.dev_ends[j] > ix.tsl[s] and ix.dev_ends[j] > t0:
+            if j >= 0 and ix.dev_ends[j] > ix.ts[s] and ix.dev_ends[j] > t0:
                 seg["sync"] += ends[i] - max(ix.dev_ends[j], t0)
                 kernel, mode, t = ix.dev_by_end[j], "device", ix.dev_ends[j]
             else:
-                host((ix.tsl[s]), ends[i], where)
-                t = (ix.tsl[s])
+                host(float(ix.ts[s]), ends[i], where)
+                t = float(ix.ts[s])
             continue
         # device: kernel K ends at t
         k = kernel
-        start = (ix.tsl[k])
+        start = float(ix.ts[k])
         a = max(start, t0)
         seg[kinds.KERNEL_TYPE_NAMES[ix.types[k]]] += t - a
         on_path.append(k)
@@ -216,7 +213,7 @@ def _walk(
             p_i -= 1
         dev_ready = ends[p_i] if p_i >= 0 else -np.inf
         c = ix.launch.get(k, -1)
-        host_ready = (ix.endl[c]) if c >= 0 else -np.inf
+        host_ready = float(ix.end[c]) if c >= 0 else -np.inf
         if max(dev_ready, host_ready) < start - _EPS:
             j = bisect.bisect_right(ix.dev_ends, start + 1e-6) - 1
             while j >= 0 and ix.dev_by_end[j] == k:
@@ -226,9 +223,9 @@ def _walk(
                 kernel, t = ix.dev_by_end[j], ix.dev_ends[j]
                 continue
         if c >= 0 and host_ready >= dev_ready:
-            c_start, c_end = (ix.tsl[c]), (ix.endl[c])
+            c_start, c_end = float(ix.ts[c]), float(ix.end[c])
             seg["launch_latency"] += max(start - max(c_end, t0), 0.0)
-            where = ((ix.pidl[c]), (ix.tidl[c]))
+            where = (int(ix.pid[c]), int(ix.tid[c]))
             top = min(c_end, start)
             host(c_start, top, where)
             mode, t = "host", c_start
