@@ -278,7 +278,7 @@ def _critical(con: Console, tr: TraceReport) -> None:
             change += f" ({short_name(cp.top_kernel, 60)})"
         tab.add_row(escape(change), f"{w.step_ms:.3f} ms", _pct(w.saving_pct))
     con.print(tab)
-    if not cp.linked:
+    if not cp.linked and tr.device is not None:
         con.print("note: no device work linked to launch calls: the path stays on the host")
 
 
