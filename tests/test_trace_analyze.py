@@ -18,9 +18,32 @@ from lmprof.trace.timeline import select_device
 DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
-TOP = {"schema", "source", "time_units", "traces", "ranks", "notes"}
-TRACE = {"path", "rank", "events", "host_span_us", "device", "device_note", "operators", "steps"}
-DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids"}
+TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives"}
+TRACE = {
+    "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
+    "steps", "notes", "critical_path",
+}  # fmt: skip
+CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
+CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path"}
+WHAT_IF = {"change", "step_ms", "saving_pct"}
+DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication", "hardware"}
+HARDWARE = {
+    "kernels", "with_resources", "resources_time_us", "occupancy_pct", "low_occupancy_time_pct", "blocks_per_sm",
+    "small_grid_time_pct", "warps_per_sm", "registers_per_thread", "shared_memory_bytes", "compute_time_us",
+    "tensor_core_time_us", "tensor_core_pct", "tensor_core_kernels", "copies",
+}  # fmt: skip
+COPY_ROW = {"kind", "count", "bytes", "time_us", "achieved_gbps"}
+COMMUNICATION = {"collectives", "with_size", "source", "groups", "calls"}
+COLL_GROUP = {
+    "kind", "dtype", "group_size", "message_bytes", "count", "total_us", "median_us", "algbw_median_gbps",
+    "busbw_median_gbps",
+}  # fmt: skip
+COLL_CALL = {
+    "row", "kind", "process_group", "seq", "dtype", "group_size", "message_bytes", "start_us", "time_us",
+    "algbw_gbps", "busbw_gbps",
+}  # fmt: skip
+COLL_MATCH = {"matched", "unmatched", "match_by", "ranks"}
+COLL_RANK = {"rank", "matched", "time_us", "wait_us", "transfer_us", "wait_pct"}
 WINDOW = {"start_us", "end_us", "span_us", "device_events", "excluded_events", "rule"}
 TEMPORAL = {
     "span_us", "busy_us", "compute_us", "communication_us", "memory_us", "idle_us", "non_compute_us",
@@ -34,6 +57,8 @@ IDLE = {
 LAUNCHES = {
     "kernels", "linked", "launch_delay_median_us", "launch_delay_p90_us", "launch_delay_max_us",
     "launch_call_median_us", "launch_call_p90_us", "short_kernels", "short_kernels_pct", "short_kernels_time_us",
+    "graph_launches", "graph_kernels", "graph_kernels_time_us", "graph_launch_call_median_us",
+    "graph_kernels_per_launch_max",
 }  # fmt: skip
 KERNELS = {"count", "total_us", "by_type_us", "top"}
 KERNEL_ROW = {"name", "type", "count", "total_us", "mean_us", "max_us", "share_pct"}
@@ -60,6 +85,10 @@ def _check_schema(doc: dict) -> None:
         assert all(set(r) == OPERATOR_ROW for r in tr["operators"]["top"])
         if tr["steps"] is not None:
             assert set(tr["steps"]) == STEPS and all(set(s) == STEP_ROW for s in tr["steps"]["steps"])
+        if tr["critical_path"] is not None:
+            cp = tr["critical_path"]
+            assert set(cp) == CRITICAL and all(set(p) == CRITICAL_STEP for p in cp["steps"])
+            assert all(set(w) == WHAT_IF for w in cp["what_if"])
         dev = tr["device"]
         if dev is None:
             assert tr["device_note"] == "no device activity in trace"
@@ -69,6 +98,13 @@ def _check_schema(doc: dict) -> None:
                           ("launches", LAUNCHES), ("kernels", KERNELS)):  # fmt: skip
             assert set(dev[key]) == keys, key
         assert all(set(r) == KERNEL_ROW for r in dev["kernels"]["top"])
+        assert set(dev["hardware"]) == HARDWARE and all(set(c) == COPY_ROW for c in dev["hardware"]["copies"])
+        if dev["communication"] is not None:
+            cm = dev["communication"]
+            assert set(cm) == COMMUNICATION
+            assert all(set(g) == COLL_GROUP for g in cm["groups"]) and all(set(c) == COLL_CALL for c in cm["calls"])
+    if doc["collectives"] is not None:
+        assert set(doc["collectives"]) == COLL_MATCH and all(set(r) == COLL_RANK for r in doc["collectives"]["ranks"])
     if doc["ranks"] is not None:
         assert set(doc["ranks"]) == RANKS and all(set(r) == RANK_ROW for r in doc["ranks"]["ranks"])
     _check_units(doc)
@@ -78,12 +114,13 @@ def _check_units(node, key: str = "") -> None:
     """Every non-integer number is named with its unit (or sits in a dict named with one)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            _check_units(v, key if key.endswith(("_us", "_ms")) and not isinstance(v, (dict, list)) else k)
+            _check_units(v, key if key.endswith(("_us", "_ms", "_pct")) and not isinstance(v, (dict, list)) else k)
     elif isinstance(node, list):
         for v in node:
             _check_units(v, key)
     elif isinstance(node, float):
-        assert key.endswith(("_us", "_ms", "_pct")), key
+        # per-SM / per-thread averages and bytes are counts, not times: named for what they count
+        assert key.endswith(("_us", "_ms", "_pct", "_gbps", "_bytes", "_per_sm", "_per_thread")), key
 
 
 def _union_py(intervals: list[tuple[float, float]]) -> float:

@@ -132,11 +132,11 @@ def test_json_array_format(tmp_path):
         (b'{"traceEvents": []}', "no events"),
         (b'{"traceEvents": [{"ph": "M", "name": "x"}]}', "no complete"),
         (b'{"traceEvents": [{"ph": "X", "ts": [1]}]}', "unexpected trace event"),
+        (b'{"traceEvents": []} junk', "not a valid trace JSON"),
         (b'{"traceEvents": [1, 2]}', "unexpected trace event"),
         (b'{"traceEvents": [{"ph": "X"}}]}', "unbalanced"),
         (json.dumps(GOOD).encode()[:-40], "truncated"),
         (json.dumps(GOOD).encode()[:60], "truncated"),
-        (json.dumps(GOOD).encode() + b" junk", "not a valid trace JSON"),
     ],
 )
 def test_broken_files_raise_data_error(tmp_path, data, message):
@@ -166,3 +166,9 @@ def test_junk_inside_events_does_not_hang(tmp_path):
     data = b'{"traceEvents": [' + b'{"a": {"b": 1}}' * 400_000
     with pytest.raises(DataError, match="truncated"):
         load_trace(_write(tmp_path, data))
+
+
+def test_junk_after_the_events_is_a_note(tmp_path):
+    t = load_trace(_write(tmp_path, json.dumps(GOOD).encode() + b" junk"))
+    assert len(t.events) > 0 and t.rank is None
+    assert any("top-level fields" in n for n in t.notes)

@@ -193,7 +193,7 @@ def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation 
     steps = ["Use a larger batch (or longer sequences) so each operator does more work."]
     if not run.config.get("compile"):
         steps.append("Try --compile (torch.compile fuses small ops into fewer kernels).")
-    if run.env.device.startswith("cuda"):
+    if run.env.device.startswith("cuda") and not trace.get("graph_launches"):  # not already on CUDA graphs
         steps.append("CUDA graphs (torch.compile mode=\"reduce-overhead\") remove the per-launch host cost.")
     actions = tuple(steps)
     idle = trace.get("device_idle_pct")

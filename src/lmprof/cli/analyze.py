@@ -19,6 +19,13 @@ def analyze(
         False, "--json", help="Print JSON instead of tables (schema: docs/trace-analysis.md)."
     ),
     top: int = typer.Option(10, "--top", min=1, help="How many kernels and CPU operators to list."),
+    export: Path = typer.Option(
+        None,
+        "--export",
+        help="Also write SQL-ready Parquet tables (events, kernels, launches, ops, steps) to this folder "
+        "(columns: docs/trace-analysis.md; needs pyarrow).",
+        show_default=False,
+    ),
     include_last_step: bool = typer.Option(
         False,
         "--include-last-step",
@@ -33,7 +40,7 @@ def analyze(
     # heavy imports here, so `lmprof --help` stays fast
     from lmprof.trace.analyze import analyze_path
 
-    report = analyze_path(path, top=top, include_last_step=include_last_step)
+    report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)
     if json_out:
         import orjson
 
@@ -42,3 +49,5 @@ def analyze(
     from lmprof.show.analyze_view import render
 
     render(report)
+    if export is not None:
+        typer.echo(f"tables written to {export}/ ({', '.join(f'{t}.parquet' for t in ('events', 'kernels', 'launches', 'ops', 'steps'))})")

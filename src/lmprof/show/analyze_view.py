@@ -17,7 +17,7 @@ def render(report: Report, console: Console | None = None) -> None:
     """Print the report as tables; several traces get a rank comparison first."""
     con = console or Console(highlight=False)
     for note in report.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {escape(note)}")
     if report.ranks is not None:
         _ranks(con, report)
     if len(report.traces) > _DETAILED_RANKS:
@@ -76,12 +76,15 @@ def _trace(con: Console, tr: TraceReport) -> None:
         f"\n[bold]{escape(tr.path)}[/bold]  rank {rank}, {tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
     )
+    for note in tr.notes:
+        con.print(f"note: {escape(note)}")
     if tr.device is None:
         con.print(f"device: {tr.device_note}")
     else:
         _device(con, tr.device)
     _operators(con, tr)
     _steps(con, tr)
+    _critical(con, tr)
 
 
 def _device(con: Console, dev: DeviceReport) -> None:
@@ -125,9 +128,15 @@ def _device(con: Console, dev: DeviceReport) -> None:
         con.print(tab)
 
     la = dev.launches
+    if la.graph_launches:
+        con.print(
+            f"graph launches: {la.graph_launches:,} calls launched {la.graph_kernels:,} kernels "
+            f"({fmt_us(la.graph_kernels_time_us)} of kernel time; up to {la.graph_kernels_per_launch_max:,} "
+            f"kernels per call, median call {fmt_us(la.graph_launch_call_median_us)}); counted apart below"
+        )
     if la.linked:
         con.print(
-            f"launches: {la.linked:,}/{la.kernels:,} kernels linked; launch delay median "
+            f"launches: {la.linked:,}/{la.kernels:,} kernels launched one by one; launch delay median "
             f"{fmt_us(la.launch_delay_median_us)}, p90 {fmt_us(la.launch_delay_p90_us)}, max "
             f"{fmt_us(la.launch_delay_max_us)}; launch call median {fmt_us(la.launch_call_median_us)}"
         )
@@ -135,6 +144,10 @@ def _device(con: Console, dev: DeviceReport) -> None:
             f"kernels shorter than their launch call: {la.short_kernels:,} ({_pct(la.short_kernels_pct)}), "
             f"{fmt_us(la.short_kernels_time_us)} of kernel time"
         )
+
+    if dev.communication is not None:
+        _communication(con, dev)
+    _hardware(con, dev)
 
     k = dev.kernels
     title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
@@ -145,6 +158,69 @@ def _device(con: Console, dev: DeviceReport) -> None:
         name = escape(short_name(r.name))
         tab.add_row(name, r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
     con.print(tab)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _gbps(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _communication(con: Console, dev: DeviceReport) -> None:
+    cm = dev.communication
+    assert cm is not None
+    title = (f"Collectives ({cm.collectives:,}, sizes known for {cm.with_size:,}; from {cm.source}); "
+             "bandwidth in GB/s, nccl-tests conventions")
+    tab = Table(title=title, title_justify="left")
+    for col in ("collective", "n", "message", "count", "total", "median", "algbw", "busbw"):
+        tab.add_column(col, justify="left" if col == "collective" else "right", no_wrap=True,
+                       min_width=16 if col == "collective" else None)
+    for g in cm.groups[:10]:
+        tab.add_row(escape(f"{g.kind} {g.dtype}".strip()), "?" if g.group_size is None else str(g.group_size),
+                    _bytes(g.message_bytes), f"{g.count:,}", fmt_us(g.total_us), fmt_us(g.median_us),
+                    _gbps(g.algbw_median_gbps), _gbps(g.busbw_median_gbps))  # fmt: skip
+    con.print(tab)
+    if cm.with_size < cm.collectives:
+        con.print("note: collectives without size: the trace has no record_param_comms / kernel args with "
+                  "'In msg nelems', 'dtype' and 'Group size' for them (bandwidth n/a)")
+
+
+def _num(x: float | None, fmt: str = ".1f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def _hardware(con: Console, dev: DeviceReport) -> None:
+    hw = dev.hardware
+    tab = Table(title="Hardware use (kernel args; averages weighted by kernel time)", title_justify="left")
+    tab.add_column("figure", justify="left")
+    tab.add_column("value", justify="right")
+    tab.add_column("source", justify="left")
+    res = f"{hw.with_resources:,}/{hw.kernels:,} kernels"
+    if hw.with_resources:
+        tab.add_row("est. achieved occupancy", f"{_num(hw.occupancy_pct)}%", res)
+        tab.add_row("kernel time below 25% occupancy", _pct(hw.low_occupancy_time_pct), "measured (CUPTI)")
+        tab.add_row("blocks per SM", _num(hw.blocks_per_sm), "measured (CUPTI)")
+        tab.add_row("kernel time with < 1 block per SM", _pct(hw.small_grid_time_pct), "measured (CUPTI)")
+        tab.add_row("warps per SM", _num(hw.warps_per_sm), "measured (CUPTI)")
+        tab.add_row("registers per thread", _num(hw.registers_per_thread), "measured (CUPTI)")
+        tab.add_row("shared memory per block", f"{_num(hw.shared_memory_bytes, ',.0f')} B", "measured (CUPTI)")
+    else:
+        tab.add_row("occupancy, blocks/warps per SM", "n/a", "the trace has no kernel resource args")
+    tab.add_row("compute time in tensor-core kernels", _pct(hw.tensor_core_pct),
+                f"estimated from names ({hw.tensor_core_kernels:,} kernels)")
+    for c in hw.copies[:6]:
+        tab.add_row(escape(c.kind), f"{_gbps(c.achieved_gbps)} GB/s",
+                    f"{_bytes(c.bytes)} in {fmt_us(c.time_us)} ({c.count:,})")
+    con.print(tab)
+    if hw.copies:
+        con.print("copy bandwidth: achieved only; the link's peak is n/a (the trace does not record the link)")
 
 
 def _operators(con: Console, tr: TraceReport) -> None:
@@ -172,6 +248,40 @@ def _steps(con: Console, tr: TraceReport) -> None:
     )
 
 
+_SEGMENT_LABELS = {
+    "cpu": "host CPU work", "launch_call": "host in launch calls", "data_loader": "host in data loader",
+    "launch_latency": "launch latency (call end to kernel start)", "computation": "compute kernels",
+    "communication": "communication kernels", "memory": "memcpy / memset", "sync": "sync return",
+    "device_wait": "device gap on the stream", "cross_stream": "waiting on another stream",
+    "unknown": "unexplained",
+}  # fmt: skip
+
+
+def _critical(con: Console, tr: TraceReport) -> None:
+    cp = tr.critical_path
+    if cp is None:
+        return
+    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms incl. device work)",
+                title_justify="left")  # fmt: skip
+    tab.add_column("on the path", justify="left")
+    tab.add_column("% of steps", justify="right")
+    for key, pct in sorted(cp.segments_pct.items(), key=lambda kv: -kv[1]):
+        if pct >= 0.05:
+            tab.add_row(_SEGMENT_LABELS.get(key, key), _pct(pct))
+    con.print(tab)
+    tab = Table(title="What if (optimistic: another path may become critical)", title_justify="left")
+    for col in ("change", "median step", "saving"):
+        tab.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
+    for w in cp.what_if:
+        change = w.change
+        if change.startswith("top kernel") and cp.top_kernel:
+            change += f" ({short_name(cp.top_kernel, 60)})"
+        tab.add_row(escape(change), f"{w.step_ms:.3f} ms", _pct(w.saving_pct))
+    con.print(tab)
+    if not cp.linked and tr.device is not None:
+        con.print("note: no device work linked to launch calls: the path stays on the host")
+
+
 def _ranks(con: Console, report: Report) -> None:
     rc = report.ranks
     assert rc is not None
@@ -197,6 +307,18 @@ def _ranks(con: Console, report: Report) -> None:
         f"slowest rank {rc.slowest_rank}: {_pct(rc.slowest_over_fastest_pct)} slower than the fastest "
         f"(rank {rc.fastest_rank}), {_pct(rc.slowest_over_median_pct)} over the median, by {by}"
     )
+    cm = report.collectives
+    if cm is not None:
+        tab = Table(
+            title=f"Collectives matched across ranks by {cm.match_by}: {cm.matched:,} "
+            f"({cm.unmatched:,} on some ranks only, left out)",
+            title_justify="left",
+        )
+        for col in ("rank", "time", "waiting", "transferring", "waiting %"):
+            tab.add_column(col, justify="right", no_wrap=True)
+        for r in cm.ranks:
+            tab.add_row(str(r.rank), fmt_us(r.time_us), fmt_us(r.wait_us), fmt_us(r.transfer_us), _pct(r.wait_pct))
+        con.print(tab)
     if rc.communication_skew_us is not None:
         con.print(
             f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "

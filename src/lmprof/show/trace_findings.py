@@ -92,9 +92,14 @@ def _describe_trace(t: Mapping[str, Any]) -> tuple[list[str], dict[str, float]]:
             out.append(f"Idle gaps: {idle['gaps']}; waiting on a host synchronisation {sync:.1f}% of the timeline "
                        f"({idle.get('sync_gaps', 0)} gaps), host too slow to launch {host:.1f}% "
                        f"({idle.get('host_bound_gaps', 0)} gaps).")
+    if launches.get("graph_launches"):
+        facts["graph_launches"] = float(launches["graph_launches"])
+        out.append(f"{launches['graph_launches']:,} CUDA-graph launch(es) enqueued {launches.get('graph_kernels', 0):,} "
+                   "kernels: this workload already uses CUDA graphs.")
     if launches.get("linked"):
         out.append(f"Median launch delay {launches.get('launch_delay_median_us') or 0:.3g} µs; "
-                   f"{launches.get('short_kernels_pct') or 0:.1f}% of kernels ran shorter than the call that launched them.")
+                   f"{launches.get('short_kernels_pct') or 0:.1f}% of the kernels launched one by one ran shorter "
+                   "than the call that launched them.")
     kernels = (dev.get("kernels") or {}).get("top") or []
     if kernels:
         out.append("Top kernels by device time: " + ", ".join(

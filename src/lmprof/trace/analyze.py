@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -16,7 +18,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from lmprof.errors import DataError
-from lmprof.trace import kinds
+from lmprof.trace import kinds, load
+from lmprof.trace.critical import CriticalPath, critical_path
+from lmprof.trace.hardware import HardwareUse, hardware_use
+from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
@@ -49,6 +54,8 @@ class DeviceReport:
     launches: LaunchStats
     kernels: KernelBreakdown
     device_ids: list[int]  # args.device values seen on device events
+    communication: Communication | None  # collectives of the window; None without communication kernels
+    hardware: HardwareUse  # occupancy, tensor-core share, copy bandwidth of the window
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,11 @@ class TraceReport:
     host_span_us: float  # first host event start to last host event end
     device: DeviceReport | None  # None: no device activity (see ``device_note``)
     device_note: str | None
+    unsupported_device_events: dict[str, int]  # category -> events of device work not analysed
     operators: OperatorBreakdown
     steps: StepStats | None  # None when there are no ProfilerStep annotations
+    critical_path: CriticalPath | None  # per step; None without ProfilerStep annotations
+    notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class Report:
 
     traces: list[TraceReport]
     ranks: RankComparison | None
+    # collectives matched across ranks: wait vs transfer per rank (None: fewer than 2 ranks communicate)
+    collectives: CommMatch | None = None
     schema: str = SCHEMA
     source: str = "measured"  # every figure is read from the trace(s)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -103,16 +115,31 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
             launches=launch_stats(table, sel.rows),
             kernels=kernel_breakdown(table, sel.rows, top),
             device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
+            communication=collectives(table, sel.rows),
+            hardware=hardware_use(table, sel.rows),
         )
+    unsupported = kinds.unsupported_device_events(table)
+    notes = list(table.notes)
+    device_note = None if device else NO_DEVICE
+    if unsupported:
+        found = ", ".join(f"{n:,} {c}" for c, n in sorted(unsupported.items()))
+        what = f"found device events lmprof does not analyse ({found})"
+        if device is None:
+            device_note = f"no supported device activity in trace: {what}; host figures only"
+        else:
+            notes.append(f"{what}: left out of the device figures")
     return TraceReport(
         path=table.path,
         rank=table.rank,
         events=len(ev),
         host_span_us=host_span,
         device=device,
-        device_note=None if device else NO_DEVICE,
+        device_note=device_note,
+        unsupported_device_events=unsupported,
         operators=operator_breakdown(table, top),
         steps=step_stats(table),
+        critical_path=critical_path(table, sel.rows if sel is not None else None),
+        notes=notes,
     )
 
 
@@ -137,41 +164,94 @@ def combine(reports: list[TraceReport]) -> Report:
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]
-    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes)
+    matched = match_ranks([(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)])
+    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes, collectives=matched)
 
 
-def find_traces(path: str | Path) -> list[Path]:
-    """Trace files named by ``path``: the file itself, a run folder's trace, or a folder's traces."""
+_RANK_DIR = re.compile(r"rank(\d{1,7})")
+
+
+def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
+    """Trace files named by ``path``: the file itself, a run folder's trace, or a folder's traces.
+
+    Only regular files are taken (a FIFO or a device is refused before anything opens it). In a
+    distributed run folder, only ``rank<N>/`` folders count; others are left out with a note
+    appended to ``notes``.
+    """
     p = Path(path)
-    if not p.exists():
-        raise DataError(f"not found: {p}")
-    if p.is_file():
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise DataError(f"not found: {p}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {p}: {exc.strerror}") from None
+    if stat.S_ISREG(mode):
         return [p]
+    if not stat.S_ISDIR(mode):
+        load.open_regular(p)  # raises the DataError that names what it is
     if (p / "run.json").is_file() or (p / RUN_TRACE).is_file():
-        ranks = sorted(p.glob(f"rank*/{RUN_TRACE}"), key=lambda f: int(f.parent.name[4:] or 0))
-        if not (p / RUN_TRACE).is_file() and ranks:  # a distributed run: one trace per rank
-            return ranks
-        if not (p / RUN_TRACE).is_file():
-            raise DataError(f"{p} is an lmprof run folder without {RUN_TRACE} (no profiled phase recorded)")
-        return [p / RUN_TRACE]
-    files = sorted(
-        f
-        for f in p.iterdir()
-        if f.is_file() and f.name.endswith((".json", ".json.gz")) and f.name != "run.json"
-    )
+        if (p / RUN_TRACE).is_file():
+            return [p / RUN_TRACE]
+        ranked, odd = [], []
+        for d in sorted(p.glob("rank*")):
+            m = _RANK_DIR.fullmatch(d.name)
+            if m and (d / RUN_TRACE).is_file():
+                ranked.append((int(m.group(1)), d / RUN_TRACE))
+            elif d.is_dir():
+                odd.append(d.name)
+        if odd and notes is not None:
+            notes.append(f"left out folder(s) not named rank<N> or without {RUN_TRACE}: {', '.join(odd[:5])}")
+        if ranked:  # a distributed run: one trace per rank
+            return [f for _, f in sorted(ranked)]
+        if odd:
+            raise DataError(f"{p} is an lmprof run folder with no rank<N>/{RUN_TRACE} (found: {', '.join(odd[:5])})")
+        raise DataError(f"{p} is an lmprof run folder without {RUN_TRACE} (no profiled phase recorded)")
+    try:
+        files = sorted(
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.name.endswith((".json", ".json.gz")) and f.name != "run.json"
+        )
+    except OSError as exc:
+        raise DataError(f"cannot list {p}: {exc.strerror}") from None
     if not files:
         raise DataError(f"no trace files (*.json, *.json.gz) in {p}")
     return files
 
 
-def analyze_path(path: str | Path, *, top: int = 10, include_last_step: bool = False) -> Report:
-    """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory."""
+def analyze_path(
+    path: str | Path, *, top: int = 10, include_last_step: bool = False, export: str | Path | None = None
+) -> Report:
+    """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory.
+
+    ``export``: a folder to write the SQL-ready Parquet tables to (:mod:`lmprof.trace.export`);
+    it is checked before any trace is read, and the files appear only when every trace succeeded.
+    """
     reports = []
-    for f in find_traces(path):
-        table = load_trace(f)
-        reports.append(analyze_table(table, top=top, include_last_step=include_last_step))
-        del table
-    return combine(reports)
+    notes: list[str] = []
+    files = find_traces(path, notes)
+    exporter = None
+    if export is not None:
+        from lmprof.trace.export import Exporter
+
+        exporter = Exporter(Path(export))
+    ok = False
+    try:
+        for i, f in enumerate(files):
+            table = load_trace(f)
+            rep = analyze_table(table, top=top, include_last_step=include_last_step)
+            reports.append(rep)
+            if exporter is not None:
+                sel = select_device(table, include_last_step)
+                exporter.add(table, table.rank if table.rank is not None else i, sel.rows if sel else None)
+            del table
+        report = combine(reports)
+        ok = True
+    finally:
+        if exporter is not None:
+            exporter.close(ok)
+    report.notes[:0] = notes
+    return report
 
 
 def _clean(x: Any) -> Any:
@@ -184,4 +264,6 @@ def _clean(x: Any) -> Any:
         return None if not math.isfinite(f) else round(f, 3)
     if isinstance(x, np.integer):
         return int(x)
+    if isinstance(x, int) and not isinstance(x, bool) and not -(2**63) <= x < 2**64:
+        return str(x)  # JSON readers (and orjson) stop at 64 bits: keep the digits as text
     return x

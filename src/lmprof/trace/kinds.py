@@ -59,9 +59,12 @@ def kernel_type_of(name: str, cat: str) -> int:
 
 
 def step_number(name: str) -> int | None:
-    """N of a ``ProfilerStep#N`` annotation, else None."""
+    """N of a ``ProfilerStep#N`` annotation, else None (also when N does not fit in 64 bits)."""
     m = _STEP_RE.match(name)
-    return int(m.group(1)) if m else None
+    if not m or len(m.group(1)) > 19:
+        return None
+    n = int(m.group(1))
+    return n if n < 2**63 else None
 
 
 def cat_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
@@ -103,9 +106,58 @@ def annotation_mask(table: TraceTable) -> np.ndarray:
 
 
 def host_mask(table: TraceTable) -> np.ndarray:
-    """Events of host threads: everything but device work and GPU-track markers."""
+    """Events of host threads: everything but device work, GPU-track markers and unsupported device work."""
+    other_device = unsupported_device_events(table)
     return cat_mask(
-        table, lambda c: c not in DEVICE_CATS and c not in GPU_TRACK_CATS and not c.startswith("gpu_")
+        table,
+        lambda c: c not in DEVICE_CATS
+        and c not in GPU_TRACK_CATS
+        and not c.startswith("gpu_")
+        and c not in other_device,
+    )
+
+
+# Categories known to be host work (so never taken for an unknown device's work).
+HOST_CATS = frozenset({"python_function", "trace", "cpu_instant_event", "overhead", "fwdbwd", "ac2g"})
+# Words in a category that say it is drawn from an accelerator (MTIA's mtia_ccp_events, ...).
+_DEVICE_WORDS = ("kernel", "ccp", "device", "mtia", "xpu", "hpu", "npu", "tpu", "accelerator")
+
+
+def unsupported_device_events(table: TraceTable) -> dict[str, int]:
+    """Categories that hold device work lmprof does not analyse, with their event counts.
+
+    A category is taken for unsupported device work when it is none of the known host, device
+    and GPU-track categories and either its name says so (contains kernel, ccp, device, mtia, xpu,
+    hpu, npu, tpu or accelerator) or most of its events carry ``args.stream`` (only device events
+    have a stream). Example: MTIA traces put their device work in ``mtia_ccp_events``.
+    """
+    cached = table.cache.get("unsupported_device_events")
+    if cached is not None:
+        return cached
+    ev = table.events
+    cat = ev["cat"].cat
+    codes = cat.codes.to_numpy()
+    counts = np.bincount(codes[codes >= 0], minlength=len(cat.categories))
+    with_stream = np.bincount(codes[(codes >= 0) & (ev["stream"].to_numpy() >= 0)], minlength=len(cat.categories))
+    out: dict[str, int] = {}
+    for i, c in enumerate(map(str, cat.categories)):
+        if not counts[i] or _known_cat(c):
+            continue
+        if any(w in c for w in _DEVICE_WORDS) or 2 * with_stream[i] > counts[i]:
+            out[c] = int(counts[i])
+    table.cache["unsupported_device_events"] = out
+    return out
+
+
+def _known_cat(c: str) -> bool:
+    return (
+        c in DEVICE_CATS
+        or c in GPU_TRACK_CATS
+        or c.startswith("gpu_")
+        or c in OP_CATS
+        or c in ANNOTATION_CATS
+        or c in HOST_CATS
+        or is_runtime_cat(c)
     )
 
 

@@ -80,10 +80,17 @@ def kernel_launches(table: TraceTable) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class LaunchStats:
-    """How kernels were launched. Times in microseconds; every figure measured from the trace."""
+    """How kernels were launched. Times in microseconds; every figure measured from the trace.
+
+    Kernels launched one by one (each by its own runtime call) and kernels launched by a CUDA/HIP
+    graph launch (one call enqueues many kernels, all with the call's correlation id) are counted
+    apart: comparing each of a graph's kernels with the one call that launched them all would count
+    that call's cost once per kernel. The ``launch_*`` and ``short_kernels*`` figures cover kernels
+    launched one by one; the ``graph_*`` figures the graph launches.
+    """
 
     kernels: int  # kernels (device events of category kernel) considered
-    linked: int  # of them, with their launching runtime call in the trace
+    linked: int  # of them, launched one by one with their runtime call in the trace
     launch_delay_median_us: float | None  # kernel start - runtime call start
     launch_delay_p90_us: float | None
     launch_delay_max_us: float | None
@@ -92,6 +99,34 @@ class LaunchStats:
     short_kernels: int  # kernel duration < duration of its launching runtime call
     short_kernels_pct: float | None  # share of linked kernels
     short_kernels_time_us: float  # summed duration of those kernels
+    graph_launches: int  # graph launch calls (cudaGraphLaunch, ...) that launched kernels here, each once
+    graph_kernels: int  # kernels launched by them
+    graph_kernels_time_us: float  # summed duration of those kernels
+    graph_launch_call_median_us: float | None  # duration of a graph launch call
+    graph_kernels_per_launch_max: int  # the most kernels one graph launch enqueued
+
+
+def is_graph_launch(name: str) -> bool:
+    """A runtime call that launches a whole captured graph (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch)."""
+    return "GraphLaunch" in name
+
+
+def graph_launched(table: TraceTable, kernel_rows: np.ndarray, runtime_rows: np.ndarray) -> np.ndarray:
+    """Which of ``kernel_rows`` were launched by a graph launch.
+
+    A kernel is graph-launched when its launching call is named like a graph launch (see
+    :func:`is_graph_launch`) or when that call launched other kernels too (one call, many kernels,
+    whatever the API is called). ``runtime_rows`` are the launching calls (-1: none).
+    """
+    out = np.zeros(len(kernel_rows), dtype=bool)
+    linked = runtime_rows >= 0
+    if not linked.any():
+        return out
+    by_name = kinds.name_mask(table, is_graph_launch)[runtime_rows[linked]]
+    uniq, counts = np.unique(runtime_rows[linked], return_counts=True)
+    shared = counts[np.searchsorted(uniq, runtime_rows[linked])] > 1
+    out[linked] = by_name | shared
+    return out
 
 
 def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
@@ -102,13 +137,15 @@ def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
     rows = device_rows[is_kernel[device_rows]]
     sub = links.loc[rows]
     rt = sub["runtime"].to_numpy()
-    linked = rt >= 0
-    k_rows, r_rows = rows[linked], rt[linked]
+    graph = graph_launched(table, rows, rt)
+    single = (rt >= 0) & ~graph
+    k_rows, r_rows = rows[single], rt[single]
     dur = ev["dur"].to_numpy()
-    delay = sub["launch_delay_us"].to_numpy()[linked]
+    delay = sub["launch_delay_us"].to_numpy()[single]
     call = dur[r_rows]
     short = dur[k_rows] < call
-    n = int(linked.sum())
+    n = int(single.sum())
+    g_calls, per_call = np.unique(rt[graph], return_counts=True)
     return LaunchStats(
         kernels=len(rows),
         linked=n,
@@ -120,6 +157,11 @@ def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
         short_kernels=int(short.sum()),
         short_kernels_pct=100.0 * float(short.sum()) / n if n else None,
         short_kernels_time_us=float(dur[k_rows][short].sum()),
+        graph_launches=int(len(g_calls)),
+        graph_kernels=int(graph.sum()),
+        graph_kernels_time_us=float(np.maximum(dur[rows[graph]], 0.0).sum()),
+        graph_launch_call_median_us=_pct(dur[g_calls], 50),
+        graph_kernels_per_launch_max=int(per_call.max()) if per_call.size else 0,
     )
 
 

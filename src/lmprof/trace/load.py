@@ -20,6 +20,11 @@ stream        int64      args.stream for device events, -1 when absent
 device        int64      args.device for device events, -1 when absent
 ============  =========  ========================================================================
 
+``TraceTable.comms`` holds the collective parameters of the few events that carry them (column
+``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).
+``TraceTable.hw`` holds what CUPTI reports per kernel and copy, for the events that have it (column
+``row``; registers, shared_memory (bytes per block), blocks_per_sm, warps_per_sm, occupancy (est.
+achieved occupancy %), nbytes (a copy's or set's size); NaN when absent).
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
@@ -34,11 +39,14 @@ Kineto) resolve 0.25 us in float64; newer ones (relative to baseTimeNanoseconds)
 """
 from __future__ import annotations
 
+import os
+import stat
 import zlib
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -56,9 +64,27 @@ class _Args(msgspec.Struct, gc=False):
     seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
     stream: int | str | None = -1
     device: int | str | None = -1
+    # collective parameters (record_param_comms, and NCCL kernels in newer traces); Any: an odd
+    # value here must never cost the event
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    coll_seq: Any = msgspec.field(default=None, name="Seq")
+    # what CUPTI reports per kernel / memcpy (kernel resources and the copy's size)
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
+    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
 
 
 _NO_ARGS = _Args()
+_COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
+_HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -84,6 +110,11 @@ class _Meta(msgspec.Struct):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+# What a decoder raises on input it cannot read: bad JSON or types, invalid UTF-8 in a string, and
+# nesting deeper than the decoder's recursion limit (e.g. 100,000 nested arrays in args).
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+_MAX_INT = 2**63
 _META_DECODER = msgspec.json.Decoder(_Meta)
 _LIST_META_DECODER = msgspec.json.Decoder(list[Any])
 
@@ -100,16 +131,36 @@ class TraceTable:
     meta: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # what the loader skipped or repaired, one sentence each (empty for a clean trace)
+    notes: list[str] = field(default_factory=list)
+    # collective parameters of the events that carry them (see the module docstring)
+    comms: pd.DataFrame = field(default_factory=lambda: _empty_comms())
+    # kernel resources and copy sizes of the device events that carry them (see the module docstring)
+    hw: pd.DataFrame = field(default_factory=lambda: _hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool)))
 
     @property
     def rank(self) -> int | None:
-        info = self.meta.get("distributedInfo")
-        rank = info.get("rank") if isinstance(info, dict) else None
-        return int(rank) if isinstance(rank, (int, float, str)) and str(rank).lstrip("-").isdigit() else None
+        """distributedInfo.rank when it is a plausible rank (0 <= rank < MAX_RANK), else None."""
+        return parse_rank(self.meta.get("distributedInfo"))
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"]).any())
+
+
+MAX_RANK = 1 << 24  # no job has more ranks; anything larger is junk, not a rank
+
+
+def parse_rank(info: Any) -> int | None:
+    """The rank in a distributedInfo dict, or None when absent or not a plausible rank number."""
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, bool):
+        return None
+    if isinstance(rank, str) and rank.strip().isdigit() and len(rank.strip()) < 10:
+        rank = int(rank.strip())
+    if isinstance(rank, float) and rank.is_integer():
+        rank = int(rank)
+    return rank if isinstance(rank, int) and 0 <= rank < MAX_RANK else None
 
 
 # --------------------------------------------------------------------------------------------- bytes
@@ -117,14 +168,7 @@ class TraceTable:
 
 def _chunks(path: Path) -> Iterator[bytes]:
     """Yield the decoded bytes of ``path`` in pieces of at most ~_READ_BYTES; gunzips transparently."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError(f"trace not found: {path}") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a folder, not a trace file") from None
-    except OSError as exc:
-        raise DataError(f"cannot read trace {path}: {exc.strerror}") from None
+    f = open_regular(path)
     with f:
         head = f.read(2)
         if head != b"\x1f\x8b":
@@ -134,6 +178,44 @@ def _chunks(path: Path) -> Iterator[bytes]:
             return
         f.seek(0)
         yield from _gunzip(f, path)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file; else DataError naming what it is.
+
+    The type is checked on the open descriptor (opened non-blocking), so a FIFO, a device such as
+    /dev/null or /dev/zero, or a socket can never make the loader wait or read forever.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise DataError(f"trace not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder, not a trace file") from None
+    except OSError as exc:
+        raise DataError(f"cannot read trace {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise DataError(f"{path} is a folder, not a trace file")
+        if not stat.S_ISREG(mode):
+            raise DataError(f"{path} is {_file_kind(mode)}, not a trace file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _gunzip(f: Any, path: Path) -> Iterator[bytes]:
@@ -193,6 +275,50 @@ def _brackets(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.ndar
     return pos, ch, depth
 
 
+def _list_items(payload: bytes | memoryview) -> list[memoryview]:
+    """The items of the JSON list ``payload`` (``[a, b, ...]``) as slices, found without decoding.
+
+    Items are split at the commas at depth 1 outside strings; what an item holds is not checked
+    (that is the decoder's job), so a malformed item is one slice the caller can skip.
+    """
+    view = memoryview(payload)
+    a = np.frombuffer(view, dtype=np.uint8)
+    if a.size < 2:
+        return []
+    idx = np.flatnonzero(_STRUCTURAL[a] | (a == _COMMA))
+    ch = a[idx]
+    is_quote = ch == _QUOTE
+    q = idx[is_quote]
+    maybe_escaped = q[(q > 0) & (a[np.maximum(q - 1, 0)] == _BACKSLASH)]
+    if maybe_escaped.size:
+        escaped = [p for p in maybe_escaped.tolist() if _odd_backslashes(a, p)]
+        if escaped:
+            is_quote &= ~np.isin(idx, escaped)
+    outside = (np.cumsum(is_quote, dtype=np.uint8) & 1) == 0
+    keep = outside & (ch != _QUOTE)
+    pos, ch = idx[keep], ch[keep]
+    delta = np.where((ch == _OPEN_BRACE) | (ch == _OPEN_BRACKET), 1, np.where(ch == _COMMA, 0, -1))
+    depth_after = np.cumsum(delta, dtype=np.int64)
+    # commas at depth 1 separate items; the list's own brackets are the first and last byte
+    cuts = pos[(ch == _COMMA) & (depth_after == 1)]
+    bounds = [0, *cuts.tolist(), a.size - 1]
+    items = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        item = view[lo + 1 : hi]
+        if bytes(item).strip(_WS):
+            items.append(item)
+    return items
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line reason for an unreadable event."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return "invalid UTF-8"
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
 def _odd_backslashes(a: np.ndarray, p: int) -> bool:
     n = 0
     while p - 1 - n >= 0 and a[p - 1 - n] == _BACKSLASH:
@@ -213,7 +339,7 @@ class _Splitter:
     decides. Only the prefix, a failed guess and the final piece are ever scanned.
     """
 
-    def __init__(self, path: Path, on_events: Callable[[memoryview], None]) -> None:
+    def __init__(self, path: Path, on_events: Callable[[memoryview, bool], None]) -> None:
         self.path = path
         self.on_events = on_events
         self.state = "start"
@@ -290,23 +416,27 @@ class _Splitter:
         cut = self._guess_cut()
         if cut is not None:
             try:
-                self._emit(cut)
+                self._emit(cut, exact=False)
                 return
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except _DECODE_ERRORS:
                 pass  # a wrong guess (or bad JSON): the exact scan decides
         if len(self.buf) < self.exact_at:
             return  # the last exact scan found no cut: wait until the buffer doubles, so scans stay linear
         self._events_exact(final=False)
         self.exact_at = 2 * len(self.buf)
 
-    def _emit(self, end: int) -> None:
-        """Decode buf[0:end] as the event list (buf[end] becomes ']'), then drop it from the buffer."""
+    def _emit(self, end: int, exact: bool) -> None:
+        """Decode buf[0:end] as the event list (buf[end] becomes ']'), then drop it from the buffer.
+
+        ``exact``: the cut is known to end an event (bracket scan), so the decoder may skip the
+        events it cannot read instead of failing; a guessed cut must decode strictly or not at all.
+        """
         buf = self.buf
         first, last = buf[0], buf[end]
         buf[0], buf[end] = _OPEN_BRACKET, _CLOSE_BRACKET
         try:
             with memoryview(buf) as view:
-                self.on_events(view[: end + 1])
+                self.on_events(view[: end + 1], exact)
         finally:
             buf[0], buf[end] = first, last
         self.buf = buf[end:]  # the comma (or closing bracket) at ``end`` stays as the next first byte
@@ -341,12 +471,7 @@ class _Splitter:
             raise DataError(self._truncated())
 
     def _decode_or_fail(self, end: int) -> None:
-        try:
-            self._emit(end)
-        except msgspec.ValidationError as exc:
-            raise DataError(f"{self.path}: unexpected trace event ({exc})") from None
-        except msgspec.DecodeError as exc:
-            raise DataError(f"{self.path}: not a valid trace JSON ({exc})") from None
+        self._emit(end, exact=True)
 
     def _truncated(self) -> str:
         return (
@@ -371,6 +496,11 @@ class _Splitter:
 
 _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
+_get_collective = attrgetter("collective")
+_get_comm_fields = attrgetter(*_COMM_FIELDS)
+_HW_GETTERS = {f: attrgetter(f) for f in _HW_FIELDS}
+# categories whose events carry kernel resources or copy sizes
+_HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 
 
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
@@ -454,11 +584,30 @@ class _Builder:
         self.cats: dict[Any, int] = {}
         self.phs: dict[Any, int] = {}
         self.id_codes: dict[str, int] = {}
-        self.n_raw = 0
+        self.n_raw = 0  # events decoded
+        self.skipped = 0  # list items that could not be read as events
+        self.repaired_utf8 = 0  # events read after replacing invalid UTF-8
+        self.out_of_range: dict[str, int] = {}  # field -> integers outside int64, or non-finite times
+        self.first_problem: str | None = None
+        self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
+        self.comm_values: list[tuple[Any, ...]] = []
+        self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
+        self.hw_cols: dict[str, list[Any]] = {f: [] for f in _HW_FIELDS}  # their values, field by field
+        self.comm_names: dict[int, bool] = {}  # name code -> may carry collective parameters
 
-    def add_json(self, payload: memoryview) -> None:
-        """Decode one JSON list of events (msgspec errors propagate: the splitter judges them)."""
-        events = _EVENTS_DECODER.decode(payload)
+    def add_json(self, payload: memoryview, exact: bool = False) -> None:
+        """Decode one JSON list of events.
+
+        Not ``exact``: decoding errors propagate (the splitter judges its guessed cut). ``exact``:
+        when the list as a whole cannot be decoded, each event is decoded on its own and the ones
+        that still fail are skipped and counted (see :meth:`_one_by_one`).
+        """
+        try:
+            events = _EVENTS_DECODER.decode(payload)
+        except _DECODE_ERRORS:
+            if not exact:
+                raise
+            events = self._one_by_one(payload)
         self.n_raw += len(events)
         xs = [e for e in events if e.ph == "X"]
         fl = [e for e in events if e.ph in ("s", "t", "f")]
@@ -468,56 +617,113 @@ class _Builder:
         if fl:
             self._add_flows(fl)
 
+    def _one_by_one(self, payload: memoryview) -> list[_Event]:
+        """Decode the items of a JSON list one at a time; skip (and count) those that fail.
+
+        Items are found by a bracket scan, so one bad event costs only itself. An item with invalid
+        UTF-8 is read again with the bad bytes replaced by U+FFFD (and counted as repaired).
+        """
+        out: list[_Event] = []
+        for item in _list_items(payload):
+            try:
+                out.append(_EVENT_DECODER.decode(item))
+                continue
+            except UnicodeDecodeError:
+                try:
+                    out.append(_EVENT_DECODER.decode(bytes(item).decode("utf-8", "replace").encode()))
+                    self.repaired_utf8 += 1
+                    continue
+                except _DECODE_ERRORS as exc:
+                    problem = exc
+            except _DECODE_ERRORS as exc:
+                problem = exc
+            self.skipped += 1
+            if self.first_problem is None:
+                self.first_problem = _describe(problem)
+        return out
+
     def _codes(self, table: dict[Any, int], values: list[Any]) -> np.ndarray:
         codes = [table.setdefault(v, len(table)) for v in values]
         return np.fromiter(codes, dtype=np.int32, count=len(codes))
 
     def _add_complete(self, xs: list[_Event]) -> None:
         c = self.x
-        c.add("name", self._codes(self.names, list(map(_get["name"], xs))))
-        c.add("cat", self._codes(self.cats, list(map(_get["cat"], xs))))
-        c.add("pid", self._ints(xs, _get["pid"], none=0))
-        c.add("tid", self._ints(xs, _get["tid"], none=0))
+        name_codes = self._codes(self.names, list(map(_get["name"], xs)))
+        c.add("name", name_codes)
+        cat_codes = self._codes(self.cats, list(map(_get["cat"], xs)))
+        c.add("cat", cat_codes)
+        c.add("pid", self._ints(xs, _get["pid"], none=0, field="pid"))
+        c.add("tid", self._ints(xs, _get["tid"], none=0, field="tid"))
         c.add("ts", _floats(xs, _get["ts"]))
         c.add("dur", _floats(xs, _get["dur"]))
         args = list(map(_get["args"], xs))
         if None in args:
             args = [a if a is not None else _NO_ARGS for a in args]
+        base = c.cols["pid"].rows - len(xs)  # raw index of xs[0]
         for key, get in _get_arg.items():
-            c.add(key, self._ints(args, get, none=-1, coded=False))
+            c.add(key, self._ints(args, get, none=-1, field=f"args.{key}", coded=False))
+        # sparse args: only events that can carry them are looked at (by name / category code)
+        comm_idx = np.flatnonzero(np.isin(name_codes, self._comm_codes()))
+        for i in comm_idx.tolist():
+            if args[i].collective is not None:
+                self.comm_raw.append(base + i)
+                self.comm_values.append(_get_comm_fields(args[i]))
+        device_codes = [v for k, v in self.cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
+        dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+        if dev_idx.size:
+            dev_args = [args[i] for i in dev_idx.tolist()]
+            self.hw_raw.append(base + dev_idx)
+            for f, get in _HW_GETTERS.items():
+                self.hw_cols[f].extend(map(get, dev_args))
+
+    def _comm_codes(self) -> list[int]:
+        """Name codes of events that may carry collective parameters (record_param_comms, NCCL/RCCL kernels)."""
+        for name, code in self.names.items():
+            if code not in self.comm_names:
+                low = str(name).lower()
+                self.comm_names[code] = "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
+        return [c for c, ok in self.comm_names.items() if ok]
 
     def _add_flows(self, fl: list[_Event]) -> None:
         c = self.fl
-        c.add("id", self._ints(fl, _get["id"], none=-1))
+        c.add("id", self._ints(fl, _get["id"], none=-1, field="id"))
         c.add("ph", self._codes(self.phs, list(map(_get["ph"], fl))))
         c.add("cat", self._codes(self.cats, list(map(_get["cat"], fl))))
-        c.add("pid", self._ints(fl, _get["pid"], none=0))
-        c.add("tid", self._ints(fl, _get["tid"], none=0))
+        c.add("pid", self._ints(fl, _get["pid"], none=0, field="pid"))
+        c.add("tid", self._ints(fl, _get["tid"], none=0, field="tid"))
         c.add("ts", _floats(fl, _get["ts"]))
 
-    def _ints(self, items: list[Any], get: Callable[[Any], Any], none: int, coded: bool = True) -> np.ndarray:
+    def _ints(
+        self, items: list[Any], get: Callable[[Any], Any], none: int, field: str, coded: bool = True
+    ) -> np.ndarray:
         try:
             return np.fromiter(map(get, items), dtype=np.int64, count=len(items))
         except (TypeError, ValueError, OverflowError):
             pass
-        # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"); fix only those.
+        # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"), integers outside
+        # int64 (>= 2**63); fix only those.
         values = list(map(get, items))
-        for i in [i for i, v in enumerate(values) if v.__class__ is not int]:
+        for i in [i for i, v in enumerate(values) if v.__class__ is not int or not -_MAX_INT <= v < _MAX_INT]:
             v = values[i]
-            values[i] = none if v is None or v == "" else self._parse_id(str(v), coded, none)
+            values[i] = none if v is None or v == "" else self._parse_id(str(v), coded, none, field)
         return np.array(values, dtype=np.int64)
 
-    def _parse_id(self, s: str, coded: bool, none: int) -> int:
-        for parse in (lambda: int(s, 0), lambda: int(float(s))):
-            try:
-                v = parse()
-            except (ValueError, OverflowError):
-                continue
-            return v if -(2**63) <= v < 2**63 else none
+    def _parse_id(self, s: str, coded: bool, none: int, field: str) -> int:
+        if len(s) <= 40:  # int() of a huge digit string is slow and never a valid id anyway
+            for parse in (lambda: int(s, 0), lambda: int(float(s))):
+                try:
+                    v = parse()
+                except (ValueError, OverflowError):
+                    continue
+                if -_MAX_INT <= v < _MAX_INT:
+                    return v
+                break
         if not coded:
+            self.out_of_range[field] = self.out_of_range.get(field, 0) + 1
             return none
-        # Non-numeric ids ("Spans", "stream 7 ..."): stable negative codes, names kept in meta.
-        return self.id_codes.setdefault(s, -1000 - len(self.id_codes))
+        # Non-numeric or out-of-range ids ("Spans", "stream 7 ...", 2**64): stable negative codes,
+        # names kept in meta, so distinct threads stay distinct.
+        return self.id_codes.setdefault(s[:200], -1000 - len(self.id_codes))
 
 
 def _floats(items: list[Any], get: Callable[[Any], Any]) -> np.ndarray:
@@ -553,27 +759,35 @@ def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) 
 
 
 def load_trace(path: str | Path) -> TraceTable:
-    """Parse a trace file into a :class:`TraceTable`, or raise DataError naming the problem."""
+    """Parse a trace file into a :class:`TraceTable`, or raise DataError naming the problem.
+
+    A trace that can mostly be read is loaded and ``TraceTable.notes`` says what was skipped or
+    repaired (unreadable events, invalid UTF-8, out-of-range integers or times, unreadable
+    top-level fields). One where most events cannot be read is a DataError.
+    """
     p = Path(path)
     builder = _Builder(p)
     splitter = _Splitter(p, builder.add_json)
     for chunk in _chunks(p):
         splitter.feed(chunk)
     meta_json = splitter.finish()
+    notes: list[str] = []
+    top = _Meta()
     try:
         if meta_json[:1] == b"[":
             _LIST_META_DECODER.decode(meta_json)
-            top = _Meta()
         else:
             top = _META_DECODER.decode(meta_json)
-    except msgspec.ValidationError as exc:
-        raise DataError(f"{p}: unexpected top-level trace field ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise DataError(f"{p}: not a valid trace JSON ({exc})") from None
-    events, flows = _frames(builder)
+    except _DECODE_ERRORS as exc:
+        if builder.n_raw == 0:
+            raise DataError(f"{p}: not a valid trace JSON ({_describe(exc)})") from None
+        notes.append(f"top-level fields outside traceEvents could not be read ({_describe(exc)}): ignored")
+    _check_skipped(p, builder)
+    events, flows, dropped = _frames(builder)
     if events.empty:
         what = "no events" if builder.n_raw == 0 else "no complete ('ph': 'X') events"
         raise DataError(f"{p}: trace has {what}")
+    notes += _load_notes(builder, dropped)
     meta: dict[str, Any] = {
         "distributedInfo": top.distributedInfo,
         "deviceProperties": top.deviceProperties,
@@ -582,13 +796,121 @@ def load_trace(path: str | Path) -> TraceTable:
         "traceName": top.traceName,
         "id_codes": {v: k for k, v in builder.id_codes.items()},
     }
-    return TraceTable(events=events, flows=flows, meta=meta, path=str(p))
+    info = top.distributedInfo
+    if isinstance(info, dict) and "rank" in info and parse_rank(info) is None:
+        notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
+    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw)
 
 
-def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _check_skipped(p: Path, b: _Builder) -> None:
+    """Too many unreadable events: the file is not a trace we can stand behind."""
+    if b.skipped and b.n_raw == 0:
+        raise DataError(
+            f"{p}: no trace event could be read ({b.skipped:,} unexpected trace event(s), "
+            f"first: {b.first_problem})"
+        )
+    if b.skipped > b.n_raw // 10 and b.skipped > 100:  # more than ~10% bad: too broken to trust
+        raise DataError(
+            f"{p}: {b.skipped:,} of {b.skipped + b.n_raw:,} trace events are unreadable "
+            f"(first: {b.first_problem}); the file is too damaged to analyse"
+        )
+
+
+def _load_notes(b: _Builder, dropped: int) -> list[str]:
+    notes = []
+    if b.skipped:
+        notes.append(
+            f"{b.skipped:,} of {b.skipped + b.n_raw:,} trace events could not be read and were "
+            f"skipped (first: {b.first_problem})"
+        )
+    if b.repaired_utf8:
+        notes.append(f"{b.repaired_utf8:,} event(s) held invalid UTF-8: bad bytes replaced by U+FFFD")
+    for fld, n in sorted(b.out_of_range.items()):
+        notes.append(f"{n:,} event(s) have {fld} that is not a 64-bit integer: read as absent")
+    if dropped:
+        notes.append(f"{dropped:,} event(s) with a timestamp or duration out of range were left out")
+    return notes
+
+
+def _short_repr(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+_MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
+
+
+def _empty_comms() -> pd.DataFrame:
+    return _comms_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
+
+
+def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
+    """Collective parameters as typed columns: ints (-1 when absent or odd), names as str ("" absent)."""
+    values = [v for v, k in zip(values, keep.tolist()) if k]
+    rows = rows[keep]
+    order = np.argsort(rows, kind="stable")
+    values = [values[i] for i in order.tolist()]
+    cols: dict[str, Any] = {"row": rows[order]}
+    for j, f in enumerate(_COMM_FIELDS):
+        column = [v[j] for v in values]
+        if f in ("collective", "dtype", "pg_name"):
+            cols[f] = pd.array([_short_str(x) for x in column], dtype=object)
+        else:
+            cols[f] = np.array([_small_int(x) for x in column], dtype=np.int64)
+    return pd.DataFrame(cols)
+
+
+def _hw_frame(rows: np.ndarray, values: dict[str, list[Any]], keep: np.ndarray) -> pd.DataFrame:
+    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0).
+
+    Rows of device events without any of them (no registers and no bytes) are dropped.
+    """
+    order = np.argsort(rows[keep], kind="stable")
+    cols: dict[str, Any] = {"row": rows[keep][order]}
+    for f in _HW_FIELDS:
+        raw = values.get(f, [])
+        try:  # fast path: numbers and None only
+            col = np.array([np.nan if x is None else x for x in raw], dtype=np.float64)
+            col[~(np.isfinite(col) & (col >= 0))] = np.nan
+        except (TypeError, ValueError, OverflowError):
+            col = np.array([_number(x) for x in raw], dtype=np.float64)
+        if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
+            col = np.full(rows.size, np.nan)
+        cols[f] = col[keep][order]
+    out = pd.DataFrame(cols)
+    return out[out["registers"].notna() | out["nbytes"].notna()].reset_index(drop=True)
+
+
+def _number(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return np.nan
+    f = float(x) if abs(x) < 1e30 else np.nan
+    return f if np.isfinite(f) and f >= 0 else np.nan
+
+
+def _short_str(x: Any) -> str:
+    return "" if x is None or isinstance(x, (list, dict)) else str(x)[:200]
+
+
+def _small_int(x: Any) -> int:
+    if isinstance(x, bool) or x is None:
+        return -1
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    if isinstance(x, str) and x.strip().isdigit() and len(x.strip()) < 19:
+        x = int(x.strip())
+    return x if isinstance(x, int) and 0 <= x < _MAX_INT else -1
+
+
+def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Events and flows as frames, events sorted by ts; also how many events had junk times."""
     x = b.x
     ts = x.take("ts")
     inverse = None
+    bad = ~(np.abs(ts) <= _MAX_TIME_US)  # NaN-safe: catches inf too
+    if bad.any():  # junk times would stretch every window: such events are left out
+        ts = ts.copy()
+        ts[bad] = np.inf  # sorts last; cut off below
     if ts.size > 1 and not bool((ts[1:] >= ts[:-1]).all()):
         order = np.argsort(ts, kind="stable")
         ts = ts[order]
@@ -606,7 +928,23 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame]:
     }
     for name in _get_arg:
         cols[name] = x.take(name, inverse)
+    comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
+    hw_rows = np.concatenate(b.hw_raw) if b.hw_raw else np.empty(0, dtype=np.int64)
+    if inverse is not None:
+        comm_rows, hw_rows = inverse[comm_rows], inverse[hw_rows]
     del inverse
+    bad_dur = ~(np.abs(cols["dur"]) <= _MAX_TIME_US)
+    keep = np.isfinite(cols["ts"]) & ~bad_dur
+    dropped = int(len(keep) - keep.sum())
+    comm_keep = np.ones(comm_rows.size, dtype=bool)
+    hw_keep = np.ones(hw_rows.size, dtype=bool)
+    if dropped:
+        cols = {k: v[keep] for k, v in cols.items()}
+        new_row = np.cumsum(keep) - 1
+        comm_keep, hw_keep = keep[comm_rows], keep[hw_rows]
+        comm_rows, hw_rows = new_row[comm_rows], new_row[hw_rows]
+    b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
+    b.hw = _hw_frame(hw_rows, b.hw_cols, hw_keep)
     events = pd.DataFrame(cols, copy=False)
     f = b.fl
     flows = pd.DataFrame(
@@ -620,4 +958,4 @@ def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame]:
         },
         copy=False,
     )
-    return events, flows
+    return events, flows, dropped

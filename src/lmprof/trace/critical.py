@@ -1,0 +1,301 @@
+"""Critical path of each profiled step, and what-if estimates read off it.
+
+The path is found by walking back in time from the step's end (the end of its ``ProfilerStep#N``
+annotation, on the host) and, at every point, asking what the work there waited for:
+
+* on the **host** (a thread at time t): the thread was busy with its own work back to the last
+  blocking call (``*Synchronize``, blocking memcpy; :func:`kinds.is_sync_call`) that ended before t.
+  If the device was still running when that call began, the host waited for the device: the path
+  jumps to the device event that ended last before the call returned (the ``sync`` segment is the
+  call's return after it). Otherwise the call is host time and the walk goes on before it.
+* on the **device** (an event K): K started when both its launch had happened and its stream was
+  free. Of the previous event on K's stream and K's launching runtime call, the one that finished
+  later is the predecessor: the stream (``device_wait`` segment for a gap) or the launch (the path
+  goes to the host: ``launch_latency`` from the call's end to K's start, then the call itself). When
+  both finished well before K started, K waited on something else (an event recorded on another
+  stream, e.g. NCCL waiting for compute): the device event on any stream that ended last before K
+  started is taken as the predecessor (``cross_stream``), else the gap is ``unknown``.
+
+When the walk reaches device work launched before the step began, the device was still busy with
+an earlier step (the host runs ahead, the device is the bottleneck): the rest of the way back to the
+step's start is ``previous_step``.
+
+Segments cover the step exactly once, so they sum to the step's duration. Host segments are split
+into time inside launch runtime calls (``launch_call``), in data-loader operators (``data_loader``:
+an enclosing host event whose name contains ``DataLoader``) and other CPU work (``cpu``). Device
+segments are ``computation``, ``communication``, ``memory`` (kernel types of :mod:`kinds`).
+
+Limits, said in the report: one rank at a time (no cross-rank edges; a collective's waiting for
+other ranks is inside its kernel); cross-stream waits are inferred from timing, not from the
+trace's event records; without runtime calls (correlation links) the device side cannot be linked
+to the host and the path stays on the host.
+
+What-if estimates remove time from the path: each is the step minus the removed time, so it is
+**optimistic** (another path may become critical): launch overhead to zero (``launch_call`` +
+``launch_latency``), communication fully overlapped (``communication``), the top kernel by device
+time twice as fast (half its time on the path), the data loader off the path (``data_loader``).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmprof.trace import kinds
+from lmprof.trace.intervals import union
+from lmprof.trace.launches import kernel_launches
+from lmprof.trace.load import TraceTable
+from lmprof.trace.steps import profiler_steps
+
+SEGMENTS = (
+    "cpu", "launch_call", "data_loader", "launch_latency", "computation", "communication", "memory",
+    "sync", "device_wait", "cross_stream", "previous_step", "unknown",
+)  # fmt: skip
+_EPS = 1.0  # us: a predecessor that finished this close before K started is taken as K's cause
+_MAX_STEPS_WALKED = 200
+
+
+@dataclass(frozen=True)
+class StepPath:
+    """The critical path of one step: microseconds per segment kind (they sum to ``step_us``).
+
+    ``step_us`` runs from the ProfilerStep's start to its end or to the end of the last device
+    event its runtime calls launched, whichever is later (the host often runs ahead of the device).
+    """
+
+    step: int
+    step_us: float
+    segments_us: dict[str, float]
+    kernels_on_path: int
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Step time estimated if something changed; optimistic (see the module docstring)."""
+
+    change: str
+    step_ms: float  # estimated median step
+    saving_pct: float  # of the measured median step
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """Critical paths of the steps whose device work the window covers."""
+
+    steps: list[StepPath]
+    step_ms: float  # median measured step (of these steps)
+    segments_pct: dict[str, float]  # share of the summed step time per segment kind
+    top_kernel: str | None  # the kernel name with the most device time in the window
+    what_if: list[WhatIf]
+    linked: bool  # False when device work could not be linked to launches (path stays on host)
+
+
+class _Index:
+    """Sorted views the walk needs, built once per trace."""
+
+    def __init__(self, table: TraceTable, dev_rows: np.ndarray) -> None:
+        ev = table.events
+        self.ts = ev["ts"].to_numpy()
+        self.dur = np.maximum(ev["dur"].to_numpy(), 0.0)
+        self.end = self.ts + self.dur
+        self.tid = ev["tid"].to_numpy()
+        self.pid = ev["pid"].to_numpy()
+        dev_rows = dev_rows[self.dur[dev_rows] > 0]
+        self.types = dict(zip(dev_rows.tolist(), kinds.kernel_types(table, dev_rows).tolist()))
+        rt = kernel_launches(table).loc[dev_rows, "runtime"].to_numpy()
+        self.launch = dict(zip(dev_rows.tolist(), rt.tolist()))
+        # device events by end time: all streams, and per stream
+        order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
+        self.dev_by_end = order.tolist()
+        self.dev_ends = self.end[order].tolist()
+        # one key per (device pid, stream); the tid stands in for a missing args.stream
+        stream = ev["stream"].to_numpy()[order]
+        lane = np.where(stream >= 0, stream, self.tid[order])
+        _, key = np.unique(np.stack([self.pid[order], lane]), axis=1, return_inverse=True)
+        key = key.ravel()
+        self.stream_of: dict[int, int] = dict(zip(self.dev_by_end, key.tolist()))
+        self.by_stream: dict[int, tuple[list[float], list[int]]] = {}
+        grouped = np.argsort(key, kind="stable")  # keeps end order inside each stream
+        bounds = np.flatnonzero(np.diff(key[grouped])) + 1
+        for part in np.split(grouped, bounds) if grouped.size else []:
+            self.by_stream[int(key[part[0]])] = (self.end[order[part]].tolist(), order[part].tolist())
+        # blocking calls per host thread, by end time
+        sync = np.flatnonzero(kinds.sync_mask(table))
+        self.sync: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+        for r in sync[np.argsort(self.end[sync], kind="stable")].tolist():
+            ends, rows = self.sync.setdefault((int(self.pid[r]), int(self.tid[r])), ([], []))
+            ends.append(float(self.end[r]))
+            rows.append(r)
+        # host intervals that classify host time: launch calls (non-sync runtime) and data loader
+        runtime = np.flatnonzero(kinds.runtime_mask(table) & ~kinds.sync_mask(table))
+        loader = np.flatnonzero(kinds.host_mask(table) & kinds.name_mask(table, lambda n: "DataLoader" in n))
+        self.launch_iv = self._per_thread(runtime)
+        self.loader_iv = self._per_thread(loader)
+        self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
+        self.name_categories = ev["name"].cat.categories
+
+    def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+        out = {}
+        keys = self.pid[rows] * (1 << 20) + self.tid[rows]  # grouping only
+        for k in np.unique(keys):
+            sel = rows[keys == k]
+            out[(int(self.pid[sel[0]]), int(self.tid[sel[0]]))] = union(self.ts[sel], self.end[sel])
+        return out
+
+    @staticmethod
+    def overlap(iv: tuple[np.ndarray, np.ndarray] | None, a: float, b: float) -> float:
+        if iv is None or b <= a or iv[0].size == 0:
+            return 0.0
+        s, e = iv
+        lo, hi = np.searchsorted(e, a, side="right"), np.searchsorted(s, b, side="left")
+        if hi <= lo:
+            return 0.0
+        return float((np.minimum(e[lo:hi], b) - np.maximum(s[lo:hi], a)).clip(min=0).sum())
+
+
+def _walk(
+    ix: _Index, t0: float, t1: float, thread: tuple[int, int], last_device: int
+) -> tuple[dict[str, float], list[int]]:
+    seg = dict.fromkeys(SEGMENTS, 0.0)
+    on_path: list[int] = []
+    mode, t, where = "host", t1, thread
+    kernel = -1
+    if last_device >= 0 and ix.end[last_device] >= t1:  # the step ends with its device work
+        mode, kernel = "device", last_device
+
+    def host(a: float, b: float, th: tuple[int, int]) -> None:
+        a = max(a, t0)
+        if b <= a:
+            return
+        call = ix.overlap(ix.launch_iv.get(th), a, b)
+        loader = min(ix.overlap(ix.loader_iv.get(th), a, b), b - a - call)
+        seg["launch_call"] += call
+        seg["data_loader"] += max(loader, 0.0)
+        seg["cpu"] += max(b - a - call - max(loader, 0.0), 0.0)
+
+    for _ in range(1_000_000):
+        if t <= t0:
+            break
+        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.ts[ix.launch[kernel]] < t0:
+            # the device was still busy with work an earlier step launched: the step waited for it
+            seg["previous_step"] += t - t0
+            break
+        if mode == "host":
+            ends, rows = ix.sync.get(where, ([], []))
+            i = bisect.bisect_right(ends, t) - 1
+            while i >= 0 and ix.ts[rows[i]] >= t:  # a zero-length call at t does not move the walk
+                i -= 1
+            if i < 0 or ends[i] <= t0:
+                host(t0, t, where)
+                break
+            s = rows[i]
+            host(ends[i], t, where)
+            j = bisect.bisect_right(ix.dev_ends, ends[i]) - 1
+            if j >= 0 and ix.dev_ends[j] > ix.ts[s] and ix.dev_ends[j] > t0:
+                seg["sync"] += ends[i] - max(ix.dev_ends[j], t0)
+                kernel, mode, t = ix.dev_by_end[j], "device", ix.dev_ends[j]
+            else:
+                host(float(ix.ts[s]), ends[i], where)
+                t = float(ix.ts[s])
+            continue
+        # device: kernel K ends at t
+        k = kernel
+        start = float(ix.ts[k])
+        a = max(start, t0)
+        seg[kinds.KERNEL_TYPE_NAMES[ix.types[k]]] += t - a
+        on_path.append(k)
+        if start <= t0:
+            break
+        ends, rows = ix.by_stream[ix.stream_of[k]]
+        p_i = bisect.bisect_right(ends, start + 1e-6) - 1
+        while p_i >= 0 and rows[p_i] == k:
+            p_i -= 1
+        dev_ready = ends[p_i] if p_i >= 0 else -np.inf
+        c = ix.launch.get(k, -1)
+        host_ready = float(ix.end[c]) if c >= 0 else -np.inf
+        if max(dev_ready, host_ready) < start - _EPS:
+            j = bisect.bisect_right(ix.dev_ends, start + 1e-6) - 1
+            while j >= 0 and ix.dev_by_end[j] == k:
+                j -= 1
+            if j >= 0 and ix.dev_ends[j] > max(dev_ready, host_ready):
+                seg["cross_stream"] += start - max(ix.dev_ends[j], t0)
+                kernel, t = ix.dev_by_end[j], ix.dev_ends[j]
+                continue
+        if c >= 0 and host_ready >= dev_ready:
+            c_start, c_end = float(ix.ts[c]), float(ix.end[c])
+            seg["launch_latency"] += max(start - max(c_end, t0), 0.0)
+            where = (int(ix.pid[c]), int(ix.tid[c]))
+            top = min(c_end, start)
+            host(c_start, top, where)
+            mode, t = "host", c_start
+        elif p_i >= 0:
+            seg["device_wait"] += start - max(dev_ready, t0)
+            kernel, t = rows[p_i], dev_ready
+        else:
+            seg["unknown"] += start - t0
+            break
+    return seg, on_path
+
+
+def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPath | None:
+    """Critical paths of the steps (all but the last when there are two or more, like the window).
+
+    None without ProfilerStep annotations (the path is defined per step).
+    """
+    steps = profiler_steps(table)
+    if steps.empty:
+        return None
+    if steps["step"].nunique() >= 2:
+        steps = steps[steps["ts"] < steps["ts"].max()]
+    steps = steps.iloc[:_MAX_STEPS_WALKED]
+    ev = table.events
+    ix = _Index(table, dev_rows if dev_rows is not None else np.empty(0, dtype=np.int64))
+    paths, on_path_all = [], []
+    # device work of each step: launched by a runtime call that started inside the step
+    dev = np.array(sorted(ix.launch), dtype=np.int64)
+    call = np.array([ix.launch[int(r)] for r in dev], dtype=np.int64)
+    dev, call = dev[call >= 0], call[call >= 0]
+    call_ts = ix.ts[call]
+    for row, step, ts, dur in zip(steps["row"], steps["step"], steps["ts"], steps["dur"]):
+        thread = (int(ev["pid"].iat[row]), int(ev["tid"].iat[row]))
+        t0, host_end = float(ts), float(ts + max(dur, 0.0))
+        mine = dev[(call_ts >= t0) & (call_ts < host_end)]
+        last = int(mine[np.argmax(ix.end[mine])]) if mine.size else -1
+        t1 = max(host_end, float(ix.end[last])) if last >= 0 else host_end
+        seg, on_path = _walk(ix, t0, t1, thread, last)
+        paths.append(StepPath(int(step), t1 - t0, seg, len(on_path)))
+        on_path_all += on_path
+    total = sum(p.step_us for p in paths)
+    sums = {k: sum(p.segments_us[k] for p in paths) for k in SEGMENTS}
+    pct = {k: 100.0 * v / total if total > 0 else 0.0 for k, v in sums.items()}
+    med = float(np.median([p.step_us for p in paths])) / 1e3
+    top_name, top_path = _top_kernel(ix, dev_rows, on_path_all)
+
+    def what_if(change: str, removed_us: float) -> WhatIf:
+        # the median step shrinks by the removed share of the summed step time
+        new = med * (1.0 - removed_us / total) if total > 0 else med
+        return WhatIf(change, new, 100.0 * (med - new) / med if med > 0 else 0.0)
+
+    ifs = [
+        what_if("launch overhead to zero", sums["launch_call"] + sums["launch_latency"]),
+        what_if("communication fully overlapped", sums["communication"]),
+        what_if("top kernel 2x faster", 0.5 * top_path),  # which kernel: CriticalPath.top_kernel
+        what_if("data loader off the critical path", sums["data_loader"]),
+    ]
+    linked = bool(dev_rows is not None and len(dev_rows) and any(v >= 0 for v in ix.launch.values()))
+    return CriticalPath(paths, med, pct, top_name, ifs, linked)
+
+
+def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, on_path: list[int]) -> tuple[str | None, float]:
+    if dev_rows is None or len(dev_rows) == 0:
+        return None, 0.0
+    codes = ix.name_codes[dev_rows]
+    ok = codes >= 0
+    if not ok.any():
+        return None, 0.0
+    sums = np.bincount(codes[ok], weights=ix.dur[dev_rows][ok])
+    top_code = int(np.argmax(sums))
+    path = np.asarray(on_path, dtype=np.int64)
+    on = float(ix.dur[path][ix.name_codes[path] == top_code].sum()) if path.size else 0.0
+    return str(ix.name_categories[top_code]), on

@@ -1,0 +1,152 @@
+"""How the device's resources were used, from what the trace already holds.
+
+* Kernel resources (CUPTI args of each kernel, NVIDIA traces): ``est. achieved occupancy %``,
+  ``blocks per SM``, ``warps per SM``, ``registers per thread``, ``shared memory`` (bytes per
+  block). Averages are weighted by kernel duration, so they describe where the time went.
+* Tensor-core share: kernel time in kernels whose name marks them as tensor-core kernels (see
+  :data:`TENSOR_CORE_RE`); an estimate from names, never measured.
+* Copies: bytes (``args.bytes``) and time of each memcpy / memset kind, and the achieved bandwidth.
+  The trace does not record the link (PCIe generation, NVLink), so no peak is compared with.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmprof.trace import kinds
+from lmprof.trace.load import TraceTable
+
+# Tensor-core kernels by name (case-insensitive): cuBLAS/cuDNN MMA shapes (h884, s1688, h16816, i8816,
+# s16832: volta_h884gemm_*, turing_fp16_s1688gemm_*, ampere_fp16_s16816gemm_*), SASS-level names
+# (hmma, imma, xmma, gmma, wgmma: sm80_xmma_gemm_*, sm90_xmma_*), CUTLASS (tensorop, wmma), and fused
+# attention kernels that run on tensor cores (flash_fwd/flash_bwd, fmha). Plain sgemm/SIMT kernels
+# and elementwise kernels do not match.
+TENSOR_CORE_RE = re.compile(
+    r"(?<![0-9a-z])[hsi](?:884|1688|16816|8816|16832)|hmma|imma|xmma|wgmma|gmma|tensorop|wmma|"
+    r"tensor_?core|flash_?(?:fwd|bwd)|fmha",
+    re.IGNORECASE,
+)
+LOW_OCCUPANCY_PCT = 25.0
+_COPY_KIND = re.compile(r"^(Memcpy|Memset)\s*([A-Za-z]+)?\s*(\([^)]*\))?")
+
+
+def is_tensor_core_kernel(name: str) -> bool:
+    """True when a kernel's name marks it as a tensor-core kernel (see :data:`TENSOR_CORE_RE`)."""
+    return TENSOR_CORE_RE.search(name) is not None
+
+
+def copy_kind(name: str) -> str:
+    """``Memcpy HtoD (Pageable -> Device)`` -> ``Memcpy HtoD (Pageable -> Device)``; other names as they are."""
+    m = _COPY_KIND.match(name.strip())
+    return " ".join(p for p in m.groups() if p) if m else name.strip()[:60]
+
+
+@dataclass(frozen=True)
+class CopyRow:
+    """One kind of memcpy / memset."""
+
+    kind: str
+    count: int
+    bytes: int  # summed args.bytes (events without it are not counted here)
+    time_us: float
+    achieved_gbps: float | None  # bytes / time, 1 GB/s = 1e9 B/s
+
+
+@dataclass(frozen=True)
+class HardwareUse:
+    """Resource use of the window's kernels and copies. ``None`` where the trace has no such args."""
+
+    kernels: int  # kernels (category kernel) in the window
+    with_resources: int  # of them, with CUPTI resource args
+    resources_time_us: float  # summed duration of those
+    occupancy_pct: float | None  # est. achieved occupancy, weighted by duration
+    low_occupancy_time_pct: float | None  # share of that time in kernels below LOW_OCCUPANCY_PCT
+    blocks_per_sm: float | None  # weighted by duration
+    small_grid_time_pct: float | None  # share of that time in kernels with < 1 block per SM
+    warps_per_sm: float | None
+    registers_per_thread: float | None
+    shared_memory_bytes: float | None  # per block
+    compute_time_us: float  # summed duration of computation kernels
+    tensor_core_time_us: float  # of it, in tensor-core kernels (by name)
+    tensor_core_pct: float | None  # of compute_time_us; estimated from kernel names
+    tensor_core_kernels: int
+    copies: list[CopyRow]
+
+
+def hardware_use(table: TraceTable, rows: np.ndarray) -> HardwareUse:
+    """Resource use over the device ``rows`` (the window)."""
+    ev = table.events
+    dur = np.maximum(ev["dur"].to_numpy(), 0.0)
+    is_kernel = kinds.cat_mask(table, lambda c: c == "kernel")[rows]
+    k_rows = rows[is_kernel]
+    hw = table.hw
+    pos, found = _lookup(hw["row"].to_numpy(), k_rows)
+    occ_all = hw["occupancy"].to_numpy()
+    has = found.copy()
+    has[found] = ~np.isnan(occ_all[pos[found]]) | ~np.isnan(hw["registers"].to_numpy()[pos[found]])
+    r_pos = pos[has]
+    w = dur[k_rows[has]]
+    wsum = float(w.sum())
+
+    def weighted(col: str) -> float | None:
+        v = hw[col].to_numpy()[r_pos]
+        ok = ~np.isnan(v)
+        return float((v[ok] * w[ok]).sum() / w[ok].sum()) if ok.any() and w[ok].sum() > 0 else None
+
+    def share(col: str, below: float) -> float | None:
+        v = hw[col].to_numpy()[r_pos]
+        ok = ~np.isnan(v)
+        total = w[ok].sum()
+        return float(100.0 * w[ok][v[ok] < below].sum() / total) if ok.any() and total > 0 else None
+
+    types = kinds.kernel_types(table, k_rows)
+    comp = k_rows[types == kinds.COMPUTE]
+    tc = kinds.name_mask(table, is_tensor_core_kernel)[comp]
+    comp_time = float(dur[comp].sum())
+    tc_time = float(dur[comp][tc].sum())
+    return HardwareUse(
+        kernels=len(k_rows),
+        with_resources=int(has.sum()),
+        resources_time_us=wsum,
+        occupancy_pct=weighted("occupancy"),
+        low_occupancy_time_pct=share("occupancy", LOW_OCCUPANCY_PCT),
+        blocks_per_sm=weighted("blocks_per_sm"),
+        small_grid_time_pct=share("blocks_per_sm", 1.0),
+        warps_per_sm=weighted("warps_per_sm"),
+        registers_per_thread=weighted("registers"),
+        shared_memory_bytes=weighted("shared_memory"),
+        compute_time_us=comp_time,
+        tensor_core_time_us=tc_time,
+        tensor_core_pct=100.0 * tc_time / comp_time if comp_time > 0 else None,
+        tensor_core_kernels=int(tc.sum()),
+        copies=_copies(table, rows[~is_kernel], dur),
+    )
+
+
+def _lookup(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position of each of ``rows`` in ``sorted_rows``, and whether it is there."""
+    if sorted_rows.size == 0:
+        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+    pos = np.searchsorted(sorted_rows, rows)
+    return pos, (pos < len(sorted_rows)) & (sorted_rows[np.minimum(pos, len(sorted_rows) - 1)] == rows)
+
+
+def _copies(table: TraceTable, rows: np.ndarray, dur: np.ndarray) -> list[CopyRow]:
+    hw = table.hw
+    pos, found = _lookup(hw["row"].to_numpy(), rows)
+    nbytes = np.full(len(rows), np.nan)
+    nbytes[found] = hw["nbytes"].to_numpy()[pos[found]]
+    names = table.events["name"].to_numpy()[rows]
+    by: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        if not np.isnan(nbytes[i]):
+            by.setdefault(copy_kind(str(n)), []).append(i)
+    out = []
+    for kind, idx in by.items():
+        b = int(nbytes[idx].sum())
+        t = float(dur[rows[idx]].sum())
+        out.append(CopyRow(kind, len(idx), b, t, b / t / 1e3 if t > 0 else None))
+    out.sort(key=lambda c: -c.time_us)
+    return out
