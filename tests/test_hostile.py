@@ -549,3 +549,17 @@ def test_interrupted_points_keep_their_attempts(tmp_path):
         store.plan(points, "{}")  # what --resume does
         attempts = dict(store.conn.execute("SELECT id, attempts FROM points").fetchall())
     assert attempts[points[0].id] == 1 and attempts[points[1].id] == 0
+
+
+def test_atomic_files_get_the_usual_permissions(tmp_path):
+    """A file written atomically is readable like any other new file (mkstemp alone makes it 0600)."""
+    import os
+
+    from lmprof.atomic import write_text
+
+    mask = os.umask(0o022)
+    try:
+        path = write_text(tmp_path / "x.json", "{}")
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644
