@@ -169,7 +169,7 @@ def test_a_bad_out_is_refused_before_measuring(tmp_path, cli, no_measuring, wher
 
 
 def test_an_unwritable_out_is_refused(tmp_path, monkeypatch):
-    import lmprof.record.outdir as od
+    import lmprof.outdir as od
 
     monkeypatch.setattr(od, "_cannot_write", lambda folder: "permission denied")
     with pytest.raises(ConfigError, match="not writable"):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lmprof.cli.main import main
-from lmprof.errors import DataError
+from lmprof.errors import DataError, LmprofError
 from lmprof.trace.analyze import analyze_path
 from test_trace_synthetic import T0, Trace
 
@@ -85,7 +85,7 @@ def test_several_ranks_share_the_files(tmp_path):
 def test_export_to_a_file_is_refused_before_reading(tmp_path, capsys):
     target = tmp_path / "file"
     target.write_text("x")
-    with pytest.raises(DataError, match="not a folder"):
+    with pytest.raises(LmprofError, match="not a folder"):
         analyze_path(DATA / "cpu_only_tiny.json.gz", export=target)
     assert main(["analyze", str(DATA / "cpu_only_tiny.json.gz"), "--export", str(target)]) == 2
     assert "not a folder" in capsys.readouterr().err

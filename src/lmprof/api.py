@@ -20,7 +20,7 @@ import torch
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.config import MeasureSpec, build
-from lmprof.record.outdir import check_output_dir
+from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
 
 

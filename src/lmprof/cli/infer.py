@@ -48,7 +48,7 @@ def infer(
         energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
     )
     cfg = build(InferConfig, values)
-    from lmprof.record.outdir import check_output_dir
+    from lmprof.outdir import check_output_dir
 
     check_output_dir(cfg.out, "--out")
     from lmprof.cli._oom import gpt_fit, oom_guard

@@ -48,7 +48,7 @@ def results(
 
     from lmprof.errors import DataError
     from lmprof.atomic import atomic_path
-    from lmprof.record.outdir import check_output_file
+    from lmprof.outdir import check_output_file
     from lmprof.record.store import load_results
 
     df = load_results(sweep_dir)

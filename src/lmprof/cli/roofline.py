@@ -75,7 +75,7 @@ def roofline(
                         ("--n-head", n_head), ("--n-embd", n_embd)):
         if value is not None and not 0 < value < 2**31:  # beyond any device: the figures would be nonsense
             raise ConfigError(f"{name} must be between 1 and {2**31 - 1:,}")
-    from lmprof.record.outdir import check_output_file
+    from lmprof.outdir import check_output_file
 
     check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
     dt = normalize_dtype(dtype)

@@ -32,7 +32,7 @@ def sweep(
     """Run every configuration of a sweep spec; each point's status and metrics go to results.sqlite."""
     from lmprof.sweep.progress import ConsoleProgress, duration
     from lmprof.sweep.runner import run_sweep
-    from lmprof.record.outdir import check_output_dir
+    from lmprof.outdir import check_output_dir
     from lmprof.safeyaml import short_repr
     from lmprof.sweep.spec import load_spec
 

@@ -53,7 +53,7 @@ def train(
         optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force, nproc=nproc, parallel=parallel,
     )
     cfg = build(TrainConfig, values)
-    from lmprof.record.outdir import check_output_dir
+    from lmprof.outdir import check_output_dir
 
     check_output_dir(run_dir if run_dir is not None else cfg.out, "--run-dir" if run_dir is not None else "--out")
     from lmprof.pipeline.distributed import is_distributed, world

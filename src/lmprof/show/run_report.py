@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lmprof.analysis.advice import RULES, Recommendation, advise
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
-from lmprof.record.outdir import check_output_file
+from lmprof.outdir import check_output_file
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
-from lmprof.record.outdir import check_output_file
+from lmprof.outdir import check_output_file
 from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number

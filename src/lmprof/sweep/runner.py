@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Protocol
 
 from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
-from lmprof.record.outdir import check_output_dir
+from lmprof.outdir import check_output_dir
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import worker
 from lmprof.sweep.lock import sweep_lock, wait_point_free

@@ -22,6 +22,7 @@ import numpy as np
 
 from lmprof.atomic import atomic_path
 from lmprof.errors import ConfigError, DataError
+from lmprof.outdir import check_output_dir
 from lmprof.trace import kinds
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import graph_launched, kernel_launches
@@ -44,18 +45,11 @@ def _pa() -> Any:
 def check_export_dir(folder: Path) -> Path:
     """Refuse an export folder that cannot be one, before any trace is read."""
     _pa()
-    if folder.exists() and not folder.is_dir():
-        raise DataError(f"--export {folder}: exists and is not a folder")
+    check_output_dir(folder, "--export")  # the one rule for output folders (lmprof/outdir.py)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"--export {folder}: cannot create the folder ({exc.strerror})") from None
-    probe = folder / ".lmprof-write-test"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise DataError(f"--export {folder}: cannot write there ({exc.strerror})") from None
     return folder
 
 

@@ -43,8 +43,7 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
