@@ -154,8 +154,9 @@ def combine(reports: list[TraceReport]) -> Report:
     notes: list[str] = []
     if len(reports) < 2:
         return Report(traces=reports, ranks=None, notes=notes)
-    ranks = [r.rank for r in reports]
-    if any(r is None for r in ranks):
+    found = [r.rank for r in reports]
+    ranks: list[int] = [r for r in found if r is not None]
+    if len(ranks) < len(found):
         notes.append("some traces have no distributedInfo rank: ranks numbered by file order")
         ranks = list(range(len(reports)))
     elif len(set(ranks)) != len(ranks):

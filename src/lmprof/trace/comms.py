@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 
 from lmprof.trace import kinds
@@ -167,7 +169,7 @@ def collectives(table: TraceTable, rows: np.ndarray) -> Communication | None:
 
 
 def _groups(calls: list[Collective]) -> list[CollectiveGroup]:
-    by: dict[tuple, list[Collective]] = {}
+    by: dict[tuple[Any, ...], list[Collective]] = {}
     for c in calls:
         by.setdefault((c.kind, c.dtype, c.group_size, c.message_bytes), []).append(c)
     out = []
@@ -217,10 +219,10 @@ def match_ranks(per_rank: list[tuple[int, Communication | None]]) -> CommMatch |
     if len(comms) < 2:
         return None
     by_seq = all(all(x.seq >= 0 for x in c.calls) for _, c in comms)
-    keyed: list[dict[tuple, float]] = []
+    keyed: list[dict[tuple[Any, ...], float]] = []
     for _, c in comms:
-        seen: dict[tuple, int] = {}
-        keys: dict[tuple, float] = {}
+        seen: dict[tuple[Any, ...], int] = {}
+        keys: dict[tuple[Any, ...], float] = {}
         for x in c.calls:
             base = (x.process_group, x.kind)
             if by_seq:

@@ -258,7 +258,7 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     dev, call = dev[call >= 0], call[call >= 0]
     call_ts = ix.ts[call]
     for row, step, ts, dur in zip(steps["row"], steps["step"], steps["ts"], steps["dur"]):
-        thread = (int(ev["pid"].iat[row]), int(ev["tid"].iat[row]))
+        thread = (int(ev["pid"].to_numpy()[row]), int(ev["tid"].to_numpy()[row]))
         t0, host_end = float(ts), float(ts + max(dur, 0.0))
         mine = dev[(call_ts >= t0) & (call_ts < host_end)]
         last = int(mine[np.argmax(ix.end[mine])]) if mine.size else -1

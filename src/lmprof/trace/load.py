@@ -249,7 +249,7 @@ _OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET, _QUOTE, _BACKSLASH, _C
 _WS = b" \t\r\n"
 
 
-def _brackets(buf: bytes | memoryview, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _brackets(buf: bytes | bytearray | memoryview, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions, characters and depth-after of every bracket of ``buf`` that is outside a string.
 
     ``buf`` must start outside any string at nesting depth ``depth0``. Vectorised: only the bytes
@@ -592,6 +592,8 @@ class _Builder:
         self.comm_values: list[tuple[Any, ...]] = []
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
         self.hw_cols: dict[str, list[Any]] = {f: [] for f in _HW_FIELDS}  # their values, field by field
+        self.comms: pd.DataFrame = _empty_comms()  # replaced when the columns are finished
+        self.hw: pd.DataFrame = _hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
         self.comm_names: dict[int, bool] = {}  # name code -> may carry collective parameters
 
     def add_json(self, payload: memoryview, exact: bool = False) -> None:

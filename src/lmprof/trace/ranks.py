@@ -77,13 +77,15 @@ def compare_ranks(rows: list[RankRow]) -> RankComparison:
     slow, fast = int(np.argmax(vals)), int(np.argmin(vals))
     med = float(np.median(vals))
     comm = [r.communication_total_us for r in rows]
+    cmin: float | None = None  # no communication figures when a rank lacks them
+    cmax: float | None = None
+    skew_us: float | None = None
+    skew_pct: float | None = None
     if all(c is not None for c in comm):
         c = np.array(comm, dtype=float)
         cmin, cmax, mean = float(c.min()), float(c.max()), float(c.mean())
         skew_us = cmax - cmin
         skew_pct = 100.0 * skew_us / mean if mean > 0 else None
-    else:
-        cmin = cmax = skew_us = skew_pct = None
     return RankComparison(
         ranks=rows,
         measure=measure,
