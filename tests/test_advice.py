@@ -148,3 +148,17 @@ def test_empty_run_gives_no_advice_and_every_recommendation_has_evidence():
     for r in recs:
         assert r.evidence and all(e.key and e.unit for e in r.evidence)
         assert r.to_dict()["evidence"][0]["key"] == r.evidence[0].key
+
+
+def test_recompiles_fires_at_one_compilation_per_step_citing_the_reason():
+    run = make_run(metrics={"compile.per_step": (1.0, "compilations/step")}, config={"compile": True})
+    run.tables["compile"] = [{"phase": "measured", "reason": "tensor 'x' size mismatch at index 1", "function": "forward"}]
+    rec = rules(advise(run))["recompiles"]
+    assert rec.evidence[0].key == "compile.per_step" and rec.evidence[0].value == 1.0
+    assert "size mismatch" in rec.why
+    assert advice.RECOMPILES_PER_STEP_MIN == pytest.importorskip("lmprof.measure.compile_events").RECOMPILES_PER_STEP_FLAG
+
+
+def test_recompiles_silent_when_compiled_once_or_eager():
+    assert "recompiles" not in rules(advise(make_run(metrics={"compile.per_step": (0.0, "compilations/step")})))
+    assert "recompiles" not in rules(advise(make_run()))

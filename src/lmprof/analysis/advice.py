@@ -48,6 +48,9 @@ MEMORY_USED_MAX_PCT = 50.0
 MEMORY_PLAN_FRACTION = 0.9
 #: Clean step time spread (p90 - p10) / median above this (%): the timing is noisy.
 NOISY_SPREAD_MAX_PCT = 25.0
+#: torch.compile compilations per timed step after warm-up at or above this: the model recompiles
+#: every step (same value as measure/compile_events.RECOMPILES_PER_STEP_FLAG, which writes the note).
+RECOMPILES_PER_STEP_MIN = 0.5
 
 UNFUSED_ATTENTION_BLOCKS = ("attn.scores", "attn.softmax", "attn.av")
 MATMUL_BLOCKS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head")
@@ -335,6 +338,25 @@ def rule_noisy_timing(run: Run, trace: Mapping[str, float]) -> Recommendation | 
     return None
 
 
+def rule_recompiles(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """A compiled model kept compiling in the timed window: about one compilation per step or more."""
+    rate = run.value("compile.per_step")
+    if rate is None or rate < RECOMPILES_PER_STEP_MIN:
+        return None
+    rows = [r for r in run.tables.get("compile", []) if r.get("phase") == "measured" and r.get("reason")]
+    why = f"torch.compile compiled {rate:.2g} times per timed step after warm-up, so every step pays for compilation"
+    if rows:
+        why += f"; the last guard that failed: {rows[-1]['reason']} (in {rows[-1].get('function', '?')})"
+    return Recommendation(
+        rule="recompiles", title="The compiled model recompiles every step", why=why + ".",
+        actions=("Keep shapes and Python values the model sees fixed between steps (pad to a fixed length, "
+                 "pass changing integers as tensors), or compile with dynamic=True.",
+                 "See every compilation and its reason in run.json tables.compile; "
+                 "TORCH_LOGS=recompiles prints them as they happen."),
+        evidence=(Evidence("compile.per_step", rate, "compilations/step", RECOMPILES_PER_STEP_MIN, ">="),),
+    )
+
+
 RULES: tuple[Rule, ...] = (
     rule_profiler_overhead,
     rule_noisy_timing,
@@ -344,6 +366,7 @@ RULES: tuple[Rule, ...] = (
     rule_host_sync,
     rule_optimizer_share,
     rule_memory_headroom,
+    rule_recompiles,
 )
 
 

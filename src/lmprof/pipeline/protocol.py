@@ -19,7 +19,8 @@ from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.noise import Snapshot
-from lmprof.measure.timing import time_calls
+from lmprof.measure.compile_events import MEASURED, CompileReport, CompileWatch
+from lmprof.measure.timing import time_calls, warm_up
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
@@ -120,3 +121,27 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
     """Mark ``run`` noisy, with the reasons, when its timed window was not steady."""
     reasons = noise_reasons(samples_ms, what, before, after, device_kind, run.value("profiler_overhead"))
     run.noisy, run.noise = bool(reasons), reasons
+
+
+def watched_warm_up(fn: Callable[[], object], n: int, sync: Callable[[], None], compiled: bool) -> CompileWatch | None:
+    """Warm up; for a compiled model also watch compilations and time the first call (compilation included)."""
+    if not compiled:
+        warm_up(fn, n, sync)
+        return None
+    watch = CompileWatch.start()
+    if n > 0:
+        watch.first_call_s = time_calls(fn, 1, sync)[0]
+        warm_up(fn, n - 1, sync)
+    watch.phase(MEASURED)
+    return watch
+
+
+def add_compile_report(run: Run, watch: CompileWatch | None) -> CompileReport | None:
+    """Compilations, recompilations and graph breaks of a compiled run into run.json (tables.compile)."""
+    if watch is None:
+        return None
+    report = watch.finish()
+    run.metrics.update(report.metrics())
+    run.tables["compile"] = report.rows()
+    run.notes.extend(report.notes())
+    return report

@@ -20,12 +20,14 @@ from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_training_memory
 from lmprof.measure.profiling import profile_steps
-from lmprof.measure.timing import warm_up
+from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.measure.noise import snapshot
 from lmprof.pipeline.protocol import (
+    add_compile_report,
+    watched_warm_up,
     add_energy,
     assemble_run,
     mark_noise,
@@ -53,10 +55,13 @@ def measure_training(
     monitor = EnergyMonitor.for_device(work.device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
     check_duration(step, spec.warmup + spec.steps + spec.profile_steps, sync, force=spec.force)
     monitor.measure_idle()  # before warm-up: a device stays clocked up for a while after work
-    warm_up(step, spec.warmup, sync)
+    watch = watched_warm_up(step, spec.warmup, sync, spec.compile)
     before = snapshot()
     samples, energy = measured_window(step, spec.steps, sync, monitor)
     after = snapshot()
+    if watch:
+        watch.count(MEASURED, len(samples))
+        watch.phase("profiled")
     out_dir.mkdir(parents=True, exist_ok=True)
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
@@ -77,6 +82,7 @@ def measure_training(
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, step_ms, "step", before, after, work.device.kind)
+    add_compile_report(run, watch)
     estimate = None
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,

@@ -1,0 +1,222 @@
+"""What torch.compile did during a run: compilations, recompilations and graph breaks, with reasons.
+
+Read from dynamo's own records, never from its log text: ``torch._dynamo.utils.get_compilation_metrics``
+gives one :class:`CompilationMetrics` per compiled frame (function, file, line, the guard that failed
+for a recompilation, the graph-break reason that restarted the trace, compile seconds), and
+``torch._dynamo.utils.counters["graph_break"]`` counts graph breaks by reason. A
+:class:`CompileWatch` takes the records that appear while a run is in each phase (warm-up, measured,
+profiled), so a run that keeps recompiling after warm-up can be told from one that compiled once.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torch._dynamo import utils as dynamo_utils
+
+from lmprof.record.run import Metric
+
+# Dynamo names the function that resumes after a graph break ``torch_dynamo_resume_in_<fn>_at_<line>``:
+# its line is where the break happened.
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+# Keep this many records per run (dynamo's default keeps 64, too few for a run that recompiles a lot).
+_RECORDS_KEPT = 4096
+MEASURED = "measured"
+#: Recompilations per step after warm-up from which a run counts as recompiling every step.
+RECOMPILES_PER_STEP_FLAG = 0.5
+
+
+def short_reason(text: str | None) -> str:
+    """The first line of a dynamo reason plus its 'Explanation:' line (the rest is hints)."""
+    if not text:
+        return ""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    head = lines[0] if lines else ""
+    expl = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), "")
+    return f"{head}: {expl.removeprefix('Explanation:').strip()}" if expl else head
+
+
+@dataclass
+class CompileEvent:
+    """One compilation dynamo recorded: what was compiled, why, where and how long it took."""
+
+    compile_id: str
+    kind: str  # "compile" (first time), "recompile" (a guard failed) or "backward" (AOT backward graph)
+    phase: str  # the run phase it happened in: warm-up, measured, profiled
+    function: str
+    where: str  # file:line of the function (or of the graph break for a resumed frame)
+    reason: str  # the failed guard (recompile) or the graph-break reason that split the frame
+    graph_break: bool
+    time_s: float | None
+    # For a frame resumed after a graph break: the code it resumes (dynamo's own name for it).
+    resumes: str = ""
+
+    def to_row(self) -> dict[str, Any]:
+        """A JSON-friendly row for run.tables["compile"]."""
+        row = asdict(self)
+        row.pop("resumes")
+        return row
+
+
+def _event(m: Any, phase: str) -> CompileEvent:
+    secs = m.duration_us / 1e6 if m.duration_us is not None else m.entire_frame_compile_time_s
+    if m.is_forward is False:
+        return CompileEvent(str(m.compile_id), "backward", phase, "(backward graph)", "", "", False, secs)
+    name = m.co_name or "?"
+    where = f"{m.co_filename}:{m.co_firstlineno}" if m.co_filename else ""
+    resumed = _RESUME.match(name)
+    resumes = ""
+    if resumed:  # a frame that starts right after a graph break: its line is the break's
+        resumes = resumed["fn"]
+        where = f"{m.co_filename}:{resumed['line']}"
+    breaks = sorted(m.restart_reasons or ())
+    if m.recompile_reason:
+        kind, reason = "recompile", short_reason(m.recompile_reason)
+    else:
+        kind, reason = "compile", ""
+    if breaks:
+        reason = "; ".join(filter(None, [reason, *(f"graph break: {short_reason(b)}" for b in breaks)]))
+    return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes)
+
+
+def _place_breaks(events: list[CompileEvent]) -> None:
+    """Give each graph break the line it happened on: that of the frame dynamo resumed after it.
+
+    A frame that broke is compiled with the break's reason; the code after the break runs as a new
+    frame, compiled next, whose name carries the break's line.
+    """
+    for i, e in enumerate(events):
+        if not e.graph_break:
+            continue
+        after = next((r for r in events[i + 1:] if r.resumes == e.function), None)
+        if after is not None:
+            e.where = after.where
+
+
+@dataclass
+class CompileWatch:
+    """Collects dynamo's compilation records per run phase; call :meth:`phase` as the run moves on."""
+
+    current: str = "warm-up"
+    events: list[CompileEvent] = field(default_factory=list)
+    steps: dict[str, int] = field(default_factory=dict)
+    first_call_s: float | None = None
+    _seen: set[int] = field(default_factory=set)
+    _breaks_before: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def start(cls, phase: str = "warm-up") -> "CompileWatch":
+        """Begin watching: records already there (earlier runs in this process) are not this run's."""
+        dynamo_utils.set_compilation_metrics_limit(_RECORDS_KEPT)
+        watch = cls(current=phase)
+        watch._seen = {id(m) for m in dynamo_utils.get_compilation_metrics()}
+        watch._breaks_before = Counter(dynamo_utils.counters["graph_break"])
+        return watch
+
+    def _harvest(self) -> None:
+        for m in dynamo_utils.get_compilation_metrics():
+            if id(m) not in self._seen:
+                self._seen.add(id(m))
+                self.events.append(_event(m, self.current))
+
+    def phase(self, name: str) -> None:
+        """Close the current phase (its records are taken now) and start ``name``."""
+        self._harvest()
+        self.current = name
+
+    def count(self, name: str, steps: int) -> None:
+        """``steps`` calls ran in phase ``name`` (the measured window's count decides the alarm)."""
+        self.steps[name] = self.steps.get(name, 0) + steps
+
+    def finish(self) -> "CompileReport":
+        """Take the last phase's records; the report of the whole run."""
+        self._harvest()
+        _place_breaks(self.events)
+        breaks = Counter(dynamo_utils.counters["graph_break"])
+        breaks.subtract(self._breaks_before)
+        return CompileReport(list(self.events), dict(self.steps), self.first_call_s,
+                             {short_reason(k): v for k, v in breaks.items() if v > 0})
+
+
+@dataclass
+class CompileReport:
+    """A run's compile events and the figures drawn from them."""
+
+    events: list[CompileEvent]
+    steps: dict[str, int]  # calls made in each counted phase (the measured window)
+    first_call_s: float | None
+    graph_break_hits: dict[str, int]  # graph breaks dynamo met while tracing, by reason
+
+    @property
+    def recompiles(self) -> list[CompileEvent]:
+        return [e for e in self.events if e.kind == "recompile"]
+
+    @property
+    def graph_break_sites(self) -> list[tuple[str, str]]:
+        """Distinct (where, reason) of graph breaks: the places the model's graph is split."""
+        sites = {(e.where, e.reason) for e in self.events if e.graph_break}
+        return sorted(sites)
+
+    def after_warmup(self) -> list[CompileEvent]:
+        """Compilations after warm-up: each one is a stall inside the timed or profiled window."""
+        return [e for e in self.events if e.phase != "warm-up" and e.kind != "backward"]
+
+    def per_step(self, phase: str = MEASURED) -> float | None:
+        """Forward compilations per call in ``phase`` (None when its calls were not counted)."""
+        n = self.steps.get(phase)
+        hits = [e for e in self.events if e.phase == phase and e.kind != "backward"]
+        return len(hits) / n if n else None
+
+    def recompiles_every_step(self) -> bool:
+        """True when the run kept compiling after warm-up at about one compilation per step or more."""
+        rate = self.per_step()
+        return rate is not None and rate >= RECOMPILES_PER_STEP_FLAG
+
+    def metrics(self) -> dict[str, Metric]:
+        """compile.* figures for run.json."""
+        src = "torch._dynamo compilation metrics"
+        total = sum(e.time_s or 0.0 for e in self.events)
+        out = {
+            "compile.compilations": Metric(value=len(self.events), unit="count", source="measured",
+                                           note=f"frames compiled, backward graphs included ({src})"),
+            "compile.recompiles": Metric(value=len(self.recompiles), unit="count", source="measured",
+                                         note=f"compilations caused by a failed guard ({src})"),
+            "compile.graph_breaks": Metric(value=len(self.graph_break_sites), unit="count", source="measured",
+                                           note=f"distinct places the graph is split ({src})"),
+            "compile.after_warmup": Metric(value=len(self.after_warmup()), unit="count", source="measured",
+                                           note="compilations in the measured and profiled windows"),
+            "compile.dynamo_time": Metric(value=total * 1e3, unit="ms", source="measured",
+                                          note=f"compile time dynamo recorded, all frames and backward graphs ({src})"),
+        }
+        rate = self.per_step()
+        if rate is not None:
+            out["compile.per_step"] = Metric(value=rate, unit="compilations/step", source="derived",
+                                             note="forward compilations per timed call after warm-up")
+        if self.first_call_s is not None:
+            out["compile.time"] = Metric(
+                value=self.first_call_s * 1e3, unit="ms", source="measured",
+                note="the first call (step or generation), compilation included, by stopwatch; "
+                     "warm-up absorbs it, so the clean figures are steady state")
+        return out
+
+    def notes(self) -> list[str]:
+        """Lines for run.notes: graph breaks and recompilations, with the reasons."""
+        out: list[str] = []
+        for where, reason in self.graph_break_sites:
+            out.append(f"torch.compile graph break at {where}: {reason}")
+        if self.recompiles_every_step():
+            hits = [e for e in self.after_warmup() if e.phase == MEASURED]
+            first = next((e for e in hits if e.reason), None)
+            why = f" (e.g. {first.reason})" if first else ""
+            out.append(f"torch.compile compiled {len(hits)} times in {self.steps[MEASURED]} timed calls: it "
+                       f"recompiles every step{why}; the timed figures include compilation")
+        elif self.after_warmup():
+            out.append(f"torch.compile compiled {len(self.after_warmup())} times after warm-up; "
+                       "those calls include compilation")
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """run.tables["compile"]: one row per compilation."""
+        return [e.to_row() for e in self.events]

@@ -1,0 +1,96 @@
+"""Compilations, recompilations and graph breaks, read from dynamo's records, against known truths.
+
+The truths are in this file: the line of a deliberate graph break, and a shape we change on purpose.
+backend="eager" keeps these fast: dynamo records the same events whatever backend compiles the graph.
+"""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from lmprof.measure.compile_events import MEASURED, CompileWatch, short_reason
+
+pytestmark = pytest.mark.slow
+
+
+def _breaks(x: torch.Tensor) -> torch.Tensor:
+    y = x.sin()
+    torch._dynamo.graph_break()  # BREAK_HERE
+    return y.cos()
+
+
+def _break_line() -> int:
+    lines, first = inspect.getsourcelines(_breaks)
+    return first + next(i for i, ln in enumerate(lines) if "BREAK_HERE" in ln)
+
+
+def test_a_deliberate_graph_break_is_reported_with_its_reason_and_line():
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    torch.compile(_breaks, backend="eager")(torch.randn(3))
+    report = watch.finish()
+    sites = report.graph_break_sites
+    assert len(sites) == 1
+    where, reason = sites[0]
+    assert where == f"{__file__}:{_break_line()}"
+    assert "graph_break" in reason.lower() or "graph break" in reason.lower()
+    assert report.metrics()["compile.graph_breaks"].value == 1
+    assert any("graph break at" in n for n in report.notes())
+
+
+def _plain(x: torch.Tensor) -> torch.Tensor:
+    return (x * 2).relu()
+
+
+def test_a_shape_change_forces_a_recompilation_reported_with_the_guard_that_failed():
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    f = torch.compile(_plain, backend="eager", dynamic=False)
+    f(torch.randn(4))
+    f(torch.randn(4))  # same shape: no new compilation
+    watch.phase(MEASURED)
+    f(torch.randn(5))  # new shape: a recompilation
+    watch.count(MEASURED, 2)
+    f(torch.randn(4))  # cached again
+    report = watch.finish()
+    assert [e.kind for e in report.events] == ["compile", "recompile"]
+    rec = report.recompiles[0]
+    assert rec.phase == MEASURED and rec.function == "_plain"
+    assert "size mismatch at index 0" in rec.reason and "expected 4, actual 5" in rec.reason
+    m = report.metrics()
+    assert m["compile.recompiles"].value == 1 and m["compile.per_step"].value == 0.5
+    assert report.recompiles_every_step()  # one in two timed calls is at the threshold
+
+
+def test_compiling_every_timed_step_is_flagged_and_once_is_not():
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    f = torch.compile(_plain, backend="eager", dynamic=False)
+    f(torch.randn(2))
+    watch.phase(MEASURED)
+    for n in (3, 4, 5):
+        f(torch.randn(n))
+    watch.count(MEASURED, 3)
+    report = watch.finish()
+    assert report.metrics()["compile.per_step"].value == 1.0
+    assert any("recompiles every step" in n for n in report.notes())
+
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    f = torch.compile(_plain, backend="eager", dynamic=False)
+    f(torch.randn(2))
+    watch.phase(MEASURED)
+    for _ in range(3):
+        f(torch.randn(2))
+    watch.count(MEASURED, 3)
+    report = watch.finish()
+    assert not report.recompiles_every_step() and report.metrics()["compile.per_step"].value == 0.0
+    assert not any("recompile" in n for n in report.notes())
+
+
+def test_short_reason_keeps_the_heading_and_the_explanation():
+    text = "Failed to trace builtin operator\n  Explanation: Dynamo does not know print\n  Hint: avoid it\n"
+    assert short_reason(text) == "Failed to trace builtin operator: Dynamo does not know print"
+    assert short_reason(None) == ""
