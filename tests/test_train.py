@@ -99,6 +99,44 @@ def test_compiled_model_profiles_without_recompiling(tmp_path, monkeypatch):
     assert not any("no forward op" in n for n in run.notes)
     assert counters["frames"]["total"] == 1  # the forward compiled once: no recompilation when profiling
     assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+    # The compile record: the forward frame and its backward graph, both in warm-up, nothing after.
+    assert [(r["kind"], r["phase"]) for r in run.tables["compile"]] == [("compile", "warm-up"), ("backward", "warm-up")]
+    assert run.value("compile.recompiles") == 0 and run.value("compile.graph_breaks") == 0
+    assert run.value("compile.per_step") == 0
+    # The first step (stopwatch) paid for compiling: far longer than a steady clean step.
+    assert run.value("compile.time") > 5 * run.value("step_time")
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_a_run_that_recompiles_every_step_is_flagged_with_the_reason(tmp_path):
+    """Each step's batch has a new length and the loss is compiled with dynamic=False, so every
+    step recompiles (dynamo's eager backend: the events are the same, the test stays fast)."""
+    import itertools
+
+    import torch
+    import torch._dynamo
+
+    from lmprof.analysis.advice import advise
+    from lmprof.hardware.devices import resolve_device
+    from lmprof.pipeline.train import measure_training
+    from lmprof.workloads.training import TrainWorkload
+
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 4)
+    lengths = itertools.count(2)
+    batches = (torch.randn(next(lengths), 4) for _ in itertools.count())
+    loss = torch.compile(lambda m, x: m(x).square().mean(), backend="eager", dynamic=False)
+    work = TrainWorkload(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), batches=batches,
+                         device=resolve_device("cpu"), loss_fn=loss)
+    cfg = TrainConfig(steps=3, warmup=1, profile_steps=1, device="cpu", energy="off", compile=True, plots=False)
+    run = measure_training(work, cfg, tmp_path / "r", {"compile": True})
+    measured = [r for r in run.tables["compile"] if r["phase"] == "measured"]
+    assert len(measured) == 3 and all(r["kind"] == "recompile" for r in measured)
+    assert all("size mismatch at index 0" in r["reason"] for r in measured)
+    assert run.value("compile.per_step") == 1.0
+    assert any("recompiles every step" in n for n in run.notes)
+    assert "recompiles" in {r.rule for r in advise(run)}
     torch._dynamo.reset()
 
 
