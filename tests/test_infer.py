@@ -125,6 +125,9 @@ def test_plain_module_training_api(tmp_path):
         (["--new-tokens", "-3"], "new tokens must be positive"),
         (["--prompt-len", "250", "--new-tokens", "10"], "exceeds the model's context"),
         (["--hf-config", "no-such-arch"], "unknown --hf-config"),
+        (["--compile", "--hf-config", "tiny-gpt2"], "supports the built-in GPT with its KV cache only"),
+        (["--compile", "--no-kv-cache"], "supports the built-in GPT with its KV cache only"),
+        (["--compile", "--compile-mode", "fast"], "compile_mode: Input should be"),
     ],
 )
 def test_infer_bad_input(cli, args, needle):
@@ -172,3 +175,28 @@ def test_model_scopes_come_back_after_a_compiled_run(tmp_path):
     model_scopes(False)
     run, _ = run_inference(small_cfg(), out_dir=tmp_path / "r")
     assert "attn.qkv" in {b.name for b in run.blocks if b.phase == "decode"}
+
+
+@pytest.mark.slow
+def test_compiled_decode_does_not_compile_per_token(tmp_path, monkeypatch):
+    """--compile: every compilation happens in the warm-up generation, a handful whatever the number
+    of new tokens (not one per token), and the compiled model generates the eager model's tokens.
+    Dynamo's eager backend stands in for inductor: the guards, and so the compilations, are the same."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from lmprof.workloads import builders
+
+    real = torch.compile
+    monkeypatch.setattr(builders.torch, "compile", lambda m, mode=None: real(m, backend="eager"))
+    eager, _ = run_inference(small_cfg(new_tokens=8), out_dir=tmp_path / "e")
+    torch._dynamo.reset()
+    counters.clear()
+    run, _ = run_inference(small_cfg(new_tokens=8, compile=True), out_dir=tmp_path / "c")
+    rows = run.tables["compile"]
+    assert rows and all(r["phase"] == "warm-up" for r in rows)
+    assert len(rows) == counters["stats"]["unique_graphs"] < 7  # 7 decode steps per generation
+    assert run.value("compile.per_step") == 0 and run.value("compile.after_warmup") == 0
+    assert run.value("compile.time") > run.value("e2e_latency")
+    assert run.tables["generation"] == eager.tables["generation"]
+    torch._dynamo.reset()

@@ -14,6 +14,7 @@ from lmprof.safeyaml import load_file
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 EnergyMode = Literal["auto", "off", "estimate"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
 # Default sequence length per preset: short enough for a quick CPU run, the model's context for gpt2.
 DEFAULT_SEQ_LEN = {"tiny": 64, "small": 256, "gpt2": 1024}
@@ -87,6 +88,7 @@ class MeasureSpec(Checked):
     device: str = "auto"
     dtype: Dtype = "fp32"
     compile: bool = False
+    compile_mode: CompileMode = "default"  # torch.compile's mode, used with compile
     energy: EnergyMode = "auto"
     tdp_w: float | None = None  # rated power for --energy estimate
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists

@@ -27,6 +27,8 @@ def infer(
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 weights [default: fp32]"),
     attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
+    compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the built-in GPT (KV cache on)"),
+    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="default, reduce-overhead or max-autotune [default: default]"),
     energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
     tdp_w: Optional[float] = typer.Option(None, "--tdp-w", help="Rated power (W) for --energy estimate"),
     seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
@@ -45,7 +47,7 @@ def infer(
         load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
         prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
-        energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
+        compile=compile, compile_mode=compile_mode, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
     )
     cfg = build(InferConfig, values)
     from lmprof.outdir import check_output_dir

@@ -23,6 +23,7 @@ def train(
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 (autocast) [default: fp32]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
+    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="default, reduce-overhead or max-autotune [default: default]"),
     attention: Optional[str] = typer.Option(None, help="math (matmul-softmax-matmul) or sdpa (fused) [default: math]"),
     n_layer: Optional[int] = typer.Option(None, "--n-layer", help="Override the preset's layers"),
     n_head: Optional[int] = typer.Option(None, "--n-head", help="Override the preset's heads"),
@@ -48,7 +49,7 @@ def train(
     values = merged(
         load_yaml(config),
         preset=preset, hf=hf, hf_config=hf_config, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
-        profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, attention=attention,
+        profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, compile_mode=compile_mode, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
         optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force, nproc=nproc, parallel=parallel,
     )

@@ -16,7 +16,10 @@ from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.measure.noise import snapshot
+from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.protocol import (
+    add_compile_report,
+    watched_warm_up,
     add_energy,
     assemble_run,
     mark_noise,
@@ -40,12 +43,14 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         check_duration(lambda: generate(work), spec.warmup + spec.steps + spec.profile_steps,
                        work.device.synchronize, force=spec.force, what="generations")
         monitor.measure_idle()
-        for _ in range(spec.warmup):
-            generate(work)
+        watch = watched_warm_up(lambda: generate(work), spec.warmup, work.device.synchronize, spec.compile)
         gens: list[Generation] = []
         before = snapshot()
         _, energy = measured_window(lambda: gens.append(generate(work)), spec.steps, work.device.synchronize, monitor)
         after = snapshot()
+        if watch:
+            watch.count(MEASURED, len(gens))
+            watch.phase("profiled")
         out_dir.mkdir(parents=True, exist_ok=True)
         memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
         if memory.kv_cache is None:
@@ -87,6 +92,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
                                      note="bytes of the cache tensors after the last generation")
     run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, e2e, "generation", before, after, work.device.kind)
+    add_compile_report(run, watch)
     dtype = dtype_name(next(work.model.parameters()).dtype)
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
     add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,

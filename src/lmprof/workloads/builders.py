@@ -14,7 +14,7 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
-from lmprof.workloads.decoding import decoder_for
+from lmprof.workloads.decoding import Decoder, GPTDecoder, decoder_for
 from lmprof.workloads.gpt import GPT, GPTConfig, preset
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
@@ -50,7 +50,7 @@ def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -
     if not cfg.compile:
         return model
     notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
-    return torch.compile(model)  # type: ignore[return-value]
+    return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
 
 
 def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, GPTConfig]:
@@ -163,7 +163,9 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         gcfg = gpt_config(cfg)
         torch.manual_seed(cfg.seed)
         model = GPT(gcfg).to(dtype=dtype)
-        model_scopes(True)  # process-wide: a compiled training run before this one turned them off
+        # Process-wide and guarded by a compiled model: off for --compile (constant), else back on
+        # (a compiled training run before this one may have turned them off).
+        model_scopes(not cfg.compile)
         context, shape, vocab = gcfg.block_size, gcfg.shape(), gcfg.vocab_size
         described = {"model": gcfg.to_dict()}
     model = model.to(device.torch_device).eval()
@@ -174,7 +176,22 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
     decoder, dnotes = decoder_for(model, cfg.kv_cache, dtype)
     notes += dnotes
     if cfg.compile:
-        raise ConfigError("--compile is not supported for inference yet")
+        compile_decoder(decoder, cfg, notes)
     work = InferWorkload(model, decoder, prompt, cfg.new_tokens, device, shape, tokenizer, scopes, notes)
     described["prompt_tokens"] = prompt.size(1)
     return work, described
+
+
+def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> None:
+    """torch.compile the model a decoder calls: the built-in GPT with its KV cache only.
+
+    The cache is pre-allocated; the position is a Python int, which dynamo's automatic dynamic shapes
+    turn symbolic at the first decode step's recompilation, so decoding does not compile per token
+    (the run's compile table shows every compilation and its reason).
+    """
+    if not isinstance(decoder, GPTDecoder) or not decoder.kv_cache:
+        raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
+                          "(not Hugging Face models, not --no-kv-cache)")
+    decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
+    notes.append(f"torch.compile (mode {cfg.compile_mode}): fused kernels span sub-blocks, so prefill and "
+                 "decode are attributed as a whole")
