@@ -16,6 +16,7 @@ from typing import Any
 
 from torch._dynamo import utils as dynamo_utils
 
+from lmprof.measure.compiled_kernels import KernelRecorder
 from lmprof.record.run import Metric
 
 # Dynamo names the function that resumes after a graph break ``torch_dynamo_resume_in_<fn>_at_<line>``:
@@ -105,6 +106,7 @@ class CompileWatch:
     first_call_s: float | None = None
     _seen: set[int] = field(default_factory=set)
     _breaks_before: Counter[str] = field(default_factory=Counter)
+    _kernels: KernelRecorder | None = None
 
     @classmethod
     def start(cls, phase: str = "warm-up") -> "CompileWatch":
@@ -113,7 +115,13 @@ class CompileWatch:
         watch = cls(current=phase)
         watch._seen = {id(m) for m in dynamo_utils.get_compilation_metrics()}
         watch._breaks_before = Counter(dynamo_utils.counters["graph_break"])
+        # Open for the whole run: a recompilation in the profiled phase must name its kernels too.
+        watch._kernels = KernelRecorder().__enter__()
         return watch
+
+    def kernel_graphs(self) -> list[dict[str, Any]]:
+        """The compiled graphs' kernels with their blocks (measure/compiled_kernels.py)."""
+        return self._kernels.graphs() if self._kernels else []
 
     def _harvest(self) -> None:
         for m in dynamo_utils.get_compilation_metrics():
@@ -133,11 +141,15 @@ class CompileWatch:
     def finish(self) -> "CompileReport":
         """Take the last phase's records; the report of the whole run."""
         self._harvest()
+        graphs = self.kernel_graphs()
+        if self._kernels is not None:
+            self._kernels.__exit__(None, None, None)
+            self._kernels = None
         _place_breaks(self.events)
         breaks = Counter(dynamo_utils.counters["graph_break"])
         breaks.subtract(self._breaks_before)
         return CompileReport(list(self.events), dict(self.steps), self.first_call_s,
-                             {short_reason(k): v for k, v in breaks.items() if v > 0})
+                             {short_reason(k): v for k, v in breaks.items() if v > 0}, graphs)
 
 
 @dataclass
@@ -148,6 +160,7 @@ class CompileReport:
     steps: dict[str, int]  # calls made in each counted phase (the measured window)
     first_call_s: float | None
     graph_break_hits: dict[str, int]  # graph breaks dynamo met while tracing, by reason
+    kernel_graphs: list[dict[str, Any]] = field(default_factory=list)  # compiled_kernels.json
 
     @property
     def recompiles(self) -> list[CompileEvent]:

@@ -60,7 +60,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             lambda: generate(work), work.device.torch_device, out_dir / "trace.json.gz",
             active=spec.profile_steps, around=work.scopes,
         )
-    att = attribute(load_trace(prof.trace_path))
+    att = attribute(load_trace(prof.trace_path), compiled=watch.kernel_graphs() if watch else ())
     ms = 1e3
     e2e = [(g.prefill_s + sum(g.decode_s)) * ms for g in gens]
     metrics: dict[str, Metric] = {
@@ -92,7 +92,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
                                      note="bytes of the cache tensors after the last generation")
     run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, e2e, "generation", before, after, work.device.kind)
-    add_compile_report(run, watch)
+    add_compile_report(run, watch, out_dir)
     dtype = dtype_name(next(work.model.parameters()).dtype)
     attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
     add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,

@@ -7,6 +7,7 @@ record: blocks reconciled to the clean step, the overhead metric, the folder it 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -19,6 +20,7 @@ from lmprof.measure.energy import EnergyMonitor, energy_metrics
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.noise import Snapshot
+from lmprof.atomic import write_text
 from lmprof.measure.compile_events import MEASURED, CompileReport, CompileWatch
 from lmprof.measure.timing import time_calls, warm_up
 from lmprof.measure.profiler_cost import EventCost, event_cost
@@ -122,6 +124,8 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
     reasons = noise_reasons(samples_ms, what, before, after, device_kind, run.value("profiler_overhead"))
     run.noisy, run.noise = bool(reasons), reasons
 
+COMPILED_KERNELS = "compiled_kernels.json"
+
 
 def watched_warm_up(fn: Callable[[], object], n: int, sync: Callable[[], None], compiled: bool) -> CompileWatch | None:
     """Warm up; for a compiled model also watch compilations and time the first call (compilation included)."""
@@ -136,12 +140,16 @@ def watched_warm_up(fn: Callable[[], object], n: int, sync: Callable[[], None], 
     return watch
 
 
-def add_compile_report(run: Run, watch: CompileWatch | None) -> CompileReport | None:
-    """Compilations, recompilations and graph breaks of a compiled run into run.json (tables.compile)."""
+def add_compile_report(run: Run, watch: CompileWatch | None, out_dir: Path) -> CompileReport | None:
+    """Compilations, recompilations and graph breaks of a compiled run into run.json (tables.compile);
+    the compiled graphs' kernels and their blocks into ``compiled_kernels.json``."""
     if watch is None:
         return None
     report = watch.finish()
     run.metrics.update(report.metrics())
     run.tables["compile"] = report.rows()
     run.notes.extend(report.notes())
+    if report.kernel_graphs:
+        write_text(out_dir / COMPILED_KERNELS, json.dumps({"graphs": report.kernel_graphs}, indent=1))
+        run.files["compiled_kernels"] = COMPILED_KERNELS
     return report

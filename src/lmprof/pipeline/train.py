@@ -65,7 +65,7 @@ def measure_training(
     out_dir.mkdir(parents=True, exist_ok=True)
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
-    att = attribute(load_trace(prof.trace_path))
+    att = attribute(load_trace(prof.trace_path), compiled=watch.kernel_graphs() if watch else ())
     loss = step.last_loss()
 
     step_ms = [s * 1e3 for s in samples]
@@ -82,7 +82,7 @@ def measure_training(
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, step_ms, "step", before, after, work.device.kind)
-    add_compile_report(run, watch)
+    add_compile_report(run, watch, out_dir)
     estimate = None
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
 from lmprof import names
 from lmprof.trace import kinds
 from lmprof.trace.autograd import backward_node_mask, forward_op
+from lmprof.trace.compiled import kernel_blocks
 from lmprof.trace.launches import launching_calls
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
@@ -163,7 +164,8 @@ def _scope_name(name: str) -> str:
     return name[len(names.SCOPE_PREFIX):]
 
 
-def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: np.ndarray) -> _Owners:
+def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: np.ndarray,
+                 compiled: Sequence[dict[str, Any]] = ()) -> _Owners:
     """Every owner range of the profiled steps, labelled (see the module doc for the rules)."""
     ev = table.events
     name_col = ev["name"].astype(str).to_numpy()
@@ -184,7 +186,11 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     node_mask[node_rows[_containing(bwd_start, bwd_end, ts[node_rows]) < 0]] = False
     step_mask = np.zeros(len(ev), dtype=bool)
     step_mask[step_rows[step_rows >= 0]] = True
-    owner_mask = scope_mask | node_mask | comm_mask | step_mask
+    # Compiled graphs' kernels, named by the blocks they came from (trace/compiled.py).
+    kernel_label = kernel_blocks(table, compiled) if compiled else {}
+    kernel_mask = np.zeros(len(ev), dtype=bool)
+    kernel_mask[list(kernel_label)] = True
+    owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask
     rows = np.flatnonzero(owner_mask)
     step_of = _containing(s0, s1, ts[rows])
     rows, step_of = rows[step_of >= 0], step_of[step_of >= 0]
@@ -218,6 +224,9 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
         label[int(r)] = (comm_label(name_col[r]), phase)
     for r in rows[step_mask[rows]]:
         label[int(r)] = (names.OTHER, names.STEP)
+    kernels = rows[kernel_mask[rows]]  # a compiled backward graph may run on the engine's thread
+    for r, b, p in zip(kernels, _containing(bwd_start, bwd_end, ts[kernels]), enclosing(table, kernels, phase_mask)):
+        label[int(r)] = (kernel_label[int(r)], "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP))
     return _Owners(rows, step_of, owner_mask, scope_mask | step_mask, phase_rows, bwd_rows, label, unmapped)
 
 
@@ -252,13 +261,17 @@ def _exclusive_us(table: TraceTable, rows: np.ndarray, parent: np.ndarray) -> np
     return exclusive
 
 
-def attribute(table: TraceTable, clock: Clock | None = None) -> Attribution:
-    """Per-block time of the profiled steps in ``table`` (see the module doc for the rules)."""
+def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[dict[str, Any]] = ()) -> Attribution:
+    """Per-block time of the profiled steps in ``table`` (see the module doc for the rules).
+
+    ``compiled``: the compiled graphs' kernel records (compiled_kernels.json), so that compiled
+    kernels' time goes to their blocks (trace/compiled.py).
+    """
     clock = clock or ("device" if table.has_gpu else "cpu")
     s0, s1, step_rows = _step_windows(table)
     if s0.size == 0:
         return Attribution(0, [], [], clock, ["trace has no host events"])
-    own = _find_owners(table, s0, s1, step_rows)
+    own = _find_owners(table, s0, s1, step_rows, compiled)
     parent = _logical_parents(table, own, step_rows)
     n_steps = len(s0)
     totals: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]

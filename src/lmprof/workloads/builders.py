@@ -49,7 +49,9 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimize
 def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
     if not cfg.compile:
         return model
-    notes.append("torch.compile: fused kernels span sub-blocks, so time is attributed to forward/backward as a whole")
+    notes.append("torch.compile: each compiled kernel's time goes to the blocks its ops came from (inductor's "
+                 "provenance; built-in GPT only); a kernel that fused several blocks is a row of its own, "
+                 "named a+b; what no kernel record names stays in the phase's 'other'")
     return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
 
 
@@ -193,5 +195,6 @@ def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> Non
         raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
                           "(not Hugging Face models, not --no-kv-cache)")
     decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
-    notes.append(f"torch.compile (mode {cfg.compile_mode}): fused kernels span sub-blocks, so prefill and "
-                 "decode are attributed as a whole")
+    notes.append(f"torch.compile (mode {cfg.compile_mode}): each compiled kernel's time goes to the blocks its "
+                 "ops came from (inductor's provenance); a kernel that fused several blocks is a row of its own, "
+                 "named a+b")

@@ -1,0 +1,88 @@
+"""Kernels of compiled graphs in a trace, named by the blocks they came from.
+
+A compiled graph runs as one ``## Call CompiledFxGraph <key> ##`` range whose direct children are
+its kernels: inductor's generated C++ kernels (``graph_<n>_cpp_fused_*`` ranges, when inductor was
+told to record them) and extern calls (``aten::mm``, ``aten::addmm``, ...), plus buffer allocations.
+The compile-time record (``compiled_kernels.json``, measure/compiled_kernels.py) lists each graph's
+kernels in the order its code calls them, with the blocks whose source ops each contains.
+
+A call is matched to the recorded graph whose C++ kernel names, in order, are those of the call;
+then its C++ kernels are matched by name and its extern calls in order (the k-th ``aten::mm`` child
+is the graph's k-th ``mm`` extern call). A call that matches no graph, or an extern call past the
+record, is left unnamed (its time stays in the phase's ``other``). A kernel whose ops come from
+several blocks is named by all of them joined with ``+`` (``mlp.fc+mlp.act``): the fused kernel's
+time is not split among them.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+
+from lmprof.trace import kinds
+from lmprof.trace.load import TraceTable
+from lmprof.trace.nesting import parents
+
+GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
+FUSED_SEP = "+"
+_CPP_KERNEL = re.compile(r"^graph_\d+_(?P<name>cpp_\w+)$")
+
+
+def extern_op_name(name: str) -> str:
+    """The profiler's op name for an extern kernel record: 'mm' -> 'aten::mm'."""
+    base = name.removeprefix("extern_kernels.").removeprefix("torch.ops.").removesuffix(".default")
+    if "::" in base:
+        return base
+    return base.replace("aten.", "aten::", 1) if base.startswith("aten.") else f"aten::{base}"
+
+
+def _label(blocks: Sequence[str]) -> str | None:
+    return FUSED_SEP.join(blocks) if blocks else None
+
+
+def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[int, str]:
+    """Row of each kernel event of a compiled graph call -> its block (or fused blocks) name."""
+    ev = table.events
+    name_col = ev["name"].astype(str).to_numpy()
+    host = kinds.host_mask(table)
+    calls = np.flatnonzero(host & kinds.name_mask(table, lambda n: n.startswith(GRAPH_CALL_PREFIX)))
+    if calls.size == 0 or not graphs:
+        return {}
+    by_signature: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for g in graphs:
+        kernels = list(g.get("kernels", []))
+        by_signature.setdefault(tuple(k["name"] for k in kernels if not k.get("extern")), kernels)
+    par = parents(table)
+    ts = ev["ts"].to_numpy(dtype=float)
+    children: dict[int, list[int]] = defaultdict(list)
+    call_set = set(calls.tolist())
+    for r in np.flatnonzero(host):
+        p = int(par[r])
+        if p in call_set:
+            children[p].append(int(r))
+    out: dict[int, str] = {}
+    for call in calls:
+        kids = sorted(children.get(int(call), []), key=lambda r: ts[r])
+        cpp = [(r, m["name"]) for r in kids if (m := _CPP_KERNEL.match(name_col[r]))]
+        kernels = by_signature.get(tuple(n for _, n in cpp))
+        if kernels is None:
+            continue
+        for (r, _), k in zip(cpp, [k for k in kernels if not k.get("extern")]):
+            label = _label(k.get("blocks", []))
+            if label:
+                out[r] = label
+        pending = [r for r in kids if not _CPP_KERNEL.match(name_col[r])]
+        i = 0
+        for k in (k for k in kernels if k.get("extern")):
+            want = extern_op_name(k["name"])
+            while i < len(pending) and name_col[pending[i]] != want:
+                i += 1
+            if i == len(pending):
+                break  # the record and the trace disagree from here on: leave the rest unnamed
+            label = _label(k.get("blocks", []))
+            if label:
+                out[pending[i]] = label
+            i += 1
+    return out
