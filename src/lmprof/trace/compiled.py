@@ -52,19 +52,19 @@ def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
         return {}
     by_signature: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for g in graphs:
-        kernels = list(g.get("kernels", []))
-        by_signature.setdefault(tuple(k["name"] for k in kernels if not k.get("extern")), kernels)
+        recorded = list(g.get("kernels", []))
+        by_signature.setdefault(tuple(k["name"] for k in recorded if not k.get("extern")), recorded)
     par = parents(table)
     ts = ev["ts"].to_numpy(dtype=float)
     children: dict[int, list[int]] = defaultdict(list)
     call_set = set(calls.tolist())
-    for r in np.flatnonzero(host):
+    for r in np.flatnonzero(host).tolist():
         p = int(par[r])
         if p in call_set:
-            children[p].append(int(r))
+            children[p].append(r)
     out: dict[int, str] = {}
-    for call in calls:
-        kids = sorted(children.get(int(call), []), key=lambda r: ts[r])
+    for call in calls.tolist():
+        kids = sorted(children.get(call, []), key=lambda r: ts[r])
         cpp = [(r, m["name"]) for r in kids if (m := _CPP_KERNEL.match(name_col[r]))]
         kernels = by_signature.get(tuple(n for _, n in cpp))
         if kernels is None:
