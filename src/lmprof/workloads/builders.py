@@ -179,6 +179,10 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
     notes += dnotes
     if cfg.compile:
         compile_decoder(decoder, cfg, notes)
+        # Generation runs under inference_mode: a prompt made outside it differs from the decode
+        # tokens in its dispatch keys, which dynamo guards on (one needless recompilation).
+        with torch.inference_mode():
+            prompt = prompt.clone()
     work = InferWorkload(model, decoder, prompt, cfg.new_tokens, device, shape, tokenizer, scopes, notes)
     described["prompt_tokens"] = prompt.size(1)
     return work, described
