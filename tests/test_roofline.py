@@ -124,8 +124,8 @@ def test_cli_roofline_cpu_uses_calibration(tmp_path, capsys):
     from lmprof.hardware.devices import cpu_model
 
     cal = Calibration(device="cpu", device_name=cpu_model(), hostname=__import__("socket").gethostname(),
-                      created="2025-01-01T00:00:00+00:00", torch="x", threads=2, seconds=1.0,
-                      matmul={"fp32": {"flops_per_s": 1e11, "size": 256, "n": 3, "by_size": {}}},
+                      created="2025-01-01T00:00:00+00:00", torch="x", threads=__import__("torch").get_num_threads(),
+                      seconds=1.0, matmul={"fp32": {"flops_per_s": 1e11, "size": 256, "n": 3, "by_size": {}}},
                       bandwidth={"bytes_per_s": 1e10, "nbytes": 1, "method": "copy", "n": 3})
     save_calibration(cal)
     code = main(["roofline", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--out", str(tmp_path / "c.png")])
