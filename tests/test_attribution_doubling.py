@@ -1,24 +1,30 @@
 """Block attribution against known added work (issue 13's doubling tests).
 
-Independent truth: the clean (profiler-free) step time with and without extra work injected into
-exactly one block. The block's attributed time must grow by that step increase (within 20%), and no
-other block may move by more than 10% of it. The work is added inside the block's scope under
-no_grad, so the backward pass is unchanged, in training forward and in decode alike.
+Work is added inside one block's scope (no autograd, no allocation, so nothing else changes), in
+training forward and in decode. The independent truth is a stopwatch around every block during
+lmprof's own clean steps (profiler off), in the same run: comparing two separate runs was tried
+first and failed, because on a shared 2-core machine the same config's clean step moved by up to
+35% between runs, far more than the work added. The block with the added work must match its
+stopwatch within 20% of that block's time (almost all of it the added work), and every other
+forward block within 10% of it.
 
-Each case is large enough (tens of ms on a tiny model) that run-to-run noise on a 2-core machine
-stays well under the tolerances; the profiler's per-event cost is the thing under test, so the
-small-op cases (LayerNorms, residual adds) are many small operators.
+The small-op cases (many elementwise ops) are what the profiler's per-event cost inflates most,
+so they test the correction; the matmul case tests that a matmul block is not shortchanged.
 """
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+import lmprof.workloads.blocks as blocks_module
 import lmprof.workloads.gpt as gpt_module
+import lmprof.workloads.inference as inference_module
 from lmprof.config import InferConfig, TrainConfig
 from lmprof.pipeline.infer import run_inference
 from lmprof.pipeline.train import run_training
@@ -29,86 +35,117 @@ B, T, C = 8, 64, 64  # tiny preset: n_embd 64
 
 
 def _extra_work(kind: str) -> Callable[[], None]:
+    # Preallocated outputs and in-place ops: the added work allocates nothing, so it cannot slow
+    # other blocks down through the allocator; what it costs happens inside the block.
     x = torch.randn(B, T, C)
     w = torch.randn(C, 4 * C)
-    ln_w, ln_b = torch.ones(C), torch.zeros(C)
-    if kind == "matmul":  # a second fc-sized matmul, a few times: few events, much work
-        return lambda: [torch.matmul(x, w) for _ in range(6)] and None
-    if kind == "layernorm":  # many LayerNorms: many events, each small
-        return lambda: [F.layer_norm(x, (C,), ln_w, ln_b) for _ in range(60)] and None
-    if kind == "residual":  # many residual-sized adds
-        return lambda: [x + x for _ in range(120)] and None
-    raise ValueError(kind)
+    out = torch.empty(B, T, 4 * C)
+    buf = torch.zeros(B, T, C)
+    if kind == "matmul":  # fc-sized matmuls: few events, much work
+        def work() -> None:
+            for _ in range(16):
+                torch.matmul(x, w, out=out)
+    elif kind == "elementwise":  # LayerNorm-sized elementwise passes: many events, each small
+        def work() -> None:
+            for _ in range(300):
+                buf.mul_(0.5).add_(x)
+    elif kind == "residual":  # residual-sized adds
+        def work() -> None:
+            for _ in range(900):
+                buf.add_(x)
+    else:
+        raise ValueError(kind)
+    return work
+
+
+class Truth:
+    """Stopwatch per block, per step, during the steps lmprof runs with scopes off (clean steps)."""
+
+    def __init__(self, first: str, phase: str | None = None) -> None:
+        self.first, self.phase = first, phase  # a new step starts at each entry of ``first``
+        self.current_phase = "forward"
+        self.steps: list[dict[str, float]] = []
+        self.work: list[float] = []
+
+    def block_ms(self, skip: int) -> dict[str, float]:
+        """Median ms per step of each block, after ``skip`` warm-up steps."""
+        steps = self.steps[skip:]
+        names = {k for s in steps for k in s}
+        return {k: statistics.median(s.get(k, 0.0) for s in steps) * 1e3 for k in names}
 
 
 @contextlib.contextmanager
-def injected(block: str, work: Callable[[], None] | None) -> Iterator[None]:
-    """Run ``work`` inside every entry of ``block``'s scope (no autograd: backward is unchanged)."""
-    original = gpt_module.scope
+def injected(block: str, work: Callable[[], None] | None, truth: Truth) -> Iterator[None]:
+    """Run ``work`` inside every entry of ``block``; stopwatch every block while scopes are off."""
+    original_scope, original_step = gpt_module.scope, inference_module.step_scope
+
+    @contextlib.contextmanager
+    def step_scope(name: str) -> Iterator[None]:
+        before, truth.current_phase = truth.current_phase, name
+        with original_step(name):
+            yield
+        truth.current_phase = before
 
     @contextlib.contextmanager
     def scope(name: str) -> Iterator[None]:
-        with original(name):
+        watching = not blocks_module._enabled and (truth.phase is None or truth.current_phase == truth.phase)
+        if watching and name == truth.first:
+            truth.steps.append(defaultdict(float))
+        t = time.perf_counter()
+        with original_scope(name):
             if work is not None and name == block:
                 with torch.no_grad():
                     work()
             yield
+        if watching and truth.steps:
+            truth.steps[-1][name] += time.perf_counter() - t
 
-    gpt_module.scope = scope  # type: ignore[assignment]
+    gpt_module.scope, inference_module.step_scope = scope, step_scope  # type: ignore[assignment]
     try:
         yield
     finally:
-        gpt_module.scope = original
+        gpt_module.scope, inference_module.step_scope = original_scope, original_step
 
 
-def _blocks(run, phase: str) -> dict[str, float]:
-    return {b.name: b.time_ms for b in run.blocks if b.phase == phase}
-
-
-def _check(base_run, more_run, clean_key: str, phase: str, block: str) -> None:
-    added = more_run.value(clean_key) - base_run.value(clean_key)
-    before, after = _blocks(base_run, phase), _blocks(more_run, phase)
-    grew = after[block] - before[block]
-    assert added > 0, f"the injected work did not lengthen the clean {clean_key}"
-    assert abs(grew - added) <= 0.2 * added, f"{block}: attributed +{grew:.2f} ms vs clean +{added:.2f} ms"
-    for name in set(before) | set(after):
+def _check(got: dict[str, float], truth: dict[str, float], block: str) -> None:
+    # The added work's real cost inside the step (cache misses included) is what the stopwatch saw
+    # for its block; the block's own work is small beside it, so that is the tolerances' basis.
+    added_ms = truth[block]
+    err = got[block] - truth[block]
+    assert abs(err) <= 0.2 * added_ms, f"{block}: lmprof {got[block]:.2f} ms vs stopwatch {truth[block]:.2f} ms " \
+                                       f"(added work {added_ms:.2f} ms)"
+    for name, true_ms in truth.items():
         if name != block:
-            moved = after.get(name, 0.0) - before.get(name, 0.0)
-            assert abs(moved) <= 0.1 * added, f"{name} moved {moved:+.2f} ms (added {added:.2f} ms to {block})"
+            moved = got.get(name, 0.0) - true_ms
+            assert abs(moved) <= 0.1 * added_ms, f"{name}: lmprof {got.get(name, 0):.2f} vs stopwatch {true_ms:.2f} " \
+                                                 f"(added {added_ms:.2f} ms to {block})"
 
 
-def _train(tmp_path, block: str, kind: str | None):
+@pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_1", "elementwise"), ("residual", "residual")])
+def test_training_forward_block_gets_exactly_the_added_work(tmp_path, block, kind):
+    work = _extra_work(kind)
+    truth = Truth("embedding")
     cfg = TrainConfig(preset="tiny", batch_size=B, seq_len=T, steps=15, warmup=3, profile_steps=5,
                       energy="off", plots=False, out=str(tmp_path))
-    with injected(block, _extra_work(kind) if kind else None):
-        return run_training(cfg)[0]
+    with injected(block, work, truth):
+        run = run_training(cfg)[0]
+    got = {b.name: b.time_ms for b in run.blocks if b.phase == "forward"}
+    _check(got, truth.block_ms(skip=cfg.warmup), block)
 
 
-@pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_1", "layernorm"), ("residual", "residual")])
-def test_training_forward_block_gets_exactly_the_added_work(tmp_path, block, kind):
-    base = _train(tmp_path, block, None)
-    more = _train(tmp_path, block, kind)
-    _check(base, more, "step_time", "forward", block)
-
-
-def _decode(tmp_path, block: str, kind: str | None):
-    cfg = InferConfig(preset="tiny", prompt_len=16, new_tokens=8, steps=5, warmup=1, profile_steps=3,
-                      energy="off", plots=False, out=str(tmp_path))
-    with injected(block, _extra_work(kind) if kind else None):
-        return run_inference(cfg)[0]
-
-
-@pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_2", "layernorm")])
+@pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_2", "elementwise")])
 def test_decode_block_gets_exactly_the_added_work(tmp_path, block, kind):
-    base = _decode(tmp_path, block, None)
-    more = _decode(tmp_path, block, kind)
-    # Prefill and decode both run the block: compare the whole generation's sum of that block.
-    added = more.value("e2e_latency") - base.value("e2e_latency")
-    grew = sum(b.time_ms for b in more.blocks if b.name == block) - sum(b.time_ms for b in base.blocks if b.name == block)
-    assert added > 0
-    assert abs(grew - added) <= 0.2 * added, f"{block}: attributed +{grew:.2f} ms vs clean +{added:.2f} ms"
-    others_before = {(b.name, b.phase): b.time_ms for b in base.blocks if b.name != block}
-    others_after = {(b.name, b.phase): b.time_ms for b in more.blocks if b.name != block}
-    for key in set(others_before) | set(others_after):
-        moved = others_after.get(key, 0.0) - others_before.get(key, 0.0)
-        assert abs(moved) <= 0.1 * added, f"{key} moved {moved:+.2f} ms (added {added:.2f} ms to {block})"
+    new = 8
+    work = _extra_work(kind)
+    truth = Truth("embedding", phase="decode")
+    cfg = InferConfig(preset="tiny", prompt_len=16, new_tokens=new, steps=5, warmup=1, profile_steps=3,
+                      energy="off", plots=False, out=str(tmp_path))
+    with injected(block, work, truth):
+        run = run_inference(cfg)[0]
+    got = {b.name: b.time_ms for b in run.blocks if b.phase == "decode"}
+    # The stopwatch's steps are decode steps: add them up per generation.
+    per_step = truth.steps[cfg.warmup * (new - 1):]
+    gens = [per_step[i:i + new - 1] for i in range(0, len(per_step) - new + 2, new - 1)][:cfg.steps]
+    names = {k for s in per_step for k in s}
+    true_ms = {k: statistics.median(sum(s.get(k, 0.0) for s in g) for g in gens) * 1e3 for k in names}
+    _check(got, true_ms, block)
