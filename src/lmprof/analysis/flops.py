@@ -27,23 +27,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Literal
 
+from lmprof.dtypes import DTYPE_BYTES, dtype_bytes, normalize_dtype, weight_bytes_per_param  # noqa: F401 - re-exported
 from lmprof.errors import ConfigError
 from lmprof.workloads.shape import ModelShape
 
 Phase = Literal["forward", "backward", "prefill", "decode"]
 PHASES: tuple[str, ...] = ("forward", "backward", "prefill", "decode")
-
-# Bytes per element of each dtype lmprof knows, under its canonical short name.
-DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-
-_DTYPE_ALIASES: dict[str, str] = {
-    "float64": "fp64", "double": "fp64", "fp64": "fp64",
-    "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32",
-    "tf32": "tf32", "tensorfloat32": "tf32",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16",
-    "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8",
-}
 
 # Rough FLOPs per element of the non-matmul work, transcendentals (exp, erf, rsqrt) as 1 FLOP.
 # They only matter for placing memory-bound blocks on a roofline; MFU never uses them.
@@ -60,19 +49,6 @@ ELEMENTWISE_COSTS: dict[str, int] = {
 }
 
 INDEX_BYTES = 8  # token ids and targets are int64 in PyTorch
-
-
-def normalize_dtype(dtype: object) -> str:
-    """Canonical short dtype name (fp32, tf32, bf16, fp16, fp8, fp64) of a string or torch.dtype."""
-    text = str(dtype).strip().lower().removeprefix("torch.")
-    if text not in _DTYPE_ALIASES:
-        raise ConfigError(f"unknown dtype {dtype!r}: use one of fp32, tf32, bf16, fp16, fp8")
-    return _DTYPE_ALIASES[text]
-
-
-def dtype_bytes(dtype: object) -> int:
-    """Bytes per element of ``dtype`` (tf32 is stored as fp32: 4 bytes)."""
-    return DTYPE_BYTES[normalize_dtype(dtype)]
 
 
 @dataclass(frozen=True)
@@ -191,6 +167,18 @@ def _attended_pairs(t_new: int, s: int, causal: bool) -> int:
     return t_new * (s - t_new) + t_new * (t_new + 1) // 2
 
 
+def expected_experts(shape: ModelShape, tokens: int) -> float:
+    """Experts of one MoE layer that ``tokens`` tokens touch, on average, under uniform routing.
+
+    Each token picks ``top_k`` of ``n_experts``; an expert is missed by all tokens with probability
+    ``(1 - k/E)^tokens``. One decode token of Mixtral (top-2 of 8) reads 2 experts; 64 read ~8.
+    """
+    if not shape.moe:
+        return 0.0
+    e, k = shape.n_experts, shape.top_k
+    return e * (1.0 - (1.0 - k / e) ** tokens)
+
+
 def block_costs(
     shape: ModelShape,
     *,
@@ -201,6 +189,8 @@ def block_costs(
     context: int | None = None,
     attention: Literal["math", "sdpa"] = "math",
     conventions: FlopConventions = DEFAULT_CONVENTIONS,
+    weight_dtype: object | None = None,
+    kv_dtype: object | None = None,
 ) -> list[BlockCost]:
     """Per-block FLOPs and minimum bytes of one pass, summed over layers and the batch.
 
@@ -213,8 +203,15 @@ def block_costs(
     * ``decode``: ONE new token per sequence attending to ``context`` keys (default ``seq_len``), the
       KV cache length after appending it; weights and the whole cache are read once.
 
-    ``attention="sdpa"`` replaces attn.scores/softmax/av by one fused attn.sdpa block (no T x S
-    tensor in memory). Blocks are returned in data-flow order.
+    ``weight_dtype`` (default ``dtype``) is how matmul weights are stored: a float dtype or the
+    weight-only int8 / int4 formats (with a 2-byte scale per group of 128); ``kv_dtype`` (default
+    ``dtype``) the KV cache's element type. Both change bytes only: the matmuls run in ``dtype``.
+    Mixture-of-experts MLPs count ``top_k`` experts per token (plus shared experts and the router)
+    and read the weights of the experts the batch's tokens touch (:func:`expected_experts`).
+    Layers with a sliding window attend to at most the window's keys in decode (a windowed cache);
+    prefill and training count the full masked ``T x S`` matrix, which is what eager and SDPA
+    attention compute. ``attention="sdpa"`` replaces attn.scores/softmax/av by one fused attn.sdpa
+    block (no T x S tensor in memory). Blocks are returned in data-flow order.
     """
     _check_positive(batch=batch, seq_len=seq_len)
     if phase not in PHASES:
@@ -224,7 +221,7 @@ def block_costs(
     if phase == "backward":
         fwd = block_costs(
             shape, batch=batch, seq_len=seq_len, phase="forward", dtype=dtype,
-            attention=attention, conventions=conventions,
+            attention=attention, conventions=conventions, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         )
         c = conventions
         return [
@@ -233,13 +230,16 @@ def block_costs(
         ]
 
     w = dtype_bytes(dtype)
+    ww = weight_bytes_per_param(weight_dtype if weight_dtype is not None else dtype)
+    wkv = dtype_bytes(kv_dtype if kv_dtype is not None else dtype)
     mac = conventions.flops_per_mac
     ew = 1 if conventions.elementwise else 0
     cost = ELEMENTWISE_COSTS
 
     B, L = batch, shape.n_layer
     d, h, V, f = shape.n_embd, shape.n_head, shape.vocab_size, shape.ffn
-    kv = shape.kv_heads * shape.head_dim  # width of K (and of V) per token
+    qd = shape.q_dim  # width of the queries and of the attention output
+    kv = shape.kv_dim  # width of K (and of V) per token
     T = 1 if phase == "decode" else seq_len  # new tokens per sequence
     if phase == "forward":
         S = T
@@ -249,11 +249,16 @@ def block_costs(
         if S < T:
             raise ConfigError(f"context ({S}) must be at least the number of new tokens ({T})")
     n = B * T  # tokens processed
+    qkv_bias = 1 if shape.has_qkv_bias else 0
     bias = 1 if shape.bias else 0
     norm_cost = cost["rmsnorm"] if shape.norm == "rmsnorm" else cost["layernorm"]
-    norm_params = d * (2 if (shape.norm == "layernorm" and shape.bias) else 1)
-    pairs = B * _attended_pairs(T, S, conventions.causal_attention)  # per head
-    scores_elems = h * pairs  # elements of the (B, h, T, S) score matrix actually computed
+    norm_params = shape.norm_params()
+    # Keys each layer attends to: a sliding window caps them in decode (see the docstring).
+    keys = [shape.attended(i, S) if phase == "decode" else S for i in range(L)]
+    pairs_sum = sum(B * _attended_pairs(T, k, conventions.causal_attention) for k in keys)  # per head
+    pairs = pairs_sum / L  # per layer, on average
+    scores_elems = h * pairs  # elements of the (B, h, T, S) score matrix actually computed, per layer
+    k_read = B * sum(keys) / L * kv  # K (or V) elements of the attended positions, per layer
     if phase == "forward" or (phase == "prefill" and conventions.prefill_logits == "all"):
         logit_rows = n
     else:  # decode, or prefill keeping only the last position's logits (the built-in GPT)
@@ -261,15 +266,16 @@ def block_costs(
 
     out: list[BlockCost] = []
 
-    def add(name: str, count: int, matmul: float, other: float, weights: float, acts: float, kvb: float = 0.0) -> None:
-        # weights and kvb are element counts (scaled by the dtype width here); acts is already bytes
-        # because token ids are int64 whatever the model dtype.
+    def add(name: str, count: int, matmul: float, other: float, weights: float, acts: float, kvb: float = 0.0,
+            width: float | None = None) -> None:
+        # weights and kvb are element counts (scaled by the weight / KV width here); acts is already
+        # bytes because token ids are int64 whatever the model dtype.
         out.append(
             BlockCost(
                 name=name, phase=phase, count=count,
                 matmul_flops=float(count * matmul), other_flops=float(count * other * ew),
-                weight_bytes=float(count * weights * w), act_bytes=float(count * acts),
-                kv_bytes=float(count * kvb * w),
+                weight_bytes=float(count * weights * (ww if width is None else width)), act_bytes=float(count * acts),
+                kv_bytes=float(count * kvb * wkv),
             )
         )
 
@@ -277,44 +283,59 @@ def block_costs(
     pos_rows = T * d if shape.pos == "learned" else 0
     add(
         "embedding", 1, 0, n * d * cost["add"] if shape.pos == "learned" else 0,
-        n * d + pos_rows, n * INDEX_BYTES + n * d * w,
+        n * d + pos_rows, n * INDEX_BYTES + n * d * w, width=w,
     )
-    add("ln_1", L, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
-    qkv_out = d + 2 * kv
-    rope = cost["rope"] * n * (d + kv) if shape.pos == "rope" else 0
+    # Norms before attention (ln_1) and before the MLP (ln_2); Gemma 2 adds a norm after each.
+    n_ln1 = 2 if shape.norms_per_layer == 4 else 1
+    add("ln_1", n_ln1 * L, 0, norm_cost * n * d, norm_params, 2 * n * d * w, width=w)
+    qkv_out = qd + 2 * kv
+    rope = cost["rope"] * n * (qd + kv) if shape.pos == "rope" else 0
     add(
-        "attn.qkv", L, mac * n * d * qkv_out, bias * n * qkv_out + rope,
-        d * qkv_out + bias * qkv_out, (n * d + n * qkv_out) * w,
+        "attn.qkv", L, mac * n * d * qkv_out, qkv_bias * n * qkv_out + rope,
+        d * qkv_out + qkv_bias * qkv_out, (n * d + n * qkv_out) * w,
     )
     # K and V of the S attended positions: the KV cache when decoding / prefilling against one.
     from_cache = phase == "decode" or (phase == "prefill" and S > T)
-    k_read = B * S * kv
     if attention == "math":
         add(
-            "attn.scores", L, mac * pairs * d, cost["scale_mask"] * scores_elems, 0,
-            (n * d + (0 if from_cache else k_read) + scores_elems) * w, k_read if from_cache else 0,
+            "attn.scores", L, mac * pairs * qd, cost["scale_mask"] * scores_elems, 0,
+            (n * qd + (0 if from_cache else k_read) + scores_elems) * w, k_read if from_cache else 0,
         )
         add("attn.softmax", L, 0, cost["softmax"] * scores_elems, 0, 2 * scores_elems * w)
         add(
-            "attn.av", L, mac * pairs * d, 0, 0,
-            (scores_elems + (0 if from_cache else k_read) + n * d) * w, k_read if from_cache else 0,
+            "attn.av", L, mac * pairs * qd, 0, 0,
+            (scores_elems + (0 if from_cache else k_read) + n * qd) * w, k_read if from_cache else 0,
         )
     else:
         add(
-            "attn.sdpa", L, 2 * mac * pairs * d, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
-            (n * d + (0 if from_cache else 2 * k_read) + n * d) * w, 2 * k_read if from_cache else 0,
+            "attn.sdpa", L, 2 * mac * pairs * qd, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
+            (n * qd + (0 if from_cache else 2 * k_read) + n * qd) * w, 2 * k_read if from_cache else 0,
         )
-    add("attn.proj", L, mac * n * d * d, bias * n * d, d * d + bias * d, 2 * n * d * w)
+    add("attn.proj", L, mac * n * qd * d, bias * n * d, qd * d + bias * d, (n * qd + n * d) * w)
     add("residual", 2 * L, 0, cost["add"] * n * d, 0, 3 * n * d * w)
-    add("ln_2", L, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
-    if shape.mlp == "swiglu":  # gate and up projections both belong to mlp.fc
-        add("mlp.fc", L, mac * n * d * 2 * f, 2 * bias * n * f, 2 * d * f + 2 * bias * f, (n * d + 2 * n * f) * w)
-        add("mlp.act", L, 0, cost["swiglu"] * n * f, 0, 3 * n * f * w)
+    if shape.norms_per_layer > 1:
+        add("ln_2", (2 if shape.norms_per_layer == 4 else 1) * L, 0, norm_cost * n * d, norm_params, 2 * n * d * w,
+            width=w)
+    gate = 2 if shape.gated else 1  # gate and up projections both belong to mlp.fc
+    act = cost["swiglu"] if shape.gated else cost["gelu"]
+    if not shape.moe:
+        add("mlp.fc", L, mac * n * d * gate * f, gate * bias * n * f, gate * d * f + gate * bias * f,
+            (n * d + gate * n * f) * w)
+        add("mlp.act", L, 0, act * n * f, 0, (gate + 1) * n * f * w)
+        add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
     else:
-        add("mlp.fc", L, mac * n * d * f, bias * n * f, d * f + bias * f, (n * d + n * f) * w)
-        add("mlp.act", L, 0, cost["gelu"] * n * f, 0, 2 * n * f * w)
-    add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
-    add("ln_f", 1, 0, norm_cost * n * d, norm_params, 2 * n * d * w)
+        # Router (d -> E), top_k routed experts per token, shared experts (+ their sigmoid gate):
+        # all of mlp.fc except the down projections, which are mlp.proj.
+        fe, fs, k, ns = shape.expert_ffn, shape.shared_ffn, shape.top_k, shape.n_shared_experts
+        touched = expected_experts(shape, n)
+        sgate = d if (ns and shape.shared_expert_gate) else 0
+        fc_flops = mac * n * d * (shape.n_experts + k * gate * fe + ns * gate * fs) + mac * n * sgate
+        fc_w = d * shape.n_experts + touched * gate * d * fe + ns * gate * d * fs + sgate
+        hidden = k * fe + ns * fs  # per-token width of the experts' hidden activations
+        add("mlp.fc", L, fc_flops, 0, fc_w, (n * d + gate * n * hidden + n * shape.n_experts) * w)
+        add("mlp.act", L, 0, act * n * hidden, 0, (gate + 1) * n * hidden * w)
+        add("mlp.proj", L, mac * n * hidden * d, 0, touched * fe * d + ns * fs * d, (n * hidden + n * d) * w)
+    add("ln_f", 1, 0, norm_cost * n * d, norm_params, 2 * n * d * w, width=w)
     add("lm_head", 1, mac * logit_rows * d * V, 0, V * d, (logit_rows * d + logit_rows * V) * w)
     if phase == "forward":
         add("loss", 1, 0, (cost["log_softmax"] * V + 1) * n, 0, n * V * w + n * INDEX_BYTES + w)
@@ -331,26 +352,26 @@ def phase_costs(
     decode_tokens: int = 1,
     attention: Literal["math", "sdpa"] = "math",
     conventions: FlopConventions = DEFAULT_CONVENTIONS,
+    weight_dtype: object | None = None,
+    kv_dtype: object | None = None,
 ) -> list[BlockCost]:
     """Block costs of a whole phase as lmprof records it.
 
     ``train`` gives forward + backward blocks; ``decode`` sums ``decode_tokens`` steps after a
     ``seq_len``-token prompt (step i attends to ``seq_len + i`` keys); other phases are one pass.
     """
+    kw = dict(dtype=dtype, attention=attention, conventions=conventions, weight_dtype=weight_dtype,
+              kv_dtype=kv_dtype)
     if phase == "train":
         return [
-            *block_costs(shape, batch=batch, seq_len=seq_len, phase="forward", dtype=dtype,
-                         attention=attention, conventions=conventions),
-            *block_costs(shape, batch=batch, seq_len=seq_len, phase="backward", dtype=dtype,
-                         attention=attention, conventions=conventions),
+            *block_costs(shape, batch=batch, seq_len=seq_len, phase="forward", **kw),  # type: ignore[arg-type]
+            *block_costs(shape, batch=batch, seq_len=seq_len, phase="backward", **kw),  # type: ignore[arg-type]
         ]
     if phase != "decode":
-        return block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
-                           attention=attention, conventions=conventions)
+        return block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, **kw)  # type: ignore[arg-type]
     _check_positive(decode_tokens=decode_tokens)
     steps = [
-        block_costs(shape, batch=batch, seq_len=seq_len + i, phase="decode", dtype=dtype,
-                    attention=attention, conventions=conventions)
+        block_costs(shape, batch=batch, seq_len=seq_len + i, phase="decode", **kw)  # type: ignore[arg-type]
         for i in range(1, decode_tokens + 1)
     ]
     return sum_costs(steps)
@@ -399,19 +420,20 @@ def model_flops_per_token(
     """FLOPs per token: ``6N + 12·L·H·Q·T`` (train) or ``2N + 4·L·H·Q·T`` (forward only).
 
     N is the non-embedding parameter count as nanoGPT counts it (position embeddings out, the tied
-    token embedding in, since it is the lm_head's weight); H·Q = n_embd (query heads x head size);
-    T is the number of keys each token attends to. From the PaLM paper's appendix B, as used by
-    nanoGPT's ``estimate_mfu``. With ``causal_attention`` the attention term uses the average
-    (T + 1) / 2 attended keys instead of T.
+    token embedding in, since it is the lm_head's weight), the *active* parameters for a mixture of
+    experts (top_k experts per token); H·Q = n_head x head_dim (n_embd except when the head size is
+    set apart, Gemma 2); T is the number of keys each token attends to. From the PaLM paper's
+    appendix B, as used by nanoGPT's ``estimate_mfu``. With ``causal_attention`` the attention term
+    uses the average (T + 1) / 2 attended keys instead of T.
     """
     _check_positive(seq_len=seq_len)
     if mode not in ("train", "forward"):
         raise ConfigError(f"mode must be 'train' or 'forward', got {mode!r}")
-    n = shape.n_params_non_embedding()
+    n = shape.n_params_non_embedding(active=True)
     keys = (seq_len + 1) / 2 if conventions.causal_attention else seq_len
     mac = conventions.flops_per_mac
-    # forward: mac per weight (the matmul), 2 matmuls of T·d per layer in attention
-    fwd = mac * n + 2 * mac * shape.n_layer * shape.n_head * shape.head_dim * keys
+    # forward: mac per weight (the matmul), 2 matmuls of T·q_dim per layer in attention
+    fwd = mac * n + 2 * mac * shape.n_layer * shape.q_dim * keys
     return 3 * fwd if mode == "train" else fwd
 
 
@@ -430,7 +452,8 @@ def model_flops_per_step(
     * prefill: ``B·T·(2N + 4·L·d·T)``, minus the lm_head of the ``T - 1`` positions whose logits are
       not computed when ``conventions.prefill_logits == "last"``;
     * decode: sum over steps i = 1..n of ``B·(2N + 4·L·d·(T + i))``: one token per sequence
-      attending to the prompt ``T`` plus the i tokens generated so far (the new one included).
+      attending to the prompt ``T`` plus the i tokens generated so far (the new one included); a
+      layer with a sliding window attends to at most the window.
     """
     _check_positive(batch=batch, seq_len=seq_len)
     if mode == "train":
@@ -442,11 +465,14 @@ def model_flops_per_step(
         return total
     if mode == "decode":
         _check_positive(decode_tokens=decode_tokens)
-        # Attention term is linear in the context, so sum it in closed form.
         mac = conventions.flops_per_mac
-        weights = mac * shape.n_params_non_embedding() * decode_tokens
+        weights = mac * shape.n_params_non_embedding(active=True) * decode_tokens
         # A single new query attends to every cached key, so the causal convention changes nothing.
-        contexts = decode_tokens * seq_len + decode_tokens * (decode_tokens + 1) / 2
-        attn = 2 * mac * shape.n_layer * shape.n_embd * contexts
+        if shape.sliding_layers:
+            contexts = sum(shape.attended(layer, seq_len + i) for i in range(1, decode_tokens + 1)
+                           for layer in range(shape.n_layer)) / shape.n_layer
+        else:  # linear in the context: sum it in closed form
+            contexts = decode_tokens * seq_len + decode_tokens * (decode_tokens + 1) / 2
+        attn = 2 * mac * shape.n_layer * shape.q_dim * contexts
         return batch * (weights + attn)
     raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")

@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lmprof.analysis.flops import normalize_dtype
 from lmprof.atomic import write_text
+from lmprof.dtypes import normalize_dtype
 from lmprof.errors import ConfigError, DataError
 from lmprof.hardware.peaks import PeakTable, load_table
 

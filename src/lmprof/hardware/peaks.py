@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from lmprof.analysis.flops import normalize_dtype
+from lmprof.dtypes import normalize_dtype
 from lmprof.errors import ConfigError
 from lmprof.safeyaml import load_file
 

@@ -138,25 +138,21 @@ def _first_line(exc: BaseException) -> str:
 
 
 def shape_of(model: torch.nn.Module) -> ModelShape | None:
-    """ModelShape of a GPT-2 or Llama-family model from its config, else None."""
+    """ModelShape of a Hugging Face causal LM from its config (every family lmprof describes), else None.
+
+    The same description ``lmprof roofline --model`` and ``lmprof memory --model`` use
+    (:func:`lmprof.workloads.models.shape_from_config`).
+    """
+    from lmprof.workloads.models import shape_from_config
+
     cfg = getattr(model, "config", None)
-    mt = getattr(cfg, "model_type", None)
-    if mt == "gpt2":
-        return ModelShape(
-            n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-            block_size=cfg.n_positions, d_ff=cfg.n_inner or 4 * cfg.n_embd, bias=True,
-            tied=bool(getattr(cfg, "tie_word_embeddings", True)), name="gpt2",
-        )
-    if mt in ("llama", "mistral", "qwen2"):
-        return ModelShape(
-            n_layer=cfg.num_hidden_layers, n_head=cfg.num_attention_heads, n_embd=cfg.hidden_size,
-            vocab_size=cfg.vocab_size, block_size=cfg.max_position_embeddings,
-            n_kv_head=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-            d_ff=cfg.intermediate_size, mlp="swiglu", norm="rmsnorm", pos="rope",
-            bias=False,  # Llama-family linears and RMSNorms carry no bias
-            tied=bool(getattr(cfg, "tie_word_embeddings", False)), name=mt,
-        )
-    return None
+    if cfg is None or not hasattr(cfg, "to_dict"):
+        return None
+    data = cfg.to_dict()
+    try:
+        return shape_from_config(data, name=str(data.get("model_type") or ""))
+    except ConfigError:
+        return None
 
 
 def context_length(model: torch.nn.Module) -> int | None:

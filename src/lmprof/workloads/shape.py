@@ -1,7 +1,15 @@
 """The shape of a decoder-only transformer: everything FLOP, byte and memory formulas need.
 
-Built from the built-in GPT's config (:func:`lmprof.workloads.gpt.GPTConfig.shape`) or from a Hugging
-Face config (:mod:`lmprof.workloads.hf`), so analytic counts never need the model itself.
+One description for every causal-LM family lmprof knows: the built-in GPT
+(:func:`lmprof.workloads.gpt.GPTConfig.shape`), any Hugging Face causal-LM config
+(:func:`lmprof.workloads.models.shape_from_config`) and the shipped table of well-known models
+(``models.yaml``). Analytic counts never need the model itself. No torch import.
+
+Defaults describe the built-in GPT (GPT-2 layout); the other fields say how a family differs:
+grouped-query / multi-query attention (``n_kv_head``), a head size that is not ``n_embd / n_head``
+(``d_head``, Gemma 2), gated MLPs (``mlp`` swiglu / geglu), biases on some linears only
+(``qkv_bias``, ``norm_bias``), one, two or four norms per layer, parallel attention + MLP, sliding
+windows and mixture-of-experts MLPs (routed experts, top-k, shared experts).
 """
 from __future__ import annotations
 
@@ -10,13 +18,21 @@ from typing import Any, Literal
 
 from lmprof.errors import ConfigError
 
+MLP_KINDS = ("gelu", "relu", "swiglu", "geglu")
+GATED = ("swiglu", "geglu")
+
 
 @dataclass(frozen=True)
 class ModelShape:
     """Dimensions of a decoder-only transformer LM.
 
-    ``mlp="gelu"`` is the GPT-2 two-matrix MLP (d -> d_ff -> d); ``mlp="swiglu"`` is the Llama
-    three-matrix gated MLP. ``n_kv_head`` < ``n_head`` means grouped-query attention.
+    ``mlp="gelu"``/``"relu"`` is the two-matrix MLP (d -> d_ff -> d); ``"swiglu"``/``"geglu"`` the
+    three-matrix gated one (gate and up d -> d_ff, down d_ff -> d). ``n_kv_head`` < ``n_head`` means
+    grouped-query attention (1: multi-query). ``bias`` is the linears' bias; ``qkv_bias`` and
+    ``norm_bias`` override it for the q/k/v projections and the norms (None: follow ``bias``).
+    ``n_experts`` > 0 makes every layer's MLP a mixture of experts: a router (d -> n_experts, no
+    bias), ``top_k`` experts of width ``d_ff_expert`` per token, and ``n_shared_experts`` always-on
+    experts of width ``d_ff_shared`` (with a sigmoid gate d -> 1 when ``shared_expert_gate``).
     """
 
     n_layer: int
@@ -26,58 +42,190 @@ class ModelShape:
     block_size: int
     n_kv_head: int | None = None
     d_ff: int | None = None
-    mlp: Literal["gelu", "swiglu"] = "gelu"
+    mlp: Literal["gelu", "relu", "swiglu", "geglu"] = "gelu"
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     pos: Literal["learned", "rope"] = "learned"
     bias: bool = True
     tied: bool = True
     name: str = ""
+    d_head: int | None = None
+    qkv_bias: bool | None = None
+    norm_bias: bool | None = None
+    norms_per_layer: int = 2
+    parallel: bool = False
+    pos_offset: int = 0  # extra learned position rows (OPT keeps 2)
+    sliding_window: int | None = None
+    sliding_layers: int = 0  # how many layers attend within the window (all, or every other one)
+    n_experts: int = 0
+    top_k: int = 0
+    d_ff_expert: int | None = None
+    n_shared_experts: int = 0
+    d_ff_shared: int | None = None
+    shared_expert_gate: bool = False
+    family: str = ""  # Hugging Face model_type, or "gpt" for the built-in model
 
     def __post_init__(self) -> None:
         for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
             if getattr(self, field) <= 0:
                 raise ConfigError(f"{field} must be positive, got {getattr(self, field)}")
-        if self.n_embd % self.n_head:
+        if self.d_head is None and self.n_embd % self.n_head:
             raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.n_head % self.kv_heads:
             raise ConfigError(f"n_head ({self.n_head}) must be divisible by n_kv_head ({self.kv_heads})")
+        if self.mlp not in MLP_KINDS:
+            raise ConfigError(f"mlp must be one of {', '.join(MLP_KINDS)}, got {self.mlp!r}")
+        if self.norms_per_layer not in (1, 2, 4):
+            raise ConfigError(f"norms_per_layer must be 1, 2 or 4, got {self.norms_per_layer}")
+        if self.norms_per_layer == 1 and not self.parallel:
+            raise ConfigError("one norm per layer needs parallel attention + MLP")
+        if self.n_experts < 0 or self.n_shared_experts < 0:
+            raise ConfigError("expert counts must be >= 0")
+        if self.n_experts and not 0 < self.top_k <= self.n_experts:
+            raise ConfigError(f"top_k must be in 1..n_experts ({self.n_experts}), got {self.top_k}")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ConfigError(f"sliding_window must be positive, got {self.sliding_window}")
+        if not 0 <= self.sliding_layers <= self.n_layer:
+            raise ConfigError(f"sliding_layers must be in 0..n_layer, got {self.sliding_layers}")
+
+    # -- derived sizes ---------------------------------------------------------------------------
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.d_head or self.n_embd // self.n_head
 
     @property
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
     @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of the attention output before o_proj): n_head x head_dim."""
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V) per token: n_kv_head x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
     def ffn(self) -> int:
         return self.d_ff or 4 * self.n_embd
 
-    def n_params(self) -> int:
-        """Exact parameter count of this architecture (tied lm_head counted once)."""
-        d, v, L = self.n_embd, self.vocab_size, self.n_layer
-        kv = self.kv_heads * self.head_dim
-        b = 1 if self.bias else 0
-        norm = d * (2 if (self.norm == "layernorm" and self.bias) else 1)
-        attn = d * (d + 2 * kv) + b * (d + 2 * kv) + d * d + b * d
-        if self.mlp == "gelu":
-            mlp = 2 * d * self.ffn + b * (self.ffn + d)
-        else:
-            mlp = 3 * d * self.ffn + b * (2 * self.ffn + d)
-        layer = 2 * norm + attn + mlp
-        embed = v * d + (self.block_size * d if self.pos == "learned" else 0)
-        head = 0 if self.tied else v * d
-        return embed + L * layer + norm + head
+    @property
+    def gated(self) -> bool:
+        return self.mlp in GATED
 
-    def n_params_non_embedding(self) -> int:
+    @property
+    def moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.d_ff_expert or self.ffn
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.d_ff_shared or self.expert_ffn
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_norm_bias(self) -> bool:
+        return (self.bias if self.norm_bias is None else self.norm_bias) and self.norm == "layernorm"
+
+    @property
+    def positions(self) -> int:
+        """Rows of the learned position table (0 with rotary positions)."""
+        return self.block_size + self.pos_offset if self.pos == "learned" else 0
+
+    def norm_params(self) -> int:
+        """Parameters of one norm: gamma (+ beta for a LayerNorm with bias)."""
+        return self.n_embd * (2 if self.has_norm_bias else 1)
+
+    # -- parameter counts --------------------------------------------------------------------------
+
+    def attn_weights(self) -> int:
+        """Matmul weights of one layer's attention: q, k, v and output projections."""
+        d = self.n_embd
+        return d * self.q_dim + 2 * d * self.kv_dim + self.q_dim * d
+
+    def attn_biases(self) -> int:
+        qkv = (self.q_dim + 2 * self.kv_dim) if self.has_qkv_bias else 0
+        return qkv + (self.n_embd if self.bias else 0)
+
+    def _mlp_weights(self, f: int) -> int:
+        return (3 if self.gated else 2) * self.n_embd * f
+
+    def _mlp_biases(self, f: int) -> int:
+        if not self.bias:
+            return 0
+        return (2 * f if self.gated else f) + self.n_embd
+
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (or of the dense MLP when not MoE)."""
+        f = self.expert_ffn if self.moe else self.ffn
+        return self._mlp_weights(f) + self._mlp_biases(f)
+
+    def mlp_weights(self, active: bool = False) -> int:
+        """Matmul weights of one layer's MLP; with ``active``, only those one token uses."""
+        if not self.moe:
+            return self._mlp_weights(self.ffn)
+        experts = self.top_k if active else self.n_experts
+        router = self.n_embd * self.n_experts
+        shared = self.n_shared_experts * self._mlp_weights(self.shared_ffn)
+        gate = self.n_embd if (self.n_shared_experts and self.shared_expert_gate) else 0
+        return router + experts * self._mlp_weights(self.expert_ffn) + shared + gate
+
+    def mlp_params(self, active: bool = False) -> int:
+        if not self.moe:
+            return self._mlp_weights(self.ffn) + self._mlp_biases(self.ffn)
+        experts = self.top_k if active else self.n_experts
+        shared = self.n_shared_experts * self._mlp_biases(self.shared_ffn)
+        return self.mlp_weights(active) + experts * self._mlp_biases(self.expert_ffn) + shared
+
+    def layer_params(self, active: bool = False) -> int:
+        return (self.norms_per_layer * self.norm_params() + self.attn_weights() + self.attn_biases()
+                + self.mlp_params(active))
+
+    def n_params(self, active: bool = False) -> int:
+        """Exact parameter count (tied lm_head counted once); ``active``: those one token uses (MoE)."""
+        d, v = self.n_embd, self.vocab_size
+        embed = v * d + self.positions * d
+        head = 0 if self.tied else v * d
+        return embed + self.n_layer * self.layer_params(active) + self.norm_params() + head
+
+    def n_params_non_embedding(self, active: bool = False) -> int:
         """Parameters minus the position embeddings: nanoGPT's N for the 6N FLOPs rule.
 
         The token embedding stays in when tied, because it is also the lm_head's matmul weight.
         """
-        pos = self.block_size * self.n_embd if self.pos == "learned" else 0
         tok = 0 if self.tied else self.vocab_size * self.n_embd
-        return self.n_params() - pos - tok
+        return self.n_params(active) - self.positions * self.n_embd - tok
+
+    def matmul_weights(self, active: bool = False) -> int:
+        """Weights used in matmuls per token: every layer's linears plus the lm_head (V x d).
+
+        2 x this is the forward's weight FLOPs per token; the embedding lookup is not a matmul.
+        """
+        return self.n_layer * (self.attn_weights() + self.mlp_weights(active)) + self.vocab_size * self.n_embd
+
+    def attended(self, layer: int, keys: int) -> int:
+        """Keys the ``layer``-th layer attends to out of ``keys``: capped by its sliding window."""
+        if self.sliding_window is not None and layer < self.sliding_layers:
+            return min(keys, self.sliding_window)
+        return keys
+
+    def kv_elements_per_token(self, context: int | None = None) -> int:
+        """K and V elements cached per token over all layers (2 x layers x kv_dim).
+
+        With ``context`` and a sliding window, layers that keep only the window count pro rata.
+        """
+        if context is None or not self.sliding_layers:
+            return 2 * self.n_layer * self.kv_dim
+        total = sum(self.attended(i, context) for i in range(self.n_layer))
+        return round(2 * self.kv_dim * total / context)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,233 @@
+"""One model description from any Hugging Face causal-LM config, and the shipped table of known models.
+
+:func:`shape_from_config` reads a config.json dict (the keys Hugging Face writes) into a
+:class:`~lmprof.workloads.shape.ModelShape`; :func:`resolve_model` accepts a table name
+(``models.yaml`` beside this module), a config.json path or a model folder. Measured Hugging Face
+runs build their shape through the same function (:func:`lmprof.workloads.hf.shape_of`), so the
+analytic counts of a run and of ``lmprof roofline --model`` are the same formulas.
+
+No torch import: this is data, read with pyyaml / json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from lmprof.errors import ConfigError, DataError
+from lmprof.workloads.shape import ModelShape
+
+# model_type values lmprof can describe, and those it knows it cannot (with the reason).
+SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
+             "falcon")
+_UNSUPPORTED_WHY = {
+    "deepseek_v2": "multi-head latent attention (compressed KV) is not modelled",
+    "deepseek_v3": "multi-head latent attention (compressed KV) is not modelled",
+}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A resolved model: its shape, where the config came from, and any published parameter counts."""
+
+    name: str
+    shape: ModelShape
+    source: str
+    published_params: float | None = None
+    published_active_params: float | None = None
+
+
+def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _need(cfg: Mapping[str, Any], *keys: str) -> int:
+    value = _get(cfg, *keys)
+    if value is None:
+        raise ConfigError(f"{cfg.get('model_type')} config has no {keys[0]}")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"config {keys[0]} must be a positive integer, got {value!r}")
+    return value
+
+
+def _act_mlp(act: str | None, gated: bool) -> str:
+    act = (act or "").lower()
+    if gated:
+        return "geglu" if act.startswith("gelu") else "swiglu"
+    return "relu" if act == "relu" else "gelu"
+
+
+def _sliding(cfg: Mapping[str, Any], n_layer: int, default_all: bool) -> tuple[int | None, int]:
+    """(window, layers using it) from sliding_window / layer_types / use_sliding_window."""
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        layers = sum(1 for t in types if t == "sliding_attention")
+    else:
+        layers = n_layer if default_all else n_layer // 2
+    return int(window), layers
+
+
+def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
+    """The :class:`ModelShape` of a Hugging Face causal-LM config (a config.json as a dict).
+
+    Raises :class:`ConfigError` naming the supported families for any other ``model_type``.
+    """
+    mt = str(cfg.get("model_type") or "")
+    name = name or mt
+    if mt in _UNSUPPORTED_WHY:
+        raise ConfigError(f"unsupported architecture {mt!r}: {_UNSUPPORTED_WHY[mt]}; supported: {', '.join(SUPPORTED)}")
+    if mt not in SUPPORTED:
+        raise ConfigError(f"unsupported architecture {mt or '(no model_type)'!r}: lmprof describes "
+                          f"{', '.join(SUPPORTED)}")
+    if mt == "gpt2":
+        d = _need(cfg, "n_embd")
+        return ModelShape(
+            n_layer=_need(cfg, "n_layer"), n_head=_need(cfg, "n_head"), n_embd=d,
+            vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "n_positions"),
+            d_ff=cfg.get("n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
+            name=name, family=mt,
+        )
+    if mt == "gpt_neox":
+        return ModelShape(
+            n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"),
+            n_embd=_need(cfg, "hidden_size"), vocab_size=_need(cfg, "vocab_size"),
+            block_size=_need(cfg, "max_position_embeddings"), d_ff=_need(cfg, "intermediate_size"),
+            mlp=_act_mlp(cfg.get("hidden_act", "gelu"), False),  # type: ignore[arg-type]
+            pos="rope", bias=bool(cfg.get("attention_bias", True)), norm_bias=True,
+            parallel=bool(cfg.get("use_parallel_residual", True)),
+            tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
+        )
+    if mt == "opt":
+        d = _need(cfg, "hidden_size")
+        if cfg.get("word_embed_proj_dim", d) != d or cfg.get("do_layer_norm_before", True) is False:
+            raise ConfigError("unsupported OPT variant: word_embed_proj_dim != hidden_size (opt-350m) is not modelled")
+        return ModelShape(
+            n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"), n_embd=d,
+            vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "max_position_embeddings"),
+            d_ff=_need(cfg, "ffn_dim"), mlp=_act_mlp(cfg.get("activation_function", "relu"), False),  # type: ignore[arg-type]
+            bias=bool(cfg.get("enable_bias", True)), norm_bias=True, pos_offset=2,
+            tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
+        )
+    if mt == "falcon":
+        d = _need(cfg, "hidden_size")
+        n_head = _need(cfg, "num_attention_heads", "n_head")
+        new_arch = bool(cfg.get("new_decoder_architecture", False))
+        if new_arch:
+            kv = _get(cfg, "num_kv_heads", "n_head_kv", default=n_head)
+        else:
+            kv = 1 if cfg.get("multi_query", True) else n_head
+        parallel = bool(cfg.get("parallel_attn", True)) or new_arch
+        norms = 2 if (new_arch and cfg.get("num_ln_in_parallel_attn", 2) == 2) or not parallel else 1
+        return ModelShape(
+            n_layer=_need(cfg, "num_hidden_layers", "n_layer"), n_head=n_head, n_embd=d, n_kv_head=kv,
+            vocab_size=_need(cfg, "vocab_size"), block_size=int(cfg.get("max_position_embeddings") or 2048),
+            d_ff=cfg.get("ffn_hidden_size") or 4 * d, mlp="gelu", pos="rope", bias=bool(cfg.get("bias", False)),
+            norm_bias=True, parallel=parallel, norms_per_layer=norms,
+            tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
+        )
+    # Llama-like: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3.
+    n_layer = _need(cfg, "num_hidden_layers")
+    n_head = _need(cfg, "num_attention_heads")
+    d = _need(cfg, "hidden_size")
+    head_dim = cfg.get("head_dim")
+    window, sliding = _sliding(cfg, n_layer, default_all=mt != "gemma2")
+    kw: dict[str, Any] = dict(
+        n_layer=n_layer, n_head=n_head, n_embd=d, vocab_size=_need(cfg, "vocab_size"),
+        block_size=_need(cfg, "max_position_embeddings"),
+        n_kv_head=_get(cfg, "num_key_value_heads", default=n_head), d_ff=_need(cfg, "intermediate_size"),
+        mlp=_act_mlp(_get(cfg, "hidden_activation", "hidden_act", default="silu"), True), norm="rmsnorm",
+        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=bool(cfg.get("attention_bias", False)),
+        tied=bool(cfg.get("tie_word_embeddings", mt == "gemma2")), d_head=head_dim if head_dim and head_dim * n_head != d
+        else None, sliding_window=window, sliding_layers=sliding, name=name, family=mt,
+    )
+    if mt in ("llama", "mistral", "mixtral", "gemma2", "phi3") and cfg.get("attention_bias"):
+        # attention_bias also puts a bias on o_proj, which ModelShape ties to the MLP's bias flag.
+        raise ConfigError(f"{mt} configs with attention_bias are not modelled (o_proj bias)")
+    if mt in ("qwen2", "qwen2_moe"):
+        kw["qkv_bias"] = True
+    if mt == "gemma2":
+        kw["norms_per_layer"] = 4
+    if mt == "mixtral":
+        kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"))
+    if mt == "qwen2_moe":
+        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+            raise ConfigError("Qwen2-MoE configs with dense layers (mlp_only_layers, decoder_sparse_step) are not modelled")
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        kw.update(n_experts=_need(cfg, "num_experts"), top_k=_need(cfg, "num_experts_per_tok"),
+                  d_ff_expert=_need(cfg, "moe_intermediate_size"), n_shared_experts=1 if shared else 0,
+                  d_ff_shared=shared or None, shared_expert_gate=bool(shared))
+    return ModelShape(**kw)
+
+
+# -- the shipped table ------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, dict[str, Any]]:
+    path = Path(str(resources.files("lmprof.workloads").joinpath("models.yaml")))
+    return dict(yaml.safe_load(path.read_text())["models"])
+
+
+def known_models() -> list[str]:
+    """Names of the shipped table, in file order."""
+    return list(_table())
+
+
+def known_config(name: str) -> dict[str, Any]:
+    """The Hugging Face config dict of a table entry (a copy)."""
+    return dict(_table()[name]["config"])
+
+
+def _norm_name(name: str) -> str:
+    return name.strip().lower().replace("_", "-").split("/")[-1].removesuffix("-hf")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A config.json (or a folder holding one) as a dict; DataError when missing or not JSON."""
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise DataError(f"no config.json at {path}")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {file}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{file} is not a JSON object")
+    return data
+
+
+def resolve_model(spec: str) -> ModelEntry:
+    """A table name (case-insensitive, ``-hf`` and org prefixes ignored), a config.json or a model folder."""
+    text = (spec or "").strip()
+    if not text:
+        raise ConfigError("--model is empty: give a name (see `lmprof roofline --list-models`) or a config.json path")
+    path = Path(text).expanduser()
+    if path.suffix == ".json" or path.is_dir() or path.exists():
+        cfg = read_config(path)
+        return ModelEntry(name=path.name if path.is_dir() else path.parent.name or path.stem,
+                          shape=shape_from_config(cfg, name=text), source=str(path))
+    table = _table()
+    key = _norm_name(text)
+    if key not in table:
+        raise ConfigError(f"unknown model {spec!r}: use a config.json path, a model folder, or one of "
+                          f"{', '.join(table)}")
+    e = table[key]
+    return ModelEntry(name=key, shape=shape_from_config(e["config"], name=key), source=str(e["source"]),
+                      published_params=_float(e.get("published_params")),
+                      published_active_params=_float(e.get("published_active_params")))
+
+
+def _float(value: Any) -> float | None:
+    # YAML 1.1 reads 8.03e9 (no sign in the exponent) as a string.
+    return None if value is None else float(value)

@@ -1,0 +1,113 @@
+"""The model description against independent truths: transformers' own models and FlopCounterMode.
+
+For a shrunk random-weight instance of every family in the shipped table, the parameter count
+equals the built model's and the analytic matmul FLOPs equal FlopCounterMode's for a training
+forward + backward, a prefill (logits at every position, as Hugging Face computes them) and one
+decode step against the cache. Eager attention and eager experts are used because FlopCounterMode
+has no formula for the CPU SDPA kernel or grouped expert matmuls.
+"""
+from __future__ import annotations
+
+import pytest
+
+from lmprof.analysis.flops import FlopConventions, block_costs
+from lmprof.errors import ConfigError
+from lmprof.workloads.models import known_config, known_models, resolve_model, shape_from_config
+
+tf = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+# One table entry per family (and per variant that changes the layout).
+FAMILIES = ["gpt2", "llama-3-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-0.5b", "qwen2.5-7b",
+            "gemma-2-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "falcon-7b", "falcon-40b"]
+_SHRINK = dict(hidden_size=64, n_embd=64, intermediate_size=96, ffn_dim=96, num_hidden_layers=2, n_layer=2,
+               vocab_size=128, max_position_embeddings=64, n_positions=64, moe_intermediate_size=32,
+               shared_expert_intermediate_size=48, num_attention_heads=4, n_head=4, num_kv_heads=2, head_dim=32,
+               num_experts=6)
+ALL = FlopConventions(prefill_logits="all")
+
+
+def tiny_config(name: str) -> dict:
+    """The table entry's config with every size shrunk, keeping its layout (GQA stays GQA, MQA MQA)."""
+    full = known_config(name)
+    cfg = {k: (_SHRINK[k] if k in _SHRINK else v) for k, v in full.items()}
+    if "num_key_value_heads" in full:
+        cfg["num_key_value_heads"] = 2 if full["num_key_value_heads"] < full["num_attention_heads"] else 4
+    if cfg.get("sliding_window"):
+        cfg["sliding_window"] = 48
+    if "word_embed_proj_dim" in cfg:
+        cfg["word_embed_proj_dim"] = cfg["hidden_size"]
+    cfg.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return cfg
+
+
+def build(name: str):
+    cfg = tiny_config(name)
+    hc = tf.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    kw = {"experts_implementation": "eager"} if hc.model_type in ("mixtral", "qwen2_moe") else {}
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(hc, attn_implementation="eager", **kw)
+    return model, shape_from_config(hc.to_dict())
+
+
+def _matmul(shape, phase: str, batch: int, seq: int) -> float:
+    return sum(c.matmul_flops for c in block_costs(shape, batch=batch, seq_len=seq, phase=phase, dtype="fp32",
+                                                   conventions=ALL))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_params_and_flops_match_transformers(name: str) -> None:
+    model, shape = build(name)
+    assert shape.n_params() == sum(p.numel() for p in model.parameters())
+    B, T = 2, 12
+    ids = torch.randint(3, 128, (B, T))
+    with FlopCounterMode(display=False) as fc:
+        model(input_ids=ids, labels=ids).loss.backward()
+    train = fc.get_total_flops()
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as fc:
+            out = model(input_ids=ids, use_cache=True)
+        prefill = fc.get_total_flops()
+        with FlopCounterMode(display=False) as fc:
+            model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
+        decode = fc.get_total_flops()
+    assert train == pytest.approx(_matmul(shape, "forward", B, T) + _matmul(shape, "backward", B, T), rel=0.01)
+    assert prefill == pytest.approx(_matmul(shape, "prefill", B, T), rel=0.01)
+    assert decode == pytest.approx(_matmul(shape, "decode", B, T + 1), rel=0.01)
+
+
+@pytest.mark.parametrize("name", known_models())
+def test_table_matches_published_counts(name: str) -> None:
+    entry = resolve_model(name)
+    if entry.published_params:
+        assert entry.shape.n_params() == pytest.approx(entry.published_params, rel=0.01)
+    if entry.published_active_params:
+        assert entry.shape.n_params(active=True) == pytest.approx(entry.published_active_params, rel=0.01)
+
+
+def test_hand_checks_llama3_and_mixtral() -> None:
+    llama = resolve_model("llama-3-8b").shape
+    # 7.50 B weights in matmuls (lm_head in, input embedding out): 2 FLOPs each per token.
+    per_layer = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert llama.matmul_weights() == 32 * per_layer + 128256 * 4096 == 7_504_658_432
+    assert llama.n_params() == 8_030_261_248
+    fwd = sum(c.matmul_flops for c in block_costs(llama, batch=1, seq_len=1, phase="decode", context=1))
+    assert fwd / 1e9 == pytest.approx(15.01, abs=0.01)
+    mix = resolve_model("Mixtral-8x7B").shape
+    assert mix.n_params() / 1e9 == pytest.approx(46.70, abs=0.01)
+    assert mix.n_params(active=True) / 1e9 == pytest.approx(12.88, abs=0.01)
+
+
+@pytest.mark.parametrize("bad", ["no-such-model", ""])
+def test_unknown_model_lists_supported(bad: str) -> None:
+    with pytest.raises(ConfigError, match="llama-3-8b" if bad else "empty"):
+        resolve_model(bad)
+
+
+def test_unsupported_architecture(tmp_path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "deepseek_v2", "hidden_size": 8}')
+    with pytest.raises(ConfigError, match="latent attention.*supported: gpt2"):
+        resolve_model(str(tmp_path))
+    with pytest.raises(ConfigError, match="unsupported architecture 't5'"):
+        shape_from_config({"model_type": "t5"})
