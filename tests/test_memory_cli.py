@@ -78,7 +78,7 @@ def test_gpt2_on_h100_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert "124,439,808 params" in out
     for word in ("params", "grads", "optimizer", "activations", "logits", "temporaries", "peak", "attn.softmax"):
         assert word in out
-    assert "NVIDIA H100 80GB: 80.00 GiB" in out
+    assert "NVIDIA H100 SXM5 80GB: 80.00 GiB" in out
     assert "FITS:" in out and "DOES NOT FIT" not in out
     assert "largest batch size that fits:" in out
 
@@ -124,7 +124,7 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], args: list[str]) 
 
 
 def test_device_table() -> None:
-    assert device_memory("h100", None) == ("NVIDIA H100 80GB", 80 * GIB, "cuda")
+    assert device_memory("h100", None) == ("NVIDIA H100 SXM5 80GB", 80 * GIB, "cuda")
     assert device_memory("a100-40", None)[1] == 40 * GIB
     assert device_memory("H200", None)[1] == 141 * 10**9
     assert device_memory("h100", 2.5) == ("2.5 GiB budget", int(2.5 * GIB), "cuda")

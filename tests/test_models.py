@@ -111,3 +111,20 @@ def test_unsupported_architecture(tmp_path) -> None:
         resolve_model(str(tmp_path))
     with pytest.raises(ConfigError, match="unsupported architecture 't5'"):
         shape_from_config({"model_type": "t5"})
+
+
+def test_hf_gpt2_prefill_model_flops_count_every_position() -> None:
+    """Issue 13 §2: a Hugging Face prefill computes logits at all 32 prompt positions (7.94 GFLOP)."""
+    from lmprof.analysis.flops import conventions_for, model_flops_per_step
+    from lmprof.workloads.hf import shape_of
+
+    hc = tf.AutoConfig.for_model("gpt2")
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(hc, attn_implementation="eager").eval()
+    shape = shape_of(model)
+    assert shape is not None and conventions_for(shape).prefill_logits == "all"
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(input_ids=torch.randint(0, 50257, (1, 32)), use_cache=True)
+    counted = model_flops_per_step(shape, batch=1, seq_len=32, mode="prefill", conventions=conventions_for(shape))
+    assert fc.get_total_flops() / 1e9 == pytest.approx(7.94, abs=0.01)
+    assert counted == pytest.approx(fc.get_total_flops(), rel=0.01)

@@ -106,6 +106,16 @@ class FlopConventions:
 DEFAULT_CONVENTIONS = FlopConventions()
 
 
+def conventions_for(shape: ModelShape, **overrides: object) -> FlopConventions:
+    """The conventions that match how ``shape``'s model runs.
+
+    The built-in GPT (family ``gpt`` or unset) computes prefill logits at the last position only;
+    Hugging Face causal LMs called as ``model(input_ids)`` compute them at every prompt position.
+    """
+    logits = "last" if shape.family in ("", "gpt") else "all"
+    return FlopConventions(**{"prefill_logits": logits, **overrides})  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class BlockCost:
     """FLOPs and minimum bytes of one block in one phase, summed over its layers and the batch."""

@@ -101,6 +101,7 @@ class MemoryEstimate:
     at_peak: dict[str, int]
     items: tuple[MemoryItem, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    parts: dict[str, dict[str, int]] = field(default_factory=dict)  # moment -> category -> bytes
 
     @property
     def static(self) -> int:
@@ -145,10 +146,11 @@ class MemoryEstimate:
         return rows
 
     def _optimizer_note(self) -> str:
-        parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer"}[self.optimizer]
+        parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer",
+                 "adamw8bit": "two 1-byte moments + fp32 block scales"}[self.optimizer]
         if self.master_weights:
             parts += " + fp32 master weights"
-        if self.optimizer == "adamw":
+        if self.optimizer.startswith("adamw"):
             parts += " + a step scalar per tensor"
         return parts
 
@@ -175,38 +177,41 @@ class _Params:
 def _param_parts(shape: ModelShape) -> _Params:
     """Counts the estimate needs beyond n_params: tensors, the largest tensor, matmul weights.
 
-    Tensor counts follow the built-in GPT's layout (fused qkv projection).
+    Tensor counts follow the built-in GPT's layout (fused qkv projection); for other families they
+    only size the AdamW step scalars (4 B per tensor), so the layout difference is negligible.
     """
-    d, v, f, kv = shape.n_embd, shape.vocab_size, shape.ffn, shape.kv_heads * shape.head_dim
+    d, v = shape.n_embd, shape.vocab_size
+    f = shape.expert_ffn if shape.moe else shape.ffn
     has_bias = 1 if shape.bias else 0
-    norm_tensors = 2 if (shape.norm == "layernorm" and shape.bias) else 1
-    qkv_w, proj_w = d * (d + 2 * kv), d * d
-    mlp_mats = 2 if shape.mlp == "gelu" else 3
-    mlp_w = mlp_mats * d * f
-    layer_w = qkv_w + proj_w + mlp_w
-    layer_b = has_bias * ((d + 2 * kv) + d + (f + d if shape.mlp == "gelu" else 2 * f + d))
-    layer_tensors = 2 * norm_tensors + (2 + mlp_mats) * (1 + has_bias)
+    norm_tensors = 2 if shape.has_norm_bias else 1
+    mlp_mats = (3 if shape.gated else 2) * (shape.n_experts or 1)
+    layer_w = shape.attn_weights() + shape.mlp_weights()
+    layer_b = shape.attn_biases() + (shape.mlp_params() - shape.mlp_weights())
+    layer_tensors = shape.norms_per_layer * norm_tensors + 2 * (1 + has_bias) + mlp_mats * (1 + has_bias)
     tensors = 1 + (1 if shape.pos == "learned" else 0) + (0 if shape.tied else 1)
     tensors += shape.n_layer * layer_tensors + norm_tensors
-    largest = max(v * d, qkv_w, f * d, shape.block_size * d if shape.pos == "learned" else 0)
+    largest = max(v * d, d * (shape.q_dim + 2 * shape.kv_dim), f * d * (shape.n_experts or 1) if shape.family in (
+        "mixtral",) else f * d, shape.positions * d)
     # The lm_head's weight is a matmul weight (tied or not); the token embedding is a lookup.
     return _Params(
         total=shape.n_params(),
         tensors=tensors,
         largest=largest,
-        matmul_weights=shape.n_layer * layer_w + v * d,
+        matmul_weights=shape.matmul_weights(),
         matmul_weights_per_layer=layer_w,
         linear_biases=shape.n_layer * layer_b,
-        layer_params=layer_w + layer_b + 2 * _norm_params(shape),
+        layer_params=shape.layer_params(),
     )
 
 
 def _norm_params(shape: ModelShape) -> int:
-    return shape.n_embd * (2 if (shape.norm == "layernorm" and shape.bias) else 1)
+    return shape.norm_params()
 
 
 def causal_mask_bytes(shape: ModelShape) -> int:
-    """The built-in GPT's ``mask`` buffer: a (block_size, block_size) bool per layer."""
+    """The built-in GPT's ``mask`` buffer: a (block_size, block_size) bool per layer (none elsewhere)."""
+    if shape.family not in ("", "gpt"):
+        return 0
     return shape.n_layer * shape.block_size * shape.block_size * BOOL
 
 
@@ -338,7 +343,7 @@ def estimate_memory(
         activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
         kv_cache=0,
         temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
-        items=tuple(items), notes=tuple(notes),
+        items=tuple(items), notes=tuple(notes), parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
     )
 
 
@@ -480,6 +485,7 @@ def _infer(
         temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, at_peak=at_peak,
         items=items,
         notes=("prefill of the whole prompt at once; decode steps need less",),
+        parts={"prefill": dict(at_peak)},
     )
 
 

@@ -17,50 +17,73 @@ from lmprof.errors import ConfigError, DeviceError
 GIB = 1024**3
 GB = 10**9
 
-# Nominal memory of GPUs users name without having one at hand: (name, bytes).
-KNOWN_GPUS: dict[str, tuple[str, int]] = {
-    "h100": ("NVIDIA H100 80GB", 80 * GIB),
-    "h100-80": ("NVIDIA H100 80GB", 80 * GIB),
-    "h100-nvl": ("NVIDIA H100 NVL 94GB", 94 * GB),
-    "h200": ("NVIDIA H200 141GB", 141 * GB),
-    "a100-40": ("NVIDIA A100 40GB", 40 * GIB),
-    "a100-80": ("NVIDIA A100 80GB", 80 * GIB),
-    "v100": ("NVIDIA V100 16GB", 16 * GIB),
-    "v100-32": ("NVIDIA V100 32GB", 32 * GIB),
-    "t4": ("NVIDIA T4 16GB", 16 * GIB),
-    "l4": ("NVIDIA L4 24GB", 24 * GIB),
-    "a10g": ("NVIDIA A10G 24GB", 24 * GIB),
-    "l40s": ("NVIDIA L40S 48GB", 48 * GIB),
-    "rtx3090": ("NVIDIA GeForce RTX 3090", 24 * GIB),
-    "rtx4090": ("NVIDIA GeForce RTX 4090", 24 * GIB),
-    "b200": ("NVIDIA B200 180GB", 180 * GB),
-    "mi250x": ("AMD Instinct MI250X (one GCD)", 64 * GIB),
-    "mi300x": ("AMD Instinct MI300X", 192 * GB),
-}
+
+
+def _known_gpus() -> dict[str, tuple[str, int]]:
+    """Short name (key and aliases) -> (name, nominal bytes), from the one device table (peaks.yaml)."""
+    from lmprof.hardware.peaks import load_table
+
+    out: dict[str, tuple[str, int]] = {}
+    for e in load_table().entries.values():
+        if e.kind == "cuda" and e.memory_bytes:
+            for short in (e.key, *e.aliases):
+                out[short.lower()] = (e.name, e.memory_bytes)
+    return out
+
+
+# Kept for callers of the old name: a view of the device table, not a second table.
+KNOWN_GPUS: dict[str, tuple[str, int]] = _known_gpus()
 
 
 def device_memory(device: str | None, memory_gb: float | None) -> tuple[str, int, str]:
-    """(description, bytes, device kind for the estimate) for the fit check.
+    """(description, nominal bytes, device kind for the estimate) for the fit check.
 
-    Known GPU short names come from :data:`KNOWN_GPUS`, ``cpu`` is this machine's RAM,
+    GPU short names come from the device table (hardware/peaks.yaml), ``cpu`` is this machine's RAM,
     ``cuda``/``cuda:N``/``auto`` the local device. ``memory_gb`` (GiB) replaces the capacity.
+    See :func:`device_budget` for the bytes the fit check actually allows.
     """
     spec = (device or "auto").strip().lower()
     if spec == "a100":
         raise ConfigError("the A100 comes with 40 or 80 GB: use --device a100-40 or a100-80")
-    if spec not in KNOWN_GPUS and spec not in ("cpu", "auto", "mps") and not spec.startswith("cuda"):
-        raise ConfigError(f"unknown device {device!r}: use cpu, cuda, auto or one of {', '.join(KNOWN_GPUS)}")
+    known = _known_gpus()
+    if spec not in known and spec not in ("cpu", "auto", "mps") and not spec.startswith("cuda"):
+        raise ConfigError(f"unknown device {device!r}: use cpu, cuda, auto or one of {', '.join(known)}")
     if memory_gb is not None:
         if not (memory_gb > 0 and memory_gb < 2**40):  # also refuses nan and inf
             raise ConfigError(f"--memory-gb must be a positive, finite number of GiB, got {memory_gb}")
         kind = "cpu" if spec == "cpu" or (spec == "auto" and not _cuda()) else "cuda"
         return f"{memory_gb:g} GiB budget", int(memory_gb * GIB), kind
-    if spec in KNOWN_GPUS:
-        name, capacity = KNOWN_GPUS[spec]
+    if spec in known:
+        name, capacity = known[spec]
         return name, capacity, "cuda"
     if spec == "cpu":
         return "this machine's RAM", _total_ram(), "cpu"
     return _local_device(spec)
+
+
+def device_budget(device: str | None, memory_gb: float | None, margin: bool = True) -> tuple[str, int, int, str, str]:
+    """(description, nominal bytes, budget bytes, kind, how the budget was derived) for the fit check.
+
+    A table GPU's budget is its usable memory (the driver's total where recorded) minus the margin of
+    :func:`lmprof.analysis.fit.fit_budget`; a local CUDA device's is torch's total_memory minus the
+    margin; ``--memory-gb`` and the CPU's RAM are taken as given.
+    """
+    from lmprof.analysis.fit import MARGIN_FIXED, MARGIN_FRACTION, fit_budget
+    from lmprof.hardware.peaks import load_table
+
+    name, nominal, kind = device_memory(device, memory_gb)
+    spec = (device or "auto").strip().lower()
+    if memory_gb is not None or kind == "cpu":
+        return name, nominal, nominal, kind, "as given" if memory_gb is not None else "total RAM"
+    entry = load_table().find(spec) if spec in _known_gpus() else None
+    usable, how = (entry.usable_memory() if entry is not None else (nominal, "torch total_memory"))
+    usable = usable or nominal
+    if not margin:
+        return name, nominal, usable, kind, how
+    budget = fit_budget(usable)
+    how = (f"usable {usable / GIB:.2f} GiB ({how}) minus {MARGIN_FIXED / GIB:g} GiB (CUDA context, workspaces) "
+           f"and {MARGIN_FRACTION:.0%} (allocator fragmentation)")
+    return name, nominal, budget, kind, how
 
 
 def _cuda() -> bool:
@@ -98,15 +121,26 @@ def _fmt(n: float) -> str:
 @app.command()
 def memory(
     preset: str = typer.Option("tiny", "--preset", help="built-in GPT preset: tiny, small, gpt2"),
-    batch_size: int = typer.Option(8, "--batch-size", "-b", help="sequences per step"),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="a known model (llama-3-8b, mixtral-8x7b, ...), a config.json or a model folder "
+        "(replaces --preset)"),
+    batch_size: int = typer.Option(8, "--batch-size", "-b", help="sequences per step (per GPU)"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="tokens per sequence (default: block size)"),
+    context: Optional[int] = typer.Option(None, "--context", help="infer: prompt tokens held in the KV cache "
+                                          "(same as --seq-len)"),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16 (16-bit = autocast with fp32 params)"),
-    param_dtype: str = typer.Option("fp32", "--param-dtype", help="parameter dtype; bf16/fp16 = 16-bit weights"),
+    param_dtype: Optional[str] = typer.Option(
+        None, "--param-dtype", help="parameter dtype; bf16/fp16 = 16-bit weights [default fp32; with --model: --dtype]"),
+    weights: Optional[str] = typer.Option(None, "--weights", help="infer: weight storage int8 / int4 (group scales) "
+                                          "or a float dtype"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="infer: KV cache dtype (fp8, bf16, ...)"),
     device: Optional[str] = typer.Option(None, "--device", help="h100, a100-80, h200, ..., cpu, cuda (default auto)"),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="memory budget in GiB (overrides --device)"),
     attention: str = typer.Option("math", "--attention", help="math (keeps the T x T scores) or sdpa (fused)"),
     mode: str = typer.Option("train", "--mode", help="train or infer"),
-    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw or sgd (momentum)"),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit or sgd (momentum)"),
+    gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the work (see --shard)"),
+    shard: str = typer.Option("ddp", "--shard", help="ddp, zero1, zero2, zero3 or fsdp"),
     new_tokens: int = typer.Option(0, "--new-tokens", help="infer: generated tokens the KV cache also holds"),
     n_layer: Optional[int] = typer.Option(None, "--n-layer"),
     n_head: Optional[int] = typer.Option(None, "--n-head"),
@@ -120,42 +154,60 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
 ) -> int:
     """Fit check without running: memory breakdown, peak vs device memory, largest batch that fits."""
-    from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
+    from lmprof.analysis.fit import estimate_plan
+    from lmprof.analysis.memory_estimate import largest_fitting_batch
     from lmprof.workloads.gpt import preset as make_preset
 
     for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens),
                         ("--n-layer", n_layer), ("--n-head", n_head), ("--n-embd", n_embd),
-                        ("--vocab-size", vocab_size), ("--block-size", block_size)):
+                        ("--vocab-size", vocab_size), ("--block-size", block_size), ("--context", context)):
         if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
-    cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
-                      block_size=block_size, dropout=dropout, attention=attention)
-    shape = cfg.shape()
-    seq = seq_len if seq_len is not None else (cfg.block_size - new_tokens if mode == "infer" else cfg.block_size)
-    dev_name, capacity, kind = device_memory(device, memory_gb)
+    if model is not None:
+        from lmprof.workloads.models import resolve_model
+
+        entry = resolve_model(model)
+        shape, label, drop = entry.shape, entry.name, dropout or 0.0
+        pdt = param_dtype or dtype
+    else:
+        cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
+                          block_size=block_size, dropout=dropout, attention=attention)
+        shape, label, drop, pdt = cfg.shape(), preset, cfg.dropout, param_dtype or "fp32"
+    if context is not None and seq_len is not None and context != seq_len:
+        raise ConfigError("--context and --seq-len both given with different values: give one")
+    seq_len = context if context is not None else seq_len
+    if seq_len is None:
+        default = shape.block_size if model is None else min(shape.block_size, 4096)
+        seq = default - new_tokens if mode == "infer" else default
+    else:
+        seq = seq_len
+    dev_name, nominal, budget, kind, how = device_budget(device, memory_gb)
 
     def estimate_at(b: int) -> Any:
-        return estimate_memory(shape, batch=b, seq_len=seq, mode=mode, dtype=dtype,  # type: ignore[arg-type]
-                               param_dtype=param_dtype, attention=attention,  # type: ignore[arg-type]
-                               optimizer=optimizer, device_kind=kind, dropout=cfg.dropout,  # type: ignore[arg-type]
-                               new_tokens=new_tokens, hold_logits=hold_logits)
+        return estimate_plan(shape, batch=b, seq_len=seq, mode=mode, dtype=dtype,  # type: ignore[arg-type]
+                             param_dtype=pdt, attention=attention,  # type: ignore[arg-type]
+                             optimizer=optimizer, device_kind=kind, dropout=drop,
+                             new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus,
+                             shard=shard, weights=weights, kv_dtype=kv_dtype)  # type: ignore[arg-type]
 
     est = estimate_at(batch_size)
-    best = largest_fitting_batch(capacity, estimate_at)
-    fits = est.peak <= capacity
+    best = largest_fitting_batch(budget, estimate_at)
+    fits = est.peak <= budget
     if as_json:
         import orjson
 
-        data = {"estimate": est.to_dict(), "device": dev_name, "capacity": capacity, "fits": fits,
-                "largest_batch": best}
+        data = {"estimate": est.to_dict(), "model": label, "device": dev_name, "capacity": nominal,
+                "budget": budget, "budget_note": how, "fits": fits, "largest_batch": best,
+                "params_total": shape.n_params(), "params_active": shape.n_params(active=True),
+                "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return 0 if fits else 1
-    _print_report(est, preset, dev_name, capacity, fits, best, blocks, estimate_at)
+    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at)
     return 0 if fits else 1
 
 
-def _print_report(est: Any, preset: str, dev_name: str, capacity: int, fits: bool, best: int, blocks: bool,
-                  estimate_at: Any) -> None:
+def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: int, how: str, fits: bool, best: int,
+                  blocks: bool, estimate_at: Any) -> None:
     mixed = est.dtype != "fp32" and est.param_dtype == "fp32"
     what = "train step" if est.mode == "train" else f"inference (KV cache of {est.kv_tokens} tokens)"
     opt = f", {est.optimizer} ({est.optimizer_impl})" if est.mode == "train" else ""
@@ -181,13 +233,15 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, fits: boo
     echo("")
     echo("  candidate peaks: " + ", ".join(f"{k} {_fmt(v)}" for k, v in est.moments.items()))
     echo("")
-    pct = 100.0 * est.peak / capacity if capacity else float("inf")
+    for note in est.notes:
+        echo(f"note: {note}")
+    pct = 100.0 * est.peak / budget if budget else float("inf")
     echo(f"device: {dev_name}: {_fmt(capacity)}")
+    echo(f"budget: {_fmt(budget)} = {how}")
     verdict = "FITS" if fits else "DOES NOT FIT"
-    echo(f"{verdict}: peak {_fmt(est.peak)} is {pct:.0f}% of {_fmt(capacity)} (at {est.peak_at})")
+    echo(f"{verdict}: peak {_fmt(est.peak)} is {pct:.0f}% of the {_fmt(budget)} budget (at {est.peak_at})")
     if best:
         echo(f"largest batch size that fits: {best} (peak {_fmt(estimate_at(best).peak)})")
     else:
         echo("largest batch size that fits: none (batch 1 is already too large)")
-    echo("not counted: CUDA context and kernels' workspaces (~0.5-1 GiB), allocator fragmentation, "
-         "other processes")
+    echo("not counted: other processes on the device")

@@ -1,4 +1,7 @@
-"""The peak table: datasheet dense FLOP/s per dtype and memory bandwidth, per device.
+"""The device table: datasheet dense FLOP/s per dtype, memory bandwidth and memory size, per device.
+
+One table serves the roofline and MFU (peaks) and the fit check of ``lmprof memory`` (nominal and
+driver-reported usable memory).
 
 The built-in table is ``peaks.yaml`` beside this module (versioned; every entry names its vendor
 source). A user file merges over it, entry by entry:
@@ -6,7 +9,8 @@ source). A user file merges over it, entry by entry:
 * ``$LMPROF_PEAKS`` if set (a path), else
 * ``$XDG_CONFIG_HOME/lmprof/peaks.yaml`` (default ``~/.config/lmprof/peaks.yaml``) if it exists.
 
-It has the same form (``devices: {key: {name, kind, match, tflops, bandwidth_gbs, source}}``); an
+It has the same form (``devices: {key: {name, kind, match, tflops, bandwidth_gbs, source,
+memory_gib | memory_gb, usable_mib, memory_source}}``); an
 entry whose key exists replaces the fields it gives (``tflops`` merged per dtype), a new key adds a
 device. See docs/flops-and-roofline.md.
 """
@@ -25,6 +29,11 @@ from lmprof.safeyaml import load_file
 
 TFLOP = 1e12
 GB = 1e9
+GIB = 1024**3
+MIB = 1024**2
+# Usable / nominal memory assumed when the driver's figure is not recorded: the lowest ratio among
+# the cards whose figure is (T4, L4, L40S: 15,360 / 16,384 MiB = 0.9375, ECC reservation on GDDR).
+UNRECORDED_USABLE = 0.9375
 KINDS = ("cuda", "mps", "cpu")
 
 
@@ -42,6 +51,23 @@ class PeakEntry:
     aliases: tuple[str, ...] = ()
     match: tuple[re.Pattern[str], ...] = ()
     origin: str = "built-in"  # or the user file it came from
+    memory_bytes: int | None = None  # nominal, as marketed
+    usable_bytes: int | None = None  # what the driver reports, where recorded
+    memory_source: str = ""
+
+    def usable_memory(self) -> tuple[int | None, str]:
+        """(bytes the driver makes available, how that figure was obtained).
+
+        The recorded driver total when the table has one; otherwise :data:`UNRECORDED_USABLE` of
+        the nominal memory (the lowest usable/nominal ratio among recorded cards), or None.
+        """
+        if self.usable_bytes:
+            return self.usable_bytes, f"driver-reported total ({self.memory_source})"
+        if self.memory_bytes:
+            return (int(self.memory_bytes * UNRECORDED_USABLE),
+                    f"{UNRECORDED_USABLE:.2%} of nominal {self.memory_bytes / GIB:.1f} GiB: no driver figure "
+                    f"recorded ({self.memory_source})")
+        return None, "no memory size in the device table"
 
     def flops_for(self, dtype: object) -> float | None:
         """Dense peak FLOP/s for ``dtype``, or None when the vendor gives none."""
@@ -172,6 +198,13 @@ def _entry(key: str, e: dict[str, Any]) -> PeakEntry:
         patterns = tuple(re.compile(str(p), re.IGNORECASE) for p in (e.get("match") or ()))
     except re.error as exc:
         raise ConfigError(f"{where}: bad match pattern: {exc}") from None
+    nominal = None
+    if e.get("memory_gib") is not None:
+        nominal = _positive(e["memory_gib"], "memory_gib", where) * GIB
+    elif e.get("memory_gb") is not None:
+        nominal = _positive(e["memory_gb"], "memory_gb", where) * GB
+    usable = e.get("usable_mib")
+    usable_bytes = None if usable is None else int(_positive(usable, "usable_mib", where) * MIB)
     source = e.get("source")
     if not source:
         raise ConfigError(f"{where}: every entry needs a 'source' (the datasheet the numbers come from)")
@@ -186,4 +219,13 @@ def _entry(key: str, e: dict[str, Any]) -> PeakEntry:
         aliases=tuple(str(a) for a in (e.get("aliases") or ())),
         match=patterns,
         origin=str(e.get("_origin", "built-in")),
+        memory_bytes=None if nominal is None else int(nominal),
+        usable_bytes=usable_bytes,
+        memory_source=str(e.get("memory_source", "") or ""),
     )
+
+
+def _positive(value: Any, name: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{where}: {name} must be a positive number, got {value!r}")
+    return float(value)

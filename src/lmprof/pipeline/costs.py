@@ -1,13 +1,15 @@
 """Attach FLOP and byte counts, MFU and the roofline to a finished run.
 
-Analytic counts need the model's shape (the built-in GPT, Hugging Face GPT-2 / Llama families); a
-module lmprof cannot describe gets a note instead of invented numbers.
+Analytic counts need the model's shape (the built-in GPT, or any Hugging Face family that
+:func:`lmprof.workloads.models.shape_from_config` describes); a module lmprof cannot describe gets a
+note instead of invented numbers.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
+from lmprof.analysis.flops import conventions_for
 from lmprof.analysis.mfu import block_roofline, fill_block_costs, mfu_metrics
 from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.record.run import Run
@@ -35,7 +37,10 @@ def add_costs(
         run.notes.append("no analytic FLOP model for this module: MFU and roofline are n/a")
         return
     kind = run.env.device.split(":")[0]
-    common = dict(device_name=run.env.device_name, device_kind=kind, dtype=dtype, attention=attention)
+    # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
+    conventions = conventions_for(shape)
+    common = dict(device_name=run.env.device_name, device_kind=kind, dtype=dtype, attention=attention,
+                  conventions=conventions)
     if run.mode == "train":
         step = run.metrics.get("step_time")
         run.metrics.update(mfu_metrics(shape, batch=batch, seq_len=seq_len, mode="train",
@@ -50,7 +55,7 @@ def add_costs(
                                   decode_tokens=max(decode_tokens, 1), **common)
             run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
-                                  decode_tokens=decode_tokens, attention=attention)
+                                  decode_tokens=decode_tokens, attention=attention, conventions=conventions)
     peak = resolve_peak(run.env.device_name, kind, dtype)
     if not peak.flops_per_s or not peak.bytes_per_s:
         run.notes.append(f"no roofline: {peak.note}")

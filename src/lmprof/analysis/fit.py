@@ -1,0 +1,133 @@
+"""Will it fit: one estimate per GPU with sharding, 8-bit optimizers, quantised weights, a KV dtype.
+
+Builds on :func:`lmprof.analysis.memory_estimate.estimate_memory` (one unsharded process) and
+rescales its categories moment by moment:
+
+* ``optimizer="adamw8bit"``: two 1-byte moments per parameter plus one fp32 scale per block of
+  2,048 values each (bitsandbytes' blockwise 8-bit Adam), instead of two fp32 moments;
+* ``shard`` over ``gpus``: ``ddp`` replicates everything; ``zero1`` splits the optimizer state,
+  ``zero2`` the gradients too, ``zero3`` / ``fsdp`` the parameters too, and then every GPU also holds
+  one layer's gathered parameters (and, in training, their gradients) while it runs;
+* inference ``weights`` int8 / int4: matmul weights at ``weight_bytes_per_param`` (a 2-byte scale per
+  128 weights), norms and embeddings at the compute dtype; ``kv_dtype`` sets the cache's width.
+
+``usable`` device memory minus a margin is the budget (:func:`fit_budget`). Every figure is bytes,
+estimated.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from lmprof.dtypes import dtype_bytes, normalize_weight_dtype, weight_bytes_per_param
+from lmprof.errors import ConfigError
+from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory, kv_cache_bytes
+from lmprof.workloads.shape import ModelShape
+
+Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
+SHARDS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+OPTIMIZERS = ("adamw", "adamw8bit", "sgd")
+GIB = 1024**3
+# Reserved out of the usable memory: the CUDA context and library workspaces (cuBLAS, NCCL) take
+# 0.3-1 GiB outside PyTorch's allocator, and the caching allocator loses a few percent to
+# fragmentation. A choice, not a measurement: see docs/memory.md.
+MARGIN_FIXED = 1 * GIB
+MARGIN_FRACTION = 0.02
+BNB_BLOCK = 2048  # values per fp32 absmax scale in bitsandbytes' blockwise 8-bit optimizers
+
+
+def fit_budget(usable: int, margin_fixed: int = MARGIN_FIXED, margin_fraction: float = MARGIN_FRACTION) -> int:
+    """Bytes the estimate may use on a device with ``usable`` bytes: usable - fixed - fraction x usable."""
+    return max(0, int(usable - margin_fixed - margin_fraction * usable))
+
+
+def estimate_plan(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: Literal["train", "infer"] = "train",
+    dtype: str = "bf16",
+    param_dtype: str = "fp32",
+    optimizer: str = "adamw",
+    attention: Literal["math", "sdpa"] = "sdpa",
+    device_kind: str = "cuda",
+    new_tokens: int = 0,
+    gpus: int = 1,
+    shard: Shard = "ddp",
+    weights: str | None = None,
+    kv_dtype: str | None = None,
+    dropout: float = 0.0,
+    hold_logits: bool = False,
+) -> MemoryEstimate:
+    """The per-GPU memory estimate of one configuration (see the module docstring)."""
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if shard not in SHARDS:
+        raise ConfigError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    if not isinstance(gpus, int) or gpus <= 0:
+        raise ConfigError(f"--gpus must be a positive integer, got {gpus!r}")
+    base_opt = "sgd" if optimizer == "sgd" else "adamw"
+    est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
+                          attention=attention, optimizer=base_opt, device_kind=device_kind,  # type: ignore[arg-type]
+                          dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits)
+    n = est.n_params
+    notes = list(est.notes)
+    scale: dict[str, float] = {}
+    new: dict[str, int] = {}
+    if mode == "infer":
+        if weights is not None:
+            wname = normalize_weight_dtype(weights)
+            # matmul weights include the lm_head; a tied embedding is that same tensor, stored once.
+            mm = shape.matmul_weights()
+            rest = n - mm
+            new["params"] = int(mm * weight_bytes_per_param(wname) + rest * dtype_bytes(est.param_dtype))
+            notes.append(f"weights {wname}: matmul weights at {weight_bytes_per_param(wname):g} B each "
+                         "(int formats: a 2-byte scale per 128 weights), norms and embeddings at the compute dtype")
+        if kv_dtype is not None:
+            new["kv_cache"] = kv_cache_bytes(shape, batch, est.kv_tokens, dtype_bytes(kv_dtype))
+    else:
+        if weights is not None:
+            raise ConfigError("--weights int8/int4 is for inference (--mode infer); training keeps float weights")
+        if optimizer == "adamw8bit":
+            master = est.master_weights
+            scales = 2 * -(-n // BNB_BLOCK) * 4
+            new["optimizer"] = 2 * n + scales + master
+            notes.append("8-bit AdamW (bitsandbytes blockwise): two 1-byte moments + an fp32 scale per 2,048 values"
+                         + (" + fp32 master weights" if master else ""))
+    if gpus > 1 or shard != "ddp":
+        if shard in ("zero1", "zero2", "zero3", "fsdp"):
+            scale["optimizer"] = 1 / gpus
+        if shard in ("zero2", "zero3", "fsdp"):
+            scale["grads"] = 1 / gpus
+        if shard in ("zero3", "fsdp"):
+            scale["params"] = 1 / gpus
+        notes.append(f"{shard} over {gpus} GPUs: per-GPU figures; batch is per GPU")
+    # Rescale each moment's categories.
+    parts: dict[str, dict[str, int]] = {}
+    full = {"params": est.params, "grads": est.grads, "optimizer": est.optimizer_state, "kv_cache": est.kv_cache}
+    for moment, cats in est.parts.items():
+        out = {}
+        for cat, b in cats.items():
+            if cat in new and full.get(cat):
+                b = int(b * new[cat] / full[cat])
+            out[cat] = int(b * scale.get(cat, 1.0))
+        if shard in ("zero3", "fsdp") and gpus > 1:
+            p_bytes = dtype_bytes(est.param_dtype)
+            gathered = shape.layer_params() * p_bytes * (2 if mode == "train" and "grads" in cats else 1)
+            out["temporaries"] = out.get("temporaries", 0) + gathered
+        parts[moment] = out
+    moments = {k: sum(v.values()) for k, v in parts.items()}
+    peak_at = max(moments, key=lambda k: moments[k])
+    at_peak = {c: parts[peak_at].get(c, 0) for c in est.at_peak}
+
+    def total(cat: str, value: int) -> int:
+        value = new.get(cat, value)
+        return int(value * scale.get(cat, 1.0))
+
+    return replace(
+        est, optimizer=optimizer, params=total("params", est.params), grads=total("grads", est.grads),
+        optimizer_state=total("optimizer", est.optimizer_state), kv_cache=total("kv_cache", est.kv_cache),
+        peak=moments[peak_at], peak_at=peak_at, moments=moments, at_peak=at_peak, parts=parts,
+        temporaries=at_peak.get("temporaries", 0), notes=tuple(notes),
+    )
