@@ -186,3 +186,47 @@ def test_fill_blocks_and_block_roofline():
     assert [p.name for p in points] == ["mlp.fc", "ln_1", "mlp.fc"]
     assert points[0].time_s == pytest.approx(2e-3)
     assert points[1].bound == "overhead-bound"  # a ~MB of traffic in 1 ms on a 1 TB/s device
+
+
+def test_cli_decode_kv_length_is_the_one_printed(tmp_path, capsys):
+    """Issue 13 §6: `--phase decode -t 64` computes 64 keys (it computed 65); gpt2's default 1,024, not 1,025."""
+    from lmprof.analysis.flops import block_costs
+    from lmprof.workloads.gpt import preset
+
+    shape = preset("tiny").shape()
+    assert main(["roofline", "--preset", "tiny", "--device", "h100", "--phase", "decode", "-t", "64", "--json"]) == 0
+    data = __import__("json").loads(capsys.readouterr().out)
+    scores = next(b for b in data["blocks"] if b["name"] == "attn.scores")
+    # one query per head against 64 keys, 2 FLOPs per multiply-add, every layer: by hand
+    assert scores["matmul_flops"] == 2 * 64 * shape.n_embd * shape.n_layer
+    assert data["kv_length"] == 64
+    ref = block_costs(shape, batch=1, seq_len=1, phase="decode", context=64)
+    assert data["total"]["flops"] == pytest.approx(sum(c.flops for c in ref))
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--model", "no-such"], "llama-3-8b"),
+    (["--model", "llama-3-8b", "--phase", "decode", "--context", "9000"], "8192"),
+    (["--model", "llama-3-8b", "--weights", "int3"], "int4"),
+    (["--model", "mistral-7b", "--device", "v100", "--dtype", "bf16"], "bf16"),
+    (["--model", "qwen2.5-7b", "--sweep-batch", "1,x"], "integers"),
+])
+def test_cli_roofline_model_bad_input(tmp_path, capsys, args, text):
+    argv = ["roofline", "--device", "h100", "--out", str(tmp_path / "r.png"), *args]
+    argv = argv if "--device" not in args else ["roofline", "--out", str(tmp_path / "r.png"), *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lmprof: error:") and err.count("\n") == 1 and text in err
+
+
+def test_cli_roofline_model_sweep_json(capsys):
+    assert main(["roofline", "--model", "llama-3-8b", "--device", "h100", "--sweep-batch", "1,64,4096",
+                 "--context", "128", "--json"]) == 0
+    data = __import__("json").loads(capsys.readouterr().out)
+    assert data["params_total"] == 8_030_261_248
+    rows = data["sweep"]
+    # batch 1 decode reads every matmul weight once (the embedding only its one row): by hand,
+    # 2 bytes x 7,504,658,432 / 3.35 TB/s = 4.480 ms, plus a little for norms, activations and KV.
+    assert rows[0]["time_s"] == pytest.approx(2 * 7_504_658_432 / 3.35e12, rel=0.01)
+    assert rows[0]["bound"] == "memory-bound"
+    assert rows[-1]["time_per_token_s"] < rows[0]["time_per_token_s"]

@@ -118,3 +118,37 @@ def classify(
 def _check_ceilings(peak_flops: float, peak_bytes_per_s: float) -> None:
     if not peak_flops or peak_flops <= 0 or not peak_bytes_per_s or peak_bytes_per_s <= 0:
         raise ValueError(f"ceilings must be positive, got {peak_flops} FLOP/s and {peak_bytes_per_s} B/s")
+
+
+@dataclass(frozen=True)
+class PhaseRoofline:
+    """Blocks of one phase on one device: costs, roofline points and their sum."""
+
+    batch: int
+    tokens: int  # new tokens processed (batch x 1 for decode)
+    flops: float
+    bytes: float
+    time_s: float  # sum of each block's roofline time (blocks run one after another)
+    points: tuple[RooflinePoint, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.time_s if self.time_s else 0.0
+
+    @property
+    def bound(self) -> str:
+        """compute-bound when blocks at the compute roof take most of the time, else memory-bound."""
+        compute = sum(p.min_time_s or 0.0 for p in self.points if p.bound == "compute-bound")
+        return "compute-bound" if compute >= self.time_s / 2 else "memory-bound"
+
+
+def phase_roofline(costs: Iterable[object], batch: int, tokens: int, peak_flops: float,
+                   peak_bytes_per_s: float) -> PhaseRoofline:
+    """Classify every block cost (objects with name, phase, flops, bytes) and add up their roofline times."""
+    costs = list(costs)
+    points = tuple(classify(c.name, c.flops, c.bytes, peak_flops, peak_bytes_per_s, phase=c.phase)  # type: ignore[attr-defined]
+                   for c in costs)
+    return PhaseRoofline(
+        batch=batch, tokens=tokens, flops=sum(p.flops for p in points), bytes=sum(p.bytes for p in points),
+        time_s=sum(p.min_time_s or 0.0 for p in points), points=points,
+    )

@@ -136,7 +136,8 @@ def memory(
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="infer: KV cache dtype (fp8, bf16, ...)"),
     device: Optional[str] = typer.Option(None, "--device", help="h100, a100-80, h200, ..., cpu, cuda (default auto)"),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="memory budget in GiB (overrides --device)"),
-    attention: str = typer.Option("math", "--attention", help="math (keeps the T x T scores) or sdpa (fused)"),
+    attention: Optional[str] = typer.Option(
+        None, "--attention", help="math (keeps the T x T scores) or sdpa (fused) [default: math; with --model: sdpa]"),
     mode: str = typer.Option("train", "--mode", help="train or infer"),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit or sgd (momentum)"),
     gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the work (see --shard)"),
@@ -163,6 +164,7 @@ def memory(
                         ("--vocab-size", vocab_size), ("--block-size", block_size), ("--context", context)):
         if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
+    attention = attention or ("sdpa" if model is not None else "math")
     if model is not None:
         from lmprof.workloads.models import resolve_model
 
