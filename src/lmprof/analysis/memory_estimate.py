@@ -363,6 +363,8 @@ def activation_items(
     output 2as^2b, its dropout mask as^2b and output 2as^2b, V 2sbh, projection input 2sbh and
     dropout mask sbh; MLP inputs 2sbh + 8sbh, GELU input 8sbh, dropout mask sbh.
     """
+    if shape.family in HF_LLAMA_LAYOUT and attention == "sdpa" and dtype == param_dtype and not dropout:
+        return _hf_llama_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
     s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
     f, v = shape.ffn, shape.vocab_size
     kv = shape.kv_heads * shape.head_dim
@@ -441,6 +443,51 @@ def activation_items(
         add("lm_head", "16-bit weight copy", "2*V*h", 2 * v * h, per_layer=False)
     add("loss", "log-softmax output", f"sbV*{lp}", s * b * v * lp, per_layer=False)
     add("loss", "loss (scalar)", "4", FP32, per_layer=False)
+    return items
+
+
+# Hugging Face families whose saved tensors :func:`_hf_llama_items` itemizes (validated against
+# measured CPU training steps in tests/test_models.py).
+HF_LLAMA_LAYOUT = ("llama", "qwen2")
+
+
+def _hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+    """Saved tensors of a Hugging Face Llama-layout decoder (RMSNorm, RoPE, SwiGLU, SDPA) in one dtype.
+
+    Autograd keeps only what a backward formula needs: RoPE's ``q*cos + rotate_half(q)*sin`` keeps
+    cos/sin (constants) but not q; SDPA without a mask takes grouped K/V as they are (no repeat), and
+    its output reaches o_proj as a view. Each RMSNorm keeps its input upcast to fp32, the normalized
+    tensor (before the weight) and its output (the next matmuls' input), plus fp32 rsqrt.
+    Per layer: two RMSNorms, the rotated q and k, v, SDPA's output and log-sum-exp, and four
+    d_ff-wide MLP tensors (gate, SiLU(gate), up, their product). Once: rotary cos/sin (one row of
+    positions for the whole batch), the final norm, the cross-entropy's log-softmax and targets.
+    Derived from transformers' Llama code and checked against measured CPU steps
+    (tests/test_models.py).
+    """
+    s, b, d, a, f, v = seq_len, batch, shape.n_embd, shape.n_head, shape.ffn, shape.vocab_size
+    qd, kv, hd = shape.q_dim, shape.kv_dim, shape.head_dim
+    items: list[MemoryItem] = []
+
+    def add(block: str, what: str, formula: str, nbytes: int, per_layer: bool = True) -> None:
+        items.append(MemoryItem(block, what, formula, int(nbytes), per_layer))
+
+    def norm(block: str, per_layer: bool) -> None:
+        add(block, "input upcast to fp32", "sbh*4", s * b * d * FP32, per_layer)
+        add(block, "normalized (before the weight)", f"sbh*{e}", s * b * d * e, per_layer)
+        add(block, "output (next matmul's input)", f"sbh*{e}", s * b * d * e, per_layer)
+        add(block, "rsqrt (fp32)", "sb*4", s * b * FP32, per_layer)
+
+    add("embedding", "rotary cos and sin (fp32)", "2*s*hd*4", 2 * s * hd * FP32, per_layer=False)
+    norm("ln_1", True)
+    add("attn.sdpa", "rotated q", f"sb*q_dim*{e}", s * b * qd * e)
+    add("attn.sdpa", "rotated k and v", f"2sb*kv_dim*{e}", 2 * s * b * kv * e)
+    add("attn.sdpa", "output (= o_proj input)", f"sb*q_dim*{e}", s * b * qd * e)
+    add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
+    norm("ln_2", True)
+    add("mlp.act", "gate, SiLU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
+    norm("ln_f", False)
+    add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
+    add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)
     return items
 
 
