@@ -164,8 +164,9 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48):
 @pytest.mark.parametrize("bt", [(4, 48), (2, 40)])
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, int]) -> None:
-    """Parameter, gradient and AdamW bytes of every family within 3% of the live tensors; activations
-    and peak within 3% for every family whose saved tensors are itemized (all but Gemma 2 and MoE)."""
+    """Parameter, gradient, AdamW, activation and peak bytes of every family within 3% of a measured CPU
+    step, except Mixtral's peak (its 3-D expert weights' gradients are built per expert in backward:
+    about 7% above the estimate, not modelled)."""
     from lmprof.analysis.memory_estimate import HF_ITEMIZED, estimate_memory
 
     measured, shape, B, T = _measured_train_memory(name, *bt)
@@ -173,6 +174,7 @@ def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, i
                           attention="sdpa", device_kind="cpu")
     for key, value in (("params", est.params), ("grads", est.grads), ("optimizer", est.optimizer_state)):
         assert measured.value(key)[0] == pytest.approx(value, rel=0.03), key
-    if shape.family in HF_ITEMIZED:
-        assert measured.value("activations")[0] == pytest.approx(est.activations, rel=0.03)
+    assert shape.family in HF_ITEMIZED
+    assert measured.value("activations")[0] == pytest.approx(est.activations, rel=0.03)
+    if shape.family != "mixtral":
         assert measured.value("peak")[0] == pytest.approx(est.peak, rel=0.03)

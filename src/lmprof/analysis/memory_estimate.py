@@ -371,6 +371,8 @@ def activation_items(
         return _hf_llama_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
     if shape.family in HF_GPT2_LAYOUT and attention == "sdpa" and dtype == param_dtype and not dropout:
         return _hf_gpt2_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
+    if shape.family == "gemma2" and dtype == param_dtype and not dropout:  # transformers runs it eager
+        return _hf_gemma2_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
     if shape.family in HF_OTHER_LAYOUTS and attention == "sdpa" and dtype == param_dtype and not dropout:
         return _hf_layernorm_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
     s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
@@ -456,10 +458,10 @@ def activation_items(
 
 # Hugging Face families whose saved tensors :func:`_hf_llama_items` itemizes (validated against
 # measured CPU training steps in tests/test_models.py).
-HF_LLAMA_LAYOUT = ("llama", "qwen2", "mistral", "phi3")
+HF_LLAMA_LAYOUT = ("llama", "qwen2", "mistral", "phi3", "mixtral", "qwen2_moe")
 HF_GPT2_LAYOUT = ("gpt2",)
 HF_OTHER_LAYOUTS = ("gpt_neox", "opt", "falcon")
-HF_ITEMIZED = HF_LLAMA_LAYOUT + HF_GPT2_LAYOUT + HF_OTHER_LAYOUTS
+HF_ITEMIZED = HF_LLAMA_LAYOUT + HF_GPT2_LAYOUT + HF_OTHER_LAYOUTS + ("gemma2",)
 
 
 def _hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
@@ -504,8 +506,71 @@ def _hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list
     if shape.family == "phi3":  # Phi-3 reshapes the output with a copy before o_proj
         add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
     norm("ln_2", True)
-    add("mlp.act", "gate, SiLU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
+    if shape.moe:
+        _moe_items(shape, s * b, e, add)
+    else:
+        add("mlp.act", "gate, SiLU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
     norm("ln_f", False)
+    add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
+    add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)
+    return items
+
+
+def _moe_items(shape: ModelShape, n: int, e: int, add: Callable[..., None]) -> None:
+    """Saved tensors of a Hugging Face MoE block run with eager experts (``experts_implementation="eager"``).
+
+    Router: its fp32 softmax, top-k indices and renormalised weights. Each of the n x top_k routed
+    token slots keeps its token index, the gathered input, the fused gate/up output, SiLU(gate), their
+    product, its routing weight, the down projection's output and the weighted output. A shared
+    expert (Qwen2-MoE) keeps a dense gated MLP's four tensors, its output and its sigmoid gate.
+    """
+    d, k, E = shape.n_embd, shape.top_k, shape.n_experts
+    fe, fs = shape.expert_ffn, shape.shared_ffn
+    add("mlp.fc", "router softmax (fp32), top-k indices (int64) and weights",
+        "n*E*4 + n*k*(8+4) + n*4", n * E * FP32 + n * k * (INT64 + FP32) + n * FP32)
+    add("mlp.fc", "per routed slot: index, input, gate/up, SiLU, product, weight, down output, weighted",
+        f"n*k*((3d+4f_e)*{e} + 12)", n * k * ((3 * d + 4 * fe) * e + INT64 + FP32))
+    if shape.n_shared_experts:
+        add("mlp.act", "shared expert: gate, SiLU(gate), up, product; output; sigmoid gate",
+            f"n*(4f_s+d+1)*{e}", n * (shape.n_shared_experts * 4 * fs + d + 1) * e)
+
+
+def _hf_gemma2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+    """Saved tensors of Hugging Face Gemma 2 (eager attention with logit soft-capping) in one dtype.
+
+    Per layer: four RMSNorms (pre-attention and pre-MLP keep input, normalized and output; the two
+    post-norms keep input and normalized), q and K repeated to every head for the score matmul, the
+    tanh of the soft-capped scores and the softmax output (both b x h x s x s), V repeated, the
+    o_proj input copy, and the GeGLU's four d_ff-wide tensors. Once: rotary cos/sin, the final
+    norm, the tanh of the soft-capped logits, the log-softmax and targets.
+    Read off autograd's saved tensors and checked against measured CPU steps (tests/test_models.py).
+    """
+    s, b, d, a, f, v = seq_len, batch, shape.n_embd, shape.n_head, shape.ffn, shape.vocab_size
+    qd, hd = shape.q_dim, shape.head_dim
+    items: list[MemoryItem] = []
+
+    def add(block: str, what: str, formula: str, nbytes: int, per_layer: bool = True) -> None:
+        items.append(MemoryItem(block, what, formula, int(nbytes), per_layer))
+
+    def norm(block: str, per_layer: bool, output: bool) -> None:
+        add(block, "input and normalized", f"2sbh*{e}", 2 * s * b * d * e, per_layer)
+        add(block, "rsqrt (fp32) and 1 + weight", "sb*4 + h*4", s * b * FP32 + d * FP32, per_layer)
+        if output:
+            add(block, "output (next matmul's input)", f"sbh*{e}", s * b * d * e, per_layer)
+
+    add("embedding", "token ids (int64), rotary cos and sin (fp32)", "sb*8 + 2*s*hd*4",
+        s * b * INT64 + 2 * s * hd * FP32, per_layer=False)
+    norm("ln_1", True, output=True)
+    add("attn.scores", "q, and k repeated to every head", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
+    add("attn.softmax", "tanh of the capped scores and the softmax output", f"2as^2b*{e}", 2 * a * s * s * b * e)
+    add("attn.av", "v repeated to every head", f"sb*q_dim*{e}", s * b * qd * e)
+    add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
+    norm("ln_1", True, output=False)  # post-attention norm
+    norm("ln_2", True, output=True)
+    add("mlp.act", "gate, GELU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
+    norm("ln_2", True, output=False)  # post-feed-forward norm
+    norm("ln_f", False, output=True)
+    add("lm_head", "tanh of the soft-capped logits", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)
     return items
