@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lmprof.errors import ConfigError, DataError, LmprofError
+from lmprof.workloads.models import known_config, known_models
 from lmprof.workloads.shape import ModelShape
 
 # Architectures users name with --hf-config, built with random weights and no download.
@@ -78,8 +79,12 @@ def config_for(name: str, **overrides: Any) -> Any:
     elif name in KNOWN_CONFIGS:
         model_type, kw = KNOWN_CONFIGS[name]
         cfg = tf.AutoConfig.for_model(model_type, **kw)
+    elif name in known_models():  # the shipped model table (lmprof roofline / memory --model)
+        kw = known_config(name)
+        cfg = tf.AutoConfig.for_model(kw.pop("model_type"), **kw)
     else:
-        raise ConfigError(f"unknown --hf-config {name!r}: use one of {', '.join(KNOWN_CONFIGS)} or a config.json path")
+        raise ConfigError(f"unknown --hf-config {name!r}: use one of {', '.join([*KNOWN_CONFIGS, *known_models()])} "
+                          "or a config.json path")
     for k, v in overrides.items():
         if v is not None:
             setattr(cfg, k, v)
