@@ -133,3 +133,51 @@ def test_device_table() -> None:
     assert all(cap > 0 for _, cap in KNOWN_GPUS.values())
     with pytest.raises(ConfigError):
         device_memory("a100", None)
+
+
+def test_fit_budget_uses_usable_memory_and_margin(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13 §4: the driver reports 81,559 MiB for an H100 80GB, and a margin is reserved."""
+    from lmprof.cli.memory import device_budget
+
+    name, nominal, budget, kind, how = device_budget("h100", None)
+    usable = 81_559 * 2**20
+    assert nominal == 80 * GIB and kind == "cuda"
+    assert budget == int(usable - GIB - 0.02 * usable)  # 1 GiB + 2%, docs/memory.md
+    assert "81,559 MiB" in how
+    # L4 and T4 from their driver totals; an unrecorded card at 93.75% of nominal.
+    assert device_budget("l4", None, margin=False)[2] == 23_034 * 2**20
+    assert device_budget("t4", None, margin=False)[2] == 15_360 * 2**20
+    assert device_budget("a100-80", None, margin=False)[2] == int(80 * GIB * 0.9375)
+    assert device_budget("h100", 10.0)[2] == 10 * GIB  # --memory-gb is the budget as given
+
+
+def test_model_infer_largest_batch_and_context(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--model", "llama-3-8b", "--mode", "infer", "--context", "4096", "-b", "4",
+                        "--device", "h100", "--dtype", "bf16", "--kv-dtype", "fp8", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["fits"] and data["params_total"] == 8_030_261_248
+    # fp8 KV cache: 2 x 32 layers x 1024 x 4096 tokens x 4 sequences x 1 byte, by hand
+    assert data["estimate"]["kv_cache"] == 2 * 32 * 1024 * 4096 * 4
+    assert data["largest_batch"] > 4 and 4096 < data["largest_context"] <= 8192
+
+
+def test_model_train_zero3_divides_static_state(capsys: pytest.CaptureFixture[str]) -> None:
+    one = json.loads(_run(capsys, "--model", "mixtral-8x7b", "-b", "1", "--seq-len", "512", "--dtype", "bf16",
+                          "--device", "h100", "--json")[1])
+    eight = json.loads(_run(capsys, "--model", "mixtral-8x7b", "-b", "1", "--seq-len", "512", "--dtype", "bf16",
+                            "--device", "h100", "--gpus", "8", "--shard", "zero3", "--json")[1])
+    n = 46_702_792_704
+    assert one["params_total"] == n and one["estimate"]["params"] == 2 * n  # bf16
+    assert eight["estimate"]["params"] == 2 * n // 8
+    assert eight["estimate"]["optimizer_state"] == pytest.approx(one["estimate"]["optimizer_state"] / 8, rel=1e-6)
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--model", "no-such"], "llama-3-8b"),
+    (["--model", "llama-3-8b", "--mode", "infer", "--context", "9000"], "8192"),
+    (["--model", "llama-3-8b", "--shard", "zero9"], "zero3"),
+    (["--model", "llama-3-8b", "--optimizer", "lion"], "adamw8bit"),
+])
+def test_model_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], text: str) -> None:
+    code, _, err = _run(capsys, *args, "--device", "h100")
+    assert code == 2 and err.count("\n") == 1 and text in err

@@ -166,7 +166,7 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48):
 def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, int]) -> None:
     """Parameter, gradient, AdamW, activation and peak bytes of every family within 3% of a measured CPU
     step, except Mixtral's peak (its 3-D expert weights' gradients are built per expert in backward:
-    about 7% above the estimate, not modelled)."""
+    7-9% above the estimate, not modelled)."""
     from lmprof.analysis.memory_estimate import HF_ITEMIZED, estimate_memory
 
     measured, shape, B, T = _measured_train_memory(name, *bt)

@@ -17,7 +17,7 @@ estimated.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
+from typing import Callable, Literal
 
 from lmprof.dtypes import dtype_bytes, normalize_weight_dtype, weight_bytes_per_param
 from lmprof.errors import ConfigError
@@ -131,3 +131,22 @@ def estimate_plan(
         peak=moments[peak_at], peak_at=peak_at, moments=moments, at_peak=at_peak, parts=parts,
         temporaries=at_peak.get("temporaries", 0), notes=tuple(notes),
     )
+
+
+def largest_fitting(budget: int, peak_at: Callable[[int], int], limit: int) -> int:
+    """The largest n in 1..limit with ``peak_at(n) <= budget`` (0 when not even 1 fits).
+
+    Peak memory grows with n (batch or context), so a bisection needs O(log limit) estimates.
+    """
+    if peak_at(1) > budget:
+        return 0
+    if peak_at(limit) <= budget:
+        return limit
+    lo, hi = 1, limit  # peak_at(lo) fits, peak_at(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if peak_at(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo

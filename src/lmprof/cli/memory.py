@@ -195,16 +195,31 @@ def memory(
     est = estimate_at(batch_size)
     best = largest_fitting_batch(budget, estimate_at)
     fits = est.peak <= budget
+    best_context = None
+    if mode == "infer":  # the largest prompt the cache can hold at this batch, up to the model's maximum
+        from lmprof.analysis.fit import largest_fitting
+
+        def peak_with_context(c: int) -> int:
+            return estimate_plan(shape, batch=batch_size, seq_len=c, mode="infer", dtype=dtype, param_dtype=pdt,
+                                 attention=attention, device_kind=kind, new_tokens=new_tokens,  # type: ignore[arg-type]
+                                 gpus=gpus, shard=shard, weights=weights, kv_dtype=kv_dtype).peak  # type: ignore[arg-type]
+
+        best_context = largest_fitting(budget, peak_with_context, shape.block_size - new_tokens)
     if as_json:
         import orjson
 
         data = {"estimate": est.to_dict(), "model": label, "device": dev_name, "capacity": nominal,
                 "budget": budget, "budget_note": how, "fits": fits, "largest_batch": best,
+                "largest_context": best_context,
                 "params_total": shape.n_params(), "params_active": shape.n_params(active=True),
                 "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return 0 if fits else 1
     _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at)
+    if best_context is not None:
+        typer.echo(f"largest context that fits at batch {batch_size}: "
+                   + (f"{best_context:,} tokens (model maximum {shape.block_size:,})" if best_context
+                      else "none (a 1-token prompt is already too large)"))
     return 0 if fits else 1
 
 
