@@ -181,3 +181,13 @@ def test_model_train_zero3_divides_static_state(capsys: pytest.CaptureFixture[st
 def test_model_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], text: str) -> None:
     code, _, err = _run(capsys, *args, "--device", "h100")
     assert code == 2 and err.count("\n") == 1 and text in err
+
+
+def test_checkpointing_keeps_layer_inputs_only(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--model", "llama-3-8b", "-b", "2", "--seq-len", "1024", "--dtype", "bf16", "--device", "h100", "--json"]
+    plain = json.loads(_run(capsys, *base)[1])["estimate"]
+    ckpt = json.loads(_run(capsys, *base, "--checkpointing")[1])["estimate"]
+    once = plain["activations"] - 32 * plain["activations_per_layer"]
+    # by hand: 32 layer inputs of 2 x 1024 x 4096 bf16 values, plus the once-per-model tensors
+    assert ckpt["activations"] == 32 * 2 * 1024 * 4096 * 2 + once
+    assert ckpt["peak"] < plain["peak"]

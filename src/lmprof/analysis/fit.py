@@ -59,8 +59,14 @@ def estimate_plan(
     kv_dtype: str | None = None,
     dropout: float = 0.0,
     hold_logits: bool = False,
+    checkpointing: bool = False,
 ) -> MemoryEstimate:
-    """The per-GPU memory estimate of one configuration (see the module docstring)."""
+    """The per-GPU memory estimate of one configuration (see the module docstring).
+
+    ``checkpointing`` (train): full activation checkpointing keeps only each layer's input (the
+    residual stream) through the forward pass, and one layer's activations at a time while that
+    layer's forward is re-run in backward. Estimated, not validated against a measured step.
+    """
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if shard not in SHARDS:
@@ -103,13 +109,26 @@ def estimate_plan(
         if shard in ("zero3", "fsdp"):
             scale["params"] = 1 / gpus
         notes.append(f"{shard} over {gpus} GPUs: per-GPU figures; batch is per GPU")
+    if checkpointing and mode == "train":
+        per_layer = est.activations_per_layer
+        once = est.activations - shape.n_layer * per_layer
+        kept = shape.n_layer * batch * seq_len * shape.n_embd * dtype_bytes(est.param_dtype) + once
+        new["activations"] = kept
+        notes.append("full activation checkpointing: layer inputs kept, one layer's activations recomputed "
+                     "at a time in backward (estimated, not validated)")
+    elif checkpointing:
+        raise ConfigError("--checkpointing applies to training (--mode train)")
     # Rescale each moment's categories.
     parts: dict[str, dict[str, int]] = {}
-    full = {"params": est.params, "grads": est.grads, "optimizer": est.optimizer_state, "kv_cache": est.kv_cache}
+    full = {"params": est.params, "grads": est.grads, "optimizer": est.optimizer_state, "kv_cache": est.kv_cache,
+            "activations": est.activations}
     for moment, cats in est.parts.items():
         out = {}
         for cat, b in cats.items():
-            if cat in new and full.get(cat):
+            if cat == "activations" and "activations" in new:
+                # Layer inputs + the once-per-model tensors; in the layers' backward, one layer recomputed.
+                b = new["activations"] + (est.activations_per_layer if moment == "backward (layers)" else 0)
+            elif cat in new and full.get(cat):
                 b = int(b * new[cat] / full[cat])
             out[cat] = int(b * scale.get(cat, 1.0))
         if shard in ("zero3", "fsdp") and gpus > 1:
@@ -128,6 +147,7 @@ def estimate_plan(
     return replace(
         est, optimizer=optimizer, params=total("params", est.params), grads=total("grads", est.grads),
         optimizer_state=total("optimizer", est.optimizer_state), kv_cache=total("kv_cache", est.kv_cache),
+        activations=new.get("activations", est.activations),
         peak=moments[peak_at], peak_at=peak_at, moments=moments, at_peak=at_peak, parts=parts,
         temporaries=at_peak.get("temporaries", 0), notes=tuple(notes),
     )

@@ -364,17 +364,25 @@ def phase_costs(
     conventions: FlopConventions = DEFAULT_CONVENTIONS,
     weight_dtype: object | None = None,
     kv_dtype: object | None = None,
+    checkpointing: bool = False,
 ) -> list[BlockCost]:
     """Block costs of a whole phase as lmprof records it.
 
-    ``train`` gives forward + backward blocks; ``decode`` sums ``decode_tokens`` steps after a
+    ``train`` gives forward + backward blocks (with ``checkpointing``, the transformer layers'
+    forward blocks a second time, phase ``recompute``: full activation checkpointing); ``decode`` sums ``decode_tokens`` steps after a
     ``seq_len``-token prompt (step i attends to ``seq_len + i`` keys); other phases are one pass.
     """
     kw = dict(dtype=dtype, attention=attention, conventions=conventions, weight_dtype=weight_dtype,
               kv_dtype=kv_dtype)
     if phase == "train":
+        recomputed = []
+        if checkpointing:  # full activation checkpointing re-runs every layer's forward in backward
+            recomputed = [replace(c, phase="recompute") for c in block_costs(
+                shape, batch=batch, seq_len=seq_len, phase="forward", **kw)  # type: ignore[arg-type]
+                if c.name not in ("embedding", "ln_f", "lm_head", "loss")]
         return [
             *block_costs(shape, batch=batch, seq_len=seq_len, phase="forward", **kw),  # type: ignore[arg-type]
+            *recomputed,
             *block_costs(shape, batch=batch, seq_len=seq_len, phase="backward", **kw),  # type: ignore[arg-type]
         ]
     if phase != "decode":

@@ -142,6 +142,8 @@ def memory(
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit or sgd (momentum)"),
     gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the work (see --shard)"),
     shard: str = typer.Option("ddp", "--shard", help="ddp, zero1, zero2, zero3 or fsdp"),
+    checkpointing: bool = typer.Option(False, "--checkpointing/--no-checkpointing",
+                                       help="train: full activation checkpointing (estimated, not validated)"),
     new_tokens: int = typer.Option(0, "--new-tokens", help="infer: generated tokens the KV cache also holds"),
     n_layer: Optional[int] = typer.Option(None, "--n-layer"),
     n_head: Optional[int] = typer.Option(None, "--n-head"),
@@ -190,7 +192,8 @@ def memory(
                              param_dtype=pdt, attention=attention,  # type: ignore[arg-type]
                              optimizer=optimizer, device_kind=kind, dropout=drop,
                              new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus,
-                             shard=shard, weights=weights, kv_dtype=kv_dtype)  # type: ignore[arg-type]
+                             shard=shard, weights=weights, kv_dtype=kv_dtype,  # type: ignore[arg-type]
+                             checkpointing=checkpointing)
 
     est = estimate_at(batch_size)
     best = largest_fitting_batch(budget, estimate_at)

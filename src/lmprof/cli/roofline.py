@@ -48,6 +48,9 @@ def roofline(
         None, "--sweep-batch", help="Comma-separated batch sizes: roofline time per token for each (decode by "
         "default), and where the phase turns compute-bound"),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON (see docs/flops-and-roofline.md)"),
+    checkpointing: bool = typer.Option(
+        False, "--checkpointing/--no-checkpointing", help="train: full activation checkpointing (layers' forward "
+        "run again in backward)"),
     list_models: bool = typer.Option(False, "--list-models", help="List the known models and exit"),
     dtype: str = typer.Option(
         "bf16", help="fp32, tf32, bf16, fp16 or fp8: the compute dtype and the width of every byte"),
@@ -156,7 +159,7 @@ def roofline(
         raise ConfigError(f"--weights {weights} dequantises into --dtype; use bf16 or fp16, got {dt}")
 
     def run_at(b: int) -> tuple[list, PhaseRoofline]:
-        costs = _costs(shape, phase, b, t, kv_len, dt, attention, conventions, weights, kv_dtype)
+        costs = _costs(shape, phase, b, t, kv_len, dt, attention, conventions, weights, kv_dtype, checkpointing)
         tokens = b * (1 if phase == "decode" else t)
         return costs, phase_roofline(costs, b, tokens, peak.flops_per_s, peak.bytes_per_s)
 
@@ -235,13 +238,14 @@ def roofline(
     console.print(f"wrote {path}")
 
 
-def _costs(shape, phase, batch, t, kv_len, dt, attention, conventions, weights, kv_dtype):  # type: ignore[no-untyped-def]
+def _costs(shape, phase, batch, t, kv_len, dt, attention, conventions, weights, kv_dtype,  # type: ignore[no-untyped-def]
+           checkpointing=False):
     """Block costs of the phase: decode is ONE step at KV length kv_len (the cache after appending)."""
     from lmprof.analysis.flops import block_costs, phase_costs
 
     kw = dict(dtype=dt, attention=attention, conventions=conventions, weight_dtype=weights, kv_dtype=kv_dtype)
     if phase == "train":
-        return phase_costs(shape, batch=batch, seq_len=t, phase="train", **kw)
+        return phase_costs(shape, batch=batch, seq_len=t, phase="train", checkpointing=checkpointing, **kw)
     if phase == "decode":
         return block_costs(shape, batch=batch, seq_len=1, phase="decode", context=kv_len, **kw)
     return block_costs(shape, batch=batch, seq_len=t, phase="prefill", context=kv_len, **kw)
