@@ -124,10 +124,15 @@ def estimate_plan(
             "activations": est.activations}
     for moment, cats in est.parts.items():
         out = {}
+        if "activations" in new and "activations" in cats:
+            if moment == "backward (layers)":
+                act, grads = _checkpointed_layers(shape, est, new["activations"])
+                cats = {**cats, "activations": act, "grads": grads}
+            else:
+                cats = {**cats, "activations": new["activations"]}
         for cat, b in cats.items():
-            if cat == "activations" and "activations" in new:
-                # Layer inputs + the once-per-model tensors; in the layers' backward, one layer recomputed.
-                b = new["activations"] + (est.activations_per_layer if moment == "backward (layers)" else 0)
+            if cat == "activations":
+                pass  # already the checkpointed figure, or unchanged
             elif cat in new and full.get(cat):
                 b = int(b * new[cat] / full[cat])
             out[cat] = int(b * scale.get(cat, 1.0))
@@ -151,6 +156,22 @@ def estimate_plan(
         peak=moments[peak_at], peak_at=peak_at, moments=moments, at_peak=at_peak, parts=parts,
         temporaries=at_peak.get("temporaries", 0), notes=tuple(notes),
     )
+
+
+def _checkpointed_layers(shape: ModelShape, est: MemoryEstimate, kept: int) -> tuple[int, int]:
+    """Activations and grads at the worst point of a checkpointed backward through the layers.
+
+    At the top layer: every layer input + one layer recomputed, only the head's gradients; at the
+    bottom: one input + one layer recomputed, nearly every gradient. The larger of the two.
+    """
+    p_bytes = dtype_bytes(est.param_dtype)
+    g_head = (shape.vocab_size * shape.n_embd + shape.norm_params()) * p_bytes
+    inputs = kept - (est.activations - shape.n_layer * est.activations_per_layer)  # L layer inputs
+    once = kept - inputs
+    top = (kept + est.activations_per_layer, g_head)
+    g_layers = (shape.n_layer - 1) * shape.layer_params() * p_bytes
+    bottom = (once + inputs // shape.n_layer + est.activations_per_layer, g_head + g_layers)
+    return max(top, bottom, key=lambda t: t[0] + t[1])
 
 
 def largest_fitting(budget: int, peak_at: Callable[[int], int], limit: int) -> int:
