@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Iterable, Literal
 
 Bound = Literal["compute-bound", "memory-bound", "overhead-bound", "unknown"]
 DEFAULT_OVERHEAD_THRESHOLD = 0.10
