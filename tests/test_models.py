@@ -178,3 +178,15 @@ def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, i
     assert measured.value("activations")[0] == pytest.approx(est.activations, rel=0.03)
     if shape.family != "mixtral":
         assert measured.value("peak")[0] == pytest.approx(est.peak, rel=0.03)
+
+
+def test_config_json_and_folder_resolve_like_the_table(tmp_path) -> None:
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(known_config("mixtral-8x7b")))
+    by_name = resolve_model("mixtral-8x7b").shape
+    for spec in (str(tmp_path), str(tmp_path / "config.json")):
+        shape = resolve_model(spec).shape
+        assert shape.n_params() == by_name.n_params() and shape.n_params(active=True) == by_name.n_params(active=True)
+    with pytest.raises(Exception, match="no config.json"):
+        resolve_model(str(tmp_path / "missing"))

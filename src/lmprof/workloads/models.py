@@ -213,7 +213,8 @@ def resolve_model(spec: str) -> ModelEntry:
     if not text:
         raise ConfigError("--model is empty: give a name (see `lmprof roofline --list-models`) or a config.json path")
     path = Path(text).expanduser()
-    if path.suffix == ".json" or path.is_dir() or path.exists():
+    looks_like_path = path.suffix == ".json" or "/" in text or "\\" in text
+    if path.exists() or (looks_like_path and _norm_name(text) not in _table()):
         cfg = read_config(path)
         return ModelEntry(name=path.name if path.is_dir() else path.parent.name or path.stem,
                           shape=shape_from_config(cfg, name=text), source=str(path))
