@@ -12,7 +12,7 @@ import pytest
 
 from lmprof.analysis.flops import FlopConventions, block_costs
 from lmprof.errors import ConfigError
-from lmprof.workloads.models import known_config, known_models, resolve_model, shape_from_config
+from lmprof.workloads.models import known_config, known_models, resolve_model, shape_from_config, shrunk_config
 
 tf = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -21,25 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 # One table entry per family (and per variant that changes the layout).
 FAMILIES = ["gpt2", "llama-3-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-0.5b", "qwen2.5-7b",
             "gemma-2-2b", "phi-3-mini-4k", "pythia-160m", "opt-125m", "falcon-7b", "falcon-40b"]
-_SHRINK = dict(hidden_size=64, n_embd=64, intermediate_size=96, ffn_dim=96, num_hidden_layers=2, n_layer=2,
-               vocab_size=128, max_position_embeddings=64, n_positions=64, moe_intermediate_size=32,
-               shared_expert_intermediate_size=48, num_attention_heads=4, n_head=4, num_kv_heads=2, head_dim=32,
-               num_experts=6)
 ALL = FlopConventions(prefill_logits="all")
-
-
-def tiny_config(name: str) -> dict:
-    """The table entry's config with every size shrunk, keeping its layout (GQA stays GQA, MQA MQA)."""
-    full = known_config(name)
-    cfg = {k: (_SHRINK[k] if k in _SHRINK else v) for k, v in full.items()}
-    if "num_key_value_heads" in full:
-        cfg["num_key_value_heads"] = 2 if full["num_key_value_heads"] < full["num_attention_heads"] else 4
-    if cfg.get("sliding_window"):
-        cfg["sliding_window"] = 48
-    if "word_embed_proj_dim" in cfg:
-        cfg["word_embed_proj_dim"] = cfg["hidden_size"]
-    cfg.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    return cfg
+tiny_config = shrunk_config
 
 
 def build(name: str):

@@ -189,6 +189,32 @@ def known_config(name: str) -> dict[str, Any]:
     return dict(_table()[name]["config"])
 
 
+# Sizes of the shrunk instances used to check the analytic model against transformers' own models.
+_SHRINK = dict(hidden_size=64, n_embd=64, intermediate_size=96, ffn_dim=96, num_hidden_layers=2, n_layer=2,
+               vocab_size=128, max_position_embeddings=64, n_positions=64, moe_intermediate_size=32,
+               shared_expert_intermediate_size=48, num_attention_heads=4, n_head=4, num_kv_heads=2, head_dim=32,
+               num_experts=6)
+
+
+def shrunk_config(name: str) -> dict[str, Any]:
+    """A table entry's config with every size shrunk (width 64, 2 layers, 4 heads, vocabulary 128).
+
+    The layout is kept: grouped-query attention stays grouped, multi-query stays multi-query, a head
+    size set apart stays set apart, experts stay experts. Special token ids are set inside the small
+    vocabulary. Used to build random-weight instances with transformers in tests and benchmarks.
+    """
+    full = known_config(name)
+    cfg = {k: (_SHRINK[k] if k in _SHRINK else v) for k, v in full.items()}
+    if "num_key_value_heads" in full:
+        cfg["num_key_value_heads"] = 2 if full["num_key_value_heads"] < full["num_attention_heads"] else 4
+    if cfg.get("sliding_window"):
+        cfg["sliding_window"] = 48
+    if "word_embed_proj_dim" in cfg:
+        cfg["word_embed_proj_dim"] = cfg["hidden_size"]
+    cfg.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return cfg
+
+
 def _norm_name(name: str) -> str:
     return name.strip().lower().replace("_", "-").split("/")[-1].removesuffix("-hf")
 
