@@ -24,6 +24,9 @@ demo: setup
 
 test: setup
 	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy src/lmprof/trace src/lmprof/analysis
 	$(PY) -m pytest -n 2 tests
 
 clean:

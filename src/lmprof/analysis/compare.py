@@ -134,7 +134,8 @@ def model_identity(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {"hf": c.get("hf") or None}
     if c.get("model_name"):
         out["model_name"] = c["model_name"]
-    model = c.get("model") if isinstance(c.get("model"), dict) else {}
+    found = c.get("model")
+    model: dict[str, Any] = found if isinstance(found, dict) else {}
     for key in MODEL_DIMS:
         if model.get(key) is not None:
             out[key] = model[key]

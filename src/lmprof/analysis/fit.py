@@ -150,7 +150,8 @@ def estimate_plan(
         return int(value * scale.get(cat, 1.0))
 
     return replace(
-        est, optimizer=optimizer, params=total("params", est.params), grads=total("grads", est.grads),
+        est, optimizer=optimizer,  # type: ignore[arg-type]  # the estimate names 8-bit AdamW too
+        params=total("params", est.params), grads=total("grads", est.grads),
         optimizer_state=total("optimizer", est.optimizer_state), kv_cache=total("kv_cache", est.kv_cache),
         activations=new.get("activations", est.activations),
         peak=moments[peak_at], peak_at=peak_at, moments=moments, at_peak=at_peak, parts=parts,

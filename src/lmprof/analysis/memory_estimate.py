@@ -844,7 +844,7 @@ def _estimated_value(est: MemoryEstimate, key: str) -> int:
         if est.mode != "train":
             return 0
         return est.activations + (est.logits if est.hold_logits else 0)
-    return int(getattr(est, _KEYS[key]))
+    return int(getattr(est, str(_KEYS[key])))
 
 
 def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = None) -> dict[str, "Metric"]:

@@ -17,13 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
+from lmprof.dtypes import normalize_dtype
 from lmprof.analysis.flops import (
     DEFAULT_CONVENTIONS,
     FlopConventions,
     block_costs,
     model_flops_per_step,
     model_flops_per_token,
-    normalize_dtype,
     phase_costs,
     totals,
 )
@@ -127,7 +127,7 @@ def mfu_metrics(
     }
     timed = time_s is not None and time_s > 0
     out["flops.achieved"] = (
-        Metric(value=model / time_s, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
+        Metric(value=model / time_s if time_s else None, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
         if timed else Metric.na("FLOP/s", "no measured time", source="derived")
     )
 
@@ -161,7 +161,7 @@ def mfu_metrics(
         elif not denom:
             out[key] = Metric.na("%", peak.note, source="derived")
         else:
-            out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
+            out[key] = Metric(value=100.0 * num / time_s / denom if time_s else None, unit="%", source="derived", note=f"{what} / {of}")
 
     pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
     pct("hfu", hardware, peak.flops_per_s,

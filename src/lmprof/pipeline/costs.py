@@ -46,10 +46,12 @@ def add_costs(
         run.metrics.update(mfu_metrics(shape, batch=batch, seq_len=seq_len, mode="train",
                                        time_s=step.value / 1e3 if step and step.value else None, **common))
     else:
-        ttft, tpot = run.metrics.get("ttft"), run.metrics.get("tpot")
+        ttft = run.metrics.get("ttft")
         prefill_s = ttft.value / 1e3 if ttft and ttft.value else None
-        # The decode phase as a whole: median time per token x tokens after the first.
-        decode_s = tpot.value * decode_tokens / 1e3 if tpot and tpot.value and decode_tokens else None
+        # One measured time for every decode figure: the real decode time behind decode_tokens_per_s
+        # (batch x tokens / decode time), not the median TPOT x tokens (they differ on a noisy run).
+        dtps = run.metrics.get("decode_tokens_per_s")
+        decode_s = batch * decode_tokens / dtps.value if dtps and dtps.value and decode_tokens else None
         for phase, time_s in (("prefill", prefill_s), ("decode", decode_s)):
             figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=phase, time_s=time_s,
                                   decode_tokens=max(decode_tokens, 1), **common)
