@@ -135,7 +135,9 @@ class KernelRecorder:
 
     def __enter__(self) -> "KernelRecorder":
         self._stack.enter_context(inductor_config.patch(
-            {"trace.provenance_tracking_level": 1, "cpp.enable_kernel_profile": True}))
+            {"trace.provenance_tracking_level": 1, "cpp.enable_kernel_profile": True,
+             # a cached graph skips code generation, and with it the provenance record: compile afresh
+             "fx_graph_cache": False, "autotune_local_cache": False}))
         trace_log.addHandler(self._handler)
         self._stack.callback(trace_log.removeHandler, self._handler)
         return self

@@ -112,7 +112,11 @@ def failure_message(output: str, code: int) -> str:
         return user[-1]
     rank = re.search(r"rank\s*:\s*(\d+)", output) or re.search(r"\[rank(\d+)\]", output)
     errors = [ln.strip() for ln in output.splitlines() if re.match(r"\s*(\[rank\d+\]:\s*)?\w*(Error|Exception)\b", ln)]
-    last = errors[-1] if errors else f"exit code {code}"
+    # A rank that crashes takes the others down with "peer closed" errors from gloo/NCCL; those come
+    # last in the output, but the cause is the crashing rank's own error.
+    collateral = ("gloo", "nccl", "remote worker", "connection closed", "connection reset", "broken pipe")
+    causes = [ln for ln in errors if not any(c in ln.lower() for c in collateral)]
+    last = (causes or errors)[-1] if errors else f"exit code {code}"
     last = re.sub(r"^\[rank\d+\]:\s*", "", last)
     where = f"rank {rank.group(1)}" if rank else "a rank"
     return f"distributed run failed on {where}: {last}"
