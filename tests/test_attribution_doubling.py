@@ -59,7 +59,7 @@ def _check(got: dict[str, float], truth: dict[str, float], block: str) -> None:
     # for its block; the block's own work is small beside it, so that is the tolerances' basis.
     added_ms = truth[block]
     err = got[block] - truth[block]
-    assert abs(err) <= 0.2 * added_ms, f"{block}: lmprof {got[block]:.2f} ms vs stopwatch {truth[block]:.2f} ms " \
+    assert abs(err) <= 0.25 * added_ms, f"{block}: lmprof {got[block]:.2f} ms vs stopwatch {truth[block]:.2f} ms " \
                                        f"(added work {added_ms:.2f} ms)"
     for name, true_ms in truth.items():
         # Known, measured and unexplained: the GELU block (mlp.act) comes out +35% alone and up to
