@@ -1,6 +1,8 @@
 """Measured memory: exact static bytes, the CPU timeline, the estimate against a real step, CUDA via a fake."""
 from __future__ import annotations
 
+import json
+
 import pickle
 from dataclasses import replace
 from pathlib import Path
@@ -175,7 +177,7 @@ def _phase(name: str, ts: float, dur: float) -> dict[str, Any]:
     return {"ph": "X", "cat": "user_annotation", "name": f"lmprof:{name}", "ts": ts, "dur": dur}
 
 
-def test_timeline_from_synthetic_cuda_trace() -> None:
+def test_timeline_from_synthetic_cuda_trace(tmp_path) -> None:
     """A hand-made CUDA trace: each block's lifetime decides its category; CPU events are ignored."""
     events = [
         _phase("forward", 0, 100), _phase("backward", 100, 100), _phase("optimizer", 200, 50),
@@ -187,7 +189,9 @@ def test_timeline_from_synthetic_cuda_trace() -> None:
         _mem(255, -300, 3),  # zero_grad frees the gradient
         _mem(256, -64, 77),  # a block from before the trace
     ]
-    tl = timeline_from_trace({"traceEvents": events}, "cuda:0", {"params": 4000})
+    trace = tmp_path / "memory.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    tl = timeline_from_trace(trace, "cuda:0", {"params": 4000})
     assert tl.events == 10
     assert tl.allocated == [5000, 5500, 5000, 5300, 4300, 4500, 4300, 4350, 4050, 3986]
     assert tl.activations == 1000  # end of forward minus its start

@@ -18,13 +18,13 @@ from lmprof.trace.timeline import select_device
 DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
-TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives"}
+TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives", "cross_rank"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
     "steps", "notes", "critical_path",
 }  # fmt: skip
 CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
-CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path"}
+CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path", "collectives"}
 WHAT_IF = {"change", "step_ms", "saving_pct"}
 DEVICE = {"window", "temporal", "overlap", "idle", "launches", "kernels", "device_ids", "communication", "hardware"}
 HARDWARE = {

@@ -8,16 +8,15 @@ when it was allocated and freed (:func:`classify`).
 """
 from __future__ import annotations
 
-import gzip
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
+from lmprof.trace.load import TraceTable, load_trace
 
 # Timeline categories, bottom to top of the stacked plot.
 CATEGORIES = ("params", "optimizer", "grads", "kv_cache", "activations", "outputs", "temporaries", "other")
@@ -104,50 +103,36 @@ def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> st
     return "other"
 
 
-def load_trace_events(trace: str | Path | dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The event list of a Chrome trace given as a path (.json or .json.gz), a dict or a list."""
-    if isinstance(trace, (str, Path)):
-        path = Path(trace)
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as fh:  # type: ignore[operator]
-            trace = json.load(fh)
-    if isinstance(trace, dict):
-        return list(trace.get("traceEvents", []))
-    return list(trace)
-
-
 def timeline_from_trace(
-    trace: str | Path | dict[str, Any] | list[dict[str, Any]],
+    trace: str | Path | TraceTable,
     device: torch.device | str = "cpu",
     baseline: dict[str, int] | None = None,
 ) -> MemoryTimeline:
-    """Build the memory timeline from a Chrome trace recorded with ``profile_memory=True``.
+    """Build the memory timeline from a trace recorded with ``profile_memory=True``.
 
-    ``device`` picks the allocator's events (CPU or one CUDA device). ``baseline`` holds the bytes
-    known to be alive before the trace by category (e.g. params, optimizer); the timeline's level is
-    baseline + the running sum of the events' byte deltas.
+    ``trace`` is a loaded table or a trace file (read with :func:`lmprof.trace.load.load_trace`,
+    the one parser of traces). ``device`` picks the allocator's events (CPU or one CUDA device).
+    ``baseline`` holds the bytes known to be alive before the trace by category (e.g. params,
+    optimizer); the timeline's level is baseline + the running sum of the events' byte deltas.
     """
     dev = torch.device(device)
-    events = load_trace_events(trace)
-    want_type = 1 if dev.type == "cuda" else 0
-    want_id = dev.index if dev.type == "cuda" else None
-    mem: list[tuple[float, int, int, int]] = []
+    table = trace if isinstance(trace, TraceTable) else load_trace(trace)
+    m = table.memory
+    # an event without a device type is a CPU one, as torch writes it
+    want = m["device_type"].where(m["device_type"] >= 0, 0) == (1 if dev.type == "cuda" else 0)
+    if dev.type == "cuda" and dev.index is not None:
+        # an event without a device id belongs to the device asked for, as before
+        want &= (m["device_id"] == dev.index) | (m["device_id"] < 0)
+    m = m[want]
+    mem = sorted(zip(m["ts"].tolist(), m["ev_idx"].clip(lower=0).tolist(), m["bytes"].tolist(), m["addr"].tolist()))
+    ev = table.events
+    names = ev["name"].astype(str)
+    scoped = (ev["cat"] == "user_annotation") & names.str.startswith(SCOPE_PREFIX)
     phases: list[Phase] = []
-    for ev in events:
-        name = ev.get("name")
-        if name == "[memory]":
-            a = ev.get("args", {})
-            if int(a.get("Device Type", 0)) != want_type:
-                continue
-            if want_id is not None and int(a.get("Device Id", want_id)) != want_id:
-                continue
-            mem.append((float(ev["ts"]), int(a.get("Ev Idx", 0)), int(a.get("Bytes", 0)), int(a.get("Addr", 0))))
-        elif ev.get("ph") == "X" and ev.get("cat") == "user_annotation" and isinstance(name, str):
-            part = name[len(SCOPE_PREFIX):] if name.startswith(SCOPE_PREFIX) else None
-            if part in _PARTS:
-                ts = float(ev["ts"])
-                phases.append(Phase(part, ts, ts + float(ev.get("dur", 0.0))))
-    mem.sort()
+    for name, ts, dur in zip(names[scoped], ev["ts"][scoped], ev["dur"][scoped]):
+        part = name[len(SCOPE_PREFIX):]
+        if part in _PARTS:
+            phases.append(Phase(part, float(ts), float(ts) + float(dur)))
     phases.sort(key=lambda p: p.start_ms)
     t0 = phases[0].start_ms if phases else (mem[0][0] if mem else 0.0)
     phases = [Phase(p.name, (p.start_ms - t0) / 1e3, (p.end_ms - t0) / 1e3) for p in phases]
@@ -247,8 +232,8 @@ def _level_before(times: list[float], allocated: list[int], base: int, t_ms: flo
     return level
 
 
-def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> list[dict[str, Any]]:
-    """Run ``fn`` once under torch.profiler with memory events; return the Chrome trace's events.
+def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> TraceTable:
+    """Run ``fn`` once under torch.profiler with memory events; return the trace, loaded.
 
     Only the CPU activity is needed: allocator events (CPU and CUDA) are recorded on the host.
     torch.profiler cannot nest, so call this outside any other profiling.
@@ -263,4 +248,4 @@ def record_memory_events(fn: Callable[[], object], trace_path: Path | None = Non
 
         with atomic_path(path) as tmp_path:
             prof.export_chrome_trace(str(tmp_path))
-        return load_trace_events(path)
+        return load_trace(path)

@@ -324,3 +324,31 @@ def _ranks(con: Console, report: Report) -> None:
             f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "
             f"({_pct(rc.communication_skew_pct)} of the mean)"
         )
+    _cross_rank(con, report)
+
+
+def _cross_rank(con: Console, report: Report) -> None:
+    x = report.cross_rank
+    if x is None:
+        return
+    tab = Table(
+        title=f"Critical path across ranks ({x.collectives_linked:,} collective(s) on a path linked by "
+        f"{x.matched_by})",
+        title_justify="left",
+    )
+    for col in ("step", "rank", "path", "waiting for other ranks", "waited for"):
+        tab.add_column(col, justify="left" if col == "waited for" else "right", no_wrap=True)
+    for r in x.rows:
+        waited = ", ".join(f"rank {q}: {fmt_us(us)}" for q, us in sorted(r.waited_for.items(), key=lambda kv: -kv[1]))
+        share = 100.0 * r.rank_wait_us / r.path_us if r.path_us > 0 else None
+        tab.add_row(str(r.step), str(r.rank), fmt_us(r.path_us), f"{fmt_us(r.rank_wait_us)} ({_pct(share)})",
+                    waited or "-")  # fmt: skip
+    con.print(tab)
+    for s in x.steps:
+        if s.critical_rank is not None:
+            con.print(f"step {s.step}: the job's path runs through rank {s.critical_rank} (the others waited for it)")
+    con.print(
+        f"what if no rank waited for another (optimistic): median step {x.balanced_step_ms:.3f} ms "
+        f"instead of {x.step_ms:.3f} ms"
+    )
+    con.print(f"note: {escape(x.note)}")

@@ -20,6 +20,7 @@ import numpy as np
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
 from lmprof.trace.critical import CriticalPath, critical_path
+from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
@@ -83,6 +84,8 @@ class Report:
     ranks: RankComparison | None
     # collectives matched across ranks: wait vs transfer per rank (None: fewer than 2 ranks communicate)
     collectives: CommMatch | None = None
+    # the ranks' critical paths linked through their collectives (None: fewer than 2 such ranks)
+    cross_rank: CrossRankPath | None = None
     schema: str = SCHEMA
     source: str = "measured"  # every figure is read from the trace(s)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -165,8 +168,10 @@ def combine(reports: list[TraceReport]) -> Report:
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]
-    matched = match_ranks([(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)])
-    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes, collectives=matched)
+    comms = [(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)]
+    matched = match_ranks(comms)
+    linked = cross_rank_path([(q, r.critical_path, c) for (q, c), r in zip(comms, reports)])
+    return Report(traces=reports, ranks=compare_ranks(rows), notes=notes, collectives=matched, cross_rank=linked)
 
 
 _RANK_DIR = re.compile(r"rank(\d{1,7})")

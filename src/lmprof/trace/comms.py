@@ -213,23 +213,36 @@ class CommMatch:
     ranks: list[RankComm]
 
 
+def matched_by_seq(comms: list[Communication]) -> bool:
+    """Collectives are matched across ranks by sequence number when every call has one, else by order."""
+    return all(all(x.seq >= 0 for x in c.calls) for c in comms)
+
+
+def call_keys(comm: Communication, by_seq: bool) -> list[tuple[Any, ...]]:
+    """The cross-rank identity of each call: (process group, kind, sequence number or k-th call)."""
+    seen: dict[tuple[Any, ...], int] = {}
+    out = []
+    for x in comm.calls:
+        base = (x.process_group, x.kind)
+        if by_seq:
+            out.append((*base, x.seq))
+        else:
+            k = seen.get(base, 0)
+            seen[base] = k + 1
+            out.append((*base, k))
+    return out
+
+
 def match_ranks(per_rank: list[tuple[int, Communication | None]]) -> CommMatch | None:
     """Match the collectives of several ranks (None when fewer than two ranks communicate)."""
     comms = [(r, c) for r, c in per_rank if c is not None and c.calls]
     if len(comms) < 2:
         return None
-    by_seq = all(all(x.seq >= 0 for x in c.calls) for _, c in comms)
+    by_seq = matched_by_seq([c for _, c in comms])
     keyed: list[dict[tuple[Any, ...], float]] = []
     for _, c in comms:
-        seen: dict[tuple[Any, ...], int] = {}
         keys: dict[tuple[Any, ...], float] = {}
-        for x in c.calls:
-            base = (x.process_group, x.kind)
-            if by_seq:
-                key = (*base, x.seq)
-            else:
-                key = (*base, seen.get(base, 0))
-                seen[base] = key[-1] + 1
+        for x, key in zip(c.calls, call_keys(c, by_seq)):
             keys[key] = keys.get(key, 0.0) + x.time_us  # one collective may run as several kernels
         keyed.append(keys)
     common = set(keyed[0]).intersection(*keyed[1:])

@@ -25,8 +25,8 @@ into time inside launch runtime calls (``launch_call``), in data-loader operator
 an enclosing host event whose name contains ``DataLoader``) and other CPU work (``cpu``). Device
 segments are ``computation``, ``communication``, ``memory`` (kernel types of :mod:`kinds`).
 
-Limits, said in the report: one rank at a time (no cross-rank edges; a collective's waiting for
-other ranks is inside its kernel); cross-stream waits are inferred from timing, not from the
+Limits, said in the report: one rank's trace at a time (the communication kernels on the path are
+kept per step, and :mod:`lmprof.trace.crossrank` links ranks through them); cross-stream waits are inferred from timing, not from the
 trace's event records; without runtime calls (correlation links) the device side cannot be linked
 to the host and the path stays on the host.
 
@@ -38,7 +38,7 @@ time twice as fast (half its time on the path), the data loader off the path (``
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,6 +68,9 @@ class StepPath:
     step_us: float
     segments_us: dict[str, float]
     kernels_on_path: int
+    # communication kernels on the path: (events-table row, start us, us of it on the path); read
+    # by :mod:`lmprof.trace.crossrank` to follow the path to the rank a collective waited for
+    collectives: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -156,9 +159,10 @@ class _Index:
 
 def _walk(
     ix: _Index, t0: float, t1: float, thread: tuple[int, int], last_device: int
-) -> tuple[dict[str, float], list[int]]:
+) -> tuple[dict[str, float], list[int], list[float]]:
     seg = dict.fromkeys(SEGMENTS, 0.0)
     on_path: list[int] = []
+    on_path_us: list[float] = []
     mode, t, where = "host", t1, thread
     kernel = -1
     if last_device >= 0 and ix.end[last_device] >= t1:  # the step ends with its device work
@@ -205,6 +209,7 @@ def _walk(
         a = max(start, t0)
         seg[kinds.KERNEL_TYPE_NAMES[ix.types[k]]] += t - a
         on_path.append(k)
+        on_path_us.append(t - a)
         if start <= t0:
             break
         ends, rows = ix.by_stream[ix.stream_of[k]]
@@ -235,7 +240,7 @@ def _walk(
         else:
             seg["unknown"] += start - t0
             break
-    return seg, on_path
+    return seg, on_path, on_path_us
 
 
 def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPath | None:
@@ -263,8 +268,13 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
         mine = dev[(call_ts >= t0) & (call_ts < host_end)]
         last = int(mine[np.argmax(ix.end[mine])]) if mine.size else -1
         t1 = max(host_end, float(ix.end[last])) if last >= 0 else host_end
-        seg, on_path = _walk(ix, t0, t1, thread, last)
-        paths.append(StepPath(int(step), t1 - t0, seg, len(on_path)))
+        seg, on_path, on_path_us = _walk(ix, t0, t1, thread, last)
+        comm = [
+            (k, float(ix.ts[k]), us)
+            for k, us in zip(on_path, on_path_us)
+            if ix.types[k] == kinds.COMMUNICATION and us > 0
+        ]
+        paths.append(StepPath(int(step), t1 - t0, seg, len(on_path), comm))
         on_path_all += on_path
     total = sum(p.step_us for p in paths)
     sums = {k: sum(p.segments_us[k] for p in paths) for k in SEGMENTS}

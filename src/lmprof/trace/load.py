@@ -25,6 +25,9 @@ device        int64      args.device for device events, -1 when absent
 ``TraceTable.hw`` holds what CUPTI reports per kernel and copy, for the events that have it (column
 ``row``; registers, shared_memory (bytes per block), blocks_per_sm, warps_per_sm, occupancy (est.
 achieved occupancy %), nbytes (a copy's or set's size); NaN when absent).
+``TraceTable.memory`` holds the allocator's ``[memory]`` instant events (``profile_memory=True``) in
+file order: ts (float64 us), pid, tid, device_type (0 CPU, 1 CUDA, ...), device_id, bytes (negative
+for a free), addr, ev_idx, total_allocated, total_reserved (int64, -1 when absent or odd; bytes 0).
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
@@ -41,7 +44,9 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -79,11 +84,23 @@ class _Args(msgspec.Struct, gc=False):
     warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     nbytes: Any = msgspec.field(default=None, name="bytes")
+    # allocator events ("[memory]" instants of profile_memory=True)
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    ev_idx: Any = msgspec.field(default=None, name="Ev Idx")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
 
 
 _NO_ARGS = _Args()
 _COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
 _HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
+_MEM_FIELDS = ("device_type", "device_id", "mem_bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
+_MEMORY_EVENT = "[memory]"
+_INSTANT_PHASES = ("i", "I")
+_FLOW_PHASES = ("s", "t", "f")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -136,6 +153,8 @@ class TraceTable:
     comms: pd.DataFrame = field(default_factory=lambda: _empty_comms())
     # kernel resources and copy sizes of the device events that carry them (see the module docstring)
     hw: pd.DataFrame = field(default_factory=lambda: _hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool)))
+    # the allocator's "[memory]" instant events, in file order (see the module docstring)
+    memory: pd.DataFrame = field(default_factory=lambda: _memory_frame([]))
 
     @property
     def rank(self) -> int | None:
@@ -497,6 +516,7 @@ _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur
 _get_arg = {k: attrgetter(k) for k in ("correlation", "external_id", "seq", "stream", "device")}
 _get_collective = attrgetter("collective")
 _get_comm_fields = attrgetter(*_COMM_FIELDS)
+_get_mem_fields = attrgetter(*_MEM_FIELDS)
 _HW_GETTERS = {f: attrgetter(f) for f in _HW_FIELDS}
 # categories whose events carry kernel resources or copy sizes
 _HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
@@ -566,165 +586,260 @@ class _Columns:
         return self.cols[name].take(inverse)
 
 
-class _Builder:
-    """Turns decoded event structs into columns, sharing category / id codes across chunks."""
+@dataclass
+class _Coded:
+    """Values of an id column that are not 64-bit integers ("Spans", "0x1f", ...): rows and text."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    rows: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Chunk:
+    """One run of events decoded on its own: columns with codes local to the chunk.
+
+    A chunk depends on nothing but its bytes, so chunks can be decoded in any process and in any
+    order; :class:`_Merger` then maps the local codes (names, categories, phases, text ids) to the
+    trace's and appends the columns in file order.
+    """
+
+    n_raw: int = 0  # events decoded
+    skipped: int = 0  # list items that could not be read as events
+    repaired_utf8: int = 0  # events read after replacing invalid UTF-8
+    first_problem: str | None = None
+    out_of_range: dict[str, int] = field(default_factory=dict)  # field -> odd integers read as absent
+    names: list[Any] = field(default_factory=list)  # local code -> name
+    cats: list[Any] = field(default_factory=list)
+    phs: list[Any] = field(default_factory=list)
+    x: dict[str, np.ndarray] = field(default_factory=dict)  # complete events' columns
+    x_coded: dict[str, _Coded] = field(default_factory=dict)
+    fl: dict[str, np.ndarray] = field(default_factory=dict)  # flow events' columns
+    fl_coded: dict[str, _Coded] = field(default_factory=dict)
+    comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
+    comm_values: list[tuple[Any, ...]] = field(default_factory=list)
+    hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    hw_cols: dict[str, list[Any]] = field(default_factory=dict)
+    memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
+
+
+def _decode_chunk(payload: bytes | memoryview, exact: bool) -> _Chunk:
+    """Decode one JSON list of events into a :class:`_Chunk`.
+
+    Not ``exact``: decoding errors propagate (the splitter judges its guessed cut by them).
+    ``exact``: when the list as a whole cannot be decoded, each event is decoded on its own and the
+    ones that still fail are skipped and counted (see :func:`_one_by_one`).
+    """
+    ch = _Chunk()
+    try:
+        events = _EVENTS_DECODER.decode(payload)
+    except _DECODE_ERRORS:
+        if not exact:
+            raise
+        events = _one_by_one(payload, ch)
+    ch.n_raw = len(events)
+    xs = [e for e in events if e.ph == "X"]
+    fl = [e for e in events if e.ph in _FLOW_PHASES]
+    mem = [e for e in events if e.name == _MEMORY_EVENT and e.ph in _INSTANT_PHASES]
+    del events
+    names: dict[Any, int] = {}
+    cats: dict[Any, int] = {}
+    if xs:
+        _complete_columns(ch, xs, names, cats)
+    if fl:
+        phs: dict[Any, int] = {}
+        ch.fl = {
+            "id": _ints(ch, xs=fl, get=_get["id"], none=-1, field="id", coded=ch.fl_coded),
+            "ph": _codes(phs, list(map(_get["ph"], fl))),
+            "cat": _codes(cats, list(map(_get["cat"], fl))),
+            "pid": _ints(ch, fl, _get["pid"], none=0, field="pid", coded=ch.fl_coded),
+            "tid": _ints(ch, fl, _get["tid"], none=0, field="tid", coded=ch.fl_coded),
+            "ts": _floats(fl, _get["ts"]),
+        }
+        ch.phs = list(phs)
+    if mem:
+        ch.memory = [(e.ts, e.pid, e.tid, *_get_mem_fields(e.args or _NO_ARGS)) for e in mem]
+    ch.names, ch.cats = list(names), list(cats)
+    return ch
+
+
+def _complete_columns(ch: _Chunk, xs: list[_Event], names: dict[Any, int], cats: dict[Any, int]) -> None:
+    name_codes = _codes(names, list(map(_get["name"], xs)))
+    cat_codes = _codes(cats, list(map(_get["cat"], xs)))
+    args = list(map(_get["args"], xs))
+    if None in args:
+        args = [a if a is not None else _NO_ARGS for a in args]
+    x = {
+        "name": name_codes,
+        "cat": cat_codes,
+        "pid": _ints(ch, xs, _get["pid"], none=0, field="pid", coded=ch.x_coded),
+        "tid": _ints(ch, xs, _get["tid"], none=0, field="tid", coded=ch.x_coded),
+        "ts": _floats(xs, _get["ts"]),
+        "dur": _floats(xs, _get["dur"]),
+    }
+    for key, get in _get_arg.items():
+        x[key] = _ints(ch, args, get, none=-1, field=f"args.{key}", coded=None)
+    ch.x = x
+    # sparse args: only events that can carry them are looked at (by name / category code)
+    comm_codes = [c for n, c in names.items() if _may_carry_comms(n)]
+    for i in np.flatnonzero(np.isin(name_codes, comm_codes)).tolist():
+        if args[i].collective is not None:
+            ch.comm_rows.append(i)
+            ch.comm_values.append(_get_comm_fields(args[i]))
+    device_codes = [c for k, c in cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
+    dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+    ch.hw_rows = dev_idx.astype(np.int64)
+    dev_args = [args[i] for i in dev_idx.tolist()]
+    ch.hw_cols = {f: list(map(get, dev_args)) for f, get in _HW_GETTERS.items()}
+
+
+def _may_carry_comms(name: Any) -> bool:
+    """Events that may carry collective parameters: record_param_comms, NCCL/RCCL kernels."""
+    low = str(name).lower()
+    return "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
+
+
+def _one_by_one(payload: bytes | memoryview, ch: _Chunk) -> list[_Event]:
+    """Decode the items of a JSON list one at a time; skip (and count) those that fail.
+
+    Items are found by a bracket scan, so one bad event costs only itself. An item with invalid
+    UTF-8 is read again with the bad bytes replaced by U+FFFD (and counted as repaired).
+    """
+    out: list[_Event] = []
+    for item in _list_items(payload):
+        try:
+            out.append(_EVENT_DECODER.decode(item))
+            continue
+        except UnicodeDecodeError:
+            try:
+                out.append(_EVENT_DECODER.decode(bytes(item).decode("utf-8", "replace").encode()))
+                ch.repaired_utf8 += 1
+                continue
+            except _DECODE_ERRORS as exc:
+                problem: BaseException = exc
+        except _DECODE_ERRORS as exc:
+            problem = exc
+        ch.skipped += 1
+        if ch.first_problem is None:
+            ch.first_problem = _describe(problem)
+    return out
+
+
+def _codes(table: dict[Any, int], values: list[Any]) -> np.ndarray:
+    codes = [table.setdefault(v, len(table)) for v in values]
+    return np.fromiter(codes, dtype=np.int32, count=len(codes))
+
+
+def _ints(
+    ch: _Chunk, xs: list[Any], get: Callable[[Any], Any], none: int, field: str, coded: dict[str, _Coded] | None
+) -> np.ndarray:
+    """An int64 column. ``coded``: text ids are kept (rows and text) for the merger to code; else
+    values that are not 64-bit integers count as out of range and read as ``none``."""
+    try:
+        return np.fromiter(map(get, xs), dtype=np.int64, count=len(xs))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"), integers outside
+    # int64 (>= 2**63); fix only those.
+    values = list(map(get, xs))
+    for i in [i for i, v in enumerate(values) if v.__class__ is not int or not -_MAX_INT <= v < _MAX_INT]:
+        v = values[i]
+        parsed = none if v is None or v == "" else _parse_int(str(v))
+        if parsed is None:
+            if coded is None:
+                ch.out_of_range[field] = ch.out_of_range.get(field, 0) + 1
+                parsed = none
+            else:
+                c = coded.setdefault(field, _Coded())
+                c.rows.append(i)
+                c.text.append(str(v)[:200])
+                parsed = 0  # replaced by the trace-wide code when merged
+        values[i] = parsed
+    return np.array(values, dtype=np.int64)
+
+
+def _parse_int(s: str) -> int | None:
+    """An integer written as text ("42", "0x1f", "3.0"), or None when not a 64-bit integer."""
+    if len(s) <= 40:  # int() of a huge digit string is slow and never a valid id anyway
+        for parse in (lambda: int(s, 0), lambda: int(float(s))):
+            try:
+                v = parse()
+            except (ValueError, OverflowError):
+                continue
+            if -_MAX_INT <= v < _MAX_INT:
+                return v
+            break
+    return None
+
+
+class _Merger:
+    """Appends chunks in file order, mapping their local codes to trace-wide ones."""
+
+    def __init__(self) -> None:
         i64, f64, i32 = np.int64, np.float64, np.int32
         self.x = _Columns(
-            {
-                "name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64,
-                **{k: i64 for k in _get_arg},
-            }
+            {"name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64, **{k: i64 for k in _get_arg}}
         )
         self.fl = _Columns({"id": i64, "ph": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64})
         self.names: dict[Any, int] = {}
         self.cats: dict[Any, int] = {}
         self.phs: dict[Any, int] = {}
         self.id_codes: dict[str, int] = {}
-        self.n_raw = 0  # events decoded
-        self.skipped = 0  # list items that could not be read as events
-        self.repaired_utf8 = 0  # events read after replacing invalid UTF-8
-        self.out_of_range: dict[str, int] = {}  # field -> integers outside int64, or non-finite times
+        self.n_raw = 0
+        self.skipped = 0
+        self.repaired_utf8 = 0
+        self.out_of_range: dict[str, int] = {}
         self.first_problem: str | None = None
         self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
         self.comm_values: list[tuple[Any, ...]] = []
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
-        self.hw_cols: dict[str, list[Any]] = {f: [] for f in _HW_FIELDS}  # their values, field by field
+        self.hw_cols: dict[str, list[Any]] = {f: [] for f in _HW_FIELDS}
+        self.memory: list[tuple[Any, ...]] = []
+        self.meta_json = b""  # the top-level JSON without its events (parallel decoding keeps it here)
         self.comms: pd.DataFrame = _empty_comms()  # replaced when the columns are finished
         self.hw: pd.DataFrame = _hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
-        self.comm_names: dict[int, bool] = {}  # name code -> may carry collective parameters
 
-    def add_json(self, payload: memoryview, exact: bool = False) -> None:
-        """Decode one JSON list of events.
+    def add(self, ch: _Chunk) -> None:
+        self.n_raw += ch.n_raw
+        self.skipped += ch.skipped
+        self.repaired_utf8 += ch.repaired_utf8
+        if self.first_problem is None:
+            self.first_problem = ch.first_problem
+        for k, n in ch.out_of_range.items():
+            self.out_of_range[k] = self.out_of_range.get(k, 0) + n
+        cats = self._remap(self.cats, ch.cats)
+        if ch.x:
+            base = self.x.cols["pid"].rows
+            x = dict(ch.x)
+            x["name"] = self._remap(self.names, ch.names)[x["name"]]
+            x["cat"] = cats[x["cat"]]
+            self._code_ids(x, ch.x_coded)
+            for k, v in x.items():
+                self.x.add(k, v)
+            self.comm_raw += [base + r for r in ch.comm_rows]
+            self.comm_values += ch.comm_values
+            if ch.hw_rows.size:
+                self.hw_raw.append(base + ch.hw_rows)
+                for f in _HW_FIELDS:
+                    self.hw_cols[f] += ch.hw_cols[f]
+        if ch.fl:
+            fl = dict(ch.fl)
+            fl["ph"] = self._remap(self.phs, ch.phs)[fl["ph"]]
+            fl["cat"] = cats[fl["cat"]]
+            self._code_ids(fl, ch.fl_coded)
+            for k, v in fl.items():
+                self.fl.add(k, v)
+        self.memory += ch.memory
 
-        Not ``exact``: decoding errors propagate (the splitter judges its guessed cut). ``exact``:
-        when the list as a whole cannot be decoded, each event is decoded on its own and the ones
-        that still fail are skipped and counted (see :meth:`_one_by_one`).
-        """
-        try:
-            events = _EVENTS_DECODER.decode(payload)
-        except _DECODE_ERRORS:
-            if not exact:
-                raise
-            events = self._one_by_one(payload)
-        self.n_raw += len(events)
-        xs = [e for e in events if e.ph == "X"]
-        fl = [e for e in events if e.ph in ("s", "t", "f")]
-        del events
-        if xs:
-            self._add_complete(xs)
-        if fl:
-            self._add_flows(fl)
+    @staticmethod
+    def _remap(table: dict[Any, int], local: list[Any]) -> np.ndarray:
+        return np.array([table.setdefault(v, len(table)) for v in local], dtype=np.int32)
 
-    def _one_by_one(self, payload: memoryview) -> list[_Event]:
-        """Decode the items of a JSON list one at a time; skip (and count) those that fail.
-
-        Items are found by a bracket scan, so one bad event costs only itself. An item with invalid
-        UTF-8 is read again with the bad bytes replaced by U+FFFD (and counted as repaired).
-        """
-        out: list[_Event] = []
-        for item in _list_items(payload):
-            try:
-                out.append(_EVENT_DECODER.decode(item))
-                continue
-            except UnicodeDecodeError:
-                try:
-                    out.append(_EVENT_DECODER.decode(bytes(item).decode("utf-8", "replace").encode()))
-                    self.repaired_utf8 += 1
-                    continue
-                except _DECODE_ERRORS as exc:
-                    problem = exc
-            except _DECODE_ERRORS as exc:
-                problem = exc
-            self.skipped += 1
-            if self.first_problem is None:
-                self.first_problem = _describe(problem)
-        return out
-
-    def _codes(self, table: dict[Any, int], values: list[Any]) -> np.ndarray:
-        codes = [table.setdefault(v, len(table)) for v in values]
-        return np.fromiter(codes, dtype=np.int32, count=len(codes))
-
-    def _add_complete(self, xs: list[_Event]) -> None:
-        c = self.x
-        name_codes = self._codes(self.names, list(map(_get["name"], xs)))
-        c.add("name", name_codes)
-        cat_codes = self._codes(self.cats, list(map(_get["cat"], xs)))
-        c.add("cat", cat_codes)
-        c.add("pid", self._ints(xs, _get["pid"], none=0, field="pid"))
-        c.add("tid", self._ints(xs, _get["tid"], none=0, field="tid"))
-        c.add("ts", _floats(xs, _get["ts"]))
-        c.add("dur", _floats(xs, _get["dur"]))
-        args = list(map(_get["args"], xs))
-        if None in args:
-            args = [a if a is not None else _NO_ARGS for a in args]
-        base = c.cols["pid"].rows - len(xs)  # raw index of xs[0]
-        for key, get in _get_arg.items():
-            c.add(key, self._ints(args, get, none=-1, field=f"args.{key}", coded=False))
-        # sparse args: only events that can carry them are looked at (by name / category code)
-        comm_idx = np.flatnonzero(np.isin(name_codes, self._comm_codes()))
-        for i in comm_idx.tolist():
-            if args[i].collective is not None:
-                self.comm_raw.append(base + i)
-                self.comm_values.append(_get_comm_fields(args[i]))
-        device_codes = [v for k, v in self.cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
-        dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
-        if dev_idx.size:
-            dev_args = [args[i] for i in dev_idx.tolist()]
-            self.hw_raw.append(base + dev_idx)
-            for f, get in _HW_GETTERS.items():
-                self.hw_cols[f].extend(map(get, dev_args))
-
-    def _comm_codes(self) -> list[int]:
-        """Name codes of events that may carry collective parameters (record_param_comms, NCCL/RCCL kernels)."""
-        for name, code in self.names.items():
-            if code not in self.comm_names:
-                low = str(name).lower()
-                self.comm_names[code] = "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
-        return [c for c, ok in self.comm_names.items() if ok]
-
-    def _add_flows(self, fl: list[_Event]) -> None:
-        c = self.fl
-        c.add("id", self._ints(fl, _get["id"], none=-1, field="id"))
-        c.add("ph", self._codes(self.phs, list(map(_get["ph"], fl))))
-        c.add("cat", self._codes(self.cats, list(map(_get["cat"], fl))))
-        c.add("pid", self._ints(fl, _get["pid"], none=0, field="pid"))
-        c.add("tid", self._ints(fl, _get["tid"], none=0, field="tid"))
-        c.add("ts", _floats(fl, _get["ts"]))
-
-    def _ints(
-        self, items: list[Any], get: Callable[[Any], Any], none: int, field: str, coded: bool = True
-    ) -> np.ndarray:
-        try:
-            return np.fromiter(map(get, items), dtype=np.int64, count=len(items))
-        except (TypeError, ValueError, OverflowError):
-            pass
-        # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"), integers outside
-        # int64 (>= 2**63); fix only those.
-        values = list(map(get, items))
-        for i in [i for i, v in enumerate(values) if v.__class__ is not int or not -_MAX_INT <= v < _MAX_INT]:
-            v = values[i]
-            values[i] = none if v is None or v == "" else self._parse_id(str(v), coded, none, field)
-        return np.array(values, dtype=np.int64)
-
-    def _parse_id(self, s: str, coded: bool, none: int, field: str) -> int:
-        if len(s) <= 40:  # int() of a huge digit string is slow and never a valid id anyway
-            for parse in (lambda: int(s, 0), lambda: int(float(s))):
-                try:
-                    v = parse()
-                except (ValueError, OverflowError):
-                    continue
-                if -_MAX_INT <= v < _MAX_INT:
-                    return v
-                break
-        if not coded:
-            self.out_of_range[field] = self.out_of_range.get(field, 0) + 1
-            return none
+    def _code_ids(self, cols: dict[str, np.ndarray], coded: dict[str, _Coded]) -> None:
         # Non-numeric or out-of-range ids ("Spans", "stream 7 ...", 2**64): stable negative codes,
         # names kept in meta, so distinct threads stay distinct.
-        return self.id_codes.setdefault(s[:200], -1000 - len(self.id_codes))
+        for fld, c in coded.items():
+            col = cols[fld] = cols[fld].copy()
+            col[c.rows] = [self.id_codes.setdefault(s, -1000 - len(self.id_codes)) for s in c.text]
 
 
 def _floats(items: list[Any], get: Callable[[Any], Any]) -> np.ndarray:
@@ -759,19 +874,109 @@ def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) 
 # --------------------------------------------------------------------------------------------- load
 
 
-def load_trace(path: str | Path) -> TraceTable:
+def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     """Parse a trace file into a :class:`TraceTable`, or raise DataError naming the problem.
 
     A trace that can mostly be read is loaded and ``TraceTable.notes`` says what was skipped or
     repaired (unreadable events, invalid UTF-8, out-of-range integers or times, unreadable
     top-level fields). One where most events cannot be read is a DataError.
+
+    ``workers``: processes that decode chunks of a large file in parallel (default: see
+    :func:`decode_workers`); the table is the same whatever the number.
     """
     p = Path(path)
-    builder = _Builder(p)
-    splitter = _Splitter(p, builder.add_json)
+    n = decode_workers(p) if workers is None else workers
+    parallel = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
+    if parallel is not None:
+        return _table(p, parallel, parallel.meta_json)
+    merged = _Merger()
+    meta_json = _split(p, lambda view, exact: merged.add(_decode_chunk(view, exact)))
+    return _table(p, merged, meta_json)
+
+
+# Files below this size are decoded in-process: starting workers costs more than it saves.
+PARALLEL_MIN_BYTES = 64 << 20
+_IN_FLIGHT_PER_WORKER = 2  # chunks queued per worker: bounds memory, keeps workers busy
+
+
+def decode_workers(path: Path) -> int:
+    """How many processes decode ``path``: 1 for small files, else the usable cores (at most 4).
+
+    ``LMPROF_TRACE_WORKERS`` overrides (1 turns parallel decoding off). Parallel decoding needs the
+    ``fork`` start method (Linux); elsewhere chunks are decoded in-process.
+    """
+    env = os.environ.get("LMPROF_TRACE_WORKERS", "").strip()
+    if env.isdigit():
+        return max(1, int(env))
+    if sys.platform != "linux":
+        return 1
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 1
+    if size < PARALLEL_MIN_BYTES:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 4))
+
+
+class _Rollback(Exception):
+    """A guessed cut decoded badly in a worker: the order-dependent fallback must run instead."""
+
+
+def _decode_parallel(p: Path, workers: int) -> _Merger | None:
+    """Decode chunks in worker processes, merged in file order; None when a guessed cut was wrong.
+
+    The splitter's cheap guesses are checked by decoding them; in-process a bad guess is repaired
+    on the spot, but here its chunk is already out with a worker, so the whole load is redone
+    in-process (rare: it needs ``},`` inside a string right where a read ends). A worker that dies
+    (killed for memory, ...) also makes the load run again in-process.
+    """
+    import multiprocessing
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    merged = _Merger()
+    pending: deque[tuple[Future[_Chunk], bool]] = deque()
+
+    def collect(item: tuple[Future[_Chunk], bool]) -> None:
+        fut, exact = item
+        try:
+            merged.add(fut.result())
+        except _DECODE_ERRORS:
+            if exact:
+                raise
+            raise _Rollback from None
+
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+
+        def submit(view: memoryview, exact: bool) -> None:
+            pending.append((pool.submit(_decode_chunk, bytes(view), exact), exact))
+            while len(pending) > workers * _IN_FLIGHT_PER_WORKER:
+                collect(pending.popleft())
+
+        try:
+            merged.meta_json = _split(p, submit)
+            while pending:
+                collect(pending.popleft())
+        except (_Rollback, BrokenProcessPool):
+            # a bad guess, or a worker that died (killed for memory, ...): decode in-process instead
+            for fut, _ in pending:
+                fut.cancel()
+            return None
+    return merged
+
+
+def _split(p: Path, on_events: Callable[[memoryview, bool], None]) -> bytes:
+    """Feed the file through a :class:`_Splitter`; returns the top-level JSON without its events."""
+    splitter = _Splitter(p, on_events)
     for chunk in _chunks(p):
         splitter.feed(chunk)
-    meta_json = splitter.finish()
+    return splitter.finish()
+
+
+def _table(p: Path, builder: _Merger, meta_json: bytes) -> TraceTable:
     notes: list[str] = []
     top = _Meta()
     try:
@@ -800,10 +1005,13 @@ def load_trace(path: str | Path) -> TraceTable:
     info = top.distributedInfo
     if isinstance(info, dict) and "rank" in info and parse_rank(info) is None:
         notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
-    return TraceTable(events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw)
+    return TraceTable(
+        events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw,
+        memory=_memory_frame(builder.memory),
+    )
 
 
-def _check_skipped(p: Path, b: _Builder) -> None:
+def _check_skipped(p: Path, b: _Merger) -> None:
     """Too many unreadable events: the file is not a trace we can stand behind."""
     if b.skipped and b.n_raw == 0:
         raise DataError(
@@ -817,7 +1025,7 @@ def _check_skipped(p: Path, b: _Builder) -> None:
         )
 
 
-def _load_notes(b: _Builder, dropped: int) -> list[str]:
+def _load_notes(b: _Merger, dropped: int) -> list[str]:
     notes = []
     if b.skipped:
         notes.append(
@@ -882,6 +1090,34 @@ def _hw_frame(rows: np.ndarray, values: dict[str, list[Any]], keep: np.ndarray) 
     return out[out["registers"].notna() | out["nbytes"].notna()].reset_index(drop=True)
 
 
+_MEMORY_COLUMNS = ("device_type", "device_id", "bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
+
+
+def _memory_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """The allocator events as typed columns (see the module docstring)."""
+    cols: dict[str, Any] = {
+        "ts": np.array([_to_float(r[0]) for r in rows], dtype=np.float64),
+        "pid": np.array([_any_int(r[1], 0) for r in rows], dtype=np.int64),
+        "tid": np.array([_any_int(r[2], 0) for r in rows], dtype=np.int64),
+    }
+    for j, name in enumerate(_MEMORY_COLUMNS):
+        absent = 0 if name == "bytes" else -1
+        cols[name] = np.array([_any_int(r[3 + j], absent) for r in rows], dtype=np.int64)
+    return pd.DataFrame(cols)
+
+
+def _any_int(x: Any, absent: int) -> int:
+    """An int64 from a JSON value (int, integral float, decimal or hex text), else ``absent``."""
+    if isinstance(x, bool) or x is None:
+        return absent
+    if isinstance(x, float):
+        return int(x) if x.is_integer() and abs(x) < _MAX_INT else absent
+    if isinstance(x, str):
+        v = _parse_int(x.strip())
+        return absent if v is None else v
+    return x if isinstance(x, int) and -_MAX_INT <= x < _MAX_INT else absent
+
+
 def _number(x: Any) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return np.nan
@@ -903,7 +1139,7 @@ def _small_int(x: Any) -> int:
     return x if isinstance(x, int) and 0 <= x < _MAX_INT else -1
 
 
-def _frames(b: _Builder) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def _frames(b: _Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Events and flows as frames, events sorted by ts; also how many events had junk times."""
     x = b.x
     ts = x.take("ts")
