@@ -8,10 +8,14 @@ temporary folder, then measures in a fresh child process:
 * analysis seconds  wall time of :func:`lmprof.trace.analyze.analyze_tables` on the loaded table
                     (every analysis: temporal, idle, launches, kernels, communication, hardware use,
                     critical path and what-if)
-* total seconds     load + analysis (the goal of issue 19: 1.0 s for the 273 MB trace), and the
-                    process's CPU seconds for it (less sensitive to other load on the machine)
+* total seconds     load + analysis (the goal of issue 19: 1.0 s for the 273 MB trace), and the CPU
+                    seconds for it: this process's, and its decoding workers' (files of 64 MB and
+                    more are decoded by worker processes, one per core up to 4; ``--workers 1``
+                    decodes in-process)
 * peak extra memory ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after the step minus the resident
-                    set size just before loading (so imports are not counted); Linux reports KiB
+                    set size just before loading (so imports are not counted); Linux reports KiB.
+                    The largest worker's peak resident size is printed apart (it includes the
+                    memory it shares with this process at fork)
 
 Usage::
 
@@ -87,21 +91,23 @@ def _rss_kib() -> int:
     return pages * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def measure(path: Path) -> dict:
+def measure(path: Path, workers: int | None = None) -> dict:
     """Load + analyze ``path`` in this process; return seconds and peak-RSS deltas (MiB)."""
     from lmprof.trace.analyze import analyze_tables
     from lmprof.trace.load import load_trace
 
     base = _rss_kib()
     c0 = time.process_time()
+    k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    table = load_trace(path)
+    table = load_trace(path, workers=workers)
     t1 = time.perf_counter()
     peak_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     table_mib = table.events.memory_usage(deep=True).sum() / 2**20
     result = analyze_tables([table])
     t2 = time.perf_counter()
     cpu = time.process_time() - c0
+    k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "events": int(len(table.events)),
@@ -110,6 +116,8 @@ def measure(path: Path) -> dict:
         "analysis_s": round(t2 - t1, 2),
         "total_s": round(t2 - t0, 2),
         "cpu_s": round(cpu, 2),
+        "workers_cpu_s": round(k1.ru_utime + k1.ru_stime - k0.ru_utime - k0.ru_stime, 2),
+        "worker_peak_rss_mib": round(k1.ru_maxrss / 1024, 1),
         "peak_extra_load_mib": round((peak_load - base) / 1024, 1),
         "peak_extra_total_mib": round((peak_all - base) / 1024, 1),
         "table_mib": round(table_mib, 1),
@@ -122,30 +130,37 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--copies", type=int, default=19)
     ap.add_argument("--gzip", action="store_true", help="also measure a gzipped copy")
+    ap.add_argument("--workers", type=int, default=None, help="decoding processes (default: lmprof's choice)")
+    ap.add_argument("--keep", type=Path, help="write the built trace here and keep it (reused when present)")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child-process mode
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure)))
+        print(json.dumps(measure(args.measure, args.workers)))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        variants = [("json", Path(tmp) / "big.json", False)]
+        variants = [("json", args.keep or Path(tmp) / "big.json", False)]
         if args.gzip:
             variants.append(("json.gz", Path(tmp) / "big.json.gz", True))
         print(f"source: {args.source.name} x {args.copies} copies")
         for label, path, compress in variants:
-            t0 = time.perf_counter()
-            size, n = build_trace(args.source, args.copies, path, compress)
-            took = time.perf_counter() - t0
-            print(f"[{label}] built {size / 1e6:.0f} MB, {n:,} trace events in {took:.1f} s")
-            out = subprocess.run(
-                [sys.executable, __file__, "--measure", str(path)], capture_output=True, text=True, check=True
-            )
+            if label == "json" and args.keep is not None and args.keep.exists():
+                print(f"[{label}] reusing {path} ({path.stat().st_size / 1e6:.0f} MB)")
+            else:
+                t0 = time.perf_counter()
+                size, n = build_trace(args.source, args.copies, path, compress)
+                took = time.perf_counter() - t0
+                print(f"[{label}] built {size / 1e6:.0f} MB, {n:,} trace events in {took:.1f} s")
+            cmd = [sys.executable, __file__, "--measure", str(path)]
+            if args.workers is not None:
+                cmd += ["--workers", str(args.workers)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(
                 f"[{label}] load {r['load_s']:.2f} s | analysis {r['analysis_s']:.2f} s | "
-                f"total {r.get('total_s', r['load_s'] + r['analysis_s']):.2f} s (CPU {r.get('cpu_s', float('nan')):.2f} s) | "
+                f"total {r['total_s']:.2f} s (CPU {r['cpu_s']:.2f} s + workers {r['workers_cpu_s']:.2f} s) | "
                 f"peak extra RSS: load {r['peak_extra_load_mib']:.0f} MiB, load+analysis "
-                f"{r['peak_extra_total_mib']:.0f} MiB | table {r['table_mib']:.0f} MiB | "
+                f"{r['peak_extra_total_mib']:.0f} MiB, largest worker {r['worker_peak_rss_mib']:.0f} MiB | "
+                f"table {r['table_mib']:.0f} MiB | "
                 f"{r['events']:,} X events, {r['flows']:,} flow events"
             )
         print("peak extra memory: ru_maxrss (peak RSS) after the step minus RSS before loading, in a child")
