@@ -117,12 +117,7 @@ class _Index:
         lane = np.where(stream >= 0, stream, self.tid[order])
         _, key = np.unique(np.stack([self.pid[order], lane]), axis=1, return_inverse=True)
         key = key.ravel()
-        self.stream_of: dict[int, int] = dict(zip(self.dev_by_end, key.tolist()))
-        self.by_stream: dict[int, tuple[list[float], list[int]]] = {}
-        grouped = np.argsort(key, kind="stable")  # keeps end order inside each stream
-        bounds = np.flatnonzero(np.diff(key[grouped])) + 1
-        for part in np.split(grouped, bounds) if grouped.size else []:
-            self.by_stream[int(key[part[0]])] = (self.end[order[part]].tolist(), order[part].tolist())
+        self.pred = self._predecessors(order, key)
         # blocking calls per host thread, by end time
         sync = np.flatnonzero(kinds.sync_mask(table))
         self.sync: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
@@ -137,6 +132,37 @@ class _Index:
         self.loader_iv = self._per_thread(loader)
         self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
         self.name_categories = ev["name"].cat.categories
+
+    def _predecessors(self, order: np.ndarray, key: np.ndarray) -> dict[int, tuple[int, float, int, float]]:
+        """For each device event K (``order``: by end time; ``key``: its stream): the event before it
+        on its stream (row, end; -1 and -inf when none) and the device event on any stream that
+        ended last before K started (row, end). "Before" allows 1e-6 us of rounding; K itself is
+        never its own predecessor. Vectorised once, so the walk only looks them up."""
+        if order.size == 0:
+            return {}
+        start = self.ts[order]
+        ends = self.end[order]
+        limit = start + 1e-6
+        # any stream: the last end <= K's start, skipping K itself (possible when dur rounds to 0)
+        j = np.searchsorted(ends, limit, side="right") - 1
+        j[(j >= 0) & (order[np.maximum(j, 0)] == order)] -= 1
+        cross_row = np.where(j >= 0, order[np.maximum(j, 0)], -1)
+        cross_end = np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf)
+        # same stream: the same search inside each stream's events (end order kept by a stable sort)
+        grouped = np.argsort(key, kind="stable")
+        g_key, g_end, g_row, g_lim = key[grouped], ends[grouped], order[grouped], limit[grouped]
+        first = np.searchsorted(g_key, g_key, side="left")  # each stream's first position
+        p = np.empty(grouped.size, dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(g_key)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), grouped.size]):
+            p[lo:hi] = lo + np.searchsorted(g_end[lo:hi], g_lim[lo:hi], side="right") - 1
+        p[(p >= first) & (g_row[np.maximum(p, 0)] == g_row)] -= 1
+        ok = p >= first
+        prev_row = np.full(order.size, -1, dtype=np.int64)
+        prev_end = np.full(order.size, -np.inf)
+        prev_row[grouped[ok]] = g_row[p[ok]]
+        prev_end[grouped[ok]] = g_end[p[ok]]
+        return dict(zip(order.tolist(), zip(prev_row.tolist(), prev_end.tolist(), cross_row.tolist(), cross_end.tolist())))
 
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
         out = {}
@@ -212,20 +238,13 @@ def _walk(
         on_path_us.append(t - a)
         if start <= t0:
             break
-        ends, rows = ix.by_stream[ix.stream_of[k]]
-        p_i = bisect.bisect_right(ends, start + 1e-6) - 1
-        while p_i >= 0 and rows[p_i] == k:
-            p_i -= 1
-        dev_ready = ends[p_i] if p_i >= 0 else -np.inf
+        prev, dev_ready, cross, cross_end = ix.pred[k]
         c = ix.launch.get(k, -1)
         host_ready = float(ix.end[c]) if c >= 0 else -np.inf
         if max(dev_ready, host_ready) < start - _EPS:
-            j = bisect.bisect_right(ix.dev_ends, start + 1e-6) - 1
-            while j >= 0 and ix.dev_by_end[j] == k:
-                j -= 1
-            if j >= 0 and ix.dev_ends[j] > max(dev_ready, host_ready):
-                seg["cross_stream"] += start - max(ix.dev_ends[j], t0)
-                kernel, t = ix.dev_by_end[j], ix.dev_ends[j]
+            if cross >= 0 and cross_end > max(dev_ready, host_ready):
+                seg["cross_stream"] += start - max(cross_end, t0)
+                kernel, t = cross, cross_end
                 continue
         if c >= 0 and host_ready >= dev_ready:
             c_start, c_end = float(ix.ts[c]), float(ix.end[c])
@@ -234,9 +253,9 @@ def _walk(
             top = min(c_end, start)
             host(c_start, top, where)
             mode, t = "host", c_start
-        elif p_i >= 0:
+        elif prev >= 0:
             seg["device_wait"] += start - max(dev_ready, t0)
-            kernel, t = rows[p_i], dev_ready
+            kernel, t = prev, dev_ready
         else:
             seg["unknown"] += start - t0
             break
