@@ -809,12 +809,7 @@ class _Merger:
         cats = self._remap(self.cats, ch.cats)
         if ch.x:
             base = self.x.cols["pid"].rows
-            x = dict(ch.x)
-            x["name"] = self._remap(self.names, ch.names)[x["name"]]
-            x["cat"] = cats[x["cat"]]
-            self._code_ids(x, ch.x_coded)
-            for k, v in x.items():
-                self.x.add(k, v)
+            self._append(self.x, ch.x, {"name": self._remap(self.names, ch.names), "cat": cats}, ch.x_coded)
             self.comm_raw += [base + r for r in ch.comm_rows]
             self.comm_values += ch.comm_values
             if ch.hw_rows.size:
@@ -822,13 +817,17 @@ class _Merger:
                 for f in _HW_FIELDS:
                     self.hw_cols[f] += ch.hw_cols[f]
         if ch.fl:
-            fl = dict(ch.fl)
-            fl["ph"] = self._remap(self.phs, ch.phs)[fl["ph"]]
-            fl["cat"] = cats[fl["cat"]]
-            self._code_ids(fl, ch.fl_coded)
-            for k, v in fl.items():
-                self.fl.add(k, v)
+            self._append(self.fl, ch.fl, {"ph": self._remap(self.phs, ch.phs), "cat": cats}, ch.fl_coded)
         self.memory += ch.memory
+
+    def _append(
+        self, into: _Columns, cols: dict[str, np.ndarray], recode: dict[str, np.ndarray], coded: dict[str, _Coded]
+    ) -> None:
+        """Append a chunk's columns, its local codes replaced through ``recode`` (column -> map)."""
+        cols = {k: recode[k][v] if k in recode else v for k, v in cols.items()}
+        self._code_ids(cols, coded)
+        for k, v in cols.items():
+            into.add(k, v)
 
     @staticmethod
     def _remap(table: dict[Any, int], local: list[Any]) -> np.ndarray:
