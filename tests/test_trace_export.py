@@ -39,7 +39,10 @@ def _read(folder: Path, name: str) -> pd.DataFrame:
 def test_tables_hold_hand_computed_values(tmp_path):
     out = tmp_path / "out"
     analyze_path(_trace().write(tmp_path), export=out)
-    assert sorted(p.name for p in out.iterdir()) == [f"{t}.parquet" for t in ("events", "kernels", "launches", "ops", "steps")]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{t}.parquet" for t in ("events", "kernels", "launches", "ops", "steps", "collectives", "critical_path")
+    )
+    assert _read(out, "collectives").empty  # no communication kernel
     ev = _read(out, "events")
     assert len(ev) == 3 + 1 + 4 + 5  # steps, op, runtime calls, device events
     k = _read(out, "kernels").set_index("name")
@@ -98,3 +101,24 @@ def test_failed_trace_leaves_no_partial_tables(tmp_path):
     with pytest.raises(DataError):
         analyze_path(tmp_path, export=out)
     assert list(out.iterdir()) == []
+
+
+def test_collectives_and_critical_path_tables(tmp_path):
+    """The all-reduce of tests/test_trace_crossrank.py on rank 0: 1,024 floats on 2 ranks, 150..400 us."""
+    from test_trace_crossrank import _rank
+
+    _rank(0, 100, 150, True).write(tmp_path, "rank0.json")
+    out = tmp_path / "out"
+    analyze_path(tmp_path / "rank0.json", export=out)
+    (c,) = _read(out, "collectives").itertuples()
+    assert (c.kind, c.process_group, c.seq, c.dtype, c.group_size) == ("allreduce", "0", 1, "Float", 2)
+    assert c.message_bytes == 4096 and c.start_us - T0 == pytest.approx(150) and c.time_us == pytest.approx(250)
+    assert c.algbw_gbps == pytest.approx(4096 / 250e-6 / 1e9)  # bytes / s / 1e9
+    assert c.busbw_gbps == pytest.approx(c.algbw_gbps)  # all-reduce on 2 ranks: factor 2 (n - 1) / n = 1
+    (p,) = _read(out, "critical_path").itertuples()
+    # back from 410: host 402..410, sync 400..402, all-reduce 150..400, latency 130..150, the launch
+    # call 125..130, host 0..125 (with the gemm's launch call 1..3 inside)
+    assert p.step == 1 and p.step_us == pytest.approx(410)
+    assert p.communication_us == pytest.approx(250) and p.sync_us == pytest.approx(2)
+    assert p.launch_latency_us == pytest.approx(20) and p.launch_call_us == pytest.approx(5 + 2)
+    assert p.cpu_us == pytest.approx(410 - 250 - 2 - 20 - 7)

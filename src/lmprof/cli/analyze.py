@@ -22,7 +22,8 @@ def analyze(
     export: Path = typer.Option(
         None,
         "--export",
-        help="Also write SQL-ready Parquet tables (events, kernels, launches, ops, steps) to this folder "
+        help="Also write SQL-ready Parquet tables (events, kernels, launches, ops, steps, collectives, "
+        "critical_path) to this folder "
         "(columns: docs/trace-analysis.md; needs pyarrow).",
         show_default=False,
     ),
@@ -50,4 +51,6 @@ def analyze(
 
     render(report)
     if export is not None:
-        typer.echo(f"tables written to {export}/ ({', '.join(f'{t}.parquet' for t in ('events', 'kernels', 'launches', 'ops', 'steps'))})")
+        from lmprof.trace.export import TABLES
+
+        typer.echo(f"tables written to {export}/ ({', '.join(f'{t}.parquet' for t in TABLES)})")

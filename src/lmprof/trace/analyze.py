@@ -249,7 +249,9 @@ def analyze_path(
             reports.append(rep)
             if exporter is not None:
                 sel = select_device(table, include_last_step)
-                exporter.add(table, table.rank if table.rank is not None else i, sel.rows if sel else None)
+                comm = rep.device.communication if rep.device is not None else None
+                exporter.add(table, table.rank if table.rank is not None else i, sel.rows if sel else None,
+                             comm, rep.critical_path)
             del table
         report = combine(reports)
         ok = True

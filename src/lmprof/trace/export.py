@@ -1,13 +1,16 @@
 """SQL-ready tables of a trace: ``lmprof analyze TRACE --export DIR`` writes them as Parquet.
 
-Five files, one row group per trace (rank), columns documented in docs/trace-analysis.md:
+Seven files, one row group per trace (rank), columns documented in docs/trace-analysis.md:
 
 * ``events.parquet``: every complete event, as loaded (:mod:`lmprof.trace.load`);
 * ``kernels.parquet``: every device event (kernel, memcpy, memset) with its launch, operator,
   annotation, step and whether the device figures counted it;
 * ``launches.parquet``: every runtime call that launched device work, with how many events;
 * ``ops.parquet``: every CPU operator with its self time, parent and step;
-* ``steps.parquet``: per ``ProfilerStep#N``: duration, operators and device work launched in it.
+* ``steps.parquet``: per ``ProfilerStep#N``: duration, operators and device work launched in it;
+* ``collectives.parquet``: every collective of the device window (:mod:`lmprof.trace.comms`);
+* ``critical_path.parquet``: per step, the critical path's microseconds by segment
+  (:mod:`lmprof.trace.critical`).
 
 Times are microseconds (``*_us``), rows refer to ``events.row`` of the same rank. Each file is
 written beside its target and renamed into place when all traces are written (lmprof.atomic).
@@ -24,13 +27,15 @@ from lmprof.atomic import atomic_path
 from lmprof.errors import ConfigError, DataError
 from lmprof.outdir import check_output_dir
 from lmprof.trace import kinds
+from lmprof.trace.comms import Communication
+from lmprof.trace.critical import SEGMENTS, CriticalPath
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import graph_launched, kernel_launches
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents, self_time
 from lmprof.trace.steps import profiler_steps
 
-TABLES = ("events", "kernels", "launches", "ops", "steps")
+TABLES = ("events", "kernels", "launches", "ops", "steps", "collectives", "critical_path")
 
 
 def _pa() -> Any:
@@ -196,6 +201,39 @@ def _steps_table(pa: Any, table: TraceTable, rank: int, kernels: Any, ops: Any) 
     return pa.table({"rank": [rank] * len(rows["step"]), **rows}, schema=schema)
 
 
+def analysis_tables(rank: int, comm: Communication | None, critical: CriticalPath | None) -> dict[str, Any]:
+    """The collectives and the per-step critical path of one trace as Arrow tables (empty when absent)."""
+    pa = _pa()
+    calls = comm.calls if comm is not None else []
+    coll = pa.table(
+        {
+            "rank": pa.array([rank] * len(calls), pa.int32()),
+            "row": pa.array([c.row for c in calls], pa.int64()),
+            "kind": pa.array([c.kind for c in calls], pa.string()),
+            "process_group": pa.array([c.process_group for c in calls], pa.string()),
+            "seq": pa.array([c.seq for c in calls], pa.int64()),
+            "dtype": pa.array([c.dtype for c in calls], pa.string()),
+            "group_size": pa.array([c.group_size for c in calls], pa.int64()),
+            "message_bytes": pa.array([c.message_bytes for c in calls], pa.int64()),
+            "start_us": pa.array([c.start_us for c in calls], pa.float64()),
+            "time_us": pa.array([c.time_us for c in calls], pa.float64()),
+            "algbw_gbps": pa.array([c.algbw_gbps for c in calls], pa.float64()),
+            "busbw_gbps": pa.array([c.busbw_gbps for c in calls], pa.float64()),
+        }
+    )
+    steps = critical.steps if critical is not None else []
+    path = pa.table(
+        {
+            "rank": pa.array([rank] * len(steps), pa.int32()),
+            "step": pa.array([p.step for p in steps], pa.int64()),
+            "step_us": pa.array([p.step_us for p in steps], pa.float64()),
+            "kernels_on_path": pa.array([p.kernels_on_path for p in steps], pa.int64()),
+            **{f"{seg}_us": pa.array([p.segments_us[seg] for p in steps], pa.float64()) for seg in SEGMENTS},
+        }
+    )
+    return {"collectives": coll, "critical_path": path}
+
+
 def _strings(pa: Any, col: Any) -> Any:
     """A pandas categorical as a pyarrow dictionary array (names are stored once)."""
     cat = col.cat
@@ -221,10 +259,19 @@ class Exporter:
         self._writers: dict[str, Any] = {}
         self.rows = dict.fromkeys(TABLES, 0)
 
-    def add(self, table: TraceTable, rank: int, window_rows: np.ndarray | None) -> None:
-        """Append one trace (``rank``: its rank, or its position when it has none)."""
+    def add(
+        self,
+        table: TraceTable,
+        rank: int,
+        window_rows: np.ndarray | None,
+        comm: Communication | None = None,
+        critical: CriticalPath | None = None,
+    ) -> None:
+        """Append one trace (``rank``: its rank, or its position when it has none) and, from its
+        analysis, its collectives and critical path."""
         pq = _pa().parquet
-        for name, t in trace_tables(table, rank, window_rows).items():
+        tables = {**trace_tables(table, rank, window_rows), **analysis_tables(rank, comm, critical)}
+        for name, t in tables.items():
             writer = self._writers.get(name)
             if writer is None:
                 tmp = self._stack.enter_context(atomic_path(self.folder / f"{name}.parquet"))
