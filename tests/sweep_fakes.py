@@ -76,6 +76,10 @@ def _run(point_id: str, mode: str, model: str, b: int, t: int) -> Run:
                blocks=blocks)
 
 
+# (mode, model, batch, seq) of the ok runs that judged their own timing noisy
+NOISY = {("train", "wide", 2, 32): "other processes used 0.8 of a core during the timed window"}
+
+
 def fake_sweep(folder: Path) -> Path:
     """Write a finished, fabricated sweep store into ``folder``; returns the folder."""
     spec = parse_spec(SPEC)
@@ -89,5 +93,8 @@ def fake_sweep(folder: Path) -> Path:
                 store.finish(p.id, failed[0], failed[1], "2026-01-01T00:00:01+00:00", 1.0)
             else:
                 run = _run(p.id, p.mode, p.model, p.batch_size, p.seq_len)
+                reason = NOISY.get((p.mode, p.model, p.batch_size, p.seq_len))
+                if reason:
+                    run.noisy, run.noise = True, [reason]
                 store.finish(p.id, "ok", None, "2026-01-01T00:00:01+00:00", 1.0, run)
     return folder

@@ -45,3 +45,46 @@ def test_missing_figures_skip_their_plots_with_the_reason(tmp_path):
     assert "needs 3 axes" in plot_radar(data, "infer", out).skipped  # throughput only: no energy, mfu or memory
     assert "flops and bytes" in plot_roofline(data, out).skipped
     assert not out.exists()  # nothing half-drawn
+
+
+def test_noisy_runs_are_named_and_ringed(fake):
+    """The fabricated sweep has one noisy ok run (sweep_fakes.NOISY): the store keeps the flag with its
+    reason, and every plot's footer names the run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from lmprof.record.store import load_results
+    from lmprof.show import sweep_plots
+    from sweep_fakes import NOISY
+
+    runs = load_results(fake)
+    flagged = runs[runs["noisy"] == 1]
+    assert len(flagged) == 1 and (runs[runs["status"] == "ok"]["noisy"].notna()).all()
+    (mode, model, batch, seq), reason = next(iter(NOISY.items()))
+    row = flagged.iloc[0]
+    assert (row["mode"], row["model"], row["batch_size"], row["seq_len"]) == (mode, model, batch, seq)
+    conn = sqlite3.connect(fake / "results.sqlite")
+    (note,) = conn.execute("SELECT note FROM metrics WHERE key = 'noisy' AND value = 1").fetchone()
+    conn.close()
+    assert note == reason
+    data = load_sweep(fake)
+    footer = " ".join(data.footer())
+    assert "noisy runs kept" in footer and "(1 of " in footer and str(row["label"]) in footer
+    assert data.noisy_note("infer") == ""  # the noisy run is a training run
+    rings = []
+    real_plot = plt.Axes.plot
+
+    def spy(ax, *args, **kwargs):
+        if kwargs.get("mfc") == "none":
+            rings.append((list(args[0]), list(args[1])))
+        return real_plot(ax, *args, **kwargs)
+
+    plt.Axes.plot = spy
+    try:
+        sweep_plots.plot_metric_vs(data, "batch_size", {"train": "tokens_per_s"}, {"train": "tokens/s"},
+                                   "throughput", "t.png", fake / "check")  # fmt: skip
+    finally:
+        plt.Axes.plot = real_plot
+    assert [xs for xs, _ in rings] == [[batch]]  # one ring, at the noisy run's batch size

@@ -65,6 +65,7 @@ VIEW_METRICS = (
     ("step_time", "ms"), ("tokens_per_s", "tokens/s"), ("ttft", "ms"), ("tpot", "ms"),
     ("decode_tokens_per_s", "tokens/s"), ("e2e_latency", "ms"), ("params", "count"), ("loss", "nats/token"),
     ("mfu", "%"), ("memory.peak", "B"), ("energy.per_token", "J/token"), ("energy.flop_per_joule", "FLOP/J"),
+    ("noisy", "flag"),
 )
 
 _DDL = """
@@ -107,6 +108,10 @@ CREATE TABLE IF NOT EXISTS blocks (
     PRIMARY KEY (point_id, phase, name)
 );
 """
+
+
+# Metric row holding run.json's ``noisy`` (1: the timed window was not steady; the note says why).
+NOISY_KEY = "noisy"
 
 
 def metric_column(key: str, unit: str) -> str:
@@ -262,7 +267,10 @@ class Store:
                 self.conn.executemany(
                     "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(point_id, k, m.value, m.unit, m.source, m.p10, m.p90, m.n, m.note)
-                     for k, m in run.metrics.items()],
+                     for k, m in run.metrics.items() if k != NOISY_KEY]
+                    # the run's own verdict on its timing (run.json "noisy"), so plots can mark it
+                    + [(point_id, NOISY_KEY, 1.0 if run.noisy else 0.0, "flag", "derived", None, None, None,
+                        "; ".join(run.noise) or None)],
                 )
                 self.conn.executemany(
                     "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -71,6 +71,23 @@ class SweepData:
     def ok(self) -> "pd.DataFrame":
         return self.runs[self.runs["status"] == "ok"]
 
+    def footer(self, mode: str | None = None) -> list[str]:
+        """Footer lines every plot carries: failed runs left out, noisy runs kept (and marked)."""
+        return [self.failed_note(mode), self.noisy_note(mode)]
+
+    def noisy_note(self, mode: str | None = None) -> str:
+        """Footer text: which ok runs judged their own timing noisy (run.json ``noisy``), or ''."""
+        ok = self.ok if mode is None else self.ok[self.ok["mode"] == mode]
+        if "noisy" not in ok.columns:
+            return ""
+        bad = ok[ok["noisy"] == 1]
+        if bad.empty:
+            return ""
+        named = ", ".join(str(x) for x in bad["label"].head(4))
+        more = f", +{len(bad) - 4} more" if len(bad) > 4 else ""
+        return (f"noisy runs kept, timing less certain ({len(bad)} of {len(ok)}; ringed in line plots; "
+                f"reasons in each run.json): {named}{more}")
+
     def failed_note(self, mode: str | None = None) -> str:
         """Footer text: how many failed runs were left out (by status), or ''."""
         runs = self.runs if mode is None else self.runs[self.runs["mode"] == mode]
@@ -175,8 +192,11 @@ def _config_label(row: Any, axes: Sequence[str]) -> str:
 def _median_by_config(df: "pd.DataFrame", values: Sequence[str]) -> "pd.DataFrame":
     """One row per configuration: the median of its repeats, NaN (n/a) values ignored."""
     keys = [a for a in CONFIG_AXES if a in df.columns]
-    out = df.groupby(keys, dropna=False, sort=False)[list(values)].median().reset_index()
-    return out
+    groups = df.groupby(keys, dropna=False, sort=False)
+    out = groups[list(values)].median()
+    # a configuration is marked noisy when any of its repeats was
+    out["any_noisy"] = groups["noisy"].max().fillna(0) > 0 if "noisy" in df.columns else False
+    return out.reset_index()
 
 
 def _model_order(runs: "pd.DataFrame") -> list[str]:
@@ -284,7 +304,7 @@ def plot_blocks(data: SweepData, mode: str, out: Path, share: bool = False) -> P
     unit = "% of each phase" if share else PER[mode]
     fig.suptitle(f"Per-block time per configuration, {mode}: {what}\n({unit}; {_repeats_text(data)})", fontsize=11)
     foot = ["optimizer, data and zero_grad (the step phase) are not shown" if mode == "train" else "",
-            data.failed_note(mode)]
+            *data.footer(mode)]
     return PlotOutcome(name, _save(fig, out / name, foot, SideLegend(_handles(axes), names, "block", 1.9)))
 
 
@@ -337,7 +357,7 @@ def plot_subblocks(data: SweepData, mode: str, family: str, out: Path) -> PlotOu
     fig.suptitle(f"{title} sub-blocks per model and device, {mode}\n({phases}; {PER[mode]}; {_repeats_text(data)})",
                  fontsize=10.5)
     legend = SideLegend(_handles(grid), names, "sub-block", 1.6)
-    return PlotOutcome(name, _save(fig, out / name, [data.failed_note(mode)], legend))
+    return PlotOutcome(name, _save(fig, out / name, data.footer(mode), legend))
 
 
 # -- 3-5. a metric against batch size or sequence length ------------------------------------------
@@ -391,6 +411,9 @@ def plot_metric_vs(
                 label = _config_label(g.iloc[0], series_axes)
                 color, marker = styles[label]
                 ax.plot(g[x], g[col], marker=marker, color=color, label=label, lw=1.4, ms=5)
+                shaky = g[g["any_noisy"]]
+                if not shaky.empty:  # a ring around points whose timing was noisy (see the footer)
+                    ax.plot(shaky[x], shaky[col], ls="", marker="o", ms=11, mfc="none", mec="#d62728", mew=1.2)
             _log2_axis(ax, xs)
             ax.set_xlabel(_AXIS_TEXT[x], fontsize=8.5)
             ax.set_ylabel(ylabel_by_mode[mode], fontsize=8.5)
@@ -399,7 +422,7 @@ def plot_metric_vs(
     fig.suptitle(f"{title}\n({_repeats_text(data)}; n/a values left out)", fontsize=11)
     legend = (SideLegend(_handles(grid), list(styles), ", ".join(_AXIS_NAME.get(a, a) for a in series_axes))
               if series_axes else None)
-    return PlotOutcome(name, _save(fig, out / name, [data.failed_note()], legend))
+    return PlotOutcome(name, _save(fig, out / name, data.footer(), legend))
 
 
 def _energy_columns(ok: "pd.DataFrame", mode: str, kind: str) -> tuple[str | None, bool]:
@@ -620,7 +643,7 @@ def plot_roofline(data: SweepData, out: Path) -> PlotOutcome:
             "the roof means that share or the peak figure is off, not that the roof was beaten.",
             "no peak.flops / peak.bandwidth in the runs: ceilings not drawn" if not ceilings else
             "Ceilings: the runs' peak.flops and peak.bandwidth metrics.",
-            data.failed_note()]
+            *data.footer()]
     return PlotOutcome(name, _save(fig, out / name, foot))
 
 
