@@ -197,6 +197,13 @@ def test_parallel_decoding_gives_the_same_table(tmp_path, monkeypatch, read_byte
 def test_worker_count(tmp_path, monkeypatch):
     small = _write(tmp_path, json.dumps(GOOD).encode())
     assert load_mod.decode_workers(small) == 1  # below PARALLEL_MIN_BYTES
+    # a gzipped trace counts by the decompressed size its trailer records
+    packed = _write(tmp_path, gzip.compress(b" " * 1000 + json.dumps(GOOD).encode()), "t.json.gz")
+    assert load_mod._gzip_size(packed) == 1000 + len(json.dumps(GOOD)) and load_mod._gzip_size(small) == 0
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1000)
+    assert load_mod.decode_workers(packed) == (min(len(load_mod.os.sched_getaffinity(0)), 4)
+                                               if load_mod.sys.platform == "linux" else 1)
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 64 << 20)
     monkeypatch.setenv("LMPROF_TRACE_WORKERS", "3")
     assert load_mod.decode_workers(small) == 3
 

@@ -899,7 +899,8 @@ _IN_FLIGHT_PER_WORKER = 2  # chunks queued per worker: bounds memory, keeps work
 
 
 def decode_workers(path: Path) -> int:
-    """How many processes decode ``path``: 1 for small files, else the usable cores (at most 4).
+    """How many processes decode ``path``: 1 for small files (by their decompressed size when
+    gzipped), else the usable cores (at most 4).
 
     ``LMPROF_TRACE_WORKERS`` overrides (1 turns parallel decoding off). Parallel decoding needs the
     ``fork`` start method (Linux); elsewhere chunks are decoded in-process.
@@ -910,13 +911,22 @@ def decode_workers(path: Path) -> int:
     if sys.platform != "linux":
         return 1
     try:
-        size = path.stat().st_size
+        size = max(path.stat().st_size, _gzip_size(path))
     except OSError:
         return 1
     if size < PARALLEL_MIN_BYTES:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 4))
+
+
+def _gzip_size(path: Path) -> int:
+    """The decompressed size a gzip file's trailer records (modulo 4 GiB), or 0 for other files."""
+    with open_regular(path) as f:
+        if f.read(2) != b"\x1f\x8b":
+            return 0
+        f.seek(-4, os.SEEK_END)
+        return int.from_bytes(f.read(4), "little")
 
 
 class _Rollback(Exception):
