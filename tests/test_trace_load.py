@@ -226,3 +226,19 @@ def test_memory_events_are_a_table(tmp_path):
     assert list(m["addr"]) == [140000000000000, 16] and list(m["ev_idx"]) == [3, 4]
     assert list(m["total_allocated"]) == [1024, -1] and list(m["total_reserved"]) == [2097152, -1]
     assert len(t.events) == 1
+
+
+@pytest.mark.skipif(not hasattr(load_mod.os, "fork"), reason="parallel decoding needs fork")
+def test_cpp_names_do_not_fool_the_cut_guess(tmp_path, monkeypatch):
+    """CUDA kernel names hold '{lambda(float)#1}, at::...': a guessed cut there would fail in a worker
+    and cost a second, in-process pass; the guess also wants the next event's '{'."""
+    name = "void at::native::kernel<at::native::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)"
+    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(400)]
+    path = _write(tmp_path, json.dumps({"traceEvents": events}, indent=1).encode())
+    monkeypatch.setattr(load_mod, "_READ_BYTES", 997)
+    real = load_mod._decode_parallel
+    outcomes = []
+    monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n: outcomes.append(r := real(p, n)) or r)
+    t = load_trace(path, workers=2)
+    assert outcomes and outcomes[0] is not None  # no guess failed
+    assert len(t.events) == 400 and set(t.events["name"].astype(str)) == {name}

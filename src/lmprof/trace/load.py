@@ -416,17 +416,27 @@ class _Splitter:
             raise DataError(f"{self.path}: JSON has no traceEvents list (not a Kineto / Chrome trace)")
 
     def _guess_cut(self) -> int | None:
-        """Index of the comma after the last event that looks complete, or None."""
-        buf, end = self.buf, len(self.buf)
+        """Index of the comma after the last event that looks complete, or None.
+
+        An event looks complete at a ``}`` followed by a comma and the next event's ``{`` (spaces
+        allowed between). Requiring the ``{`` keeps C++ names such as ``{lambda(float)#1}, at::...``
+        in kernel names from being taken for cuts: a wrong guess costs a retry in-process and a
+        whole second pass when chunks are decoded in parallel.
+        """
+        buf, end, n = self.buf, len(self.buf), len(self.buf)
         for _ in range(64):  # bounded: a giant event or junk must not make this quadratic
             e = buf.rfind(b"}", 1, end)
             if e < 0:
                 return None
             j = e + 1
-            while j < len(buf) and buf[j] in _WS:
+            while j < n and buf[j] in _WS:
                 j += 1
-            if j < len(buf) and buf[j] == _COMMA:
-                return j
+            if j < n and buf[j] == _COMMA:
+                k = j + 1
+                while k < n and buf[k] in _WS:
+                    k += 1
+                if k < n and buf[k] == _OPEN_BRACE:
+                    return j
             end = e
         return None
 
@@ -895,7 +905,7 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
 
 # Files below this size are decoded in-process: starting workers costs more than it saves.
 PARALLEL_MIN_BYTES = 64 << 20
-_IN_FLIGHT_PER_WORKER = 2  # chunks queued per worker: bounds memory, keeps workers busy
+_IN_FLIGHT_PER_WORKER = 4  # chunks queued per worker: bounds memory, keeps workers busy (2 left them idle)
 
 
 def decode_workers(path: Path) -> int:
