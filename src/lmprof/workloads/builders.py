@@ -22,6 +22,10 @@ from lmprof.workloads.training import TrainWorkload
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
+FUSED_NOTE = ("each compiled kernel's time goes to the blocks its ops came from (inductor's provenance; built-in "
+              "GPT only); a kernel that fused several blocks is split among them by their FLOPs in it, else the "
+              "bytes their ops write ('fused ms' column; tables.fused_kernels lists each fused kernel and its split)")
+
 
 def gpt_config(spec: ModelSpec, vocab_size: int | None = None) -> GPTConfig:
     """The built-in GPT's config: the preset with the spec's overrides (``vocab_size`` wins if given)."""
@@ -49,9 +53,7 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimize
 def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
     if not cfg.compile:
         return model
-    notes.append("torch.compile: each compiled kernel's time goes to the blocks its ops came from (inductor's "
-                 "provenance; built-in GPT only); a kernel that fused several blocks is a row of its own, "
-                 "named a+b; what no kernel record names stays in the phase's 'other'")
+    notes.append("torch.compile: " + FUSED_NOTE + "; what no kernel record names stays in the phase's 'other'")
     return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
 
 
@@ -199,6 +201,4 @@ def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> Non
         raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
                           "(not Hugging Face models, not --no-kv-cache)")
     decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
-    notes.append(f"torch.compile (mode {cfg.compile_mode}): each compiled kernel's time goes to the blocks its "
-                 "ops came from (inductor's provenance); a kernel that fused several blocks is a row of its own, "
-                 "named a+b")
+    notes.append(f"torch.compile (mode {cfg.compile_mode}): " + FUSED_NOTE)
