@@ -193,12 +193,14 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
 def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> None:
     """torch.compile the model a decoder calls: the built-in GPT with its KV cache only.
 
-    The cache is pre-allocated; the position is a Python int, which dynamo's automatic dynamic shapes
-    turn symbolic at the first decode step's recompilation, so decoding does not compile per token
-    (the run's compile table shows every compilation and its reason).
+    The GPT decoder compiles prefill and decode apart, with static shapes over its static KV cache
+    (workloads/decoding.py): decode compiles once, prefill once per prompt length.
     """
     if not isinstance(decoder, GPTDecoder) or not decoder.kv_cache:
         raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
                           "(not Hugging Face models, not --no-kv-cache)")
-    decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
+    decoder.compile(cfg.compile_mode)
     notes.append(f"torch.compile (mode {cfg.compile_mode}): " + FUSED_NOTE)
+    notes.append("torch.compile: static KV cache (attention over all prompt + new-token positions, masked; "
+                 "the eager run attends to the positions written so far), so decode compiles once and "
+                 "prefill once per prompt length")
