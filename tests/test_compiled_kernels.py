@@ -87,6 +87,21 @@ def test_kernels_of_compiled_graphs_go_to_their_blocks_by_hand(tmp_path):
     gelu = fused[("cpp_fused_gelu_view_1", "forward")]
     assert (gelu.label, gelu.shares, gelu.basis, gelu.us, gelu.calls) == ("mlp.fc+mlp.act", (0.2, 0.8), "bytes", 5, 1)
     assert fused[("cpp_fused_sum_0", "backward")].us == 4
+    # Kernels issued per step: each kernel counts for each block it is split among.
+    assert att.issued == {("ln_1", "forward"): 1, ("attn.qkv", "forward"): 1, ("mlp.fc", "forward"): 2,
+                          ("mlp.act", "forward"): 1, ("mlp.act", "backward"): 1, ("mlp.proj", "backward"): 1,
+                          ("mlp.fc", "backward"): 1}
+
+
+def test_eager_blocks_count_the_operators_they_call_directly(tmp_path):
+    """Two steps; attn.qkv calls aten::linear (with aten::addmm inside: not counted) and aten::view."""
+    events = []
+    for base in (0, 100):
+        events += [A(f"ProfilerStep#{base}", base, 100), A("lmprof:forward", base + 10, 50),
+                   A("lmprof:attn.qkv", base + 12, 30), X("aten::linear", base + 13, 10),
+                   X("aten::addmm", base + 14, 8), X("aten::view", base + 25, 2), X("aten::add", base + 45, 2)]
+    att = attribute(write(tmp_path, events), clock="cpu")
+    assert att.issued == {("attn.qkv", "forward"): 2, ("other", "forward"): 1}
     # Without the record the same trace is all 'other', as before.
     plain = {(p.phase, p.name) for p in attribute(write(tmp_path, compiled_step()), clock="cpu").parts}
     assert plain == {("forward", "other"), ("backward", "other"), ("step", "other")}

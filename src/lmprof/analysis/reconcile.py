@@ -89,6 +89,7 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
             profiled_ms=(part.us if part else 0.0) / 1e3, pct=100.0 * median[k] / total if total else 0.0,
             calls=round(part.calls) if part else 0, spread_ms=spread,
             fused_ms=time_ms * _fused_fraction(att, k) if att.compiled else None,
+            ops=round(att.issued[k], 3) if k in att.issued else (0.0 if att.issued else None),
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
     notes = []

@@ -111,6 +111,9 @@ class Block(BaseModel):
     # Compiled runs: the part of time_ms that came from kernels fusing this block with others (its share
     # of each fused kernel, by FLOPs or bytes); None for eager runs.
     fused_ms: float | None = None
+    # Operators called directly in the block per step (eager), plus the compiled kernels it owns
+    # (compiled runs; a fused kernel counts for each of its blocks): what `lmprof compare` sets side by side.
+    ops: float | None = None
 
 
 class OpStat(BaseModel):

@@ -43,7 +43,7 @@ from lmprof.trace.autograd import backward_node_mask, forward_op
 from lmprof.trace.compiled import KernelOwner, kernel_owners
 from lmprof.trace.launches import launching_calls
 from lmprof.trace.load import TraceTable
-from lmprof.trace.nesting import enclosing
+from lmprof.trace.nesting import enclosing, parents
 from lmprof.trace.steps import profiler_steps
 
 # Host-side collective calls, DDP's gradient-bucket work and FSDP's gather/reduce ranges.
@@ -115,6 +115,9 @@ class Attribution:
     fused_per_step: list[dict[Key, float]] = field(default_factory=list)
     fused_kernels: list[FusedKernel] = field(default_factory=list)
     compiled: bool = False
+    # Work each (name, phase) issued per step (mean): the operators called directly in it (eager),
+    # plus the compiled kernels it owns (a fused kernel counts once for each of its blocks).
+    issued: dict[Key, float] = field(default_factory=dict)
 
     @property
     def mean_step_us(self) -> float:
@@ -382,7 +385,23 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     counts = _event_counts(table, host, own.mask, own.scope_mask, own.rows, parent, own.label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
                        [dict(t) for t in totals], counts, [dict(f) for f in credit.fused],
-                       credit.fused_table(n_steps), bool(compiled))
+                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps))
+
+
+def _issued(table: TraceTable, own: _Owners, n_steps: int) -> dict[Key, float]:
+    """Per (name, phase), operators per step whose direct parent is one of its owner ranges, plus
+    its compiled kernels (each kernel owner counts 1 for each block it is split among)."""
+    out: dict[Key, float] = defaultdict(float)
+    in_steps = set(own.rows.tolist())
+    ops = np.flatnonzero(kinds.op_mask(table) & ~own.mask)
+    par = parents(table)[ops]
+    for p in par[par >= 0].tolist():
+        if p in in_steps and p not in own.kernels:
+            out[own.label[p]] += 1 / n_steps
+    for r, owner in own.kernels.items():
+        for block in owner.blocks:
+            out[(block, own.label[r][1])] += 1 / n_steps
+    return dict(out)
 
 
 def _event_counts(
