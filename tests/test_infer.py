@@ -125,8 +125,7 @@ def test_plain_module_training_api(tmp_path):
         (["--new-tokens", "-3"], "new tokens must be positive"),
         (["--prompt-len", "250", "--new-tokens", "10"], "exceeds the model's context"),
         (["--hf-config", "no-such-arch"], "unknown --hf-config"),
-        (["--compile", "--hf-config", "tiny-gpt2"], "supports the built-in GPT with its KV cache only"),
-        (["--compile", "--no-kv-cache"], "supports the built-in GPT with its KV cache only"),
+        (["--compile", "--no-kv-cache"], "--compile for inference needs a KV cache"),
         (["--compile", "--compile-mode", "fast"], "compile_mode: Input should be"),
     ],
 )
@@ -254,4 +253,44 @@ def test_compiled_infer_with_inductor_gives_eager_logits_and_named_blocks(tmp_pa
         step = want_step.step(want.argmax(-1, keepdim=True))
         got_step = compiled.step(got.argmax(-1, keepdim=True))
     assert torch.allclose(want, got, atol=1e-4) and torch.allclose(step, got_step, atol=1e-4)
+    torch._dynamo.reset()
+
+
+def test_hf_static_cache_decodes_the_same_logits_as_the_dynamic_one():
+    """transformers' StaticCache, as the compiled HF decoder drives it (cache_position tensors), gives
+    the dynamic cache's logits at every step."""
+    from lmprof.workloads import hf as hfmod
+    from lmprof.workloads.decoding import HFDecoder
+
+    model = hfmod.from_config("tiny-gpt2", torch.float32, 0).model.eval()
+    prompt = torch.randint(100, (2, 8))
+
+    def logits(decoder):
+        out = [decoder.start(prompt, 8 + 5)]
+        for _ in range(5):
+            out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
+        return torch.stack(out)
+
+    static = HFDecoder(model)
+    static.static = True  # the compiled path's cache, without compiling
+    with torch.inference_mode():
+        assert torch.allclose(logits(HFDecoder(model)), logits(static), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_hf_decode_compiles_once(tmp_path, monkeypatch):
+    """--compile --hf-config tiny-gpt2: StaticCache, so decode compiles once and prefill once, no
+    recompilation, the eager run's tokens (dynamo's eager backend stands in for inductor)."""
+    import torch._dynamo
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, mode=None, dynamic=None: real(m, backend="eager", dynamic=dynamic))
+    eager, _ = run_inference(small_cfg(hf_config="tiny-gpt2", new_tokens=6), out_dir=tmp_path / "e")
+    torch._dynamo.reset()
+    run, _ = run_inference(small_cfg(hf_config="tiny-gpt2", new_tokens=6, compile=True), out_dir=tmp_path / "c")
+    rows = run.tables["compile"]
+    assert sorted((r["function"], r["kind"]) for r in rows) == [("hf_decode", "compile"), ("hf_prefill", "compile")]
+    assert run.value("compile.recompiles") == 0 and run.value("compile.after_warmup") == 0
+    assert run.tables["generation"] == eager.tables["generation"]
+    assert any("StaticCache" in n for n in run.notes)
     torch._dynamo.reset()

@@ -14,7 +14,7 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
-from lmprof.workloads.decoding import Decoder, GPTDecoder, decoder_for
+from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
 from lmprof.workloads.gpt import GPT, GPTConfig, preset
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
@@ -162,7 +162,8 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
                      # what the model really runs (transformers' choice), not lmprof's built-in default
                      "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
         hooked = model
-        scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
+        if not cfg.compile:  # hooks inside a compiled model would break its graph
+            scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
     else:
         gcfg = gpt_config(cfg)
         torch.manual_seed(cfg.seed)
@@ -191,16 +192,25 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
 
 
 def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> None:
-    """torch.compile the model a decoder calls: the built-in GPT with its KV cache only.
+    """torch.compile what a decoder calls, with its KV cache (workloads/decoding.py).
 
-    The GPT decoder compiles prefill and decode apart, with static shapes over its static KV cache
-    (workloads/decoding.py): decode compiles once, prefill once per prompt length.
+    The built-in GPT compiles prefill and decode apart, with static shapes over its static KV cache:
+    decode compiles once, prefill once per prompt length. A Hugging Face model does the same over
+    transformers' StaticCache where it supports one, else it is compiled with its dynamic cache.
     """
-    if not isinstance(decoder, GPTDecoder) or not decoder.kv_cache:
-        raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
-                          "(not Hugging Face models, not --no-kv-cache)")
-    decoder.compile(cfg.compile_mode)
-    notes.append(f"torch.compile (mode {cfg.compile_mode}): " + FUSED_NOTE)
-    notes.append("torch.compile: static KV cache (attention over all prompt + new-token positions, masked; "
-                 "the eager run attends to the positions written so far), so decode compiles once and "
-                 "prefill once per prompt length")
+    if not isinstance(decoder, (GPTDecoder, HFDecoder)) or not decoder.kv_cache:
+        raise ConfigError("--compile for inference needs a KV cache and the built-in GPT or a Hugging Face "
+                          "model (not --no-kv-cache)")
+    if isinstance(decoder, GPTDecoder):
+        decoder.compile(cfg.compile_mode)
+        notes.append(f"torch.compile (mode {cfg.compile_mode}): " + FUSED_NOTE)
+        notes.append("torch.compile: static KV cache (attention over all prompt + new-token positions, masked; "
+                     "the eager run attends to the positions written so far), so decode compiles once and "
+                     "prefill once per prompt length")
+        return
+    fallback = decoder.compile(cfg.compile_mode)
+    notes.append(fallback or "torch.compile: transformers' static KV cache (StaticCache), prefill and decode "
+                 "compiled apart with static shapes: decode compiles once, prefill once per prompt length")
+    notes.append(f"torch.compile (mode {cfg.compile_mode}): Hugging Face models get no block rows when compiled "
+                 "(module hooks would break the graph; kernel provenance names built-in GPT blocks only): "
+                 "the time is in each phase's 'other'")

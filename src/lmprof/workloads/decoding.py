@@ -105,17 +105,54 @@ class GPTDecoder(Decoder):
         return self.cache.nbytes() if self.cache is not None else None
 
 
+def hf_prefill(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+    """A transformers LM's prefill into a static cache; the last position's logits (B, V)."""
+    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+
+
+def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+    """One decode step into a static cache (a function of its own: torch.compile keeps its graphs apart)."""
+    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+
+
 class HFDecoder(Decoder):
-    """A transformers causal LM: ``past_key_values`` when the cache is on."""
+    """A transformers causal LM: ``past_key_values`` when the cache is on.
+
+    Eager: transformers' dynamic cache. Compiled (:meth:`compile`): its ``StaticCache`` where the model
+    supports it (``_can_compile_fullgraph``), prefill and decode compiled apart with static shapes.
+    """
 
     def __init__(self, model: torch.nn.Module, kv_cache: bool = True):
         self.model, self.kv_cache = model, kv_cache
         self.past: Any = None
+        self.static = False
+        self.pos = 0
+        self.prefill: Callable[..., torch.Tensor] = hf_prefill
+        self.decode: Callable[..., torch.Tensor] = hf_decode
         self._plain = _Recompute(lambda ids: model(input_ids=ids, use_cache=False).logits[:, -1])
+
+    def compile(self, mode: str = "default") -> str | None:
+        """torch.compile the model's calls; a note when it cannot use a static cache (else None)."""
+        if getattr(self.model, "_can_compile_fullgraph", False):
+            self.static = True
+            self.prefill = torch.compile(hf_prefill, mode=mode, dynamic=False)
+            self.decode = torch.compile(hf_decode, mode=mode, dynamic=False)
+            return None
+        self.model = torch.compile(self.model, mode=mode)  # type: ignore[assignment]
+        return (f"torch.compile: {type(self.model).__name__} does not support transformers' static KV cache "
+                "(_can_compile_fullgraph is false): compiled with its dynamic cache, so decode may recompile "
+                "as the cache grows (see tables.compile)")
 
     def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.start(prompt, max_len)
+        if self.static:
+            from transformers import StaticCache
+
+            self.past = StaticCache(config=self.model.config, max_cache_len=max_len)
+            positions = torch.arange(prompt.size(1), device=prompt.device)
+            self.pos = prompt.size(1)
+            return self.prefill(self.model, prompt, self.past, positions)
         out = self.model(input_ids=prompt, use_cache=True)
         self.past = out.past_key_values
         return out.logits[:, -1]
@@ -123,6 +160,10 @@ class HFDecoder(Decoder):
     def step(self, token: torch.Tensor) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.step(token)
+        if self.static:
+            positions = torch.full((1,), self.pos, dtype=torch.long, device=token.device)
+            self.pos += 1
+            return self.decode(self.model, token, self.past, positions)
         out = self.model(input_ids=token, past_key_values=self.past, use_cache=True)
         self.past = out.past_key_values
         return out.logits[:, -1]
