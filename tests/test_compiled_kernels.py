@@ -186,3 +186,22 @@ def test_nodes_weigh_their_flops_and_output_bytes_by_hand():
     assert (by_bytes["basis"], by_bytes["shares"]) == ("bytes", [0.25, 0.75])  # the unscoped node weighs nothing
     by_flops = _weighed(["mlp.fc", "mlp.act"], [NodeInfo(fc, 30, 100), NodeInfo(act, 10, 300)], src)
     assert (by_flops["basis"], by_flops["shares"]) == ("flops", [0.75, 0.25])
+
+
+def test_device_clock_splits_a_fused_kernels_device_time(tmp_path):
+    """GPU clock: the device kernel launched from inside a fused extern call is split 3:1."""
+    graphs = [{"kernels": [k if not (k["extern"] and k["blocks"] == ["mlp.fc"]) else
+                           {**k, "blocks": ["mlp.fc", "mlp.act"], "shares": [0.75, 0.25], "basis": "flops"}
+                           for k in GRAPHS[0]["kernels"]]}, GRAPHS[1]]
+    events = compiled_step() + [
+        {"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 34, "dur": 2, "pid": 1, "tid": 1,
+         "args": {"correlation": 1}},
+        {"ph": "X", "name": "gemm", "cat": "kernel", "ts": 40, "dur": 40, "pid": 0, "tid": 7,
+         "args": {"correlation": 1, "stream": 7, "device": 0}},
+    ]
+    att = attribute(write(tmp_path, events), compiled=graphs)
+    assert att.clock == "device"
+    got = {(p.phase, p.name): p.us for p in att.parts}
+    assert got == pytest.approx({("forward", "mlp.fc"): 30, ("forward", "mlp.act"): 10, ("step", "idle"): 60})
+    assert att.fused_per_step == [pytest.approx({("mlp.fc", "forward"): 30, ("mlp.act", "forward"): 10})]
+    assert [(f.kernel, f.us, f.calls) for f in att.fused_kernels] == [("addmm", 40, 1)]

@@ -20,6 +20,8 @@ HEADLINE = (
     "memory.activations", "memory.kv_cache", "kv_cache",
     "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
     "energy.estimated.total", "energy.estimated.per_token",
+    # compiled runs: compilation apart from the steady-state figures above
+    "compile.time", "compile.dynamo_time", "compile.recompiles", "compile.graph_breaks",
 )
 
 
