@@ -20,7 +20,9 @@ artifact is emitted, the graph being compiled is ``V.graph`` and its post-grad m
 
 A kernel's ``shares`` are its blocks' FLOPs over the kernel's FLOPs when its nodes have FLOPs
 (``basis: flops``: matmuls, attention), else their output bytes (``basis: bytes``: pointwise and
-reduction fusions), else even (``basis: even``: no node could be weighed). Nodes outside every scope
+reduction fusions), else even (``basis: even``: no node could be weighed). So a block whose only ops
+in a kernel with FLOPs are pointwise gets no share of it (inductor fuses a decode step's one-row
+bmm with the softmax around it: the softmax's time goes to attn.scores and attn.av). Nodes outside every scope
 weigh nothing: a kernel's time goes to its named blocks only. A node inductor recomputes inside
 several kernels (it does, e.g. a layer norm recomputed in the next kernel) weighs in each.
 
