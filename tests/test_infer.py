@@ -294,3 +294,28 @@ def test_compiled_hf_decode_compiles_once(tmp_path, monkeypatch):
     assert run.tables["generation"] == eager.tables["generation"]
     assert any("StaticCache" in n for n in run.notes)
     torch._dynamo.reset()
+
+
+def test_a_reused_static_cache_gives_the_same_logits():
+    """A compiled GPT decoder keeps its static cache across generations (stale positions are masked):
+    a second generation with another prompt gives a fresh decoder's logits."""
+    from lmprof.workloads.decoding import GPTDecoder
+    from lmprof.workloads.gpt import GPT, preset
+
+    torch.manual_seed(0)
+    model = GPT(preset("tiny", n_layer=2)).eval()
+
+    def logits(decoder, prompt):
+        out = [decoder.start(prompt, 8 + 4)]
+        for _ in range(4):
+            out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
+        return torch.stack(out)
+
+    reused = GPTDecoder(model, static=True)
+    with torch.inference_mode():
+        logits(reused, torch.randint(65, (2, 8)))
+        first_cache = reused.cache
+        second = torch.randint(65, (2, 8))
+        got = logits(reused, second)
+        assert reused.cache is first_cache
+        assert torch.allclose(got, logits(GPTDecoder(model), second), atol=1e-5)

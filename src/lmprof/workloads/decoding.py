@@ -88,7 +88,11 @@ class GPTDecoder(Decoder):
         device = prompt.device
         if max_len > self.model.config.block_size:  # a static cache cannot raise inside the model
             raise ConfigError(f"sequence of {max_len} tokens exceeds block_size {self.model.config.block_size}")
-        self.cache = KVCache(self.model.config, prompt.size(0), max_len, device, self.dtype, static=self.static)
+        if not (self.static and self.cache is not None and self.cache.k[0].shape[0] == prompt.size(0)
+                and self.cache.max_len == max_len and self.cache.k[0].device == device):
+            self.cache = KVCache(self.model.config, prompt.size(0), max_len, device, self.dtype, static=self.static)
+        # else: a static cache is reused as it is (its address stays put for CUDA graphs): the prefill
+        # rewrites positions 0..P-1, decode each next one, and the mask hides what is left of the last run
         self.pos = torch.zeros((), dtype=torch.long, device=device) if self.static else 0
         logits = self.prefill(self.model, prompt, self.cache, self.pos)
         self.pos = self.pos + prompt.size(1)

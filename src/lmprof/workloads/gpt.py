@@ -102,6 +102,9 @@ class KVCache:
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
         self.max_len = max_len
         self.static = static
+        if static:  # CUDA graphs (reduce-overhead) may then write the cache in place, no copies
+            for t in [*self.k, *self.v]:
+                torch._dynamo.mark_static_address(t)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
