@@ -170,3 +170,28 @@ def test_cli_compare_tables_json_and_errors(tmp_path, cli):
     assert cli("compare", fa, other, "--force")[0] == 0
     code, _, err = cli("compare", fa, tmp_path / "missing")
     assert code == 2 and "no run record" in err
+
+
+def test_blocks_show_ops_per_step_before_and_after(tmp_path, cli):
+    """Eager (A) vs compiled (B): per block, time and operators/kernels per step side by side; the
+    phase total adds the blocks' counts; a run without the column shows none (None)."""
+    def blocks(qkv_ms, act_ms, qkv_ops, act_ops):
+        return [Block(name="attn.qkv", phase="forward", time_ms=qkv_ms, profiled_ms=1, pct=50, ops=qkv_ops),
+                Block(name="mlp.act", phase="forward", time_ms=act_ms, profiled_ms=1, pct=50, ops=act_ops)]
+
+    a = make_run("a", blocks=blocks(4.0, 2.0, 7, 1))
+    b = make_run("b", blocks=blocks(3.0, 0.5, 2, 1), config={"compile": True})
+    c = compare_runs([a, b])
+    rows = {(r.name, r.phase): r for r in c.blocks}
+    assert rows[("attn.qkv", "forward")].ops == (7, 2) and rows[("attn.qkv", "forward")].times_ms == (4.0, 3.0)
+    assert rows[("mlp.act", "forward")].ops == (1, 1)
+    assert c.phases[0].ops == (8, 3) and c.phases[0].times_ms == (6.0, 3.5)
+    old = make_run("old")  # a record from before the column: no ops
+    assert compare_runs([old, b]).phases[0].ops == (None, 3)
+    fa, fb = tmp_path / "a", tmp_path / "b"
+    a.save(fa)
+    b.save(fb)
+    code, out, _ = cli("compare", fa, fb, "--no-trace")
+    assert code == 0 and "A ops" in out and "B ops" in out
+    line = next(ln for ln in out.splitlines() if "attn.qkv" in ln and "forward" in ln)
+    assert [x for x in line.split() if x != "│"][-2:] == ["7", "2"]

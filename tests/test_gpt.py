@@ -40,17 +40,20 @@ def test_math_and_sdpa_agree():
     torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("attention", ["math", "sdpa"])
-def test_kv_cache_decode_matches_full_forward(attention):
+def test_kv_cache_decode_matches_full_forward(attention, static):
+    """The KV cache, dynamic (eager) or static (compiled: all positions, masked, positions as
+    tensors), gives the logits of a full forward over the sequence so far."""
     torch.manual_seed(0)
     m = GPT(preset("tiny", attention=attention)).eval()
     x = torch.randint(65, (2, 12))
     full = [m(x[:, : t + 1])[0][:, -1] for t in range(8, 12)]
-    cache = KVCache(m.config, batch=2, max_len=12, device=torch.device("cpu"), dtype=torch.float32)
-    logits, _ = m(x[:, :9], cache=cache, pos=0)
+    cache = KVCache(m.config, batch=2, max_len=12, device=torch.device("cpu"), dtype=torch.float32, static=static)
+    logits, _ = m(x[:, :9], cache=cache, pos=torch.tensor(0) if static else 0)
     got = [logits[:, -1]]
     for t in range(9, 12):
-        logits, _ = m(x[:, t : t + 1], cache=cache, pos=t)
+        logits, _ = m(x[:, t : t + 1], cache=cache, pos=torch.tensor(t) if static else t)
         got.append(logits[:, -1])
     for f, g in zip(full, got):
         torch.testing.assert_close(f, g, atol=1e-5, rtol=1e-4)

@@ -68,6 +68,8 @@ class BlockRow:
     times_ms: tuple[float | None, ...]
     pcts: tuple[float | None, ...]
     ratios: tuple[float | None, ...]
+    # Operators (eager) or compiled kernels the block issued per step (Block.ops); None where unrecorded.
+    ops: tuple[float | None, ...] = ()
 
     @property
     def speedups(self) -> tuple[float | None, ...]:
@@ -246,14 +248,19 @@ def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
 def block_rows(runs: Sequence[Run]) -> tuple[list[BlockRow], list[BlockRow]]:
     """(phase totals, per-block rows) in clean-step ms; blocks absent from a run are None there."""
     per_run: list[dict[tuple[str, str], tuple[float, float]]] = []
+    ops_run: list[dict[tuple[str, str], float | None]] = []
     order: dict[tuple[str, str], None] = {}
     for r in runs:
         d: dict[tuple[str, str], tuple[float, float]] = {}
+        o: dict[tuple[str, str], float | None] = {}
         for b in r.blocks:
             t, p = d.get((b.name, b.phase), (0.0, 0.0))
             d[(b.name, b.phase)] = (t + b.time_ms, p + b.pct)
+            prev = o.get((b.name, b.phase), 0.0)
+            o[(b.name, b.phase)] = None if b.ops is None or prev is None else prev + b.ops
             order.setdefault((b.name, b.phase))
         per_run.append(d)
+        ops_run.append(o)
     # Phases in step order; within a phase the largest block (in any run) first.
     def rank(key: tuple[str, str]) -> tuple[int, float]:
         biggest = max((d[key][0] for d in per_run if key in d), default=0.0)
@@ -264,7 +271,8 @@ def block_rows(runs: Sequence[Run]) -> tuple[list[BlockRow], list[BlockRow]]:
     for key in order:
         times = tuple(d[key][0] if key in d else None for d in per_run)
         pcts = tuple(d[key][1] if key in d else None for d in per_run)
-        blocks.append(BlockRow(key[0], key[1], times, pcts, _ratios(times)))
+        ops = tuple(o.get(key) for o in ops_run)
+        blocks.append(BlockRow(key[0], key[1], times, pcts, _ratios(times), ops))
     phases = []
     for phase in dict.fromkeys(p for _, p in order):
         times = tuple(
@@ -273,8 +281,16 @@ def block_rows(runs: Sequence[Run]) -> tuple[list[BlockRow], list[BlockRow]]:
         pcts = tuple(
             sum(s for (n, p), (_, s) in d.items() if p == phase) if any(p == phase for _, p in d) else None
             for d in per_run)
-        phases.append(BlockRow("(total)", phase, times, pcts, _ratios(times)))
+        ops = tuple(_sum_or_none([v for (n, p), v in o.items() if p == phase]) for o in ops_run)
+        phases.append(BlockRow("(total)", phase, times, pcts, _ratios(times), ops))
     return phases, blocks
+
+
+def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    """The sum, or None when there is nothing to add or any value is unrecorded."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(sum(v for v in values if v is not None))
 
 
 def count_rows(counts: Sequence[Mapping[str, float]]) -> list[CountRow]:

@@ -11,6 +11,9 @@ small ops is inflated far more than a matmul block. Reconciling therefore goes i
 3. **Scale** the medians so they add up to the clean (profiler-free) median step: what remains of
    the profiler's cost after step 1, and run-to-run noise, is spread in proportion.
 
+Compiled runs: a block's ``fused_ms`` is its ``time_ms`` times the part of its profiled time (all
+steps) that came from its shares of fused kernels.
+
 On a device clock (GPU traces) kernel durations are not inflated by host-side recording, so step 1
 is skipped; the run record says which correction was used.
 """
@@ -51,6 +54,13 @@ def event_overhead_us(counts: EventCounts, cost: EventCost) -> float:
             + counts.op_ranges * cost.op_us * in_share + counts.child_op_ranges * cost.op_us * (1 - in_share))
 
 
+def _fused_fraction(att: Attribution, key: Key) -> float:
+    """The part of a block's profiled time, over all steps, that came from fused compiled kernels."""
+    raw = sum(s.get(key, 0.0) for s in att.per_step)
+    fused = sum(s.get(key, 0.0) for s in att.fused_per_step)
+    return min(1.0, max(0.0, fused / raw)) if raw > 0 else 0.0
+
+
 def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reconciled:
     """Block rows for the run record: corrected, per-step medians, scaled to ``clean_ms``."""
     subtract = att.clock == "cpu" and cost is not None
@@ -73,10 +83,13 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
         part = parts.get(k)
         v = corrected[k]
         spread = float(np.percentile(v, 90) - np.percentile(v, 10)) * scale / 1e3 if len(v) > 1 else None
+        time_ms = median[k] * scale / 1e3
         rows.append(Block(
-            name=k[0], phase=k[1], time_ms=median[k] * scale / 1e3,
+            name=k[0], phase=k[1], time_ms=time_ms,
             profiled_ms=(part.us if part else 0.0) / 1e3, pct=100.0 * median[k] / total if total else 0.0,
             calls=round(part.calls) if part else 0, spread_ms=spread,
+            fused_ms=time_ms * _fused_fraction(att, k) if att.compiled else None,
+            ops=round(att.issued[k], 3) if k in att.issued else (0.0 if att.issued else None),
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
     notes = []

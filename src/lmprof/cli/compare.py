@@ -114,9 +114,17 @@ def _block_table(c: "Comparison", rows: Sequence["BlockRow"], title: str) -> "Ta
         t.add_column(label, justify="right")
     for label in c.labels[1:]:
         t.add_column(f"{label}/A", justify="right")
+    # Operators (eager) or compiled kernels per step, per block: what a compiled run fused away.
+    with_ops = any(v is not None for b in rows for v in b.ops)
+    if with_ops:
+        for label in c.labels:
+            t.add_column(f"{label} ops", justify="right")
     for b in rows:
         cells = ["—" if v is None else f"{v:.3f}" for v in b.times_ms]
-        t.add_row(b.name, b.phase, *cells, *[_fmt_ratio(r, False) for r in b.ratios[1:]])
+        ops = ["—" if v is None else _count(v) for v in b.ops] if with_ops else []
+        t.add_row(b.name, b.phase, *cells, *[_fmt_ratio(r, False) for r in b.ratios[1:]], *ops)
+    if with_ops:
+        t.caption = "ops: operators called directly in the block per step (eager), or compiled kernels it owns"
     return t
 
 

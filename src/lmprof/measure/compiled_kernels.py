@@ -7,6 +7,25 @@ in the model's source; for the built-in GPT a source line lies inside a ``with s
 statement of workloads/gpt.py, which names the block. A kernel whose nodes come from several blocks
 fused them; its name maps to all of them, in the forward pass's block order.
 
+**Shares of a fused kernel.** Inductor also keeps, per kernel, the names of the post-grad FX nodes it
+contains (``torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info``); when the
+artifact is emitted, the graph being compiled is ``V.graph`` and its post-grad module
+(``V.graph.orig_gm``) has those nodes, each with its target, its output's fake tensor
+(``meta["val"]``) and its own stack trace. So every kernel gets, per block, a weight:
+
+* ``flops``: the FLOPs of the block's nodes in the kernel, from ``torch.utils.flop_counter``'s
+  formula for each node's op on the nodes' fake tensors (the formulas FlopCounterMode uses);
+* ``bytes``: the bytes of the block's nodes' outputs (numel x element size), views excluded (they
+  move nothing).
+
+A kernel's ``shares`` are its blocks' FLOPs over the kernel's FLOPs when its nodes have FLOPs
+(``basis: flops``: matmuls, attention), else their output bytes (``basis: bytes``: pointwise and
+reduction fusions), else even (``basis: even``: no node could be weighed). So a block whose only ops
+in a kernel with FLOPs are pointwise gets no share of it (inductor fuses a decode step's one-row
+bmm with the softmax around it: the softmax's time goes to attn.scores and attn.av). Nodes outside every scope
+weigh nothing: a kernel's time goes to its named blocks only. A node inductor recomputes inside
+several kernels (it does, e.g. a layer norm recomputed in the next kernel) weighs in each.
+
 The mapping is taken at compile time and written next to the trace as ``compiled_kernels.json``;
 trace/compiled.py reads it to give compiled kernels' time to blocks.
 """
@@ -23,8 +42,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch._inductor.config as inductor_config
 from torch._logging._internal import trace_log
+from torch.utils._pytree import tree_map
+from torch.utils.flop_counter import flop_registry
 
 from lmprof import names
 from lmprof.workloads import gpt as gpt_module
@@ -84,25 +106,105 @@ def _handle(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def graph_kernels(stacks: dict[str, list[str]], source: str | None = None) -> list[dict[str, Any]]:
-    """One compiled graph's kernels in the order its code calls them, each with its blocks.
+@dataclass
+class NodeInfo:
+    """What a kernel's post-grad FX node weighs: its source stack and its FLOPs and output bytes."""
+
+    stack: str
+    flops: float
+    bytes: float
+
+
+def _hint(x: Any) -> float:
+    """A concrete number for an int, float or (backed) symbolic size; 0 when it has no hint."""
+    if isinstance(x, (int, float)):
+        return float(x)
+    node = getattr(x, "node", None)
+    hint = getattr(node, "hint", None)
+    return float(hint) if isinstance(hint, (int, float)) else 0.0
+
+
+def _out_bytes(val: Any) -> float:
+    if isinstance(val, torch.Tensor):
+        return _hint(val.numel()) * val.element_size()
+    if isinstance(val, (tuple, list)):
+        return sum(_out_bytes(v) for v in val)
+    return 0.0
+
+
+def node_info(node: torch.fx.Node) -> NodeInfo:
+    """A post-grad FX node's stack trace, FLOPs (flop_counter's formula on its fake tensors) and
+    output bytes (0 for views: they alias their input)."""
+    target = node.target
+    val = node.meta.get("val")
+    flops = 0.0
+    packet = getattr(target, "overloadpacket", None)
+    formula = flop_registry.get(packet) if packet is not None else None
+    if formula is not None:
+        def fake(a: Any) -> Any:
+            return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        with contextlib.suppress(Exception):  # a formula that cannot read these args weighs nothing
+            flops = _hint(formula(*tree_map(fake, node.args), **tree_map(fake, node.kwargs), out_val=val))
+    is_view = bool(getattr(target, "is_view", False))
+    return NodeInfo(str(node.meta.get("stack_trace") or ""), flops, 0.0 if is_view else _out_bytes(val))
+
+
+def _weighed(blocks: list[str], nodes: list[NodeInfo], source: str) -> dict[str, Any]:
+    """Per block FLOPs and bytes of ``nodes``, and the kernel's shares (see the module doc)."""
+    flops = dict.fromkeys(blocks, 0.0)
+    nbytes = dict.fromkeys(blocks, 0.0)
+    for n in nodes:
+        b = block_of_stack(n.stack, source)
+        if b in flops:
+            flops[b] += n.flops
+            nbytes[b] += n.bytes
+    if sum(flops.values()) > 0:
+        basis, weight = "flops", flops
+    elif sum(nbytes.values()) > 0:
+        basis, weight = "bytes", nbytes
+    else:
+        basis, weight = "even", dict.fromkeys(blocks, 1.0)
+    total = sum(weight.values())
+    return {"flops": [flops[b] for b in blocks], "bytes": [nbytes[b] for b in blocks], "basis": basis,
+            "shares": [weight[b] / total if total else 0.0 for b in blocks]}
+
+
+def graph_kernels(stacks: dict[str, list[str]], source: str | None = None,
+                  nodes: dict[str, list[NodeInfo]] | None = None) -> list[dict[str, Any]]:
+    """One compiled graph's kernels in the order its code calls them, each with its blocks and shares.
 
     ``stacks`` is inductor's kernel -> stack traces record for one graph; a kernel's ``:<handle>``
     suffix numbers kernels in code-generation order, which is the order the graph runs them.
+    ``nodes``: kernel -> its post-grad nodes (weights of its blocks); without them shares are even.
     """
     source = source or inspect.getsourcefile(gpt_module) or ""
+    order = {b: i for i, b in enumerate(names.FORWARD_BLOCKS)}
     out = []
     for name in sorted(stacks, key=_handle):
         base, extern = _base_name(name)
         blocks: list[str] = []
-        for stack in stacks[name]:
+        kernel_nodes = (nodes or {}).get(name, [])
+        for stack in [*stacks[name], *(n.stack for n in kernel_nodes)]:
             b = block_of_stack(stack, source)
             if b is not None and b not in blocks:
                 blocks.append(b)
-        order = {b: i for i, b in enumerate(names.FORWARD_BLOCKS)}
         blocks.sort(key=lambda b: order.get(b, len(order)))
-        out.append({"name": base, "extern": extern, "blocks": blocks})
+        out.append({"name": base, "extern": extern, "blocks": blocks, **_weighed(blocks, kernel_nodes, source)})
     return out
+
+
+def _current_graph_nodes() -> dict[str, list[NodeInfo]]:
+    """Kernel -> its post-grad nodes, for the graph inductor is compiling now (empty if unknown)."""
+    from torch._inductor import debug as inductor_debug
+    from torch._inductor.virtualized import V
+
+    try:
+        gm = V.graph.orig_gm
+    except (AttributeError, AssertionError):  # no graph handler set: weigh nothing, shares are even
+        return {}
+    by_name = {n.name: n for n in gm.graph.nodes}
+    kernel_nodes = getattr(inductor_debug, "_inductor_triton_kernel_to_post_grad_node_info", {})
+    return {k: [node_info(by_name[n]) for n in ns if n in by_name] for k, ns in kernel_nodes.items()}
 
 
 class _Artifacts(logging.Handler):
@@ -112,14 +214,15 @@ class _Artifacts(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.graphs: list[dict[str, list[str]]] = []
+        self.graphs: list[tuple[dict[str, list[str]], dict[str, list[NodeInfo]]]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "metadata", None) or {}
         art = meta.get("artifact") if isinstance(meta, dict) else None
         if isinstance(art, dict) and art.get("name") == self.NAME:
             with contextlib.suppress(ValueError, TypeError):
-                self.graphs.append(json.loads(getattr(record, "payload", "") or "{}"))
+                # emitted while the graph is still being compiled: its nodes are there to weigh now
+                self.graphs.append((json.loads(getattr(record, "payload", "") or "{}"), _current_graph_nodes()))
 
 
 class KernelRecorder:
@@ -146,5 +249,6 @@ class KernelRecorder:
         self._stack.close()
 
     def graphs(self) -> list[dict[str, Any]]:
-        """[{"kernels": [{"name", "extern", "blocks"}, ...]}, ...], one per compiled graph."""
-        return [{"kernels": graph_kernels(g)} for g in self._handler.graphs]
+        """[{"kernels": [{"name", "extern", "blocks", "shares", "basis", "flops", "bytes"}, ...]}, ...],
+        one per compiled graph."""
+        return [{"kernels": graph_kernels(g, nodes=n)} for g, n in self._handler.graphs]

@@ -115,7 +115,16 @@ def assemble_run(
         "correction": rec.correction, "event_cost_us": cost.to_dict() if cost else None,
         "removed_ms_per_step": rec.removed_us_per_step / 1e3, "scale_to_clean": rec.scale,
     }]
+    if att.fused_kernels:
+        run.tables["fused_kernels"] = fused_kernel_rows(att)
     return run
+
+
+def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
+    """run.tables["fused_kernels"]: each fused compiled kernel, its profiled time per step and its split."""
+    return [{"kernel": f.kernel, "phase": f.phase, "fused": f.label, "blocks": list(f.blocks),
+             "shares": [round(x, 6) for x in f.shares], "basis": f.basis,
+             "profiled_ms": f.us / 1e3, "calls": f.calls} for f in att.fused_kernels]
 
 
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,

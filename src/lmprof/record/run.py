@@ -108,6 +108,12 @@ class Block(BaseModel):
     bytes: float | None = None
     # p90 - p10 of the block's time over the profiled steps, on the time_ms scale: its uncertainty.
     spread_ms: float | None = None
+    # Compiled runs: the part of time_ms that came from kernels fusing this block with others (its share
+    # of each fused kernel, by FLOPs or bytes); None for eager runs.
+    fused_ms: float | None = None
+    # Operators called directly in the block per step (eager), plus the compiled kernels it owns
+    # (compiled runs; a fused kernel counts for each of its blocks): what `lmprof compare` sets side by side.
+    ops: float | None = None
 
 
 class OpStat(BaseModel):

@@ -32,3 +32,27 @@ def row_label(key: str) -> str:
     return key.removeprefix("step:")
 
 
+
+
+def fused_cells(run: Run) -> dict[str, float] | None:
+    """Per row key, the ms that came from fused compiled kernels (None for runs without the column)."""
+    if not any(b.fused_ms is not None for b in run.blocks):
+        return None
+    out: dict[str, float] = defaultdict(float)
+    for b in run.blocks:
+        name = folded(b.name)
+        out[name if b.phase != "step" else f"step:{name}"] += b.fused_ms or 0.0
+    return out
+
+
+def fused_kernel_lines(run: Run, top: int = 5) -> list[str]:
+    """The largest fused kernels of a compiled run and how each was split (from tables.fused_kernels)."""
+    rows = sorted(run.tables.get("fused_kernels", []), key=lambda r: -float(r.get("profiled_ms") or 0.0))
+    out = []
+    for r in rows[:top]:
+        split = ", ".join(f"{b} {100 * float(x):.0f}%" for b, x in zip(r.get("blocks", []), r.get("shares", [])))
+        out.append(f"{r.get('kernel')} ({r.get('phase')}): {float(r.get('profiled_ms') or 0.0):.3f} ms per step "
+                   f"profiled, split by {r.get('basis')}: {split}")
+    if len(rows) > top:
+        out.append(f"... {len(rows) - top} more in run.json (tables.fused_kernels)")
+    return out

@@ -10,7 +10,7 @@ from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, row_label
+from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
@@ -102,16 +102,25 @@ def _keys(run: Run, pred: Callable[[str], bool]) -> list[str]:
 def blocks_html(run: Run) -> str:
     """The per-block table: ms per phase (scaled to the clean step), total and share."""
     order, phases, cells, pct = block_cells(run)
-    rows, total = [], 0.0
+    fused = fused_cells(run)  # compiled runs: the ms of each row that came from fused kernels
+    rows, total, fused_total = [], 0.0, 0.0
     for key in order:
         row = cells[key]
         s = sum(row.values())
         total += s
+        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
+        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
         rows.append([esc(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
-                     f"{s:.3f}", f"{pct[key]:.1f}%"])
-    rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%"])
-    headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share"]
-    return table(headers, rows, num=tuple(range(1, len(headers))), cls="blocks", total_last=True)
+                     f"{s:.3f}", f"{pct[key]:.1f}%", *extra])
+    rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%",
+                 *([f"{fused_total:.3f}"] if fused is not None else [])])
+    headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
+    out = table(headers, rows, num=tuple(range(1, len(headers))), cls="blocks", total_last=True)
+    lines = fused_kernel_lines(run)
+    if lines:
+        out += ("<p>Fused kernels: each one's time is split among the blocks it fused (fused ms).</p><ul>"
+                + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+    return out
 
 
 def block_chart_png(run: Run) -> bytes | None:

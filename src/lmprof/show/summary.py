@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, row_label
+from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
 # The terminal shows these, in this order; run.json has every figure.
@@ -20,6 +20,8 @@ HEADLINE = (
     "memory.activations", "memory.kv_cache", "kv_cache",
     "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
     "energy.estimated.total", "energy.estimated.per_token",
+    # compiled runs: compilation apart from the steady-state figures above
+    "compile.time", "compile.dynamo_time", "compile.recompiles", "compile.graph_breaks",
 )
 
 
@@ -60,14 +62,21 @@ def blocks_table(run: Run) -> Table:
         t.add_column(f"{p} ms", justify="right")
     t.add_column("total ms", justify="right")
     t.add_column("share", justify="right")
-    total = 0.0
+    fused = fused_cells(run)
+    if fused is not None:
+        t.add_column("fused ms", justify="right")  # compiled runs: of total ms, from fused kernels
+    total = fused_total = 0.0
     for key in order:
         row = cells[key]
         s = sum(row.values())
         total += s
-        t.add_row(row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%")
+        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
+        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
+        t.add_row(row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
+                  *extra)
     t.add_section()
-    t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%")
+    t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%",
+              *([f"{fused_total:.3f}"] if fused is not None else []))
     return t
 
 
@@ -133,6 +142,11 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
         console.print(blocks_table(run))
         for line in uncertain_blocks(run):
             console.print(line)
+        fused = fused_kernel_lines(run)
+        if fused:
+            console.print("fused kernels (each one's time is split among the blocks it fused; 'fused ms' above):")
+            for line in fused:
+                console.print(f"  {line}")
     roof = roofline_table(run)
     if roof is not None:
         console.print()

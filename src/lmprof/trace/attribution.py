@@ -20,6 +20,13 @@ rule exists once. How a trace event becomes a block's time:
   sets launched from inside it (runtime call -> device event by correlation id). The step's
   remainder, wall time with no device work attributed, is ``idle``.
 
+* **Compiled kernels** (``compiled=``, trace/compiled.py): each kernel of a compiled graph is an
+  owner whose time is split among its blocks by the shares compile time recorded (FLOPs, else bytes).
+  A kernel with two or more blocks is *fused*: the part of a block's time that came from fused
+  kernels is kept apart (:attr:`Attribution.fused_per_step`), and each fused kernel's time and
+  split is listed (:attr:`Attribution.fused_kernels`). Its recorded events count for its largest
+  block.
+
 The result keeps every step apart (:attr:`Attribution.per_step`) and gives the mean per step.
 """
 from __future__ import annotations
@@ -33,10 +40,10 @@ import numpy as np
 from lmprof import names
 from lmprof.trace import kinds
 from lmprof.trace.autograd import backward_node_mask, forward_op
-from lmprof.trace.compiled import kernel_blocks
+from lmprof.trace.compiled import KernelOwner, kernel_owners
 from lmprof.trace.launches import launching_calls
 from lmprof.trace.load import TraceTable
-from lmprof.trace.nesting import enclosing
+from lmprof.trace.nesting import enclosing, parents
 from lmprof.trace.steps import profiler_steps
 
 # Host-side collective calls, DDP's gradient-bucket work and FSDP's gather/reduce ranges.
@@ -73,6 +80,24 @@ class EventCounts:
 
 
 @dataclass
+class FusedKernel:
+    """One fused compiled kernel: its time per step (mean, us) and how it was split among blocks."""
+
+    kernel: str
+    phase: str
+    blocks: tuple[str, ...]
+    shares: tuple[float, ...]
+    basis: str  # "flops", "bytes" or "even"
+    us: float
+    calls: float
+
+    @property
+    def label(self) -> str:
+        """The blocks it fused, joined with '+'."""
+        return "+".join(self.blocks)
+
+
+@dataclass
 class Attribution:
     """Per-block time of the profiled steps; ``per_step[i]`` maps (name, phase) to us in step i."""
 
@@ -85,6 +110,14 @@ class Attribution:
     # What the profiler recorded per step, by the (name, phase) whose time each record inflates:
     # the profiler's cost is per event, so these counts are what a correction scales with.
     events: dict[Key, EventCounts] = field(default_factory=dict)
+    # Compiled runs: the part of each (name, phase)'s time per step that came from fused kernels,
+    # and the fused kernels themselves; ``compiled`` says a kernel record was applied.
+    fused_per_step: list[dict[Key, float]] = field(default_factory=list)
+    fused_kernels: list[FusedKernel] = field(default_factory=list)
+    compiled: bool = False
+    # Work each (name, phase) issued per step (mean): the operators called directly in it (eager),
+    # plus the compiled kernels it owns (a fused kernel counts once for each of its blocks).
+    issued: dict[Key, float] = field(default_factory=dict)
 
     @property
     def mean_step_us(self) -> float:
@@ -158,6 +191,7 @@ class _Owners:
     bwd_rows: np.ndarray  # rows of backward scopes
     label: dict[int, Key]
     unmapped_backward: int  # backward nodes with no forward op in a block scope
+    kernels: dict[int, KernelOwner] = field(default_factory=dict)  # compiled kernels' rows: their split
 
 
 def _scope_name(name: str) -> str:
@@ -187,7 +221,7 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     step_mask = np.zeros(len(ev), dtype=bool)
     step_mask[step_rows[step_rows >= 0]] = True
     # Compiled graphs' kernels, named by the blocks they came from (trace/compiled.py).
-    kernel_label = kernel_blocks(table, compiled) if compiled else {}
+    kernel_label = kernel_owners(table, compiled) if compiled else {}
     kernel_mask = np.zeros(len(ev), dtype=bool)
     kernel_mask[list(kernel_label)] = True
     owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask
@@ -226,8 +260,55 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
         label[int(r)] = (names.OTHER, names.STEP)
     kernels = rows[kernel_mask[rows]]  # a compiled backward graph may run on the engine's thread
     for r, b, p in zip(kernels, _containing(bwd_start, bwd_end, ts[kernels]), enclosing(table, kernels, phase_mask)):
-        label[int(r)] = (kernel_label[int(r)], "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP))
-    return _Owners(rows, step_of, owner_mask, scope_mask | step_mask, phase_rows, bwd_rows, label, unmapped)
+        phase = "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP)
+        label[int(r)] = (kernel_label[int(r)].main, phase)
+    return _Owners(rows, step_of, owner_mask, scope_mask | step_mask, phase_rows, bwd_rows, label, unmapped,
+                   {int(r): kernel_label[int(r)] for r in kernels})
+
+
+class _Credit:
+    """Adds an owner's time to its (name, phase) per step, splitting a compiled kernel among its blocks."""
+
+    def __init__(self, n_steps: int, kernels: dict[int, KernelOwner]):
+        self.totals: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]
+        self.fused: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]
+        self.calls: dict[Key, int] = defaultdict(int)
+        self.kernels = kernels
+        # (kernel, phase, blocks, shares, basis) -> [us over all steps, calls over all steps]
+        self.fused_kernels: dict[tuple[str, str, tuple[str, ...], tuple[float, ...], str], list[float]] = {}
+
+    def add(self, step: int, row: int, key: Key, us: float, call: bool = True) -> None:
+        """Credit ``us`` of owner ``row`` (labelled ``key``) in ``step``; ``call``: count one call."""
+        owner = self.kernels.get(row)
+        if owner is None:
+            self.totals[step][key] += us
+            self.calls[key] += call
+            return
+        for block, share in zip(owner.blocks, owner.shares):
+            bk = (block, key[1])
+            self.totals[step][bk] += us * share
+            self.calls[bk] += call
+            if owner.fused:
+                self.fused[step][bk] += us * share
+        if owner.fused:
+            acc = self.fused_kernels.setdefault((owner.kernel, key[1], owner.blocks, owner.shares, owner.basis), [0.0, 0.0])
+            acc[0] += us
+            acc[1] += call
+
+    def count_call(self, row: int, key: Key) -> None:
+        """One call of owner ``row`` (device clock: counted once per owner that launched work)."""
+        owner = self.kernels.get(row)
+        for block in owner.blocks if owner else (key[0],):
+            self.calls[(block, key[1])] += 1
+        if owner and owner.fused:
+            self.fused_kernels.setdefault((owner.kernel, key[1], owner.blocks, owner.shares, owner.basis),
+                                          [0.0, 0.0])[1] += 1
+
+    def fused_table(self, n_steps: int) -> list[FusedKernel]:
+        """The fused kernels, per step means, largest first."""
+        rows = [FusedKernel(k, phase, blocks, shares, basis, us / n_steps, calls / n_steps)
+                for (k, phase, blocks, shares, basis), (us, calls) in self.fused_kernels.items()]
+        return sorted(rows, key=lambda f: -f.us)
 
 
 def _logical_parents(table: TraceTable, own: _Owners, step_rows: np.ndarray) -> np.ndarray:
@@ -274,13 +355,12 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     own = _find_owners(table, s0, s1, step_rows, compiled)
     parent = _logical_parents(table, own, step_rows)
     n_steps = len(s0)
-    totals: list[dict[Key, float]] = [defaultdict(float) for _ in range(n_steps)]
-    calls: dict[Key, int] = defaultdict(int)
+    credit = _Credit(n_steps, own.kernels)
+    totals, calls = credit.totals, credit.calls
     notes: list[str] = []
     if clock == "cpu":
         for i, (r, us) in enumerate(zip(own.rows, _exclusive_us(table, own.rows, parent))):
-            totals[own.step_of[i]][own.label[int(r)]] += float(us)
-            calls[own.label[int(r)]] += 1
+            credit.add(int(own.step_of[i]), int(r), own.label[int(r)], float(us))
         # A step without a ProfilerStep range: what no top-level owner covers is the step's "other".
         ev = table.events
         start = ev["ts"].to_numpy(dtype=float)[own.rows]
@@ -292,9 +372,9 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
             calls[(names.OTHER, names.STEP)] += 1
     else:
         step_set = set(step_rows.tolist())
-        for r in _device_time(table, own.mask, own.label, own.phase_rows, s0, s1, totals, notes):
+        for r in _device_time(table, own.mask, own.label, own.phase_rows, s0, s1, credit, notes):
             if r not in step_set:
-                calls[own.label[r]] += 1
+                credit.count_call(r, own.label[r])
     if own.unmapped_backward:
         notes.append(f"{own.unmapped_backward} backward node(s) had no forward op inside a block scope: "
                      "shown as backward 'other'")
@@ -304,7 +384,24 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     host = kinds.op_mask(table) | kinds.annotation_mask(table)
     counts = _event_counts(table, host, own.mask, own.scope_mask, own.rows, parent, own.label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
-                       [dict(t) for t in totals], counts)
+                       [dict(t) for t in totals], counts, [dict(f) for f in credit.fused],
+                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps))
+
+
+def _issued(table: TraceTable, own: _Owners, n_steps: int) -> dict[Key, float]:
+    """Per (name, phase), operators per step whose direct parent is one of its owner ranges, plus
+    its compiled kernels (each kernel owner counts 1 for each block it is split among)."""
+    out: dict[Key, float] = defaultdict(float)
+    in_steps = set(own.rows.tolist())
+    ops = np.flatnonzero(kinds.op_mask(table) & ~own.mask)
+    par = parents(table)[ops]
+    for p in par[par >= 0].tolist():
+        if p in in_steps and p not in own.kernels:
+            out[own.label[p]] += 1 / n_steps
+    for r, owner in own.kernels.items():
+        for block in owner.blocks:
+            out[(block, own.label[r][1])] += 1 / n_steps
+    return dict(out)
 
 
 def _event_counts(
@@ -338,7 +435,7 @@ def _event_counts(
 
 def _device_time(
     table: TraceTable, owner_mask: np.ndarray, label: dict[int, Key], phase_rows: np.ndarray,
-    s0: np.ndarray, s1: np.ndarray, totals: list[dict[Key, float]], notes: list[str],
+    s0: np.ndarray, s1: np.ndarray, credit: _Credit, notes: list[str],
 ) -> set[int]:
     """Device clock: kernels' time to the owner around their launch; the rest of the step is idle.
 
@@ -362,9 +459,10 @@ def _device_time(
         if o >= 0 and int(o) in label:
             launched.add(int(o))
         key = label.get(int(o), (names.OTHER, names.STEP)) if o >= 0 else (names.OTHER, names.STEP)
-        totals[k][key] += float(d)
+        credit.add(int(k), int(o), key, float(d), call=False)
         busy[k] += float(d)
     # Device clock: owners with no device time are not rows of their own.
+    totals = credit.totals
     for k in range(len(s0)):
         for key in [key for key, v in totals[k].items() if v == 0.0]:
             del totals[k][key]

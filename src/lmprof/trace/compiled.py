@@ -9,14 +9,19 @@ kernels in the order its code calls them, with the blocks whose source ops each 
 A call is matched to the recorded graph whose C++ kernel names, in order, are those of the call;
 then its C++ kernels are matched by name and its extern calls in order (the k-th ``aten::mm`` child
 is the graph's k-th ``mm`` extern call). A call that matches no graph, or an extern call past the
-record, is left unnamed (its time stays in the phase's ``other``). A kernel whose ops come from
-several blocks is named by all of them joined with ``+`` (``mlp.fc+mlp.act``): the fused kernel's
-time is not split among them.
+record, is left unnamed (its time stays in the phase's ``other``).
+
+A kernel whose ops come from several blocks (a fused kernel) is split among them by the ``shares``
+compile time recorded (their FLOPs in it, else the bytes their ops write; see
+measure/compiled_kernels.py); a record without shares splits evenly. Blocks with a zero share take
+nothing; a kernel with two or more blocks left is *fused*, and keeps its label, the blocks joined
+with ``+`` (``mlp.fc+mlp.act``), for the run's table of fused kernels.
 """
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,12 +43,55 @@ def extern_op_name(name: str) -> str:
     return base.replace("aten.", "aten::", 1) if base.startswith("aten.") else f"aten::{base}"
 
 
-def _label(blocks: Sequence[str]) -> str | None:
-    return FUSED_SEP.join(blocks) if blocks else None
+@dataclass(frozen=True)
+class KernelOwner:
+    """Who owns one compiled kernel's time: its blocks and their shares (summing to 1)."""
+
+    kernel: str  # the kernel's name in the record (``cpp_fused_gelu_view_5``, ``addmm``)
+    blocks: tuple[str, ...]
+    shares: tuple[float, ...]
+    basis: str  # what the shares weigh: "flops", "bytes" or "even"
+
+    @property
+    def fused(self) -> bool:
+        """True when the kernel's time is split among two or more blocks."""
+        return len(self.blocks) > 1
+
+    @property
+    def label(self) -> str:
+        """The blocks joined with '+': ``mlp.fc+mlp.act``."""
+        return FUSED_SEP.join(self.blocks)
+
+    @property
+    def main(self) -> str:
+        """The block with the largest share (the first on a tie)."""
+        return self.blocks[max(range(len(self.blocks)), key=lambda i: (self.shares[i], -i))]
+
+
+def _owner(k: dict[str, Any]) -> KernelOwner | None:
+    """A record's kernel as its owner: blocks with a positive share, shares summing to 1."""
+    blocks = [str(b) for b in k.get("blocks", [])]
+    if not blocks:
+        return None
+    raw = k.get("shares")
+    basis = str(k.get("basis", "even"))
+    if not isinstance(raw, list) or len(raw) != len(blocks):
+        raw, basis = [1.0] * len(blocks), "even"
+    shares = [float(x) if isinstance(x, (int, float)) and x > 0 else 0.0 for x in raw]
+    total = sum(shares)
+    if total <= 0:
+        shares, total, basis = [1.0] * len(blocks), float(len(blocks)), "even"
+    kept = [(b, x / total) for b, x in zip(blocks, shares) if x > 0]
+    return KernelOwner(str(k.get("name", "")), tuple(b for b, _ in kept), tuple(x for _, x in kept), basis)
 
 
 def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[int, str]:
-    """Row of each kernel event of a compiled graph call -> its block (or fused blocks) name."""
+    """Row of each kernel event of a compiled graph call -> its block (or fused blocks, ``a+b``) name."""
+    return {r: o.label for r, o in kernel_owners(table, graphs).items()}
+
+
+def kernel_owners(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[int, KernelOwner]:
+    """Row of each kernel event of a compiled graph call -> its blocks and their shares."""
     ev = table.events
     name_col = ev["name"].astype(str).to_numpy()
     host = kinds.host_mask(table)
@@ -62,7 +110,7 @@ def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
         p = int(par[r])
         if p in call_set:
             children[p].append(r)
-    out: dict[int, str] = {}
+    out: dict[int, KernelOwner] = {}
     for call in calls.tolist():
         kids = sorted(children.get(call, []), key=lambda r: ts[r])
         cpp = [(r, m["name"]) for r in kids if (m := _CPP_KERNEL.match(name_col[r]))]
@@ -70,9 +118,9 @@ def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
         if kernels is None:
             continue
         for (r, _), k in zip(cpp, [k for k in kernels if not k.get("extern")]):
-            label = _label(k.get("blocks", []))
-            if label:
-                out[r] = label
+            owner = _owner(k)
+            if owner:
+                out[r] = owner
         pending = [r for r in kids if not _CPP_KERNEL.match(name_col[r])]
         i = 0
         for k in (k for k in kernels if k.get("extern")):
@@ -81,8 +129,8 @@ def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
                 i += 1
             if i == len(pending):
                 break  # the record and the trace disagree from here on: leave the rest unnamed
-            label = _label(k.get("blocks", []))
-            if label:
-                out[pending[i]] = label
+            owner = _owner(k)
+            if owner:
+                out[pending[i]] = owner
             i += 1
     return out

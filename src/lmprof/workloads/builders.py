@@ -14,13 +14,17 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
-from lmprof.workloads.decoding import Decoder, GPTDecoder, decoder_for
+from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
 from lmprof.workloads.gpt import GPT, GPTConfig, preset
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.workloads.training import TrainWorkload
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
+
+FUSED_NOTE = ("each compiled kernel's time goes to the blocks its ops came from (inductor's provenance; built-in "
+              "GPT only); a kernel that fused several blocks is split among them by their FLOPs in it, else the "
+              "bytes their ops write ('fused ms' column; tables.fused_kernels lists each fused kernel and its split)")
 
 
 def gpt_config(spec: ModelSpec, vocab_size: int | None = None) -> GPTConfig:
@@ -49,9 +53,7 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimize
 def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
     if not cfg.compile:
         return model
-    notes.append("torch.compile: each compiled kernel's time goes to the blocks its ops came from (inductor's "
-                 "provenance; built-in GPT only); a kernel that fused several blocks is a row of its own, "
-                 "named a+b; what no kernel record names stays in the phase's 'other'")
+    notes.append("torch.compile: " + FUSED_NOTE + "; what no kernel record names stays in the phase's 'other'")
     return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
 
 
@@ -160,7 +162,8 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
                      # what the model really runs (transformers' choice), not lmprof's built-in default
                      "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
         hooked = model
-        scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
+        if not cfg.compile:  # hooks inside a compiled model would break its graph
+            scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs
     else:
         gcfg = gpt_config(cfg)
         torch.manual_seed(cfg.seed)
@@ -189,16 +192,25 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
 
 
 def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> None:
-    """torch.compile the model a decoder calls: the built-in GPT with its KV cache only.
+    """torch.compile what a decoder calls, with its KV cache (workloads/decoding.py).
 
-    The cache is pre-allocated; the position is a Python int, which dynamo's automatic dynamic shapes
-    turn symbolic at the first decode step's recompilation, so decoding does not compile per token
-    (the run's compile table shows every compilation and its reason).
+    The built-in GPT compiles prefill and decode apart, with static shapes over its static KV cache:
+    decode compiles once, prefill once per prompt length. A Hugging Face model does the same over
+    transformers' StaticCache where it supports one, else it is compiled with its dynamic cache.
     """
-    if not isinstance(decoder, GPTDecoder) or not decoder.kv_cache:
-        raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
-                          "(not Hugging Face models, not --no-kv-cache)")
-    decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
-    notes.append(f"torch.compile (mode {cfg.compile_mode}): each compiled kernel's time goes to the blocks its "
-                 "ops came from (inductor's provenance); a kernel that fused several blocks is a row of its own, "
-                 "named a+b")
+    if not isinstance(decoder, (GPTDecoder, HFDecoder)) or not decoder.kv_cache:
+        raise ConfigError("--compile for inference needs a KV cache and the built-in GPT or a Hugging Face "
+                          "model (not --no-kv-cache)")
+    if isinstance(decoder, GPTDecoder):
+        decoder.compile(cfg.compile_mode)
+        notes.append(f"torch.compile (mode {cfg.compile_mode}): " + FUSED_NOTE)
+        notes.append("torch.compile: static KV cache (attention over all prompt + new-token positions, masked; "
+                     "the eager run attends to the positions written so far), so decode compiles once and "
+                     "prefill once per prompt length")
+        return
+    fallback = decoder.compile(cfg.compile_mode)
+    notes.append(fallback or "torch.compile: transformers' static KV cache (StaticCache), prefill and decode "
+                 "compiled apart with static shapes: decode compiles once, prefill once per prompt length")
+    notes.append(f"torch.compile (mode {cfg.compile_mode}): Hugging Face models get no block rows when compiled "
+                 "(module hooks would break the graph; kernel provenance names built-in GPT blocks only): "
+                 "the time is in each phase's 'other'")

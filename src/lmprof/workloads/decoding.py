@@ -6,7 +6,7 @@ the KV cache off, every decode step re-runs the whole sequence (the quadratic ba
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -49,46 +49,114 @@ class _Recompute(Decoder):
         return self.forward(self.seq)
 
 
-class GPTDecoder(Decoder):
-    """The built-in GPT with its pre-allocated KV cache."""
+def gpt_prefill(model: GPT, idx: torch.Tensor, cache: KVCache, pos: Any) -> torch.Tensor:
+    """The prompt through the model, filling the cache; the last position's logits (B, V)."""
+    return model(idx, cache=cache, pos=pos)[0][:, -1]
 
-    def __init__(self, model: GPT, kv_cache: bool = True, dtype: torch.dtype = torch.float32):
-        self.model, self.kv_cache, self.dtype = model, kv_cache, dtype
+
+def gpt_decode(model: GPT, idx: torch.Tensor, cache: KVCache, pos: Any) -> torch.Tensor:
+    """One new token per sequence through the model; its logits (B, V). The same as
+    :func:`gpt_prefill`, but a function of its own: torch.compile keeps its graphs apart."""
+    return model(idx, cache=cache, pos=pos)[0][:, -1]
+
+
+class GPTDecoder(Decoder):
+    """The built-in GPT with its pre-allocated KV cache.
+
+    Eager runs use the cache's dynamic form (attention over the positions written so far); a
+    compiled decoder (:meth:`compile`) uses its static form (attention over the whole cache, masked,
+    the position a tensor), so decode has one shape: one graph for decode, one per prompt length.
+    """
+
+    def __init__(self, model: GPT, kv_cache: bool = True, dtype: torch.dtype = torch.float32, static: bool = False):
+        self.model, self.kv_cache, self.dtype, self.static = model, kv_cache, dtype, static
         self.cache: KVCache | None = None
-        self.pos = 0
+        self.pos: int | torch.Tensor = 0
+        self.prefill: Callable[..., torch.Tensor] = gpt_prefill
+        self.decode: Callable[..., torch.Tensor] = gpt_decode
         self._plain = _Recompute(lambda ids: model(ids)[0][:, -1])
+
+    def compile(self, mode: str = "default") -> None:
+        """torch.compile prefill and decode apart, static shapes, over the static cache."""
+        self.static = True
+        self.prefill = torch.compile(gpt_prefill, mode=mode, dynamic=False)
+        self.decode = torch.compile(gpt_decode, mode=mode, dynamic=False)
 
     def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.start(prompt, max_len)
         device = prompt.device
-        self.cache = KVCache(self.model.config, prompt.size(0), max_len, device, self.dtype)
-        logits, _ = self.model(prompt, cache=self.cache, pos=0)
-        self.pos = prompt.size(1)
-        return logits[:, -1]
+        if max_len > self.model.config.block_size:  # a static cache cannot raise inside the model
+            raise ConfigError(f"sequence of {max_len} tokens exceeds block_size {self.model.config.block_size}")
+        if not (self.static and self.cache is not None and self.cache.k[0].shape[0] == prompt.size(0)
+                and self.cache.max_len == max_len and self.cache.k[0].device == device):
+            self.cache = KVCache(self.model.config, prompt.size(0), max_len, device, self.dtype, static=self.static)
+        # else: a static cache is reused as it is (its address stays put for CUDA graphs): the prefill
+        # rewrites positions 0..P-1, decode each next one, and the mask hides what is left of the last run
+        self.pos = torch.zeros((), dtype=torch.long, device=device) if self.static else 0
+        logits = self.prefill(self.model, prompt, self.cache, self.pos)
+        self.pos = self.pos + prompt.size(1)
+        return logits
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.step(token)
-        logits, _ = self.model(token, cache=self.cache, pos=self.pos)
-        self.pos += 1
-        return logits[:, -1]
+        logits = self.decode(self.model, token, self.cache, self.pos)
+        self.pos = self.pos + 1
+        return logits
 
     def cache_bytes(self) -> int | None:
         return self.cache.nbytes() if self.cache is not None else None
 
 
+def hf_prefill(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+    """A transformers LM's prefill into a static cache; the last position's logits (B, V)."""
+    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+
+
+def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+    """One decode step into a static cache (a function of its own: torch.compile keeps its graphs apart)."""
+    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+
+
 class HFDecoder(Decoder):
-    """A transformers causal LM: ``past_key_values`` when the cache is on."""
+    """A transformers causal LM: ``past_key_values`` when the cache is on.
+
+    Eager: transformers' dynamic cache. Compiled (:meth:`compile`): its ``StaticCache`` where the model
+    supports it (``_can_compile_fullgraph``), prefill and decode compiled apart with static shapes.
+    """
 
     def __init__(self, model: torch.nn.Module, kv_cache: bool = True):
         self.model, self.kv_cache = model, kv_cache
         self.past: Any = None
+        self.static = False
+        self.pos = 0
+        self.prefill: Callable[..., torch.Tensor] = hf_prefill
+        self.decode: Callable[..., torch.Tensor] = hf_decode
         self._plain = _Recompute(lambda ids: model(input_ids=ids, use_cache=False).logits[:, -1])
+
+    def compile(self, mode: str = "default") -> str | None:
+        """torch.compile the model's calls; a note when it cannot use a static cache (else None)."""
+        if getattr(self.model, "_can_compile_fullgraph", False):
+            self.static = True
+            self.prefill = torch.compile(hf_prefill, mode=mode, dynamic=False)
+            self.decode = torch.compile(hf_decode, mode=mode, dynamic=False)
+            return None
+        self.model = torch.compile(self.model, mode=mode)  # type: ignore[assignment]
+        return (f"torch.compile: {type(self.model).__name__} does not support transformers' static KV cache "
+                "(_can_compile_fullgraph is false): compiled with its dynamic cache, so decode may recompile "
+                "as the cache grows (see tables.compile)")
 
     def start(self, prompt: torch.Tensor, max_len: int) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.start(prompt, max_len)
+        if self.static:
+            from transformers import StaticCache
+
+            self.past = StaticCache(config=self.model.config, max_cache_len=max_len)
+            positions = torch.arange(prompt.size(1), device=prompt.device)
+            self.pos = prompt.size(1)
+            return self.prefill(self.model, prompt, self.past, positions)
         out = self.model(input_ids=prompt, use_cache=True)
         self.past = out.past_key_values
         return out.logits[:, -1]
@@ -96,6 +164,10 @@ class HFDecoder(Decoder):
     def step(self, token: torch.Tensor) -> torch.Tensor:
         if not self.kv_cache:
             return self._plain.step(token)
+        if self.static:
+            positions = torch.full((1,), self.pos, dtype=torch.long, device=token.device)
+            self.pos += 1
+            return self.decode(self.model, token, self.past, positions)
         out = self.model(input_ids=token, past_key_values=self.past, use_cache=True)
         self.past = out.past_key_values
         return out.logits[:, -1]

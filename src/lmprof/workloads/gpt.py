@@ -84,24 +84,45 @@ def preset(name: str, **overrides: Any) -> GPTConfig:
 
 
 class KVCache:
-    """Pre-allocated keys and values for every layer: (n_layer, B, nh, max_len, hs) each."""
+    """Pre-allocated keys and values for every layer: n_layer tensors of (B, nh, max_len, hs) each.
 
-    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device: torch.device, dtype: torch.dtype):
+    Dynamic (eager): ``pos`` is a Python int and attention sees the S = pos + T positions written so
+    far, so every decode step has new shapes. Static (``static=True``, used under torch.compile):
+    ``pos`` is a tensor of the T positions to write, and attention always sees all max_len positions,
+    the ones not written yet hidden by the causal mask: every decode step has the same shapes, so a
+    compiled model compiles decode once. One tensor per layer, so that a compiled graph writes into
+    each in place (a write into a view of one big tensor would make it copy the whole cache back).
+    """
+
+    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device: torch.device, dtype: torch.dtype,
+                 static: bool = False):
         hs = cfg.n_embd // cfg.n_head
-        shape = (cfg.n_layer, batch, cfg.n_head, max_len, hs)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        shape = (batch, cfg.n_head, max_len, hs)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
         self.max_len = max_len
+        self.static = static
+        if static:  # CUDA graphs (reduce-overhead) may then write the cache in place, no copies
+            for t in [*self.k, *self.v]:
+                torch._dynamo.mark_static_address(t)
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, nh, T, hs) at positions pos..pos+T; return all keys/values so far."""
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, nh, T, hs) at positions pos..pos+T (static: at the positions in ``pos``);
+        return all keys/values so far (static: all max_len of them)."""
+        if self.static:
+            assert isinstance(pos, torch.Tensor)
+            self.k[layer].index_copy_(2, pos, k)
+            self.v[layer].index_copy_(2, pos, v)
+            return self.k[layer], self.v[layer]
+        assert isinstance(pos, int)
         t = k.size(2)
-        self.k[layer, :, :, pos : pos + t] = k
-        self.v[layer, :, :, pos : pos + t] = v
-        return self.k[layer, :, :, : pos + t], self.v[layer, :, :, : pos + t]
+        self.k[layer][:, :, pos : pos + t] = k
+        self.v[layer][:, :, pos : pos + t] = v
+        return self.k[layer][:, :, : pos + t], self.v[layer][:, :, : pos + t]
 
     def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        return sum(t.numel() * t.element_size() for t in [*self.k, *self.v])
 
 
 class LayerNorm(nn.Module):
@@ -129,7 +150,15 @@ class CausalSelfAttention(nn.Module):
         mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
         self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+    def causal(self, pos: int | torch.Tensor, T: int, S: int) -> torch.Tensor:
+        """Rows of the causal mask for the new positions, over S keys: (1, 1, T, S). Row p hides the
+        keys after p: with a static cache, the positions not written yet."""
+        if isinstance(pos, torch.Tensor):  # a static cache's positions
+            return self.mask[:, :, pos, :S]
+        return self.mask[:, :, pos : pos + T, :S]
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int | torch.Tensor = 0) -> torch.Tensor:
+        # pos: the first new position (int), or with a static cache the T new positions (tensor)
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         with scope("attn.qkv"):
@@ -138,24 +167,23 @@ class CausalSelfAttention(nn.Module):
             k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
             v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
             if cache is not None:
-                k, v = cache.update(self.layer, k, v, pos)  # (B, nh, S, hs), S = pos + T
+                k, v = cache.update(self.layer, k, v, pos)  # (B, nh, S, hs), S = pos + T (static: max_len)
         S = k.size(2)
+        static = cache is not None and cache.static
         if self.attention == "sdpa":
             with scope("attn.sdpa"):
                 drop = self.dropout if self.training else 0.0
-                if T == 1:  # one new token attends to everything before it: no mask needed
+                if T == 1 and not static:  # one new token attends to everything before it: no mask needed
                     y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)
                 elif S == T:
                     y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
                 else:
-                    y = F.scaled_dot_product_attention(
-                        q, k, v, attn_mask=self.mask[:, :, pos : pos + T, :S], dropout_p=drop
-                    )
+                    y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.causal(pos, T, S), dropout_p=drop)
                 y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         else:
             with scope("attn.scores"):
                 att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
-                att = att.masked_fill(~self.mask[:, :, pos : pos + T, :S], float("-inf"))
+                att = att.masked_fill(~self.causal(pos, T, S), float("-inf"))
             with scope("attn.softmax"):
                 att = F.softmax(att, dim=-1)
                 att = self.attn_dropout(att)
@@ -195,7 +223,7 @@ class Layer(nn.Module):
         self.ln_2 = LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int | torch.Tensor = 0) -> torch.Tensor:
         with scope("ln_1"):
             h = self.ln_1(x)
         h = self.attn(h, cache, pos)
@@ -250,17 +278,23 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: torch.Tensor | None = None,
         cache: KVCache | None = None,
-        pos: int = 0,
+        pos: int | torch.Tensor = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``pos``: the first new token's position; a 0-d tensor with a static cache (the caller
+        checks it against block_size: a compiled graph cannot raise on a tensor's value)."""
         b, t = idx.size()
-        if pos + t > self.config.block_size:
+        static = cache is not None and cache.static
+        if not static and pos + t > self.config.block_size:
             raise ConfigError(f"sequence of {pos + t} tokens exceeds block_size {self.config.block_size}")
         tr = self.transformer
         with scope("embedding"):
-            positions = torch.arange(pos, pos + t, dtype=torch.long, device=idx.device)  # (T,)
+            if static:  # pos is a tensor: no Python int for torch.compile to specialise on
+                positions = pos + torch.arange(t, dtype=torch.long, device=idx.device)  # (T,)
+            else:
+                positions = torch.arange(pos, pos + t, dtype=torch.long, device=idx.device)  # type: ignore[arg-type]
             x = tr.drop(tr.wte(idx) + tr.wpe(positions))  # (B, T, C)
         for block in tr.h:
-            x = block(x, cache, pos)
+            x = block(x, cache, positions if static else pos)
         with scope("ln_f"):
             x = tr.ln_f(x)
         if targets is not None:
