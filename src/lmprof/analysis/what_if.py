@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from lmprof.analysis.flops import BlockCost, FlopConventions, block_costs, phase_costs
+from lmprof.analysis.memory_estimate import ATTENTIONS, Attention
 from lmprof.analysis.roofline import PhaseRoofline, RooflinePoint, phase_roofline
+from lmprof.config import choice
 from lmprof.dtypes import normalize_dtype, normalize_weight_dtype
 from lmprof.errors import ConfigError, DeviceError
 from lmprof.hardware.calibrate import Peak, resolve_peak
@@ -163,18 +165,11 @@ def parse_batches(text: str) -> tuple[int, ...]:
 
 
 def _phase(name: str) -> Phase:
-    for p in PHASES:
-        if p == name:
-            return p
-    raise ConfigError(f"unknown phase {name!r}: use one of {', '.join(PHASES)}")
+    return choice(name, PHASES, f"unknown phase {name!r}: use one of {', '.join(PHASES)}")
 
 
-def _attention(name: str) -> Literal["math", "sdpa"]:
-    if name == "math":
-        return "math"
-    if name == "sdpa":
-        return "sdpa"
-    raise ConfigError(f"attention must be 'math' or 'sdpa', got {name!r}")
+def _attention(name: str) -> Attention:
+    return choice(name, ATTENTIONS, f"attention must be 'math' or 'sdpa', got {name!r}")
 
 
 def _model(query: RooflineQuery) -> tuple[str, ModelShape, int]:

@@ -52,7 +52,9 @@ def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -
     notes.append("torch.compile: each compiled kernel's time goes to the blocks its ops came from (inductor's "
                  "provenance; built-in GPT only); a kernel that fused several blocks is a row of its own, "
                  "named a+b; what no kernel record names stays in the phase's 'other'")
-    return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
+    compiled = torch.compile(model, mode=cfg.compile_mode)
+    assert isinstance(compiled, torch.nn.Module)  # a compiled Module is an OptimizedModule (typed as a callable)
+    return compiled
 
 
 def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, GPTConfig]:
@@ -198,7 +200,7 @@ def compile_decoder(decoder: Decoder, cfg: InferConfig, notes: list[str]) -> Non
     if not isinstance(decoder, GPTDecoder) or not decoder.kv_cache:
         raise ConfigError("--compile for inference supports the built-in GPT with its KV cache only "
                           "(not Hugging Face models, not --no-kv-cache)")
-    decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]
+    decoder.model = torch.compile(decoder.model, mode=cfg.compile_mode)  # type: ignore[assignment]  # the compiled wrapper stands in for the GPT (same forward, attributes forwarded)
     notes.append(f"torch.compile (mode {cfg.compile_mode}): each compiled kernel's time goes to the blocks its "
                  "ops came from (inductor's provenance); a kernel that fused several blocks is a row of its own, "
                  "named a+b")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import torch
 
@@ -33,8 +33,8 @@ class TrainWorkload:
     shape: ModelShape | None = None
     batch_size: int | None = None
     seq_len: int | None = None
-    attention: str = "math"
-    optimizer_name: str = "adamw"
+    attention: Literal["math", "sdpa"] = "math"
+    optimizer_name: Literal["adamw", "sgd"] = "adamw"
     dropout: float = 0.0
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
