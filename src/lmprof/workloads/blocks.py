@@ -47,11 +47,13 @@ def scopes_enabled(on: bool = True, model: bool | None = None) -> Iterator[None]
 
 
 @contextlib.contextmanager
-def scope_hook(hook: ScopeHook) -> Iterator[None]:
+def scope_hook(hook: ScopeHook | None) -> Iterator[None]:
     """Wrap every scope entered within the ``with`` body by ``hook`` (see :data:`ScopeHook`).
 
     For tests and benchmarks (a stopwatch per block, known work added inside one); without a hook a
-    scope pays one more global read. Not for compiled models: the hook would be traced into the graph.
+    scope pays one more global read. ``None`` suspends any hook in the body: lmprof's measurement of
+    what a scope costs (measure/profiler_cost.py) times the bare scope. Not for compiled models: the
+    hook would be traced into the graph.
     """
     global _hook
     before, _hook = _hook, hook
