@@ -1,7 +1,8 @@
 """Per-block attribution against an independent truth: a stopwatch around each forward block.
 
 The truth: during lmprof's own clean steps (scopes off, profiler off) every ``scope(...)`` of the
-built-in GPT is timed with perf_counter (tests/block_stopwatch.py), in the same process and run as
+built-in GPT is timed with perf_counter (tests/block_stopwatch.py, installed through
+lmprof.workloads.blocks.scope_hook), in the same process and run as
 lmprof's figures, so machine drift between runs cannot pass for attribution error. Per block: the
 median per step (training forward) or per generation (decode phase). "before" re-reconciles the
 same run's trace the old way (mean parts under the profiler, one factor: clean / profiled step).

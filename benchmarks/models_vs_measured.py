@@ -17,8 +17,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from lmprof.analysis.flops import FlopConventions, block_costs
 from lmprof.analysis.memory_estimate import estimate_memory
 from lmprof.measure.memory import measure_training_memory
-from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.models import shape_from_config, shrunk_config
+from lmprof.workloads.training import plain_train_step
 
 FAMILIES = ["gpt2", "llama-3-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-7b", "gemma-2-2b",
             "phi-3-mini-4k", "pythia-160m", "opt-125m", "falcon-7b", "falcon-40b"]
@@ -69,17 +69,8 @@ def memory_row(name: str) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     b, t = 4, 48
 
-    def step() -> None:
-        with step_scope("data"):
-            x = torch.randint(3, 128, (b, t))
-        with step_scope("forward"):
-            loss = model(input_ids=x, labels=x).loss
-        with step_scope("backward"):
-            loss.backward()
-        with step_scope("optimizer"):
-            opt.step()
-        with step_scope("zero_grad"):
-            opt.zero_grad(set_to_none=True)
+    step = plain_train_step(model, opt, lambda: torch.randint(3, 128, (b, t)),
+                            lambda m, x: m(input_ids=x, labels=x).loss)
 
     m = measure_training_memory(step, model, opt, "cpu", warmup=1)
     est = estimate_memory(shape, batch=b, seq_len=t, mode="train", dtype="fp32", param_dtype="fp32",

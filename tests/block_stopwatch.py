@@ -4,7 +4,7 @@ The independent truth for block attribution (tests/test_attribution_doubling.py 
 benchmarks/attribution_truth.py): while lmprof runs its clean steps (scopes off, no profiler) each
 ``scope(...)`` of the built-in GPT is timed with perf_counter, in the same process and the same run
 as lmprof's figures, so run-to-run drift of the machine cannot pass for attribution error. Optionally
-known work is added inside one block.
+known work is added inside one block. It is installed through lmprof.workloads.blocks.scope_hook.
 """
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-import lmprof.workloads.blocks as blocks_module
-import lmprof.workloads.gpt as gpt_module
-import lmprof.workloads.inference as inference_module
+from lmprof.workloads.blocks import scope_hook, scopes_on
 
 
 class Truth:
@@ -40,22 +38,20 @@ class Truth:
 @contextlib.contextmanager
 def injected(block: str, work: Callable[[], None] | None, truth: Truth) -> Iterator[None]:
     """Run ``work`` inside every entry of ``block``; stopwatch every block while scopes are off."""
-    original_scope, original_step = gpt_module.scope, inference_module.step_scope
 
     @contextlib.contextmanager
-    def step_scope(name: str) -> Iterator[None]:
-        before, truth.current_phase = truth.current_phase, name
-        with original_step(name):
-            yield
-        truth.current_phase = before
-
-    @contextlib.contextmanager
-    def scope(name: str) -> Iterator[None]:
-        watching = not blocks_module._enabled and (truth.phase is None or truth.current_phase == truth.phase)
+    def hook(kind: str, name: str, inner: contextlib.AbstractContextManager[object]) -> Iterator[None]:
+        if kind == "step":  # a step part (prefill, decode, forward, ...): the phase the blocks run in
+            before, truth.current_phase = truth.current_phase, name
+            with inner:
+                yield
+            truth.current_phase = before
+            return
+        watching = not scopes_on() and (truth.phase is None or truth.current_phase == truth.phase)
         if watching and name == truth.first:
             truth.steps.append(defaultdict(float))
         t = time.perf_counter()
-        with original_scope(name):
+        with inner:
             if work is not None and name == block:
                 with torch.no_grad():
                     work()
@@ -63,8 +59,5 @@ def injected(block: str, work: Callable[[], None] | None, truth: Truth) -> Itera
         if watching and truth.steps:
             truth.steps[-1][name] += time.perf_counter() - t
 
-    gpt_module.scope, inference_module.step_scope = scope, step_scope  # type: ignore[assignment]
-    try:
+    with scope_hook(hook):
         yield
-    finally:
-        gpt_module.scope, inference_module.step_scope = original_scope, original_step

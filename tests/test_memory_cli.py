@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
-from torch.profiler import record_function
 
 from lmprof.cli.main import main
 from lmprof.cli.memory import KNOWN_GPUS, device_memory
 from lmprof.errors import ConfigError
 from lmprof.measure.memory import measure_training_memory
 from lmprof.workloads.gpt import GPT, PRESETS
+from lmprof.workloads.training import plain_train_step
 
 GIB = 1024**3
 BUDGET_GB = 0.05  # a small artificial budget the tiny model crosses around batch 16 at seq 64
@@ -40,15 +40,8 @@ def _measured_peak(batch: int) -> int:
     x = torch.randint(0, cfg.vocab_size, (batch, 64))
     y = torch.randint(0, cfg.vocab_size, (batch, 64))
 
-    def step() -> None:
-        with record_function("lmprof:forward"):
-            loss = model(x, y)[1]  # like lmprof's own step: the logits die with the forward pass
-        with record_function("lmprof:backward"):
-            loss.backward()
-        with record_function("lmprof:optimizer"):
-            opt.step()
-        with record_function("lmprof:zero_grad"):
-            opt.zero_grad(set_to_none=True)
+    # like lmprof's own step: the logits die with the forward pass
+    step = plain_train_step(model, opt, lambda: (x, y), lambda m, xy: m(*xy)[1])
 
     measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
     assert measured.peak is not None

@@ -17,31 +17,32 @@ from lmprof.measure.memory import SNAPSHOT_NAME, measure_inference_memory, measu
 from lmprof.measure.memory_timeline import classify, timeline_from_trace
 from lmprof.measure.tensor_bytes import static_memory, tensor_bytes
 from lmprof.show.memory_plot import plot_memory_timeline, timeline_title
-from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.gpt import GPT, PRESETS, KVCache
+from lmprof.workloads.training import plain_train_step
 
 TINY = PRESETS["tiny"]
 
 
 def _train_step(model: GPT, opt: torch.optim.Optimizer, batch: int, seq: int, vocab: int, like_lmprof: bool = False):
-    """A training step that keeps ``logits, loss`` with parts marked by record_function, or, like
-    lmprof's TrainStep, marked by step_scope and keeping only the loss."""
-    part = step_scope if like_lmprof else (lambda name: record_function(f"lmprof:{name}"))
+    """A training step that keeps ``logits, loss`` to its end with parts marked by record_function (the
+    other way measure_training_memory reads), or lmprof's plain step (step_scope, only the loss kept)."""
+
+    def data() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+
+    if like_lmprof:
+        return plain_train_step(model, opt, data, lambda m, xy: m(*xy)[1])
 
     def step() -> None:
-        with part("data"):
-            x = torch.randint(0, vocab, (batch, seq))
-            y = torch.randint(0, vocab, (batch, seq))
-        with part("forward"):
-            if like_lmprof:
-                loss = model(x, y)[1]
-            else:
-                logits, loss = model(x, y)
-        with part("backward"):
+        with record_function("lmprof:data"):
+            x, y = data()
+        with record_function("lmprof:forward"):
+            logits, loss = model(x, y)  # logits stay alive through backward and the optimizer step
+        with record_function("lmprof:backward"):
             loss.backward()
-        with part("optimizer"):
+        with record_function("lmprof:optimizer"):
             opt.step()
-        with part("zero_grad"):
+        with record_function("lmprof:zero_grad"):
             opt.zero_grad(set_to_none=True)
 
     return step

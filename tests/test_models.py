@@ -115,7 +115,7 @@ def test_hf_gpt2_prefill_model_flops_count_every_position() -> None:
 
 def _measured_train_memory(name: str, B: int = 4, T: int = 48):
     from lmprof.measure.memory import measure_training_memory
-    from lmprof.workloads.blocks import step_scope
+    from lmprof.workloads.training import plain_train_step
 
     cfg = tiny_config(name)
     for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "hidden_dropout", "dropout",
@@ -128,18 +128,8 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48):
         hc, attn_implementation="eager" if hc.model_type == "gemma2" else "sdpa", **kw).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step() -> None:
-        with step_scope("data"):
-            x = torch.randint(3, 128, (B, T))
-        with step_scope("forward"):
-            loss = model(input_ids=x, labels=x).loss
-        with step_scope("backward"):
-            loss.backward()
-        with step_scope("optimizer"):
-            opt.step()
-        with step_scope("zero_grad"):
-            opt.zero_grad(set_to_none=True)
-
+    step = plain_train_step(model, opt, lambda: torch.randint(3, 128, (B, T)),
+                            lambda m, x: m(input_ids=x, labels=x).loss)
     measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
     return measured, shape_from_config(hc.to_dict()), B, T
 

@@ -70,16 +70,24 @@ json.dump([b - a for a, b in zip(ends, ends[1:])], open(out, "w"))
 print("script done")
 """
 
-GPT2_LESSON = """
+
+
+def gpt2_script(count: str, mode: str, n_layer: int, n_embd: int, vocab_size: int) -> str:
+    """The head of a script on a random-weight GPT-2: ``<count>, out = argv[1:3]``, then ``config`` and
+    ``model`` (in ``mode``: train or eval) are defined; one torch thread, seeded."""
+    return f"""
 import json, sys, time
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 torch.set_num_threads(1)
 torch.manual_seed(0)
-steps, out = int(sys.argv[1]), sys.argv[2]
-config = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=1024, n_positions=128)
-model = GPT2LMHeadModel(config).train()
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+{count}, out = int(sys.argv[1]), sys.argv[2]
+config = GPT2Config(n_layer={n_layer}, n_head=4, n_embd={n_embd}, vocab_size={vocab_size}, n_positions=128)
+model = GPT2LMHeadModel(config).{mode}()
+"""
+
+
+GPT2_LESSON = gpt2_script("steps", "train", 2, 128, 1024) + """optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 B, T = 4, 64
 position_ids = torch.arange(T).unsqueeze(0).expand(B, T)
 
@@ -98,16 +106,7 @@ for _ in range(steps):
 json.dump([b - a for a, b in zip(ends, ends[1:])], open(out, "w"))
 """
 
-GENERATE = """
-import json, sys, time
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-torch.set_num_threads(1)
-torch.manual_seed(0)
-calls, out = int(sys.argv[1]), sys.argv[2]
-config = GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=4096, n_positions=128)
-model = GPT2LMHeadModel(config).eval()
-ids = torch.randint(0, config.vocab_size, (4, 32))
+GENERATE = gpt2_script("calls", "eval", 4, 256, 4096) + """ids = torch.randint(0, config.vocab_size, (4, 32))
 times = []
 for _ in range(calls):
     t = time.perf_counter()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import math
 import os
@@ -42,7 +42,21 @@ def _is_number(annotation: object) -> bool:
     return annotation in (int, float)
 
 
-def _bounded(name: str, v: int | None, low: int, high: int) -> int | None:
+_Name = TypeVar("_Name", bound=str)
+
+
+def choice(value: str, options: tuple[_Name, ...], message: str) -> _Name:
+    """``value`` as one of ``options`` (typed as they are, e.g. a Literal), or ConfigError(message)."""
+    for option in options:
+        if value == option:
+            return option
+    raise ConfigError(message)
+
+
+_Count = TypeVar("_Count", int, int | None)  # a required or an optional whole number
+
+
+def _bounded(name: str, v: _Count, low: int, high: int) -> _Count:
     if v is not None and not low <= v <= high:
         got = f"{v:,}" if abs(v) < 10**30 else f"a {len(str(abs(v)))}-digit number"
         raise ValueError(f"must be between {low} and {high:,}, got {got}")
@@ -99,7 +113,7 @@ class MeasureSpec(Checked):
     @field_validator("seed")
     @classmethod
     def _seed(cls, v: int) -> int:
-        return _bounded("seed", v, 0, MAX_SEED)  # type: ignore[return-value]
+        return _bounded("seed", v, 0, MAX_SEED)
 
     @field_validator("tdp_w")
     @classmethod
@@ -139,7 +153,7 @@ class MeasureSpec(Checked):
     @classmethod
     def _countable(cls, v: int, info: ValidationInfo) -> int:
         # Beyond this no clock could finish; below it, lmprof.pipeline.budget estimates the duration.
-        return _bounded(info.field_name or "steps", v, 0, 2**62)  # type: ignore[return-value]
+        return _bounded(info.field_name or "steps", v, 0, 2**62)
 
 
 class TrainConfig(ModelSpec, MeasureSpec):
@@ -161,7 +175,7 @@ class TrainConfig(ModelSpec, MeasureSpec):
     def _batch(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"batch size must be positive, got {v}")
-        return _bounded("batch size", v, 1, MAX_SIZE)  # type: ignore[return-value]
+        return _bounded("batch size", v, 1, MAX_SIZE)
 
     @field_validator("seq_len")
     @classmethod
@@ -173,7 +187,7 @@ class TrainConfig(ModelSpec, MeasureSpec):
     @field_validator("nproc")
     @classmethod
     def _nproc(cls, v: int) -> int:
-        return _bounded("--nproc (ranks)", v, 1, 4096)  # type: ignore[return-value]
+        return _bounded("--nproc (ranks)", v, 1, 4096)
 
     @field_validator("data")
     @classmethod
@@ -249,11 +263,11 @@ class InferConfig(ModelSpec, MeasureSpec):
     def _new(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"new tokens must be positive, got {v}")
-        return _bounded("new_tokens", v, 1, MAX_SIZE)  # type: ignore[return-value]
+        return _bounded("new_tokens", v, 1, MAX_SIZE)
 
     @field_validator("batch_size", "prompt_len")
     @classmethod
     def _pos(cls, v: int) -> int:
         if v <= 0:
             raise ValueError(f"must be positive, got {v}")
-        return _bounded("size", v, 1, MAX_SIZE)  # type: ignore[return-value]
+        return _bounded("size", v, 1, MAX_SIZE)

@@ -31,21 +31,22 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "--out") -> Path:
         if absolute == pseudo or pseudo in absolute.parents:
             raise ConfigError(f"{what} {p} is under {pseudo}, a kernel pseudo-filesystem: choose a normal folder")
     if p.exists():
-        if not p.is_dir():
-            raise ConfigError(f"{what} {p} is a file, not a folder: choose a folder")
-        problem = _cannot_write(p)
-        if problem:
-            raise ConfigError(f"{what} {p} is not writable ({problem})")
+        _writable_folder(p, f"{what} {p}", ": choose a folder")
         return p
     parent = absolute.parent
     while not _exists(parent):
         parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{what} {p} cannot be created: {parent} is a file, not a folder")
-    problem = _cannot_write(parent)
-    if problem:
-        raise ConfigError(f"{what} {p} cannot be created: {parent} is not writable ({problem})")
+    _writable_folder(parent, f"{what} {p} cannot be created: {parent}", "")
     return p
+
+
+def _writable_folder(folder: Path, subject: str, file_hint: str) -> None:
+    """Raise ConfigError '<subject> is a file, not a folder<file_hint>' or '<subject> is not writable (why)'."""
+    if not folder.is_dir():
+        raise ConfigError(f"{subject} is a file, not a folder{file_hint}")
+    problem = _cannot_write(folder)
+    if problem:
+        raise ConfigError(f"{subject} is not writable ({problem})")
 
 
 def _exists(p: Path) -> bool:

@@ -141,8 +141,9 @@ def model_identity(run: Run) -> dict[str, Any]:
     for key in MODEL_DIMS:
         if model.get(key) is not None:
             out[key] = model[key]
-    if run.value("params"):
-        out["params"] = int(run.value("params"))  # type: ignore[arg-type]
+    params = run.value("params")
+    if params:
+        out["params"] = int(params)
     return out
 
 
@@ -359,15 +360,16 @@ def compare_runs(
     tc = list(trace_counts) if trace_counts is not None else [None] * len(runs)
     if len(tc) != len(runs):
         raise ValueError("trace_counts must have one entry per run")
-    if all(t is not None for t in tc):
-        op_counts = [t.ops for t in tc]  # type: ignore[union-attr]
+    complete = [t for t in tc if t is not None]
+    if len(complete) == len(tc):
+        op_counts = [t.ops for t in complete]
         ops_source = "trace (every CPU operator, calls per profiled step)"
     else:
         op_counts = [_op_counts(r) for r in runs]
         ops_source = "recorded top operators (ops.csv, calls per profiled step)"
         if trace_counts is not None:
             warnings.append("some runs have no readable trace: operator counts use the recorded top operators only")
-    kernel_counts = [t.kernels for t in tc] if all(t is not None for t in tc) else None  # type: ignore[union-attr]
+    kernel_counts = [t.kernels for t in complete] if len(complete) == len(tc) else None
     if kernel_counts is not None and not any(kernel_counts):
         kernel_counts = None  # CPU traces: no device kernels to compare
     phases, blocks = block_rows(runs)

@@ -19,14 +19,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Literal
 
+from lmprof.config import choice
 from lmprof.dtypes import dtype_bytes, normalize_weight_dtype, weight_bytes_per_param
 from lmprof.errors import ConfigError
-from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory, kv_cache_bytes
+from lmprof.analysis.memory_estimate import (
+    EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
+)
 from lmprof.workloads.shape import ModelShape
 
 Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
-SHARDS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
-OPTIMIZERS = ("adamw", "adamw8bit", "sgd")
+SHARDS: tuple[Shard, ...] = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+OPTIMIZERS: tuple[EstimateOptimizer, ...] = ("adamw", "adamw8bit", "sgd")
 GIB = 1024**3
 # Reserved out of the usable memory: the CUDA context and library workspaces (cuBLAS, NCCL) take
 # 0.3-1 GiB outside PyTorch's allocator, and the caching allocator loses a few percent to
@@ -67,15 +70,14 @@ def estimate_plan(
     residual stream) through the forward pass, and one layer's activations at a time while that
     layer's forward is re-run in backward. Estimated, not validated against a measured step.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    plan_optimizer = choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if shard not in SHARDS:
         raise ConfigError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
     if not isinstance(gpus, int) or gpus <= 0:
         raise ConfigError(f"--gpus must be a positive integer, got {gpus!r}")
-    base_opt = "sgd" if optimizer == "sgd" else "adamw"
+    base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
     est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
-                          attention=attention, optimizer=base_opt, device_kind=device_kind,  # type: ignore[arg-type]
+                          attention=attention, optimizer=base_opt, device_kind=device_kind,
                           dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits)
     n = est.n_params
     notes = list(est.notes)
@@ -150,7 +152,7 @@ def estimate_plan(
         return int(value * scale.get(cat, 1.0))
 
     return replace(
-        est, optimizer=optimizer,  # type: ignore[arg-type]  # the estimate names 8-bit AdamW too
+        est, optimizer=plan_optimizer,
         params=total("params", est.params), grads=total("grads", est.grads),
         optimizer_state=total("optimizer", est.optimizer_state), kv_cache=total("kv_cache", est.kv_cache),
         activations=new.get("activations", est.activations),

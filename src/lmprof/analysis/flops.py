@@ -106,14 +106,15 @@ class FlopConventions:
 DEFAULT_CONVENTIONS = FlopConventions()
 
 
-def conventions_for(shape: ModelShape, **overrides: object) -> FlopConventions:
+def conventions_for(shape: ModelShape) -> FlopConventions:
     """The conventions that match how ``shape``'s model runs.
 
     The built-in GPT (family ``gpt`` or unset) computes prefill logits at the last position only;
     Hugging Face causal LMs called as ``model(input_ids)`` compute them at every prompt position.
+    Change anything else with ``dataclasses.replace``.
     """
-    logits = "last" if shape.family in ("", "gpt") else "all"
-    return FlopConventions(**{"prefill_logits": logits, **overrides})  # type: ignore[arg-type]
+    logits: Literal["last", "all"] = "last" if shape.family in ("", "gpt") else "all"
+    return FlopConventions(prefill_logits=logits)
 
 
 @dataclass(frozen=True)
@@ -372,26 +373,21 @@ def phase_costs(
     forward blocks a second time, phase ``recompute``: full activation checkpointing); ``decode`` sums ``decode_tokens`` steps after a
     ``seq_len``-token prompt (step i attends to ``seq_len + i`` keys); other phases are one pass.
     """
-    kw = dict(dtype=dtype, attention=attention, conventions=conventions, weight_dtype=weight_dtype,
-              kv_dtype=kv_dtype)
+
+    def one_pass(pass_phase: str, tokens: int) -> list[BlockCost]:
+        return block_costs(shape, batch=batch, seq_len=tokens, phase=pass_phase, dtype=dtype, attention=attention,
+                           conventions=conventions, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+
     if phase == "train":
         recomputed = []
         if checkpointing:  # full activation checkpointing re-runs every layer's forward in backward
-            recomputed = [replace(c, phase="recompute") for c in block_costs(
-                shape, batch=batch, seq_len=seq_len, phase="forward", **kw)  # type: ignore[arg-type]
-                if c.name not in ("embedding", "ln_f", "lm_head", "loss")]
-        return [
-            *block_costs(shape, batch=batch, seq_len=seq_len, phase="forward", **kw),  # type: ignore[arg-type]
-            *recomputed,
-            *block_costs(shape, batch=batch, seq_len=seq_len, phase="backward", **kw),  # type: ignore[arg-type]
-        ]
+            recomputed = [replace(c, phase="recompute") for c in one_pass("forward", seq_len)
+                          if c.name not in ("embedding", "ln_f", "lm_head", "loss")]
+        return [*one_pass("forward", seq_len), *recomputed, *one_pass("backward", seq_len)]
     if phase != "decode":
-        return block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, **kw)  # type: ignore[arg-type]
+        return one_pass(phase, seq_len)
     _check_positive(decode_tokens=decode_tokens)
-    steps = [
-        block_costs(shape, batch=batch, seq_len=seq_len + i, phase="decode", **kw)  # type: ignore[arg-type]
-        for i in range(1, decode_tokens + 1)
-    ]
+    steps = [one_pass("decode", seq_len + i) for i in range(1, decode_tokens + 1)]
     return sum_costs(steps)
 
 

@@ -33,7 +33,11 @@ if TYPE_CHECKING:  # the measured side imports torch; the estimate must not
 
 Mode = Literal["train", "infer"]
 Attention = Literal["math", "sdpa"]
+MODES: tuple[Mode, ...] = ("train", "infer")
+ATTENTIONS: tuple[Attention, ...] = ("math", "sdpa")
 Optimizer = Literal["adamw", "sgd"]
+# What an estimate's ``optimizer`` may say: the plan (analysis/fit.py) also names bitsandbytes' 8-bit AdamW.
+EstimateOptimizer = Literal["adamw", "adamw8bit", "sgd"]
 OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -77,7 +81,7 @@ class MemoryEstimate:
     dtype: str
     param_dtype: str
     attention: Attention
-    optimizer: Optimizer
+    optimizer: EstimateOptimizer
     optimizer_impl: str
     device_kind: str
     dropout: float

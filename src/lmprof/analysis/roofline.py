@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Protocol
 
 Bound = Literal["compute-bound", "memory-bound", "overhead-bound", "unknown"]
 DEFAULT_OVERHEAD_THRESHOLD = 0.10
@@ -142,12 +142,23 @@ class PhaseRoofline:
         return "compute-bound" if compute >= self.time_s / 2 else "memory-bound"
 
 
-def phase_roofline(costs: Iterable[object], batch: int, tokens: int, peak_flops: float,
+class Cost(Protocol):
+    """What the roofline needs of a block's cost (lmprof.analysis.flops.BlockCost is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def flops(self) -> float: ...
+    @property
+    def bytes(self) -> float: ...
+
+
+def phase_roofline(costs: Iterable[Cost], batch: int, tokens: int, peak_flops: float,
                    peak_bytes_per_s: float) -> PhaseRoofline:
-    """Classify every block cost (objects with name, phase, flops, bytes) and add up their roofline times."""
-    costs = list(costs)
-    points = tuple(classify(c.name, c.flops, c.bytes, peak_flops, peak_bytes_per_s, phase=c.phase)  # type: ignore[attr-defined]
-                   for c in costs)
+    """Classify every block cost and add up their roofline times."""
+    points = tuple(classify(c.name, c.flops, c.bytes, peak_flops, peak_bytes_per_s, phase=c.phase) for c in costs)
     return PhaseRoofline(
         batch=batch, tokens=tokens, flops=sum(p.flops for p in points), bytes=sum(p.bytes for p in points),
         time_s=sum(p.min_time_s or 0.0 for p in points), points=points,

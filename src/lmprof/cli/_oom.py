@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Callable
 
+from lmprof.config import InferConfig, TrainConfig
 from lmprof.errors import OutOfMemory
 
 _TRIED_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
@@ -90,30 +91,32 @@ def oom_guard(what: str, fit: Fit | None = None, device_kind: str = "cpu", hint:
     raise OutOfMemory("; ".join(parts)) from None
 
 
-def gpt_fit(cfg: object, mode: str, device_kind: str) -> Fit | None:
+def gpt_fit(cfg: TrainConfig | InferConfig, device_kind: str) -> Fit | None:
     """What would fit for the built-in GPT: the largest batch lmprof's memory estimate puts under the budget."""
-    if getattr(cfg, "hf", None) or getattr(cfg, "hf_config", None):
+    if cfg.hf or cfg.hf_config:
         return None
 
     def fit(budget: int) -> str | None:
-        from lmprof.analysis.memory_estimate import estimate_memory, largest_fitting_batch
+        from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory, largest_fitting_batch
         from lmprof.config import DEFAULT_SEQ_LEN
         from lmprof.workloads.gpt import preset
 
-        c = cfg
-        gcfg = preset(c.preset, n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd,  # type: ignore[attr-defined]
-                      block_size=c.block_size, vocab_size=c.vocab_size, attention=c.attention)  # type: ignore[attr-defined]
+        gcfg = preset(cfg.preset, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                      block_size=cfg.block_size, vocab_size=cfg.vocab_size, attention=cfg.attention)
         shape = gcfg.shape()
-        if mode == "train":
-            seq = c.seq_len or min(DEFAULT_SEQ_LEN.get(c.preset, 64), gcfg.block_size)  # type: ignore[attr-defined]
-            extra = {"optimizer": c.optimizer}  # type: ignore[attr-defined]
-        else:
-            seq = c.prompt_len  # type: ignore[attr-defined]
-            extra = {"new_tokens": c.new_tokens}  # type: ignore[attr-defined]
+        if isinstance(cfg, TrainConfig):
+            seq = cfg.seq_len or min(DEFAULT_SEQ_LEN.get(cfg.preset, 64), gcfg.block_size)
+            optimizer = cfg.optimizer
 
-        def at(b: int):  # type: ignore[no-untyped-def]
-            return estimate_memory(shape, batch=b, seq_len=seq, mode=mode, dtype=c.dtype,  # type: ignore[attr-defined, arg-type]
-                                   attention=gcfg.attention, device_kind=device_kind, **extra)  # type: ignore[arg-type]
+            def at(b: int) -> MemoryEstimate:
+                return estimate_memory(shape, batch=b, seq_len=seq, mode="train", dtype=cfg.dtype,
+                                       attention=gcfg.attention, device_kind=device_kind, optimizer=optimizer)
+        else:
+            seq, new_tokens = cfg.prompt_len, cfg.new_tokens
+
+            def at(b: int) -> MemoryEstimate:
+                return estimate_memory(shape, batch=b, seq_len=seq, mode="infer", dtype=cfg.dtype,
+                                       attention=gcfg.attention, device_kind=device_kind, new_tokens=new_tokens)
 
         best = largest_fitting_batch(budget, at)
         if best == 0:

@@ -12,7 +12,7 @@ from lmprof.cli.common import console
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from lmprof.analysis.compare import BlockRow, Comparison, CountRow, MetricRow
+    from lmprof.analysis.compare import BlockRow, Comparison, CountRow, Group, MetricRow
 
 # Ratios within this distance of 1 are shown without colour: run-to-run noise, not a change.
 _NEUTRAL_BAND = 0.03
@@ -49,9 +49,10 @@ def render(c: "Comparison", folders: Sequence[str]) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print("X/A = X's value / A's value; 'X vs A' = how many times better or worse X is "
                   "(A/X for times, bytes, energy; X/A for throughput and utilisation)")
-    for group, title in (("headline", "Figures"), ("compute", "Compute efficiency"), ("memory", "Memory"),
-                         ("energy", "Energy"), ("other", "Other figures")):
-        rows = c.group(group)  # type: ignore[arg-type]
+    titles: tuple[tuple[Group, str], ...] = (("headline", "Figures"), ("compute", "Compute efficiency"),
+                                             ("memory", "Memory"), ("energy", "Energy"), ("other", "Other figures"))
+    for group, title in titles:
+        rows = c.group(group)
         if rows and any(v is not None for r in rows for v in r.values):
             console.print()
             console.print(_metric_table(c, rows, title))

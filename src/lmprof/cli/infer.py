@@ -60,7 +60,7 @@ def infer(
     kind = resolve_device(cfg.device).kind
     what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
             f" + {cfg.new_tokens} new tokens")
-    with console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, "infer", kind), kind):
+    with console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, kind), kind):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)

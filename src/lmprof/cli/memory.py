@@ -157,8 +157,9 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
 ) -> int:
     """Fit check without running: memory breakdown, peak vs device memory, largest batch that fits."""
-    from lmprof.analysis.fit import estimate_plan
-    from lmprof.analysis.memory_estimate import largest_fitting_batch
+    from lmprof.analysis.fit import SHARDS, estimate_plan
+    from lmprof.analysis.memory_estimate import ATTENTIONS, MODES, MemoryEstimate, largest_fitting_batch
+    from lmprof.config import choice
     from lmprof.workloads.gpt import preset as make_preset
 
     for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens),
@@ -186,14 +187,15 @@ def memory(
     else:
         seq = seq_len
     dev_name, nominal, budget, kind, how = device_budget(device, memory_gb)
+    plan_mode = choice(mode, MODES, f"mode must be 'train' or 'infer', got {mode!r}")
+    plan_attention = choice(attention, ATTENTIONS, f"attention must be 'math' or 'sdpa', got {attention!r}")
+    plan_shard = choice(shard, SHARDS, f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
 
-    def estimate_at(b: int) -> Any:
-        return estimate_plan(shape, batch=b, seq_len=seq, mode=mode, dtype=dtype,  # type: ignore[arg-type]
-                             param_dtype=pdt, attention=attention,  # type: ignore[arg-type]
-                             optimizer=optimizer, device_kind=kind, dropout=drop,
-                             new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus,
-                             shard=shard, weights=weights, kv_dtype=kv_dtype,  # type: ignore[arg-type]
-                             checkpointing=checkpointing)
+    def estimate_at(b: int) -> MemoryEstimate:
+        return estimate_plan(shape, batch=b, seq_len=seq, mode=plan_mode, dtype=dtype, param_dtype=pdt,
+                             attention=plan_attention, optimizer=optimizer, device_kind=kind, dropout=drop,
+                             new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus, shard=plan_shard,
+                             weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing)
 
     est = estimate_at(batch_size)
     best = largest_fitting_batch(budget, estimate_at)
@@ -204,8 +206,8 @@ def memory(
 
         def peak_with_context(c: int) -> int:
             return estimate_plan(shape, batch=batch_size, seq_len=c, mode="infer", dtype=dtype, param_dtype=pdt,
-                                 attention=attention, device_kind=kind, new_tokens=new_tokens,  # type: ignore[arg-type]
-                                 gpus=gpus, shard=shard, weights=weights, kv_dtype=kv_dtype).peak  # type: ignore[arg-type]
+                                 attention=plan_attention, device_kind=kind, new_tokens=new_tokens,
+                                 gpus=gpus, shard=plan_shard, weights=weights, kv_dtype=kv_dtype).peak
 
         best_context = largest_fitting(budget, peak_with_context, shape.block_size - new_tokens)
     if as_json:

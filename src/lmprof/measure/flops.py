@@ -171,7 +171,8 @@ class _ScopeTracker(TorchFunctionMode):
                 return name
         return self.stack[-1] if self.stack else UNSCOPED
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         packet = getattr(func, "_overloadpacket", func)
         if packet is self._enter and args and isinstance(args[0], str):
@@ -225,7 +226,8 @@ class _BlockCounter(TorchDispatchMode):
             return node.metadata.get(_META_KEY, UNSCOPED), "backward"
         return self.tracker.current(), "forward"
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         packet = func._overloadpacket
         if packet not in self.formulas:
@@ -307,7 +309,7 @@ def count_gpt_flops(
     """
     from lmprof.workloads.gpt import KVCache
 
-    cfg = model.config  # type: ignore[attr-defined]
+    cfg = model.config
     if batch <= 0 or seq_len <= 0:
         raise ConfigError(f"batch and seq_len must be positive, got {batch}, {seq_len}")
     if seq_len > cfg.block_size:

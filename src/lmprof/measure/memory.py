@@ -184,13 +184,14 @@ def _measure(
         # Everything else alive on the device (data, buffers of other modules) is "other".
         baseline["other"] = max(0, allocated_before - sum(baseline.values()))
         cu.reset_peak(dev)
-        recording = bool(snapshot and out_dir is not None)
+        snapshot_dir = Path(out_dir) if snapshot and out_dir is not None else None
+        recording = snapshot_dir is not None
         if recording:
             cu.start_history(snapshot_entries)
         try:
             events = record_memory_events(lambda: (fn(), cu.synchronize(dev)))
-            if recording:
-                path = Path(out_dir) / SNAPSHOT_NAME  # type: ignore[arg-type]
+            if snapshot_dir is not None:
+                path = snapshot_dir / SNAPSHOT_NAME
                 path.parent.mkdir(parents=True, exist_ok=True)
                 cu.dump_snapshot(str(path))
                 snap_path = str(path)

@@ -11,6 +11,7 @@ import contextlib
 from typing import Callable, ContextManager
 
 import torch
+from torch.autograd.profiler_util import EventList
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from lmprof.atomic import atomic_path
@@ -50,7 +51,7 @@ def profile_steps(
     ``around`` is entered for the profiled phase only (e.g. module hooks that place block scopes).
     """
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    collected: dict[str, object] = {}
+    collected: dict[str, EventList] = {}
 
     def on_ready(prof: profile) -> None:
         with atomic_path(trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
@@ -67,13 +68,13 @@ def profile_steps(
     return ProfiledPhase(trace_path=trace_path, ops=ops, steps=active)
 
 
-def _op_table(averages: object, steps: int, top: int) -> list[OpStat]:
+def _op_table(averages: EventList | None, steps: int, top: int) -> list[OpStat]:
     """torch.profiler's key_averages as rows, per step, lmprof's own scopes left out."""
     if averages is None:
         return []
     rows = [
         e
-        for e in averages  # type: ignore[attr-defined]
+        for e in averages
         if not e.key.startswith(SCOPE_PREFIX) and not e.key.startswith("ProfilerStep")
     ]
     total_self = sum(e.self_cpu_time_total for e in rows) or 1.0

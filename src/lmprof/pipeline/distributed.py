@@ -175,7 +175,9 @@ def run_rank(cfg: TrainConfig, run_dir: Path | None, measure: Measure) -> tuple[
         if run_dir is None:  # launched by the user's own torchrun: rank 0 names the folder
             box = [str(run_folder(cfg.out, "train", f"{cfg.label()}-ddp{world_size}", device)) if rank == 0 else None]
             tdist.broadcast_object_list(box, src=0)
-            run_dir = Path(box[0])  # type: ignore[arg-type]
+            named = box[0]
+            assert named is not None, "rank 0 broadcasts the run folder's name"
+            run_dir = Path(named)
         rank_cfg = cfg.model_copy(update={"seed": cfg.seed + rank})  # each rank its own data
         work, described = train_workload(rank_cfg, device, wrap=wrapper(cfg.parallel, device.kind, local_rank))
         if cfg.parallel == "fsdp":

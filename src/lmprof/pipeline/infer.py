@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -94,7 +94,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     mark_noise(run, e2e, "generation", before, after, work.device.kind)
     add_compile_report(run, watch, out_dir)
     dtype = dtype_name(next(work.model.parameters()).dtype)
-    attention = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
+    attention: Literal["math", "sdpa"] = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
     add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,
               plots=spec.plots)
     if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
@@ -105,7 +105,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     estimate = None
     if work.shape is not None:
         estimate = estimate_memory(work.shape, batch=B, seq_len=T, mode="infer", dtype=dtype, param_dtype=dtype,
-                                   attention=attention, device_kind=work.device.kind,  # type: ignore[arg-type]
+                                   attention=attention, device_kind=work.device.kind,
                                    new_tokens=n - 1 if config.get("kv_cache", True) else 0)
     add_memory(run, out_dir, memory, estimate, plots=spec.plots, title=f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
                f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")

@@ -87,12 +87,12 @@ def measure_training(
     if work.shape is not None and work.batch_size and work.seq_len:
         estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
                                    attention=work.attention, optimizer=work.optimizer_name, device_kind=work.device.kind,
-                                   dropout=work.dropout)  # type: ignore[arg-type]
+                                   dropout=work.dropout)
     title = f"{config.get('preset') or config.get('model_name', 'model')}, batch {work.batch_size}, seq {work.seq_len}, {spec.dtype}, {work.device}"
     add_memory(run, out_dir, memory, estimate, title, plots=spec.plots)
     if work.batch_size and work.seq_len:
         add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
-                  attention=work.attention, plots=spec.plots)  # type: ignore[arg-type]
+                  attention=work.attention, plots=spec.plots)
     if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         n = len(samples)
         flops = run.value("flops.model_per_step")

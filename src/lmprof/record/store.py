@@ -283,8 +283,9 @@ class Store:
         self.conn.execute("DELETE FROM blocks WHERE point_id = ?", (point_id,))
 
 
-def store_error(path: Path, exc: sqlite3.Error) -> DataError:
-    """One line for an SQLite failure on a store: read-only, locked, or not a store at all."""
+def store_error(path: Path, exc: Exception) -> DataError:
+    """One line for an SQLite failure on a store (sqlite3.Error, or pandas' DatabaseError around one):
+    read-only, locked, or not a store at all."""
     text = str(exc)
     low = text.lower()
     if "readonly" in low or "read-only" in low:
@@ -335,7 +336,7 @@ def load_results(path: str | Path) -> "pd.DataFrame":
         points = pd.read_sql_query("SELECT * FROM points ORDER BY seq", conn)
         metrics = pd.read_sql_query("SELECT point_id, key, value, unit FROM metrics", conn)
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        raise store_error(p, exc) from None  # type: ignore[arg-type]
+        raise store_error(p, exc) from None
     finally:
         conn.close()
     points["compile"] = points["compile"].astype(bool)
@@ -368,7 +369,7 @@ def load_blocks(path: str | Path) -> "pd.DataFrame":
             conn,
         )
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        raise store_error(db_path(path), exc) from None  # type: ignore[arg-type]
+        raise store_error(db_path(path), exc) from None
     finally:
         conn.close()
     df["compile"] = df["compile"].astype(bool)

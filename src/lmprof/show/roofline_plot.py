@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from lmprof.analysis.roofline import RooflinePoint
 from lmprof.atomic import atomic_path
 from lmprof.units import si
+
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _COLORS = {"compute-bound": "#1f77b4", "memory-bound": "#d62728", "overhead-bound": "#7f7f7f", "unknown": "#9467bd"}
 _MARKERS = {"forward": "o", "prefill": "o", "backward": "s", "decode": "^"}
@@ -51,8 +55,8 @@ def plot_roofline(
             return p.achieved_flops_per_s if p.achieved_flops_per_s and p.achieved_flops_per_s > 0 else None
         return p.attainable_flops_per_s
 
-    placed = [(p, y_of(p)) for p in drawable]
-    placed = [(p, y) for p, y in placed if y]
+    located = [(p, y_of(p)) for p in drawable]
+    placed = [(p, y) for p, y in located if y]
     xs = [p.intensity for p, _ in placed] or [ridge]
     ys = [y for _, y in placed] or [peak_flops]
     xmin = min(min(xs), ridge) / 4
@@ -112,7 +116,7 @@ def plot_roofline(
 _SHORT_PHASE = {"forward": "fwd", "backward": "bwd", "prefill": "prefill", "decode": "decode"}
 
 
-def _label_points(ax, fig, placed, phases) -> None:  # type: ignore[no-untyped-def]
+def _label_points(ax: Axes, fig: Figure, placed: Sequence[tuple[RooflinePoint, float]], phases: Sequence[str]) -> None:
     """Label points; points drawn on top of each other share one label ("ln_1, ln_2, ln_f").
 
     A block present in every phase at the same spot is named once; otherwise its phase is added.

@@ -1,11 +1,14 @@
-"""Trace-analysis findings for a run report: what lmprof analyze found in the run's trace, as sentences."""
+"""Trace-analysis findings for a run report: what lmprof analyze found in the run's trace, as sentences.
+
+Formats only: the analysis and its facts come from :mod:`lmprof.analysis.trace_facts`.
+"""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from lmprof.analysis.trace_facts import TraceAnalysis, TraceFacts, analyze_run_trace, trace_analysis
 from lmprof.record.run import Run
 from lmprof.show.html import cell_value, absent, esc, table
 
@@ -25,86 +28,68 @@ _FINDING_KEYS = ("findings", "insights", "issues", "warnings", "messages", "note
 
 
 def trace_findings(run: Run) -> TraceFindings:
-    """Run :mod:`lmprof.trace.analyze` on the run's trace when that module exists; never raises."""
-    trace = run.files.get("trace")
-    if run.folder is None or not trace or not (Path(run.folder) / trace).is_file():
-        return TraceFindings(False, "no trace file in this run")
-    path = Path(run.folder) / trace
-    try:
-        from lmprof.trace.analyze import analyze_path
-    except ImportError:
-        return TraceFindings(False, "trace analysis unavailable (lmprof.trace.analyze is not installed)")
-    try:
-        result = analyze_path(path)
-    except Exception as exc:  # analysis is optional: a failure there must not cost the report
-        return TraceFindings(False, f"trace analysis failed: {type(exc).__name__}: {exc}")
-    return findings_from_analysis(result)
+    """The run's trace analysis (:func:`lmprof.analysis.trace_facts.analyze_run_trace`) as findings."""
+    return findings_of(analyze_run_trace(run))
 
 
 def findings_from_analysis(result: Any) -> TraceFindings:
     """Sentences, a figure table and rule facts from an analysis report (lmprof.analyze/1)."""
-    data = result.to_dict() if hasattr(result, "to_dict") else result
+    return findings_of(trace_analysis(result))
+
+
+def findings_of(ta: TraceAnalysis) -> TraceFindings:
+    """Sentences, a figure table and the advice facts of a trace analysis."""
+    if not ta.available:
+        return TraceFindings(False, ta.reason)
     leaves: list[tuple[str, Any]] = []
-    _flatten(data, "", leaves, depth=0)
+    _flatten(ta.report, "", leaves, depth=0)
     figures = [(k, cell_value(v)) for k, v in leaves if not _is_finding(k)][:120]
-    traces = data.get("traces") if isinstance(data, Mapping) else None
-    if not traces:  # an unknown shape: show what there is, derive no facts from guesses
+    if ta.facts is None:  # an unknown shape: show what there is, derive no facts from guesses
         return TraceFindings(True, None, [str(v) for k, v in leaves if _is_finding(k) and v], figures, {})
-    sentences, facts = _describe_trace(traces[0])
-    if len(traces) > 1:
-        sentences.append(f"{len(traces)} traces (ranks) analysed; figures above are for the first.")
-    sentences += [str(n) for n in data.get("notes") or []]
-    return TraceFindings(True, None, sentences, figures, facts)
+    sentences = describe_trace(ta.facts)
+    if ta.traces > 1:
+        sentences.append(f"{ta.traces} traces (ranks) analysed; figures above are for the first.")
+    sentences += list(ta.notes)
+    return TraceFindings(True, None, sentences, figures, ta.facts.for_advice())
 
 
-def _describe_trace(t: Mapping[str, Any]) -> tuple[list[str], dict[str, float]]:
-    """Plain-language findings and rule facts for one trace of an lmprof.analyze/1 report."""
+def describe_trace(facts: TraceFacts) -> list[str]:
+    """Plain-language findings for one trace."""
     out: list[str] = []
-    facts: dict[str, float] = {}
-    steps = t.get("steps") or {}
-    n_steps = steps.get("count") or 0
-    if n_steps:
-        out.append(f"{n_steps} profiled step(s) in the trace: median {steps.get('median_ms', 0):.3g} ms "
-                   f"(min {steps.get('min_ms', 0):.3g}, max {steps.get('max_ms', 0):.3g} ms).")
-    ops = t.get("operators") or {}
-    if ops.get("count"):
-        per = f" ({ops['count'] / n_steps:,.0f} per step)" if n_steps else ""
-        if n_steps:
-            facts["ops_per_step"] = ops["count"] / n_steps
-        top = ", ".join(f"{o['name']} {o['share_pct']:.1f}%" for o in (ops.get("top") or [])[:3])
-        out.append(f"{ops['count']:,} CPU operator calls{per}; most self time: {top}.")
-    dev = t.get("device")
-    if not dev:
-        out.append(f"No device timeline ({t.get('device_note') or 'no device activity'}): device idle time, "
+    steps, ops = facts.steps, facts.operators
+    if steps is not None:
+        out.append(f"{steps.count} profiled step(s) in the trace: median {steps.median_ms:.3g} ms "
+                   f"(min {steps.min_ms:.3g}, max {steps.max_ms:.3g} ms).")
+    if ops is not None:
+        per = f" ({ops.per_step:,.0f} per step)" if ops.per_step is not None else ""
+        top = ", ".join(f"{o.name} {o.share_pct:.1f}%" for o in ops.top[:3])
+        out.append(f"{ops.count:,} CPU operator calls{per}; most self time: {top}.")
+    dev = facts.device
+    if dev is None:
+        out.append(f"No device timeline ({facts.device_note or 'no device activity'}): device idle time, "
                    "launch delays and kernels do not apply to this run.")
-        return out, facts
-    tmp, idle, launches = dev.get("temporal") or {}, dev.get("idle") or {}, dev.get("launches") or {}
-    span = tmp.get("span_us") or 0.0
-    if span:
-        facts["device_idle_pct"] = float(tmp.get("idle_pct") or 0.0)
-        out.append(f"Over {span / 1e3:,.1f} ms of device timeline the device computed {tmp.get('compute_pct', 0):.1f}%, "
-                   f"moved memory {tmp.get('memory_pct', 0):.1f}%, communicated {tmp.get('communication_pct', 0):.1f}% "
-                   f"and was idle {tmp.get('idle_pct', 0):.1f}% of the time.")
-        if idle.get("gaps"):
-            sync = 100.0 * (idle.get("sync_us") or 0.0) / span
-            host = 100.0 * (idle.get("host_bound_us") or 0.0) / span
-            facts["sync_idle_pct"], facts["host_bound_idle_pct"] = sync, host
-            out.append(f"Idle gaps: {idle['gaps']}; waiting on a host synchronisation {sync:.1f}% of the timeline "
-                       f"({idle.get('sync_gaps', 0)} gaps), host too slow to launch {host:.1f}% "
-                       f"({idle.get('host_bound_gaps', 0)} gaps).")
-    if launches.get("graph_launches"):
-        facts["graph_launches"] = float(launches["graph_launches"])
-        out.append(f"{launches['graph_launches']:,} CUDA-graph launch(es) enqueued {launches.get('graph_kernels', 0):,} "
+        return out
+    tl, launches = dev.timeline, dev.launches
+    if tl is not None:
+        out.append(f"Over {tl.span_us / 1e3:,.1f} ms of device timeline the device computed {tl.compute_pct:.1f}%, "
+                   f"moved memory {tl.memory_pct:.1f}%, communicated {tl.communication_pct:.1f}% "
+                   f"and was idle {tl.idle_pct:.1f}% of the time.")
+        if tl.idle is not None:
+            idle = tl.idle
+            out.append(f"Idle gaps: {idle.gaps}; waiting on a host synchronisation {idle.sync_pct:.1f}% of the timeline "
+                       f"({idle.sync_gaps} gaps), host too slow to launch {idle.host_bound_pct:.1f}% "
+                       f"({idle.host_bound_gaps} gaps).")
+    if launches.graph_launches:
+        out.append(f"{launches.graph_launches:,} CUDA-graph launch(es) enqueued {launches.graph_kernels:,} "
                    "kernels: this workload already uses CUDA graphs.")
-    if launches.get("linked"):
-        out.append(f"Median launch delay {launches.get('launch_delay_median_us') or 0:.3g} µs; "
-                   f"{launches.get('short_kernels_pct') or 0:.1f}% of the kernels launched one by one ran shorter "
+    if launches.linked:
+        out.append(f"Median launch delay {launches.delay_median_us:.3g} µs; "
+                   f"{launches.short_kernels_pct:.1f}% of the kernels launched one by one ran shorter "
                    "than the call that launched them.")
-    kernels = (dev.get("kernels") or {}).get("top") or []
-    if kernels:
+    if dev.top_kernels:
         out.append("Top kernels by device time: " + ", ".join(
-            f"{k['name'][:60]} {k['share_pct']:.1f}%" for k in kernels[:3]) + ".")
-    return out, facts
+            f"{k.name[:60]} {k.share_pct:.1f}%" for k in dev.top_kernels[:3]) + ".")
+    return out
 
 
 def _is_finding(path: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Protocol
 from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
+from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import worker
 from lmprof.sweep.lock import sweep_lock, wait_point_free
@@ -187,12 +188,12 @@ class LocalExecutor:
             yield point, run_point(point, run_dir, timeout_s, python)
 
 
-def headline(run: object) -> str:
+def headline(run: Run) -> str:
     """The figure shown beside a finished point: tokens/s for training, decode tokens/s for inference."""
     from lmprof.show.format import metric_value
 
     for key in ("tokens_per_s", "decode_tokens_per_s", "step_time", "e2e_latency"):
-        m = run.metrics.get(key)  # type: ignore[attr-defined]
+        m = run.metrics.get(key)
         if m is not None and m.value is not None:
             return f"{key} {metric_value(m)}"
     return ""

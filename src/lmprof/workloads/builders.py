@@ -54,7 +54,9 @@ def _maybe_compile(cfg: TrainConfig, model: torch.nn.Module, notes: list[str]) -
     if not cfg.compile:
         return model
     notes.append("torch.compile: " + FUSED_NOTE + "; what no kernel record names stays in the phase's 'other'")
-    return torch.compile(model, mode=cfg.compile_mode)  # type: ignore[return-value]
+    compiled = torch.compile(model, mode=cfg.compile_mode)
+    assert isinstance(compiled, torch.nn.Module)  # a compiled Module is an OptimizedModule (typed as a callable)
+    return compiled
 
 
 def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None) -> tuple[TrainWorkload, GPTConfig]:

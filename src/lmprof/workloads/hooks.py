@@ -168,7 +168,7 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     names = block_names(model, attention_core_name(model))
     modules = dict(model.named_modules())
     handles = []
-    open_ranges: dict[int, list[object]] = {}
+    open_ranges: dict[int, list[torch.profiler.record_function]] = {}
 
     def pre(name: str):
         def hook(module: torch.nn.Module, args: object) -> None:
@@ -181,7 +181,7 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     def post(module: torch.nn.Module, args: object, output: object) -> None:
         stack = open_ranges.get(id(module))
         if stack:
-            stack.pop().__exit__(None, None, None)  # type: ignore[attr-defined]
+            stack.pop().__exit__(None, None, None)
 
     for path, name in names.items():
         m = modules[path]

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
-from lmprof.workloads.shape import ModelShape
+from lmprof.workloads.shape import Mlp, ModelShape
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
@@ -58,7 +58,7 @@ def _need(cfg: Mapping[str, Any], *keys: str) -> int:
     return value
 
 
-def _act_mlp(act: str | None, gated: bool) -> str:
+def _act_mlp(act: str | None, gated: bool) -> Mlp:
     act = (act or "").lower()
     if gated:
         return "geglu" if act.startswith("gelu") else "swiglu"
@@ -103,7 +103,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"),
             n_embd=_need(cfg, "hidden_size"), vocab_size=_need(cfg, "vocab_size"),
             block_size=_need(cfg, "max_position_embeddings"), d_ff=_need(cfg, "intermediate_size"),
-            mlp=_act_mlp(cfg.get("hidden_act", "gelu"), False),  # type: ignore[arg-type]
+            mlp=_act_mlp(cfg.get("hidden_act", "gelu"), False),
             pos="rope", bias=bool(cfg.get("attention_bias", True)), norm_bias=True,
             parallel=bool(cfg.get("use_parallel_residual", True)),
             tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
@@ -115,7 +115,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
         return ModelShape(
             n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"), n_embd=d,
             vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "max_position_embeddings"),
-            d_ff=_need(cfg, "ffn_dim"), mlp=_act_mlp(cfg.get("activation_function", "relu"), False),  # type: ignore[arg-type]
+            d_ff=_need(cfg, "ffn_dim"), mlp=_act_mlp(cfg.get("activation_function", "relu"), False),
             bias=bool(cfg.get("enable_bias", True)), norm_bias=True, pos_offset=2,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )

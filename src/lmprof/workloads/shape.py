@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from lmprof.errors import ConfigError
 
-MLP_KINDS = ("gelu", "relu", "swiglu", "geglu")
+Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
+MLP_KINDS: tuple[Mlp, ...] = ("gelu", "relu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
 
 
@@ -42,7 +43,7 @@ class ModelShape:
     block_size: int
     n_kv_head: int | None = None
     d_ff: int | None = None
-    mlp: Literal["gelu", "relu", "swiglu", "geglu"] = "gelu"
+    mlp: Mlp = "gelu"
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     pos: Literal["learned", "rope"] = "learned"
     bias: bool = True

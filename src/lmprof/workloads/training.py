@@ -2,13 +2,15 @@
 
 Any model comes in as a :class:`TrainWorkload` (the built-in GPT, a Hugging Face model or a user's
 module); :class:`TrainStep` runs one step with a scope around each part, so the profiled phase can
-tell data, forward, backward, optimizer and zero_grad apart.
+tell data, forward, backward, optimizer and zero_grad apart. :func:`plain_train_step` is the same
+step written as a user writes it (no autocast, no device moves, no sync), for measuring a model
+outside a workload.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import torch
 
@@ -31,8 +33,8 @@ class TrainWorkload:
     shape: ModelShape | None = None
     batch_size: int | None = None
     seq_len: int | None = None
-    attention: str = "math"
-    optimizer_name: str = "adamw"
+    attention: Literal["math", "sdpa"] = "math"
+    optimizer_name: Literal["adamw", "sgd"] = "adamw"
     dropout: float = 0.0
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -56,6 +58,27 @@ def autocast_for(device: Device, dtype: str) -> Callable[[], contextlib.Abstract
     if dtype == "fp32":
         return contextlib.nullcontext
     return lambda: torch.autocast(device_type=device.kind, dtype=TORCH_DTYPES[dtype])
+
+
+def plain_train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, next_batch: Callable[[], Any],
+                     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]) -> Callable[[], None]:
+    """One plain training step with step-part scopes: data (``next_batch()``), forward (``loss_fn``),
+    backward, optimizer, zero_grad. It keeps nothing alive between steps, so a step's bytes are the
+    model's own (what ``lmprof.measure.memory.measure_training_memory`` reads)."""
+
+    def step() -> None:
+        with step_scope("data"):
+            batch = next_batch()
+        with step_scope("forward"):
+            loss = loss_fn(model, batch)
+        with step_scope("backward"):
+            loss.backward()
+        with step_scope("optimizer"):
+            optimizer.step()
+        with step_scope("zero_grad"):
+            optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 class TrainStep:

@@ -76,7 +76,7 @@ class PowermetricsMeter(EnergyMeter):
         return "power-polling"
 
     @property
-    def update_period_s(self) -> float:  # type: ignore[override]
+    def update_period_s(self) -> float:
         return self.interval_ms / 1000.0
 
     def _sample_command(self) -> list[str]:

@@ -54,9 +54,13 @@ class EnergyMeter(ABC):
     name: str = "meter"
     domain: str = "unknown"
     source: Source = "measured"
-    update_period_s: float = 0.0
     # Sub-domains (e.g. RAPL "core", which sits inside the package) would double count in a total.
     in_total: bool = True
+
+    @property
+    def update_period_s(self) -> float:
+        """How often the underlying value changes (s); a subclass overrides it (a class attribute will do)."""
+        return 0.0
 
     @property
     def min_window_s(self) -> float:

@@ -103,7 +103,8 @@ class EnergyResult:
 
     @property
     def total_joules(self) -> float | None:
-        return sum(d.joules for d in self.counted) if self.counted else None  # type: ignore[misc]
+        readings = [d.joules for d in self.counted if d.joules is not None]  # counted: every one has a reading
+        return sum(readings) if readings else None
 
     @property
     def average_watts(self) -> float | None:
@@ -116,9 +117,10 @@ class EnergyResult:
     def idle_watts(self) -> float | None:
         """Summed idle power of the counted domains, if every one of them has a baseline."""
         counted = self.counted
-        if not counted or any(d.idle_w is None for d in counted):
+        baselines = [d.idle_w for d in counted if d.idle_w is not None]
+        if not counted or len(baselines) < len(counted):
             return None
-        return sum(d.idle_w for d in counted)  # type: ignore[misc]
+        return sum(baselines)
 
     @property
     def above_idle_joules(self) -> float | None:

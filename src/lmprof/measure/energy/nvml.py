@@ -77,7 +77,7 @@ class NvmlMeter(EnergyMeter):
         return self._method
 
     @property
-    def update_period_s(self) -> float:  # type: ignore[override]
+    def update_period_s(self) -> float:
         # Counter: refreshed every ~20-100 ms depending on the board; take the slow end so the
         # short-window warning errs on the side of caution. Polling: one sample per interval.
         return 0.1 if self._method == "counter" else self._poll_interval_s

@@ -1,0 +1,219 @@
+"""What if this model ran on that device? The analytic roofline behind ``lmprof roofline``: nothing runs.
+
+A :class:`RooflineQuery` (checked when it is made) names the model, the device, the phase and the
+shapes; :func:`roofline_what_if` resolves the model's shape and the device's ceilings and returns a
+:class:`RooflineAnswer`: per-block costs and roofline points at one batch size, or the phase's
+roofline at each batch of a sweep. Ceilings come from the peak table, or for this machine's own
+device (cpu, cuda, mps) from the table or the ``lmprof calibrate`` cache; FLOPs and bytes from
+:mod:`lmprof.analysis.flops`, the roofline from :mod:`lmprof.analysis.roofline`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from lmprof.analysis.flops import BlockCost, FlopConventions, block_costs, phase_costs
+from lmprof.analysis.memory_estimate import ATTENTIONS, Attention
+from lmprof.analysis.roofline import PhaseRoofline, RooflinePoint, phase_roofline
+from lmprof.config import choice
+from lmprof.dtypes import normalize_dtype, normalize_weight_dtype
+from lmprof.errors import ConfigError, DeviceError
+from lmprof.hardware.calibrate import Peak, resolve_peak
+from lmprof.hardware.peaks import PeakTable
+from lmprof.workloads.shape import ModelShape
+
+Phase = Literal["prefill", "decode", "train"]
+PHASES: tuple[Phase, ...] = ("prefill", "decode", "train")
+# Device names that mean "this machine's device", resolved through torch and the calibration cache.
+LOCAL_DEVICES = ("cpu", "cuda", "mps", "auto")
+_MAX_SIZE = 2**31  # beyond any device: the figures would be nonsense
+
+
+@dataclass(frozen=True)
+class RooflineQuery:
+    """One what-if question; sizes and names are checked on creation (ConfigError)."""
+
+    device: str | None
+    preset: str = "gpt2"
+    model: str | None = None  # a known model, a config.json or a model folder (replaces preset)
+    phase: str | None = None  # default: prefill, decode with a batch sweep
+    dtype: str = "bf16"
+    batch_size: int = 1
+    seq_len: int | None = None  # default: the model's block size (2,048 at most for --model)
+    context: int | None = None  # keys attended; default: seq_len
+    weights: str | None = None  # weight storage dtype; default: dtype
+    kv_dtype: str | None = None  # default: dtype
+    sweep_batches: tuple[int, ...] | None = None
+    attention: str = "math"  # math or sdpa (refused when the costs are counted, as block_costs does)
+    causal: bool = False
+    checkpointing: bool = False
+    n_layer: int | None = None  # preset overrides
+    n_head: int | None = None
+    n_embd: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.device:
+            raise ConfigError("--device is required: a short name such as h100 (see --list-devices), or cpu/cuda/mps")
+        if self.phase is not None and self.phase not in PHASES:
+            raise ConfigError(f"unknown phase {self.phase!r}: use one of {', '.join(PHASES)}")
+        if self.batch_size <= 0:
+            raise ConfigError(f"--batch-size must be positive, got {self.batch_size}")
+        for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len),
+                            ("--n-layer", self.n_layer), ("--n-head", self.n_head), ("--n-embd", self.n_embd)):
+            if value is not None and not 0 < value < _MAX_SIZE:
+                raise ConfigError(f"{name} must be between 1 and {_MAX_SIZE - 1:,}")
+
+
+@dataclass(frozen=True)
+class DeviceCeilings:
+    """The device a what-if runs on and its ceilings for the compute dtype."""
+
+    name: str  # table key, or torch's device name for a local device
+    kind: str  # cpu, cuda, mps, ...
+    label: str  # the name a person reads
+    peak: Peak  # where the ceilings came from
+    flops_per_s: float  # the compute ceiling for the dtype
+    bytes_per_s: float  # the bandwidth ceiling
+
+
+@dataclass(frozen=True)
+class RooflineAnswer:
+    """The roofline of one phase of a model on a device, at one batch size or a sweep of them."""
+
+    query: RooflineQuery
+    model: str  # the preset or the resolved model's name
+    shape: ModelShape
+    device: DeviceCeilings
+    dtype: str  # the compute dtype, normalised
+    phase: Phase
+    seq_len: int  # tokens per sequence (decode: the KV length the step sees)
+    kv_len: int  # keys attended
+    conventions: FlopConventions
+    costs: tuple[BlockCost, ...] = ()  # at query.batch_size; empty for a sweep
+    result: PhaseRoofline | None = None  # at query.batch_size; None for a sweep
+    sweep: tuple[PhaseRoofline, ...] = ()  # one per query.sweep_batches
+
+    @property
+    def points(self) -> tuple[RooflinePoint, ...]:
+        """The blocks' roofline points at query.batch_size (empty for a sweep)."""
+        return self.result.points if self.result is not None else ()
+
+    @property
+    def compute_bound_from_batch(self) -> int | None:
+        """The first batch of the sweep whose phase is compute-bound; None if none is."""
+        return next((r.batch for r in self.sweep if r.bound == "compute-bound"), None)
+
+
+def roofline_what_if(query: RooflineQuery, table: PeakTable) -> RooflineAnswer:
+    """The analytic roofline of ``query`` with ceilings from ``table`` (or the calibration cache)."""
+    dt = normalize_dtype(query.dtype)
+    if query.weights is not None:
+        normalize_weight_dtype(query.weights)
+    if query.kv_dtype is not None:
+        normalize_dtype(query.kv_dtype)
+    name, shape, default_t = _model(query)
+    phase: Phase = _phase(query.phase or ("decode" if query.sweep_batches else "prefill"))
+    context = query.context
+    t = query.seq_len if query.seq_len is not None else (
+        context if (context is not None and phase == "decode") else default_t)
+    if t <= 0:
+        raise ConfigError(f"--seq-len must be positive, got {t}")
+    kv_len = context if context is not None else t
+    _check_lengths(query, phase, shape, t, kv_len)
+    device = _ceilings(query.device or "", dt, table)
+    conventions = FlopConventions(causal_attention=query.causal,
+                                  prefill_logits="last" if query.model is None else "all")
+    weights = query.weights
+    if weights and weights.lower() in ("int8", "int4") and dt not in ("bf16", "fp16", "fp32", "tf32"):
+        raise ConfigError(f"--weights {weights} dequantises into --dtype; use bf16 or fp16, got {dt}")
+    answer = RooflineAnswer(query, name, shape, device, dt, phase, t, kv_len, conventions)
+
+    def at(batch: int) -> tuple[list[BlockCost], PhaseRoofline]:
+        costs = phase_block_costs(answer, batch)
+        tokens = batch * (1 if phase == "decode" else t)
+        return costs, phase_roofline(costs, batch, tokens, device.flops_per_s, device.bytes_per_s)
+
+    if query.sweep_batches:
+        return replace(answer, sweep=tuple(at(b)[1] for b in query.sweep_batches))
+    costs, result = at(query.batch_size)
+    return replace(answer, costs=tuple(costs), result=result)
+
+
+def phase_block_costs(answer: RooflineAnswer, batch: int) -> list[BlockCost]:
+    """Block costs of the answer's phase: decode is ONE step at KV length kv_len (the cache after appending)."""
+    q, shape, dt, conv = answer.query, answer.shape, answer.dtype, answer.conventions
+    attention = _attention(q.attention)
+    if answer.phase == "train":
+        return phase_costs(shape, batch=batch, seq_len=answer.seq_len, phase="train", dtype=dt,
+                           attention=attention, conventions=conv, weight_dtype=q.weights, kv_dtype=q.kv_dtype,
+                           checkpointing=q.checkpointing)
+    one = answer.phase == "decode"  # decode: one new token per sequence
+    return block_costs(shape, batch=batch, seq_len=1 if one else answer.seq_len, phase=answer.phase,
+                       context=answer.kv_len, dtype=dt, attention=attention, conventions=conv,
+                       weight_dtype=q.weights, kv_dtype=q.kv_dtype)
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    """'1,8,64' -> (1, 8, 64); ConfigError for anything but positive integers."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--sweep-batch takes comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"--sweep-batch takes positive integers, got {text!r}")
+    return values
+
+
+def _phase(name: str) -> Phase:
+    return choice(name, PHASES, f"unknown phase {name!r}: use one of {', '.join(PHASES)}")
+
+
+def _attention(name: str) -> Attention:
+    return choice(name, ATTENTIONS, f"attention must be 'math' or 'sdpa', got {name!r}")
+
+
+def _model(query: RooflineQuery) -> tuple[str, ModelShape, int]:
+    """(name, shape, default tokens per sequence) of the query's model or preset."""
+    if query.model is not None:
+        from lmprof.workloads.models import resolve_model
+
+        entry = resolve_model(query.model)
+        return entry.name, entry.shape, min(entry.shape.block_size, 2048)
+    from lmprof.workloads.gpt import preset as gpt_preset  # imports torch: only when a preset is asked for
+
+    cfg = gpt_preset(query.preset, n_layer=query.n_layer, n_head=query.n_head, n_embd=query.n_embd)
+    return query.preset, cfg.shape(), cfg.block_size
+
+
+def _check_lengths(query: RooflineQuery, phase: Phase, shape: ModelShape, t: int, kv_len: int) -> None:
+    limit = "block_size" if query.model is None else "maximum context (max_position_embeddings)"
+    checks = (("--context" if query.context is not None else "--seq-len", kv_len),) if phase == "decode" else (
+        ("--seq-len", t), ("--context", kv_len))
+    for what, value in checks:
+        if value > shape.block_size:
+            raise ConfigError(f"{what} {value} exceeds the model's {limit} {shape.block_size}")
+    if phase != "decode" and kv_len < t:
+        raise ConfigError(f"--context ({kv_len}) must be at least --seq-len ({t}) for {phase}")
+
+
+def _ceilings(device: str, dt: str, table: PeakTable) -> DeviceCeilings:
+    """The device's ceilings for ``dt``: this machine's device through torch, any other from the table."""
+    spec = device.strip().lower()
+    if spec in LOCAL_DEVICES or spec.startswith("cuda:"):
+        from lmprof.hardware.devices import resolve_device  # imports torch: only for this machine's device
+
+        dev = resolve_device(device)
+        name, kind, label = dev.name, dev.kind, dev.name
+    else:
+        entry = table.find(device)
+        if entry is None:
+            raise DeviceError(
+                f"unknown device {device!r}: not in the peak table; use one of {', '.join(table.entries)} "
+                "(see --list-devices for aliases), or cpu/cuda/mps with `lmprof calibrate`, "
+                "or add it to ~/.config/lmprof/peaks.yaml"
+            )
+        name, kind, label = entry.key, entry.kind, entry.name
+    peak = resolve_peak(name, kind, dt, table=table)
+    if not peak.flops_per_s or not peak.bytes_per_s:
+        raise DeviceError(f"no {dt} roofline for {label}: {peak.note}")
+    return DeviceCeilings(name, kind, label, peak, peak.flops_per_s, peak.bytes_per_s)
