@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import lmprof.trace.load as load_mod
+import lmprof.trace.read as read_mod
 from lmprof.errors import DataError
 from lmprof.trace.load import load_trace
 
@@ -108,8 +109,8 @@ def test_any_chunking_gives_the_same_table(tmp_path, monkeypatch, read_bytes):
     ref = load_trace(path)
     small = _write(tmp_path, json.dumps(GOOD).encode())
     ref_small = load_trace(small)
-    monkeypatch.setattr(load_mod, "_READ_BYTES", read_bytes)
-    monkeypatch.setattr(load_mod, "_GZIP_IN", max(1, read_bytes // 3))
+    monkeypatch.setattr(read_mod, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(read_mod, "GZIP_IN", max(1, read_bytes // 3))
     for got, want in ((load_trace(path), ref), (load_trace(small), ref_small)):
         for col in COLUMNS:
             assert np.array_equal(got.events[col].astype(str), want.events[col].astype(str)), col
@@ -188,8 +189,8 @@ def test_parallel_decoding_gives_the_same_table(tmp_path, monkeypatch, read_byte
     """Chunks decoded by worker processes merge into exactly the in-process table, including a
     trace whose strings hold '}, {' so that guessed cuts fail and the load is redone in order."""
     paths = [DATA / "v100_train_rank0.json.gz", _write(tmp_path, json.dumps(GOOD).encode())]
-    monkeypatch.setattr(load_mod, "_READ_BYTES", read_bytes)
-    monkeypatch.setattr(load_mod, "_GZIP_IN", max(1, read_bytes // 3))
+    monkeypatch.setattr(read_mod, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(read_mod, "GZIP_IN", max(1, read_bytes // 3))
     for path in paths[1:] if read_bytes < 100 else paths:  # v100 in 7-byte reads is slow, not new
         _same_table(load_trace(path, workers=2), load_trace(path, workers=1))
 
@@ -199,7 +200,7 @@ def test_worker_count(tmp_path, monkeypatch):
     assert load_mod.decode_workers(small) == 1  # below PARALLEL_MIN_BYTES
     # a gzipped trace counts by the decompressed size its trailer records
     packed = _write(tmp_path, gzip.compress(b" " * 1000 + json.dumps(GOOD).encode()), "t.json.gz")
-    assert load_mod._gzip_size(packed) == 1000 + len(json.dumps(GOOD)) and load_mod._gzip_size(small) == 0
+    assert read_mod.gzip_size(packed) == 1000 + len(json.dumps(GOOD)) and read_mod.gzip_size(small) == 0
     monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1000)
     assert load_mod.decode_workers(packed) == (min(len(load_mod.os.sched_getaffinity(0)), 4)
                                                if load_mod.sys.platform == "linux" else 1)
@@ -235,7 +236,7 @@ def test_cpp_names_do_not_fool_the_cut_guess(tmp_path, monkeypatch):
     name = "void at::native::kernel<at::native::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)"
     events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(400)]
     path = _write(tmp_path, json.dumps({"traceEvents": events}, indent=1).encode())
-    monkeypatch.setattr(load_mod, "_READ_BYTES", 997)
+    monkeypatch.setattr(read_mod, "READ_BYTES", 997)
     real = load_mod._decode_parallel
     outcomes = []
     monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n: outcomes.append(r := real(p, n)) or r)

@@ -1,0 +1,316 @@
+"""The trace's columns, built from decoded chunks: growing blocks, trace-wide codes, typed frames.
+
+:class:`Merger` appends :class:`~lmprof.trace.decode.Chunk` s in file order, mapping their local
+codes (names, categories, phases, text ids) to trace-wide ones; :func:`frames` then sorts the events
+by time and returns the frames of :class:`~lmprof.trace.load.TraceTable` (events, flows, and the
+sparse tables of collective parameters, kernel resources and allocator events).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
+
+_FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
+_BLOCK = 1 << 20  # rows in later blocks: 8 MiB for int64, large enough for malloc to mmap them
+
+
+class _Column:
+    """One growing column kept in a few large blocks.
+
+    Why blocks rather than a list of per-chunk arrays: many small long-lived arrays interleave with
+    each chunk's short-lived Python objects on the malloc heap, and that fragmentation roughly
+    doubled the peak resident memory. Large blocks are mapped on their own and given back on free.
+    """
+
+    __slots__ = ("dtype", "blocks", "fill", "rows")
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+        self.blocks: list[np.ndarray] = []
+        self.fill = 0  # rows used in the last block
+        self.rows = 0
+
+    def add(self, arr: np.ndarray) -> None:
+        i, n = 0, len(arr)
+        while i < n:
+            if not self.blocks or self.fill == len(self.blocks[-1]):
+                self.blocks.append(np.empty(_BLOCK if self.blocks else _FIRST_BLOCK, dtype=self.dtype))
+                self.fill = 0
+            block = self.blocks[-1]
+            k = min(n - i, len(block) - self.fill)
+            block[self.fill : self.fill + k] = arr[i : i + k]
+            self.fill += k
+            i += k
+        self.rows += n
+
+    def take(self, inverse: np.ndarray | None = None) -> np.ndarray:
+        """The whole column (rows moved to ``inverse[i]`` when given); frees the blocks as it goes."""
+        out = np.empty(self.rows, dtype=self.dtype)
+        start = 0
+        while self.blocks:
+            block = self.blocks.pop(0)
+            piece = block if self.blocks else block[: self.fill]
+            stop = start + len(piece)
+            if inverse is None:
+                out[start:stop] = piece
+            else:
+                out[inverse[start:stop]] = piece
+            start = stop
+            del block, piece
+        self.rows = self.fill = 0
+        return out
+
+
+class _Columns:
+    """Named :class:`_Column` s filled chunk by chunk."""
+
+    def __init__(self, dtypes: dict[str, Any]) -> None:
+        self.cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
+
+    def add(self, name: str, arr: np.ndarray) -> None:
+        self.cols[name].add(arr)
+
+    def take(self, name: str, inverse: np.ndarray | None = None) -> np.ndarray:
+        return self.cols[name].take(inverse)
+
+
+class Merger:
+    """Appends chunks in file order, mapping their local codes to trace-wide ones."""
+
+    def __init__(self) -> None:
+        i64, f64, i32 = np.int64, np.float64, np.int32
+        self.x = _Columns(
+            {"name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64, **{k: i64 for k in ARG_COLUMNS}}
+        )
+        self.fl = _Columns({"id": i64, "ph": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64})
+        self.names: dict[Any, int] = {}
+        self.cats: dict[Any, int] = {}
+        self.phs: dict[Any, int] = {}
+        self.id_codes: dict[str, int] = {}
+        self.n_raw = 0
+        self.skipped = 0
+        self.repaired_utf8 = 0
+        self.out_of_range: dict[str, int] = {}
+        self.first_problem: str | None = None
+        self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
+        self.comm_values: list[tuple[Any, ...]] = []
+        self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
+        self.hw_cols: dict[str, list[Any]] = {f: [] for f in HW_FIELDS}
+        self.memory: list[tuple[Any, ...]] = []
+        self.meta_json = b""  # the top-level JSON without its events (parallel decoding keeps it here)
+        self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
+        self.hw: pd.DataFrame = empty_hw()
+
+    def add(self, ch: Chunk) -> None:
+        self.n_raw += ch.n_raw
+        self.skipped += ch.skipped
+        self.repaired_utf8 += ch.repaired_utf8
+        if self.first_problem is None:
+            self.first_problem = ch.first_problem
+        for k, n in ch.out_of_range.items():
+            self.out_of_range[k] = self.out_of_range.get(k, 0) + n
+        cats = self._remap(self.cats, ch.cats)
+        if ch.x:
+            base = self.x.cols["pid"].rows
+            self._append(self.x, ch.x, {"name": self._remap(self.names, ch.names), "cat": cats}, ch.x_coded)
+            self.comm_raw += [base + r for r in ch.comm_rows]
+            self.comm_values += ch.comm_values
+            if ch.hw_rows.size:
+                self.hw_raw.append(base + ch.hw_rows)
+                for f in HW_FIELDS:
+                    self.hw_cols[f] += ch.hw_cols[f]
+        if ch.fl:
+            self._append(self.fl, ch.fl, {"ph": self._remap(self.phs, ch.phs), "cat": cats}, ch.fl_coded)
+        self.memory += ch.memory
+
+    def _append(
+        self, into: _Columns, cols: dict[str, np.ndarray], recode: dict[str, np.ndarray], coded: dict[str, Coded]
+    ) -> None:
+        """Append a chunk's columns, its local codes replaced through ``recode`` (column -> map)."""
+        cols = {k: recode[k][v] if k in recode else v for k, v in cols.items()}
+        self._code_ids(cols, coded)
+        for k, v in cols.items():
+            into.add(k, v)
+
+    @staticmethod
+    def _remap(table: dict[Any, int], local: list[Any]) -> np.ndarray:
+        return np.array([table.setdefault(v, len(table)) for v in local], dtype=np.int32)
+
+    def _code_ids(self, cols: dict[str, np.ndarray], coded: dict[str, Coded]) -> None:
+        # Non-numeric or out-of-range ids ("Spans", "stream 7 ...", 2**64): stable negative codes,
+        # names kept in meta, so distinct threads stay distinct.
+        for fld, c in coded.items():
+            col = cols[fld] = cols[fld].copy()
+            col[c.rows] = [self.id_codes.setdefault(s, -1000 - len(self.id_codes)) for s in c.text]
+
+
+def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) -> pd.Categorical:
+    labels = []
+    for k in table:  # insertion order == code order
+        s = "" if k is None else (k if isinstance(k, str) else str(k))
+        labels.append(s.lower() if lower else s)
+    if len(set(labels)) != len(labels):  # e.g. "Kernel" and "kernel": merge their codes
+        uniq, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+        codes = remap.astype(np.int32)[codes] if codes.size else codes
+        labels = list(uniq)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object))
+
+
+_MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
+
+
+def empty_hw() -> pd.DataFrame:
+    return hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
+
+
+def empty_comms() -> pd.DataFrame:
+    return _comms_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
+
+
+def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
+    """Collective parameters as typed columns: ints (-1 when absent or odd), names as str ("" absent)."""
+    values = [v for v, k in zip(values, keep.tolist()) if k]
+    rows = rows[keep]
+    order = np.argsort(rows, kind="stable")
+    values = [values[i] for i in order.tolist()]
+    cols: dict[str, Any] = {"row": rows[order]}
+    for j, f in enumerate(COMM_FIELDS):
+        column = [v[j] for v in values]
+        if f in ("collective", "dtype", "pg_name"):
+            cols[f] = pd.array([_short_str(x) for x in column], dtype=object)
+        else:
+            cols[f] = np.array([_small_int(x) for x in column], dtype=np.int64)
+    return pd.DataFrame(cols)
+
+
+def hw_frame(rows: np.ndarray, values: dict[str, list[Any]], keep: np.ndarray) -> pd.DataFrame:
+    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0).
+
+    Rows of device events without any of them (no registers and no bytes) are dropped.
+    """
+    order = np.argsort(rows[keep], kind="stable")
+    cols: dict[str, Any] = {"row": rows[keep][order]}
+    for f in HW_FIELDS:
+        raw = values.get(f, [])
+        try:  # fast path: numbers and None only
+            col = np.array([np.nan if x is None else x for x in raw], dtype=np.float64)
+            col[~(np.isfinite(col) & (col >= 0))] = np.nan
+        except (TypeError, ValueError, OverflowError):
+            col = np.array([_number(x) for x in raw], dtype=np.float64)
+        if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
+            col = np.full(rows.size, np.nan)
+        cols[f] = col[keep][order]
+    out = pd.DataFrame(cols)
+    return out[out["registers"].notna() | out["nbytes"].notna()].reset_index(drop=True)
+
+
+_MEMORY_COLUMNS = ("device_type", "device_id", "bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
+
+
+def memory_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """The allocator events as typed columns (see the module docstring)."""
+    cols: dict[str, Any] = {
+        "ts": np.array([to_float(r[0]) for r in rows], dtype=np.float64),
+        "pid": np.array([_any_int(r[1], 0) for r in rows], dtype=np.int64),
+        "tid": np.array([_any_int(r[2], 0) for r in rows], dtype=np.int64),
+    }
+    for j, name in enumerate(_MEMORY_COLUMNS):
+        absent = 0 if name == "bytes" else -1
+        cols[name] = np.array([_any_int(r[3 + j], absent) for r in rows], dtype=np.int64)
+    return pd.DataFrame(cols)
+
+
+def _any_int(x: Any, absent: int) -> int:
+    """An int64 from a JSON value (int, integral float, decimal or hex text), else ``absent``."""
+    if isinstance(x, bool) or x is None:
+        return absent
+    if isinstance(x, float):
+        return int(x) if x.is_integer() and abs(x) < MAX_INT else absent
+    if isinstance(x, str):
+        v = parse_int(x.strip())
+        return absent if v is None else v
+    return x if isinstance(x, int) and -MAX_INT <= x < MAX_INT else absent
+
+
+def _number(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return np.nan
+    f = float(x) if abs(x) < 1e30 else np.nan
+    return f if np.isfinite(f) and f >= 0 else np.nan
+
+
+def _short_str(x: Any) -> str:
+    return "" if x is None or isinstance(x, (list, dict)) else str(x)[:200]
+
+
+def _small_int(x: Any) -> int:
+    if isinstance(x, bool) or x is None:
+        return -1
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    if isinstance(x, str) and x.strip().isdigit() and len(x.strip()) < 19:
+        x = int(x.strip())
+    return x if isinstance(x, int) and 0 <= x < MAX_INT else -1
+
+
+def frames(b: Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Events and flows as frames, events sorted by ts; also how many events had junk times."""
+    x = b.x
+    ts = x.take("ts")
+    inverse = None
+    bad = ~(np.abs(ts) <= _MAX_TIME_US)  # NaN-safe: catches inf too
+    if bad.any():  # junk times would stretch every window: such events are left out
+        ts = ts.copy()
+        ts[bad] = np.inf  # sorts last; cut off below
+    if ts.size > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+        order = np.argsort(ts, kind="stable")
+        ts = ts[order]
+        # scatter every other column straight into sorted position: no unsorted full-size copy
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size, dtype=order.dtype)
+        del order
+    cols: dict[str, Any] = {
+        "name": _categorical(x.take("name", inverse), b.names),
+        "cat": _categorical(x.take("cat", inverse), b.cats, lower=True),
+        "pid": x.take("pid", inverse),
+        "tid": x.take("tid", inverse),
+        "ts": ts,
+        "dur": x.take("dur", inverse),
+    }
+    for name in ARG_COLUMNS:
+        cols[name] = x.take(name, inverse)
+    comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
+    hw_rows = np.concatenate(b.hw_raw) if b.hw_raw else np.empty(0, dtype=np.int64)
+    if inverse is not None:
+        comm_rows, hw_rows = inverse[comm_rows], inverse[hw_rows]
+    del inverse
+    bad_dur = ~(np.abs(cols["dur"]) <= _MAX_TIME_US)
+    keep = np.isfinite(cols["ts"]) & ~bad_dur
+    dropped = int(len(keep) - keep.sum())
+    comm_keep = np.ones(comm_rows.size, dtype=bool)
+    hw_keep = np.ones(hw_rows.size, dtype=bool)
+    if dropped:
+        cols = {k: v[keep] for k, v in cols.items()}
+        new_row = np.cumsum(keep) - 1
+        comm_keep, hw_keep = keep[comm_rows], keep[hw_rows]
+        comm_rows, hw_rows = new_row[comm_rows], new_row[hw_rows]
+    b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
+    b.hw = hw_frame(hw_rows, b.hw_cols, hw_keep)
+    events = pd.DataFrame(cols, copy=False)
+    f = b.fl
+    flows = pd.DataFrame(
+        {
+            "id": f.take("id"),
+            "ph": _categorical(f.take("ph"), b.phs),
+            "cat": _categorical(f.take("cat"), b.cats, lower=True),
+            "pid": f.take("pid"),
+            "tid": f.take("tid"),
+            "ts": f.take("ts"),
+        },
+        copy=False,
+    )
+    return events, flows, dropped

@@ -1,0 +1,299 @@
+"""Decoding one run of trace events (a JSON list) into columns: a pure function of its bytes.
+
+msgspec decodes the events into small typed structs (:class:`_Event`, :class:`_Args`); complete
+(``ph: X``) events, flow events and the allocator's ``[memory]`` instants then become numpy columns
+with names, categories and text ids coded locally (:class:`Chunk`). Because a chunk depends on
+nothing else, chunks can be decoded in worker processes and merged in file order
+(:mod:`lmprof.trace.columns`). An event that cannot be read costs only itself (:func:`decode_chunk`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Callable
+
+import msgspec
+import numpy as np
+
+from lmprof.trace.split import list_items
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: int | str | None = -1
+    external_id: int | str | None = msgspec.field(default=-1, name="External id")
+    seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
+    stream: int | str | None = -1
+    device: int | str | None = -1
+    # collective parameters (record_param_comms, and NCCL kernels in newer traces); Any: an odd
+    # value here must never cost the event
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    coll_seq: Any = msgspec.field(default=None, name="Seq")
+    # what CUPTI reports per kernel / memcpy (kernel resources and the copy's size)
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
+    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
+    # allocator events ("[memory]" instants of profile_memory=True)
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    ev_idx: Any = msgspec.field(default=None, name="Ev Idx")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+_NO_ARGS = _Args()
+COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
+HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
+_MEM_FIELDS = ("device_type", "device_id", "mem_bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
+_MEMORY_EVENT = "[memory]"
+_INSTANT_PHASES = ("i", "I")
+_FLOW_PHASES = ("s", "t", "f")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str | int | float | None = ""
+    cat: str | None = ""
+    pid: int | str | None = 0
+    tid: int | str | None = 0
+    ts: float | str | None = 0.0
+    dur: float | str | None = 0.0
+    id: int | str | None = -1
+    args: _Args | None = None
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+# What a decoder raises on input it cannot read: bad JSON or types, invalid UTF-8 in a string, and
+# nesting deeper than the decoder's recursion limit (e.g. 100,000 nested arrays in args).
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+MAX_INT = 2**63
+
+_get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
+ARG_COLUMNS = ("correlation", "external_id", "seq", "stream", "device")  # args kept as int64 columns
+_get_arg = {k: attrgetter(k) for k in ARG_COLUMNS}
+_get_collective = attrgetter("collective")
+_get_comm_fields = attrgetter(*COMM_FIELDS)
+_get_mem_fields = attrgetter(*_MEM_FIELDS)
+_HW_GETTERS = {f: attrgetter(f) for f in HW_FIELDS}
+# categories whose events carry kernel resources or copy sizes
+_HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+
+
+@dataclass
+class Coded:
+    """Values of an id column that are not 64-bit integers ("Spans", "0x1f", ...): rows and text."""
+
+    rows: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chunk:
+    """One run of events decoded on its own: columns with codes local to the chunk.
+
+    A chunk depends on nothing but its bytes, so chunks can be decoded in any process and in any
+    order; :class:`Merger` then maps the local codes (names, categories, phases, text ids) to the
+    trace's and appends the columns in file order.
+    """
+
+    n_raw: int = 0  # events decoded
+    skipped: int = 0  # list items that could not be read as events
+    repaired_utf8: int = 0  # events read after replacing invalid UTF-8
+    first_problem: str | None = None
+    out_of_range: dict[str, int] = field(default_factory=dict)  # field -> odd integers read as absent
+    names: list[Any] = field(default_factory=list)  # local code -> name
+    cats: list[Any] = field(default_factory=list)
+    phs: list[Any] = field(default_factory=list)
+    x: dict[str, np.ndarray] = field(default_factory=dict)  # complete events' columns
+    x_coded: dict[str, Coded] = field(default_factory=dict)
+    fl: dict[str, np.ndarray] = field(default_factory=dict)  # flow events' columns
+    fl_coded: dict[str, Coded] = field(default_factory=dict)
+    comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
+    comm_values: list[tuple[Any, ...]] = field(default_factory=list)
+    hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    hw_cols: dict[str, list[Any]] = field(default_factory=dict)
+    memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
+
+
+def decode_chunk(payload: bytes | memoryview, exact: bool) -> Chunk:
+    """Decode one JSON list of events into a :class:`Chunk`.
+
+    Not ``exact``: decoding errors propagate (the splitter judges its guessed cut by them).
+    ``exact``: when the list as a whole cannot be decoded, each event is decoded on its own and the
+    ones that still fail are skipped and counted (see :func:`_one_by_one`).
+    """
+    ch = Chunk()
+    try:
+        events = _EVENTS_DECODER.decode(payload)
+    except DECODE_ERRORS:
+        if not exact:
+            raise
+        events = _one_by_one(payload, ch)
+    ch.n_raw = len(events)
+    xs = [e for e in events if e.ph == "X"]
+    fl = [e for e in events if e.ph in _FLOW_PHASES]
+    mem = [e for e in events if e.name == _MEMORY_EVENT and e.ph in _INSTANT_PHASES]
+    del events
+    names: dict[Any, int] = {}
+    cats: dict[Any, int] = {}
+    if xs:
+        _complete_columns(ch, xs, names, cats)
+    if fl:
+        phs: dict[Any, int] = {}
+        ch.fl = {
+            "id": _ints(ch, xs=fl, get=_get["id"], none=-1, field="id", coded=ch.fl_coded),
+            "ph": _codes(phs, list(map(_get["ph"], fl))),
+            "cat": _codes(cats, list(map(_get["cat"], fl))),
+            "pid": _ints(ch, fl, _get["pid"], none=0, field="pid", coded=ch.fl_coded),
+            "tid": _ints(ch, fl, _get["tid"], none=0, field="tid", coded=ch.fl_coded),
+            "ts": _floats(fl, _get["ts"]),
+        }
+        ch.phs = list(phs)
+    if mem:
+        ch.memory = [(e.ts, e.pid, e.tid, *_get_mem_fields(e.args or _NO_ARGS)) for e in mem]
+    ch.names, ch.cats = list(names), list(cats)
+    return ch
+
+
+def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: dict[Any, int]) -> None:
+    name_codes = _codes(names, list(map(_get["name"], xs)))
+    cat_codes = _codes(cats, list(map(_get["cat"], xs)))
+    args = list(map(_get["args"], xs))
+    if None in args:
+        args = [a if a is not None else _NO_ARGS for a in args]
+    x = {
+        "name": name_codes,
+        "cat": cat_codes,
+        "pid": _ints(ch, xs, _get["pid"], none=0, field="pid", coded=ch.x_coded),
+        "tid": _ints(ch, xs, _get["tid"], none=0, field="tid", coded=ch.x_coded),
+        "ts": _floats(xs, _get["ts"]),
+        "dur": _floats(xs, _get["dur"]),
+    }
+    for key, get in _get_arg.items():
+        x[key] = _ints(ch, args, get, none=-1, field=f"args.{key}", coded=None)
+    ch.x = x
+    # sparse args: only events that can carry them are looked at (by name / category code)
+    comm_codes = [c for n, c in names.items() if _may_carry_comms(n)]
+    for i in np.flatnonzero(np.isin(name_codes, comm_codes)).tolist():
+        if args[i].collective is not None:
+            ch.comm_rows.append(i)
+            ch.comm_values.append(_get_comm_fields(args[i]))
+    device_codes = [c for k, c in cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
+    dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+    ch.hw_rows = dev_idx.astype(np.int64)
+    dev_args = [args[i] for i in dev_idx.tolist()]
+    ch.hw_cols = {f: list(map(get, dev_args)) for f, get in _HW_GETTERS.items()}
+
+
+def _may_carry_comms(name: Any) -> bool:
+    """Events that may carry collective parameters: record_param_comms, NCCL/RCCL kernels."""
+    low = str(name).lower()
+    return "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
+
+
+def _one_by_one(payload: bytes | memoryview, ch: Chunk) -> list[_Event]:
+    """Decode the items of a JSON list one at a time; skip (and count) those that fail.
+
+    Items are found by a bracket scan, so one bad event costs only itself. An item with invalid
+    UTF-8 is read again with the bad bytes replaced by U+FFFD (and counted as repaired).
+    """
+    out: list[_Event] = []
+    for item in list_items(payload):
+        try:
+            out.append(_EVENT_DECODER.decode(item))
+            continue
+        except UnicodeDecodeError:
+            try:
+                out.append(_EVENT_DECODER.decode(bytes(item).decode("utf-8", "replace").encode()))
+                ch.repaired_utf8 += 1
+                continue
+            except DECODE_ERRORS as exc:
+                problem: BaseException = exc
+        except DECODE_ERRORS as exc:
+            problem = exc
+        ch.skipped += 1
+        if ch.first_problem is None:
+            ch.first_problem = describe(problem)
+    return out
+
+
+def _codes(table: dict[Any, int], values: list[Any]) -> np.ndarray:
+    codes = [table.setdefault(v, len(table)) for v in values]
+    return np.fromiter(codes, dtype=np.int32, count=len(codes))
+
+
+def _ints(
+    ch: Chunk, xs: list[Any], get: Callable[[Any], Any], none: int, field: str, coded: dict[str, Coded] | None
+) -> np.ndarray:
+    """An int64 column. ``coded``: text ids are kept (rows and text) for the merger to code; else
+    values that are not 64-bit integers count as out of range and read as ``none``."""
+    try:
+        return np.fromiter(map(get, xs), dtype=np.int64, count=len(xs))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    # Rare values: None, hex strings ("0x0" on ROCm), names as ids ("Spans"), integers outside
+    # int64 (>= 2**63); fix only those.
+    values = list(map(get, xs))
+    for i in [i for i, v in enumerate(values) if v.__class__ is not int or not -MAX_INT <= v < MAX_INT]:
+        v = values[i]
+        parsed = none if v is None or v == "" else parse_int(str(v))
+        if parsed is None:
+            if coded is None:
+                ch.out_of_range[field] = ch.out_of_range.get(field, 0) + 1
+                parsed = none
+            else:
+                c = coded.setdefault(field, Coded())
+                c.rows.append(i)
+                c.text.append(str(v)[:200])
+                parsed = 0  # replaced by the trace-wide code when merged
+        values[i] = parsed
+    return np.array(values, dtype=np.int64)
+
+
+def parse_int(s: str) -> int | None:
+    """An integer written as text ("42", "0x1f", "3.0"), or None when not a 64-bit integer."""
+    if len(s) <= 40:  # int() of a huge digit string is slow and never a valid id anyway
+        for parse in (lambda: int(s, 0), lambda: int(float(s))):
+            try:
+                v = parse()
+            except (ValueError, OverflowError):
+                continue
+            if -MAX_INT <= v < MAX_INT:
+                return v
+            break
+    return None
+
+
+def _floats(items: list[Any], get: Callable[[Any], Any]) -> np.ndarray:
+    try:
+        out = np.fromiter(map(get, items), dtype=np.float64, count=len(items))
+    except (TypeError, ValueError):
+        out = np.array([to_float(v) for v in map(get, items)], dtype=np.float64)
+    if np.isnan(out).any():  # null timestamps / durations count as 0, like absent ones
+        out[np.isnan(out)] = 0.0
+    return out
+
+
+def to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason for an unreadable event."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return "invalid UTF-8"
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
