@@ -142,7 +142,7 @@ class HFDecoder(Decoder):
             self.prefill = torch.compile(hf_prefill, mode=mode, dynamic=False)
             self.decode = torch.compile(hf_decode, mode=mode, dynamic=False)
             return None
-        self.model = torch.compile(self.model, mode=mode)  # type: ignore[assignment]
+        self.model = torch.compile(self.model, mode=mode)  # type: ignore[assignment]  # the compiled wrapper stands in for the model (same forward, attributes forwarded)
         return (f"torch.compile: {type(self.model).__name__} does not support transformers' static KV cache "
                 "(_can_compile_fullgraph is false): compiled with its dynamic cache, so decode may recompile "
                 "as the cache grows (see tables.compile)")

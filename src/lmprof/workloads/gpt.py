@@ -291,7 +291,8 @@ class GPT(nn.Module):
             if static:  # pos is a tensor: no Python int for torch.compile to specialise on
                 positions = pos + torch.arange(t, dtype=torch.long, device=idx.device)  # (T,)
             else:
-                positions = torch.arange(pos, pos + t, dtype=torch.long, device=idx.device)  # type: ignore[arg-type]
+                assert isinstance(pos, int)  # a dynamic cache (or none) counts positions in Python
+                positions = torch.arange(pos, pos + t, dtype=torch.long, device=idx.device)
             x = tr.drop(tr.wte(idx) + tr.wpe(positions))  # (B, T, C)
         for block in tr.h:
             x = block(x, cache, positions if static else pos)
