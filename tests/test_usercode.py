@@ -420,9 +420,14 @@ def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
     assert "lmprof train — Linear" in proc.stderr and "report:" in proc.stderr
 
 
+# Under load this can hang at the script's own dist.destroy_process_group(): gdb on a hung rank
+# (2026-11-23) showed the main thread in ~ProcessGroupGloo joining gloo's worker threads with the GIL
+# held while a worker thread, freeing a finished all-reduce, waited for the GIL to release the Python
+# state captured with it (c10d::AsyncWork's at::ThreadLocalState): PyTorch's pybind11 binding does not
+# release the GIL in that destructor (pytorch/pytorch#56297). Which Python state the work held (possibly
+# something lmprof installs around the steps) is not known yet; kept out of CI until it is.
 @pytest.mark.skipif(os.environ.get("CI") == "true",
-                    reason="hung past 280 s once in a clean-clone CI run (two gloo ranks beside another test "
-                           "worker on 2 cores); open problem noted in issue 16's closing note")
+                    reason="can deadlock in PyTorch's gloo teardown (destroy_process_group) under load; see comment")
 def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     script = write(tmp_path, "ddp.py", """
         import sys, torch, torch.distributed as dist
