@@ -51,6 +51,8 @@ INFER_PARTS: tuple[str, ...] = INFER_PHASES
 OTHER = "other"  # time inside a phase (or the step) that no block claims
 IDLE = "idle"  # device clock: step wall time with no kernel running
 ACCUMULATE_GRAD = "accumulate_grad"  # writing .grad of parameters (no forward block owns it)
+# Host time of calling compiled graphs outside their kernels: dynamo's guards, AOT wrappers, glue.
+COMPILED_CALL = "compiled_call"
 # Communication rows: gradient reduction, FSDP's parameter gathers, anything else collective.
 ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 

@@ -20,6 +20,13 @@ rule exists once. How a trace event becomes a block's time:
   sets launched from inside it (runtime call -> device event by correlation id). The step's
   remainder, wall time with no device work attributed, is ``idle``.
 
+* **Compiled calls.** The ranges torch.compile's runtime records around a compiled graph
+  (``Torch-Compiled Region``, ``TorchDynamo Cache Lookup``, ``Pregraph bytecode``, ``AOTDispatcher
+  Runtime Wrapper Prologue``, ``CompiledFunction``, ``## Call CompiledFxGraph``, and the backward
+  node ``CompiledFunctionBackward``) are owners of their own, ``compiled_call``: their exclusive time
+  is the host cost of calling compiled code (guards, wrappers, buffer handling), which belongs to no
+  block and is what CUDA graphs (``reduce-overhead``) remove. The kernels inside stay their blocks'.
+  Only with a kernel record: without one the kernels are unnamed and the ranges stay ``other``.
 * **Compiled kernels** (``compiled=``, trace/compiled.py): each kernel of a compiled graph is an
   owner whose time is split among its blocks by the shares compile time recorded (FLOPs, else bytes).
   A kernel with two or more blocks is *fused*: the part of a block's time that came from fused
@@ -194,6 +201,18 @@ class _Owners:
     kernels: dict[int, KernelOwner] = field(default_factory=dict)  # compiled kernels' rows: their split
 
 
+# torch.compile's runtime ranges around a compiled graph (see the module docstring)
+_COMPILED_CALL_NAMES = frozenset({
+    "TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper Prologue", "CompiledFunction",
+})  # fmt: skip
+_COMPILED_CALL_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph")
+_COMPILED_BACKWARD = "CompiledFunctionBackward"
+
+
+def _is_compiled_call(name: str) -> bool:
+    return name in _COMPILED_CALL_NAMES or name.startswith(_COMPILED_CALL_PREFIXES)
+
+
 def _scope_name(name: str) -> str:
     return name[len(names.SCOPE_PREFIX):]
 
@@ -224,7 +243,10 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     kernel_label = kernel_owners(table, compiled) if compiled else {}
     kernel_mask = np.zeros(len(ev), dtype=bool)
     kernel_mask[list(kernel_label)] = True
-    owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask
+    # Only with the kernel record: without it the kernels inside are unnamed, and the call's whole
+    # time (compute included) would pass for overhead.
+    call_mask = host & kinds.name_mask(table, _is_compiled_call) & ~node_mask if compiled else np.zeros(len(ev), bool)
+    owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask | call_mask
     rows = np.flatnonzero(owner_mask)
     step_of = _containing(s0, s1, ts[rows])
     rows, step_of = rows[step_of >= 0], step_of[step_of >= 0]
@@ -245,6 +267,8 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     for r, b in zip(nodes, enclosing(table, forward_op(table, nodes), block_mask)):
         if "AccumulateGrad" in name_col[r]:
             block = names.ACCUMULATE_GRAD
+        elif compiled and name_col[r].endswith(_COMPILED_BACKWARD):
+            block = names.COMPILED_CALL
         else:
             block = _scope_name(name_col[b]) if b >= 0 else names.OTHER
             unmapped += b < 0 and any_blocks  # worth a note only when the trace has block scopes
@@ -258,6 +282,10 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
         label[int(r)] = (comm_label(name_col[r]), phase)
     for r in rows[step_mask[rows]]:
         label[int(r)] = (names.OTHER, names.STEP)
+    calls = rows[call_mask[rows]]  # compiled backward graphs may run on the engine's thread
+    for r, b, p in zip(calls, _containing(bwd_start, bwd_end, ts[calls]), enclosing(table, calls, phase_mask)):
+        phase = "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP)
+        label[int(r)] = (names.COMPILED_CALL, phase)
     kernels = rows[kernel_mask[rows]]  # a compiled backward graph may run on the engine's thread
     for r, b, p in zip(kernels, _containing(bwd_start, bwd_end, ts[kernels]), enclosing(table, kernels, phase_mask)):
         phase = "backward" if b >= 0 else (_scope_name(name_col[p]) if p >= 0 else names.STEP)
