@@ -10,6 +10,11 @@ forward block within 10% of it.
 
 The small-op cases (many elementwise ops) are what the profiler's per-event cost inflates most,
 so they test the correction; the matmul case tests that a matmul block is not shortchanged.
+
+Each case is measured up to twice: another process taking a core during the profiled steps (the
+other test worker, on a 2-core machine) moves small blocks by more than the bounds, and lmprof's
+answer to a noisy measurement is to take it again, not to loosen the bound. Both attempts' errors
+are in the failure message.
 """
 from __future__ import annotations
 
@@ -54,6 +59,18 @@ def _extra_work(kind: str) -> Callable[[], None]:
     return work
 
 
+def _twice(measure: Callable[[], tuple[dict[str, float], dict[str, float]]], block: str) -> None:
+    """Check one measurement (lmprof's blocks, the stopwatch's); a failure takes one more."""
+    failures = []
+    for _ in range(2):
+        try:
+            _check(*measure(), block)
+            return
+        except AssertionError as exc:
+            failures.append(str(exc).splitlines()[0])
+    raise AssertionError("; then ".join(failures))
+
+
 def _check(got: dict[str, float], truth: dict[str, float], block: str) -> None:
     # The added work's real cost inside the step (cache misses included) is what the stopwatch saw
     # for its block; the block's own work is small beside it, so that is the tolerances' basis.
@@ -74,28 +91,34 @@ def _check(got: dict[str, float], truth: dict[str, float], block: str) -> None:
 @pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_1", "elementwise"), ("residual", "residual")])
 def test_training_forward_block_gets_exactly_the_added_work(tmp_path, block, kind):
     work = _extra_work(kind)
-    truth = Truth("embedding")
     cfg = TrainConfig(preset="tiny", batch_size=B, seq_len=T, steps=15, warmup=3, profile_steps=5,
                       energy="off", plots=False, out=str(tmp_path))
-    with injected(block, work, truth):
-        run = run_training(cfg)[0]
-    got = {b.name: b.time_ms for b in run.blocks if b.phase == "forward"}
-    _check(got, truth.block_ms(skip=cfg.warmup), block)
+
+    def measure() -> tuple[dict[str, float], dict[str, float]]:
+        truth = Truth("embedding")
+        with injected(block, work, truth):
+            run = run_training(cfg)[0]
+        return {b.name: b.time_ms for b in run.blocks if b.phase == "forward"}, truth.block_ms(skip=cfg.warmup)
+
+    _twice(measure, block)
 
 
 @pytest.mark.parametrize(("block", "kind"), [("mlp.fc", "matmul"), ("ln_2", "elementwise")])
 def test_decode_block_gets_exactly_the_added_work(tmp_path, block, kind):
     new = 8
     work = _extra_work(kind)
-    truth = Truth("embedding", phase="decode")
     cfg = InferConfig(preset="tiny", prompt_len=16, new_tokens=new, steps=5, warmup=1, profile_steps=3,
                       energy="off", plots=False, out=str(tmp_path))
-    with injected(block, work, truth):
-        run = run_inference(cfg)[0]
-    got = {b.name: b.time_ms for b in run.blocks if b.phase == "decode"}
-    # The stopwatch's steps are decode steps: add them up per generation.
-    per_step = truth.steps[cfg.warmup * (new - 1):]
-    gens = [per_step[i:i + new - 1] for i in range(0, len(per_step) - new + 2, new - 1)][:cfg.steps]
-    names = {k for s in per_step for k in s}
-    true_ms = {k: statistics.median(sum(s.get(k, 0.0) for s in g) for g in gens) * 1e3 for k in names}
-    _check(got, true_ms, block)
+
+    def measure() -> tuple[dict[str, float], dict[str, float]]:
+        truth = Truth("embedding", phase="decode")
+        with injected(block, work, truth):
+            run = run_inference(cfg)[0]
+        got = {b.name: b.time_ms for b in run.blocks if b.phase == "decode"}
+        # The stopwatch's steps are decode steps: add them up per generation.
+        per_step = truth.steps[cfg.warmup * (new - 1):]
+        gens = [per_step[i:i + new - 1] for i in range(0, len(per_step) - new + 2, new - 1)][:cfg.steps]
+        names = {k for s in per_step for k in s}
+        return got, {k: statistics.median(sum(s.get(k, 0.0) for s in g) for g in gens) * 1e3 for k in names}
+
+    _twice(measure, block)
