@@ -202,6 +202,14 @@ def test_compiled_decode_compiles_once(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
+def _greedy_logits(decoder, prompt: torch.Tensor, new: int = 5) -> torch.Tensor:
+    """Logits of the prompt's last position and of ``new`` greedy decode steps, stacked."""
+    out = [decoder.start(prompt, prompt.shape[1] + new)]
+    for _ in range(new):
+        out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
+    return torch.stack(out)
+
+
 @pytest.mark.parametrize("attention", ["math", "sdpa"])
 def test_static_cache_decodes_the_same_logits_as_the_dynamic_one(attention):
     """The static KV cache (all positions, masked) gives the dynamic cache's logits at every step."""
@@ -211,15 +219,9 @@ def test_static_cache_decodes_the_same_logits_as_the_dynamic_one(attention):
     torch.manual_seed(0)
     model = GPT(preset("tiny", n_layer=2, attention=attention)).eval()
     prompt = torch.randint(65, (2, 8))
-
-    def logits(decoder):
-        out = [decoder.start(prompt, 8 + 5)]
-        for _ in range(5):
-            out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
-        return torch.stack(out)
-
     with torch.inference_mode():
-        dynamic, static = logits(GPTDecoder(model)), logits(GPTDecoder(model, static=True))
+        dynamic = _greedy_logits(GPTDecoder(model), prompt)
+        static = _greedy_logits(GPTDecoder(model, static=True), prompt)
     assert torch.allclose(dynamic, static, atol=1e-5)
 
 
@@ -265,16 +267,10 @@ def test_hf_static_cache_decodes_the_same_logits_as_the_dynamic_one():
     model = hfmod.from_config("tiny-gpt2", torch.float32, 0).model.eval()
     prompt = torch.randint(100, (2, 8))
 
-    def logits(decoder):
-        out = [decoder.start(prompt, 8 + 5)]
-        for _ in range(5):
-            out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
-        return torch.stack(out)
-
     static = HFDecoder(model)
     static.static = True  # the compiled path's cache, without compiling
     with torch.inference_mode():
-        assert torch.allclose(logits(HFDecoder(model)), logits(static), atol=1e-5)
+        assert torch.allclose(_greedy_logits(HFDecoder(model), prompt), _greedy_logits(static, prompt), atol=1e-5)
 
 
 @pytest.mark.slow
@@ -306,10 +302,7 @@ def test_a_reused_static_cache_gives_the_same_logits():
     model = GPT(preset("tiny", n_layer=2)).eval()
 
     def logits(decoder, prompt):
-        out = [decoder.start(prompt, 8 + 4)]
-        for _ in range(4):
-            out.append(decoder.step(out[-1].argmax(-1, keepdim=True)))
-        return torch.stack(out)
+        return _greedy_logits(decoder, prompt, new=4)
 
     reused = GPTDecoder(model, static=True)
     with torch.inference_mode():
