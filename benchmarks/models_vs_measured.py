@@ -10,12 +10,14 @@ activations and peak). Needs transformers; no download.
 """
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import torch
 import transformers as tf
-from torch.utils.flop_counter import FlopCounterMode
 
 from lmprof.analysis.flops import FlopConventions, block_costs
 from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.measure.flops import count_causal_lm_flops
 from lmprof.measure.memory import measure_training_memory
 from lmprof.workloads.models import shape_from_config, shrunk_config
 from lmprof.workloads.training import plain_train_step
@@ -46,17 +48,7 @@ def matmul(shape, phase: str, b: int, t: int) -> float:  # type: ignore[no-untyp
 def flops_row(name: str) -> str:
     model, shape = build(name, "eager")
     b, t = 2, 12
-    ids = torch.randint(3, 128, (b, t))
-    with FlopCounterMode(display=False) as fc:
-        model(input_ids=ids, labels=ids).loss.backward()
-    train = fc.get_total_flops()
-    with torch.no_grad():
-        with FlopCounterMode(display=False) as fc:
-            out = model(input_ids=ids, use_cache=True)
-        prefill = fc.get_total_flops()
-        with FlopCounterMode(display=False) as fc:
-            model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
-        decode = fc.get_total_flops()
+    train, prefill, decode = astuple(count_causal_lm_flops(model, torch.randint(3, 128, (b, t))))
     n = sum(p.numel() for p in model.parameters())
     cols = [(n, shape.n_params()), (train, matmul(shape, "forward", b, t) + matmul(shape, "backward", b, t)),
             (prefill, matmul(shape, "prefill", b, t)), (decode, matmul(shape, "decode", b, t + 1))]

@@ -8,10 +8,13 @@ has no formula for the CPU SDPA kernel or grouped expert matmuls.
 """
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import pytest
 
 from lmprof.analysis.flops import FlopConventions, block_costs
 from lmprof.errors import ConfigError
+from lmprof.measure.flops import count_causal_lm_flops
 from lmprof.workloads.models import known_config, known_models, resolve_model, shape_from_config, shrunk_config
 
 tf = pytest.importorskip("transformers")
@@ -44,17 +47,7 @@ def test_family_params_and_flops_match_transformers(name: str) -> None:
     model, shape = build(name)
     assert shape.n_params() == sum(p.numel() for p in model.parameters())
     B, T = 2, 12
-    ids = torch.randint(3, 128, (B, T))
-    with FlopCounterMode(display=False) as fc:
-        model(input_ids=ids, labels=ids).loss.backward()
-    train = fc.get_total_flops()
-    with torch.no_grad():
-        with FlopCounterMode(display=False) as fc:
-            out = model(input_ids=ids, use_cache=True)
-        prefill = fc.get_total_flops()
-        with FlopCounterMode(display=False) as fc:
-            model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
-        decode = fc.get_total_flops()
+    train, prefill, decode = astuple(count_causal_lm_flops(model, torch.randint(3, 128, (B, T))))
     assert train == pytest.approx(_matmul(shape, "forward", B, T) + _matmul(shape, "backward", B, T), rel=0.01)
     assert prefill == pytest.approx(_matmul(shape, "prefill", B, T), rel=0.01)
     assert decode == pytest.approx(_matmul(shape, "decode", B, T + 1), rel=0.01)

@@ -365,3 +365,31 @@ def compare(analytic: Iterable[Any], measured: MeasuredFlops) -> list[Comparison
         phase = "backward" if b.phase == "backward" else "forward"
         out.append(Comparison(b.name, b.phase, b.matmul_flops, float(measured.block(b.name, phase))))
     return out
+
+
+@dataclass(frozen=True)
+class PhaseFlops:
+    """FLOPs FlopCounterMode counts for one training step, one prefill and one decode step (FLOP)."""
+
+    train: int  # forward + backward with labels
+    prefill: int  # the prompt, building the KV cache
+    decode: int  # one new token on that cache
+
+
+def count_causal_lm_flops(model: torch.nn.Module, ids: torch.Tensor) -> PhaseFlops:
+    """Count a Hugging Face causal LM's FLOPs on ``ids`` (B, T) with FlopCounterMode, phase by phase.
+
+    The decode step feeds the first token back on the prefill's cache, so it attends to T + 1
+    positions. Measured (torch's own counter), never estimated.
+    """
+    with FlopCounterMode(display=False) as fc:
+        model(input_ids=ids, labels=ids).loss.backward()
+    train = fc.get_total_flops()
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as fc:
+            out = model(input_ids=ids, use_cache=True)
+        prefill = fc.get_total_flops()
+        with FlopCounterMode(display=False) as fc:
+            model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
+        decode = fc.get_total_flops()
+    return PhaseFlops(train, prefill, decode)
