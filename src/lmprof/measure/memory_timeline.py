@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
+from lmprof.trace import kinds
 from lmprof.trace.load import TraceTable, load_trace
 
 # Timeline categories, bottom to top of the stacked plot.
@@ -126,10 +127,10 @@ def timeline_from_trace(
     m = m[want]
     mem = sorted(zip(m["ts"].tolist(), m["ev_idx"].clip(lower=0).tolist(), m["bytes"].tolist(), m["addr"].tolist()))
     ev = table.events
-    names = ev["name"].astype(str)
-    scoped = (ev["cat"] == "user_annotation") & names.str.startswith(SCOPE_PREFIX)
+    # lmprof's step-part ranges, by the trace engine's own rules for annotations and names
+    scoped = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(SCOPE_PREFIX))
     phases: list[Phase] = []
-    for name, ts, dur in zip(names[scoped], ev["ts"][scoped], ev["dur"][scoped]):
+    for name, ts, dur in zip(ev["name"][scoped].astype(str), ev["ts"][scoped], ev["dur"][scoped]):
         part = name[len(SCOPE_PREFIX):]
         if part in _PARTS:
             phases.append(Phase(part, float(ts), float(ts) + float(dur)))

@@ -134,7 +134,7 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     :func:`decode_workers`); the table is the same whatever the number.
     """
     p = Path(path)
-    n = decode_workers(p) if workers is None else workers
+    n = decode_workers(p, workers)
     parallel = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
     if parallel is not None:
         return _table(p, parallel, parallel.meta_json)
@@ -148,18 +148,21 @@ PARALLEL_MIN_BYTES = 64 << 20
 _IN_FLIGHT_PER_WORKER = 4  # chunks queued per worker: bounds memory, keeps workers busy (2 left them idle)
 
 
-def decode_workers(path: Path) -> int:
+def decode_workers(path: Path, requested: int | None = None) -> int:
     """How many processes decode ``path``: 1 for small files (by their decompressed size when
     gzipped), else the usable cores (at most 4).
 
-    ``LMPROF_TRACE_WORKERS`` overrides (1 turns parallel decoding off). Parallel decoding needs the
-    ``fork`` start method (Linux); elsewhere chunks are decoded in-process.
+    ``requested`` (``load_trace(workers=...)``), else ``LMPROF_TRACE_WORKERS``, overrides the size
+    rule (1 turns parallel decoding off). Parallel decoding needs the ``fork`` start method (Linux);
+    elsewhere chunks are always decoded in-process.
     """
+    if sys.platform != "linux":
+        return 1
+    if requested is not None:
+        return max(1, requested)
     env = os.environ.get("LMPROF_TRACE_WORKERS", "").strip()
     if env.isdigit():
         return max(1, int(env))
-    if sys.platform != "linux":
-        return 1
     try:
         size = max(path.stat().st_size, gzip_size(path))
     except OSError:
