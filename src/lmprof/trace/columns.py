@@ -101,7 +101,6 @@ class Merger:
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
         self.hw_cols: dict[str, list[Any]] = {f: [] for f in HW_FIELDS}
         self.memory: list[tuple[Any, ...]] = []
-        self.meta_json = b""  # the top-level JSON without its events (parallel decoding keeps it here)
         self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
         self.hw: pd.DataFrame = empty_hw()
 

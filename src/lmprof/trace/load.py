@@ -135,12 +135,11 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     """
     p = Path(path)
     n = decode_workers(p, workers)
-    parallel = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
-    if parallel is not None:
-        return _table(p, parallel, parallel.meta_json)
-    merged = Merger()
-    meta_json = _split(p, lambda view, exact: merged.add(decode_chunk(view, exact)))
-    return _table(p, merged, meta_json)
+    decoded = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
+    if decoded is None:
+        merged = Merger()
+        decoded = merged, _split(p, lambda view, exact: merged.add(decode_chunk(view, exact)))
+    return _table(p, *decoded)
 
 
 # Files below this size are decoded in-process: starting workers costs more than it saves.
@@ -177,12 +176,13 @@ class _Rollback(Exception):
     """A guessed cut decoded badly in a worker: the order-dependent fallback must run instead."""
 
 
-def _decode_parallel(p: Path, workers: int) -> Merger | None:
-    """Decode chunks in worker processes, merged in file order; None when a guessed cut was wrong.
+def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
+    """Decode chunks in worker processes, merged in file order, and the top-level JSON without its
+    events; None when a guessed cut was wrong.
 
     The splitter's cheap guesses are checked by decoding them; in-process a bad guess is repaired
     on the spot, but here its chunk is already out with a worker, so the whole load is redone
-    in-process (rare: it needs ``},`` inside a string right where a read ends). A worker that dies
+    in-process (rare: it needs ``}, {`` inside a string right where a read ends). A worker that dies
     (killed for memory, ...) also makes the load run again in-process.
     """
     import multiprocessing
@@ -210,7 +210,7 @@ def _decode_parallel(p: Path, workers: int) -> Merger | None:
                 collect(pending.popleft())
 
         try:
-            merged.meta_json = _split(p, submit)
+            meta_json = _split(p, submit)
             while pending:
                 collect(pending.popleft())
         except (_Rollback, BrokenProcessPool):
@@ -218,7 +218,7 @@ def _decode_parallel(p: Path, workers: int) -> Merger | None:
             for fut, _ in pending:
                 fut.cancel()
             return None
-    return merged
+    return merged, meta_json
 
 
 def _split(p: Path, on_events: Callable[[memoryview, bool], None]) -> bytes:
