@@ -50,6 +50,15 @@ class ScopeStack:
     def is_open(self, name: str) -> bool:
         return any(n == name for n, _ in self._open)
 
+    @contextlib.contextmanager
+    def around(self, name: str) -> Any:
+        """``name`` open for the duration of a ``with`` block (closed even when it raises)."""
+        self.open(name)
+        try:
+            yield
+        finally:
+            self.close(name)
+
     def close_all(self) -> None:
         while self._open:
             self._open.pop()[1].__exit__(None, None, None)
@@ -126,11 +135,8 @@ class Probes:
         def backward(*args: Any, **kwargs: Any) -> Any:
             self._end_forward()
             self.backwards += 1
-            self.scopes.open("backward")
-            try:
+            with self.scopes.around("backward"):
                 return original(*args, **kwargs)
-            finally:
-                self.scopes.close("backward")
 
         return backward
 
@@ -139,11 +145,8 @@ class Probes:
             if self.scopes.is_open("zero_grad"):  # the model's zero_grad called from the optimizer's
                 return original(*args, **kwargs)
             self._end_forward()
-            self.scopes.open("zero_grad")
-            try:
+            with self.scopes.around("zero_grad"):
                 return original(*args, **kwargs)
-            finally:
-                self.scopes.close("zero_grad")
 
         return zero_grad
 
