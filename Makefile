@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.lmprof-installed
 
 .PHONY: setup demo test clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py src/lmprof/trace/_scan.c Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev]"

@@ -10,6 +10,7 @@ import pytest
 
 import lmprof.trace.load as load_mod
 import lmprof.trace.read as read_mod
+import lmprof.trace.scan as scan_mod
 from lmprof.errors import DataError
 from lmprof.trace.load import load_trace
 
@@ -184,10 +185,16 @@ def _same_table(got, want) -> None:
 
 
 @pytest.mark.skipif(not hasattr(load_mod.os, "fork"), reason="parallel decoding needs fork")
+@pytest.mark.parametrize("native", [True, False], ids=["threads+C", "processes+msgspec"])
 @pytest.mark.parametrize("read_bytes", [7, 300, 64 << 10])
-def test_parallel_decoding_gives_the_same_table(tmp_path, monkeypatch, read_bytes):
-    """Chunks decoded by worker processes merge into exactly the in-process table, including a
-    trace whose strings hold '}, {' so that guessed cuts fail and the load is redone in order."""
+def test_parallel_decoding_gives_the_same_table(tmp_path, monkeypatch, read_bytes, native):
+    """Chunks decoded by worker threads (C reader) or processes (msgspec) merge into exactly the
+    in-process table, including a trace whose strings hold '}, {' so that guessed cuts fail and the
+    load is redone in order."""
+    if native and not scan_mod.NATIVE:
+        pytest.skip("the C reader is not built")
+    monkeypatch.setattr(load_mod, "NATIVE", native)
+    monkeypatch.setattr(scan_mod, "NATIVE", native)
     paths = [DATA / "v100_train_rank0.json.gz", _write(tmp_path, json.dumps(GOOD).encode())]
     monkeypatch.setattr(read_mod, "READ_BYTES", read_bytes)
     monkeypatch.setattr(read_mod, "GZIP_IN", max(1, read_bytes // 3))

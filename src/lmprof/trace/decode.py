@@ -17,7 +17,9 @@ import numpy as np
 
 from lmprof.trace.split import list_items
 
-class _Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False):
+    """The args an event may carry that lmprof reads (others are skipped by the decoder)."""
+
     correlation: int | str | None = -1
     external_id: int | str | None = msgspec.field(default=-1, name="External id")
     seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
@@ -49,7 +51,7 @@ class _Args(msgspec.Struct, gc=False):
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
 
 
-_NO_ARGS = _Args()
+NO_ARGS = Args()
 COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
 HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
 _MEM_FIELDS = ("device_type", "device_id", "mem_bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
@@ -67,10 +69,10 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | str | None = 0.0
     dur: float | str | None = 0.0
     id: int | str | None = -1
-    args: _Args | None = None
+    args: Args | None = None
 
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 # What a decoder raises on input it cannot read: bad JSON or types, invalid UTF-8 in a string, and
 # nesting deeper than the decoder's recursion limit (e.g. 100,000 nested arrays in args).
@@ -85,7 +87,7 @@ _get_comm_fields = attrgetter(*COMM_FIELDS)
 _get_mem_fields = attrgetter(*_MEM_FIELDS)
 _HW_GETTERS = {f: attrgetter(f) for f in HW_FIELDS}
 # categories whose events carry kernel resources or copy sizes
-_HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 
 
 @dataclass
@@ -133,7 +135,7 @@ def decode_chunk(payload: bytes | memoryview, exact: bool) -> Chunk:
     """
     ch = Chunk()
     try:
-        events = _EVENTS_DECODER.decode(payload)
+        events = EVENTS_DECODER.decode(payload)
     except DECODE_ERRORS:
         if not exact:
             raise
@@ -159,7 +161,7 @@ def decode_chunk(payload: bytes | memoryview, exact: bool) -> Chunk:
         }
         ch.phs = list(phs)
     if mem:
-        ch.memory = [(e.ts, e.pid, e.tid, *_get_mem_fields(e.args or _NO_ARGS)) for e in mem]
+        ch.memory = memory_rows(mem)
     ch.names, ch.cats = list(names), list(cats)
     return ch
 
@@ -169,7 +171,7 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
     cat_codes = _codes(cats, list(map(_get["cat"], xs)))
     args = list(map(_get["args"], xs))
     if None in args:
-        args = [a if a is not None else _NO_ARGS for a in args]
+        args = [a if a is not None else NO_ARGS for a in args]
     x = {
         "name": name_codes,
         "cat": cat_codes,
@@ -182,19 +184,34 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
         x[key] = _ints(ch, args, get, none=-1, field=f"args.{key}", coded=None)
     ch.x = x
     # sparse args: only events that can carry them are looked at (by name / category code)
-    comm_codes = [c for n, c in names.items() if _may_carry_comms(n)]
+    comm_codes = [c for n, c in names.items() if may_carry_comms(n)]
     for i in np.flatnonzero(np.isin(name_codes, comm_codes)).tolist():
         if args[i].collective is not None:
             ch.comm_rows.append(i)
-            ch.comm_values.append(_get_comm_fields(args[i]))
-    device_codes = [c for k, c in cats.items() if isinstance(k, str) and k.lower() in _HW_CATS]
+            ch.comm_values.append(comm_fields(args[i]))
+    device_codes = [c for k, c in cats.items() if isinstance(k, str) and k.lower() in HW_CATS]
     dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
     ch.hw_rows = dev_idx.astype(np.int64)
     dev_args = [args[i] for i in dev_idx.tolist()]
-    ch.hw_cols = {f: list(map(get, dev_args)) for f, get in _HW_GETTERS.items()}
+    ch.hw_cols = hw_columns(dev_args)
 
 
-def _may_carry_comms(name: Any) -> bool:
+def memory_rows(mem: list[_Event]) -> list[tuple[Any, ...]]:
+    """The allocator's events as rows: ts, pid, tid and the memory fields of their args."""
+    return [(e.ts, e.pid, e.tid, *_get_mem_fields(e.args or NO_ARGS)) for e in mem]
+
+
+def comm_fields(args: Args) -> tuple[Any, ...]:
+    """The collective parameters of one event's args, in COMM_FIELDS order."""
+    return tuple(_get_comm_fields(args))
+
+
+def hw_columns(dev_args: list[Args]) -> dict[str, list[Any]]:
+    """Kernel resources and copy sizes of device events' args, one list per HW_FIELDS name."""
+    return {f: list(map(get, dev_args)) for f, get in _HW_GETTERS.items()}
+
+
+def may_carry_comms(name: Any) -> bool:
     """Events that may carry collective parameters: record_param_comms, NCCL/RCCL kernels."""
     low = str(name).lower()
     return "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low

@@ -54,8 +54,9 @@ import pandas as pd
 
 from lmprof.errors import DataError
 from lmprof.trace.columns import Merger, empty_comms, empty_hw, frames, memory_frame
-from lmprof.trace.decode import DECODE_ERRORS, Chunk, decode_chunk, describe
+from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.read import chunks, gzip_size, open_regular
+from lmprof.trace.scan import NATIVE, read_chunk
 from lmprof.trace.split import Splitter
 
 __all__ = ["MAX_RANK", "TraceTable", "decode_workers", "load_trace", "open_regular", "parse_rank"]
@@ -138,7 +139,7 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     decoded = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
     if decoded is None:
         merged = Merger()
-        decoded = merged, _split(p, lambda view, exact: merged.add(decode_chunk(view, exact)))
+        decoded = merged, _split(p, lambda view, exact: merged.add(read_chunk(view, exact)))
     return _table(p, *decoded)
 
 
@@ -148,14 +149,14 @@ _IN_FLIGHT_PER_WORKER = 4  # chunks queued per worker: bounds memory, keeps work
 
 
 def decode_workers(path: Path, requested: int | None = None) -> int:
-    """How many processes decode ``path``: 1 for small files (by their decompressed size when
-    gzipped), else the usable cores (at most 4).
+    """How many threads (compiled reader) or processes (msgspec) decode ``path``: 1 for small files
+    (by their decompressed size when gzipped), else the usable cores (at most 4).
 
     ``requested`` (``load_trace(workers=...)``), else ``LMPROF_TRACE_WORKERS``, overrides the size
-    rule (1 turns parallel decoding off). Parallel decoding needs the ``fork`` start method (Linux);
-    elsewhere chunks are always decoded in-process.
+    rule (1 turns parallel decoding off). Without the compiled reader, parallel decoding needs the
+    ``fork`` start method (Linux); elsewhere chunks are then always decoded in-process.
     """
-    if sys.platform != "linux":
+    if sys.platform != "linux" and not NATIVE:
         return 1
     if requested is not None:
         return max(1, requested)
@@ -177,16 +178,18 @@ class _Rollback(Exception):
 
 
 def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
-    """Decode chunks in worker processes, merged in file order, and the top-level JSON without its
-    events; None when a guessed cut was wrong.
+    """Decode chunks in worker threads (with the compiled reader) or processes, merged in file
+    order, and the top-level JSON without its events; None when a guessed cut was wrong.
 
+    Threads when the compiled reader is built: it scans without holding the GIL, and threads need
+    no copy of each chunk's columns back through a pipe. Processes otherwise (msgspec holds the GIL).
     The splitter's cheap guesses are checked by decoding them; in-process a bad guess is repaired
     on the spot, but here its chunk is already out with a worker, so the whole load is redone
     in-process (rare: it needs ``}, {`` inside a string right where a read ends). A worker that dies
     (killed for memory, ...) also makes the load run again in-process.
     """
     import multiprocessing
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     merged = Merger()
@@ -201,11 +204,15 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
                 raise
             raise _Rollback from None
 
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool: Executor
+    if NATIVE:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lmprof-trace")
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    with pool:
 
         def submit(view: memoryview, exact: bool) -> None:
-            pending.append((pool.submit(decode_chunk, bytes(view), exact), exact))
+            pending.append((pool.submit(read_chunk, bytes(view), exact), exact))
             while len(pending) > workers * _IN_FLIGHT_PER_WORKER:
                 collect(pending.popleft())
 

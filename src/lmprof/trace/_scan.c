@@ -1,0 +1,897 @@
+/*
+ * lmprof.trace._scan: a one-pass reader of a JSON list of Kineto / Chrome trace events into columns.
+ *
+ * Why it exists: decoding every event into a Python object (msgspec) and then reading the objects
+ * back into numpy columns costs about 4 CPU seconds for a 259 MB trace; issue 19 asks for the whole
+ * analysis in 1 s. This reader writes the columns directly.
+ *
+ * Why it is safe to trust: it is a *fast path only*. It accepts a list only when every event in it is
+ * plain (valid JSON and UTF-8, known fields of the expected JSON types, no \u escapes, integers
+ * within int64, finite times, nesting under 64) and then returns exactly what the msgspec path in
+ * decode.py computes for it; for anything else it returns None and the caller decodes the list with
+ * msgspec as before. So it must be at least as strict as msgspec and never differ where it accepts;
+ * tests/test_trace_scan.py compares both paths on real traces and on mutated ones.
+ *
+ * scan(buffer) -> None | (n_events, x_columns, flow_columns, x_names, x_cats, flow_phs, flow_cats,
+ *                         odd_ids, memory_spans)
+ *   x_columns    19 bytearrays, one row per "ph": "X" event in file order: name, cat (int32 codes into
+ *                x_names / x_cats), pid, tid (int64), ts, dur (float64), correlation, External id,
+ *                Sequence number, stream, device (int64, -1 when absent or null), registers per
+ *                thread, shared memory, blocks per SM, warps per SM, est. achieved occupancy %,
+ *                bytes (float64, NaN when absent or null), args offset and length in the buffer
+ *                (int64, -1 when the event has no args object)
+ *   flow_columns 6 bytearrays, one row per flow event (ph s/t/f): id (int64), ph, cat (int32 codes),
+ *                pid, tid (int64), ts (float64)
+ *   x_names ...  the distinct raw strings (bytes between the quotes, escapes kept) in code order
+ *   odd_ids      (column, row, raw) for id fields written as strings; their cell holds 0 and the
+ *                caller applies decode.py's rules (column numbers: see ODD_* below)
+ *   memory_spans (offset, length) of each "[memory]" instant event ("ph" i or I)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define OK 0
+#define REFUSE 1  /* not the fast path's input: the caller decodes it with msgspec */
+#define NOMEM -1
+
+enum { ODD_PID, ODD_TID, ODD_CORR, ODD_EXT, ODD_SEQ, ODD_STREAM, ODD_DEVICE, ODD_FL_ID, ODD_FL_PID, ODD_FL_TID };
+
+/* ------------------------------------------------------------------------------ growable buffers */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+
+static int buf_grow(Buf *b, size_t n) {
+    {
+        size_t cap = b->cap ? b->cap * 2 : 1 << 14;
+        while (cap < b->len + n) cap *= 2;
+        char *p = (char *)realloc(b->data, cap);
+        if (!p) return NOMEM;
+        b->data = p;
+        b->cap = cap;
+    }
+    return OK;
+}
+
+static inline int buf_put(Buf *b, const void *v, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n) != OK) return NOMEM;
+    memcpy(b->data + b->len, v, n);
+    b->len += n;
+    return OK;
+}
+
+#define PUT(b, T, v)                                                               \
+    do {                                                                           \
+        if ((b).len + sizeof(T) > (b).cap && buf_grow(&(b), sizeof(T)) != OK) return NOMEM; \
+        T tmp_ = (v);                                                              \
+        memcpy((b).data + (b).len, &tmp_, sizeof(T));                              \
+        (b).len += sizeof(T);                                                      \
+    } while (0)
+
+/* --------------------------------------------------------------------- interned raw strings */
+
+typedef struct {
+    int32_t *slots; /* entry index + 1; 0 = empty */
+    size_t cap;     /* power of two */
+    Buf off, len, hash; /* per entry, in code order: Py_ssize_t, Py_ssize_t, uint64_t */
+    size_t n;
+} Table;
+
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    return h;
+}
+
+static int table_grow(Table *t) {
+    size_t cap = t->cap ? t->cap * 2 : 256;
+    int32_t *slots = (int32_t *)calloc(cap, sizeof(int32_t));
+    if (!slots) return NOMEM;
+    const uint64_t *hs = (const uint64_t *)t->hash.data;
+    for (size_t e = 0; e < t->n; e++) {
+        size_t i = hs[e] & (cap - 1);
+        while (slots[i]) i = (i + 1) & (cap - 1);
+        slots[i] = (int32_t)(e + 1);
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+    return OK;
+}
+
+/* the code of base[off:off+n] in t (a new one when unseen), or -1 when out of memory */
+static int32_t intern(Table *t, const uint8_t *base, Py_ssize_t off, Py_ssize_t n) {
+    if ((t->n + 1) * 2 > t->cap && table_grow(t) != OK) return -1;
+    uint64_t h = hash_bytes(base + off, (size_t)n);
+    const uint64_t *hs = (const uint64_t *)t->hash.data;
+    const Py_ssize_t *offs = (const Py_ssize_t *)t->off.data, *lens = (const Py_ssize_t *)t->len.data;
+    size_t i = h & (t->cap - 1);
+    while (t->slots[i]) {
+        size_t e = (size_t)t->slots[i] - 1;
+        if (hs[e] == h && lens[e] == n && memcmp(base + offs[e], base + off, (size_t)n) == 0) return (int32_t)e;
+        i = (i + 1) & (t->cap - 1);
+    }
+    if (t->n >= INT32_MAX - 1) return -1;
+    if (buf_put(&t->off, &off, sizeof off) || buf_put(&t->len, &n, sizeof n) || buf_put(&t->hash, &h, sizeof h))
+        return -1;
+    t->slots[i] = (int32_t)(t->n + 1);
+    return (int32_t)t->n++;
+}
+
+static void table_free(Table *t) {
+    free(t->slots);
+    free(t->off.data);
+    free(t->len.data);
+    free(t->hash.data);
+}
+
+/* ------------------------------------------------------------------------------------- scanner */
+
+enum { X_NAME, X_CAT, X_PID, X_TID, X_TS, X_DUR, X_CORR, X_EXT, X_SEQ, X_STREAM, X_DEVICE, X_HW, X_ARGS_OFF = X_HW + 6,
+       X_ARGS_LEN, N_X };
+enum { F_ID, F_PH, F_CAT, F_PID, F_TID, F_TS };
+
+typedef struct {
+    const uint8_t *base, *p, *end;
+    Py_ssize_t n_events;
+    Buf x[N_X];
+    Buf fl[6];
+    Table names, xcats, phs, flcats;
+    Buf odd; /* int32 column, int64 row, Py_ssize_t offset, Py_ssize_t length */
+    Buf mem; /* Py_ssize_t offset, Py_ssize_t length */
+} Scanner;
+
+
+static inline void skip_ws(Scanner *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+static inline int plain8(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    /* the classic has-zero-byte test on w^'"' and w^'\\', has-less-than-0x20, and the high bits */
+    return ((((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & high) == 0;
+}
+
+/* A string at s->p (which is '"'): its raw body as [*off, *off + *n); *esc when it holds escapes.
+ * Refuses control characters, \u escapes and invalid UTF-8 (Python's strict rules). */
+static int read_string(Scanner *s, Py_ssize_t *off, Py_ssize_t *n, int *esc) {
+    const uint8_t *p = s->p + 1, *end = s->end;
+    *esc = 0;
+    for (;;) {
+        /* eight bytes at a time while none is a quote, a backslash, a control or a non-ASCII byte */
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!plain8(w)) break;
+            p += 8;
+        }
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p >= end) return REFUSE;
+        uint8_t c = *p;
+        if (c == '"') break;
+        if (c == '\\') {
+            if (p + 1 >= end) return REFUSE;
+            uint8_t e = p[1];
+            if (!(e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't'))
+                return REFUSE; /* \u (and anything invalid): msgspec decides */
+            *esc = 1;
+            p += 2;
+            continue;
+        }
+        if (c < 0x20) return REFUSE;
+        /* UTF-8 sequence, validated as Python's strict decoder does */
+        int k;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            k = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            k = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return REFUSE;
+        if (end - p <= k) return REFUSE;
+        if (p[1] < lo || p[1] > hi) return REFUSE;
+        for (int j = 2; j <= k; j++)
+            if (p[j] < 0x80 || p[j] > 0xBF) return REFUSE;
+        p += k + 1;
+    }
+    *off = (s->p + 1) - s->base;
+    *n = p - (s->p + 1);
+    s->p = p + 1;
+    return OK;
+}
+
+typedef struct {
+    int is_int, neg, many; /* many: more than 19 significant digits */
+    uint64_t mant;         /* significant digits, leading zeros dropped */
+    int exp10;             /* value = mant * 10^exp10 (when !many) */
+    const uint8_t *start, *stop;
+} Number;
+
+/* A JSON number at s->p, by the grammar -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int read_number(Scanner *s, Number *num) {
+    const uint8_t *p = s->p, *end = s->end;
+    num->start = p;
+    num->neg = 0;
+    num->is_int = 1;
+    num->many = 0;
+    num->mant = 0;
+    num->exp10 = 0;
+    int digits = 0;
+    if (p < end && *p == '-') {
+        num->neg = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') return REFUSE;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (digits < 19) {
+                num->mant = num->mant * 10 + (uint64_t)(*p - '0');
+                digits++;
+            } else {
+                num->many = 1;
+            }
+            p++;
+        }
+    }
+    if (p < end && *p == '.') {
+        num->is_int = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return REFUSE;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (num->mant == 0 && *p == '0') {
+                num->exp10--; /* leading zeros of a fraction are not significant */
+            } else if (digits < 19) {
+                num->mant = num->mant * 10 + (uint64_t)(*p - '0');
+                num->exp10--;
+                digits++;
+            } else {
+                num->many = 1;
+            }
+            p++;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        num->is_int = 0;
+        p++;
+        int eneg = 0;
+        if (p < end && (*p == '+' || *p == '-')) eneg = *p++ == '-';
+        if (p >= end || *p < '0' || *p > '9') return REFUSE;
+        int e = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (e < 100000) e = e * 10 + (*p - '0');
+            p++;
+        }
+        num->exp10 += eneg ? -e : e;
+    }
+    num->stop = p;
+    s->p = p;
+    return OK;
+}
+
+/* An int64 from a number token, or REFUSE (fractions, exponents, out of range: msgspec decides). */
+static int number_int64(const Number *num, int64_t *out) {
+    if (!num->is_int || num->many) return REFUSE;
+    if (num->neg) {
+        if (num->mant > (uint64_t)INT64_MAX + 1) return REFUSE;
+        *out = (int64_t)(0 - num->mant);
+    } else {
+        if (num->mant > (uint64_t)INT64_MAX) return REFUSE;
+        *out = (int64_t)num->mant;
+    }
+    return OK;
+}
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The correctly rounded double of a number token (what msgspec and Python's float() give). */
+static int number_double(const Number *num, double *out) {
+    if (!num->many && num->mant <= (1ull << 53) && num->exp10 >= -22 && num->exp10 <= 22) {
+        /* both operands exact: one IEEE operation rounds correctly (Clinger's fast path) */
+        double m = (double)num->mant;
+        double v = num->exp10 >= 0 ? m * POW10[num->exp10] : m / POW10[-num->exp10];
+        *out = num->neg ? -v : v;
+        return OK;
+    }
+#if LDBL_MANT_DIG >= 64
+    if (!num->many && num->exp10 >= -27 && num->exp10 <= 27) {
+        /* 19 digits and 10^27 are exact in a 64-bit-mantissa long double, so one long double operation
+         * rounds once; rounding that to double is then correct unless it landed exactly on a midpoint
+         * between two doubles (double rounding), which goes to the exact parser below. */
+        long double m = (long double)num->mant, p10 = 1.0L;
+        int e = num->exp10 >= 0 ? num->exp10 : -num->exp10;
+        for (int i = 0; i < e; i++) p10 *= 10.0L;
+        long double q = num->exp10 >= 0 ? m * p10 : m / p10;
+        double d = (double)q;
+        long double diff = q - (long double)d;
+        if (diff != 0 && isfinite(d) && d != 0) {
+            long double up = (long double)nextafter(d, INFINITY) - (long double)d;
+            long double down = (long double)d - (long double)nextafter(d, -INFINITY);
+            if (diff == up / 2 || -diff == down / 2) goto exact;
+        }
+        *out = num->neg ? -d : d;
+        return OK;
+    }
+exact:
+#endif
+    {
+        char tmp[128];
+        Py_ssize_t n = num->stop - num->start;
+        if (n >= (Py_ssize_t)sizeof tmp) return REFUSE;
+        memcpy(tmp, num->start, (size_t)n);
+        tmp[n] = 0;
+        /* Python's own correctly rounded, locale-independent parser; scan() runs without the GIL */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        double v = PyOS_string_to_double(tmp, NULL, NULL);
+        int failed = v == -1.0 && PyErr_Occurred();
+        if (failed) PyErr_Clear();
+        PyGILState_Release(gil);
+        if (failed) return REFUSE;
+        *out = v;
+        return OK;
+    }
+}
+
+static int skip_value(Scanner *s, int depth);
+
+static int expect_literal(Scanner *s, const char *lit, size_t n) {
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0) return REFUSE;
+    s->p += n;
+    return OK;
+}
+
+/* Any JSON value, validated and skipped. */
+static int skip_value(Scanner *s, int depth) {
+    if (depth > MAX_DEPTH || s->p >= s->end) return REFUSE;
+    Py_ssize_t off, n;
+    int esc, r;
+    switch (*s->p) {
+    case '"':
+        return read_string(s, &off, &n, &esc);
+    case '{':
+    case '[': {
+        uint8_t close = *s->p == '{' ? '}' : ']';
+        int obj = close == '}';
+        s->p++;
+        skip_ws(s);
+        if (s->p < s->end && *s->p == close) {
+            s->p++;
+            return OK;
+        }
+        for (;;) {
+            if (obj) {
+                if (s->p >= s->end || *s->p != '"') return REFUSE;
+                if ((r = read_string(s, &off, &n, &esc)) != OK) return r;
+                skip_ws(s);
+                if (s->p >= s->end || *s->p != ':') return REFUSE;
+                s->p++;
+                skip_ws(s);
+            }
+            if ((r = skip_value(s, depth + 1)) != OK) return r;
+            skip_ws(s);
+            if (s->p >= s->end) return REFUSE;
+            if (*s->p == ',') {
+                s->p++;
+                skip_ws(s);
+                continue;
+            }
+            if (*s->p == close) {
+                s->p++;
+                return OK;
+            }
+            return REFUSE;
+        }
+    }
+    case 't':
+        return expect_literal(s, "true", 4);
+    case 'f':
+        return expect_literal(s, "false", 5);
+    case 'n':
+        return expect_literal(s, "null", 4);
+    default: {
+        Number num;
+        if ((r = read_number(s, &num)) != OK) return r;
+        /* msgspec decodes these values (as Any): keep to numbers it surely reads the same way */
+        if (num.many || num.exp10 > 300 || num.exp10 < -300) return REFUSE;
+        return OK;
+    }
+    }
+}
+
+static int is_null(Scanner *s) {
+    if (s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) {
+        s->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+/* An id field (int | str | None): int64 value, null -> none, text -> an odd entry (cell 0). */
+static int read_id(Scanner *s, int64_t *out, int64_t none, int *is_text, Py_ssize_t *toff, Py_ssize_t *tn) {
+    *is_text = 0;
+    if (s->p >= s->end) return REFUSE;
+    if (*s->p == '"') {
+        int esc;
+        int r = read_string(s, toff, tn, &esc);
+        if (r != OK) return r;
+        *is_text = 1;
+        *out = 0;
+        return OK;
+    }
+    if (is_null(s)) {
+        *out = none;
+        return OK;
+    }
+    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE; /* bools, objects: msgspec decides */
+    Number num;
+    int r = read_number(s, &num);
+    if (r != OK) return r;
+    return number_int64(&num, out);
+}
+
+/* A time field (float | str | None): the double, null -> 0.0; text refused. */
+static int read_time(Scanner *s, double *out) {
+    if (s->p >= s->end) return REFUSE;
+    if (is_null(s)) {
+        *out = 0.0;
+        return OK;
+    }
+    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE;
+    Number num;
+    int r = read_number(s, &num);
+    if (r != OK) return r;
+    if ((r = number_double(&num, out)) != OK) return r;
+    return isfinite(*out) ? OK : REFUSE;
+}
+
+typedef struct {
+    int64_t ids[5];
+    int text[5];
+    Py_ssize_t toff[5], tn[5];
+    double hw[6];
+} Args;
+
+/* the id args (int | str | None), then what CUPTI reports per kernel and copy (numbers or null) */
+static const char *const ARG_KEYS[11] = {"correlation",   "External id",  "Sequence number", "stream",
+                                         "device",        "registers per thread", "shared memory",
+                                         "blocks per SM", "warps per SM", "est. achieved occupancy %",
+                                         "bytes"};
+static size_t ARG_LENS[11];
+
+static void args_init(Args *a) {
+    for (int k = 0; k < 5; k++) {
+        a->ids[k] = -1;
+        a->text[k] = 0;
+    }
+    for (int k = 0; k < 6; k++) a->hw[k] = NAN;
+}
+
+/* A kernel-resource value: a finite number, or null (NaN); anything else is left to msgspec. */
+static int read_hw(Scanner *s, double *out) {
+    if (s->p >= s->end) return REFUSE;
+    if (is_null(s)) {
+        *out = NAN;
+        return OK;
+    }
+    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE;
+    Number num;
+    int r = read_number(s, &num);
+    if (r != OK) return r;
+    if ((r = number_double(&num, out)) != OK) return r;
+    return isfinite(*out) ? OK : REFUSE;
+}
+
+static int read_args(Scanner *s, Args *a) {
+    unsigned seen = 0;
+    args_init(a);
+    s->p++; /* '{' */
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return OK;
+    }
+    for (;;) {
+        Py_ssize_t off, n;
+        int esc, r;
+        if (s->p >= s->end || *s->p != '"') return REFUSE;
+        if ((r = read_string(s, &off, &n, &esc)) != OK) return r;
+        if (esc) return REFUSE; /* a key spelled with escapes: msgspec decides */
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ':') return REFUSE;
+        s->p++;
+        skip_ws(s);
+        int which = -1;
+        for (int k = 0; k < 11 && which < 0; k++)
+            if ((size_t)n == ARG_LENS[k] && memcmp(s->base + off, ARG_KEYS[k], (size_t)n) == 0) which = k;
+        if (which >= 0) {
+            if (seen & (1u << which)) return REFUSE; /* duplicate key */
+            seen |= 1u << which;
+            if (which < 5)
+                r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
+            else
+                r = read_hw(s, &a->hw[which - 5]);
+        } else {
+            r = skip_value(s, 2);
+        }
+        if (r != OK) return r;
+        skip_ws(s);
+        if (s->p >= s->end) return REFUSE;
+        if (*s->p == ',') {
+            s->p++;
+            skip_ws(s);
+            continue;
+        }
+        if (*s->p == '}') {
+            s->p++;
+            return OK;
+        }
+        return REFUSE;
+    }
+}
+
+enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
+
+static int key_of(const uint8_t *k, Py_ssize_t n) {
+    switch (n) {
+    case 2:
+        if (memcmp(k, "ph", 2) == 0) return K_PH;
+        if (memcmp(k, "ts", 2) == 0) return K_TS;
+        if (memcmp(k, "id", 2) == 0) return K_ID;
+        break;
+    case 3:
+        if (memcmp(k, "cat", 3) == 0) return K_CAT;
+        if (memcmp(k, "pid", 3) == 0) return K_PID;
+        if (memcmp(k, "tid", 3) == 0) return K_TID;
+        if (memcmp(k, "dur", 3) == 0) return K_DUR;
+        break;
+    case 4:
+        if (memcmp(k, "name", 4) == 0) return K_NAME;
+        if (memcmp(k, "args", 4) == 0) return K_ARGS;
+        break;
+    }
+    return K_OTHER;
+}
+
+static int put_odd(Scanner *s, int32_t col, int64_t row, Py_ssize_t off, Py_ssize_t n) {
+    PUT(s->odd, int32_t, col);
+    PUT(s->odd, int64_t, row);
+    PUT(s->odd, Py_ssize_t, off);
+    PUT(s->odd, Py_ssize_t, n);
+    return OK;
+}
+
+static int read_event(Scanner *s) {
+    const uint8_t *start = s->p;
+    unsigned seen = 0;
+    Py_ssize_t ph_off = 0, ph_n = 0, name_off = 0, name_n = 0, cat_off = 0, cat_n = 0;
+    Py_ssize_t pid_toff = 0, pid_tn = 0, tid_toff = 0, tid_tn = 0, id_toff = 0, id_tn = 0;
+    Py_ssize_t args_off = -1, args_n = -1;
+    int pid_text = 0, tid_text = 0, id_text = 0, esc, r;
+    int64_t pid = 0, tid = 0, id = -1;
+    double ts = 0.0, dur = 0.0;
+    Args args;
+    args_init(&args);
+    s->p++; /* '{' */
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+    } else {
+        for (;;) {
+            Py_ssize_t koff, kn;
+            if (s->p >= s->end || *s->p != '"') return REFUSE;
+            if ((r = read_string(s, &koff, &kn, &esc)) != OK) return r;
+            if (esc) return REFUSE;
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != ':') return REFUSE;
+            s->p++;
+            skip_ws(s);
+            if (s->p >= s->end) return REFUSE;
+            int key = key_of(s->base + koff, kn);
+            if (key != K_OTHER) {
+                if (seen & (1u << key)) return REFUSE; /* duplicate key: msgspec decides */
+                seen |= 1u << key;
+            }
+            switch (key) {
+            case K_PH:
+            case K_NAME:
+            case K_CAT: {
+                Py_ssize_t off, n;
+                if (*s->p != '"') return REFUSE; /* null / numbers as names: msgspec decides */
+                if ((r = read_string(s, &off, &n, &esc)) != OK) return r;
+                if (key == K_PH) {
+                    if (esc) return REFUSE;
+                    ph_off = off;
+                    ph_n = n;
+                } else if (key == K_NAME) {
+                    name_off = off;
+                    name_n = n;
+                } else {
+                    cat_off = off;
+                    cat_n = n;
+                }
+                break;
+            }
+            case K_PID:
+                r = read_id(s, &pid, 0, &pid_text, &pid_toff, &pid_tn);
+                break;
+            case K_TID:
+                r = read_id(s, &tid, 0, &tid_text, &tid_toff, &tid_tn);
+                break;
+            case K_ID:
+                r = read_id(s, &id, -1, &id_text, &id_toff, &id_tn);
+                break;
+            case K_TS:
+                r = read_time(s, &ts);
+                break;
+            case K_DUR:
+                r = read_time(s, &dur);
+                break;
+            case K_ARGS:
+                if (is_null(s)) {
+                    r = OK;
+                } else if (*s->p == '{') {
+                    const uint8_t *a0 = s->p;
+                    r = read_args(s, &args);
+                    args_off = a0 - s->base;
+                    args_n = s->p - a0;
+                } else {
+                    r = REFUSE;
+                }
+                break;
+            default:
+                r = skip_value(s, 2);
+            }
+            if (r != OK) return r;
+            skip_ws(s);
+            if (s->p >= s->end) return REFUSE;
+            if (*s->p == ',') {
+                s->p++;
+                skip_ws(s);
+                continue;
+            }
+            if (*s->p == '}') {
+                s->p++;
+                break;
+            }
+            return REFUSE;
+        }
+    }
+    s->n_events++;
+    const uint8_t *ph = s->base + ph_off;
+    if (ph_n == 1 && ph[0] == 'X') {
+        int64_t row = (int64_t)(s->x[X_PID].len / sizeof(int64_t));
+        int32_t nc = intern(&s->names, s->base, name_off, name_n);
+        int32_t cc = intern(&s->xcats, s->base, cat_off, cat_n);
+        if (nc < 0 || cc < 0) return NOMEM;
+        PUT(s->x[X_NAME], int32_t, nc);
+        PUT(s->x[X_CAT], int32_t, cc);
+        PUT(s->x[X_PID], int64_t, pid);
+        PUT(s->x[X_TID], int64_t, tid);
+        PUT(s->x[X_TS], double, ts);
+        PUT(s->x[X_DUR], double, dur);
+        for (int k = 0; k < 5; k++) {
+            PUT(s->x[X_CORR + k], int64_t, args.ids[k]);
+            if (args.text[k] && put_odd(s, ODD_CORR + k, row, args.toff[k], args.tn[k]) != OK) return NOMEM;
+        }
+        for (int k = 0; k < 6; k++) PUT(s->x[X_HW + k], double, args.hw[k]);
+        PUT(s->x[X_ARGS_OFF], int64_t, (int64_t)args_off);
+        PUT(s->x[X_ARGS_LEN], int64_t, (int64_t)args_n);
+        if (pid_text && put_odd(s, ODD_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
+        if (tid_text && put_odd(s, ODD_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
+    } else if (ph_n == 1 && (ph[0] == 's' || ph[0] == 't' || ph[0] == 'f')) {
+        int64_t row = (int64_t)(s->fl[F_ID].len / sizeof(int64_t));
+        int32_t pc = intern(&s->phs, s->base, ph_off, ph_n);
+        int32_t cc = intern(&s->flcats, s->base, cat_off, cat_n);
+        if (pc < 0 || cc < 0) return NOMEM;
+        PUT(s->fl[F_ID], int64_t, id);
+        PUT(s->fl[F_PH], int32_t, pc);
+        PUT(s->fl[F_CAT], int32_t, cc);
+        PUT(s->fl[F_PID], int64_t, pid);
+        PUT(s->fl[F_TID], int64_t, tid);
+        PUT(s->fl[F_TS], double, ts);
+        if (id_text && put_odd(s, ODD_FL_ID, row, id_toff, id_tn) != OK) return NOMEM;
+        if (pid_text && put_odd(s, ODD_FL_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
+        if (tid_text && put_odd(s, ODD_FL_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
+    } else if (ph_n == 1 && (ph[0] == 'i' || ph[0] == 'I') && name_n == 8 &&
+               memcmp(s->base + name_off, "[memory]", 8) == 0) {
+        PUT(s->mem, Py_ssize_t, start - s->base);
+        PUT(s->mem, Py_ssize_t, s->p - start);
+    }
+    return OK;
+}
+
+static int scan_list(Scanner *s) {
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != '[') return REFUSE;
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+    } else {
+        for (;;) {
+            if (s->p >= s->end || *s->p != '{') return REFUSE; /* non-object items: msgspec decides */
+            int r = read_event(s);
+            if (r != OK) return r;
+            skip_ws(s);
+            if (s->p >= s->end) return REFUSE;
+            if (*s->p == ',') {
+                s->p++;
+                skip_ws(s);
+                continue;
+            }
+            if (*s->p == ']') {
+                s->p++;
+                break;
+            }
+            return REFUSE;
+        }
+    }
+    skip_ws(s);
+    return s->p == s->end ? OK : REFUSE;
+}
+
+/* ------------------------------------------------------------------------------ Python objects */
+
+static PyObject *bytes_list(const Table *t, const uint8_t *base) {
+    PyObject *out = PyList_New((Py_ssize_t)t->n);
+    if (!out) return NULL;
+    const Py_ssize_t *offs = (const Py_ssize_t *)t->off.data, *lens = (const Py_ssize_t *)t->len.data;
+    for (size_t e = 0; e < t->n; e++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)base + offs[e], lens[e]);
+        if (!b) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)e, b);
+    }
+    return out;
+}
+
+static PyObject *columns(Buf *bufs, int n) {
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *b = PyByteArray_FromStringAndSize(bufs[i].data ? bufs[i].data : "", (Py_ssize_t)bufs[i].len);
+        if (!b) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, b);
+    }
+    return out;
+}
+
+static PyObject *odd_list(const Buf *odd, const uint8_t *base) {
+    const size_t rec = sizeof(int32_t) + sizeof(int64_t) + 2 * sizeof(Py_ssize_t);
+    size_t n = odd->len / rec;
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *r = odd->data + i * rec;
+        int32_t col;
+        int64_t row;
+        Py_ssize_t off, len;
+        memcpy(&col, r, sizeof col);
+        memcpy(&row, r + sizeof col, sizeof row);
+        memcpy(&off, r + sizeof col + sizeof row, sizeof off);
+        memcpy(&len, r + sizeof col + sizeof row + sizeof off, sizeof len);
+        PyObject *t = Py_BuildValue("(iLy#)", (int)col, (long long)row, (const char *)base + off, len);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    return out;
+}
+
+static PyObject *span_list(const Buf *mem) {
+    size_t n = mem->len / (2 * sizeof(Py_ssize_t));
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out) return NULL;
+    const Py_ssize_t *v = (const Py_ssize_t *)mem->data;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("(nn)", v[2 * i], v[2 * i + 1]);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    return out;
+}
+
+static void scanner_free(Scanner *s) {
+    for (int i = 0; i < N_X; i++) free(s->x[i].data);
+    for (int i = 0; i < 6; i++) free(s->fl[i].data);
+    table_free(&s->names);
+    table_free(&s->xcats);
+    table_free(&s->phs);
+    table_free(&s->flcats);
+    free(s->odd.data);
+    free(s->mem.data);
+}
+
+static PyObject *scan(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    Scanner s;
+    memset(&s, 0, sizeof s);
+    s.base = (const uint8_t *)view.buf;
+    s.p = s.base;
+    s.end = s.base + view.len;
+    int r;
+    /* The scan touches no Python object (but for the rare exact float parse, which takes the GIL
+     * back), so other threads run meanwhile: lists are scanned in parallel threads (load.py). */
+    Py_BEGIN_ALLOW_THREADS
+    r = scan_list(&s);
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL;
+    if (r == NOMEM) {
+        PyErr_NoMemory();
+    } else if (r == REFUSE) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        PyObject *parts[8] = {columns(s.x, N_X),         columns(s.fl, 6),          bytes_list(&s.names, s.base),
+                              bytes_list(&s.xcats, s.base), bytes_list(&s.phs, s.base), bytes_list(&s.flcats, s.base),
+                              odd_list(&s.odd, s.base),  span_list(&s.mem)};
+        int ok = 1;
+        for (int i = 0; i < 8; i++) ok = ok && parts[i] != NULL;
+        if (ok) {
+            out = Py_BuildValue("(nNNNNNNNN)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
+                                parts[5], parts[6], parts[7]);
+        } else {
+            for (int i = 0; i < 8; i++) Py_XDECREF(parts[i]);
+        }
+    }
+    scanner_free(&s);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_O, "Columns of a JSON list of plain trace events, or None (see the module source)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+/* Bumped whenever scan()'s result changes shape, so a stale build is never used (scan.py checks it). */
+#define SCAN_ABI 2
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    for (int k = 0; k < 11; k++) ARG_LENS[k] = strlen(ARG_KEYS[k]);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "ABI", SCAN_ABI) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,156 @@
+"""The compiled fast path for decoding a run of trace events, with msgspec as the rule and fallback.
+
+``lmprof.trace._scan`` (C, built at install; see ``_scan.c``) reads a JSON list of events straight
+into columns when every event in it is plain, and refuses anything else. :func:`read_chunk` uses it
+when it is built and it accepts the list, else :func:`lmprof.trace.decode.decode_chunk` (msgspec);
+both give the same :class:`~lmprof.trace.decode.Chunk` for every list the fast path accepts
+(``tests/test_trace_scan.py`` checks it on real traces and on mutated ones). The few things the C
+reader leaves to Python are decoded here with msgspec's own decoders: the distinct names, ids
+written as text, and the args of the events whose collective parameters or kernel resources are kept.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import msgspec
+import numpy as np
+
+from lmprof.trace import decode as dec
+
+_ABI = 2  # the result shape this module reads; _scan.c's SCAN_ABI
+
+
+def _load() -> ModuleType | None:
+    try:  # built by `pip install` (setup.py); without a compiler lmprof still works, on msgspec alone
+        from lmprof.trace import _scan as module
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+    return module if getattr(module, "ABI", None) == _ABI else None  # a stale build is never used
+
+
+_scan = _load()
+
+__all__ = ["NATIVE", "read_chunk", "scan_chunk"]
+
+# LMPROF_TRACE_NATIVE=0 turns the fast path off (to compare, or to rule it out when in doubt)
+NATIVE = _scan is not None and os.environ.get("LMPROF_TRACE_NATIVE", "1").strip() != "0"
+
+_X_COLUMNS = ("name", "cat", "pid", "tid", "ts", "dur", *dec.ARG_COLUMNS)
+_X_DTYPES = {"name": np.int32, "cat": np.int32, "ts": np.float64, "dur": np.float64}
+_HW_AT = len(_X_COLUMNS)  # then one float64 column per HW_FIELDS name, then the args offset and length
+_FL_COLUMNS = (("id", np.int64), ("ph", np.int32), ("cat", np.int32), ("pid", np.int64), ("tid", np.int64),
+               ("ts", np.float64))
+# odd_ids column numbers of _scan.c -> (table, column, value when absent, field named in notes, coded)
+_ODD = (
+    ("x", "pid", 0, "pid", True),
+    ("x", "tid", 0, "tid", True),
+    *(("x", k, -1, f"args.{k}", False) for k in dec.ARG_COLUMNS),
+    ("fl", "id", -1, "id", True),
+    ("fl", "pid", 0, "pid", True),
+    ("fl", "tid", 0, "tid", True),
+)
+_ARGS_LIST = msgspec.json.Decoder(list[dec.Args | None])
+_TEXT = msgspec.json.Decoder(str)
+
+
+def read_chunk(payload: bytes | memoryview, exact: bool) -> dec.Chunk:
+    """Decode one JSON list of events: the compiled fast path when it accepts the list, else msgspec."""
+    if NATIVE:
+        ch = scan_chunk(payload)
+        if ch is not None:
+            return ch
+    return dec.decode_chunk(payload, exact)
+
+
+def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
+    """The :class:`Chunk` of ``payload`` by the compiled reader, or None when it refuses the list."""
+    if _scan is None:
+        return None
+    got = _scan.scan(payload)
+    if got is None:
+        return None
+    n_raw, x_raw, fl_raw, names_raw, xcats_raw, phs_raw, flcats_raw, odd, spans = got
+    try:
+        names, xcats, phs, flcats = (_texts(t) for t in (names_raw, xcats_raw, phs_raw, flcats_raw))
+        ch = dec.Chunk(n_raw=n_raw, names=names, cats=xcats + flcats, phs=phs)
+        view = memoryview(payload)
+        x = {k: np.frombuffer(x_raw[i], dtype=_X_DTYPES.get(k, np.int64)) for i, k in enumerate(_X_COLUMNS)}
+        if x["pid"].size:
+            ch.x = x
+            args_at = (np.frombuffer(x_raw[-2], dtype=np.int64), np.frombuffer(x_raw[-1], dtype=np.int64))
+            hw = [np.frombuffer(x_raw[_HW_AT + i], dtype=np.float64) for i in range(len(dec.HW_FIELDS))]
+            _sparse_args(ch, view, args_at, hw, names, xcats)
+        fl = {k: np.frombuffer(fl_raw[i], dtype=t) for i, (k, t) in enumerate(_FL_COLUMNS)}
+        if fl["id"].size:
+            fl["cat"] = fl["cat"] + np.int32(len(xcats))  # flow categories follow the X ones
+            ch.fl = fl
+        if odd:
+            _odd_ids(ch, odd)
+        if spans:
+            mem = dec.EVENTS_DECODER.decode(b"[" + b",".join(view[o : o + n] for o, n in spans) + b"]")
+            ch.memory = dec.memory_rows(mem)
+    except dec.DECODE_ERRORS:
+        return None  # the msgspec path judges it (it raises, repairs or skips exactly as before)
+    return ch
+
+
+def _texts(raw: list[bytes]) -> list[str]:
+    # escapes are rare: the C reader has already checked the UTF-8
+    return [_TEXT.decode(b'"' + r + b'"') if b"\\" in r else r.decode() for r in raw]
+
+
+def _args(view: memoryview, args_at: tuple[np.ndarray, np.ndarray], rows: list[int]) -> list[dec.Args]:
+    """The args of the given X rows, decoded by msgspec (absent args read as the defaults)."""
+    off, n = args_at
+    parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[rows].tolist(), n[rows].tolist())]
+    got = _ARGS_LIST.decode(b"[" + b",".join(parts) + b"]")
+    return [a if a is not None else dec.NO_ARGS for a in got]
+
+
+def _sparse_args(
+    ch: dec.Chunk,
+    view: memoryview,
+    args_at: tuple[np.ndarray, np.ndarray],
+    hw: list[np.ndarray],
+    names: list[str],
+    cats: list[str],
+) -> None:
+    """Collective parameters (decoded from the events that can carry them) and kernel resources
+    (read by the C reader as numbers, NaN for absent: what None becomes in the hardware table)."""
+    name_codes, cat_codes = ch.x["name"], ch.x["cat"]
+    comm_codes = [c for c, n in enumerate(names) if dec.may_carry_comms(n)]
+    rows = np.flatnonzero(np.isin(name_codes, comm_codes)).tolist()
+    for i, a in zip(rows, _args(view, args_at, rows)):
+        if a.collective is not None:
+            ch.comm_rows.append(i)
+            ch.comm_values.append(dec.comm_fields(a))
+    device_codes = [c for c, k in enumerate(cats) if k.lower() in dec.HW_CATS]
+    dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+    ch.hw_rows = dev_idx.astype(np.int64)
+    ch.hw_cols = {f: col[dev_idx].tolist() for f, col in zip(dec.HW_FIELDS, hw)}
+
+
+def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
+    """Ids written as text, by decode.py's rule: integer text is read, other text is coded (pid,
+    tid, flow id) or counted as out of range (args)."""
+    cols: dict[tuple[str, str], np.ndarray] = {}
+    # by column, then row: the order decode.py codes text ids in, so both give the same codes
+    for col, row, raw in sorted(odd, key=lambda o: (o[0], o[1])):
+        table, name, none, fld, coded = _ODD[col]
+        key = (table, name)
+        if key not in cols:
+            columns = ch.x if table == "x" else ch.fl
+            cols[key] = columns[name] = columns[name].copy()
+        text = _texts([raw])[0]
+        parsed = none if text == "" else dec.parse_int(text)
+        if parsed is None:
+            if coded:
+                c = (ch.x_coded if table == "x" else ch.fl_coded).setdefault(fld, dec.Coded())
+                c.rows.append(row)
+                c.text.append(text[:200])
+                parsed = 0
+            else:
+                ch.out_of_range[fld] = ch.out_of_range.get(fld, 0) + 1
+                parsed = none
+        cols[key][row] = parsed
