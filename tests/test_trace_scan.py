@@ -125,6 +125,8 @@ def _mutated(rng: random.Random, events: list[dict[str, Any]]) -> bytes:
     payload = bytearray(text.encode())
     if rng.random() < 0.3:  # and byte-level damage
         for _ in range(rng.randrange(1, 4)):
+            if not payload:
+                break
             i = rng.randrange(len(payload))
             k = rng.randrange(4)
             if k == 0:
