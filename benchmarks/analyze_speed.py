@@ -9,9 +9,10 @@ temporary folder, then measures in a fresh child process:
                     (every analysis: temporal, idle, launches, kernels, communication, hardware use,
                     critical path and what-if)
 * total seconds     load + analysis (the goal of issue 19: 1.0 s for the 273 MB trace), and the CPU
-                    seconds for it: this process's, and its decoding workers' (files of 64 MB and
-                    more are decoded by worker processes, one per core up to 4; ``--workers 1``
-                    decodes in-process)
+                    seconds for it: this process's (threads included), and its decoding worker
+                    processes'. Files of 64 MB and more are decoded by workers, one per core up to
+                    4: threads with the C reader, processes with msgspec (``--msgspec``);
+                    ``--workers 1`` decodes in-process
 * peak extra memory ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after the step minus the resident
                     set size just before loading (so imports are not counted); Linux reports KiB.
                     The largest worker's peak resident size is printed apart (it includes the
@@ -22,6 +23,7 @@ Usage::
     .venv/bin/python benchmarks/analyze_speed.py            # plain JSON, 19 copies of v100_train_rank0
     .venv/bin/python benchmarks/analyze_speed.py --gzip     # also time the same trace gzipped
     .venv/bin/python benchmarks/analyze_speed.py --copies 2 # quick run
+    .venv/bin/python benchmarks/analyze_speed.py --keep /tmp/big.json --msgspec   # without the C reader
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import gzip
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,7 +97,8 @@ def _rss_kib() -> int:
 def measure(path: Path, workers: int | None = None) -> dict:
     """Load + analyze ``path`` in this process; return seconds and peak-RSS deltas (MiB)."""
     from lmprof.trace.analyze import analyze_tables
-    from lmprof.trace.load import load_trace
+    from lmprof.trace.load import decode_workers, load_trace
+    from lmprof.trace.scan import NATIVE
 
     base = _rss_kib()
     c0 = time.process_time()
@@ -110,6 +114,8 @@ def measure(path: Path, workers: int | None = None) -> dict:
     k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
+        "reader": "C reader" if NATIVE else "msgspec",
+        "workers": decode_workers(path, workers),
         "events": int(len(table.events)),
         "flows": int(len(table.flows)),
         "load_s": round(t1 - t0, 2),
@@ -130,7 +136,10 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--copies", type=int, default=19)
     ap.add_argument("--gzip", action="store_true", help="also measure a gzipped copy")
-    ap.add_argument("--workers", type=int, default=None, help="decoding processes (default: lmprof's choice)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="decoding threads (C reader) or processes (msgspec) (default: lmprof's choice)")
+    ap.add_argument("--msgspec", action="store_true", help="turn the C reader off (LMPROF_TRACE_NATIVE=0)")
+    ap.add_argument("--repeat", type=int, default=5, help="fresh child processes per variant (median, range)")
     ap.add_argument("--keep", type=Path, help="write the built trace here and keep it (reused when present)")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child-process mode
     args = ap.parse_args()
@@ -153,16 +162,19 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--measure", str(path)]
             if args.workers is not None:
                 cmd += ["--workers", str(args.workers)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(
-                f"[{label}] load {r['load_s']:.2f} s | analysis {r['analysis_s']:.2f} s | "
-                f"total {r['total_s']:.2f} s (CPU {r['cpu_s']:.2f} s + workers {r['workers_cpu_s']:.2f} s) | "
-                f"peak extra RSS: load {r['peak_extra_load_mib']:.0f} MiB, load+analysis "
-                f"{r['peak_extra_total_mib']:.0f} MiB, largest worker {r['worker_peak_rss_mib']:.0f} MiB | "
-                f"table {r['table_mib']:.0f} MiB | "
-                f"{r['events']:,} X events, {r['flows']:,} flow events"
-            )
+            env = dict(os.environ, **({"LMPROF_TRACE_NATIVE": "0"} if args.msgspec else {}))
+            runs = []
+            for _ in range(max(1, args.repeat)):
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            r = runs[0]
+            print(f"[{label}] {r['reader']}, {r['workers']} decoding worker(s); {len(runs)} runs, median (min-max):")
+            for key, unit in (("load_s", "s"), ("analysis_s", "s"), ("total_s", "s"), ("cpu_s", "s"),
+                              ("workers_cpu_s", "s"), ("peak_extra_load_mib", "MiB"), ("peak_extra_total_mib", "MiB"),
+                              ("worker_peak_rss_mib", "MiB")):
+                vals = sorted(x[key] for x in runs)
+                print(f"  {key:<22} {statistics.median(vals):8.2f} {unit:<3} ({vals[0]:.2f}-{vals[-1]:.2f})")
+            print(f"  table {r['table_mib']:.0f} MiB | {r['events']:,} X events, {r['flows']:,} flow events")
         print("peak extra memory: ru_maxrss (peak RSS) after the step minus RSS before loading, in a child")
 
 
