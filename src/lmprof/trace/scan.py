@@ -10,6 +10,7 @@ written as text, and the args of the events whose collective parameters or kerne
 """
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -23,7 +24,7 @@ _ABI = 2  # the result shape this module reads; _scan.c's SCAN_ABI
 
 def _load() -> ModuleType | None:
     try:  # built by `pip install` (setup.py); without a compiler lmprof still works, on msgspec alone
-        from lmprof.trace import _scan as module
+        module = importlib.import_module("lmprof.trace._scan")
     except ImportError:  # pragma: no cover - depends on the build
         return None
     return module if getattr(module, "ABI", None) == _ABI else None  # a stale build is never used
