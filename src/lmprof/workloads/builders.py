@@ -5,7 +5,7 @@ that go into the run record; nothing here measures anything.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 import torch
 
@@ -19,6 +19,9 @@ from lmprof.workloads.gpt import GPT, GPTConfig, preset
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.workloads.training import TrainWorkload
+
+if TYPE_CHECKING:  # lmprof.workloads.hf is imported where a Hugging Face model is wanted
+    from lmprof.workloads.hf import HFModel
 
 Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
@@ -81,7 +84,8 @@ def gpt_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = Non
 
     def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
         x, y = batch
-        return fwd_model(x, y)[1]
+        out: tuple[torch.Tensor, torch.Tensor] = fwd_model(x, y)  # GPT.forward's (logits, loss), targets given
+        return out[1]
 
     work = TrainWorkload(
         model=model, optimizer=_optimizer(cfg, model), batches=batches, device=device, loss_fn=loss_fn,
@@ -98,8 +102,7 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
 
     if cfg.data:
         raise ConfigError("--data trains the built-in GPT on characters; Hugging Face models train on synthetic tokens")
-    loaded = (hfmod.load(cfg.hf, torch.float32, cfg.download) if cfg.hf
-              else hfmod.from_config(cfg.hf_config, torch.float32, cfg.seed))  # fp32 master weights, autocast does the rest
+    loaded = _load_hf(cfg, torch.float32, cfg.seed)  # fp32 master weights, autocast does the rest
     model = loaded.model.to(device.torch_device).train()
     context = hfmod.context_length(model) or 1024
     seq_len = cfg.seq_len or min(64, context)
@@ -111,20 +114,32 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
 
     def loss_fn(_: torch.nn.Module, batch: Any) -> torch.Tensor:
         x, _y = batch
-        return fwd_model(input_ids=x, labels=x).loss  # transformers shifts the labels itself
+        loss: torch.Tensor = fwd_model(input_ids=x, labels=x).loss  # transformers shifts the labels itself
+        return loss
 
     work = TrainWorkload(
         model=model, optimizer=_optimizer(cfg, model),
-        batches=SyntheticBatches(int(model.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
+        batches=SyntheticBatches(int(loaded.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
         device=device, loss_fn=loss_fn, tokens_per_step=cfg.batch_size * seq_len, shape=hfmod.shape_of(model),
         batch_size=cfg.batch_size, seq_len=seq_len, attention="sdpa" if impl != "eager" else "math",
         optimizer_name=cfg.optimizer, notes=notes,
         # Hooks would break a compiled graph: a compiled model is attributed as a whole.
         scopes=None if cfg.compile else (lambda: module_scopes(model)),
     )
-    described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+    described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": loaded.config.model_type,
                  "attention": impl, "hf": cfg.hf or cfg.hf_config}
     return work, described
+
+
+def _load_hf(spec: ModelSpec, dtype: torch.dtype, seed: int) -> HFModel:
+    """--hf's weights, else --hf-config's architecture with random weights (the callers checked one is given)."""
+    from lmprof.workloads import hf as hfmod
+
+    if spec.hf:
+        return hfmod.load(spec.hf, dtype, spec.download)
+    if spec.hf_config:
+        return hfmod.from_config(spec.hf_config, dtype, seed)
+    raise ConfigError("give --hf or --hf-config for a Hugging Face model")
 
 
 def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) -> torch.Tensor:
@@ -155,12 +170,12 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
     if cfg.hf and cfg.hf_config:
         raise ConfigError("give either --hf or --hf-config, not both")
     if cfg.hf or cfg.hf_config:
-        loaded = hfmod.load(cfg.hf, dtype, cfg.download) if cfg.hf else hfmod.from_config(cfg.hf_config, dtype, cfg.seed)
+        loaded = _load_hf(cfg, dtype, cfg.seed)
         model, tokenizer = loaded.model, loaded.tokenizer
         context = hfmod.context_length(model)
         shape = hfmod.shape_of(model)
-        vocab = int(model.config.vocab_size)
-        described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": model.config.model_type,
+        vocab = int(loaded.config.vocab_size)
+        described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": loaded.config.model_type,
                      # what the model really runs (transformers' choice), not lmprof's built-in default
                      "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
         hooked = model

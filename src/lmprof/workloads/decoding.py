@@ -35,7 +35,7 @@ class Decoder:
 class _Recompute(Decoder):
     """No cache: each step runs the model on the whole sequence so far."""
 
-    def __init__(self, forward: Any):
+    def __init__(self, forward: Callable[[torch.Tensor], torch.Tensor]):
         self.forward = forward
         self.seq: torch.Tensor | None = None
 
@@ -51,13 +51,15 @@ class _Recompute(Decoder):
 
 def gpt_prefill(model: GPT, idx: torch.Tensor, cache: KVCache, pos: Any) -> torch.Tensor:
     """The prompt through the model, filling the cache; the last position's logits (B, V)."""
-    return model(idx, cache=cache, pos=pos)[0][:, -1]
+    out: tuple[torch.Tensor, torch.Tensor | None] = model(idx, cache=cache, pos=pos)  # GPT.forward's (logits, loss)
+    return out[0][:, -1]
 
 
 def gpt_decode(model: GPT, idx: torch.Tensor, cache: KVCache, pos: Any) -> torch.Tensor:
     """One new token per sequence through the model; its logits (B, V). The same as
     :func:`gpt_prefill`, but a function of its own: torch.compile keeps its graphs apart."""
-    return model(idx, cache=cache, pos=pos)[0][:, -1]
+    out: tuple[torch.Tensor, torch.Tensor | None] = model(idx, cache=cache, pos=pos)  # GPT.forward's (logits, loss)
+    return out[0][:, -1]
 
 
 class GPTDecoder(Decoder):
@@ -111,12 +113,14 @@ class GPTDecoder(Decoder):
 
 def hf_prefill(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
     """A transformers LM's prefill into a static cache; the last position's logits (B, V)."""
-    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+    logits: torch.Tensor = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits
+    return logits[:, -1]
 
 
 def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
     """One decode step into a static cache (a function of its own: torch.compile keeps its graphs apart)."""
-    return model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits[:, -1]
+    logits: torch.Tensor = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits
+    return logits[:, -1]
 
 
 class HFDecoder(Decoder):
@@ -151,15 +155,20 @@ class HFDecoder(Decoder):
         if not self.kv_cache:
             return self._plain.start(prompt, max_len)
         if self.static:
-            from transformers import StaticCache
+            from transformers import PretrainedConfig, StaticCache
 
-            self.past = StaticCache(config=self.model.config, max_cache_len=max_len)
+            config = self.model.config
+            # static only when the model sets _can_compile_fullgraph, a PreTrainedModel's flag, and
+            # every PreTrainedModel holds a PretrainedConfig
+            assert isinstance(config, PretrainedConfig)
+            self.past = StaticCache(config=config, max_cache_len=max_len)
             positions = torch.arange(prompt.size(1), device=prompt.device)
             self.pos = prompt.size(1)
             return self.prefill(self.model, prompt, self.past, positions)
         out = self.model(input_ids=prompt, use_cache=True)
         self.past = out.past_key_values
-        return out.logits[:, -1]
+        logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
+        return logits[:, -1]
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         if not self.kv_cache:
@@ -170,7 +179,8 @@ class HFDecoder(Decoder):
             return self.decode(self.model, token, self.past, positions)
         out = self.model(input_ids=token, past_key_values=self.past, use_cache=True)
         self.past = out.past_key_values
-        return out.logits[:, -1]
+        logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
+        return logits[:, -1]
 
     def cache_bytes(self) -> int | None:
         past = self.past
@@ -195,7 +205,8 @@ def _logits_of(output: Any) -> torch.Tensor:
     if isinstance(output, torch.Tensor):
         return output
     if hasattr(output, "logits"):
-        return output.logits
+        logits: torch.Tensor = output.logits  # a transformers-style output object
+        return logits
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     raise ConfigError("the model's output has no logits: return a (B, T, V) tensor, a tuple starting with it, or an object with .logits")

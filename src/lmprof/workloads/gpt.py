@@ -138,6 +138,8 @@ class LayerNorm(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
+    mask: torch.Tensor  # a buffer (register_buffer below): declared so the checker knows it is a tensor
+
     def __init__(self, cfg: GPTConfig, layer: int):
         super().__init__()
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
@@ -191,8 +193,8 @@ class CausalSelfAttention(nn.Module):
                 y = att @ v  # (B, nh, T, hs)
                 y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         with scope("attn.proj"):
-            y = self.resid_dropout(self.c_proj(y))  # (B, T, C)
-        return y
+            out: torch.Tensor = self.resid_dropout(self.c_proj(y))  # (B, T, C)
+        return out
 
 
 class MLP(nn.Module):
@@ -237,6 +239,17 @@ class Layer(nn.Module):
         return x
 
 
+class Trunk(nn.ModuleDict):
+    """nanoGPT's ``transformer`` dict (same keys, so the same parameter names and state_dict), its
+    entries declared so that ``tr.h`` reads as a ModuleList, not as any tensor or module."""
+
+    wte: nn.Embedding
+    wpe: nn.Embedding
+    drop: nn.Dropout
+    h: nn.ModuleList
+    ln_f: LayerNorm
+
+
 class GPT(nn.Module):
     """nanoGPT's GPT. ``forward(idx, targets)`` returns (logits, loss) like nanoGPT."""
 
@@ -244,7 +257,7 @@ class GPT(nn.Module):
         super().__init__()
         cfg.validate()
         self.config = cfg
-        self.transformer = nn.ModuleDict(
+        self.transformer = Trunk(
             dict(
                 wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
                 wpe=nn.Embedding(cfg.block_size, cfg.n_embd),

@@ -5,18 +5,22 @@ user passes ``download=True``: an uncached hub id is a clear error, never a hang
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lmprof.errors import ConfigError, DataError, LmprofError
 from lmprof.workloads.models import known_config, known_models
 from lmprof.workloads.shape import ModelShape
+
+if TYPE_CHECKING:  # transformers is optional: imported where a model is built, named here for the checker
+    from transformers import PretrainedConfig
 
 # Architectures users name with --hf-config, built with random weights and no download.
 # (model_type, config kwargs). Sizes are the published ones.
@@ -49,13 +53,22 @@ class HFModel:
     name: str
     source: str  # "local path", "hub cache", "config (random weights)"
 
+    @property
+    def config(self) -> PretrainedConfig:
+        """The model's transformers config (its vocab_size, model_type, ...)."""
+        from transformers import PretrainedConfig
+
+        cfg = self.model.config
+        assert isinstance(cfg, PretrainedConfig)  # every transformers model built or loaded here holds one
+        return cfg
+
 
 def _transformers() -> Any:
     try:
         import transformers
     except ImportError:
         raise LmprofError("Hugging Face models need transformers: pip install 'lmprof[hf]'") from None
-    transformers.logging.set_verbosity_error()  # config warnings would bury the summary
+    transformers.logging.set_verbosity(logging.ERROR)  # config warnings would bury the summary
     return transformers
 
 

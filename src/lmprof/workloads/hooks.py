@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -168,11 +168,12 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     names = block_names(model, attention_core_name(model))
     modules = dict(model.named_modules())
     handles = []
-    open_ranges: dict[int, list[torch.profiler.record_function]] = {}
+    # record_function's own __enter__/__exit__ are unannotated: held as the context managers they are
+    open_ranges: dict[int, list[contextlib.AbstractContextManager[object]]] = {}
 
-    def pre(name: str):
+    def pre(name: str) -> Callable[[torch.nn.Module, object], None]:
         def hook(module: torch.nn.Module, args: object) -> None:
-            rf = torch.profiler.record_function(SCOPE_PREFIX + name)
+            rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
             rf.__enter__()
             open_ranges.setdefault(id(module), []).append(rf)
 

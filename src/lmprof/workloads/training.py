@@ -72,7 +72,7 @@ def plain_train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, n
         with step_scope("forward"):
             loss = loss_fn(model, batch)
         with step_scope("backward"):
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         with step_scope("optimizer"):
             optimizer.step()
         with step_scope("zero_grad"):
@@ -98,7 +98,7 @@ class TrainStep:
             with self.amp():
                 loss = w.loss_fn(w.model, batch)
         with step_scope("backward"):
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            (self.scaler.scale(loss) if self.scaler else loss).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         with step_scope("optimizer"):
             if self.scaler:
                 self.scaler.step(w.optimizer)
