@@ -49,7 +49,7 @@ class TorchCuda:
         from lmprof.atomic import atomic_path
 
         with atomic_path(path) as tmp:
-            torch.cuda.memory._dump_snapshot(str(tmp))
+            torch.cuda.memory._dump_snapshot(str(tmp))  # type: ignore[no-untyped-call]  # torch leaves _dump_snapshot unannotated
 
     def stop_history(self) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,6 +37,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from lmprof.errors import ConfigError
 from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
+
+    from lmprof.workloads.gpt import GPT
 
 UNSCOPED = "(unscoped)"
 _META_KEY = "lmprof_block"
@@ -192,13 +197,19 @@ class _ScopeTracker(TorchFunctionMode):
     @staticmethod
     def _tag(out: Any, block: str) -> None:
         """Tag the not-yet-tagged autograd nodes reachable from ``out``: exactly those just created."""
-        todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        todo: list[Node | None] = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
         while todo:
             node = todo.pop()
-            if node is None or _META_KEY in node.metadata:
+            if node is None or _META_KEY in _metadata(node):
                 continue
-            node.metadata[_META_KEY] = block
+            _metadata(node)[_META_KEY] = block
             todo.extend(nxt for nxt, _ in node.next_functions)
+
+
+def _metadata(node: Node) -> dict[str, Any]:
+    """An autograd node's metadata dict, free for tools to write in."""
+    # torch's Node declares metadata as a method, but the C++ node exposes it as a dict property
+    return cast("dict[str, Any]", node.metadata)
 
 
 def _tensors(out: Any) -> list[torch.Tensor]:
@@ -209,11 +220,11 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
-class _BlockCounter(TorchDispatchMode):
+class _BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init_subclass__ unannotated
     """Counts FLOPs of every aten op and charges them to a (block, phase)."""
 
     def __init__(self, tracker: _ScopeTracker) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
         self.tracker = tracker
         self.formulas = _formulas()
         self.by_block: dict[tuple[str, str], int] = defaultdict(int)
@@ -223,7 +234,7 @@ class _BlockCounter(TorchDispatchMode):
     def _where(self) -> tuple[str, str]:
         node = torch._C._current_autograd_node()
         if node is not None:
-            return node.metadata.get(_META_KEY, UNSCOPED), "backward"
+            return _metadata(node).get(_META_KEY, UNSCOPED), "backward"
         return self.tracker.current(), "forward"
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
@@ -273,7 +284,7 @@ def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredF
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ConfigError("count_flops(backward=True) needs step() to return a scalar loss (or (logits, loss))")
             with counter:
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         after_all = modules.get_flop_counts()
     by_module: dict[tuple[str, str], int] = {}
     for path, ops in after_all.items():
@@ -293,7 +304,7 @@ def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredF
 
 
 def count_gpt_flops(
-    model: torch.nn.Module,
+    model: GPT,
     *,
     batch: int,
     seq_len: int,

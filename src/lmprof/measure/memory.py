@@ -177,6 +177,7 @@ def _measure(
     notes: list[str] = []
     stats: dict[str, Any] = {}
     snap_path: str | None = None
+    peak: int | None  # None where the device's allocator reports nothing
     if dev.type == "cuda":
         cu = cuda or TorchCuda()
         cu.synchronize(dev)
@@ -188,8 +189,13 @@ def _measure(
         recording = snapshot_dir is not None
         if recording:
             cu.start_history(snapshot_entries)
+
+        def step_then_sync() -> None:  # the step's kernels finish inside the recorded window
+            fn()
+            cu.synchronize(dev)
+
         try:
-            events = record_memory_events(lambda: (fn(), cu.synchronize(dev)))
+            events = record_memory_events(step_then_sync)
             if snapshot_dir is not None:
                 path = snapshot_dir / SNAPSHOT_NAME
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,10 @@ def tensor_range(t: torch.Tensor) -> Range:
     size = t.element_size()
     if t.numel() == 0:
         return (key, 0, 0)
-    start = t.storage_offset() * size
+    # A real tensor's offset and sizes are ints (torch types them int | SymInt for tracing).
+    start = int(t.storage_offset()) * size
     # The furthest element a strided view reaches (strides may be 0 or permuted).
-    last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    last = sum((int(n) - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
     return (key, start, start + (last + 1) * size)
 
 
@@ -121,7 +122,7 @@ def record_grads(model: torch.nn.Module) -> Iterator[dict[int, Range]]:
             def hook(param: torch.Tensor) -> None:
                 if param.grad is not None:
                     seen[id(param)] = tensor_range(param.grad)
-            handles.append(p.register_post_accumulate_grad_hook(hook))
+            handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     try:
         yield seen
     finally:

@@ -66,13 +66,13 @@ class ProfilerWindow:
     def _step_averages(self) -> Any:
         """key_averages over the events that start inside a complete step's range."""
         assert self._prof is not None
-        events = self._prof.events()
+        events = self._prof.events()  # type: ignore[no-untyped-call]  # torch.profiler leaves events() unannotated
         spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))  # named ProfilerStep* here
         spans = spans[: self.complete]
         kept = [e for e in events if any(s <= e.time_range.start < t for s, t in spans)]
-        subset = EventList(kept, use_device=getattr(events, "_use_device", None))
+        subset = EventList(kept, use_device=getattr(events, "_use_device", None))  # type: ignore[no-untyped-call]  # torch leaves EventList unannotated
         subset._tree_built = True  # noqa: SLF001 - the events keep the parent/child links built for the full list
-        return subset.key_averages()
+        return subset.key_averages()  # type: ignore[no-untyped-call]  # torch leaves key_averages unannotated
 
 
 def drop_partial(table: Any, complete: int) -> None:

@@ -147,7 +147,8 @@ class NvmlMeter(EnergyMeter):
 
     # -- reading ----------------------------------------------------------------------------
     def _read_watts(self) -> float:
-        return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / MW_PER_W
+        milliwatts: int = self._nvml.nvmlDeviceGetPowerUsage(self._handle)  # NVML reports integer mW
+        return milliwatts / MW_PER_W
 
     def _read_mj(self) -> int:
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
