@@ -39,7 +39,7 @@ def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
         out = model(*batch)
     else:
         out = model(batch)
-    loss = getattr(out, "loss", None)
+    loss: torch.Tensor | None = getattr(out, "loss", None)  # a transformers-style output's loss
     if loss is None and isinstance(out, (tuple, list)):
         loss = next((t for t in reversed(out) if isinstance(t, torch.Tensor) and t.dim() == 0), None)
     if loss is None and isinstance(out, torch.Tensor) and out.dim() == 0:

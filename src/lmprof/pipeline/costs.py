@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 from lmprof.analysis.flops import conventions_for
-from lmprof.analysis.mfu import block_roofline, fill_block_costs, mfu_metrics
+from lmprof.analysis.mfu import Mode, block_roofline, fill_block_costs, mfu_metrics
 from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD
-from lmprof.record.run import Run
+from lmprof.record.run import Metric, Run
 from lmprof.workloads.shape import ModelShape
 
 MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.scores", "attn.av", "attn.sdpa", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
@@ -39,12 +39,15 @@ def add_costs(
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
     conventions = conventions_for(shape)
-    common = dict(device_name=run.env.device_name, device_kind=kind, dtype=dtype, attention=attention,
-                  conventions=conventions)
+
+    def figures_for(mode: Mode, time_s: float | None, decode_tokens: int = 1) -> dict[str, Metric]:
+        return mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=mode, time_s=time_s,
+                           decode_tokens=decode_tokens, device_name=run.env.device_name, device_kind=kind,
+                           dtype=dtype, attention=attention, conventions=conventions)
+
     if run.mode == "train":
         step = run.metrics.get("step_time")
-        run.metrics.update(mfu_metrics(shape, batch=batch, seq_len=seq_len, mode="train",
-                                       time_s=step.value / 1e3 if step and step.value else None, **common))
+        run.metrics.update(figures_for("train", step.value / 1e3 if step and step.value else None))
     else:
         ttft = run.metrics.get("ttft")
         prefill_s = ttft.value / 1e3 if ttft and ttft.value else None
@@ -52,9 +55,9 @@ def add_costs(
         # (batch x tokens / decode time), not the median TPOT x tokens (they differ on a noisy run).
         dtps = run.metrics.get("decode_tokens_per_s")
         decode_s = batch * decode_tokens / dtps.value if dtps and dtps.value and decode_tokens else None
-        for phase, time_s in (("prefill", prefill_s), ("decode", decode_s)):
-            figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=phase, time_s=time_s,
-                                  decode_tokens=max(decode_tokens, 1), **common)
+        phases: tuple[tuple[Mode, float | None], ...] = (("prefill", prefill_s), ("decode", decode_s))
+        for phase, time_s in phases:
+            figures = figures_for(phase, time_s, decode_tokens=max(decode_tokens, 1))
             run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
                                   decode_tokens=decode_tokens, attention=attention, conventions=conventions)

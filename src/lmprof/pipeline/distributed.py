@@ -107,7 +107,7 @@ def launch(argv: Sequence[str], nproc: int, run_dir: Path, timeout_s: float = DE
 
 def failure_message(output: str, code: int) -> str:
     """One line naming the failed rank and its last error, from torchrun's output."""
-    user = re.findall(r"lmprof: error: (.+)", output)
+    user: list[str] = re.findall(r"lmprof: error: (.+)", output)  # one group: a list of str
     if user:
         return user[-1]
     rank = re.search(r"rank\s*:\s*(\d+)", output) or re.search(r"\[rank(\d+)\]", output)
@@ -127,12 +127,15 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     runs = [Run.load(run_dir / f"rank{r}") for r in range(world_size)]
     base = runs[0].model_copy(deep=True)
     rows = []
+    times: list[float] = []
     for r, run in enumerate(runs):
         st = run.metrics["step_time"]
+        # a rank writes its run after timing its clean steps (steps >= 1), so the median exists
+        assert st.value is not None, f"rank {r} wrote no step time"
+        times.append(st.value)
         allreduce = sum(b.time_ms for b in run.blocks if b.name == "allreduce")
         rows.append({"rank": r, "step_time_ms": st.value, "p10_ms": st.p10, "p90_ms": st.p90,
                      "allreduce_ms": allreduce, "tokens_per_s": run.value("tokens_per_s")})
-    times = [row["step_time_ms"] for row in rows]
     slowest = max(range(world_size), key=lambda r: times[r])
     fastest = min(times)
     base.tables["ranks"] = rows
@@ -142,8 +145,8 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     base.metrics["straggler"] = Metric(
         value=100.0 * (times[slowest] - fastest) / fastest if fastest else None, unit="%", source="derived",
         note="slowest rank's median step vs the fastest rank's")
-    tps = [row["tokens_per_s"] for row in rows]
-    if all(t is not None for t in tps):
+    tps = [t for t in (run.value("tokens_per_s") for run in runs) if t is not None]
+    if len(tps) == len(runs):  # every rank knows its tokens/s
         base.metrics["tokens_per_s.global"] = Metric(value=sum(tps), unit="tokens/s", source="derived",
                                                      note="sum over ranks of each rank's median tokens/s")
     base.files = {k: f"rank0/{v}" for k, v in base.files.items() if k not in ("blocks", "ops")}

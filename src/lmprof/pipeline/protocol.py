@@ -100,7 +100,7 @@ def assemble_run(
         id=out_dir.name,
         mode=mode,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        env=Env(**environment(device)),
+        env=Env.model_validate(environment(device)),  # the same validation as Env(**...), facts beyond the fields kept
         config=config,
         metrics=metrics,
         blocks=rec.blocks,

@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 import torch
 
-from lmprof.workloads.blocks import SCOPE_PREFIX, scopes_enabled
+from lmprof.names import SCOPE_PREFIX
+from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hooks import module_scopes
 
 
@@ -30,10 +31,11 @@ class ScopeStack:
     """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out."""
 
     def __init__(self) -> None:
-        self._open: list[tuple[str, Any]] = []
+        self._open: list[tuple[str, contextlib.AbstractContextManager[object]]] = []
 
     def open(self, name: str) -> None:
-        rf = torch.profiler.record_function(SCOPE_PREFIX + name)
+        # held as the context manager it is: record_function's own __enter__/__exit__ are unannotated
+        rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
         rf.__enter__()
         self._open.append((name, rf))
 
