@@ -354,7 +354,8 @@ def load_results(path: str | Path) -> "pd.DataFrame":
         points = points.merge(wide, left_on="id", right_index=True, how="left")
     points.attrs["units"] = units
     points.attrs["source"] = str(p)
-    return points.reset_index(drop=True)
+    table: pd.DataFrame = points.reset_index(drop=True)  # pandas-stubs types this reset_index as Any
+    return table
 
 
 def load_blocks(path: str | Path) -> "pd.DataFrame":

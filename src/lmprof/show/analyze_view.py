@@ -316,8 +316,8 @@ def _ranks(con: Console, report: Report) -> None:
         )
         for col in ("rank", "time", "waiting", "transferring", "waiting %"):
             tab.add_column(col, justify="right", no_wrap=True)
-        for r in cm.ranks:
-            tab.add_row(str(r.rank), fmt_us(r.time_us), fmt_us(r.wait_us), fmt_us(r.transfer_us), _pct(r.wait_pct))
+        for c in cm.ranks:
+            tab.add_row(str(c.rank), fmt_us(c.time_us), fmt_us(c.wait_us), fmt_us(c.transfer_us), _pct(c.wait_pct))
         con.print(tab)
     if rc.communication_skew_us is not None:
         con.print(

@@ -69,7 +69,8 @@ class SweepData:
 
     @property
     def ok(self) -> "pd.DataFrame":
-        return self.runs[self.runs["status"] == "ok"]
+        ok: pd.DataFrame = self.runs[self.runs["status"] == "ok"]  # a boolean mask selects rows: a DataFrame
+        return ok
 
     def footer(self, mode: str | None = None) -> list[str]:
         """Footer lines every plot carries: failed runs left out, noisy runs kept (and marked)."""
@@ -196,7 +197,8 @@ def _median_by_config(df: "pd.DataFrame", values: Sequence[str]) -> "pd.DataFram
     out = groups[list(values)].median()
     # a configuration is marked noisy when any of its repeats was
     out["any_noisy"] = groups["noisy"].max().fillna(0) > 0 if "noisy" in df.columns else False
-    return out.reset_index()
+    table: pd.DataFrame = out.reset_index()  # the group keys back as columns
+    return table
 
 
 def _model_order(runs: "pd.DataFrame") -> list[str]:
@@ -541,7 +543,7 @@ def plot_radar(data: SweepData, mode: str, out: Path) -> PlotOutcome:
         best[m] = vals
     scores: dict[str, list[float]] = {m: [] for m in models}
     for i, a in enumerate(axes):
-        present = [v[i] for v in best.values() if v[i] is not None and v[i] > 0]
+        present = [x for v in best.values() if (x := v[i]) is not None and x > 0]
         top = (max(present) if a.higher_is_better else min(present)) if present else None
         for m in models:
             v = best[m][i]
@@ -549,32 +551,35 @@ def plot_radar(data: SweepData, mode: str, out: Path) -> PlotOutcome:
                 scores[m].append(0.0)  # drawn at the centre; the caption says which are missing
             else:
                 scores[m].append(v / top if a.higher_is_better else top / v)
+    from matplotlib.projections.polar import PolarAxes
+
     fig = _figure(10, 8)
     # Fixed axes box (no tight_layout): the spoke labels sit outside the circle and need the margin.
     ax = fig.add_axes((0.22, 0.2, 0.56, 0.6), projection="polar")
     angles = [2 * math.pi * i / len(axes) for i in range(len(axes))]
     for i, m in enumerate(models):
         color = _SERIES_COLORS[i % len(_SERIES_COLORS)]
-        vals = scores[m] + scores[m][:1]
-        ax.plot(angles + angles[:1], vals, color=color, lw=1.8, marker="o", label=m)
-        ax.fill(angles + angles[:1], vals, color=color, alpha=0.12)
+        ring = scores[m] + scores[m][:1]
+        ax.plot(angles + angles[:1], ring, color=color, lw=1.8, marker="o", label=m)
+        ax.fill(angles + angles[:1], ring, color=color, alpha=0.12)
     tops = []
     for i, a in enumerate(axes):
-        present = [(v[i], m) for m, v in best.items() if v[i] is not None and v[i] > 0]
-        pick = (max if a.higher_is_better else min)(present) if present else None
+        pairs = [(x, m) for m, v in best.items() if (x := v[i]) is not None and x > 0]
+        pick = (max(pairs) if a.higher_is_better else min(pairs)) if pairs else None
         tops.append(f"best: {_value_text(pick[0], a.unit)} ({pick[1]})" if pick else "no figures")
     ax.set_xticks(angles)
     ax.set_xticklabels([])
-    for angle, a, top in zip(angles, axes, tops):
+    for angle, a, best_text in zip(angles, axes, tops):
         # Labels placed by hand, anchored away from the circle (tick labels centre on the rim).
         c, s_ = math.cos(angle), math.sin(angle)
         ha = "left" if c > 0.1 else "right" if c < -0.1 else "center"
         va = "bottom" if s_ > 0.1 else "top" if s_ < -0.1 else "center"
-        ax.text(angle, 1.12, f"{a.label}\n({'higher' if a.higher_is_better else 'lower'} is better)\n{top}",
+        ax.text(angle, 1.12, f"{a.label}\n({'higher' if a.higher_is_better else 'lower'} is better)\n{best_text}",
                 ha=ha, va=va, fontsize=8.5, clip_on=False)
     ax.set_ylim(0, 1.05)
     ax.set_yticks([0.25, 0.5, 0.75, 1.0])
     ax.set_yticklabels(["0.25", "0.5", "0.75", "1 = best"], fontsize=7, color="#555555")
+    assert isinstance(ax, PolarAxes)  # added with projection="polar" above
     ax.set_rlabel_position(360 / len(axes) / 2)  # between two spokes, clear of the axis labels
     fig.legend(loc="upper right", bbox_to_anchor=(0.98, 0.9), fontsize=8.5, title="model")
     fig.suptitle(f"Models compared, {mode}: the best figure of each model over its ok runs", fontsize=11, y=0.975)

@@ -90,7 +90,7 @@ def load_sweep_table(folder: str | Path) -> tuple[Any, str]:
 
 
 def _col(df: Any, names: Sequence[str]) -> str | None:
-    lower = {str(c).lower(): c for c in df.columns}
+    lower: dict[str, str] = {str(c).lower(): c for c in df.columns}  # a sweep table's columns are named by strings
     for n in names:
         if n in lower:
             return lower[n]
