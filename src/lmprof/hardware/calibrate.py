@@ -22,12 +22,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lmprof.atomic import write_text
 from lmprof.dtypes import normalize_dtype
 from lmprof.errors import ConfigError, DataError
 from lmprof.hardware.peaks import PeakTable, load_table
+
+if TYPE_CHECKING:  # torch is imported where a measurement runs
+    import torch
 
 SCHEMA = "lmprof.calibration/1"
 DEFAULT_SECONDS = {"cpu": 3.0, "cuda": 10.0, "mps": 8.0}
@@ -291,7 +294,7 @@ def resolve_peak(
 # -- measuring --------------------------------------------------------------------------------------
 
 
-def _torch_dtype(name: str):  # -> torch.dtype
+def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
@@ -359,13 +362,17 @@ def measure_matmul(
             a = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
             b = torch.randn(n, n, device=tdev, dtype=_torch_dtype(dt))
             out = torch.empty(n, n, device=tdev, dtype=_torch_dtype(dt))
-            samples = _timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), sync, share)
+
+            def matmul(a: torch.Tensor = a, b: torch.Tensor = b, out: torch.Tensor = out) -> torch.Tensor:
+                return torch.matmul(a, b, out=out)  # this size's tensors, bound now (the loop moves on)
+
+            samples = _timed(matmul, sync, share)
             med = statistics.median(samples)
             flops = 2.0 * n**3 / med
             by_size[str(n)] = {"flops_per_s": flops, "seconds": med, "n": len(samples)}
             if best is None or flops > best[0]:
                 best = (flops, n, len(samples))
-            del a, b, out
+            del a, b, out, matmul  # matmul's defaults hold the tensors too: all freed before the next size
             if i + 1 < len(sizes):
                 # Predict the next size from the best rate so far (a small size can be slowed down
                 # by thread start-up or a busy machine, which says little about bigger ones); stop

@@ -30,21 +30,47 @@ if TYPE_CHECKING:
     from lmprof.record.run import Run
 
 class PlannedPoint(Protocol):
-    """What the store needs of a sweep point (sweep.spec.Point has it; the store sits below sweep)."""
+    """What the store needs of a sweep point (sweep.spec.Point has it; the store sits below sweep).
 
-    id: str
-    label: str
-    mode: str
-    model: str
-    batch_size: int
-    seq_len: int
-    device: str
-    dtype: str
-    compile: bool
-    attention: str
-    repeat: int
+    Read-only properties: the store only reads them, and a frozen Point (its id and label computed)
+    offers nothing to write.
+    """
 
-    model_spec: dict[str, Any]
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def compile(self) -> bool: ...
+
+    @property
+    def attention(self) -> str: ...
+
+    @property
+    def repeat(self) -> int: ...
+
+    @property
+    def model_spec(self) -> dict[str, Any]: ...
 
     def model_dump_json(self) -> str: ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lmprof.sweep.runner import Outcome, SweepSummary
 from lmprof.sweep.spec import Point
@@ -41,7 +41,7 @@ class ConsoleProgress:
             console=console,
             transient=True,
         )
-        self.task = None
+        self.task: TaskID | None = None  # the bar, once begin() adds it
         self.live = False
         self.done = 0
         self.failed = 0
