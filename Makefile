@@ -26,7 +26,7 @@ test: setup
 	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy src/lmprof/trace src/lmprof/analysis
+	$(VENV)/bin/mypy src/lmprof
 	$(PY) -m pytest -n 2 tests
 
 clean:
