@@ -95,3 +95,39 @@ def test_fsdp_shards_show_as_gather_and_reduce_blocks(tmp_path):
     held = run.metrics["memory.params"].value  # bytes this rank holds: about half of the fp32 parameters
     assert 0.4 * params * 4 <= held <= 0.6 * params * 4
     assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
+
+
+def _infer_rank(folder, e2e_ms: list[float], decode_tps: float) -> None:
+    from lmprof.record.run import Env, Metric
+
+    env = Env(device="cpu", device_name="test", torch="2", python="3", lmprof="0", os="l", cpu="c", threads=1)
+    run = Run(id=folder.name, mode="infer", created="2026-01-01T00:00:00Z", env=env, config={},
+              metrics={"e2e_latency": Metric.from_samples(e2e_ms, "ms", "measured"),
+                       "decode_tokens_per_s": Metric(value=decode_tps, unit="tokens/s", source="derived")})
+    run.save(folder)
+
+
+def test_inference_ranks_assemble_by_generation_time(tmp_path):
+    """`lmprof run --nproc 2 --infer`: ranks compared by their median generation time (hand figures)."""
+    from lmprof.pipeline.distributed import assemble
+
+    _infer_rank(tmp_path / "rank0", [100.0, 110.0, 120.0], 50.0)
+    _infer_rank(tmp_path / "rank1", [150.0, 160.0, 130.0], 40.0)
+    run = assemble(tmp_path, 2)
+    assert [r["e2e_latency_ms"] for r in run.tables["ranks"]] == [110.0, 150.0]
+    assert run.metrics["slowest_rank"].value == 1
+    assert run.metrics["straggler"].value == pytest.approx(100 * (150 - 110) / 110)
+    assert run.metrics["decode_tokens_per_s.global"].value == 90.0
+    assert "tokens_per_s.global" not in run.metrics
+
+
+def test_a_rank_without_its_time_is_a_clear_error(tmp_path):
+    from lmprof.errors import DataError
+    from lmprof.pipeline.distributed import assemble
+
+    _infer_rank(tmp_path / "rank0", [100.0], 50.0)
+    r1 = Run.load(tmp_path / "rank0")
+    r1.metrics.pop("e2e_latency")
+    r1.save(tmp_path / "rank1")
+    with pytest.raises(DataError, match="rank1.*no e2e_latency"):
+        assemble(tmp_path, 2)

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import torch
 
 from lmprof.config import TrainConfig
-from lmprof.errors import LmprofError
+from lmprof.errors import DataError, LmprofError
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.protocol import run_folder
 from lmprof.record.run import Metric, Run
@@ -126,29 +126,33 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     """Rank 0: merge every rank's record into ``run_dir/run.json`` with per-rank figures."""
     runs = [Run.load(run_dir / f"rank{r}") for r in range(world_size)]
     base = runs[0].model_copy(deep=True)
+    # what a rank's time is: a clean training step, or one whole generation (inference runs)
+    key, what = ("step_time", "step") if "step_time" in base.metrics else ("e2e_latency", "generation")
+    throughput = "tokens_per_s" if key == "step_time" else "decode_tokens_per_s"
     rows = []
     times: list[float] = []
     for r, run in enumerate(runs):
-        st = run.metrics["step_time"]
-        # a rank writes its run after timing its clean steps (steps >= 1), so the median exists
-        assert st.value is not None, f"rank {r} wrote no step time"
+        st = run.metrics.get(key)
+        if st is None or st.value is None:
+            raise DataError(f"{run_dir / f'rank{r}'}: the rank's run has no {key} figure; cannot compare ranks")
         times.append(st.value)
         allreduce = sum(b.time_ms for b in run.blocks if b.name == "allreduce")
-        rows.append({"rank": r, "step_time_ms": st.value, "p10_ms": st.p10, "p90_ms": st.p90,
-                     "allreduce_ms": allreduce, "tokens_per_s": run.value("tokens_per_s")})
+        rows.append({"rank": r, f"{key}_ms": st.value, "p10_ms": st.p10, "p90_ms": st.p90,
+                     "allreduce_ms": allreduce, throughput: run.value(throughput)})
     slowest = max(range(world_size), key=lambda r: times[r])
     fastest = min(times)
     base.tables["ranks"] = rows
     base.metrics["world_size"] = Metric(value=world_size, unit="count", source="measured")
     base.metrics["slowest_rank"] = Metric(value=slowest, unit="rank", source="measured",
-                                          note="rank with the highest median clean step time")
+                                          note=f"rank with the highest median clean {what} time")
     base.metrics["straggler"] = Metric(
         value=100.0 * (times[slowest] - fastest) / fastest if fastest else None, unit="%", source="derived",
-        note="slowest rank's median step vs the fastest rank's")
-    tps = [t for t in (run.value("tokens_per_s") for run in runs) if t is not None]
+        note=f"slowest rank's median {what} time vs the fastest rank's")
+    tps = [t for t in (run.value(throughput) for run in runs) if t is not None]
     if len(tps) == len(runs):  # every rank knows its tokens/s
-        base.metrics["tokens_per_s.global"] = Metric(value=sum(tps), unit="tokens/s", source="derived",
-                                                     note="sum over ranks of each rank's median tokens/s")
+        base.metrics[f"{throughput}.global"] = Metric(
+            value=sum(tps), unit="tokens/s", source="derived",
+            note=f"sum over ranks of each rank's median {throughput.replace('_', ' ').replace(' per s', '/s')}")
     base.files = {k: f"rank0/{v}" for k, v in base.files.items() if k not in ("blocks", "ops")}
     base.files["traces"] = "rank*/trace.json.gz"
     base.notes.append(f"distributed: {world_size} ranks; blocks and operators are rank 0's, per-rank figures in tables['ranks']")

@@ -15,7 +15,7 @@ HEADLINE = (
     "step_time", "tokens_per_s", "ttft", "tpot", "decode_tokens_per_s", "e2e_latency", "prefill_tokens_per_s",
     "mfu", "prefill.mfu", "decode.mfu", "decode.mbu", "flops.achieved", "peak.flops",
     "profiled_step_time", "profiled_e2e_latency", "profiler_overhead", "loss", "params",
-    "world_size", "slowest_rank", "straggler", "tokens_per_s.global",
+    "world_size", "slowest_rank", "straggler", "tokens_per_s.global", "decode_tokens_per_s.global",
     "memory.peak", "memory.estimated.peak", "memory.params", "memory.grads", "memory.optimizer",
     "memory.activations", "memory.kv_cache", "kv_cache",
     "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
