@@ -94,8 +94,18 @@ class CriticalPath:
     linked: bool  # False when device work could not be linked to launches (path stays on host)
 
 
+# Why a device event K started when it did (see :func:`_waits`); the walk follows it back.
+_CROSS, _LAUNCH, _STREAM, _UNKNOWN = 0, 1, 2, 3
+
+
 class _Index:
-    """Sorted views the walk needs, built once per trace."""
+    """Sorted views the walk needs, built once per trace.
+
+    Device events are numbered by their position in end-time order. What the walk reads per device
+    event is a plain Python list indexed by that position: the walk takes one step per kernel on
+    the path (10^5 of them in a large trace) and a list index costs a fraction of a numpy scalar
+    index or of a dict keyed by table row.
+    """
 
     def __init__(self, table: TraceTable, dev_rows: np.ndarray) -> None:
         ev = table.events
@@ -105,19 +115,26 @@ class _Index:
         self.tid = ev["tid"].to_numpy()
         self.pid = ev["pid"].to_numpy()
         dev_rows = dev_rows[self.dur[dev_rows] > 0]
-        self.types = dict(zip(dev_rows.tolist(), kinds.kernel_types(table, dev_rows).tolist()))
-        rt = kernel_launches(table).loc[dev_rows, "runtime"].to_numpy()
-        self.launch = dict(zip(dev_rows.tolist(), rt.tolist()))
-        # device events by end time: all streams, and per stream
+        # device events by end time, all streams together: position -> table row
         order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
-        self.dev_by_end = order.tolist()
-        self.dev_ends = self.end[order].tolist()
-        # one key per (device pid, stream); the tid stands in for a missing args.stream
+        self.rows = order
+        self.types = kinds.kernel_types(table, order)
+        self.type_names = [kinds.KERNEL_TYPE_NAMES[t] for t in self.types.tolist()]
+        self.launch = kernel_launches(table).loc[order, "runtime"].to_numpy()  # launching call row, -1
+        launched = self.launch >= 0
+        call = np.maximum(self.launch, 0)
+        start, end = self.ts[order], self.end[order]
+        self.start = start.tolist()
+        self.dev_ends = end.tolist()
+        # the launching call's start and end; +inf / -inf without one, so no comparison picks it
+        self.call_start = np.where(launched, self.ts[call], np.inf).tolist()
+        call_end = np.where(launched, self.end[call], -np.inf)
+        self.call_end = call_end.tolist()
+        # one stream per (device pid, stream); the tid stands in for a missing args.stream
         stream = ev["stream"].to_numpy()[order]
         lane = np.where(stream >= 0, stream, self.tid[order])
-        _, key = np.unique(np.stack([self.pid[order], lane]), axis=1, return_inverse=True)
-        key = key.ravel()
-        self.pred = self._predecessors(order, key)
+        wait, nxt, nxt_end = _waits(start, end, self.pid[order], lane, call_end, launched)
+        self.wait, self.next, self.next_end = wait.tolist(), nxt.tolist(), nxt_end.tolist()
         # blocking calls per host thread, by end time
         sync = np.flatnonzero(kinds.sync_mask(table))
         self.sync: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
@@ -133,43 +150,17 @@ class _Index:
         self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
         self.name_categories = ev["name"].cat.categories
 
-    def _predecessors(self, order: np.ndarray, key: np.ndarray) -> dict[int, tuple[int, float, int, float]]:
-        """For each device event K (``order``: by end time; ``key``: its stream): the event before it
-        on its stream (row, end; -1 and -inf when none) and the device event on any stream that
-        ended last before K started (row, end). "Before" allows 1e-6 us of rounding; K itself is
-        never its own predecessor. Vectorised once, so the walk only looks them up."""
-        if order.size == 0:
-            return {}
-        start = self.ts[order]
-        ends = self.end[order]
-        limit = start + 1e-6
-        # any stream: the last end <= K's start, skipping K itself (possible when dur rounds to 0)
-        j = np.searchsorted(ends, limit, side="right") - 1
-        j[(j >= 0) & (order[np.maximum(j, 0)] == order)] -= 1
-        cross_row = np.where(j >= 0, order[np.maximum(j, 0)], -1)
-        cross_end = np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf)
-        # same stream: the same search inside each stream's events (end order kept by a stable sort)
-        grouped = np.argsort(key, kind="stable")
-        g_key, g_end, g_row, g_lim = key[grouped], ends[grouped], order[grouped], limit[grouped]
-        first = np.searchsorted(g_key, g_key, side="left")  # each stream's first position
-        p = np.empty(grouped.size, dtype=np.int64)
-        bounds = np.flatnonzero(np.diff(g_key)) + 1
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), grouped.size]):
-            p[lo:hi] = lo + np.searchsorted(g_end[lo:hi], g_lim[lo:hi], side="right") - 1
-        p[(p >= first) & (g_row[np.maximum(p, 0)] == g_row)] -= 1
-        ok = p >= first
-        prev_row = np.full(order.size, -1, dtype=np.int64)
-        prev_end = np.full(order.size, -np.inf)
-        prev_row[grouped[ok]] = g_row[p[ok]]
-        prev_end[grouped[ok]] = g_end[p[ok]]
-        return dict(zip(order.tolist(), zip(prev_row.tolist(), prev_end.tolist(), cross_row.tolist(), cross_end.tolist())))
-
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
-        out = {}
-        keys = self.pid[rows] * (1 << 20) + self.tid[rows]  # grouping only
-        for k in np.unique(keys):
-            sel = rows[keys == k]
-            out[(int(self.pid[sel[0]]), int(self.tid[sel[0]]))] = union(self.ts[sel], self.end[sel])
+        """Union of the intervals of ``rows``, per (pid, tid): one sort, then one slice per thread."""
+        out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        if rows.size == 0:
+            return out
+        rows = rows[np.lexsort((self.tid[rows], self.pid[rows]))]
+        pid, tid = self.pid[rows], self.tid[rows]
+        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), rows.size]):
+            sel = rows[lo:hi]
+            out[(int(pid[lo]), int(tid[lo]))] = union(self.ts[sel], self.end[sel])
         return out
 
     @staticmethod
@@ -183,16 +174,76 @@ class _Index:
         return float((np.minimum(e[lo:hi], b) - np.maximum(s[lo:hi], a)).clip(min=0).sum())
 
 
+def _waits(
+    start: np.ndarray, end: np.ndarray, pid: np.ndarray, lane: np.ndarray, call_end: np.ndarray, launched: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What each device event K waited for, for all events at once (the walk only looks it up).
+
+    Inputs are per device event, sorted by ``end``: its stream is (``pid``, ``lane``); ``call_end``
+    is the end of its launching runtime call (-inf when ``launched`` is False). K started when both
+    its launch had happened and its stream was free. With ``prev`` the event before K on its stream
+    and ``cross`` the event on any stream that ended last before K started ("before" allows 1e-6 us
+    of rounding; K is never its own predecessor):
+
+    * ``_CROSS``: both prev and the launch finished more than ``_EPS`` before K started, and cross
+      ended later than both: K waited on another stream (an event record, e.g. NCCL for compute);
+    * ``_LAUNCH``: else, when the launch finished no earlier than prev;
+    * ``_STREAM``: else, when K has a prev: K queued behind it;
+    * ``_UNKNOWN``: nothing in the trace explains K's start.
+
+    Returns (kind, position of the event waited for (-1 for a launch or unknown), its end).
+    """
+    n = start.size
+    if n == 0:
+        return np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64), np.empty(0)
+    me = np.arange(n)
+    limit = start + 1e-6
+    # any stream: the last end <= K's start, skipping K itself (possible when dur rounds to 0)
+    cross = np.searchsorted(end, limit, side="right") - 1
+    cross[cross == me] -= 1
+    cross_end = np.where(cross >= 0, end[np.maximum(cross, 0)], -np.inf)
+    # same stream: the same search inside each stream's events (end order kept by a stable sort)
+    grouped = np.lexsort((lane, pid))
+    g_pid, g_lane, g_end, g_lim = pid[grouped], lane[grouped], end[grouped], limit[grouped]
+    cut = np.flatnonzero((g_pid[1:] != g_pid[:-1]) | (g_lane[1:] != g_lane[:-1])) + 1
+    lows, highs = [0, *cut.tolist()], [*cut.tolist(), n]
+    first = np.repeat(lows, np.diff([*lows, n]))  # each stream's first position
+    p = np.empty(n, dtype=np.int64)
+    for lo, hi in zip(lows, highs):
+        p[lo:hi] = lo + np.searchsorted(g_end[lo:hi], g_lim[lo:hi], side="right") - 1
+    p[(p >= first) & (grouped[np.maximum(p, 0)] == grouped)] -= 1
+    ok = p >= first
+    prev = np.full(n, -1, dtype=np.int64)
+    prev_end = np.full(n, -np.inf)
+    prev[grouped[ok]] = grouped[p[ok]]
+    prev_end[grouped[ok]] = g_end[p[ok]]
+    # the decision, in the order of the module docstring
+    ready = np.maximum(prev_end, call_end)
+    waits_cross = (ready < start - _EPS) & (cross >= 0) & (cross_end > ready)
+    waits_launch = ~waits_cross & launched & (call_end >= prev_end)
+    waits_stream = ~waits_cross & ~waits_launch & (prev >= 0)
+    kind = np.full(n, _UNKNOWN, dtype=np.int8)
+    kind[waits_cross], kind[waits_launch], kind[waits_stream] = _CROSS, _LAUNCH, _STREAM
+    nxt = np.where(waits_cross, cross, np.where(waits_stream, prev, -1))
+    nxt_end = np.where(waits_cross, cross_end, np.where(waits_stream, prev_end, -np.inf))
+    return kind, nxt, nxt_end
+
+
 def _walk(
     ix: _Index, t0: float, t1: float, thread: tuple[int, int], last_device: int
 ) -> tuple[dict[str, float], list[int], list[float]]:
+    """Walk back from ``t1`` to ``t0``: segment sums, and the device positions on the path with
+    their microseconds on it. ``last_device``: position of the step's last-ending device event."""
     seg = dict.fromkeys(SEGMENTS, 0.0)
     on_path: list[int] = []
     on_path_us: list[float] = []
     mode, t, where = "host", t1, thread
     kernel = -1
-    if last_device >= 0 and ix.end[last_device] >= t1:  # the step ends with its device work
+    if last_device >= 0 and ix.dev_ends[last_device] >= t1:  # the step ends with its device work
         mode, kernel = "device", last_device
+    # the lists the device steps read, as locals (the loop runs once per kernel on the path)
+    starts, call_start, call_end, type_names = ix.start, ix.call_start, ix.call_end, ix.type_names
+    waits, nexts, next_ends = ix.wait, ix.next, ix.next_end
 
     def host(a: float, b: float, th: tuple[int, int]) -> None:
         a = max(a, t0)
@@ -207,7 +258,7 @@ def _walk(
     for _ in range(1_000_000):
         if t <= t0:
             break
-        if mode == "device" and kernel >= 0 and ix.launch.get(kernel, -1) >= 0 and ix.ts[ix.launch[kernel]] < t0:
+        if mode == "device" and call_start[kernel] < t0:
             # the device was still busy with work an earlier step launched: the step waited for it
             seg["previous_step"] += t - t0
             break
@@ -224,38 +275,32 @@ def _walk(
             j = bisect.bisect_right(ix.dev_ends, ends[i]) - 1
             if j >= 0 and ix.dev_ends[j] > ix.ts[s] and ix.dev_ends[j] > t0:
                 seg["sync"] += ends[i] - max(ix.dev_ends[j], t0)
-                kernel, mode, t = ix.dev_by_end[j], "device", ix.dev_ends[j]
+                kernel, mode, t = j, "device", ix.dev_ends[j]
             else:
                 host(float(ix.ts[s]), ends[i], where)
                 t = float(ix.ts[s])
             continue
-        # device: kernel K ends at t
+        # device: event K (a position) ends at t
         k = kernel
-        start = float(ix.ts[k])
+        start = starts[k]
         a = max(start, t0)
-        seg[kinds.KERNEL_TYPE_NAMES[ix.types[k]]] += t - a
+        seg[type_names[k]] += t - a
         on_path.append(k)
         on_path_us.append(t - a)
         if start <= t0:
             break
-        prev, dev_ready, cross, cross_end = ix.pred[k]
-        c = ix.launch.get(k, -1)
-        host_ready = float(ix.end[c]) if c >= 0 else -np.inf
-        if max(dev_ready, host_ready) < start - _EPS:
-            if cross >= 0 and cross_end > max(dev_ready, host_ready):
-                seg["cross_stream"] += start - max(cross_end, t0)
-                kernel, t = cross, cross_end
-                continue
-        if c >= 0 and host_ready >= dev_ready:
-            c_start, c_end = float(ix.ts[c]), float(ix.end[c])
+        wait = waits[k]
+        if wait == _STREAM or wait == _CROSS:
+            t = next_ends[k]
+            seg["device_wait" if wait == _STREAM else "cross_stream"] += start - max(t, t0)
+            kernel = nexts[k]
+        elif wait == _LAUNCH:
+            c, c_start, c_end = int(ix.launch[k]), call_start[k], call_end[k]
             seg["launch_latency"] += max(start - max(c_end, t0), 0.0)
             where = (int(ix.pid[c]), int(ix.tid[c]))
             top = min(c_end, start)
             host(c_start, top, where)
             mode, t = "host", c_start
-        elif prev >= 0:
-            seg["device_wait"] += start - max(dev_ready, t0)
-            kernel, t = prev, dev_ready
         else:
             seg["unknown"] += start - t0
             break
@@ -276,30 +321,34 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     ev = table.events
     ix = _Index(table, dev_rows if dev_rows is not None else np.empty(0, dtype=np.int64))
     paths, on_path_all = [], []
-    # device work of each step: launched by a runtime call that started inside the step
-    dev = np.array(sorted(ix.launch), dtype=np.int64)
-    call = np.array([ix.launch[int(r)] for r in dev], dtype=np.int64)
-    dev, call = dev[call >= 0], call[call >= 0]
-    call_ts = ix.ts[call]
+    # device work of each step: launched by a runtime call that started inside the step. Sorted by
+    # that call's start, each step's work is one slice.
+    launched = np.flatnonzero(ix.launch >= 0)  # positions
+    by_call = launched[np.argsort(ix.ts[ix.launch[launched]], kind="stable")]
+    call_ts = ix.ts[ix.launch[by_call]]
+    pids, tids = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     for row, step, ts, dur in zip(steps["row"], steps["step"], steps["ts"], steps["dur"]):
-        thread = (int(ev["pid"].to_numpy()[row]), int(ev["tid"].to_numpy()[row]))
+        thread = (int(pids[row]), int(tids[row]))
         t0, host_end = float(ts), float(ts + max(dur, 0.0))
-        mine = dev[(call_ts >= t0) & (call_ts < host_end)]
-        last = int(mine[np.argmax(ix.end[mine])]) if mine.size else -1
-        t1 = max(host_end, float(ix.end[last])) if last >= 0 else host_end
+        mine = by_call[np.searchsorted(call_ts, t0, side="left") : np.searchsorted(call_ts, host_end, side="left")]
+        last = -1  # the position that ends last; of several, the first in table order
+        if mine.size:
+            mine_end = ix.end[ix.rows[mine]]
+            latest = mine[mine_end == mine_end.max()]
+            last = int(latest[np.argmin(ix.rows[latest])])
+        t1 = max(host_end, ix.dev_ends[last]) if last >= 0 else host_end
         seg, on_path, on_path_us = _walk(ix, t0, t1, thread, last)
-        comm = [
-            (k, float(ix.ts[k]), us)
-            for k, us in zip(on_path, on_path_us)
-            if ix.types[k] == kinds.COMMUNICATION and us > 0
-        ]
+        pos, us = np.asarray(on_path, dtype=np.int64), np.asarray(on_path_us, dtype=np.float64)
+        rows = ix.rows[pos]
+        is_comm = (ix.types[pos] == kinds.COMMUNICATION) & (us > 0)
+        comm = list(zip(rows[is_comm].tolist(), ix.ts[rows[is_comm]].tolist(), us[is_comm].tolist()))
         paths.append(StepPath(int(step), t1 - t0, seg, len(on_path), comm))
-        on_path_all += on_path
+        on_path_all.append(rows)
     total = sum(p.step_us for p in paths)
     sums = {k: sum(p.segments_us[k] for p in paths) for k in SEGMENTS}
     pct = {k: 100.0 * v / total if total > 0 else 0.0 for k, v in sums.items()}
     med = float(np.median([p.step_us for p in paths])) / 1e3
-    top_name, top_path = _top_kernel(ix, dev_rows, on_path_all)
+    top_name, top_path = _top_kernel(ix, dev_rows, np.concatenate([np.empty(0, dtype=np.int64), *on_path_all]))
 
     def what_if(change: str, removed_us: float) -> WhatIf:
         # the median step shrinks by the removed share of the summed step time
@@ -312,11 +361,11 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
         what_if("top kernel 2x faster", 0.5 * top_path),  # which kernel: CriticalPath.top_kernel
         what_if("data loader off the critical path", sums["data_loader"]),
     ]
-    linked = bool(dev_rows is not None and len(dev_rows) and any(v >= 0 for v in ix.launch.values()))
+    linked = bool(dev_rows is not None and len(dev_rows) and (ix.launch >= 0).any())
     return CriticalPath(paths, med, pct, top_name, ifs, linked)
 
 
-def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, on_path: list[int]) -> tuple[str | None, float]:
+def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, path: np.ndarray) -> tuple[str | None, float]:
     if dev_rows is None or len(dev_rows) == 0:
         return None, 0.0
     codes = ix.name_codes[dev_rows]
@@ -325,6 +374,5 @@ def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, on_path: list[int]) -> 
         return None, 0.0
     sums = np.bincount(codes[ok], weights=ix.dur[dev_rows][ok])
     top_code = int(np.argmax(sums))
-    path = np.asarray(on_path, dtype=np.int64)
     on = float(ix.dur[path][ix.name_codes[path] == top_code].sum()) if path.size else 0.0
     return str(ix.name_categories[top_code]), on
