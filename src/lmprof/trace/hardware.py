@@ -138,15 +138,24 @@ def _copies(table: TraceTable, rows: np.ndarray, dur: np.ndarray) -> list[CopyRo
     pos, found = _lookup(hw["row"].to_numpy(), rows)
     nbytes = np.full(len(rows), np.nan)
     nbytes[found] = hw["nbytes"].to_numpy()[pos[found]]
-    names = table.events["name"].to_numpy()[rows]
-    by: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        if not np.isnan(nbytes[i]):
-            by.setdefault(copy_kind(str(n)), []).append(i)
+    sized = np.flatnonzero(~np.isnan(nbytes))  # events without args.bytes are not counted
+    # copy names repeat (a handful of kinds over thousands of copies): classify each name once
+    names = table.events["name"].cat
+    codes, code_of = np.unique(names.codes.to_numpy()[rows[sized]], return_inverse=True)
+    kind_ids: dict[str, int] = {}
+    kind_of_code = [
+        kind_ids.setdefault(copy_kind(str(names.categories[c]) if c >= 0 else "nan"), len(kind_ids))
+        for c in codes.tolist()
+    ]
+    kind = np.asarray(kind_of_code, dtype=np.int64)[code_of.ravel()]
+    by_id = {k: n for n, k in kind_ids.items()}
+    # rows listed by kind in order of first appearance: the order that equal times keep below
+    _, first = np.unique(kind, return_index=True)
     out = []
-    for kind, idx in by.items():
+    for k in kind[np.sort(first)].tolist():
+        idx = sized[kind == k]
         b = int(nbytes[idx].sum())
         t = float(dur[rows[idx]].sum())
-        out.append(CopyRow(kind, len(idx), b, t, b / t / 1e3 if t > 0 else None))
+        out.append(CopyRow(by_id[k], len(idx), b, t, b / t / 1e3 if t > 0 else None))
     out.sort(key=lambda c: -c.time_us)
     return out
