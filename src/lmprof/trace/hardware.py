@@ -79,7 +79,7 @@ def hardware_use(table: TraceTable, rows: np.ndarray) -> HardwareUse:
     """Resource use over the device ``rows`` (the window)."""
     ev = table.events
     dur = np.maximum(ev["dur"].to_numpy(), 0.0)
-    is_kernel = kinds.cat_mask(table, lambda c: c == "kernel")[rows]
+    is_kernel = kinds.kernel_mask(table)[rows]
     k_rows = rows[is_kernel]
     hw = table.hw
     pos, found = _lookup(hw["row"].to_numpy(), k_rows)

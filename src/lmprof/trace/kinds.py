@@ -85,35 +85,55 @@ def _category_mask(col: pd.Series, pred: Callable[[str], bool]) -> np.ndarray:
     return np.concatenate([hits, [False]])[codes]
 
 
+def _cached_array(table: TraceTable, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """The array ``make`` builds, kept in ``table.cache``: several analyses ask for the same masks
+    of the same table. Read-only, so no caller can change what the others see."""
+    arr = table.cache.get(key)
+    if arr is None:
+        arr = make()
+        arr.setflags(write=False)
+        table.cache[key] = arr
+    return arr
+
+
 def device_mask(table: TraceTable) -> np.ndarray:
     """Kernels, memcpys and memsets: the events that occupy the device timeline."""
-    return cat_mask(table, DEVICE_CATS.__contains__)
+    return _cached_array(table, "device_mask", lambda: cat_mask(table, DEVICE_CATS.__contains__))
+
+
+def kernel_mask(table: TraceTable) -> np.ndarray:
+    """Kernels (category ``kernel``): device events that are neither memcpy nor memset."""
+    return _cached_array(table, "kernel_mask", lambda: cat_mask(table, lambda c: c == "kernel"))
 
 
 def runtime_mask(table: TraceTable) -> np.ndarray:
     """CUDA / HIP runtime and driver calls."""
-    return cat_mask(table, is_runtime_cat)
+    return _cached_array(table, "runtime_mask", lambda: cat_mask(table, is_runtime_cat))
 
 
 def op_mask(table: TraceTable) -> np.ndarray:
     """CPU operators (cpu_op)."""
-    return cat_mask(table, OP_CATS.__contains__)
+    return _cached_array(table, "op_mask", lambda: cat_mask(table, OP_CATS.__contains__))
 
 
 def annotation_mask(table: TraceTable) -> np.ndarray:
     """Host-side ``record_function`` ranges (user_annotation), ProfilerStep#N included."""
-    return cat_mask(table, ANNOTATION_CATS.__contains__)
+    return _cached_array(table, "annotation_mask", lambda: cat_mask(table, ANNOTATION_CATS.__contains__))
 
 
 def host_mask(table: TraceTable) -> np.ndarray:
     """Events of host threads: everything but device work, GPU-track markers and unsupported device work."""
     other_device = unsupported_device_events(table)
-    return cat_mask(
+    return _cached_array(
         table,
-        lambda c: c not in DEVICE_CATS
-        and c not in GPU_TRACK_CATS
-        and not c.startswith("gpu_")
-        and c not in other_device,
+        "host_mask",
+        lambda: cat_mask(
+            table,
+            lambda c: c not in DEVICE_CATS
+            and c not in GPU_TRACK_CATS
+            and not c.startswith("gpu_")
+            and c not in other_device,
+        ),
     )
 
 
@@ -164,16 +184,19 @@ def _known_cat(c: str) -> bool:
 def kernel_types(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Kernel type (COMPUTE / COMMUNICATION / MEMORY) of the given device rows, as int8."""
     names = table.events["name"].cat
-    by_name = np.fromiter(
-        (kernel_type_of(str(n), "") for n in names.categories), dtype=np.int8, count=len(names.categories)
-    )
-    by_name = np.concatenate([by_name, np.array([COMPUTE], dtype=np.int8)])  # code -1: no name
-    out = by_name[names.codes.to_numpy()[rows]]
-    memory_cat = cat_mask(table, MEMORY_CATS.__contains__)[rows]
+
+    def by_name() -> np.ndarray:  # one type per distinct name (HTA's rule on the name alone)
+        types = np.fromiter(
+            (kernel_type_of(str(n), "") for n in names.categories), dtype=np.int8, count=len(names.categories)
+        )
+        return np.concatenate([types, np.array([COMPUTE], dtype=np.int8)])  # code -1: no name
+
+    out = _cached_array(table, "kernel_type_by_name", by_name)[names.codes.to_numpy()[rows]]
+    memory_cat = _cached_array(table, "memory_cat_mask", lambda: cat_mask(table, MEMORY_CATS.__contains__))[rows]
     out[(out == COMPUTE) & memory_cat] = MEMORY
     return out
 
 
 def sync_mask(table: TraceTable) -> np.ndarray:
     """Runtime calls that block the host on the device (see :func:`is_sync_call`)."""
-    return runtime_mask(table) & name_mask(table, is_sync_call)
+    return _cached_array(table, "sync_mask", lambda: runtime_mask(table) & name_mask(table, is_sync_call))

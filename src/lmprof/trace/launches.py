@@ -133,7 +133,7 @@ def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
     """Launch delay and "kernels shorter than their launch" over the kernel rows in ``device_rows``."""
     ev = table.events
     links = kernel_launches(table)
-    is_kernel = kinds.cat_mask(table, lambda c: c == "kernel")
+    is_kernel = kinds.kernel_mask(table)
     rows = device_rows[is_kernel[device_rows]]
     sub = links.loc[rows]
     rt = sub["runtime"].to_numpy()
