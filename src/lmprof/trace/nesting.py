@@ -9,6 +9,7 @@ analyses need it and it is the one step that walks events in Python.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from lmprof.trace.kinds import host_mask
 from lmprof.trace.load import TraceTable
@@ -42,7 +43,7 @@ def _parents(table: TraceTable) -> np.ndarray:
     tid = ev["tid"].to_numpy()[rows]
     ts = ev["ts"].to_numpy()[rows]
     neg_dur = -np.maximum(ev["dur"].to_numpy()[rows], 0.0)
-    order = np.lexsort((neg_dur, ts, tid, pid))
+    order = thread_order(pid, tid, ts, neg_dur)
     rows, ts = rows[order], ts[order]
     end = ts - neg_dur[order]
     del neg_dur
@@ -57,6 +58,32 @@ def _parents(table: TraceTable) -> np.ndarray:
     del new_thread
     out[rows] = _jump_parents(ts, end, thread, rows)
     return out
+
+
+def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.ndarray) -> np.ndarray:
+    """The permutation ``np.lexsort((neg_dur, ts, tid, pid))``: by thread, then start, then longest
+    first, then index; at a fraction of its cost.
+
+    lexsort sorts the whole array once per key, the first pass by the least significant key, which
+    is in no order; here the one full sort is by ``ts``, which traces mostly hold in order already
+    (a stable sort of sorted data is one pass). Only the events that share a start are then sorted
+    by duration, and the thread, numbered (pid, tid) in sorted order, is a small integer key.
+    """
+    order = np.argsort(ts, kind="stable")
+    t = ts[order]
+    same = np.flatnonzero(t[1:] == t[:-1])  # i and i + 1 start together
+    if same.size:
+        tied = np.zeros(len(t), dtype=bool)
+        tied[same] = tied[same + 1] = True
+        sub = np.flatnonzero(tied)
+        group = np.cumsum(np.concatenate([[True], t[1:] != t[:-1]]))[sub]
+        order[sub] = order[sub][np.lexsort((neg_dur[order[sub]], group))]
+    pid_code = pd.factorize(pid, sort=True)[0].astype(np.int64)
+    tid_code = pd.factorize(tid, sort=True)[0].astype(np.int64)
+    thread = pid_code * (int(tid_code.max(initial=0)) + 1) + tid_code
+    if thread.size and thread.max() < 2**16:
+        thread = thread.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
+    return order[np.argsort(thread[order], kind="stable")]
 
 
 def _jump_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: np.ndarray) -> np.ndarray:
