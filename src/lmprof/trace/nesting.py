@@ -128,15 +128,19 @@ def enclosing(table: TraceTable, rows: np.ndarray, where: np.ndarray) -> np.ndar
     ``autograd::engine::evaluate_function:`` operators). Returns -1 where there is none. Rows that
     are not host events (kernels) have no enclosing events: pass their runtime call instead.
     """
-    anc = _nearest_matching_ancestor(table, where)
     rows = np.asarray(rows, dtype=np.int64)
     out = np.full(len(rows), -1, dtype=np.int64)
-    ok = rows >= 0
-    par = parents(table)[rows[ok]]
-    has = par >= 0
-    res = np.full(len(par), -1, dtype=np.int64)
-    res[has] = anc[par[has]]
-    out[ok] = res
+    par = parents(table)
+    # climb from each row's parent until an event matches; only the asked rows' ancestors are
+    # visited, one vectorised step per nesting level (nesting is shallow)
+    at = np.flatnonzero(rows >= 0)
+    hop = par[rows[at]]
+    while at.size:
+        live = hop >= 0
+        at, hop = at[live], hop[live]
+        hit = where[hop]
+        out[at[hit]] = hop[hit]
+        at, hop = at[~hit], par[hop[~hit]]
     return out
 
 
