@@ -94,10 +94,13 @@ def operator_breakdown(table: TraceTable, top: int = 10) -> OperatorBreakdown:
     dur = np.maximum(ev["dur"].to_numpy()[rows], 0.0)
     codes = ev["name"].cat.codes.to_numpy()[rows].astype(np.int64)
     names = ev["name"].cat.categories
-    uniq, inv = np.unique(codes, return_inverse=True)
-    self_sum = np.bincount(inv, weights=selfs, minlength=len(uniq))
-    dur_sum = np.bincount(inv, weights=dur, minlength=len(uniq))
-    counts = np.bincount(inv, minlength=len(uniq))
+    # one bin per name code (code -1, no name, in bin 0); bins of names with no operator are dropped,
+    # leaving the distinct codes in increasing order, as np.unique would, without its sort
+    counts = np.bincount(codes + 1, minlength=len(names) + 1)
+    seen = np.flatnonzero(counts)
+    uniq, counts = seen - 1, counts[seen]
+    self_sum = np.bincount(codes + 1, weights=selfs, minlength=len(names) + 1)[seen]
+    dur_sum = np.bincount(codes + 1, weights=dur, minlength=len(names) + 1)[seen]
     total_self = float(selfs.sum())
     out = []
     for i in np.argsort(-self_sum, kind="stable")[:top]:
