@@ -2,6 +2,8 @@
 hand-worked cases, and numpy's own lexsort for the host-event order."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,36 @@ def test_masks_are_built_once_and_read_only(tmp_path):
         with pytest.raises(ValueError):
             m[0] = not m[0]
     assert kinds.kernel_mask(t).tolist() == [False, True] and kinds.runtime_mask(t).tolist() == [True, False]
+
+
+def test_long_chain_of_queued_kernels_adds_up_in_walk_order(tmp_path):
+    # 40 kernels queued on one stream (more than critical._SHORT_RUN, so the chain is summed by numpy),
+    # all launched early in the step. Times near 0 and uneven, so that the order of the additions
+    # shows in the last bits (with epoch-sized timestamps every difference is exact).
+    rng = random.Random(8)
+    tr = Trace()
+    tr.step(1, 0, 5)
+    cur = 10.0
+    for i in range(40):
+        dur = rng.uniform(0.1, 3)
+        tr.kernel(f"k{i % 3}", cur, dur, launch=(0.1 * i, 0.05))
+        cur += dur + rng.uniform(0.05, 0.9)  # under _EPS: each kernel waits for the one before
+    for e in tr.events:
+        e["ts"] -= T0
+    t = load_trace(tr.write(tmp_path))
+    cp = analyze_table(t).critical_path
+    seg = cp.steps[0].segments_us
+    ev = t.events
+    k = ev[ev["cat"] == "kernel"].sort_values("ts")
+    start, end = k["ts"].to_numpy().tolist(), (k["ts"] + k["dur"]).to_numpy().tolist()
+    # the walk's own definition, step by step from the last kernel back: kernel time, then the gap
+    busy = wait = 0.0
+    for i in range(39, -1, -1):
+        busy += end[i] - start[i]
+        if i:
+            wait += start[i] - end[i - 1]
+    assert busy != float(np.sum(np.subtract(end, start)[::-1]))  # pairwise summation would differ here
+    assert seg["computation"] == busy and seg["device_wait"] == wait  # to the last bit
+    assert seg["launch_latency"] == pytest.approx(10 - 0.05) and seg["launch_call"] == pytest.approx(0.05)
+    assert cp.steps[0].kernels_on_path == 40 and cp.steps[0].step_us == pytest.approx(end[-1])
+    assert sum(seg.values()) == pytest.approx(cp.steps[0].step_us)

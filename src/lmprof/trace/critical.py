@@ -54,6 +54,8 @@ SEGMENTS = (
 )  # fmt: skip
 _EPS = 1.0  # us: a predecessor that finished this close before K started is taken as K's cause
 _MAX_STEPS_WALKED = 200
+_MAX_WALK = 1_000_000  # steps of one walk; a bound that only a corrupt trace (a cycle) could reach
+_SHORT_RUN = 32  # runs shorter than this are added up in Python (numpy's fixed cost is larger)
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,18 @@ class _Index:
         lane = np.where(stream >= 0, stream, self.tid[order])
         wait, nxt, nxt_end = _waits(start, end, self.pid[order], lane, call_end, launched)
         self.wait, self.next, self.next_end = wait.tolist(), nxt.tolist(), nxt_end.tolist()
+        # Runs: an event that waited for a device event (stream or cross-stream) adds its own time
+        # (end - start) and the gap before it (start - that event's end) to the path, then the walk
+        # moves on, with nothing depending on the step, as long as the step's start t0 is before
+        # all of: K's start, the end of the event it waited for, K's launch (t0 <= launch start:
+        # the next float above it). ``run_until[k]`` is that bound (-inf for other waits): the walk
+        # follows such chains in a tight loop and adds them up at once (:func:`_add_run`).
+        chained = (wait == _STREAM) | (wait == _CROSS)
+        launch_after = np.nextafter(np.where(launched, self.ts[call], np.inf), np.inf)
+        self.run_until = np.where(chained, np.minimum(np.minimum(start, nxt_end), launch_after), -np.inf).tolist()
+        self.busy_us = end - start
+        self.gap_us = np.where(chained, start - nxt_end, 0.0)
+        self.wait_codes = wait
         # blocking calls per host thread, by end time
         sync = np.flatnonzero(kinds.sync_mask(table))
         self.sync: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
@@ -243,7 +257,7 @@ def _walk(
         mode, kernel = "device", last_device
     # the lists the device steps read, as locals (the loop runs once per kernel on the path)
     starts, call_start, call_end, type_names = ix.start, ix.call_start, ix.call_end, ix.type_names
-    waits, nexts, next_ends = ix.wait, ix.next, ix.next_end
+    waits, nexts, next_ends, run_until = ix.wait, ix.next, ix.next_end, ix.run_until
 
     def host(a: float, b: float, th: tuple[int, int]) -> None:
         a = max(a, t0)
@@ -255,7 +269,9 @@ def _walk(
         seg["data_loader"] += max(loader, 0.0)
         seg["cpu"] += max(b - a - call - max(loader, 0.0), 0.0)
 
-    for _ in range(1_000_000):
+    left = _MAX_WALK
+    while left > 0:
+        left -= 1
         if t <= t0:
             break
         if mode == "device" and call_start[kernel] < t0:
@@ -282,6 +298,16 @@ def _walk(
             continue
         # device: event K (a position) ends at t
         k = kernel
+        if run_until[k] > t0:  # a chain of device waits inside the step (see _Index): follow it
+            run = [k]
+            k = nexts[k]
+            while run_until[k] > t0 and left > 0:
+                left -= 1
+                run.append(k)
+                k = nexts[k]
+            _add_run(ix, run, seg, on_path, on_path_us)
+            kernel, t = k, ix.dev_ends[k]
+            continue
         start = starts[k]
         a = max(start, t0)
         seg[type_names[k]] += t - a
@@ -305,6 +331,28 @@ def _walk(
             seg["unknown"] += start - t0
             break
     return seg, on_path, on_path_us
+
+
+def _add_run(
+    ix: _Index, run: list[int], seg: dict[str, float], on_path: list[int], on_path_us: list[float]
+) -> None:
+    """Add a run of device waits to the path, in the walk's order: each segment is a sum in that
+    order (as step-by-step adding gives, to the last bit), by a cumulative sum for long runs."""
+    pos = np.asarray(run, dtype=np.int64)
+    busy, gap = ix.busy_us[pos], ix.gap_us[pos]
+    on_path += run
+    on_path_us += busy.tolist()
+    if len(run) < _SHORT_RUN:
+        for k, b, g in zip(run, busy.tolist(), gap.tolist()):
+            seg[ix.type_names[k]] += b
+            seg["device_wait" if ix.wait[k] == _STREAM else "cross_stream"] += g
+        return
+    types, waits = ix.types[pos], ix.wait_codes[pos]
+    parts = [(busy[types == code], name) for code, name in enumerate(kinds.KERNEL_TYPE_NAMES)]
+    parts += [(gap[waits == _STREAM], "device_wait"), (gap[waits == _CROSS], "cross_stream")]
+    for values, name in parts:
+        if values.size:  # np.cumsum adds in order (np.sum adds pairwise: other last bits)
+            seg[name] = float(np.cumsum(np.concatenate(([seg[name]], values)))[-1])
 
 
 def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPath | None:
