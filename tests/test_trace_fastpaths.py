@@ -11,7 +11,7 @@ from lmprof.trace import kinds
 from lmprof.trace.analyze import analyze_table
 from lmprof.trace.critical import _CROSS, _LAUNCH, _STREAM, _UNKNOWN, _waits
 from lmprof.trace.load import load_trace
-from lmprof.trace.nesting import thread_order
+from lmprof.trace.nesting import _END_SLACK_US, _jump_parents, thread_order
 from test_trace_synthetic import T0, Trace
 
 INF = np.inf
@@ -151,3 +151,26 @@ def test_long_chain_of_queued_kernels_adds_up_in_walk_order(tmp_path):
     assert seg["launch_latency"] == pytest.approx(10 - 0.05) and seg["launch_call"] == pytest.approx(0.05)
     assert cp.steps[0].kernels_on_path == 40 and cp.steps[0].step_us == pytest.approx(end[-1])
     assert sum(seg.values()) == pytest.approx(cp.steps[0].step_us)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_jump_parents_is_the_nearest_open_enclosing_event(seed):
+    # the definition, event by event: the nearest earlier event of the same thread that is open when
+    # the event starts and does not end before it (partial overlaps, ties and zero lengths included)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 80))
+    thread = rng.integers(0, 3, n)
+    start = np.round(rng.uniform(0, 50, n))
+    dur = np.round(rng.uniform(0, 20, n)) * (rng.random(n) < 0.9)
+    o = np.lexsort((-dur, start, thread))
+    start, end, thread = start[o], start[o] + dur[o], thread[o]
+    want = np.full(n, -1)
+    for i in range(n):
+        for c in range(i - 1, -1, -1):
+            if thread[c] != thread[i]:
+                break
+            if end[c] > start[i] and end[c] + _END_SLACK_US >= end[i]:
+                want[i] = c
+                break
+    rows = np.arange(100, 100 + n)  # positions come back as these rows
+    assert _jump_parents(start, end, thread, rows).tolist() == np.where(want >= 0, rows[want], -1).tolist()

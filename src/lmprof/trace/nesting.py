@@ -98,24 +98,31 @@ def _jump_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: 
     """
     n = len(start)
     idx = np.int32 if n < 2**31 - 1 else np.int64
+    # each event's thread starts at position ``first``: a candidate before it is another thread's
+    first = np.zeros(n, dtype=idx)
+    begins = np.flatnonzero(thread[1:] != thread[:-1]) + 1
+    first[begins] = begins
+    np.maximum.accumulate(first, out=first)
     cand = np.arange(-1, n - 1, dtype=idx)
     parent = np.full(n, -2, dtype=idx)  # -2: not yet known
-    todo = np.arange(n, dtype=idx)
+    # the unresolved events with their candidate, thread start, start and end, kept side by side
+    # and shrunk each round (gathering them from the full arrays every round costs more)
+    todo, c, lo, s, e = np.arange(n, dtype=idx), cand.copy(), first, start, end
+    del first
     while todo.size:
-        c = cand[todo]
-        safe = np.maximum(c, 0)
-        root = c < 0
-        root |= thread[safe] != thread[todo]
-        found = end[safe] > start[todo]
-        found &= end[safe] + _END_SLACK_US >= end[todo]
+        root = c < lo
+        ec = end[np.where(root, 0, c)]
+        found = ec > s
+        found &= ec + _END_SLACK_US >= e
         found &= ~root
         parent[todo[root]] = -1
         parent[todo[found]] = c[found]
         more = ~(root | found)
-        del root, found, safe
-        todo, c = todo[more], c[more]
-        known = parent[c] >= -1
-        cand[todo] = np.where(known, parent[c], cand[c])
+        del root, found, ec
+        todo, c, lo, s, e = todo[more], c[more], lo[more], s[more], e[more]
+        pc = parent[c]
+        c = np.where(pc >= -1, pc, cand[c])
+        cand[todo] = c
     del cand, todo
     # sorted positions -> table rows
     return np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
