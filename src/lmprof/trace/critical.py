@@ -44,7 +44,7 @@ import numpy as np
 
 from lmprof.trace import kinds
 from lmprof.trace.intervals import union
-from lmprof.trace.launches import kernel_launches
+from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps
 
@@ -122,7 +122,7 @@ class _Index:
         self.rows = order
         self.types = kinds.kernel_types(table, order)
         self.type_names = [kinds.KERNEL_TYPE_NAMES[t] for t in self.types.tolist()]
-        self.launch = kernel_launches(table).loc[order, "runtime"].to_numpy()  # launching call row, -1
+        self.launch = launch_columns(table, order, ["runtime"])["runtime"]  # launching call row, -1
         launched = self.launch >= 0
         call = np.maximum(self.launch, 0)
         start, end = self.ts[order], self.end[order]

@@ -19,7 +19,7 @@ import numpy as np
 
 from lmprof.trace import kinds
 from lmprof.trace.intervals import Sweep, sweep, union
-from lmprof.trace.launches import kernel_launches
+from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps
 
@@ -66,7 +66,7 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     keep = np.ones(len(dev), dtype=bool)
     rule = "all device events"
     if steps["step"].nunique() >= 2:
-        rt = kernel_launches(table).loc[dev, "runtime"].to_numpy()
+        rt = launch_columns(table, dev, ["runtime"])["runtime"]
         launch = np.where(rt >= 0, ts[np.maximum(rt, 0)], np.inf)
         if include_last_step:
             cutoff = float((steps["ts"] + steps["dur"]).max())
@@ -210,7 +210,7 @@ def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
 
     # the device event that ends each gap; among simultaneous starts the one launched earliest
     rows = sel.rows[dur_all[sel.rows] > 0]
-    rt = kernel_launches(table).loc[rows, "runtime"].to_numpy()
+    rt = launch_columns(table, rows, ["runtime"])["runtime"]
     launch_end = np.where(rt >= 0, ts_all[np.maximum(rt, 0)] + dur_all[np.maximum(rt, 0)], np.inf)
     start = ts_all[rows]
     order = np.lexsort((launch_end, start))
