@@ -10,6 +10,7 @@ import pytest
 from lmprof.trace import kinds
 from lmprof.trace.analyze import analyze_table
 from lmprof.trace.critical import _CROSS, _LAUNCH, _STREAM, _UNKNOWN, _waits
+from lmprof.trace.launches import kernel_launches, launch_columns
 from lmprof.trace.load import load_trace
 from lmprof.trace.nesting import _END_SLACK_US, _jump_parents, thread_order
 from test_trace_synthetic import T0, Trace
@@ -174,3 +175,20 @@ def test_jump_parents_is_the_nearest_open_enclosing_event(seed):
                 break
     rows = np.arange(100, 100 + n)  # positions come back as these rows
     assert _jump_parents(start, end, thread, rows).tolist() == np.where(want >= 0, rows[want], -1).tolist()
+
+
+def test_launch_columns_are_the_frame_rows(tmp_path):
+    tr = Trace()
+    tr.kernel("a", 10, 5, launch=(0, 3))
+    tr.kernel("b", 20, 5)  # no launching call in the trace
+    tr.kernel("c", 30, 5, launch=(12, 4))
+    t = load_trace(tr.write(tmp_path))
+    links = kernel_launches(t)
+    rows = links.index.to_numpy()[[2, 0, 1, 2]]  # c, a, b, c: any order, repeats allowed
+    got = launch_columns(t, rows, ["runtime", "launch_delay_us"])
+    assert got["runtime"].tolist() == links.loc[rows, "runtime"].tolist()
+    np.testing.assert_array_equal(got["launch_delay_us"], links.loc[rows, "launch_delay_us"].to_numpy())
+    assert np.isnan(got["launch_delay_us"][2]) and got["launch_delay_us"][1] == 10  # b unlinked; a: 10 - 0
+    assert launch_columns(t, rows[:0], ["runtime"])["runtime"].size == 0
+    with pytest.raises(KeyError):
+        launch_columns(t, np.array([rows[0], int(links["runtime"].max())]), ["runtime"])  # a runtime call row
