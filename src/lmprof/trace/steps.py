@@ -15,15 +15,23 @@ def profiler_steps(table: TraceTable) -> pd.DataFrame:
 
     GPU-track copies (``gpu_user_annotation``, which ROCm traces also carry) are not steps.
     """
-    host = kinds.cat_mask(table, lambda c: c in kinds.ANNOTATION_CATS or c in kinds.OP_CATS)
-    named = kinds.name_mask(table, lambda n: kinds.step_number(n) is not None)
-    rows = np.flatnonzero(host & named)
+    rows, numbers = table.cache.get("profiler_steps", (None, None))
+    if rows is None:  # the window, step figures and critical path all ask: find them once per table
+        host = kinds.cat_mask(table, lambda c: c in kinds.ANNOTATION_CATS or c in kinds.OP_CATS)
+        named = kinds.name_mask(table, lambda n: kinds.step_number(n) is not None)
+        rows = np.flatnonzero(host & named)
+        names = table.events["name"].cat  # every row here has a name (code >= 0)
+        step_of = {c: kinds.step_number(str(names.categories[c])) for c in np.unique(names.codes.to_numpy()[rows]).tolist()}
+        numbers = np.array([step_of[c] for c in names.codes.to_numpy()[rows].tolist()], dtype=np.int64)
+        rows.setflags(write=False)
+        numbers.setflags(write=False)
+        table.cache["profiler_steps"] = (rows, numbers)
     ev = table.events
-    names = ev["name"].to_numpy()[rows]
+    # a new frame each call (callers may change it), over the cached read-only rows
     return pd.DataFrame(
         {
-            "row": rows,
-            "step": np.array([kinds.step_number(str(n)) for n in names], dtype=np.int64),
+            "row": rows.copy(),
+            "step": numbers.copy(),
             "ts": ev["ts"].to_numpy()[rows],
             "dur": ev["dur"].to_numpy()[rows],
         }
