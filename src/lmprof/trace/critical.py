@@ -41,6 +41,7 @@ import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from lmprof.trace import kinds
 from lmprof.trace.intervals import union
@@ -121,7 +122,7 @@ class _Index:
         order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
         self.rows = order
         self.types = kinds.kernel_types(table, order)
-        self.type_names = [kinds.KERNEL_TYPE_NAMES[t] for t in self.types.tolist()]
+        self.type_names = np.array(kinds.KERNEL_TYPE_NAMES, dtype=object)[self.types].tolist()
         self.launch = launch_columns(table, order, ["runtime"])["runtime"]  # launching call row, -1
         launched = self.launch >= 0
         call = np.maximum(self.launch, 0)
@@ -169,7 +170,10 @@ class _Index:
         out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         if rows.size == 0:
             return out
-        rows = rows[np.lexsort((self.tid[rows], self.pid[rows]))]
+        # threads numbered by pd.factorize (hashing), then one stable sort of those small numbers
+        pid_code = pd.factorize(self.pid[rows])[0].astype(np.int64)
+        thread = pid_code * (1 << 32) + pd.factorize(self.tid[rows])[0]
+        rows = rows[np.argsort(thread, kind="stable")]
         pid, tid = self.pid[rows], self.tid[rows]
         cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
         for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), rows.size]):
