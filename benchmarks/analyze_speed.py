@@ -126,6 +126,8 @@ def measure(path: Path, workers: int | None = None) -> dict:
         "worker_peak_rss_mib": round(k1.ru_maxrss / 1024, 1),
         "peak_extra_load_mib": round((peak_load - base) / 1024, 1),
         "peak_extra_total_mib": round((peak_all - base) / 1024, 1),
+        "peak_rss_mib": round(peak_all / 1024, 1),  # the whole process, imports (torch-free) included
+        "rss_before_load_mib": round(base / 1024, 1),
         "table_mib": round(table_mib, 1),
         "idle_pct": result.traces[0].device.temporal.idle_pct if result.traces[0].device else None,
     }
@@ -171,7 +173,8 @@ def main() -> None:
             print(f"[{label}] {r['reader']}, {r['workers']} decoding worker(s); {len(runs)} runs, median (min-max):")
             for key, unit in (("load_s", "s"), ("analysis_s", "s"), ("total_s", "s"), ("cpu_s", "s"),
                               ("workers_cpu_s", "s"), ("peak_extra_load_mib", "MiB"), ("peak_extra_total_mib", "MiB"),
-                              ("worker_peak_rss_mib", "MiB")):
+                              ("worker_peak_rss_mib", "MiB"), ("peak_rss_mib", "MiB"),
+                              ("rss_before_load_mib", "MiB")):
                 vals = sorted(x[key] for x in runs)
                 print(f"  {key:<22} {statistics.median(vals):8.2f} {unit:<3} ({vals[0]:.2f}-{vals[-1]:.2f})")
             print(f"  table {r['table_mib']:.0f} MiB | {r['events']:,} X events, {r['flows']:,} flow events")

@@ -15,7 +15,7 @@ import pandas as pd
 from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
 
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
-_BLOCK = 1 << 20  # rows in later blocks: 8 MiB for int64, large enough for malloc to mmap them
+_BLOCK = 1 << 20  # at most this many rows per block (8 MiB for int64); blocks double up to it
 
 
 class _Column:
@@ -38,7 +38,10 @@ class _Column:
         i, n = 0, len(arr)
         while i < n:
             if not self.blocks or self.fill == len(self.blocks[-1]):
-                self.blocks.append(np.empty(_BLOCK if self.blocks else _FIRST_BLOCK, dtype=self.dtype))
+                # doubling: a column never holds more than about a third of its size unused (a fixed
+                # 1 M-row second block left a 440 k-row flow table 60% empty)
+                size = min(max(_FIRST_BLOCK, self.rows), _BLOCK)
+                self.blocks.append(np.empty(size, dtype=self.dtype))
                 self.fill = 0
             block = self.blocks[-1]
             k = min(n - i, len(block) - self.fill)
@@ -99,7 +102,7 @@ class Merger:
         self.comm_raw: list[int] = []  # raw (pre-sort) index of events with collective parameters
         self.comm_values: list[tuple[Any, ...]] = []
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
-        self.hw_cols: dict[str, list[Any]] = {f: [] for f in HW_FIELDS}
+        self.hw_cols: dict[str, list[np.ndarray]] = {f: [] for f in HW_FIELDS}  # per chunk
         self.memory: list[tuple[Any, ...]] = []
         self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
         self.hw: pd.DataFrame = empty_hw()
@@ -121,7 +124,7 @@ class Merger:
             if ch.hw_rows.size:
                 self.hw_raw.append(base + ch.hw_rows)
                 for f in HW_FIELDS:
-                    self.hw_cols[f] += ch.hw_cols[f]
+                    self.hw_cols[f].append(ch.hw_cols[f])
         if ch.fl:
             self._append(self.fl, ch.fl, {"ph": self._remap(self.phs, ch.phs), "cat": cats}, ch.fl_coded)
         self.memory += ch.memory
@@ -186,20 +189,17 @@ def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarr
     return pd.DataFrame(cols)
 
 
-def hw_frame(rows: np.ndarray, values: dict[str, list[Any]], keep: np.ndarray) -> pd.DataFrame:
-    """Kernel resources and copy sizes as float columns (NaN when absent or not a finite number >= 0).
+def hw_frame(rows: np.ndarray, values: dict[str, list[np.ndarray]], keep: np.ndarray) -> pd.DataFrame:
+    """Kernel resources and copy sizes as float columns (NaN when absent or not a number in
+    [0, 1e30): see decode.hw_values), from each chunk's columns.
 
     Rows of device events without any of them (no registers and no bytes) are dropped.
     """
     order = np.argsort(rows[keep], kind="stable")
     cols: dict[str, Any] = {"row": rows[keep][order]}
     for f in HW_FIELDS:
-        raw = values.get(f, [])
-        try:  # fast path: numbers and None only
-            col = np.array([np.nan if x is None else x for x in raw], dtype=np.float64)
-            col[~(np.isfinite(col) & (col >= 0))] = np.nan
-        except (TypeError, ValueError, OverflowError):
-            col = np.array([_number(x) for x in raw], dtype=np.float64)
+        parts = values.get(f, [])
+        col = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
         if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
             col = np.full(rows.size, np.nan)
         cols[f] = col[keep][order]
@@ -233,13 +233,6 @@ def _any_int(x: Any, absent: int) -> int:
         v = parse_int(x.strip())
         return absent if v is None else v
     return x if isinstance(x, int) and -MAX_INT <= x < MAX_INT else absent
-
-
-def _number(x: Any) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return np.nan
-    f = float(x) if abs(x) < 1e30 else np.nan
-    return f if np.isfinite(f) and f >= 0 else np.nan
 
 
 def _short_str(x: Any) -> str:

@@ -113,11 +113,13 @@ class _Index:
     def __init__(self, table: TraceTable, dev_rows: np.ndarray) -> None:
         ev = table.events
         self.ts = ev["ts"].to_numpy()
-        self.dur = np.maximum(ev["dur"].to_numpy(), 0.0)
-        self.end = self.ts + self.dur
+        # whole-table arrays are views or made once: this index is the analysis' peak of memory
+        self.raw_dur = ev["dur"].to_numpy()
+        self.end = np.maximum(self.raw_dur, 0.0)
+        self.end += self.ts
         self.tid = ev["tid"].to_numpy()
         self.pid = ev["pid"].to_numpy()
-        dev_rows = dev_rows[self.dur[dev_rows] > 0]
+        dev_rows = dev_rows[self.raw_dur[dev_rows] > 0]
         # device events by end time, all streams together: position -> table row
         order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
         self.rows = order
@@ -162,7 +164,7 @@ class _Index:
         loader = np.flatnonzero(kinds.host_mask(table) & kinds.name_mask(table, lambda n: "DataLoader" in n))
         self.launch_iv = self._per_thread(runtime)
         self.loader_iv = self._per_thread(loader)
-        self.name_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
+        self.name_codes = ev["name"].cat.codes.to_numpy()  # the categorical's own codes (int8..int32)
         self.name_categories = ev["name"].cat.categories
 
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
@@ -424,7 +426,7 @@ def _top_kernel(ix: _Index, dev_rows: np.ndarray | None, path: np.ndarray) -> tu
     ok = codes >= 0
     if not ok.any():
         return None, 0.0
-    sums = np.bincount(codes[ok], weights=ix.dur[dev_rows][ok])
+    sums = np.bincount(codes[ok], weights=np.maximum(ix.raw_dur[dev_rows][ok], 0.0))
     top_code = int(np.argmax(sums))
-    on = float(ix.dur[path][ix.name_codes[path] == top_code].sum()) if path.size else 0.0
+    on = float(np.maximum(ix.raw_dur[path], 0.0)[ix.name_codes[path] == top_code].sum()) if path.size else 0.0
     return str(ix.name_categories[top_code]), on

@@ -122,7 +122,7 @@ class Chunk:
     comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
     comm_values: list[tuple[Any, ...]] = field(default_factory=list)
     hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    hw_cols: dict[str, list[Any]] = field(default_factory=dict)
+    hw_cols: dict[str, np.ndarray] = field(default_factory=dict)  # float64, see hw_values
     memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
 
 
@@ -206,9 +206,39 @@ def comm_fields(args: Args) -> tuple[Any, ...]:
     return tuple(_get_comm_fields(args))
 
 
-def hw_columns(dev_args: list[Args]) -> dict[str, list[Any]]:
-    """Kernel resources and copy sizes of device events' args, one list per HW_FIELDS name."""
-    return {f: list(map(get, dev_args)) for f, get in _HW_GETTERS.items()}
+def hw_columns(dev_args: list[Args]) -> dict[str, np.ndarray]:
+    """Kernel resources and copy sizes of device events' args, one column per HW_FIELDS name."""
+    return {f: hw_values(list(map(get, dev_args))) for f, get in _HW_GETTERS.items()}
+
+
+_PLAIN_NUMBERS = (int, float, type(None))
+HW_MAX = 1e30  # no kernel has this many registers or bytes: larger values are junk
+
+
+def hw_values(values: list[Any] | np.ndarray) -> np.ndarray:
+    """A kernel-resource column as float64: numbers in [0, HW_MAX), NaN for anything else (absent,
+    null, negative, text, bools)."""
+    if isinstance(values, np.ndarray):
+        col = values.astype(np.float64, copy=True)
+    else:
+        try:
+            if any(v.__class__ not in _PLAIN_NUMBERS for v in values):
+                raise TypeError  # bools (an int subclass), text, lists: one by one below
+            col = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        except (TypeError, OverflowError):
+            col = np.array([_hw_number(v) for v in values], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        col[~((col >= 0) & (col < HW_MAX))] = np.nan  # NaN compares False: stays NaN
+    return col
+
+
+def _hw_number(v: Any) -> float:
+    if v.__class__ not in (int, float):
+        return np.nan
+    try:
+        return float(v)
+    except OverflowError:
+        return np.nan
 
 
 def may_carry_comms(name: Any) -> bool:

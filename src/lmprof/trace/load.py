@@ -140,7 +140,27 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     if decoded is None:
         merged = Merger()
         decoded = merged, _split(p, lambda view, exact: merged.add(read_chunk(view, exact)))
-    return _table(p, *decoded)
+    table = _table(p, *decoded)
+    del decoded
+    _give_back_freed_memory()
+    return table
+
+
+def _give_back_freed_memory() -> None:
+    """Return the heap memory decoding freed to the OS (glibc only; a few ms).
+
+    Decoding leaves tens of MB of freed small blocks in malloc's arenas (one per decoding thread),
+    which glibc keeps mapped; analysis then allocates on top, so the peak resident size is higher by
+    that much (about 12 MiB on the 259 MB benchmark trace) unless it is given back.
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
+        pass
 
 
 # Files below this size are decoded in-process: starting workers costs more than it saves.

@@ -118,7 +118,7 @@ def _sparse_args(
     cats: list[str],
 ) -> None:
     """Collective parameters (decoded from the events that can carry them) and kernel resources
-    (read by the C reader as numbers, NaN for absent: what None becomes in the hardware table)."""
+    (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values)."""
     name_codes, cat_codes = ch.x["name"], ch.x["cat"]
     comm_codes = [c for c, n in enumerate(names) if dec.may_carry_comms(n)]
     rows = np.flatnonzero(np.isin(name_codes, comm_codes)).tolist()
@@ -129,7 +129,7 @@ def _sparse_args(
     device_codes = [c for c, k in enumerate(cats) if k.lower() in dec.HW_CATS]
     dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
     ch.hw_rows = dev_idx.astype(np.int64)
-    ch.hw_cols = {f: col[dev_idx].tolist() for f, col in zip(dec.HW_FIELDS, hw)}
+    ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
