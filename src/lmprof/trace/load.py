@@ -24,7 +24,7 @@ device        int64      args.device for device events, -1 when absent
 ``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).
 ``TraceTable.hw`` holds what CUPTI reports per kernel and copy, for the events that have it (column
 ``row``; registers, shared_memory (bytes per block), blocks_per_sm, warps_per_sm, occupancy (est.
-achieved occupancy %), nbytes (a copy's or set's size); NaN when absent).
+achieved occupancy %), nbytes (a copy's or set's size); NaN when absent or not a JSON number in [0, 1e30)).
 ``TraceTable.memory`` holds the allocator's ``[memory]`` instant events (``profile_memory=True``) in
 file order: ts (float64 us), pid, tid, device_type (0 CPU, 1 CUDA, ...), device_id, bytes (negative
 for a free), addr, ev_idx, total_allocated, total_reserved (int64, -1 when absent or odd; bytes 0).
