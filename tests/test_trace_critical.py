@@ -93,3 +93,21 @@ def test_device_still_busy_with_the_previous_step(tmp_path):
     assert s2.step_us == pytest.approx(60)
     assert s2.segments_us["computation"] == pytest.approx(20)
     assert s2.segments_us["previous_step"] == pytest.approx(40) and s2.kernels_on_path == 1
+
+
+def test_kernels_shorter_than_the_rounding_tolerance_do_not_loop(tmp_path):
+    """Two overlapping kernels on two streams, each shorter than the 1e-6 us the walk allows for
+    rounding: each "ended before" the other started, and the walk used to go round them until its
+    1 M-step cap (kernels_on_path 1,000,000, cross-stream 39.6 us). By hand, back from 60: C 50..60
+    (computation), waiting on B's stream since B ended at 10.0000005 (cross-stream ~40), B waits
+    for A, A for nothing in the trace (unknown 0..10)."""
+    tr = Trace()
+    tr.step(1, 0, 20)
+    tr.kernel("A", 10.0, 0.0000004, stream=7)
+    tr.kernel("B", 10.0000001, 0.0000004, stream=8)
+    tr.kernel("C", 50, 10, stream=9, launch=(1, 1))
+    step = _cp(tr, tmp_path).steps[0]
+    seg = step.segments_us
+    assert step.kernels_on_path == 3 and step.step_us == pytest.approx(60)
+    assert seg["computation"] == pytest.approx(10, abs=1e-5) and seg["cross_stream"] == pytest.approx(40, abs=1e-5)
+    assert seg["unknown"] == pytest.approx(10) and sum(seg.values()) == pytest.approx(60)

@@ -218,9 +218,10 @@ def _waits(
         return np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64), np.empty(0)
     me = np.arange(n)
     limit = start + 1e-6
-    # any stream: the last end <= K's start, skipping K itself (possible when dur rounds to 0)
-    cross = np.searchsorted(end, limit, side="right") - 1
-    cross[cross == me] -= 1
+    # any stream: the last end <= K's start. Never K itself nor an event after K in end order: with
+    # durations under the 1e-6 us tolerance two events could otherwise each wait for the other, and
+    # the walk would go round that cycle (every pointer goes to an earlier position: no cycles)
+    cross = np.minimum(np.searchsorted(end, limit, side="right") - 1, me - 1)
     cross_end = np.where(cross >= 0, end[np.maximum(cross, 0)], -np.inf)
     # same stream: the same search inside each stream's events (end order kept by a stable sort)
     grouped = np.lexsort((lane, pid))
@@ -231,7 +232,7 @@ def _waits(
     p = np.empty(n, dtype=np.int64)
     for lo, hi in zip(lows, highs):
         p[lo:hi] = lo + np.searchsorted(g_end[lo:hi], g_lim[lo:hi], side="right") - 1
-    p[(p >= first) & (grouped[np.maximum(p, 0)] == grouped)] -= 1
+    p = np.minimum(p, me - 1)  # same rule within the stream (group order is end order there)
     ok = p >= first
     prev = np.full(n, -1, dtype=np.int64)
     prev_end = np.full(n, -np.inf)
