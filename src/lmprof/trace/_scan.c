@@ -359,6 +359,38 @@ exact:
 
 static int skip_value(Scanner *s, int depth);
 
+#define MORE 2 /* after_member: another member follows */
+
+/* After a member or item: MORE when a comma follows (skipped, and the space after it), OK when the
+ * closing bracket does (skipped), REFUSE for anything else. */
+static int after_member(Scanner *s, uint8_t close) {
+    skip_ws(s);
+    if (s->p >= s->end) return REFUSE;
+    if (*s->p == ',') {
+        s->p++;
+        skip_ws(s);
+        return MORE;
+    }
+    if (*s->p == close) {
+        s->p++;
+        return OK;
+    }
+    return REFUSE;
+}
+
+/* An object key and its colon: the key's raw body; keys with escapes are refused (msgspec decides). */
+static int read_key(Scanner *s, Py_ssize_t *off, Py_ssize_t *n) {
+    int esc, r;
+    if (s->p >= s->end || *s->p != '"') return REFUSE;
+    if ((r = read_string(s, off, n, &esc)) != OK) return r;
+    if (esc) return REFUSE;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return REFUSE;
+    s->p++;
+    skip_ws(s);
+    return s->p < s->end ? OK : REFUSE;
+}
+
 static int expect_literal(Scanner *s, const char *lit, size_t n) {
     if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0) return REFUSE;
     s->p += n;
@@ -384,27 +416,9 @@ static int skip_value(Scanner *s, int depth) {
             return OK;
         }
         for (;;) {
-            if (obj) {
-                if (s->p >= s->end || *s->p != '"') return REFUSE;
-                if ((r = read_string(s, &off, &n, &esc)) != OK) return r;
-                skip_ws(s);
-                if (s->p >= s->end || *s->p != ':') return REFUSE;
-                s->p++;
-                skip_ws(s);
-            }
+            if (obj && (r = read_key(s, &off, &n)) != OK) return r;
             if ((r = skip_value(s, depth + 1)) != OK) return r;
-            skip_ws(s);
-            if (s->p >= s->end) return REFUSE;
-            if (*s->p == ',') {
-                s->p++;
-                skip_ws(s);
-                continue;
-            }
-            if (*s->p == close) {
-                s->p++;
-                return OK;
-            }
-            return REFUSE;
+            if ((r = after_member(s, close)) != MORE) return r;
         }
     }
     case 't':
@@ -454,11 +468,12 @@ static int read_id(Scanner *s, int64_t *out, int64_t none, int *is_text, Py_ssiz
     return number_int64(&num, out);
 }
 
-/* A time field (float | str | None): the double, null -> 0.0; text refused. */
-static int read_time(Scanner *s, double *out) {
+/* A number field: its finite double, null -> if_null; text, bools and the rest are refused. Times
+ * (float | str | None, null read as 0.0) and kernel resources (null read as absent, NaN). */
+static int read_double(Scanner *s, double *out, double if_null) {
     if (s->p >= s->end) return REFUSE;
     if (is_null(s)) {
-        *out = 0.0;
+        *out = if_null;
         return OK;
     }
     if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE;
@@ -491,21 +506,6 @@ static void args_init(Args *a) {
     for (int k = 0; k < 6; k++) a->hw[k] = NAN;
 }
 
-/* A kernel-resource value: a finite number, or null (NaN); anything else is left to msgspec. */
-static int read_hw(Scanner *s, double *out) {
-    if (s->p >= s->end) return REFUSE;
-    if (is_null(s)) {
-        *out = NAN;
-        return OK;
-    }
-    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE;
-    Number num;
-    int r = read_number(s, &num);
-    if (r != OK) return r;
-    if ((r = number_double(&num, out)) != OK) return r;
-    return isfinite(*out) ? OK : REFUSE;
-}
-
 static int read_args(Scanner *s, Args *a) {
     unsigned seen = 0;
     args_init(a);
@@ -517,14 +517,8 @@ static int read_args(Scanner *s, Args *a) {
     }
     for (;;) {
         Py_ssize_t off, n;
-        int esc, r;
-        if (s->p >= s->end || *s->p != '"') return REFUSE;
-        if ((r = read_string(s, &off, &n, &esc)) != OK) return r;
-        if (esc) return REFUSE; /* a key spelled with escapes: msgspec decides */
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return REFUSE;
-        s->p++;
-        skip_ws(s);
+        int r;
+        if ((r = read_key(s, &off, &n)) != OK) return r;
         int which = -1;
         for (int k = 0; k < 11 && which < 0; k++)
             if ((size_t)n == ARG_LENS[k] && memcmp(s->base + off, ARG_KEYS[k], (size_t)n) == 0) which = k;
@@ -534,23 +528,12 @@ static int read_args(Scanner *s, Args *a) {
             if (which < 5)
                 r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
             else
-                r = read_hw(s, &a->hw[which - 5]);
+                r = read_double(s, &a->hw[which - 5], NAN);
         } else {
             r = skip_value(s, 2);
         }
         if (r != OK) return r;
-        skip_ws(s);
-        if (s->p >= s->end) return REFUSE;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            return OK;
-        }
-        return REFUSE;
+        if ((r = after_member(s, '}')) != MORE) return r;
     }
 }
 
@@ -603,14 +586,7 @@ static int read_event(Scanner *s) {
     } else {
         for (;;) {
             Py_ssize_t koff, kn;
-            if (s->p >= s->end || *s->p != '"') return REFUSE;
-            if ((r = read_string(s, &koff, &kn, &esc)) != OK) return r;
-            if (esc) return REFUSE;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':') return REFUSE;
-            s->p++;
-            skip_ws(s);
-            if (s->p >= s->end) return REFUSE;
+            if ((r = read_key(s, &koff, &kn)) != OK) return r;
             int key = key_of(s->base + koff, kn);
             if (key != K_OTHER) {
                 if (seen & (1u << key)) return REFUSE; /* duplicate key: msgspec decides */
@@ -646,10 +622,10 @@ static int read_event(Scanner *s) {
                 r = read_id(s, &id, -1, &id_text, &id_toff, &id_tn);
                 break;
             case K_TS:
-                r = read_time(s, &ts);
+                r = read_double(s, &ts, 0.0);
                 break;
             case K_DUR:
-                r = read_time(s, &dur);
+                r = read_double(s, &dur, 0.0);
                 break;
             case K_ARGS:
                 if (is_null(s)) {
@@ -667,18 +643,9 @@ static int read_event(Scanner *s) {
                 r = skip_value(s, 2);
             }
             if (r != OK) return r;
-            skip_ws(s);
-            if (s->p >= s->end) return REFUSE;
-            if (*s->p == ',') {
-                s->p++;
-                skip_ws(s);
-                continue;
-            }
-            if (*s->p == '}') {
-                s->p++;
-                break;
-            }
-            return REFUSE;
+            if ((r = after_member(s, '}')) == MORE) continue;
+            if (r != OK) return r;
+            break;
         }
     }
     s->n_events++;
@@ -737,18 +704,9 @@ static int scan_list(Scanner *s) {
             if (s->p >= s->end || *s->p != '{') return REFUSE; /* non-object items: msgspec decides */
             int r = read_event(s);
             if (r != OK) return r;
-            skip_ws(s);
-            if (s->p >= s->end) return REFUSE;
-            if (*s->p == ',') {
-                s->p++;
-                skip_ws(s);
-                continue;
-            }
-            if (*s->p == ']') {
-                s->p++;
-                break;
-            }
-            return REFUSE;
+            if ((r = after_member(s, ']')) == MORE) continue;
+            if (r != OK) return r;
+            break;
         }
     }
     skip_ws(s);
