@@ -131,3 +131,40 @@ def test_a_rank_without_its_time_is_a_clear_error(tmp_path):
     r1.save(tmp_path / "rank1")
     with pytest.raises(DataError, match="rank1.*no e2e_latency"):
         assemble(tmp_path, 2)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="reads /proc")
+def test_a_timed_out_torchrun_stops_its_ranks(tmp_path):
+    """torchrun puts each rank in a session of its own: killing torchrun alone on a timeout left the
+    ranks running. run_torchrun stops torchrun with SIGTERM, which stops the ranks first."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lmprof.pipeline.distributed import run_torchrun
+
+    script = tmp_path / "sleepy_rank.py"
+    script.write_text("import os, pathlib, time\n"
+                      f"pathlib.Path({str(tmp_path)!r}, 'started' + os.environ['RANK']).touch()\n"
+                      "time.sleep(300)\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_torchrun(cmd, dict(os.environ), timeout_s=12, capture=True)
+    assert (tmp_path / "started0").exists() and (tmp_path / "started1").exists()  # the ranks had started
+
+    def alive() -> list[str]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if str(script).encode() in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive() == []

@@ -91,15 +91,44 @@ def torchrun_command(nproc: int, lmprof_argv: Sequence[str]) -> list[str]:
             "-m", "lmprof", *lmprof_argv]
 
 
+# How long torchrun gets to stop its ranks after SIGTERM before it is killed outright.
+STOP_GRACE_S = 20.0
+
+
+def run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float | None,
+                 capture: bool) -> subprocess.CompletedProcess[str]:
+    """Run a torchrun command; on a timeout or Ctrl-C stop it so that its ranks stop too.
+
+    torchrun starts each rank in a session of its own, so killing torchrun outright (what
+    ``subprocess.run`` does on a timeout) leaves the ranks running, holding cores or GPUs. SIGTERM
+    makes torchrun stop its ranks first; only if it has not exited after ``STOP_GRACE_S`` is it
+    killed. The exception (``subprocess.TimeoutExpired`` or ``KeyboardInterrupt``) is raised again.
+    """
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt
+        proc.terminate()
+        try:
+            proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def launch(argv: Sequence[str], nproc: int, run_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Run:
     """Run ``lmprof train <argv>`` on ``nproc`` ranks through torchrun; return the assembled Run."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(nproc, ["train", *argv, "--run-dir", str(run_dir)])
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(timeout_s))
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s + 120)
+        proc = run_torchrun(cmd, env, timeout_s + 120, capture=True)
     except subprocess.TimeoutExpired:
-        raise LmprofError(f"distributed run did not finish within {timeout_s + 120:.0f} s and was stopped") from None
+        raise LmprofError(f"distributed run did not finish within {timeout_s + 120:.0f} s and was stopped "
+                          f"(its ranks too)") from None
     if proc.returncode != 0:
         raise LmprofError(failure_message(proc.stdout + proc.stderr, proc.returncode))
     return Run.load(run_dir)

@@ -8,7 +8,6 @@ not captured: it goes where the ranks' output goes.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
     argv += ["-m", target] if module else [target]
     argv += script_args
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(dist.DEFAULT_TIMEOUT_S))
-    code = subprocess.run(dist.torchrun_command(nproc, argv), env=env).returncode
+    code = dist.run_torchrun(dist.torchrun_command(nproc, argv), env, None, capture=False).returncode
     written = [r for r in range(nproc) if (run_dir / f"rank{r}" / "run.json").is_file()]
     if len(written) != nproc:
         print(f"lmprof: {len(written)} of {nproc} ranks wrote a run (torchrun exit code {code}); "
