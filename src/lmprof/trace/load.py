@@ -32,10 +32,12 @@ for a free), addr, ev_idx, total_allocated, total_reserved (int64, -1 when absen
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
 How it stays fast and lean: the file is read (and gunzipped) in bounded chunks and never held whole.
-Each chunk is cut after its last complete event (see :class:`lmprof.trace.split.Splitter`), that run of events is
-decoded by msgspec into small typed structs in place, and the structs become numpy columns before
-the next chunk is read. So the peak extra memory is about the final columns plus one chunk's worth
-of Python objects, and no step walks the events one by one in Python except attribute reads.
+Each chunk is cut after its last complete event (see :class:`lmprof.trace.split.Splitter`), and that
+run of events becomes numpy columns before the next chunk is read: by the compiled reader
+(:mod:`lmprof.trace.scan`) when every event in it is plain, else by msgspec into small typed structs
+(:mod:`lmprof.trace.decode`, the rule both follow). Large files are decoded by worker threads (the
+compiled reader runs without the GIL) or processes (msgspec). So the peak extra memory is about the
+final columns plus a few chunks' worth of transient data.
 
 Timestamps are float64 microseconds: traces stamped in Unix-epoch microseconds (~1.7e15, older
 Kineto) resolve 0.25 us in float64; newer ones (relative to baseTimeNanoseconds) resolve ~1 ns.
