@@ -1,0 +1,116 @@
+"""The entry point :func:`estimate_memory`: checks the configuration, then estimates training or inference."""
+from __future__ import annotations
+
+from lmprof.analysis.memory_estimate.infer import infer_estimate
+from lmprof.analysis.memory_estimate.params import causal_mask_bytes, param_parts
+from lmprof.analysis.memory_estimate.train import train_estimate
+from lmprof.analysis.memory_estimate.result import (
+    DTYPE_BYTES,
+    Attention,
+    MemoryEstimate,
+    Mode,
+    Optimizer,
+    OptimizerImpl,
+)
+from lmprof.errors import ConfigError
+from lmprof.workloads.shape import ModelShape
+
+
+def estimate_memory(
+    shape: ModelShape,
+    *,
+    batch: int,
+    seq_len: int,
+    mode: Mode = "train",
+    dtype: str = "fp32",
+    param_dtype: str = "fp32",
+    attention: Attention = "math",
+    optimizer: Optimizer = "adamw",
+    optimizer_impl: OptimizerImpl = "auto",
+    master_weights: bool | None = None,
+    device_kind: str = "cuda",
+    dropout: float = 0.0,
+    new_tokens: int = 0,
+    hold_logits: bool = False,
+    buffers: int | None = None,
+) -> MemoryEstimate:
+    """Estimate every category of memory for one training step or one inference run.
+
+    ``dtype`` is the compute dtype (``bf16``/``fp16`` mean torch.autocast when ``param_dtype`` is
+    fp32, lmprof's mixed precision); ``param_dtype`` bf16/fp16 means the parameters themselves are
+    16-bit, and then ``master_weights`` (default True) adds an fp32 copy in the optimizer.
+    ``optimizer_impl`` picks the AdamW/SGD temporaries (``auto``: foreach on CUDA, for-loop on CPU).
+    ``device_kind`` (``cpu`` or a GPU kind) decides what differs between the two: autocast keeps
+    softmax in fp32 on CUDA only, dropout masks are bool on CUDA and full-width on the CPU, and the
+    default optimizer implementation.
+    Inference caches ``seq_len + new_tokens`` tokens per sequence. ``hold_logits``: the step keeps
+    the (b, s, V) logits until it ends (``logits, loss = model(x, y)`` in the step's scope); lmprof's
+    own train step keeps only the loss, so by default they die with the forward pass.
+    ``buffers`` overrides the built-in GPT's causal-mask buffer size.
+    """
+    _validate(shape, batch, seq_len, mode, dtype, param_dtype, attention, optimizer, optimizer_impl, dropout, new_tokens)
+    if param_dtype != "fp32":
+        dtype = param_dtype  # 16-bit parameters compute in their own dtype, no autocast
+    pp = param_parts(shape)
+    p_bytes = DTYPE_BYTES[param_dtype]
+    autocast = dtype != "fp32" and param_dtype == "fp32"
+    if param_dtype == "fp32":
+        master_weights = False  # the parameters already are the fp32 master copy
+    elif master_weights is None:
+        master_weights = True
+    regime = _regime(dtype, param_dtype, master_weights, mode)
+
+    params = pp.total * p_bytes
+    buf = causal_mask_bytes(shape) if buffers is None else buffers
+    kv_tokens = seq_len + new_tokens if mode == "infer" else 0
+
+    if mode == "infer":
+        return infer_estimate(shape, pp, batch, seq_len, kv_tokens, dtype, param_dtype, attention, device_kind,
+                              regime, params, buf, autocast)
+    return train_estimate(
+        shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
+        optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights, device_kind=device_kind,
+        dropout=dropout, hold_logits=hold_logits, regime=regime, params=params, buf=buf,
+    )
+
+
+def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str, attention: str,
+              optimizer: str, impl: str, dropout: float, new_tokens: int) -> None:
+    if batch <= 0:
+        raise ConfigError(f"batch size must be positive, got {batch}")
+    if seq_len <= 0:
+        raise ConfigError(f"sequence length must be positive, got {seq_len}")
+    if mode not in ("train", "infer"):
+        raise ConfigError(f"mode must be 'train' or 'infer', got {mode!r}")
+    for name, val in (("dtype", dtype), ("param dtype", param_dtype)):
+        if val not in DTYPE_BYTES:
+            raise ConfigError(f"{name} must be one of {', '.join(DTYPE_BYTES)}, got {val!r}")
+    if attention not in ("math", "sdpa"):
+        raise ConfigError(f"attention must be 'math' or 'sdpa', got {attention!r}")
+    if optimizer not in ("adamw", "sgd"):
+        raise ConfigError(f"optimizer must be 'adamw' or 'sgd', got {optimizer!r}")
+    if impl not in ("auto", "foreach", "for-loop", "fused"):
+        raise ConfigError(f"optimizer implementation must be auto, foreach, for-loop or fused, got {impl!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
+    if new_tokens < 0:
+        raise ConfigError(f"new tokens must be >= 0, got {new_tokens}")
+    tokens = seq_len + (new_tokens if mode == "infer" else 0)
+    if tokens > shape.block_size:
+        raise ConfigError(f"{tokens} tokens exceed the model's block_size {shape.block_size}")
+
+
+def _regime(dtype: str, param_dtype: str, master_weights: bool, mode: str) -> str:
+    """One line saying which precision regime the figures assume."""
+    if param_dtype == "fp32" and dtype == "fp32":
+        return "fp32: parameters, gradients, optimizer state and activations all fp32"
+    if param_dtype == "fp32":
+        if mode == "infer":
+            return f"autocast {dtype}: fp32 parameters; matmuls in {dtype} on 16-bit weight copies"
+        return (f"autocast {dtype}: fp32 parameters, gradients and optimizer state; matmuls in {dtype} on "
+                "16-bit weight copies; residual stream, norms and loss in fp32")
+    if mode == "infer":
+        return f"{param_dtype} parameters, no autocast"
+    if master_weights:
+        return f"{param_dtype} parameters and gradients; fp32 master weights and fp32 moments in the optimizer"
+    return f"{param_dtype} parameters, gradients and optimizer moments; no fp32 master copy"

@@ -1,0 +1,56 @@
+"""Inference memory: parameters, the KV cache and one layer's prefill temporaries."""
+from __future__ import annotations
+
+from lmprof.analysis.memory_estimate.params import ParamCounts
+from lmprof.analysis.memory_estimate.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
+from lmprof.workloads.shape import ModelShape
+
+
+def infer_estimate(
+    shape: ModelShape, pp: ParamCounts, batch: int, seq_len: int, kv_tokens: int, dtype: str, param_dtype: str,
+    attention: Attention, device_kind: str, regime: str, params: int, buf: int, autocast: bool,
+) -> MemoryEstimate:
+    """Inference: parameters + KV cache + the prefill's largest per-layer temporaries."""
+    s, b, h, a, f = seq_len, batch, shape.n_embd, shape.n_head, shape.ffn
+    e = DTYPE_BYTES[dtype] if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]
+    r = FP32 if param_dtype == "fp32" else e
+    kv_bytes = e  # the cache is kept in the compute dtype
+    kv_cache = kv_cache_bytes(shape, batch, kv_tokens, kv_bytes)
+    sbh = s * b * h
+    # No graph is kept: at any moment one layer's temporaries are alive next to the residual stream.
+    resid = 2 * sbh * r  # x and the x + h being formed
+    qkv = s * b * (h + 2 * shape.kv_heads * shape.head_dim) * e
+    if attention == "math":
+        attn = qkv + 2 * a * s * s * b * (FP32 if (autocast and device_kind != "cpu") else e) + s * s
+    else:
+        attn = qkv + sbh * e
+    mlp = sbh * e + 2 * s * b * f * e  # ln_2 output, fc output, activation output
+    weight_copies = 2 * (pp.matmul_weights + pp.linear_biases) if autocast else 0
+    temporaries = resid + max(attn, mlp) + weight_copies
+    logits = b * shape.vocab_size * e  # the lm_head's output for the last position only
+    at_peak = {c: 0 for c in AT_PEAK}
+    at_peak.update(params=params, buffers=buf, kv_cache=kv_cache, logits=logits, temporaries=temporaries)
+    moments = {"prefill": sum(at_peak.values())}
+    items = (
+        MemoryItem("kv_cache", "keys and values", "2*L*kv_heads*head_dim*tokens*b*bytes", kv_cache, False, "kv_cache"),
+        MemoryItem("prefill", "residual stream", f"2sbh*{r}", resid, False, "temporaries"),
+        MemoryItem("prefill", "largest layer temporaries (attention or MLP)", "max(attn, mlp)", max(attn, mlp), False,
+                   "temporaries"),
+    ) + ((MemoryItem("autocast", "16-bit weight copies", "2*(matmul weights + biases)", weight_copies, False,
+                     "temporaries"),) if weight_copies else ())
+    return MemoryEstimate(
+        shape=shape, mode="infer", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        attention=attention, optimizer="adamw", optimizer_impl="none", device_kind=device_kind, dropout=0.0,
+        kv_tokens=kv_tokens, regime=regime, n_params=pp.total, params=params, grads=0, optimizer_state=0,
+        master_weights=0, buffers=buf, activations=0, activations_per_layer=0, logits=logits, hold_logits=False,
+        kv_cache=kv_cache,
+        temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, at_peak=at_peak,
+        items=items,
+        notes=("prefill of the whole prompt at once; decode steps need less",),
+        parts={"prefill": dict(at_peak)},
+    )
+
+
+def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int) -> int:
+    """2 (keys, values) x layers x kv_heads x head_dim x tokens x batch x bytes per element."""
+    return 2 * shape.n_layer * shape.kv_heads * shape.head_dim * tokens * batch * dtype_bytes

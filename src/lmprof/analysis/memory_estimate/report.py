@@ -1,0 +1,108 @@
+"""An estimate as run-record metrics and the ``memory`` table (estimated next to measured), and byte formatting."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from lmprof.analysis.memory_estimate.result import MemoryEstimate
+
+if TYPE_CHECKING:  # the measured side imports torch; the estimate must not
+    from lmprof.measure.memory import MeasuredMemory
+    from lmprof.record.run import Metric
+
+
+# Run-record keys and the estimate attribute each one reads.
+_KEYS = {
+    "params": "params",
+    "grads": "grads",
+    "optimizer": "optimizer_state",
+    "activations": None,  # saved tensors (+ held logits): what the forward pass leaves alive
+    "kv_cache": "kv_cache",
+    "peak": "peak",
+}
+
+
+def _estimated_value(est: MemoryEstimate, key: str) -> int:
+    if key == "activations":
+        if est.mode != "train":
+            return 0
+        return est.activations + (est.logits if est.hold_logits else 0)
+    return int(getattr(est, str(_KEYS[key])))
+
+
+def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = None) -> dict[str, "Metric"]:
+    """Run-record metrics: ``memory.<x>`` (measured, n/a with a reason when not) and ``memory.estimated.<x>``.
+
+    Keys: params, grads, optimizer, activations, kv_cache, peak. ``memory.activations`` is the
+    allocated bytes at the end of the forward pass minus before it (held logits included).
+    """
+    from lmprof.record.run import Metric
+
+    out: dict[str, Metric] = {}
+    for key in _KEYS:
+        if estimate.mode == "infer" and key in ("grads", "optimizer", "activations"):
+            continue
+        if estimate.mode == "train" and key == "kv_cache":
+            continue
+        out[f"memory.estimated.{key}"] = Metric(
+            value=float(_estimated_value(estimate, key)), unit="B", source="estimated",
+            note=_estimate_note(estimate, key),
+        )
+        out[f"memory.{key}"] = _measured_metric(measured, key)
+    return out
+
+
+def _estimate_note(est: MemoryEstimate, key: str) -> str | None:
+    if key == "peak":
+        return f"peak at {est.peak_at}; {est.regime}"
+    if key == "activations":
+        held = " + held logits" if est.hold_logits else ""
+        return f"saved for backward{held} (Korthikanti et al. 2022, adapted)"
+    if key == "optimizer":
+        return est._optimizer_note()
+    return None
+
+
+def _measured_metric(measured: "MeasuredMemory | None", key: str) -> "Metric":
+    from lmprof.record.run import Metric
+
+    if measured is None:
+        return Metric.na("B", "memory was not measured in this run")
+    value, note = measured.value(key)
+    if value is None:
+        return Metric.na("B", note or "not measurable here")
+    return Metric(value=float(value), unit="B", source="measured", note=note)
+
+
+def memory_table(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = None) -> list[dict[str, Any]]:
+    """Rows for ``Run.tables["memory"]``: category, measured_bytes, estimated_bytes, diff_pct, note.
+
+    ``diff_pct`` is (measured - estimated) / estimated in percent, None when either is missing.
+    """
+    rows: list[dict[str, Any]] = []
+    keys = ["params", "grads", "optimizer", "activations", "peak"] if estimate.mode == "train" else [
+        "params", "kv_cache", "peak"]
+    for key in keys:
+        est = _estimated_value(estimate, key)
+        meas, note = (None, "not measured") if measured is None else measured.value(key)
+        diff = None
+        if meas is not None and est:
+            diff = round(100.0 * (meas - est) / est, 2)
+        rows.append({
+            "category": key,
+            "measured_bytes": None if meas is None else int(meas),
+            "estimated_bytes": int(est),
+            "diff_pct": diff,
+            "note": note or _estimate_note(estimate, key) or "",
+        })
+    return rows
+
+
+def format_bytes(n: float | None) -> str:
+    """Human-readable binary size: 1536 -> '1.50 KiB'."""
+    if n is None:
+        return "n/a"
+    if n < 1024:
+        return f"{int(n)} B"
+    exp = min(int(math.log(abs(n), 1024)), 4)
+    return f"{n / 1024 ** exp:.2f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][exp]}"

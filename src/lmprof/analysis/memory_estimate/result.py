@@ -1,0 +1,146 @@
+"""The estimate's types and constants: one tensor kind (:class:`MemoryItem`) and one breakdown (:class:`MemoryEstimate`)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from lmprof.workloads.shape import ModelShape
+
+
+Mode = Literal["train", "infer"]
+Attention = Literal["math", "sdpa"]
+MODES: tuple[Mode, ...] = ("train", "infer")
+ATTENTIONS: tuple[Attention, ...] = ("math", "sdpa")
+Optimizer = Literal["adamw", "sgd"]
+# What an estimate's ``optimizer`` may say: the plan (analysis/fit.py) also names bitsandbytes' 8-bit AdamW.
+EstimateOptimizer = Literal["adamw", "adamw8bit", "sgd"]
+OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Categories of the breakdown, in the order they are shown; ``at_peak`` splits the peak into them.
+AT_PEAK = ("params", "buffers", "grads", "optimizer", "activations", "logits", "kv_cache", "temporaries")
+FP32 = 4
+INT64 = 8
+BOOL = 1
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One kind of tensor kept in memory: which block keeps it, what it is and its size in bytes.
+
+    ``per_layer`` items are counted once per transformer layer; the others once per model.
+    """
+
+    block: str
+    what: str
+    formula: str
+    bytes: int
+    per_layer: bool
+    category: str = "activations"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The analytic breakdown of one configuration (all figures in bytes).
+
+    ``peak`` is the largest of the candidate moments in ``moments``; ``peak_at`` names it.
+    ``activations`` is what the forward pass leaves alive for the backward pass (all layers plus the
+    embedding, final norm, lm_head and loss); ``logits`` is the (batch, seq, vocab) lm_head output,
+    alive while the loss is computed and, with ``hold_logits``, until the step ends (train), or the
+    last position's logits (infer).
+    """
+
+    shape: ModelShape
+    mode: Mode
+    batch: int
+    seq_len: int
+    dtype: str
+    param_dtype: str
+    attention: Attention
+    optimizer: EstimateOptimizer
+    optimizer_impl: str
+    device_kind: str
+    dropout: float
+    kv_tokens: int
+    regime: str
+    n_params: int
+    params: int
+    grads: int
+    optimizer_state: int
+    master_weights: int
+    buffers: int
+    activations: int
+    activations_per_layer: int
+    logits: int
+    hold_logits: bool
+    kv_cache: int
+    temporaries: int
+    peak: int
+    peak_at: str
+    moments: dict[str, int]
+    at_peak: dict[str, int]
+    items: tuple[MemoryItem, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    parts: dict[str, dict[str, int]] = field(default_factory=dict)  # moment -> category -> bytes
+
+    @property
+    def static(self) -> int:
+        """Bytes that live for the whole run: parameters, buffers, optimizer state (and grads in train)."""
+        return self.params + self.buffers + self.grads + self.optimizer_state
+
+    def breakdown(self) -> list[dict[str, Any]]:
+        """Rows (category, bytes, at_peak, note): each category's size and its share of the peak.
+
+        ``bytes`` is the category's full size; ``at_peak`` what of it is alive at the peak moment
+        (gradients, say, are not yet allocated when the backward pass starts). ``at_peak`` adds up to
+        the peak row.
+        """
+        a = self.at_peak
+        rows: list[dict[str, Any]] = [
+            {"category": "params", "bytes": self.params, "at_peak": a["params"],
+             "note": f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"},
+            {"category": "buffers", "bytes": self.buffers, "at_peak": a["buffers"], "note": "causal mask, bool, per layer"},
+        ]
+        if self.mode == "train":
+            rows += [
+                {"category": "grads", "bytes": self.grads, "at_peak": a["grads"],
+                 "note": f"same dtype as the params ({self.param_dtype})"},
+                {"category": "optimizer", "bytes": self.optimizer_state, "at_peak": a["optimizer"],
+                 "note": self._optimizer_note()},
+                {"category": "activations", "bytes": self.activations, "at_peak": a["activations"],
+                 "note": f"saved for backward, {self.activations_per_layer:,} B per layer"},
+                {"category": "logits", "bytes": self.logits, "at_peak": a["logits"],
+                 "note": "b*s*V lm_head output, " + ("held by the caller until the step ends" if self.hold_logits
+                                                     else "freed once the loss is computed")},
+            ]
+        else:
+            rows += [
+                {"category": "kv_cache", "bytes": self.kv_cache, "at_peak": a["kv_cache"],
+                 "note": f"2 x {self.shape.n_layer} layers x {self.shape.kv_heads} kv heads x "
+                         f"{self.shape.head_dim} x {self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"},
+                {"category": "logits", "bytes": self.logits, "at_peak": a["logits"], "note": "last position only"},
+            ]
+        rows.append({"category": "temporaries", "bytes": self.temporaries, "at_peak": a["temporaries"],
+                     "note": f"extra at the peak moment ({self.peak_at})"})
+        rows.append({"category": "peak", "bytes": self.peak, "at_peak": self.peak, "note": self.peak_at})
+        return rows
+
+    def _optimizer_note(self) -> str:
+        parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer",
+                 "adamw8bit": "two 1-byte moments + fp32 block scales"}[self.optimizer]
+        if self.master_weights:
+            parts += " + fp32 master weights"
+        if self.optimizer.startswith("adamw"):
+            parts += " + a step scalar per tensor"
+        return parts
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["shape"] = self.shape.to_dict()
+        return out
+
+
+
+
+def _name_bytes(dtype: str) -> str:
+    return f"{DTYPE_BYTES[dtype]} B ({dtype})"

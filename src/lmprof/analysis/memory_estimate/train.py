@@ -1,0 +1,130 @@
+"""Training memory: static state, saved activations and the four candidate peak moments of a step."""
+from __future__ import annotations
+
+from lmprof.analysis.memory_estimate.activations import activation_items
+from lmprof.analysis.memory_estimate.params import ParamCounts
+from lmprof.analysis.memory_estimate.result import (
+    AT_PEAK,
+    DTYPE_BYTES,
+    FP32,
+    Attention,
+    MemoryEstimate,
+    Optimizer,
+    OptimizerImpl,
+)
+from lmprof.workloads.shape import ModelShape
+
+
+def train_estimate(
+    shape: ModelShape, pp: ParamCounts, *, batch: int, seq_len: int, dtype: str, param_dtype: str,
+    attention: Attention, optimizer: Optimizer, optimizer_impl: OptimizerImpl, master_weights: bool,
+    device_kind: str, dropout: float, hold_logits: bool, regime: str, params: int, buf: int,
+) -> MemoryEstimate:
+    """One training step: the peak of the end of forward, the loss gradient, backward through the layers
+    and the optimizer step (``dtype`` already resolved to the compute dtype)."""
+    p_bytes = DTYPE_BYTES[param_dtype]
+    autocast = dtype != "fp32" and param_dtype == "fp32"
+    notes: list[str] = []
+
+    # Static training state.
+    grads = pp.total * p_bytes
+    state_bytes = FP32 if (master_weights or param_dtype == "fp32") else p_bytes
+    n_states = 2 if optimizer == "adamw" else 1
+    master = pp.total * FP32 if master_weights else 0
+    step_scalars = pp.tensors * FP32 if optimizer == "adamw" else 0
+    opt_state = n_states * pp.total * state_bytes + master + step_scalars
+
+    items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
+    per_layer = sum(i.bytes for i in items if i.per_layer)
+    once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
+    activations = shape.n_layer * per_layer + once
+    b, s, v = batch, seq_len, shape.vocab_size
+    logits = b * s * v * DTYPE_BYTES[dtype]  # the lm_head's output dtype
+    held = logits if hold_logits else 0  # what is left of them after the forward pass
+    lp_bytes = FP32 if param_dtype == "fp32" else p_bytes
+
+    # Candidate peaks (steady state: optimizer state exists from the first step on).
+    fwd_extra = 0
+    if autocast:
+        # The autocast cache holds 16-bit copies of every linear bias too while forward runs, and
+        # cross-entropy first casts the 16-bit logits to fp32.
+        fwd_extra = pp.linear_biases * 2 + b * s * v * FP32
+    loss_grads = 2 * b * s * v * lp_bytes  # d(log-probs) from nll_loss, then d(logits) from log_softmax
+    opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, pp, state_bytes)
+    # Backward through the layers, top to bottom: each layer frees its activations and adds its
+    # gradients, so the level is linear in the layer count and peaks at the first or last layer.
+    # Alive besides: the lm_head/ln_f gradients and one MLP's backward temporaries (the residual
+    # gradient, the hidden-size gradient and the projection's weight gradient).
+    head_once = sum(i.bytes for i in items if not i.per_layer and i.block in ("ln_f", "lm_head", "loss"))
+    rest_once = once - head_once
+    g_head = (v * shape.n_embd + shape.norm_params()) * p_bytes
+    g_layer = pp.layer_params * p_bytes
+    e_act = DTYPE_BYTES[dtype]
+    r_act = FP32 if param_dtype == "fp32" else p_bytes
+    bwd_temp = b * s * shape.n_embd * r_act + b * s * shape.ffn * e_act + shape.n_embd * shape.ffn * p_bytes
+    if shape.family == "gpt2" and attention == "sdpa":
+        # Hugging Face GPT-2's composite tanh GELU: its backward holds one more d_ff-wide gradient
+        # next to the incoming one (seen on the CPU allocation timeline).
+        bwd_temp += b * s * shape.ffn * e_act
+    layers_top = shape.n_layer * per_layer
+    layers_bottom = per_layer + (shape.n_layer - 1) * g_layer
+    static = {"params": params, "buffers": buf, "optimizer": opt_state}
+    top_is_higher = layers_top >= layers_bottom
+    parts = {
+        # While the loss is computed the logits are alive whether or not the step keeps them.
+        "end of forward": {**static, "activations": activations, "logits": logits, "temporaries": fwd_extra},
+        "backward (loss gradient)": {**static, "activations": activations, "logits": held,
+                                     "temporaries": loss_grads},
+        "backward (layers)": {
+            **static,
+            "activations": (shape.n_layer if top_is_higher else 1) * per_layer + rest_once,
+            "grads": g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer),
+            "logits": held,
+            "temporaries": bwd_temp,
+        },
+        "optimizer step": {**static, "grads": grads, "logits": held, "temporaries": opt_temp},
+    }
+    moments = {name: sum(p.values()) for name, p in parts.items()}
+    peak_at = max(moments, key=lambda k: moments[k])
+    peak = moments[peak_at]
+    at_peak = {c: int(parts[peak_at].get(c, 0)) for c in AT_PEAK}
+    temporaries = at_peak["temporaries"]
+    if dropout > 0 and attention == "sdpa":
+        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept"
+                     if device_kind != "cpu" else "sdpa with dropout runs the unfused math kernel on the CPU")
+    notes.append("first step only: optimizer state is created inside optimizer.step(), so the first step's "
+                 "forward/backward run without it")
+    return MemoryEstimate(
+        shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
+        device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
+        params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
+        activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
+        kv_cache=0,
+        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
+        items=tuple(items), notes=tuple(notes), parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
+    )
+
+
+def _impl(impl: str, device_kind: str) -> str:
+    # torch picks foreach only when every tensor is on CUDA (or another accelerator); CPU loops.
+    if impl == "auto":
+        return "for-loop" if device_kind == "cpu" else "foreach"
+    return impl
+
+
+def _optimizer_temporaries(optimizer: str, impl: str, device_kind: str, pp: ParamCounts, state_bytes: int) -> int:
+    """Extra bytes while optimizer.step() runs.
+
+    AdamW foreach builds sqrt(v) for every parameter at once (one parameter-sized list); the
+    for-loop version builds sqrt(v) and sqrt(v)/c for one tensor at a time (twice the largest
+    tensor); fused kernels need none. SGD with momentum and no weight decay works in place.
+    """
+    if optimizer != "adamw":
+        return 0
+    impl = _impl(impl, device_kind)
+    if impl == "foreach":
+        return pp.total * state_bytes
+    if impl == "for-loop":
+        return 2 * pp.largest * state_bytes
+    return 0
