@@ -24,7 +24,7 @@ This module is pure Python: no torch import.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Literal
 
 from lmprof.dtypes import DTYPE_BYTES, dtype_bytes, normalize_dtype, weight_bytes_per_param  # noqa: F401 - re-exported
@@ -190,6 +190,48 @@ def expected_experts(shape: ModelShape, tokens: int) -> float:
     return e * (1.0 - (1.0 - k / e) ** tokens)
 
 
+@dataclass
+class _Pass:
+    """One pass's sizes, byte widths and attention counts, shared by the per-block formulas.
+
+    ``w``: activation bytes per element; ``ww``: bytes per stored matmul weight; ``wkv``: KV cache
+    bytes per element. ``T`` new tokens per sequence attend to ``S`` keys; ``n = B*T`` tokens.
+    ``pairs``/``scores_elems``/``k_read`` are per layer (averaged when a sliding window caps some).
+    """
+
+    shape: ModelShape
+    phase: str
+    w: int
+    ww: float
+    wkv: int
+    mac: int
+    ew: int
+    B: int
+    L: int
+    T: int
+    S: int
+    n: int
+    pairs: float
+    scores_elems: float
+    k_read: float
+    logit_rows: int
+    from_cache: bool
+    out: list[BlockCost] = field(default_factory=list)
+
+    def add(self, name: str, count: int, matmul: float, other: float, weights: float, acts: float, kvb: float = 0.0,
+            width: float | None = None) -> None:
+        # weights and kvb are element counts (scaled by the weight / KV width here); acts is already
+        # bytes because token ids are int64 whatever the model dtype.
+        self.out.append(
+            BlockCost(
+                name=name, phase=self.phase, count=count,
+                matmul_flops=float(count * matmul), other_flops=float(count * other * self.ew),
+                weight_bytes=float(count * weights * (self.ww if width is None else width)),
+                act_bytes=float(count * acts), kv_bytes=float(count * kvb * self.wkv),
+            )
+        )
+
+
 def block_costs(
     shape: ModelShape,
     *,
@@ -239,17 +281,31 @@ def block_costs(
             b.scaled(c.backward_matmul_factor, c.backward_elementwise_factor, c.backward_bytes_factor, "backward")
             for b in fwd
         ]
+    p = _pass_sizes(shape, batch, seq_len, phase, dtype, context, conventions, weight_dtype, kv_dtype)
+    _input_blocks(p)
+    if attention == "math":
+        _math_attention_blocks(p)
+    else:
+        _sdpa_attention_block(p)
+    _attention_output_blocks(p)
+    if shape.moe:
+        _moe_mlp_blocks(p)
+    else:
+        _dense_mlp_blocks(p)
+    _head_blocks(p)
+    return p.out
 
+
+def _pass_sizes(
+    shape: ModelShape, batch: int, seq_len: int, phase: str, dtype: object, context: int | None,
+    conventions: FlopConventions, weight_dtype: object | None, kv_dtype: object | None,
+) -> _Pass:
+    """The sizes every block formula reads, for one forward, prefill or decode pass."""
+    # Widths first: an unknown dtype is reported before a bad context, as it always was.
     w = dtype_bytes(dtype)
     ww = weight_bytes_per_param(weight_dtype if weight_dtype is not None else dtype)
     wkv = dtype_bytes(kv_dtype if kv_dtype is not None else dtype)
-    mac = conventions.flops_per_mac
-    ew = 1 if conventions.elementwise else 0
-    cost = ELEMENTWISE_COSTS
-
     B, L = batch, shape.n_layer
-    d, h, V, f = shape.n_embd, shape.n_head, shape.vocab_size, shape.ffn
-    qd = shape.q_dim  # width of the queries and of the attention output
     kv = shape.kv_dim  # width of K (and of V) per token
     T = 1 if phase == "decode" else seq_len  # new tokens per sequence
     if phase == "forward":
@@ -260,97 +316,128 @@ def block_costs(
         if S < T:
             raise ConfigError(f"context ({S}) must be at least the number of new tokens ({T})")
     n = B * T  # tokens processed
-    qkv_bias = 1 if shape.has_qkv_bias else 0
-    bias = 1 if shape.bias else 0
-    norm_cost = cost["rmsnorm"] if shape.norm == "rmsnorm" else cost["layernorm"]
-    norm_params = shape.norm_params()
-    # Keys each layer attends to: a sliding window caps them in decode (see the docstring).
+    # Keys each layer attends to: a sliding window caps them in decode (see block_costs).
     keys = [shape.attended(i, S) if phase == "decode" else S for i in range(L)]
     pairs_sum = sum(B * _attended_pairs(T, k, conventions.causal_attention) for k in keys)  # per head
     pairs = pairs_sum / L  # per layer, on average
-    scores_elems = h * pairs  # elements of the (B, h, T, S) score matrix actually computed, per layer
-    k_read = B * sum(keys) / L * kv  # K (or V) elements of the attended positions, per layer
     if phase == "forward" or (phase == "prefill" and conventions.prefill_logits == "all"):
         logit_rows = n
     else:  # decode, or prefill keeping only the last position's logits (the built-in GPT)
         logit_rows = B
+    return _Pass(
+        shape=shape, phase=phase,
+        w=w, ww=ww, wkv=wkv, mac=conventions.flops_per_mac, ew=1 if conventions.elementwise else 0,
+        B=B, L=L, T=T, S=S, n=n, pairs=pairs,
+        scores_elems=shape.n_head * pairs,  # elements of the (B, h, T, S) score matrix actually computed
+        k_read=B * sum(keys) / L * kv,  # K (or V) elements of the attended positions, per layer
+        logit_rows=logit_rows,
+        # K and V of the S attended positions come from the KV cache when decoding / prefilling against one.
+        from_cache=phase == "decode" or (phase == "prefill" and S > T),
+    )
 
-    out: list[BlockCost] = []
 
-    def add(name: str, count: int, matmul: float, other: float, weights: float, acts: float, kvb: float = 0.0,
-            width: float | None = None) -> None:
-        # weights and kvb are element counts (scaled by the weight / KV width here); acts is already
-        # bytes because token ids are int64 whatever the model dtype.
-        out.append(
-            BlockCost(
-                name=name, phase=phase, count=count,
-                matmul_flops=float(count * matmul), other_flops=float(count * other * ew),
-                weight_bytes=float(count * weights * (ww if width is None else width)), act_bytes=float(count * acts),
-                kv_bytes=float(count * kvb * wkv),
-            )
-        )
+def _norm_cost(shape: ModelShape) -> float:
+    return ELEMENTWISE_COSTS["rmsnorm"] if shape.norm == "rmsnorm" else ELEMENTWISE_COSTS["layernorm"]
 
+
+def _input_blocks(p: _Pass) -> None:
+    """embedding, ln_1 and the q/k/v projection (with RoPE)."""
+    shape, cost, w, n, L, T = p.shape, ELEMENTWISE_COSTS, p.w, p.n, p.L, p.T
+    d, qd, kv = shape.n_embd, shape.q_dim, shape.kv_dim
+    qkv_bias = 1 if shape.has_qkv_bias else 0
     # embedding: gather token rows (+ position rows) and add them.
     pos_rows = T * d if shape.pos == "learned" else 0
-    add(
+    p.add(
         "embedding", 1, 0, n * d * cost["add"] if shape.pos == "learned" else 0,
         n * d + pos_rows, n * INDEX_BYTES + n * d * w, width=w,
     )
     # Norms before attention (ln_1) and before the MLP (ln_2); Gemma 2 adds a norm after each.
     n_ln1 = 2 if shape.norms_per_layer == 4 else 1
-    add("ln_1", n_ln1 * L, 0, norm_cost * n * d, norm_params, 2 * n * d * w, width=w)
+    p.add("ln_1", n_ln1 * L, 0, _norm_cost(shape) * n * d, shape.norm_params(), 2 * n * d * w, width=w)
     qkv_out = qd + 2 * kv
     rope = cost["rope"] * n * (qd + kv) if shape.pos == "rope" else 0
-    add(
-        "attn.qkv", L, mac * n * d * qkv_out, qkv_bias * n * qkv_out + rope,
+    p.add(
+        "attn.qkv", L, p.mac * n * d * qkv_out, qkv_bias * n * qkv_out + rope,
         d * qkv_out + qkv_bias * qkv_out, (n * d + n * qkv_out) * w,
     )
-    # K and V of the S attended positions: the KV cache when decoding / prefilling against one.
-    from_cache = phase == "decode" or (phase == "prefill" and S > T)
-    if attention == "math":
-        add(
-            "attn.scores", L, mac * pairs * qd, cost["scale_mask"] * scores_elems, 0,
-            (n * qd + (0 if from_cache else k_read) + scores_elems) * w, k_read if from_cache else 0,
-        )
-        add("attn.softmax", L, 0, cost["softmax"] * scores_elems, 0, 2 * scores_elems * w)
-        add(
-            "attn.av", L, mac * pairs * qd, 0, 0,
-            (scores_elems + (0 if from_cache else k_read) + n * qd) * w, k_read if from_cache else 0,
-        )
-    else:
-        add(
-            "attn.sdpa", L, 2 * mac * pairs * qd, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
-            (n * qd + (0 if from_cache else 2 * k_read) + n * qd) * w, 2 * k_read if from_cache else 0,
-        )
-    add("attn.proj", L, mac * n * qd * d, bias * n * d, qd * d + bias * d, (n * qd + n * d) * w)
-    add("residual", 2 * L, 0, cost["add"] * n * d, 0, 3 * n * d * w)
+
+
+def _math_attention_blocks(p: _Pass) -> None:
+    """attn.scores, attn.softmax and attn.av as separate kernels (the T x S scores go through memory)."""
+    cost, w, n, L, mac, qd = ELEMENTWISE_COSTS, p.w, p.n, p.L, p.mac, p.shape.q_dim
+    pairs, scores_elems, k_read, from_cache = p.pairs, p.scores_elems, p.k_read, p.from_cache
+    p.add(
+        "attn.scores", L, mac * pairs * qd, cost["scale_mask"] * scores_elems, 0,
+        (n * qd + (0 if from_cache else k_read) + scores_elems) * w, k_read if from_cache else 0,
+    )
+    p.add("attn.softmax", L, 0, cost["softmax"] * scores_elems, 0, 2 * scores_elems * w)
+    p.add(
+        "attn.av", L, mac * pairs * qd, 0, 0,
+        (scores_elems + (0 if from_cache else k_read) + n * qd) * w, k_read if from_cache else 0,
+    )
+
+
+def _sdpa_attention_block(p: _Pass) -> None:
+    """One fused attn.sdpa block: no T x S tensor in memory."""
+    cost, w, n, L, mac, qd = ELEMENTWISE_COSTS, p.w, p.n, p.L, p.mac, p.shape.q_dim
+    pairs, scores_elems, k_read, from_cache = p.pairs, p.scores_elems, p.k_read, p.from_cache
+    p.add(
+        "attn.sdpa", L, 2 * mac * pairs * qd, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
+        (n * qd + (0 if from_cache else 2 * k_read) + n * qd) * w, 2 * k_read if from_cache else 0,
+    )
+
+
+def _attention_output_blocks(p: _Pass) -> None:
+    """attn.proj, the two residual adds of a layer, and ln_2 (where the layout has one)."""
+    shape, cost, w, n, L = p.shape, ELEMENTWISE_COSTS, p.w, p.n, p.L
+    d, qd = shape.n_embd, shape.q_dim
+    bias = 1 if shape.bias else 0
+    p.add("attn.proj", L, p.mac * n * qd * d, bias * n * d, qd * d + bias * d, (n * qd + n * d) * w)
+    p.add("residual", 2 * L, 0, cost["add"] * n * d, 0, 3 * n * d * w)
     if shape.norms_per_layer > 1:
-        add("ln_2", (2 if shape.norms_per_layer == 4 else 1) * L, 0, norm_cost * n * d, norm_params, 2 * n * d * w,
-            width=w)
-    gate = 2 if shape.gated else 1  # gate and up projections both belong to mlp.fc
-    act = cost["swiglu"] if shape.gated else cost["gelu"]
-    if not shape.moe:
-        add("mlp.fc", L, mac * n * d * gate * f, gate * bias * n * f, gate * d * f + gate * bias * f,
-            (n * d + gate * n * f) * w)
-        add("mlp.act", L, 0, act * n * f, 0, (gate + 1) * n * f * w)
-        add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
-    else:
-        # Router (d -> E), top_k routed experts per token, shared experts (+ their sigmoid gate):
-        # all of mlp.fc except the down projections, which are mlp.proj.
-        fe, fs, k, ns = shape.expert_ffn, shape.shared_ffn, shape.top_k, shape.n_shared_experts
-        touched = expected_experts(shape, n)
-        sgate = d if (ns and shape.shared_expert_gate) else 0
-        fc_flops = mac * n * d * (shape.n_experts + k * gate * fe + ns * gate * fs) + mac * n * sgate
-        fc_w = d * shape.n_experts + touched * gate * d * fe + ns * gate * d * fs + sgate
-        hidden = k * fe + ns * fs  # per-token width of the experts' hidden activations
-        add("mlp.fc", L, fc_flops, 0, fc_w, (n * d + gate * n * hidden + n * shape.n_experts) * w)
-        add("mlp.act", L, 0, act * n * hidden, 0, (gate + 1) * n * hidden * w)
-        add("mlp.proj", L, mac * n * hidden * d, 0, touched * fe * d + ns * fs * d, (n * hidden + n * d) * w)
-    add("ln_f", 1, 0, norm_cost * n * d, norm_params, 2 * n * d * w, width=w)
-    add("lm_head", 1, mac * logit_rows * d * V, 0, V * d, (logit_rows * d + logit_rows * V) * w)
-    if phase == "forward":
-        add("loss", 1, 0, (cost["log_softmax"] * V + 1) * n, 0, n * V * w + n * INDEX_BYTES + w)
-    return out
+        p.add("ln_2", (2 if shape.norms_per_layer == 4 else 1) * L, 0, _norm_cost(shape) * n * d, shape.norm_params(),
+              2 * n * d * w, width=w)
+
+
+def _dense_mlp_blocks(p: _Pass) -> None:
+    """mlp.fc (gate and up projections both belong to it), the activation and mlp.proj."""
+    shape, w, n, L, mac = p.shape, p.w, p.n, p.L, p.mac
+    d, f = shape.n_embd, shape.ffn
+    bias = 1 if shape.bias else 0
+    gate = 2 if shape.gated else 1
+    act = ELEMENTWISE_COSTS["swiglu"] if shape.gated else ELEMENTWISE_COSTS["gelu"]
+    p.add("mlp.fc", L, mac * n * d * gate * f, gate * bias * n * f, gate * d * f + gate * bias * f,
+          (n * d + gate * n * f) * w)
+    p.add("mlp.act", L, 0, act * n * f, 0, (gate + 1) * n * f * w)
+    p.add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
+
+
+def _moe_mlp_blocks(p: _Pass) -> None:
+    """A mixture-of-experts MLP: router (d -> E), top_k routed experts per token, shared experts (+ their
+    sigmoid gate). All of it is mlp.fc except the down projections, which are mlp.proj."""
+    shape, w, n, L, mac = p.shape, p.w, p.n, p.L, p.mac
+    d = shape.n_embd
+    gate = 2 if shape.gated else 1
+    act = ELEMENTWISE_COSTS["swiglu"] if shape.gated else ELEMENTWISE_COSTS["gelu"]
+    fe, fs, k, ns = shape.expert_ffn, shape.shared_ffn, shape.top_k, shape.n_shared_experts
+    touched = expected_experts(shape, n)
+    sgate = d if (ns and shape.shared_expert_gate) else 0
+    fc_flops = mac * n * d * (shape.n_experts + k * gate * fe + ns * gate * fs) + mac * n * sgate
+    fc_w = d * shape.n_experts + touched * gate * d * fe + ns * gate * d * fs + sgate
+    hidden = k * fe + ns * fs  # per-token width of the experts' hidden activations
+    p.add("mlp.fc", L, fc_flops, 0, fc_w, (n * d + gate * n * hidden + n * shape.n_experts) * w)
+    p.add("mlp.act", L, 0, act * n * hidden, 0, (gate + 1) * n * hidden * w)
+    p.add("mlp.proj", L, mac * n * hidden * d, 0, touched * fe * d + ns * fs * d, (n * hidden + n * d) * w)
+
+
+def _head_blocks(p: _Pass) -> None:
+    """ln_f, lm_head (every position or the last, see :class:`FlopConventions`) and, in training, the loss."""
+    shape, cost, w, n = p.shape, ELEMENTWISE_COSTS, p.w, p.n
+    d, V, rows = shape.n_embd, shape.vocab_size, p.logit_rows
+    p.add("ln_f", 1, 0, _norm_cost(shape) * n * d, shape.norm_params(), 2 * n * d * w, width=w)
+    p.add("lm_head", 1, p.mac * rows * d * V, 0, V * d, (rows * d + rows * V) * w)
+    if p.phase == "forward":
+        p.add("loss", 1, 0, (cost["log_softmax"] * V + 1) * n, 0, n * V * w + n * INDEX_BYTES + w)
 
 
 def phase_costs(
