@@ -276,11 +276,7 @@ def block_costs(
             shape, batch=batch, seq_len=seq_len, phase="forward", dtype=dtype,
             attention=attention, conventions=conventions, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         )
-        c = conventions
-        return [
-            b.scaled(c.backward_matmul_factor, c.backward_elementwise_factor, c.backward_bytes_factor, "backward")
-            for b in fwd
-        ]
+        return _backward_of(fwd, conventions)
     p = _pass_sizes(shape, batch, seq_len, phase, dtype, context, conventions, weight_dtype, kv_dtype)
     _input_blocks(p)
     if attention == "math":
@@ -294,6 +290,14 @@ def block_costs(
         _dense_mlp_blocks(p)
     _head_blocks(p)
     return p.out
+
+
+def _backward_of(forward: list[BlockCost], c: FlopConventions) -> list[BlockCost]:
+    """The backward pass's blocks: each forward block scaled by the conventions' backward factors."""
+    return [
+        b.scaled(c.backward_matmul_factor, c.backward_elementwise_factor, c.backward_bytes_factor, "backward")
+        for b in forward
+    ]
 
 
 def _pass_sizes(

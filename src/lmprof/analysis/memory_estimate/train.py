@@ -9,6 +9,7 @@ from lmprof.analysis.memory_estimate.result import (
     FP32,
     Attention,
     MemoryEstimate,
+    MemoryItem,
     Optimizer,
     OptimizerImpl,
 )
@@ -24,15 +25,10 @@ def train_estimate(
     and the optimizer step (``dtype`` already resolved to the compute dtype)."""
     p_bytes = DTYPE_BYTES[param_dtype]
     autocast = dtype != "fp32" and param_dtype == "fp32"
-    notes: list[str] = []
 
     # Static training state.
     grads = pp.total * p_bytes
-    state_bytes = FP32 if (master_weights or param_dtype == "fp32") else p_bytes
-    n_states = 2 if optimizer == "adamw" else 1
-    master = pp.total * FP32 if master_weights else 0
-    step_scalars = pp.tensors * FP32 if optimizer == "adamw" else 0
-    opt_state = n_states * pp.total * state_bytes + master + step_scalars
+    opt_state, master, state_bytes = _optimizer_state(pp, optimizer, master_weights, param_dtype)
 
     items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
     per_layer = sum(i.bytes for i in items if i.per_layer)
@@ -51,10 +47,63 @@ def train_estimate(
         fwd_extra = pp.linear_biases * 2 + b * s * v * FP32
     loss_grads = 2 * b * s * v * lp_bytes  # d(log-probs) from nll_loss, then d(logits) from log_softmax
     opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, pp, state_bytes)
-    # Backward through the layers, top to bottom: each layer frees its activations and adds its
-    # gradients, so the level is linear in the layer count and peaks at the first or last layer.
-    # Alive besides: the lm_head/ln_f gradients and one MLP's backward temporaries (the residual
-    # gradient, the hidden-size gradient and the projection's weight gradient).
+    bwd_acts, bwd_grads, bwd_temp = _backward_layers(shape, pp, items, batch, seq_len, dtype, param_dtype, attention)
+    static = {"params": params, "buffers": buf, "optimizer": opt_state}
+    parts = {
+        # While the loss is computed the logits are alive whether or not the step keeps them.
+        "end of forward": {**static, "activations": activations, "logits": logits, "temporaries": fwd_extra},
+        "backward (loss gradient)": {**static, "activations": activations, "logits": held,
+                                     "temporaries": loss_grads},
+        "backward (layers)": {**static, "activations": bwd_acts, "grads": bwd_grads, "logits": held,
+                              "temporaries": bwd_temp},
+        "optimizer step": {**static, "grads": grads, "logits": held, "temporaries": opt_temp},
+    }
+    moments = {name: sum(p.values()) for name, p in parts.items()}
+    peak_at = max(moments, key=lambda k: moments[k])
+    peak = moments[peak_at]
+    at_peak = {c: int(parts[peak_at].get(c, 0)) for c in AT_PEAK}
+    temporaries = at_peak["temporaries"]
+    return MemoryEstimate(
+        shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
+        device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
+        params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
+        activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
+        kv_cache=0,
+        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
+        items=tuple(items), notes=_notes(dropout, attention, device_kind), parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
+    )
+
+
+def _optimizer_state(pp: ParamCounts, optimizer: str, master_weights: bool, param_dtype: str) -> tuple[int, int, int]:
+    """(optimizer state bytes, of them the fp32 master weights, bytes per moment element).
+
+    AdamW keeps two moments and a 4-byte step per tensor, SGD one momentum buffer; moments are fp32
+    whenever the parameters are or a master copy exists.
+    """
+    p_bytes = DTYPE_BYTES[param_dtype]
+    state_bytes = FP32 if (master_weights or param_dtype == "fp32") else p_bytes
+    n_states = 2 if optimizer == "adamw" else 1
+    master = pp.total * FP32 if master_weights else 0
+    step_scalars = pp.tensors * FP32 if optimizer == "adamw" else 0
+    return n_states * pp.total * state_bytes + master + step_scalars, master, state_bytes
+
+
+def _backward_layers(
+    shape: ModelShape, pp: ParamCounts, items: list[MemoryItem], batch: int, seq_len: int, dtype: str,
+    param_dtype: str, attention: Attention,
+) -> tuple[int, int, int]:
+    """(activations, gradients, temporaries) alive at the higher end of backward through the layers.
+
+    Backward runs the layers top to bottom: each layer frees its activations and adds its
+    gradients, so the level is linear in the layer count and peaks at the first or last layer.
+    Alive besides: the lm_head/ln_f gradients and one MLP's backward temporaries (the residual
+    gradient, the hidden-size gradient and the projection's weight gradient).
+    """
+    p_bytes = DTYPE_BYTES[param_dtype]
+    per_layer = sum(i.bytes for i in items if i.per_layer)
+    once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
+    b, s, v = batch, seq_len, shape.vocab_size
     head_once = sum(i.bytes for i in items if not i.per_layer and i.block in ("ln_f", "lm_head", "loss"))
     rest_once = once - head_once
     g_head = (v * shape.n_embd + shape.norm_params()) * p_bytes
@@ -68,42 +117,19 @@ def train_estimate(
         bwd_temp += b * s * shape.ffn * e_act
     layers_top = shape.n_layer * per_layer
     layers_bottom = per_layer + (shape.n_layer - 1) * g_layer
-    static = {"params": params, "buffers": buf, "optimizer": opt_state}
     top_is_higher = layers_top >= layers_bottom
-    parts = {
-        # While the loss is computed the logits are alive whether or not the step keeps them.
-        "end of forward": {**static, "activations": activations, "logits": logits, "temporaries": fwd_extra},
-        "backward (loss gradient)": {**static, "activations": activations, "logits": held,
-                                     "temporaries": loss_grads},
-        "backward (layers)": {
-            **static,
-            "activations": (shape.n_layer if top_is_higher else 1) * per_layer + rest_once,
-            "grads": g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer),
-            "logits": held,
-            "temporaries": bwd_temp,
-        },
-        "optimizer step": {**static, "grads": grads, "logits": held, "temporaries": opt_temp},
-    }
-    moments = {name: sum(p.values()) for name, p in parts.items()}
-    peak_at = max(moments, key=lambda k: moments[k])
-    peak = moments[peak_at]
-    at_peak = {c: int(parts[peak_at].get(c, 0)) for c in AT_PEAK}
-    temporaries = at_peak["temporaries"]
+    return ((shape.n_layer if top_is_higher else 1) * per_layer + rest_once,
+            g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer), bwd_temp)
+
+
+def _notes(dropout: float, attention: str, device_kind: str) -> tuple[str, ...]:
+    notes: list[str] = []
     if dropout > 0 and attention == "sdpa":
         notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept"
                      if device_kind != "cpu" else "sdpa with dropout runs the unfused math kernel on the CPU")
     notes.append("first step only: optimizer state is created inside optimizer.step(), so the first step's "
                  "forward/backward run without it")
-    return MemoryEstimate(
-        shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
-        attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
-        device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
-        params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
-        activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
-        kv_cache=0,
-        temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
-        items=tuple(items), notes=tuple(notes), parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
-    )
+    return tuple(notes)
 
 
 def _impl(impl: str, device_kind: str) -> str:
