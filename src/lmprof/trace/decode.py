@@ -291,19 +291,28 @@ def _ints(
     # int64 (>= 2**63); fix only those.
     values = list(map(get, xs))
     for i in [i for i, v in enumerate(values) if v.__class__ is not int or not -MAX_INT <= v < MAX_INT]:
-        v = values[i]
-        parsed = none if v is None or v == "" else parse_int(str(v))
-        if parsed is None:
-            if coded is None:
-                ch.out_of_range[field] = ch.out_of_range.get(field, 0) + 1
-                parsed = none
-            else:
-                c = coded.setdefault(field, Coded())
-                c.rows.append(i)
-                c.text.append(str(v)[:200])
-                parsed = 0  # replaced by the trace-wide code when merged
-        values[i] = parsed
+        values[i] = odd_id(ch, values[i], i, none, field, coded)
     return np.array(values, dtype=np.int64)
+
+
+def odd_id(ch: Chunk, value: Any, row: int, none: int, field: str, coded: dict[str, Coded] | None) -> int:
+    """The int64 cell of an id that is not a plain 64-bit integer (None, text, a huge integer).
+
+    Integer text ("42", "0x1f") is read; None and "" are ``none``. Anything else is kept as text
+    for the merger to code when ``coded`` is given (the cell holds 0 until then), else it counts as
+    out of range in ``ch`` and reads as ``none``. Both readers (msgspec here, the C reader in
+    scan.py) apply this one rule.
+    """
+    parsed = none if value is None or value == "" else parse_int(str(value))
+    if parsed is not None:
+        return parsed
+    if coded is None:
+        ch.out_of_range[field] = ch.out_of_range.get(field, 0) + 1
+        return none
+    c = coded.setdefault(field, Coded())
+    c.rows.append(row)
+    c.text.append(str(value)[:200])
+    return 0  # replaced by the trace-wide code when merged
 
 
 def parse_int(s: str) -> int | None:

@@ -133,25 +133,10 @@ def _sparse_args(
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
-    """Ids written as text, by decode.py's rule: integer text is read, other text is coded (pid,
-    tid, flow id) or counted as out of range (args)."""
-    cols: dict[tuple[str, str], np.ndarray] = {}
+    """Ids written as text, by decode.odd_id's rule (the C reader left their cells 0)."""
     # by column, then row: the order decode.py codes text ids in, so both give the same codes
     for col, row, raw in sorted(odd, key=lambda o: (o[0], o[1])):
         table, name, none, fld, coded = _ODD[col]
-        key = (table, name)
-        if key not in cols:
-            columns = ch.x if table == "x" else ch.fl
-            cols[key] = columns[name] = columns[name].copy()
-        text = _texts([raw])[0]
-        parsed = none if text == "" else dec.parse_int(text)
-        if parsed is None:
-            if coded:
-                c = (ch.x_coded if table == "x" else ch.fl_coded).setdefault(fld, dec.Coded())
-                c.rows.append(row)
-                c.text.append(text[:200])
-                parsed = 0
-            else:
-                ch.out_of_range[fld] = ch.out_of_range.get(fld, 0) + 1
-                parsed = none
-        cols[key][row] = parsed
+        columns, codes = (ch.x, ch.x_coded) if table == "x" else (ch.fl, ch.fl_coded)
+        # the columns are numpy views of the C reader's bytearrays: writable in place
+        columns[name][row] = dec.odd_id(ch, _texts([raw])[0], row, none, fld, codes if coded else None)
