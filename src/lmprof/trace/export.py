@@ -201,36 +201,26 @@ def _steps_table(pa: Any, table: TraceTable, rank: int, kernels: Any, ops: Any) 
     return pa.table({"rank": [rank] * len(rows["step"]), **rows}, schema=schema)
 
 
+def _attribute_table(pa: Any, rank: int, items: list[Any], types: dict[str, Any]) -> Any:
+    """An Arrow table: ``rank``, then one column per attribute of ``items`` (name -> Arrow type)."""
+    cols = {"rank": pa.array([rank] * len(items), pa.int32())}
+    cols.update({name: pa.array([getattr(i, name) for i in items], t) for name, t in types.items()})
+    return pa.table(cols)
+
+
 def analysis_tables(rank: int, comm: Communication | None, critical: CriticalPath | None) -> dict[str, Any]:
     """The collectives and the per-step critical path of one trace as Arrow tables (empty when absent)."""
     pa = _pa()
     calls = comm.calls if comm is not None else []
-    coll = pa.table(
-        {
-            "rank": pa.array([rank] * len(calls), pa.int32()),
-            "row": pa.array([c.row for c in calls], pa.int64()),
-            "kind": pa.array([c.kind for c in calls], pa.string()),
-            "process_group": pa.array([c.process_group for c in calls], pa.string()),
-            "seq": pa.array([c.seq for c in calls], pa.int64()),
-            "dtype": pa.array([c.dtype for c in calls], pa.string()),
-            "group_size": pa.array([c.group_size for c in calls], pa.int64()),
-            "message_bytes": pa.array([c.message_bytes for c in calls], pa.int64()),
-            "start_us": pa.array([c.start_us for c in calls], pa.float64()),
-            "time_us": pa.array([c.time_us for c in calls], pa.float64()),
-            "algbw_gbps": pa.array([c.algbw_gbps for c in calls], pa.float64()),
-            "busbw_gbps": pa.array([c.busbw_gbps for c in calls], pa.float64()),
-        }
-    )
+    coll = _attribute_table(pa, rank, calls, {
+        "row": pa.int64(), "kind": pa.string(), "process_group": pa.string(), "seq": pa.int64(),
+        "dtype": pa.string(), "group_size": pa.int64(), "message_bytes": pa.int64(), "start_us": pa.float64(),
+        "time_us": pa.float64(), "algbw_gbps": pa.float64(), "busbw_gbps": pa.float64(),
+    })  # fmt: skip
     steps = critical.steps if critical is not None else []
-    path = pa.table(
-        {
-            "rank": pa.array([rank] * len(steps), pa.int32()),
-            "step": pa.array([p.step for p in steps], pa.int64()),
-            "step_us": pa.array([p.step_us for p in steps], pa.float64()),
-            "kernels_on_path": pa.array([p.kernels_on_path for p in steps], pa.int64()),
-            **{f"{seg}_us": pa.array([p.segments_us[seg] for p in steps], pa.float64()) for seg in SEGMENTS},
-        }
-    )
+    path = _attribute_table(pa, rank, steps, {"step": pa.int64(), "step_us": pa.float64(), "kernels_on_path": pa.int64()})
+    for seg in SEGMENTS:
+        path = path.append_column(f"{seg}_us", pa.array([p.segments_us[seg] for p in steps], pa.float64()))
     return {"collectives": coll, "critical_path": path}
 
 
