@@ -193,7 +193,6 @@ def test_parallel_decoding_gives_the_same_table(tmp_path, monkeypatch, read_byte
     load is redone in order."""
     if native and not scan_mod.NATIVE:
         pytest.skip("the C reader is not built")
-    monkeypatch.setattr(load_mod, "NATIVE", native)
     monkeypatch.setattr(scan_mod, "NATIVE", native)
     paths = [DATA / "v100_train_rank0.json.gz", _write(tmp_path, json.dumps(GOOD).encode())]
     monkeypatch.setattr(read_mod, "READ_BYTES", read_bytes)

@@ -58,7 +58,8 @@ from lmprof.errors import DataError
 from lmprof.trace.columns import Merger, empty_comms, empty_hw, frames, memory_frame
 from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.read import chunks, gzip_size, open_regular
-from lmprof.trace.scan import NATIVE, read_chunk
+from lmprof.trace import scan
+from lmprof.trace.scan import read_chunk
 from lmprof.trace.split import Splitter
 
 __all__ = ["MAX_RANK", "TraceTable", "decode_workers", "load_trace", "open_regular", "parse_rank"]
@@ -178,7 +179,7 @@ def decode_workers(path: Path, requested: int | None = None) -> int:
     rule (1 turns parallel decoding off). Without the compiled reader, parallel decoding needs the
     ``fork`` start method (Linux); elsewhere chunks are then always decoded in-process.
     """
-    if sys.platform != "linux" and not NATIVE:
+    if sys.platform != "linux" and not scan.NATIVE:
         return 1
     if requested is not None:
         return max(1, requested)
@@ -227,7 +228,7 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
             raise _Rollback from None
 
     pool: Executor
-    if NATIVE:
+    if scan.NATIVE:  # read at call time: the one switch read_chunk obeys too
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lmprof-trace")
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
