@@ -1,33 +1,65 @@
-# Two commands: `make demo` and `make test`. Both create .venv and install into it first.
+# Two commands: `make demo` and `make test`. Both create .venv and install the locked versions into it.
+#
+# requirements/*.lock are exact, hashed versions (written by `make lock`, read by uv): run.lock is
+# what `make demo` needs, dev.lock adds the test, lint and optional-feature tools. torch is not in
+# the locks because which build you want depends on your machine: TORCH_SPEC (installed by pip, so
+# your pip configuration and indexes apply) picks it. The default is the tested CPU build; for CUDA:
+#   make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" demo
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# torch is installed on its own first so a pinned, locally available build is used (CPU wheel here);
-# override with `make TORCH_SPEC="torch" demo` to take whatever your index serves (e.g. a CUDA build).
+UV     := $(VENV)/bin/uv
 TORCH_SPEC ?= torch==2.13.0
-STAMP  := $(VENV)/.lmprof-installed
+UV_INSTALL := $(UV) pip install --python $(PY) --quiet
+# Everything the editable install is built from: a change to any of them re-runs the install.
+SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c
 
-.PHONY: setup demo test clean
+.PHONY: setup setup-run demo test test-latest test-oldest lock clean
 
-$(STAMP): pyproject.toml setup.py src/lmprof/trace/_scan.c Makefile
+$(VENV)/.uv: requirements/uv.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
-	@touch $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements/uv.lock
+	@touch $@
 
-setup: $(STAMP)
+# The lock first, then torch (its dependencies are already there at the locked versions), then lmprof.
+$(VENV)/.run: $(VENV)/.uv requirements/run.lock $(SOURCES)
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements/run.lock
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_SPEC)
+	$(UV_INSTALL) --no-deps --no-build-isolation -e .
+	@touch $@
 
-demo: setup
+$(VENV)/.dev: $(VENV)/.run requirements/dev.lock
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements/dev.lock
+	@touch $@
+
+setup-run: $(VENV)/.run
+setup: $(VENV)/.dev
+
+demo: setup-run
 	@# Once per machine: this device's achievable FLOP/s and bandwidth, so MFU has a ceiling on CPUs too.
 	$(VENV)/bin/lmprof calibrate --device auto --if-missing
 	$(VENV)/bin/lmprof train --out runs
 
+# The checks and the suite, with the tools at the locked versions (so a new mypy or ruff release
+# cannot fail a submission that did not change).
+check = $(1)/bin/ruff check src tests benchmarks && $(1)/bin/lint-imports && $(1)/bin/mypy src/lmprof \
+        && $(1)/bin/python -m pytest -n 2 $(2)
+
 test: setup
 	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy src/lmprof
-	$(PY) -m pytest -n 2 tests
+	$(call check,$(VENV),tests)
+
+# Maintainers: the newest (test-latest) and oldest (test-oldest) versions pyproject.toml allows, each in
+# its own venv, to see drift before users do. docs/dependencies.md records the last green versions.
+test-latest:
+	bash scripts/test_versions.sh latest
+
+test-oldest:
+	bash scripts/test_versions.sh oldest
+
+# Re-resolve the locks from pyproject.toml's ranges (newest allowed versions), then run `make test`.
+lock: $(VENV)/.uv
+	bash scripts/lock.sh $(UV)
 
 clean:
-	rm -rf $(VENV) runs sweeps-out .pytest_cache
+	rm -rf $(VENV) .venv-latest .venv-oldest runs sweeps-out .pytest_cache

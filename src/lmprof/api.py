@@ -112,7 +112,7 @@ def profile_inference(
     """Profile greedy generation of ``new_tokens`` tokens from ``input_ids`` (B, T) with any causal LM.
 
     The model is called as ``model(ids)`` returning logits (or an object with ``.logits``); Hugging
-    Face models use their ``past_key_values`` cache.
+    Face models (``GenerationMixin``) use the KV cache they return.
     """
     from lmprof.pipeline.infer import measure_inference
     from lmprof.workloads.inference import InferWorkload

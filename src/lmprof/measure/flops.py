@@ -37,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from lmprof.errors import ConfigError
 from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
+from lmprof.workloads.hf_cache import require_cache
 
 if TYPE_CHECKING:
     from torch.autograd.graph import Node
@@ -401,6 +402,7 @@ def count_causal_lm_flops(model: torch.nn.Module, ids: torch.Tensor) -> PhaseFlo
             out = model(input_ids=ids, use_cache=True)
         prefill = fc.get_total_flops()
         with FlopCounterMode(display=False) as fc:
-            model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
+            keyword, cache = require_cache(model, out)
+            model(input_ids=ids[:, :1], use_cache=True, **{keyword: cache})
         decode = fc.get_total_flops()
     return PhaseFlops(train, prefill, decode)

@@ -5,13 +5,13 @@ the KV cache off, every decode step re-runs the whole sequence (the quadratic ba
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
 
 from lmprof.errors import ConfigError
 from lmprof.workloads.gpt import GPT, KVCache
+from lmprof.workloads.hf_cache import cache_keyword, cache_tensors, is_generation_model, require_cache
 
 
 class Decoder:
@@ -111,28 +111,33 @@ class GPTDecoder(Decoder):
         return self.cache.nbytes() if self.cache is not None else None
 
 
-def hf_prefill(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+def hf_prefill(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor,
+               keyword: str = "past_key_values") -> torch.Tensor:
     """A transformers LM's prefill into a static cache; the last position's logits (B, V)."""
-    logits: torch.Tensor = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits
+    logits: torch.Tensor = model(input_ids=ids, use_cache=True, cache_position=positions, **{keyword: cache}).logits
     return logits[:, -1]
 
 
-def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor) -> torch.Tensor:
+def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: torch.Tensor,
+              keyword: str = "past_key_values") -> torch.Tensor:
     """One decode step into a static cache (a function of its own: torch.compile keeps its graphs apart)."""
-    logits: torch.Tensor = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=positions).logits
+    logits: torch.Tensor = model(input_ids=ids, use_cache=True, cache_position=positions, **{keyword: cache}).logits
     return logits[:, -1]
 
 
 class HFDecoder(Decoder):
-    """A transformers causal LM: ``past_key_values`` when the cache is on.
+    """A transformers causal LM driven through the cache it returns (workloads/hf_cache.py).
 
-    Eager: transformers' dynamic cache. Compiled (:meth:`compile`): its ``StaticCache`` where the model
-    supports it (``_can_compile_fullgraph``), prefill and decode compiled apart with static shapes.
+    Eager: transformers' dynamic cache, taken from the prefill's output and fed back under the same
+    name. Compiled (:meth:`compile`): its ``StaticCache`` where the model supports it
+    (``_can_compile_fullgraph``), prefill and decode compiled apart with static shapes. With the cache
+    on, a model that returns no cache is an error, never a silent re-run of the whole sequence.
     """
 
     def __init__(self, model: torch.nn.Module, kv_cache: bool = True):
         self.model, self.kv_cache = model, kv_cache
         self.past: Any = None
+        self.keyword = "past_key_values"  # replaced by the name the model's own output uses
         self.static = False
         self.pos = 0
         self.prefill: Callable[..., torch.Tensor] = hf_prefill
@@ -161,12 +166,13 @@ class HFDecoder(Decoder):
             # static only when the model sets _can_compile_fullgraph, a PreTrainedModel's flag, and
             # every PreTrainedModel holds a PretrainedConfig
             assert isinstance(config, PretrainedConfig)
+            self.keyword = cache_keyword(self.model, prompt.device)
             self.past = StaticCache(config=config, max_cache_len=max_len)
             positions = torch.arange(prompt.size(1), device=prompt.device)
             self.pos = prompt.size(1)
-            return self.prefill(self.model, prompt, self.past, positions)
+            return self.prefill(self.model, prompt, self.past, positions, self.keyword)
         out = self.model(input_ids=prompt, use_cache=True)
-        self.past = out.past_key_values
+        self.keyword, self.past = require_cache(self.model, out)
         logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
         return logits[:, -1]
 
@@ -176,29 +182,16 @@ class HFDecoder(Decoder):
         if self.static:
             positions = torch.full((1,), self.pos, dtype=torch.long, device=token.device)
             self.pos += 1
-            return self.decode(self.model, token, self.past, positions)
-        out = self.model(input_ids=token, past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
+            return self.decode(self.model, token, self.past, positions, self.keyword)
+        out = self.model(input_ids=token, use_cache=True, **{self.keyword: self.past})
+        self.keyword, self.past = require_cache(self.model, out)
         logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
         return logits[:, -1]
 
     def cache_bytes(self) -> int | None:
-        past = self.past
-        if past is None:
+        if self.past is None:
             return None
-        tensors: list[torch.Tensor] = []
-        layers = getattr(past, "layers", None)
-        if layers is not None:  # transformers >= 4.56 Cache objects
-            for layer in layers:
-                for name in ("keys", "values"):
-                    t = getattr(layer, name, None)
-                    if isinstance(t, torch.Tensor):
-                        tensors.append(t)
-        elif hasattr(past, "key_cache"):
-            tensors = [*past.key_cache, *past.value_cache]
-        else:
-            tensors = [t for layer in past for t in layer if isinstance(t, torch.Tensor)]
-        return sum(t.numel() * t.element_size() for t in tensors) or None
+        return sum(t.numel() * t.element_size() for t in cache_tensors(self.past)) or None
 
 
 def _logits_of(output: Any) -> torch.Tensor:
@@ -216,10 +209,10 @@ def decoder_for(model: torch.nn.Module, kv_cache: bool = True, dtype: torch.dtyp
     """The right decoder for ``model`` and notes on what it could not do (e.g. no KV cache)."""
     if isinstance(model, GPT):
         return GPTDecoder(model, kv_cache, dtype), []
-    params = inspect.signature(model.forward).parameters
-    if "past_key_values" in params and hasattr(model, "config"):
+    if is_generation_model(model):  # transformers' own class for models that generate with a cache
         return HFDecoder(model, kv_cache), []
     notes = []
     if kv_cache:
-        notes.append("model has no KV cache interface (past_key_values): every decode step re-runs the whole sequence")
+        notes.append(f"{type(model).__name__} is not a transformers GenerationMixin model, so lmprof knows no KV "
+                     "cache interface for it: every decode step re-runs the whole sequence")
     return _Recompute(lambda ids: _logits_of(model(ids))[:, -1]), notes

@@ -1,0 +1,89 @@
+"""Transformers' KV cache as transformers itself hands it out, never found by parameter names.
+
+A causal LM called with ``use_cache=True`` returns its cache in its output object; the output field
+that holds it (``past_key_values`` up to transformers 5.23, ``cache`` from 5.24) is also the keyword
+that feeds it back. So lmprof reads the name from what the model returned instead of from
+``forward``'s signature, which broke silently when transformers renamed the argument.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lmprof.errors import ConfigError
+
+# Where transformers put a cache before its Cache classes were the default (tuples of tensors).
+_LEGACY_FIELD = "past_key_values"
+
+
+def is_generation_model(model: torch.nn.Module) -> bool:
+    """True for a transformers model that can generate (``GenerationMixin``): it must have a KV cache."""
+    try:
+        from transformers import GenerationMixin
+    except ImportError:
+        return False
+    return isinstance(model, GenerationMixin)
+
+
+def _is_cache(value: Any) -> bool:
+    try:
+        from transformers import Cache
+    except ImportError:  # pragma: no cover - only called on transformers models
+        return False
+    return isinstance(value, Cache)
+
+
+def returned_cache(output: Any) -> tuple[str, Any] | None:
+    """``(field, cache)``: the KV cache in a transformers output and the keyword that feeds it back.
+
+    The field holding a ``transformers.Cache``; for older transformers that return tuples of
+    tensors, the ``past_key_values`` field. None when the output holds no cache.
+    """
+    items = list(output.items()) if hasattr(output, "items") else []
+    for name, value in items:
+        if _is_cache(value):
+            return str(name), value
+    legacy = dict(items).get(_LEGACY_FIELD)
+    if isinstance(legacy, (tuple, list)) and legacy:
+        return _LEGACY_FIELD, legacy
+    return None
+
+
+def require_cache(model: torch.nn.Module, output: Any) -> tuple[str, Any]:
+    """:func:`returned_cache`, or one clear error: a model that generates must hand back its cache."""
+    found = returned_cache(output)
+    if found is None:
+        raise ConfigError(
+            f"{type(model).__name__} returned no KV cache when called with use_cache=True, so lmprof cannot "
+            "drive its cache (transformers "
+            f"{_transformers_version()}); measure without one with --no-kv-cache, or report this model")
+    return found
+
+
+def cache_keyword(model: torch.nn.Module, device: torch.device) -> str:
+    """The keyword that feeds a cache back into ``model``: read from a one-token call's output."""
+    ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+    with torch.no_grad():
+        return require_cache(model, model(input_ids=ids, use_cache=True))[0]
+
+
+def cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """Every key and value tensor a cache holds (Cache objects of any transformers version, or tuples)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # transformers >= 4.56: a list of per-layer caches
+        return [t for layer in layers for name in ("keys", "values")
+                if isinstance(t := getattr(layer, name, None), torch.Tensor)]
+    if hasattr(cache, "key_cache"):  # transformers 4.36 - 4.55
+        return [*cache.key_cache, *cache.value_cache]
+    if isinstance(cache, (tuple, list)):
+        return [t for layer in cache for t in layer if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _transformers_version() -> str:
+    try:
+        import transformers
+    except ImportError:  # pragma: no cover
+        return "not installed"
+    return str(transformers.__version__)
