@@ -33,8 +33,10 @@ esac
 "$uv" pip install --python "$py" --quiet --no-deps --no-build-isolation -e .
 echo "versions under test ($mode):"
 "$uv" pip freeze --python "$py" | grep -iE '^(torch|transformers|mypy|ruff|pandas|numpy|pydantic|typer|rich|matplotlib|msgspec|pyarrow|accelerate)=='
-"$venv/bin/ruff" check src tests benchmarks
-"$venv/bin/lint-imports"
-"$venv/bin/mypy" src/lmprof
+if [ "$mode" = latest ]; then  # type-checking against old torch/transformers stubs says nothing about users
+    "$venv/bin/ruff" check src tests benchmarks
+    "$venv/bin/lint-imports"
+    "$venv/bin/mypy" src/lmprof
+fi
 # shellcheck disable=SC2086
 "$py" -m pytest -n 2 $tests

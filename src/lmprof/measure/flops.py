@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from lmprof.errors import ConfigError
 from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
-from lmprof.workloads.hf_cache import require_cache
+from lmprof.workloads.hf_interface import require_cache
 
 if TYPE_CHECKING:
     from torch.autograd.graph import Node

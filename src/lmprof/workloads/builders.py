@@ -16,6 +16,7 @@ from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
 from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
 from lmprof.workloads.gpt import GPT, GPTConfig, preset
+from lmprof.workloads.hf_interface import attention_implementation
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.workloads.training import TrainWorkload
@@ -108,7 +109,7 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
     seq_len = cfg.seq_len or min(64, context)
     if seq_len > context:
         raise ConfigError(f"seq_len {seq_len} exceeds the model's context of {context}")
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    impl = attention_implementation(model) or "eager"
     notes: list[str] = []
     fwd_model = _maybe_compile(cfg, wrap(model) if wrap else model, notes)
 
@@ -177,7 +178,7 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         vocab = int(loaded.config.vocab_size)
         described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": loaded.config.model_type,
                      # what the model really runs (transformers' choice), not lmprof's built-in default
-                     "attention": getattr(model.config, "_attn_implementation", None) or "unknown"}
+                     "attention": attention_implementation(model) or "unknown"}
         hooked = model
         if not cfg.compile:  # hooks inside a compiled model would break its graph
             scopes = lambda: module_scopes(hooked)  # noqa: E731 - hooks only while the profiler runs

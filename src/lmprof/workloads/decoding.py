@@ -11,7 +11,9 @@ import torch
 
 from lmprof.errors import ConfigError
 from lmprof.workloads.gpt import GPT, KVCache
-from lmprof.workloads.hf_cache import cache_keyword, cache_tensors, is_generation_model, require_cache
+from lmprof.workloads.hf_interface import (
+    cache_keyword, cache_tensors, is_generation_model, require_cache, supports_static_cache,
+)
 
 
 class Decoder:
@@ -126,7 +128,7 @@ def hf_decode(model: torch.nn.Module, ids: torch.Tensor, cache: Any, positions: 
 
 
 class HFDecoder(Decoder):
-    """A transformers causal LM driven through the cache it returns (workloads/hf_cache.py).
+    """A transformers causal LM driven through the cache it returns (workloads/hf_interface.py).
 
     Eager: transformers' dynamic cache, taken from the prefill's output and fed back under the same
     name. Compiled (:meth:`compile`): its ``StaticCache`` where the model supports it
@@ -146,7 +148,7 @@ class HFDecoder(Decoder):
 
     def compile(self, mode: str = "default") -> str | None:
         """torch.compile the model's calls; a note when it cannot use a static cache (else None)."""
-        if getattr(self.model, "_can_compile_fullgraph", False):
+        if supports_static_cache(self.model):
             self.static = True
             self.prefill = torch.compile(hf_prefill, mode=mode, dynamic=False)
             self.decode = torch.compile(hf_decode, mode=mode, dynamic=False)

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from lmprof.names import SCOPE_PREFIX
+from lmprof.workloads.hf_interface import attention_implementation
 
 # (regex on the module path with layer indices replaced by '*', canonical block). First match wins.
 GPT2_RULES = [
@@ -158,7 +159,7 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
 
 def attention_core_name(model: torch.nn.Module) -> str:
     """attn.sdpa when the model runs fused attention, else attn.core (scores + softmax + AV)."""
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    impl = attention_implementation(model)
     return "attn.sdpa" if impl in ("sdpa", "flash_attention_2", "flex_attention") else "attn.core"
 
 

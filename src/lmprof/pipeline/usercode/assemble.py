@@ -12,6 +12,7 @@ from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
+from lmprof.workloads.hf_interface import attention_implementation
 
 
 def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | None:
@@ -41,7 +42,7 @@ def _config(session: Any) -> dict[str, Any]:
         mt = getattr(getattr(model, "config", None), "model_type", None)
         if mt:
             cfg["model_type"] = mt
-        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        impl = attention_implementation(model)
         if impl:
             cfg["attention"] = impl
     if session.optimizers:

@@ -1,4 +1,6 @@
-"""Transformers' KV cache as transformers itself hands it out, never found by parameter names.
+"""What lmprof reads of a transformers model, in one place, through transformers' own interfaces.
+
+The KV cache as transformers itself hands it out, never found by parameter names.
 
 A causal LM called with ``use_cache=True`` returns its cache in its output object; the output field
 that holds it (``past_key_values`` up to transformers 5.23, ``cache`` from 5.24) is also the keyword
@@ -79,6 +81,18 @@ def cache_tensors(cache: Any) -> list[torch.Tensor]:
     if isinstance(cache, (tuple, list)):
         return [t for layer in cache for t in layer if isinstance(t, torch.Tensor)]
     return []
+
+
+def attention_implementation(model: torch.nn.Module) -> str | None:
+    """The attention kernel transformers chose for ``model`` (``sdpa``, ``eager``, ...), None if not a
+    transformers model. ``config._attn_implementation`` is where transformers itself keeps the choice
+    (``set_attn_implementation`` writes it); there is no public reader."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def supports_static_cache(model: torch.nn.Module) -> bool:
+    """True when transformers marks ``model`` as compilable whole with a ``StaticCache``."""
+    return bool(getattr(model, "_can_compile_fullgraph", False))
 
 
 def _transformers_version() -> str:
