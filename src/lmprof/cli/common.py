@@ -47,8 +47,10 @@ def interruptible() -> Iterator[None]:
         if folder is not None:
             message = (f"{what}: kept {folder}, marked incomplete (file INCOMPLETE; it holds {', '.join(kept)}; "
                        "no run.json was written)")
-        else:
+        elif hasattr(exc, "folder"):  # the run knew its folder and found nothing measured in it
             message = f"{what} before anything was measured: nothing kept"
+        else:
+            message = f"{what}: the run did not finish (no run.json was written)"
         raise Interrupted(message, 143 if got else 130) from None
     finally:
         if main_thread:
