@@ -48,10 +48,26 @@ def calibrate(
             console.print(f"calibration of {dev.name} ({dev.kind}) already cached: {cached.path} (rerun without --if-missing to refresh)")
             return
     from lmprof.cli._oom import matmul_fit, oom_guard
+    from lmprof.errors import LmprofError
+    from lmprof.hardware.calibrate import save_calibration
+    from lmprof.outdir import check_output_dir
 
+    # Judge the cache folder before measuring: a cache that cannot be written (HOME or
+    # LMPROF_CACHE_DIR pointing at a file or /proc) still gets its result printed, with the reason.
+    unsaved = "--no-save" if no_save else None
+    if unsaved is None:
+        try:
+            check_output_dir(cache_dir(), "the calibration cache")
+        except LmprofError as exc:
+            unsaved = str(exc)
     what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
     with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
-        cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=not no_save)
+        cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=False)
+    if unsaved is None:
+        try:
+            save_calibration(cal)
+        except (LmprofError, OSError) as exc:
+            unsaved = str(exc)
 
     console.print(
         f"lmprof calibrate: {cal.device_name} ({cal.device}), torch {cal.torch}, {cal.threads} threads, "
@@ -80,5 +96,7 @@ def calibrate(
         console.print(f"  in the peak table as {entry.key}: MFU uses the datasheet figures; these are for reference")
     if cal.path:
         console.print(f"saved {cal.path}")
-    else:
+    elif unsaved == "--no-save":
         console.print(f"not saved (--no-save); the cache is {cache_dir()}")
+    else:
+        console.print(f"not saved: {unsaved}")

@@ -1,7 +1,12 @@
-"""Helpers shared by verb modules: merging YAML with flags, the console."""
+"""Helpers shared by verb modules: merging YAML with flags, the console, interruptions."""
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -9,7 +14,47 @@ from rich.console import Console
 # Piped output (CI logs, files) gets a fixed width instead of rich's 80-column fallback; plain lines
 # are never hard-wrapped (a path or a message split mid-phrase breaks grep), tables still fit.
 _probe = Console()
-console = Console(highlight=False, width=None if _probe.is_terminal else 120, soft_wrap=True)
+# markup=False: names and paths are the user's (a folder 'runs[v2]', a model 'm[/]') and must print as
+# they are; the few styled lines ask for markup=True and escape what they interpolate.
+console = Console(highlight=False, markup=False, width=None if _probe.is_terminal else 120, soft_wrap=True)
+
+
+class Interrupted(Exception):
+    """A run stopped by Ctrl-C or SIGTERM; the message says what was kept. ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM acts as Ctrl-C while the block runs, so temporary files are cleaned up the same way;
+    an interruption comes out as :class:`Interrupted` (exit 130 for Ctrl-C, 143 for SIGTERM)."""
+    got: list[int] = []
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        folder, kept = getattr(exc, "folder", None), getattr(exc, "kept", [])
+        what = "terminated (SIGTERM)" if got else "interrupted"
+        if folder is not None:
+            message = (f"{what}: kept {folder}, marked incomplete (file INCOMPLETE; it holds {', '.join(kept)}; "
+                       "no run.json was written)")
+        elif hasattr(exc, "folder"):  # the run knew its folder and found nothing measured in it
+            message = f"{what} before anything was measured: nothing kept"
+        else:
+            message = f"{what}: the run did not finish (no run.json was written)"
+        raise Interrupted(message, 143 if got else 130) from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:

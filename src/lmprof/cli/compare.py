@@ -9,6 +9,9 @@ import typer
 from lmprof.cli.app import app
 from lmprof.cli.common import console
 
+from rich.markup import escape
+from rich.text import Text
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -44,9 +47,9 @@ def compare(
 def render(c: "Comparison", folders: Sequence[str]) -> None:
     """Print the comparison's tables to the console."""
     for label, rid, desc, folder in zip(c.labels, c.run_ids, c.descriptions, folders):
-        console.print(f"[bold]{label}[/bold] {rid}  ({desc})  {folder}")
+        console.print(f"[bold]{escape(label)}[/bold] {escape(rid)}  ({escape(desc)})  {escape(folder)}", markup=True)
     for w in c.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", markup=True)
     console.print("X/A = X's value / A's value; 'X vs A' = how many times better or worse X is "
                   "(A/X for times, bytes, energy; X/A for throughput and utilisation)")
     titles: tuple[tuple[Group, str], ...] = (("headline", "Figures"), ("compute", "Compute efficiency"),
@@ -68,14 +71,14 @@ def render(c: "Comparison", folders: Sequence[str]) -> None:
         console.print(_count_table(c, list(c.kernels), c.kernel_totals, "Kernel launches per step (trace)"))
 
 
-def _fmt_ratio(r: float | None, higher_is_better: bool | None) -> str:
+def _fmt_ratio(r: float | None, higher_is_better: bool | None) -> Text:
     if r is None:
-        return ""
+        return Text("")
     text = f"{r:.2f}x"
     if higher_is_better is None or abs(r - 1) <= _NEUTRAL_BAND:
-        return text
+        return Text(text)
     good = (r > 1) == higher_is_better
-    return f"[green]{text}[/green]" if good else f"[red]{text}[/red]"
+    return Text(text, style="green" if good else "red")
 
 
 def _metric_table(c: "Comparison", rows: Sequence["MetricRow"], title: str) -> "Table":

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, merged, write_report
+from lmprof.cli.common import console, interruptible, merged, write_report
 
 
 @app.command()
@@ -60,7 +60,7 @@ def infer(
     kind = resolve_device(cfg.device).kind
     what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
             f" + {cfg.new_tokens} new tokens")
-    with console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, kind), kind):
+    with interruptible(), console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, kind), kind):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)

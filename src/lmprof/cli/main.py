@@ -13,6 +13,7 @@ import typer
 
 import lmprof.cli as cli_pkg
 from lmprof.cli.app import app
+from lmprof.cli.common import Interrupted
 from lmprof.errors import LmprofError
 
 _NOT_VERBS = {"app", "main", "common"}
@@ -37,11 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     except LmprofError as exc:
         print(f"lmprof: error: {exc}", file=sys.stderr)
         return _exit(2, argv)
+    except Interrupted as exc:
+        print(f"lmprof: {exc}", file=sys.stderr)
+        return _exit(exc.code, argv)
     except (KeyboardInterrupt, typer.Abort):
         print("lmprof: interrupted", file=sys.stderr)
         return _exit(130, argv)
     except typer.Exit as exc:
-        return _exit(int(getattr(exc, "exit_code", 0) or 0), argv)
+        code = int(getattr(exc, "exit_code", 0) or 0)
+        if code == 130 and isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C conversion
+            print("lmprof: interrupted", file=sys.stderr)
+        return _exit(code, argv)
     except MemoryError:
         print("lmprof: error: out of memory (Python could not allocate more): try smaller sizes", file=sys.stderr)
         return _exit(2, argv)

@@ -31,8 +31,12 @@ def _known_gpus() -> dict[str, tuple[str, int]]:
     return out
 
 
-# Kept for callers of the old name: a view of the device table, not a second table.
-KNOWN_GPUS: dict[str, tuple[str, int]] = _known_gpus()
+def __getattr__(name: str) -> Any:
+    # KNOWN_GPUS is kept for callers of the old name, read when asked for: loading the peak table at
+    # import time made a broken LMPROF_PEAKS file break every command, --help included.
+    if name == "KNOWN_GPUS":
+        return _known_gpus()
+    raise AttributeError(name)
 
 
 def device_memory(device: str | None, memory_gb: float | None) -> tuple[str, int, str]:

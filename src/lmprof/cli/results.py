@@ -48,9 +48,14 @@ def results(
 
     from lmprof.errors import DataError
     from lmprof.atomic import atomic_path
-    from lmprof.outdir import check_output_file
-    from lmprof.record.store import load_results
+    from rich.text import Text
 
+    from lmprof.outdir import check_not_input, check_output_file
+    from lmprof.record.store import db_path, load_results
+
+    for flag, dest in (("--csv", csv), ("--parquet", parquet)):
+        if dest is not None:  # before reading: the store must survive a destination typed onto it
+            check_not_input(dest, [sweep_dir, db_path(sweep_dir)], flag)
     df = load_results(sweep_dir)
     if csv or parquet:
         if csv:
@@ -83,7 +88,7 @@ def results(
     for _, r in df.iterrows():
         style = _STYLE.get(r["status"], "white")
         cells = [str(r[c]) if c != "compile" else ("yes" if r[c] else "no") for c, _ in axes]
-        row = [r["id"], f"[{style}]{r['status']}[/]", *cells, *[_cell(r[col], unit) for col, _, unit in figures]]
+        row = [r["id"], Text(str(r["status"]), style=style), *cells, *[_cell(r[col], unit) for col, _, unit in figures]]
         table.add_row(*row)
     console.print(table)
     fixed = [f"{h} {df[c].iloc[0] if c != 'compile' else ('yes' if df[c].iloc[0] else 'no')}"
@@ -93,6 +98,7 @@ def results(
     if failed:  # reasons below the table: they are long, the table stays readable
         for _, r in df[df["status"] != "ok"].iterrows():
             style = _STYLE.get(r["status"], "white")
-            console.print(f"[{style}]{r['status']}[/] {r['id']} {r['label']}: {r['message'] or ''}", soft_wrap=True)
+            console.print(Text.assemble((str(r["status"]), style), f" {r['id']} {r['label']}: {r['message'] or ''}"),
+                          soft_wrap=True)
     counts = df["status"].value_counts()
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))

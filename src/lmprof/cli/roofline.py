@@ -55,7 +55,7 @@ def roofline(
     from lmprof.analysis.what_if import RooflineQuery, parse_batches, roofline_what_if
     from lmprof.cli.common import console
     from lmprof.hardware.peaks import load_table
-    from lmprof.outdir import check_output_file
+    from lmprof.outdir import check_not_input, check_output_file
     from lmprof.show.roofline_view import peak_table_lines, show_roofline
 
     table = load_table()
@@ -73,5 +73,6 @@ def roofline(
         context=context, weights=weights, kv_dtype=kv_dtype,
         sweep_batches=parse_batches(sweep_batch) if sweep_batch else None, attention=attention,
         causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+    check_not_input(out, [model if model and Path(model).exists() else None], "--out")
     check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
     show_roofline(roofline_what_if(query, table), as_json=as_json, out=out, line=console.print, echo=typer.echo)

@@ -16,6 +16,7 @@ import torch
 from torch.autograd.profiler_util import EventList
 from torch.profiler import profile
 
+from lmprof.atomic import atomic_path
 from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
 
 STEP_PREFIX = "ProfilerStep#"
@@ -59,7 +60,9 @@ class ProfilerWindow:
             self._step = None
             self.partial = True
         self._prof.stop()
-        self._prof.export_chrome_trace(str(self.trace_path))
+        # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
+        with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
+            self._prof.export_chrome_trace(str(tmp))
         ops = _op_table(self._step_averages(), self.complete, self.top_ops) if self.complete else []
         return ProfiledPhase(trace_path=self.trace_path, ops=ops, steps=self.complete)
 

@@ -19,6 +19,7 @@ from lmprof.measure.noise import snapshot
 from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.protocol import (
     add_compile_report,
+    incomplete_until_saved,
     watched_warm_up,
     add_energy,
     assemble_run,
@@ -125,11 +126,12 @@ def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, P
     """Profile greedy generation; returns the Run and the folder it was saved in."""
     device = resolve_device(cfg.device)
     work, described = infer_workload(cfg, device)
-    folder = out_dir or run_folder(cfg.out, "infer", cfg.label(), device)
+    folder = out_dir or run_folder(cfg.out, "infer", cfg.label(), device, batch=cfg.batch_size)
     config = cfg.model_dump()
     config.update(described, seq_len=work.prompt.size(1), device_resolved=str(device))
     if cfg.hf or cfg.hf_config:
         config["hf"] = cfg.hf or cfg.hf_config
-    run = measure_inference(work, cfg, folder, config)
-    run.save(folder)
+    with incomplete_until_saved(folder):
+        run = measure_inference(work, cfg, folder, config)
+        run.save(folder)
     return run, folder

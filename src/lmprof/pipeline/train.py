@@ -27,6 +27,7 @@ from lmprof.pipeline.memory import add_memory
 from lmprof.measure.noise import snapshot
 from lmprof.pipeline.protocol import (
     add_compile_report,
+    incomplete_until_saved,
     watched_warm_up,
     add_energy,
     assemble_run,
@@ -111,7 +112,7 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
 
     if cfg.nproc > 1 and not dist.is_distributed():
         device = resolve_device(cfg.device)  # fail here, in one line, before starting ranks
-        folder = out_dir or run_folder(cfg.out, "train", f"{cfg.label()}-ddp{cfg.nproc}", device)
+        folder = out_dir or run_folder(cfg.out, "train", f"{cfg.label()}-ddp{cfg.nproc}", device, batch=cfg.batch_size)
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "config.yaml"
         write_text(spec, yaml.safe_dump(cfg.model_dump(), sort_keys=False))
@@ -122,9 +123,10 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
     if cfg.dtype == "fp16" and device.kind == "cpu":
         raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
     work, described = train_workload(cfg, device)
-    folder = out_dir or run_folder(cfg.out, "train", cfg.label(), device)
-    run = measure_training(work, cfg, folder, run_config(cfg, described, work, device))
-    run.save(folder)
+    folder = out_dir or run_folder(cfg.out, "train", cfg.label(), device, batch=cfg.batch_size)
+    with incomplete_until_saved(folder):
+        run = measure_training(work, cfg, folder, run_config(cfg, described, work, device))
+        run.save(folder)
     return run, folder
 
 

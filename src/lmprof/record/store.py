@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import contextlib
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from lmprof.errors import DataError
 
@@ -205,6 +206,17 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; an SQLite failure (disk full, read-only, locked) becomes one DataError line.
+        The transaction is rolled back, so the store keeps every point recorded before."""
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN")
+                yield
+        except sqlite3.Error as exc:
+            raise store_error(self.path, exc) from None
+
     def __enter__(self) -> "Store":
         return self
 
@@ -235,8 +247,7 @@ class Store:
         """
         points = list(points)
         wanted = {p.id for p in points}
-        with self.conn:
-            self.conn.execute("BEGIN")
+        with self._writing():
             # Pending rows the plan still has are kept, with their attempt counts (an interrupted point
             # is put back to pending and must not look as if it had never run).
             stale = [pid for (pid,) in self.conn.execute("SELECT id FROM points WHERE status = 'pending'")
@@ -259,8 +270,7 @@ class Store:
     # -- recording -----------------------------------------------------------------------------
     def mark_running(self, point_id: str, run_dir: str, started: str) -> None:
         """The point has started: a row left ``running`` means the sweep died while it ran."""
-        with self.conn:
-            self.conn.execute("BEGIN")
+        with self._writing():
             self.conn.execute(
                 "UPDATE points SET status = 'running', message = NULL, run_dir = ?, started = ?, finished = NULL,"
                 " duration_s = NULL, attempts = attempts + 1 WHERE id = ?",
@@ -270,8 +280,7 @@ class Store:
 
     def mark_pending(self, point_id: str, message: str) -> None:
         """Put an interrupted point back in the queue."""
-        with self.conn:
-            self.conn.execute("BEGIN")
+        with self._writing():
             self.conn.execute("UPDATE points SET status = 'pending', message = ? WHERE id = ?", (message, point_id))
 
     def finish(self, point_id: str, status: str, message: str | None, finished: str, duration_s: float,
@@ -279,8 +288,7 @@ class Store:
         """Record a finished point, with its run's metrics and blocks when it succeeded; one commit."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
-        with self.conn:
-            self.conn.execute("BEGIN")
+        with self._writing():
             self._clear_results(point_id)
             env = run.env if run is not None else None
             self.conn.execute(
@@ -314,6 +322,9 @@ def store_error(path: Path, exc: Exception) -> DataError:
     read-only, locked, or not a store at all."""
     text = str(exc)
     low = text.lower()
+    if "disk is full" in low or "disk quota" in low:
+        return DataError(f"cannot write {path}: the disk is full ({text}); points recorded before are kept, "
+                         "free some space and rerun with --resume")
     if "readonly" in low or "read-only" in low:
         return DataError(f"{path} is read-only: lmprof records each finished point there, so it needs write "
                          f"access to the file and its folder ({text})")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from lmprof.atomic import atomic_path
+from lmprof.show.literal import literal_text
 
 if TYPE_CHECKING:
     from lmprof.measure.memory_timeline import MemoryTimeline
@@ -95,6 +96,7 @@ def _draw(ax: Any, tl: "MemoryTimeline", xs: Sequence[float], spans: list[tuple[
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
+@literal_text
 def plot_memory_timeline(
     timeline: "MemoryTimeline",
     path: str | Path,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 from lmprof.analysis.roofline import RooflinePoint
 from lmprof.atomic import atomic_path
 from lmprof.units import si
+from lmprof.show.literal import literal_text
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
     from matplotlib.axes import Axes
@@ -22,6 +23,7 @@ _MARKERS = {"forward": "o", "prefill": "o", "backward": "s", "decode": "^"}
 
 
 
+@literal_text
 def plot_roofline(
     points: Sequence[RooflinePoint],
     *,

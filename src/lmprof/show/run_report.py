@@ -17,6 +17,7 @@ from lmprof.show.html import (
     section, table,
 )
 from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_html
+from lmprof.show.literal import literal_text
 
 
 # Headline cards per mode, in order; a key the run lacks shows "not recorded in this run".
@@ -123,6 +124,7 @@ def blocks_html(run: Run) -> str:
     return out
 
 
+@literal_text
 def block_chart_png(run: Run) -> bytes | None:
     """Horizontal bars per block, stacked by phase (forward/backward or prefill/decode), as PNG bytes."""
     if not run.blocks:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lmprof.record.run import Run
@@ -127,26 +128,28 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
 
 def render(run: Run, console: Console, folder: str | None = None) -> None:
     """Print the whole summary of ``run`` to ``console``."""
-    console.print(f"[bold]{run_title(run)}[/bold]")
-    console.print(config_line(run))
+    # Markup only where asked for, and user text (model names, folders, notes) escaped, whatever the
+    # console's own markup setting: a model named 'm[/]' prints as it is.
+    console.print(f"[bold]{escape(run_title(run))}[/bold]", markup=True)
+    console.print(config_line(run), markup=False)
     if run.noisy:
-        console.print("[bold red]NOISY RUN[/bold red]: these timings are not to be trusted as they stand:")
+        console.print("[bold red]NOISY RUN[/bold red]: these timings are not to be trusted as they stand:", markup=True)
         for reason in run.noise:
-            console.print(f"  - {reason}")
+            console.print(f"  - {reason}", markup=False)
     console.print()
     console.print(metrics_table(run))
     for i, note in enumerate(_notes(run, shown_keys(run)), 1):
-        console.print(f"  [{i}] {note}")
+        console.print(f"  [{i}] {note}", markup=False)
     if run.blocks:
         console.print()
         console.print(blocks_table(run))
         for line in uncertain_blocks(run):
-            console.print(line)
+            console.print(line, markup=False)
         fused = fused_kernel_lines(run)
         if fused:
             console.print("fused kernels (each one's time is split among the blocks it fused; 'fused ms' above):")
             for line in fused:
-                console.print(f"  {line}")
+                console.print(f"  {line}", markup=False)
     roof = roofline_table(run)
     if roof is not None:
         console.print()
@@ -155,13 +158,13 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
         console.print()
         console.print(ops_table(run))
     for note in run.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     if folder:
-        console.print(f"\nrun folder: {folder}")
+        console.print(f"\nrun folder: {folder}", markup=False)
 
 
 def render_text(run: Run, width: int = 120) -> str:
     """The summary as plain text (``lmprof.summary(run)``)."""
     buf = io.StringIO()
-    render(run, Console(file=buf, width=width, color_system=None, highlight=False))
+    render(run, Console(file=buf, width=width, color_system=None, highlight=False, markup=False))
     return buf.getvalue()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from lmprof.names import MODE_PHASES as PHASES
 
 from lmprof.atomic import atomic_path
+from lmprof.show.literal import literal_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -691,6 +692,7 @@ def _si(x: float, unit: str) -> str:
 
 
 # -- all of them ----------------------------------------------------------------------------------
+@literal_text
 def make_plots(folder: str | Path, out: str | Path | None = None) -> list[PlotOutcome]:
     """Write every plot that applies to the sweep in ``folder`` into ``out`` (default ``<folder>/plots``)."""
     data = load_sweep(folder)

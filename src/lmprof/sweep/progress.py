@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lmprof.sweep.runner import Outcome, SweepSummary
@@ -58,7 +59,7 @@ class ConsoleProgress:
 
     def _update(self, current: str) -> None:
         if self.task is not None:
-            self.progress.update(self.task, completed=self.done + self.failed, current=current,
+            self.progress.update(self.task, completed=self.done + self.failed, current=escape(current),
                                  counts=f"done {self.done}, failed {self.failed}", left=self._left())
 
     def begin(self, total: int, todo: int, skipped_ok: int) -> None:
@@ -87,8 +88,8 @@ class ConsoleProgress:
         style = _STYLE.get(outcome.status, "white")
         detail = headline if outcome.status == "ok" else (outcome.message or "")
         self.progress.console.print(
-            f"[{style}]{outcome.status:<7}[/] {point.id}  {point.label:<44} "
-            f"{duration(outcome.duration_s):>7}  {detail}",
+            f"[{style}]{outcome.status:<7}[/] {escape(point.id)}  {escape(f'{point.label:<44}')} "
+            f"{duration(outcome.duration_s):>7}  {escape(detail)}",
             markup=True, highlight=False, soft_wrap=True,
         )
         self._update("")
