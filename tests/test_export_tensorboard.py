@@ -59,3 +59,22 @@ def test_not_a_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["export", str(tmp_path), "--to", "comet"]) == 2
     assert "unknown tracker 'comet'" in capsys.readouterr().err
+
+
+def test_log_to_on_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lmprof.record.run import Run
+
+    monkeypatch.chdir(tmp_path)  # --log-to writes to the tracker's default destination, ./tensorboard
+    assert main(["train", "--preset", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "2", "--warmup",
+                 "1", "--profile-steps", "1", "--energy", "off", "--no-report", "--out", "runs",
+                 "--log-to", "tensorboard"]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    run = Run.load(run_dir)
+    acc = _load(tmp_path / "tensorboard" / run.id)
+    assert acc.Scalars("step_time_ms")[0].value == pytest.approx(run.metrics["step_time"].value)
+
+
+def test_log_to_unknown_tracker_stops_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "runs"), "--log-to", "comet"]) == 2
+    assert "unknown tracker 'comet'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

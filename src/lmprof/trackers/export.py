@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from lmprof.errors import ConfigError, DataError
+from lmprof.errors import ConfigError, DataError, LmprofError
 from lmprof.record.run import Run
 from lmprof.trackers.content import sweep_points
 
@@ -49,3 +49,27 @@ def export_folder(folder: str | Path, to: str, dest: str | Path | None = None, *
         raise DataError(f"{path} is neither a run folder (no run.json) nor a sweep folder with finished points")
     group = path.resolve().name
     return [export(Run.load(p), to, dest, project=project, group=group) for p in points]
+
+
+def check_trackers(names: list[str]) -> None:
+    """Refuse unknown trackers or missing packages before a run starts (``--log-to``), not after it."""
+    for name in names:
+        tracker_module(name)
+
+
+def log_to(folder: str | Path, names: list[str]) -> list[str]:
+    """``--log-to``: export a freshly written run folder to each tracker at its default destination.
+
+    A tracker's own failure becomes one :class:`LmprofError` line that says the run folder is kept.
+    """
+    done = []
+    for name in names:
+        try:
+            done += [f"{name}: {w}" for w in export_folder(folder, name)]
+        except LmprofError:
+            raise
+        except Exception as exc:  # the tracker library's own error: the run itself is safe on disk
+            msg = " ".join(str(exc).split())[:200]
+            raise LmprofError(f"logging to {name} failed ({type(exc).__name__}: {msg}); the run folder "
+                              f"{folder} is kept: lmprof export {folder} --to {name}") from None
+    return done
