@@ -129,3 +129,10 @@ def test_json_carries_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["compare", a, a, "--no-trace", "--json", *RULES]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gate"]["verdict"] == "pass" and len(data["gate"]["checks"]) == 2
+
+
+def test_noisy_timing_does_not_hold_back_memory() -> None:
+    a = make_run("a", 10.0, spread=0.3, noisy=True)
+    b = make_run("b", 11.0, spread=0.3, noisy=True)
+    assert check(a, b, parse_condition("peak_memory>+2%")).verdict == "pass"  # same exact reading
+    assert check(a, b, parse_condition("step_time>+5%")).verdict == "undecided"

@@ -11,7 +11,9 @@ value):
     ``>``, B's p10 against A's p90 (for ``<``, B's p90 against A's p10). The change is beyond both
     runs' measured spread, so noise cannot explain it.
 ``pass``
-    the change of the medians is within the threshold and neither run is marked noisy.
+    the change of the medians is within the threshold and neither run is marked noisy (the noise
+    verdict is about timing: it applies to figures recorded with a spread, not to one-off readings
+    such as peak memory).
 ``undecided``
     everything else: the medians cross the threshold but the spreads overlap enough that the
     change could be noise, a run is marked noisy by lmprof's own noise check (run.json ``noisy``,
@@ -111,6 +113,10 @@ def _ends(m: Metric) -> tuple[float, float]:
     return (min(lo, m.value), max(hi, m.value))
 
 
+def _has_spread(m: Metric) -> bool:
+    return m.p10 is not None and m.p90 is not None
+
+
 def _pct(new: float, base: float) -> float:
     return 100.0 * (new / base - 1.0)
 
@@ -146,9 +152,11 @@ def check(base: Run, new: Run, cond: Condition) -> Check:
         return Check(cond, "fail", unit, ma.value, mb.value, change, near, sa, sb,
                      f"{cond.metric} changed {change:+.1f}% (at least {near:+.1f}% between the spreads' near ends), "
                      f"beyond {cond.op}{'+' if cond.op == '>' else '-'}{cond.pct:g}%")
-    noisy = [r for r in (base, new) if r.noisy]
+    # The noise verdict is about timing: it holds back figures measured over repeats (with a spread),
+    # not one-off readings such as a peak-memory counter.
+    noisy = [r for r in (base, new) if r.noisy] if _has_spread(ma) or _has_spread(mb) else []
     if noisy:
-        why = "; ".join(f"{r.id}: {', '.join(r.noise) or 'marked noisy'}" for r in noisy)
+        why = "; ".join(f"{r.id}: {(r.noise or ['marked noisy'])[0]}" for r in noisy)
         return undecided(f"cannot decide: {'both runs are' if len(noisy) == 2 else 'a run is'} too noisy ({why})",
                          **kw)
     if within:
