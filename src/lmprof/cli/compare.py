@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from lmprof.analysis.compare import BlockRow, Comparison, CountRow, Group, MetricRow
+    from lmprof.analysis.gate import GateResult
 
 # Ratios within this distance of 1 are shown without colour: run-to-run noise, not a change.
 _NEUTRAL_BAND = 0.03
@@ -28,20 +29,68 @@ def compare(
     force: bool = typer.Option(False, "--force", help="Compare runs of different models, or train with infer"),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of tables"),
     no_trace: bool = typer.Option(False, "--no-trace", help="Do not read traces (op counts from ops.csv only)"),
+    fail_on: List[str] = typer.Option([], "--fail-on", help="Gate rule, e.g. 'step_time>+5%' or "
+                                      "'tokens_per_s<-5%' (repeatable): exit 1 on a regression beyond both runs' "
+                                      "spread, 3 when too noisy to decide (docs/ci-gate.md)"),
+    fmt: str = typer.Option("text", "--format", help="text or markdown (a CI job summary / PR comment)"),
 ) -> None:
     """Compare runs side by side: figures, per-block times, operator and kernel counts; ratios are B/A."""
     import orjson
 
     from lmprof.analysis.compare import compare_runs, trace_counts
+    from lmprof.errors import ConfigError
     from lmprof.record.run import Run
 
+    if fmt not in ("text", "markdown"):
+        raise ConfigError(f"--format {fmt!r}: expected text or markdown")
+    gate_result = None
+    if fail_on:
+        from lmprof.analysis.gate import gate, parse_condition
+
+        conditions = [parse_condition(t) for t in fail_on]  # bad rules fail before any run is read
+        if len(runs) != 2:
+            raise ConfigError(f"--fail-on compares exactly two runs (BASE NEW), got {len(runs)}")
     loaded = [Run.load(p) for p in runs]
-    counts = None if no_trace else [trace_counts(r) for r in loaded]
+    if fail_on:
+        gate_result = gate(loaded[0], loaded[1], conditions, force=force)
+    counts = None if no_trace or fmt == "markdown" else [trace_counts(r) for r in loaded]
     result = compare_runs(loaded, allow_different_models=force, allow_mixed_modes=force, trace_counts=counts)
     if json_out:
-        typer.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        return
-    render(result, [str(p) for p in runs])
+        data = result.to_dict()
+        if gate_result is not None:
+            from dataclasses import asdict
+
+            data["gate"] = {**asdict(gate_result), "verdict": gate_result.verdict, "exit_code": gate_result.exit_code}
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    elif fmt == "markdown":
+        from lmprof.show.gate_view import markdown
+
+        typer.echo(markdown(result, gate_result, [str(p) for p in runs]), nl=False)
+    else:
+        render(result, [str(p) for p in runs])
+        if gate_result is not None:
+            render_gate(gate_result)
+    if gate_result is not None and gate_result.exit_code:
+        raise typer.Exit(gate_result.exit_code)
+
+
+def render_gate(g: "GateResult") -> None:
+    """Print the gate's verdict per rule and overall (the last line a CI log shows)."""
+    from rich.table import Table
+
+    from lmprof.show.gate_view import CHECK_HEADER, check_rows
+
+    t = Table(title="Performance gate (B against A)", title_justify="left", show_edge=False)
+    for h in CHECK_HEADER:
+        t.add_column(h, overflow="fold")
+    for row in check_rows(g.checks):
+        t.add_row(*row)
+    console.print()
+    console.print(t)
+    word = {"pass": "pass", "fail": "FAIL", "undecided": "cannot decide"}[g.verdict]
+    failed = [c.condition.metric for c in g.checks if c.verdict == g.verdict and g.verdict != "pass"]
+    console.print(f"gate: {word}" + (f" ({', '.join(failed)})" if failed else "") + f" — exit {g.exit_code}",
+                  markup=False)
 
 
 def render(c: "Comparison", folders: Sequence[str]) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -35,6 +35,8 @@ def infer(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
+                                     "(repeatable; offline, default destinations: docs/trackers.md)"),
     force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
@@ -53,6 +55,10 @@ def infer(
     from lmprof.outdir import check_output_dir
 
     check_output_dir(cfg.out, "--out")
+    if log_to:  # an unknown tracker or a missing package is said before anything is measured
+        from lmprof.trackers.export import check_trackers
+
+        check_trackers(log_to)
     from lmprof.cli._oom import gpt_fit, oom_guard
 
     from lmprof.hardware.devices import resolve_device
@@ -64,4 +70,14 @@ def infer(
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)
+    _log_to(folder, log_to)
 
+
+
+def _log_to(folder: Path, trackers: List[str]) -> None:
+    """``--log-to``: export the written run folder to each tracker."""
+    if trackers:
+        from lmprof.trackers.export import log_to
+
+        for line in log_to(folder, trackers):
+            console.print(line, markup=False)

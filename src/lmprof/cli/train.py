@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -36,6 +36,8 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
+                                     "(repeatable; offline, default destinations: docs/trackers.md)"),
     force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
     parallel: Optional[str] = typer.Option(None, "--parallel", help="With --nproc: ddp (replicas) or fsdp (FSDP2 shards) [default: ddp]"),
@@ -57,6 +59,10 @@ def train(
     from lmprof.outdir import check_output_dir
 
     check_output_dir(run_dir if run_dir is not None else cfg.out, "--run-dir" if run_dir is not None else "--out")
+    if log_to:  # an unknown tracker or a missing package is said before anything is measured
+        from lmprof.trackers.export import check_trackers
+
+        check_trackers(log_to)
     from lmprof.pipeline.distributed import is_distributed, world
 
     if is_distributed():  # a rank under torchrun: rank 0 reports unless the launcher will
@@ -64,6 +70,7 @@ def train(
         if world()[0] == 0 and run_dir is None:
             render(run, console, folder=str(folder))
             write_report(run, folder, report)
+            _log_to(folder, log_to)
         return
     from lmprof.cli._oom import gpt_fit, oom_guard
 
@@ -75,4 +82,14 @@ def train(
         run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)
+    _log_to(folder, log_to)
 
+
+
+def _log_to(folder: Path, trackers: List[str]) -> None:
+    """``--log-to``: export the written run folder to each tracker."""
+    if trackers:
+        from lmprof.trackers.export import log_to
+
+        for line in log_to(folder, trackers):
+            console.print(line, markup=False)

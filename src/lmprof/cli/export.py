@@ -1,0 +1,24 @@
+"""``lmprof export``: a run folder (or every point of a sweep) to TensorBoard, MLflow or W&B, offline."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lmprof.cli.app import app
+
+
+@app.command()
+def export(
+    folder: Path = typer.Argument(..., help="A run folder, or a sweep folder (one tracker run per point)"),
+    to: str = typer.Option(..., "--to", help="tensorboard, mlflow or wandb"),
+    dest: Optional[str] = typer.Option(None, "--dest", help="Where: TensorBoard log folder [tensorboard], MLflow "
+                                       "file store or tracking URI [mlruns], W&B run folder parent [.]"),
+    project: str = typer.Option("lmprof", "--project", help="W&B project / MLflow experiment (a sweep: its name)"),
+) -> None:
+    """Log runs to an experiment tracker: figures with units, block table, plots, report and trace, config."""
+    from lmprof.trackers import export_folder
+
+    for where in export_folder(folder, to, dest, project=project):
+        typer.echo(f"{to}: {where}")

@@ -1,0 +1,133 @@
+"""A Lightning callback that runs lmprof's protocol on the Lightning Trainer's own steps.
+
+    trainer = pl.Trainer(..., callbacks=[lmprof.integrations.LightningCallback(out="runs/")])
+
+The same protocol and run folder as the Hugging Face :class:`~lmprof.integrations.TrainerCallback`:
+a step is one optimizer step (``trainer.global_step`` advancing, so gradient-accumulation
+micro-batches belong to the step that applies them); the optimizer hooks place the ``optimizer`` scope.
+
+Lightning calls ``training_step``, not the LightningModule's forward, and a ``training_step`` may call
+``self(x)`` or a submodule (``self.model(x)``). The model lmprof watches is the outermost module of
+the LightningModule that the first optimizer step actually called, found by a global forward
+pre-hook during that step (which is then removed); the first step is spent on this, like a warm-up
+step, and the protocol's steps count from its end. Works with ``pytorch_lightning`` or the ``lightning`` bundle,
+whichever is installed (the callback must derive from the Trainer's own Callback class).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+try:
+    from pytorch_lightning import Callback as _LightningBase
+except ImportError:  # the `lightning` bundle ships the same Trainer as lightning.pytorch
+    from lightning.pytorch import Callback as _LightningBase  # type: ignore[no-redef]
+
+from lmprof.pipeline.usercode import script
+from lmprof.pipeline.usercode.session import Session, SessionSpec
+from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+
+
+class LightningCallback(_LightningBase):
+    """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
+
+    ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
+    unprofiled. ``run`` and ``folder`` hold the result afterwards.
+    """
+
+    def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
+                 profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
+                 verbose: bool = True):
+        super().__init__()
+        self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
+                                report=report, verbose=verbose, config={"source": "LightningCallback"})
+        self.stop_after = stop_after
+        self.session: Session | None = None
+        self._last_step = 0
+        self._finding: Any = None  # the global forward pre-hook while the watched module is looked for
+        self._called: torch.nn.Module | None = None
+        self._idle = False
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if script.active_session() is not None:  # lmprof run already watches this process's steps
+            print("lmprof: LightningCallback is idle: lmprof run already profiles this script", file=sys.stderr)
+            self._idle = True
+            return
+        mine = {id(m) for m in pl_module.modules()}
+
+        def first_called(module: torch.nn.Module, args: Any) -> None:
+            # A module's pre-hook runs before its children's: the first one seen is the outermost called.
+            if self._called is None and id(module) in mine:
+                self._called = module
+
+        self._finding = torch.nn.modules.module.register_module_forward_pre_hook(first_called)
+        self._last_step = int(trainer.global_step)
+
+    def _start(self, trainer: Any, pl_module: Any) -> None:
+        """After the first optimizer step: watch the module it called, and start the protocol."""
+        self._stop_finding()
+        try:
+            inner, compiled = _unwrap(self._called if self._called is not None else pl_module)
+            self.spec.label = type(pl_module).__name__
+            self.session = Session(self.spec)
+            self.session.attach(inner, compiled=compiled)
+            for opt in getattr(trainer, "optimizers", None) or []:
+                self.session.optimizers.append(getattr(opt, "optimizer", opt))  # LightningOptimizer wraps it
+            OptimizerTrigger(self.session, boundaries=False).install()
+            script._ACTIVE.append(self.session)  # noqa: SLF001
+            self.session.begin()
+        except Exception as exc:  # an lmprof failure must not stop the user's training
+            print(f"lmprof: LightningCallback disabled: {exc}", file=sys.stderr)
+            self.session = None
+            self._idle = True
+
+    def _stop_finding(self) -> None:
+        if self._finding is not None:
+            self._finding.remove()
+            self._finding = None
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._idle:
+            return
+        step = int(trainer.global_step)
+        if step == self._last_step:  # a gradient-accumulation micro-batch: the optimizer has not stepped
+            return
+        self._last_step = step
+        s = self.session
+        if s is None:
+            self._start(trainer, pl_module)
+            return
+        if s.done:
+            return
+        s.boundary()
+        if s.done:
+            self._release()
+            if self.stop_after:
+                trainer.should_stop = True
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._stop_finding()
+        s = self.session
+        if s is None:
+            return
+        if not s.done:
+            s.finish("training ended")
+        self._release()
+
+    def _release(self) -> None:
+        s = self.session
+        if s is not None and s in script._ACTIVE:  # noqa: SLF001
+            script._ACTIVE.remove(s)  # noqa: SLF001
+            if s.message and s.spec.verbose:
+                print(f"lmprof: {s.message}", file=sys.stderr)
+
+    @property
+    def run(self) -> Any:
+        return self.session.run if self.session else None
+
+    @property
+    def folder(self) -> Path | None:
+        return self.session.folder if self.session and self.session.run is not None else None

@@ -1,0 +1,75 @@
+"""``export``: one run folder, or every point of a sweep folder, to one tracker.
+
+The tracker's package is looked up before anything is written; a missing one is one line naming the
+extra to install (exit 2 in the CLI).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from lmprof.errors import ConfigError, DataError, LmprofError
+from lmprof.record.run import Run
+from lmprof.trackers.content import sweep_points
+
+# tracker -> (the package it needs, lmprof's extra that installs it)
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+DEFAULT_DEST = {"tensorboard": "tensorboard", "mlflow": "mlruns", "wandb": "."}
+
+
+def tracker_module(to: str) -> ModuleType:
+    """The exporter module for ``to``; :class:`ConfigError` for an unknown tracker or a missing package."""
+    if to not in TRACKERS:
+        raise ConfigError(f"unknown tracker {to!r}: expected one of {', '.join(TRACKERS)}")
+    package, extra = TRACKERS[to]
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError(f"exporting to {to} needs the {package} package: pip install 'lmprof[{extra}]'")
+    return importlib.import_module(f"lmprof.trackers.to_{to}")
+
+
+def export(run: Run, to: str, dest: str | Path | None = None, *, project: str = "lmprof",
+           group: str | None = None) -> str:
+    """Log one run (loaded from its folder) to tracker ``to``; returns where it went, in words."""
+    mod = tracker_module(to)
+    return str(mod.export_run(run, Path(dest if dest is not None else DEFAULT_DEST[to]), project=project,
+                              group=group))
+
+
+def export_folder(folder: str | Path, to: str, dest: str | Path | None = None, *,
+                  project: str = "lmprof") -> list[str]:
+    """Export a run folder, or a sweep folder as one tracker run per point grouped under the sweep's name."""
+    path = Path(folder)
+    tracker_module(to)  # a missing package is said before any run is read
+    if (path / "run.json").is_file():
+        return [export(Run.load(path), to, dest, project=project)]
+    points = sweep_points(path)
+    if not points:
+        raise DataError(f"{path} is neither a run folder (no run.json) nor a sweep folder with finished points")
+    group = path.resolve().name
+    return [export(Run.load(p), to, dest, project=project, group=group) for p in points]
+
+
+def check_trackers(names: list[str]) -> None:
+    """Refuse unknown trackers or missing packages before a run starts (``--log-to``), not after it."""
+    for name in names:
+        tracker_module(name)
+
+
+def log_to(folder: str | Path, names: list[str]) -> list[str]:
+    """``--log-to``: export a freshly written run folder to each tracker at its default destination.
+
+    A tracker's own failure becomes one :class:`LmprofError` line that says the run folder is kept.
+    """
+    done = []
+    for name in names:
+        try:
+            done += [f"{name}: {w}" for w in export_folder(folder, name)]
+        except LmprofError:
+            raise
+        except Exception as exc:  # the tracker library's own error: the run itself is safe on disk
+            msg = " ".join(str(exc).split())[:200]
+            raise LmprofError(f"logging to {name} failed ({type(exc).__name__}: {msg}); the run folder "
+                              f"{folder} is kept: lmprof export {folder} --to {name}") from None
+    return done

@@ -1,0 +1,73 @@
+"""TensorBoard: event files written with torch's SummaryWriter, readable by tensorboard's EventAccumulator.
+
+Layout: ``DEST/[GROUP/]RUN_ID/`` holds the events; figures are scalars at step 0 named by
+:func:`~lmprof.trackers.content.metric_name` (unit in the name), the figure and block tables and the
+config are text (Markdown tables), the config also as HParams, plots as images (the PNG bytes as
+they are), and the report, trace and CSVs are copied into ``artifacts/`` beside the events
+(TensorBoard has no artifact store).
+"""
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+from lmprof.atomic import atomic_path
+from lmprof.record.run import Run
+from lmprof.trackers.content import BLOCK_COLUMNS, artifacts, block_rows, figures, params, plots
+
+
+def _md_table(header: list[str], rows: list[list[object]]) -> str:
+    def cell(x: object) -> str:
+        return "" if x is None else str(x).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def export_run(run: Run, dest: Path, *, project: str, group: str | None) -> str:
+    """Write ``run`` as TensorBoard events under ``dest/[group/]run.id``; returns the log folder."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import summary
+
+    logdir = dest / group / run.id if group else dest / run.id
+    figs = figures(run)
+    writer = SummaryWriter(log_dir=str(logdir))
+    # SummaryWriter declares file_writer Optional; it is set by the constructor (torch's stubs are loose).
+    fw: Any = writer.file_writer
+    hparams: Any = summary.hparams
+    try:
+        for f in figs:
+            writer.add_scalar(f.name, f.value, global_step=0)
+        writer.add_text("figures", _md_table(
+            ["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
+            [[f.key, f.name, f.value, f.unit, f.source, f.p10, f.p90, f.n] for f in figs]), global_step=0)
+        if run.blocks:
+            writer.add_text("blocks", _md_table(list(BLOCK_COLUMNS), block_rows(run)), global_step=0)
+        config = params(run)
+        writer.add_text("config", _md_table(["option", "value"], [[k, v] for k, v in config.items()]), global_step=0)
+        exp, ssi, sei = hparams(config, {f.name: f.value for f in figs})
+        for s in (exp, ssi, sei):
+            fw.add_summary(s)
+        for png in plots(run):
+            data = png.read_bytes()
+            width, height = _png_size(data)
+            image = Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=data)
+            fw.add_summary(
+                Summary(value=[Summary.Value(tag=f"plots/{png.stem}", image=image)]), global_step=0)
+    finally:
+        writer.close()
+    for path in artifacts(run):
+        with atomic_path(logdir / "artifacts" / path.name) as tmp:
+            shutil.copy2(path, tmp)
+    return str(logdir)

@@ -1,0 +1,50 @@
+"""Weights & Biases: one W&B run per lmprof run, offline unless the caller's environment says otherwise.
+
+The run is written under ``dest/wandb/offline-run-*`` (``wandb sync`` uploads it later); ``project``
+and ``group`` (a sweep's name) are W&B's own. Figures go to the run summary (unit in the name) and
+are logged once at step 0, their units and spreads in a ``figures`` table; the config is the W&B
+config (nested, as run.json has it); blocks are a ``blocks`` table, plots images under ``plots/``,
+and the report, trace, run.json and CSVs an artifact of type ``lmprof-run``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from lmprof.record.run import Run
+from lmprof.trackers.content import BLOCK_COLUMNS, artifacts, block_rows, figures, plots
+
+
+def export_run(run: Run, dest: Path, *, project: str, group: str | None) -> str:
+    """Log ``run`` to W&B (offline by default) under ``dest``; returns the W&B run's folder."""
+    import wandb
+
+    dest.mkdir(parents=True, exist_ok=True)
+    mode: Any = os.environ.get("WANDB_MODE", "offline")
+    config = {**run.config, "lmprof": {"run_id": run.id, "mode": run.mode, "device": run.env.device}}
+    wb = wandb.init(project=project, group=group, name=run.id, dir=str(dest), mode=mode, config=config,
+                    job_type=run.mode, reinit="create_new", settings=wandb.Settings(silent=True))
+    try:
+        figs = figures(run)
+        data: dict[str, Any] = {f.name: f.value for f in figs}
+        data["figures"] = wandb.Table(columns=["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
+                                      data=[[f.key, f.name, f.value, f.unit, f.source, f.p10, f.p90, f.n]
+                                            for f in figs])
+        if run.blocks:
+            rows: list[Any] = block_rows(run)
+            data["blocks"] = wandb.Table(columns=list(BLOCK_COLUMNS), data=rows)
+        for png in plots(run):
+            data[f"plots/{png.stem}"] = wandb.Image(str(png))
+        wb.log(data, step=0)
+        files = artifacts(run)
+        if files:
+            art = wandb.Artifact(re.sub(r"[^A-Za-z0-9._-]", "-", f"lmprof-{run.id}"), type="lmprof-run")
+            for path in files:
+                art.add_file(str(path))
+            wb.log_artifact(art)
+        where = str(wb.dir)
+    finally:
+        wb.finish()
+    return str(Path(where).parent)
