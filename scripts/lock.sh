@@ -31,6 +31,6 @@ fi
 "$UV" pip compile pyproject.toml requirements/build.in "${args[@]}" --extra hf -o "$out/run.lock"
 "$UV" pip compile pyproject.toml requirements/build.in "${args[@]}" --extra dev --extra hf --extra parquet \
     -o "$out/dev.lock"
-echo "uv==$("$UV" --version | awk '{print $2}')" >"$tmp"
-"$UV" pip compile "$tmp" --generate-hashes --no-header --quiet -o "$out/uv.lock"
+# From stdin, so the lock names no temporary file (it would change on every run).
+echo "uv==$("$UV" --version | awk '{print $2}')" | "$UV" pip compile - --generate-hashes --no-header --quiet -o "$out/uv.lock"
 echo "locks written: $out/{run,dev,uv}.lock"

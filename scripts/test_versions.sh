@@ -26,7 +26,7 @@ latest)
 oldest)
     "$uv" pip install --python "$py" --quiet --require-hashes --no-deps -r requirements/dev.lock
     "$uv" pip install --python "$py" --quiet "transformers==${OLDEST_TRANSFORMERS:-$(sed -n 's/.*"transformers>=\([0-9.]*\).*/\1/p' pyproject.toml | head -1)}"
-    "$py" -m pip install -q --disable-pip-version-check "${OLDEST_TORCH_SPEC:-torch==2.13.0}"
+    "$py" -m pip install -q --disable-pip-version-check "${OLDEST_TORCH_SPEC:-torch==$(sed -n 's/.*"torch>=\([0-9.]*\).*/\1/p' pyproject.toml | head -1)}"
     tests="tests/test_hf_cache.py tests/test_models.py tests/test_infer.py tests/test_hooks_families.py tests/test_usercode.py" ;;
 *) echo "usage: scripts/test_versions.sh latest|oldest" >&2; exit 2 ;;
 esac
