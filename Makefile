@@ -14,7 +14,7 @@ UV_INSTALL := $(UV) pip install --python $(PY) --quiet
 # Everything the editable install is built from: a change to any of them re-runs the install.
 SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c
 
-.PHONY: setup setup-run demo test test-latest test-oldest lock clean
+.PHONY: setup setup-run demo test test-latest test-oldest lock fuzz clean
 
 $(VENV)/.uv: requirements/uv.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ test-oldest:
 # Re-resolve the locks from pyproject.toml's ranges (newest allowed versions), then run `make test`.
 lock: $(VENV)/.uv
 	bash scripts/lock.sh $(UV)
+
+# Fuzz the C trace reader under AddressSanitizer for FUZZ_SECONDS (default 60); see scripts/fuzz.sh.
+fuzz: setup
+	bash scripts/fuzz.sh
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-oldest runs sweeps-out .pytest_cache

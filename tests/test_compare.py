@@ -195,3 +195,42 @@ def test_blocks_show_ops_per_step_before_and_after(tmp_path, cli):
     assert code == 0 and "A ops" in out and "B ops" in out
     line = next(ln for ln in out.splitlines() if "attn.qkv" in ln and "forward" in ln)
     assert [x for x in line.split() if x != "│"][-2:] == ["7", "2"]
+
+
+def test_step_time_in_seconds_is_converted_not_read_as_ms(tmp_path, cli):
+    """Issue 29 item 11: B writes step_time in s (0.005 s = 5 ms); the ratio is 0.5, not 0.0005."""
+    b = make_run("b", extra={"step_time": Metric(value=0.005, unit="s", source="measured",),
+                             "memory.peak": Metric(value=1.0, unit="MiB", source="measured")})
+    a = make_run("a", extra={"memory.peak": Metric(value=2.0**21, unit="B", source="measured")})
+    rows = {m.key: m for m in compare_runs([a, b]).metrics}
+    assert rows["step_time"].unit == "ms" and rows["step_time"].values == (10.0, pytest.approx(5.0))
+    assert rows["step_time"].ratios[1] == pytest.approx(0.5)
+    assert rows["memory.peak"].values == (2.0**21, 2.0**20)
+    fa, fb = tmp_path / "a", tmp_path / "b"
+    a.save(fa)
+    b.save(fb)
+    code, out, err = cli("compare", fa, fb, "--no-trace")
+    assert code == 0, err
+    assert "2.00x better" in out
+
+
+def test_units_without_a_conversion_are_refused_in_one_line(tmp_path, cli):
+    b = make_run("b", extra={"step_time": Metric(value=5.0, unit="tokens", source="measured")})
+    with pytest.raises(LmprofError, match="step_time.*'tokens'.*'ms'|step_time.*'ms'.*'tokens'"):
+        compare_runs([make_run("a"), b])
+    fa, fb = tmp_path / "a", tmp_path / "b"
+    make_run("a").save(fa)
+    b.save(fb)
+    code, _, err = cli("compare", fa, fb, "--no-trace")
+    assert code == 2 and err.count("\n") == 1 and "step_time" in err and "Traceback" not in err
+
+
+def test_unknown_schema_version_is_refused(tmp_path, cli):
+    fa, fb = tmp_path / "a", tmp_path / "b"
+    make_run("a").save(fa)
+    make_run("b").save(fb)
+    raw = json.loads((fb / "run.json").read_text())
+    raw["schema"] = "lmprof.run/2"
+    (fb / "run.json").write_text(json.dumps(raw))
+    code, _, err = cli("compare", fa, fb, "--no-trace")
+    assert code == 2 and err.count("\n") == 1 and "lmprof.run/2" in err and "lmprof.run/1" in err

@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from lmprof.errors import LmprofError
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
-from lmprof.record.run import Run
+from lmprof.record.run import SCHEMA, Run
 
 # Headline figures, in display order (those present in any run are shown).
 HEADLINE_KEYS = (
@@ -36,6 +36,18 @@ Change = Literal["appeared", "disappeared", "changed", "same"]
 # Units where a larger number is better; for the rest (times, bytes, joules, watts) smaller is.
 _HIGHER_UNITS = ("tokens/s", "FLOP/s", "FLOP/J", "B/s")
 _HIGHER_PCT_KEYS = ("mfu", "hfu", "mbu")
+
+# Units one figure may be written in, as (dimension, factor to that dimension's base unit): a run
+# whose step_time is in s is converted to A's ms, never read as ms. A unit outside this table must
+# match A's exactly.
+_UNIT_SCALE: dict[str, tuple[str, float]] = {
+    "ns": ("time", 1e-9), "us": ("time", 1e-6), "µs": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
+    "B": ("bytes", 1.0), "KiB": ("bytes", 2.0**10), "MiB": ("bytes", 2.0**20), "GiB": ("bytes", 2.0**30),
+    "kB": ("bytes", 1e3), "MB": ("bytes", 1e6), "GB": ("bytes", 1e9),
+    "mJ": ("energy", 1e-3), "J": ("energy", 1.0), "kJ": ("energy", 1e3),
+    "mW": ("power", 1e-3), "W": ("power", 1.0), "kW": ("power", 1e3),
+    "%": ("fraction", 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,10 @@ def check_comparable(runs: Sequence[Run], *, allow_different_models: bool = Fals
     """Raise :class:`LmprofError` for runs that should not be compared; return warnings for forced ones."""
     if len(runs) < 2:
         raise LmprofError(f"compare needs at least two runs, got {len(runs)}")
+    for run in runs:
+        if run.schema_ != SCHEMA:
+            raise LmprofError(f"{run.id} is a {str(run.schema_)[:40]!r} record; this lmprof compares {SCHEMA} "
+                              "records only (its fields and units may mean something else)")
     warnings: list[str] = []
     base = runs[0]
     for other in runs[1:]:
@@ -225,8 +241,28 @@ def higher_is_better(key: str, unit: str) -> bool | None:
     return None
 
 
+def unit_factor(key: str, unit: str, to: str) -> float:
+    """What multiplies a value of ``key`` in ``unit`` to give it in ``to``; LmprofError when no factor exists."""
+    if unit == to:
+        return 1.0
+    a, b = _UNIT_SCALE.get(unit), _UNIT_SCALE.get(to)
+    if a is None or b is None or a[0] != b[0]:
+        raise LmprofError(f"cannot compare {key}: one run gives it in {unit[:20]!r}, another in {to[:20]!r}")
+    return a[1] / b[1]
+
+
+def _in_unit(m: Any, key: str, unit: str) -> float | None:
+    if m is None or m.value is None:
+        return None
+    return float(m.value) * unit_factor(key, m.unit, unit)
+
+
 def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
-    """One row per figure any run has: headline keys first, then the rest in first-seen order."""
+    """One row per figure any run has: headline keys first, then the rest in first-seen order.
+
+    Each figure is given in the unit of the first run that has it; other runs' values are converted
+    (s to ms, MiB to B, ...) or, where no conversion exists, refused with :class:`LmprofError`.
+    """
     seen: dict[str, None] = {}
     for r in runs:
         for k in r.metrics:
@@ -236,7 +272,7 @@ def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
     for key in keys:
         ms = [r.metrics.get(key) for r in runs]
         unit = next(m.unit for m in ms if m is not None)
-        values = tuple(None if m is None else m.value for m in ms)
+        values = tuple(_in_unit(m, key, unit) for m in ms)
         rows.append(MetricRow(
             key=key, group=_group(key), unit=unit, values=values,
             sources=tuple(None if m is None else m.source for m in ms), ratios=_ratios(values),

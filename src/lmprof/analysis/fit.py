@@ -36,6 +36,7 @@ GIB = 1024**3
 # fragmentation. A choice, not a measurement: see docs/memory.md.
 MARGIN_FIXED = 1 * GIB
 MARGIN_FRACTION = 0.02
+MAX_GPUS = 2**20  # beyond any cluster; larger counts only make the per-GPU shares meaningless
 BNB_BLOCK = 2048  # values per fp32 absmax scale in bitsandbytes' blockwise 8-bit optimizers
 
 
@@ -73,8 +74,9 @@ def estimate_plan(
     plan_optimizer = choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if shard not in SHARDS:
         raise ConfigError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
-    if not isinstance(gpus, int) or gpus <= 0:
-        raise ConfigError(f"--gpus must be a positive integer, got {gpus!r}")
+    if not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        got = f"{gpus!r}" if len(repr(gpus)) < 30 else f"a {len(repr(gpus))}-digit number"
+        raise ConfigError(f"--gpus must be between 1 and {MAX_GPUS:,}, got {got}")
     base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
     est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
                           attention=attention, optimizer=base_opt, device_kind=device_kind,

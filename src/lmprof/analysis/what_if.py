@@ -159,8 +159,8 @@ def parse_batches(text: str) -> tuple[int, ...]:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ConfigError(f"--sweep-batch takes comma-separated integers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"--sweep-batch takes positive integers, got {text!r}")
+    if not values or any(not 0 < v < _MAX_SIZE for v in values):
+        raise ConfigError(f"--sweep-batch takes integers between 1 and {_MAX_SIZE - 1:,}, got {text[:80]!r}")
     return values
 
 

@@ -25,7 +25,8 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out: skip points already ok"),
     skip_failed: bool = typer.Option(False, "--skip-failed", help="With --resume: keep failed points as they are"),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit without running them"),
-    strict: bool = typer.Option(False, "--strict", help="Exit with code 1 when any point failed (for CI)"),
+    strict: bool = typer.Option(False, "--strict", hidden=True,
+                                help="Kept for old scripts: exit code 1 on a failed point is now the default"),
     executor: str = typer.Option("local", "--executor", help="local (one point after another) or ray (Ray tasks)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (e.g. auto); default: a local Ray"),
 ) -> None:
@@ -73,5 +74,8 @@ def sweep(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing to run"
     console.print(f"finished in {duration(summary.duration_s)}: {counts}")
     console.print(f"results: {out / 'results.sqlite'}  (lmprof results {out}; lmprof plots {out})")
-    if strict and summary.failed:
+    if summary.failed or summary.skipped_failed:
+        # A sweep whose results hold failed points is not a success, in CI or a shell's `&&`.
+        console.print(f"{summary.failed + summary.skipped_failed} point(s) failed: exit code 1 "
+                      f"(see `lmprof results {out}`)")
         raise typer.Exit(1)

@@ -247,6 +247,7 @@ class Store:
         """
         points = list(points)
         wanted = {p.id for p in points}
+        self._check_same_labels(points)
         with self._writing():
             # Pending rows the plan still has are kept, with their attempt counts (an interrupted point
             # is put back to pending and must not look as if it had never run).
@@ -266,6 +267,26 @@ class Store:
                      p.model_dump_json(), base + i),
                 )
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('spec', ?)", (spec_json,))
+
+    def _check_same_labels(self, points: list[PlannedPoint]) -> None:
+        """Refuse a plan in which a label now means another configuration than a point already run.
+
+        A point's id is a hash of its whole resolved config, so a spec that changed (a model's n_embd)
+        plans new points; under the old label they would read as repeats of the old configuration
+        in ``results`` and plots. Nothing is deleted: the user renames the changed entry or picks
+        another folder.
+        """
+        done: dict[str, tuple[str, str]] = {
+            label: (pid, config) for pid, label, config in self.conn.execute(
+                "SELECT id, label, config FROM points WHERE status != 'pending'")}
+        for p in points:
+            old = done.get(p.label)
+            if old is None or old[0] == p.id:
+                continue
+            diff = _config_difference(old[1], p.model_dump_json())
+            raise DataError(
+                f"{self.path}: point '{p.label}' was run with another configuration ({diff}); give the changed "
+                "model a new name in the spec, or use a new --out (the recorded runs are kept)")
 
     # -- recording -----------------------------------------------------------------------------
     def mark_running(self, point_id: str, run_dir: str, started: str) -> None:
@@ -315,6 +336,28 @@ class Store:
     def _clear_results(self, point_id: str) -> None:
         self.conn.execute("DELETE FROM metrics WHERE point_id = ?", (point_id,))
         self.conn.execute("DELETE FROM blocks WHERE point_id = ?", (point_id,))
+
+
+def _config_difference(old_json: str, new_json: str) -> str:
+    """'model_spec.n_embd: 128 -> 256' for the first field that differs between two point configs."""
+    import json
+
+    def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(obj, dict):
+            out: dict[str, Any] = {}
+            for k, v in obj.items():
+                out.update(flat(v, f"{prefix}{k}."))
+            return out
+        return {prefix.rstrip("."): obj}
+
+    try:
+        old, new = flat(json.loads(old_json)), flat(json.loads(new_json))
+    except ValueError:
+        return "the recorded config is unreadable"
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return f"{key}: {str(old.get(key))[:40]} -> {str(new.get(key))[:40]}"
+    return "the config hash differs"
 
 
 def store_error(path: Path, exc: Exception) -> DataError:

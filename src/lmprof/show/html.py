@@ -15,6 +15,12 @@ from lmprof.show.format import number
 
 
 REPORT_NAME = "report.html"
+# The largest PNG a report embeds, and the most all of one report's embedded PNGs may add up to.
+# lmprof's own plots are well under 1 MiB; a run folder someone sent may hold anything (a 1 GiB
+# sparse "memory.png"), and base64 inflates it by a third in the page and several times in memory.
+MAX_EMBED_BYTES = 16 << 20
+MAX_EMBED_TOTAL = 64 << 20
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _TEMPLATES = Path(__file__).parent / "templates"
 NOT_RECORDED = "not recorded in this run"
 
@@ -112,6 +118,51 @@ def absent(text: str = NOT_RECORDED) -> str:
 def png_data_uri(data: bytes) -> str:
     """``data:image/png;base64,...`` for embedding."""
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+class Embedder:
+    """Embeds a report's PNG files: each distinct file (by real path) once, each at most
+    :data:`MAX_EMBED_BYTES`, all together at most :data:`MAX_EMBED_TOTAL`; anything else is a note."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()  # real paths embedded (or refused) so far
+        self.names: set[str] = set()  # names as the record lists them, for callers that claim files
+        self.total = 0
+
+    def png(self, path: Path, caption: str, name: str | None = None) -> str:
+        """A <figure> for ``path``, "" when this file was embedded already, or a one-line note why not."""
+        label = name or path.name
+        try:
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            return absent(f"{label}: cannot be read, not shown")
+        if real in self.seen:
+            return ""  # the same file listed again (another spelling, a link): shown once
+        self.seen.add(real)
+        try:
+            with open(real, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not _is_regular(st.st_mode):
+                    return absent(f"{label}: not a regular file, not shown")
+                if st.st_size > MAX_EMBED_BYTES:
+                    return absent(f"{label}: {st.st_size:,} bytes, more than the {MAX_EMBED_BYTES >> 20} MiB "
+                                  "a report embeds; not shown (open the file itself)")
+                if self.total + st.st_size > MAX_EMBED_TOTAL:
+                    return absent(f"{label}: not shown: the report already embeds {self.total >> 20} MiB of "
+                                  f"images (at most {MAX_EMBED_TOTAL >> 20} MiB)")
+                data = f.read(MAX_EMBED_BYTES + 1)
+        except OSError as exc:
+            return absent(f"{label}: cannot be read ({exc.strerror or exc}), not shown")
+        if len(data) > MAX_EMBED_BYTES or not data.startswith(_PNG_MAGIC):
+            return absent(f"{label}: not a PNG image, not shown")
+        self.total += len(data)
+        return figure(data, caption)
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
 
 
 def figure(data: bytes, caption: str, alt: str | None = None) -> str:

@@ -13,7 +13,7 @@ from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
-    NOT_RECORDED, REPORT_NAME, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
+    NOT_RECORDED, REPORT_NAME, Embedder, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
     section, table,
 )
 from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_html
@@ -193,25 +193,30 @@ def recommendations_html(recs: Sequence[Recommendation]) -> str:
     return "".join(out)
 
 
-def _pngs(run: Run, pred: Callable[[str, str], bool], used: set[str]) -> list[str]:
-    """Embedded <figure>s for the run's PNG files whose (role, name) match ``pred``."""
+def _pngs(run: Run, pred: Callable[[str, str], bool], used: Embedder) -> list[str]:
+    """Embedded <figure>s for the run's PNG files whose (role, name) match ``pred``.
+
+    ``used`` embeds each distinct file once however many names list it, and bounds the size.
+    """
     out = []
     for role, name in run.files.items():
-        if not name.lower().endswith(".png") or name in used or not pred(role.lower(), name.lower()):
+        if not name.lower().endswith(".png") or name in used.names or not pred(role.lower(), name.lower()):
             continue
         path = file_inside(run.folder, name)  # never embed a file from outside the run
-        used.add(name)
+        used.names.add(name)
         if path is None:
             out.append(absent(f"{name}: not a file inside the run folder, not shown"))
             continue
         if not path.is_file():
             out.append(absent(f"{name}: listed in run.json but the file is missing"))
             continue
-        out.append(figure(path.read_bytes(), f"{name} ({role})"))
+        shown = used.png(path, f"{name} ({role})", name)
+        if shown:
+            out.append(shown)
     return out
 
 
-def compute_html(run: Run, used: set[str]) -> str:
+def compute_html(run: Run, used: Embedder) -> str:
     """MFU, FLOPs, peaks, and the roofline (PNG and table) when recorded."""
     keys = [k for k in COMPUTE_KEYS if k in run.metrics] + _keys(run, lambda k: k.startswith(COMPUTE_PREFIXES))
     parts = [metrics_table(run, keys)] if keys else []
@@ -226,7 +231,7 @@ def compute_html(run: Run, used: set[str]) -> str:
     return "".join(parts)
 
 
-def memory_html(run: Run, used: set[str]) -> str:
+def memory_html(run: Run, used: Embedder) -> str:
     """Measured vs estimated memory by category, the other memory figures, and memory plots."""
     parts = []
     rows = run.tables.get("memory")
@@ -312,7 +317,7 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
     rdir = Path(report_dir) if report_dir is not None else Path(run.folder or ".")
     tf = trace if trace is not None else trace_findings(run)
     recs = advise(run, tf.facts)
-    used: set[str] = set()
+    used = Embedder()
 
     headline = '<div class="cards">' + "".join(_headline_card(run, k) for k in HEADLINE[run.mode]) + "</div>"
     if run.blocks:

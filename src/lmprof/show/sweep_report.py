@@ -13,7 +13,7 @@ from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number
 from lmprof.show.html import (
-    REPORT_NAME, absent, cell_value, esc, figure, file_inside, local_href, page, section, table,
+    REPORT_NAME, Embedder, absent, cell_value, esc, file_inside, local_href, page, section, table,
 )
 
 
@@ -231,7 +231,8 @@ def render_sweep_report(folder: str | Path) -> str:
     p = Path(folder)
     df, source = load_sweep_table(p)
     plots = sorted((p / "plots").glob("*.png")) if (p / "plots").is_dir() else []
-    plot_html = "".join(figure(f.read_bytes(), f.name) for f in plots) or absent("no plots/*.png in this sweep "
+    embed = Embedder()  # bounded: a sweep folder may come from anyone
+    plot_html = "".join(embed.png(f, f.name) for f in plots) or absent("no plots/*.png in this sweep "
                                                                               "(make them with `lmprof plots`)")
     counts = ""
     if df is None or len(df) == 0:

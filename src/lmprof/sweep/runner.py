@@ -132,6 +132,16 @@ def classify(returncode: int, log_lines: list[str], has_record: bool) -> tuple[s
     return "error", (last or f"the worker exited with code {returncode}")[:300]
 
 
+def _clear_run_dir(run_dir: Path) -> None:
+    """Empty a point's folder for a fresh run. A symlink (or any non-folder) put in its place is
+    unlinked, never followed: rmtree through a link would delete whatever it points at, and
+    refuses to, which used to fail every --resume."""
+    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
+        run_dir.unlink()
+    elif run_dir.exists():
+        shutil.rmtree(run_dir)
+
+
 def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
     """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
 
@@ -142,8 +152,7 @@ def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.e
         now = _now()
         return Outcome("error", f"{run_dir} is still being written by a worker of an earlier sweep; "
                        "run again with --resume once it has exited", now, now, 0.0)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+    _clear_run_dir(run_dir)
     run_dir.mkdir(parents=True)
     point_json = run_dir / "point.json"
     write_text(point_json, point.model_dump_json(indent=2))

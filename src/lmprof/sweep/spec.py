@@ -119,6 +119,7 @@ class Point(BaseModel):
     seed: int
     data: str | None = None
     repeat: int = 0
+    tdp_w: float | None = None  # rated power for energy: estimate (None: left out of the id's hash)
 
     @property
     def id(self) -> str:
@@ -148,6 +149,8 @@ class Point(BaseModel):
             batch_size=self.batch_size, device=self.device, dtype=self.dtype, compile=self.compile,
             attention=self.attention, energy=self.energy, seed=self.seed, out=out,
         )
+        if self.tdp_w is not None:
+            values["tdp_w"] = self.tdp_w
         for key in ("steps", "warmup", "profile_steps"):
             if getattr(self, key) is not None:
                 values[key] = getattr(self, key)
@@ -181,6 +184,7 @@ class SweepSpec(Checked):
     timeout_s: float = 600.0
     new_tokens: int = 16
     energy: EnergyMode = "auto"
+    tdp_w: float | None = None  # rated power in watts, needed by energy: estimate
     seed: int = 0
     data: str | None = None
     exclude: list[dict[str, Any]] = []
@@ -304,6 +308,20 @@ class SweepSpec(Checked):
                 raise ValueError(f"entry {i}: unknown preset {m.preset!r}: choose one of {', '.join(PRESETS)}")
         return v
 
+    @field_validator("tdp_w")
+    @classmethod
+    def _tdp(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"rated power must be a positive number of watts, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _estimate_needs_tdp(self) -> "SweepSpec":
+        # Checked here, before anything runs: otherwise every point would fail the same way.
+        if self.energy == "estimate" and self.tdp_w is None:
+            raise ValueError("energy: estimate needs the device's rated power: add tdp_w: <watts> to the spec")
+        return self
+
     @model_validator(mode="after")
     def _bounded_grid(self) -> "SweepSpec":
         sizes = [len(getattr(self, key)) for key in AXES.values()]
@@ -344,7 +362,7 @@ class SweepSpec(Checked):
                     batch_size=where["batch_size"], seq_len=where["seq_len"], device=where["device"],
                     dtype=where["dtype"], compile=where["compile"], attention=where["attention"],
                     steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
-                    new_tokens=self.new_tokens, energy=self.energy, seed=self.seed,
+                    new_tokens=self.new_tokens, energy=self.energy, seed=self.seed, tdp_w=self.tdp_w,
                     data=self.data if where["mode"] == "train" else None, repeat=r,
                 ))
         unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]

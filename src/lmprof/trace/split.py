@@ -17,6 +17,12 @@ _STRUCTURAL = np.zeros(256, dtype=bool)
 _STRUCTURAL[list(b'{}[]"')] = True
 _OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET, _QUOTE, _BACKSLASH, _COMMA = b"{}[]\"\\,"
 _WS = b" \t\r\n"
+# The most bytes held while no event ends (one event, the metadata before the event list, or all
+# that comes after it). Real events are at most kilobytes and the buffer is normally cut every
+# ~2 MiB read; a hostile file (one 2 GiB string, a 1 GiB hole of zeros) stops here. The bracket
+# scan over a held buffer takes up to ~40 bytes per byte (all quotes), so this keeps any file under
+# about 1 GB (measured: docs/reliability-traces.md).
+MAX_HELD_BYTES = 16 << 20
 
 
 def _outside_strings(a: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,6 +115,7 @@ class Splitter:
         self.buf = bytearray()
         self.prefix = b""
         self.suffix: list[bytes] = []
+        self.suffix_bytes = 0
         self.array_depth = 0
         self.seen_bytes = 0
         self.exact_at = 0  # buffer length from which the next exact scan runs
@@ -117,8 +124,14 @@ class Splitter:
     def feed(self, chunk: bytes) -> None:
         self.seen_bytes += len(chunk)
         if self.state == "suffix":
+            self.suffix_bytes += len(chunk)
+            if self.suffix_bytes > MAX_HELD_BYTES:
+                raise DataError(self._too_long("after the traceEvents list"))
             self.suffix.append(chunk)
             return
+        if len(self.buf) + len(chunk) > MAX_HELD_BYTES:
+            where = "in one event" if self.state == "events" else "before the traceEvents list"
+            raise DataError(self._too_long(where))
         self.buf += chunk
         if self.state == "start":
             self._start()
@@ -230,6 +243,7 @@ class Splitter:
             end = int(pos[k])
             self._decode_or_fail(end)
             self.suffix.append(bytes(self.buf))  # starts with the list's closing bracket
+            self.suffix_bytes += len(self.buf)
             self.buf, self.state = bytearray(), "suffix"
             return
         ends = pos[(ch == _CLOSE_BRACE) & (depth == self.array_depth)]
@@ -245,6 +259,11 @@ class Splitter:
 
     def _decode_or_fail(self, end: int) -> None:
         self._emit(end, exact=True)
+
+    def _too_long(self, where: str) -> str:
+        return (f"{self.path}: more than {MAX_HELD_BYTES >> 20} MiB {where} with no event boundary "
+                f"(after {self.seen_bytes:,} decoded bytes): not a trace lmprof reads (the limit keeps a "
+                "hostile file from exhausting memory)")
 
     def _truncated(self) -> str:
         return (

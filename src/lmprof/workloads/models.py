@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
-from lmprof.workloads.shape import Mlp, ModelShape
+from lmprof.workloads.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
@@ -49,13 +49,36 @@ def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+# Which ModelShape size each Hugging Face key gives, so its range (shape.LIMITS) is checked under
+# the name the user wrote.
+_KEY_FIELD = {
+    "num_hidden_layers": "n_layer", "n_layer": "n_layer", "num_attention_heads": "n_head", "n_head": "n_head",
+    "hidden_size": "n_embd", "n_embd": "n_embd", "vocab_size": "vocab_size", "n_positions": "block_size",
+    "max_position_embeddings": "block_size", "intermediate_size": "d_ff", "ffn_dim": "d_ff", "n_inner": "d_ff",
+    "ffn_hidden_size": "d_ff", "num_key_value_heads": "n_kv_head", "num_kv_heads": "n_kv_head",
+    "n_head_kv": "n_kv_head", "head_dim": "d_head", "num_local_experts": "n_experts", "num_experts": "n_experts",
+    "num_experts_per_tok": "top_k", "moe_intermediate_size": "d_ff_expert",
+    "shared_expert_intermediate_size": "d_ff_shared", "sliding_window": "sliding_window",
+}
+
+
+def _checked(key: str, value: Any) -> int:
+    return check_size(_KEY_FIELD[key], value, f"config {key}")
+
+
 def _need(cfg: Mapping[str, Any], *keys: str) -> int:
-    value = _get(cfg, *keys)
-    if value is None:
-        raise ConfigError(f"{cfg.get('model_type')} config has no {keys[0]}")
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"config {keys[0]} must be a positive integer, got {value!r}")
-    return value
+    for key in keys:
+        if cfg.get(key) is not None:
+            return _checked(key, cfg[key])
+    raise ConfigError(f"{cfg.get('model_type')} config has no {keys[0]}")
+
+
+def _opt(cfg: Mapping[str, Any], *keys: str) -> int | None:
+    """The first of ``keys`` the config sets, range-checked; None when none is set."""
+    for key in keys:
+        if cfg.get(key) is not None:
+            return _checked(key, cfg[key])
+    return None
 
 
 def _act_mlp(act: str | None, gated: bool) -> Mlp:
@@ -67,7 +90,7 @@ def _act_mlp(act: str | None, gated: bool) -> Mlp:
 
 def _sliding(cfg: Mapping[str, Any], n_layer: int, default_all: bool) -> tuple[int | None, int]:
     """(window, layers using it) from sliding_window / layer_types / use_sliding_window."""
-    window = cfg.get("sliding_window")
+    window = _opt(cfg, "sliding_window") if cfg.get("sliding_window") != 0 else None
     if not window or cfg.get("use_sliding_window") is False:
         return None, 0
     types = cfg.get("layer_types")
@@ -95,7 +118,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
         return ModelShape(
             n_layer=_need(cfg, "n_layer"), n_head=_need(cfg, "n_head"), n_embd=d,
             vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "n_positions"),
-            d_ff=cfg.get("n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
+            d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
             name=name, family=mt,
         )
     if mt == "gpt_neox":
@@ -124,7 +147,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
         n_head = _need(cfg, "num_attention_heads", "n_head")
         new_arch = bool(cfg.get("new_decoder_architecture", False))
         if new_arch:
-            kv = _get(cfg, "num_kv_heads", "n_head_kv", default=n_head)
+            kv = _opt(cfg, "num_kv_heads", "n_head_kv") or n_head
         else:
             kv = 1 if cfg.get("multi_query", True) else n_head
         parallel = bool(cfg.get("parallel_attn", True)) or new_arch
@@ -132,7 +155,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
         return ModelShape(
             n_layer=_need(cfg, "num_hidden_layers", "n_layer"), n_head=n_head, n_embd=d, n_kv_head=kv,
             vocab_size=_need(cfg, "vocab_size"), block_size=int(cfg.get("max_position_embeddings") or 2048),
-            d_ff=cfg.get("ffn_hidden_size") or 4 * d, mlp="gelu", pos="rope", bias=bool(cfg.get("bias", False)),
+            d_ff=_opt(cfg, "ffn_hidden_size") or 4 * d, mlp="gelu", pos="rope", bias=bool(cfg.get("bias", False)),
             norm_bias=True, parallel=parallel, norms_per_layer=norms,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
@@ -140,12 +163,12 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     n_layer = _need(cfg, "num_hidden_layers")
     n_head = _need(cfg, "num_attention_heads")
     d = _need(cfg, "hidden_size")
-    head_dim = cfg.get("head_dim")
+    head_dim = _opt(cfg, "head_dim")
     window, sliding = _sliding(cfg, n_layer, default_all=mt != "gemma2")
     kw: dict[str, Any] = dict(
         n_layer=n_layer, n_head=n_head, n_embd=d, vocab_size=_need(cfg, "vocab_size"),
         block_size=_need(cfg, "max_position_embeddings"),
-        n_kv_head=_get(cfg, "num_key_value_heads", default=n_head), d_ff=_need(cfg, "intermediate_size"),
+        n_kv_head=_opt(cfg, "num_key_value_heads") or n_head, d_ff=_need(cfg, "intermediate_size"),
         mlp=_act_mlp(_get(cfg, "hidden_activation", "hidden_act", default="silu"), True), norm="rmsnorm",
         pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=bool(cfg.get("attention_bias", False)),
         tied=bool(cfg.get("tie_word_embeddings", mt == "gemma2")), d_head=head_dim if head_dim and head_dim * n_head != d
@@ -163,7 +186,8 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     if mt == "qwen2_moe":
         if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
             raise ConfigError("Qwen2-MoE configs with dense layers (mlp_only_layers, decoder_sparse_step) are not modelled")
-        shared = cfg.get("shared_expert_intermediate_size") or 0
+        # 0 is how a config says "no shared expert".
+        shared = _opt(cfg, "shared_expert_intermediate_size") if cfg.get("shared_expert_intermediate_size") else 0
         kw.update(n_experts=_need(cfg, "num_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff_expert=_need(cfg, "moe_intermediate_size"), n_shared_experts=1 if shared else 0,
                   d_ff_shared=shared or None, shared_expert_gate=bool(shared))

@@ -18,6 +18,29 @@ from typing import Any, Literal
 
 from lmprof.errors import ConfigError
 
+# The range each size may take: wide enough for any published model (10M-token contexts, 256k
+# vocabularies, thousands of experts) and narrow enough that every formula stays a small exact
+# integer and no list of layers outgrows memory (a config with 10**30 layers is refused, not run).
+LIMITS: dict[str, tuple[int, int]] = {
+    "n_layer": (1, 4096), "n_head": (1, 4096), "n_kv_head": (1, 4096), "n_embd": (1, 2**20),
+    "vocab_size": (1, 2**24), "block_size": (1, 2**27), "d_ff": (1, 2**22), "d_head": (1, 2**16),
+    "n_experts": (0, 2**16), "top_k": (0, 2**16), "d_ff_expert": (1, 2**22), "n_shared_experts": (0, 2**10),
+    "d_ff_shared": (1, 2**22), "sliding_window": (1, 2**27), "pos_offset": (0, 2**10),
+}
+
+
+def check_size(field: str, value: Any, where: str = "") -> int:
+    """``value`` as a whole number in ``LIMITS[field]``; ConfigError naming ``where`` (or the field) and the range."""
+    low, high = LIMITS[field]
+    name = where or field
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be a whole number between {low:,} and {high:,}, got {str(value)[:40]!r}")
+    if not low <= value <= high:
+        got = f"{value:,}" if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+        raise ConfigError(f"{name} must be between {low:,} and {high:,}, got {got}")
+    return value
+
+
 Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
 MLP_KINDS: tuple[Mlp, ...] = ("gelu", "relu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
@@ -66,9 +89,10 @@ class ModelShape:
     family: str = ""  # Hugging Face model_type, or "gpt" for the built-in model
 
     def __post_init__(self) -> None:
-        for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
-            if getattr(self, field) <= 0:
-                raise ConfigError(f"{field} must be positive, got {getattr(self, field)}")
+        for field in LIMITS:
+            value = getattr(self, field)
+            if value is not None:
+                check_size(field, value)
         if self.d_head is None and self.n_embd % self.n_head:
             raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.n_head % self.kv_heads:
