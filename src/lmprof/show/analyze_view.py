@@ -6,10 +6,12 @@ import re
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
 
 _MAX_NAME = 72
+_MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
 
 
@@ -71,9 +73,9 @@ def _pct(x: float | None) -> str:
 
 
 def _trace(con: Console, tr: TraceReport) -> None:
-    rank = "?" if tr.rank is None else str(tr.rank)
+    rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
     con.print(
-        f"\n[bold]{escape(tr.path)}[/bold]  rank {rank}, {tr.events:,} events, "
+        f"\n[bold]{escape(tr.path)}[/bold]  {rank}{tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
     )
     for note in tr.notes:
@@ -83,6 +85,8 @@ def _trace(con: Console, tr: TraceReport) -> None:
     else:
         _device(con, tr.device)
     _operators(con, tr)
+    _annotations(con, tr)
+    _memory(con, tr)
     _steps(con, tr)
     _critical(con, tr)
 
@@ -153,10 +157,9 @@ def _device(con: Console, dev: DeviceReport) -> None:
     title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
     tab = Table(title=title, title_justify="left")
     for col in ("kernel", "type", "count", "total", "mean", "share"):
-        tab.add_column(col, justify="left" if col in ("kernel", "type") else "right", overflow="fold")
+        _column(tab, col, name=col == "kernel", left=col == "type")
     for r in k.top:
-        name = escape(short_name(r.name))
-        tab.add_row(name, r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
+        tab.add_row(_cell(short_name(r.name)), r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
     con.print(tab)
 
 
@@ -230,11 +233,73 @@ def _operators(con: Console, tr: TraceReport) -> None:
         return
     tab = Table(title=f"Top CPU operators by self time ({ops.count:,} calls)", title_justify="left")
     for col in ("operator", "count", "self", "total", "share"):
-        tab.add_column(col, justify="left" if col == "operator" else "right", overflow="fold")
+        _column(tab, col, name=col == "operator")
     for r in ops.top:
-        name = escape(short_name(r.name))
-        tab.add_row(name, f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
+        tab.add_row(_cell(short_name(r.name)), f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
     con.print(tab)
+
+
+def _column(tab: Table, title: str, *, name: bool = False, left: bool = False) -> None:
+    """A name column shrinks to the terminal and cuts names with an ellipsis; numbers never wrap."""
+    if name:  # the only column rich may narrow; its cells (_cell) stay on one line
+        tab.add_column(title, justify="left", overflow="ellipsis")
+    else:
+        tab.add_column(title, justify="left" if left else "right", no_wrap=True)
+
+
+def _annotations(con: Console, tr: TraceReport) -> None:
+    an = tr.annotations
+    if an is None:
+        return
+    device = any(r.device_us is not None for r in an.rows)
+    tab = Table(title=f"Annotations ({an.count:,} ranges; dead window: start to its first operator)",
+                title_justify="left")  # fmt: skip
+    cols = ["annotation", "count", "total", "self"] + (["device"] if device else []) + ["dead mean", "dead max"]
+    for col in cols:
+        _column(tab, col, name=col == "annotation")
+    for r in an.rows[:_MAX_ROWS]:
+        cells: list[str | Text] = [_cell("  " * r.depth + short_name(r.name)), f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.self_us)]
+        if device:
+            cells.append(fmt_us(r.device_us))
+        cells += [fmt_us(r.dead_mean_us), fmt_us(r.dead_max_us)]
+        tab.add_row(*cells)
+    con.print(tab)
+    if len(an.rows) > _MAX_ROWS:
+        con.print(f"{len(an.rows) - _MAX_ROWS} more annotation rows with --json")
+
+
+def _memory(con: Console, tr: TraceReport) -> None:
+    mem = tr.memory
+    if mem is None:
+        return
+    for d in mem.devices:
+        reserved = "" if d.peak_reserved_bytes is None else f", reserved peak {_bytes(d.peak_reserved_bytes)}"
+        con.print(
+            f"memory {d.device}: peak allocated {_bytes(d.peak_allocated_bytes)} at {fmt_us(d.peak_at_us)}{reserved}; "
+            f"{_bytes(d.allocated_bytes)} allocated, {_bytes(d.freed_bytes)} freed in {d.events:,} events"
+        )
+    device = any(r.device_bytes or r.self_device_bytes for r in mem.top)
+    tab = Table(title="Memory by operator / annotation (net: allocated minus freed)",
+                title_justify="left")  # fmt: skip
+    cols = ["name", "count", "self cpu", "cpu", "allocated", "freed"] + (["self device", "device"] if device else [])
+    for col in cols:
+        _column(tab, col, name=col == "name")
+    for r in mem.top:
+        cells: list[str | Text] = [_cell(short_name(r.name)), f"{r.count:,}", _sbytes(r.self_cpu_bytes), _sbytes(r.cpu_bytes),
+                 _bytes(r.cpu_allocated_bytes), _bytes(r.cpu_freed_bytes)]  # fmt: skip
+        if device:
+            cells += [_sbytes(r.self_device_bytes), _sbytes(r.device_bytes)]
+        tab.add_row(*cells)
+    con.print(tab)
+
+
+def _cell(name: str) -> Text:
+    """A name cut with an ellipsis where the column is narrower, never wrapped to a second line."""
+    return Text(name, no_wrap=True, overflow="ellipsis")
+
+
+def _sbytes(n: int) -> str:
+    return "-" + _bytes(-n) if n < 0 else _bytes(n)
 
 
 def _steps(con: Console, tr: TraceReport) -> None:
