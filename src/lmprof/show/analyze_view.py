@@ -88,6 +88,7 @@ def _trace(con: Console, tr: TraceReport) -> None:
     _annotations(con, tr)
     _memory(con, tr)
     _steps(con, tr)
+    _phases(con, tr)
     _critical(con, tr)
 
 
@@ -311,6 +312,21 @@ def _steps(con: Console, tr: TraceReport) -> None:
         f"steps: {st.count} ProfilerStep, median {st.median_ms:.3f} ms (p10 {st.p10_ms:.3f}, "
         f"p90 {st.p90_ms:.3f}, min {st.min_ms:.3f}, max {st.max_ms:.3f})"
     )
+
+
+def _phases(con: Console, tr: TraceReport) -> None:
+    ph = tr.phases
+    if ph is None:
+        return
+    steps = f"{len(ph.steps)} step(s) from {ph.source}" if ph.source != "whole trace" else "the whole trace"
+    tab = Table(title=f"Phases per step (host time; {steps})", title_justify="left")
+    for col in ("phase", "total", "% of steps", "median per step"):
+        _column(tab, col, left=col == "phase")
+    for p, us in ph.total_us.items():
+        if us > 0:
+            med = sorted(s.phases_us[p] for s in ph.steps)[len(ph.steps) // 2]
+            tab.add_row(p, fmt_us(us), _pct(ph.total_pct[p]), fmt_us(med))
+    con.print(tab)
 
 
 _SEGMENT_LABELS = {

@@ -28,6 +28,7 @@ from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_brea
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.opmemory import MemoryReport, memory_report
+from lmprof.trace.phases import Phases, phase_split
 from lmprof.trace.ranks import RankComparison, compare_ranks, rank_row
 from lmprof.trace.steps import StepStats, step_stats
 from lmprof.trace.timeline import (
@@ -77,6 +78,7 @@ class TraceReport:
     critical_path: CriticalPath | None  # per step; None without ProfilerStep annotations
     annotations: Annotations | None = None  # record_function ranges; None without user annotations
     memory: MemoryReport | None = None  # None unless recorded with profile_memory=True
+    phases: Phases | None = None  # forward/backward/optimizer per step; None without autograd or optimizer
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
@@ -148,6 +150,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         critical_path=critical_path(table, sel.rows if sel is not None else None),
         annotations=annotation_breakdown(table),
         memory=memory_report(table, top),
+        phases=phase_split(table),
         notes=notes,
     )
 
