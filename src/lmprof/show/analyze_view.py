@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+from lmprof.trace.diff import KINDS, DiffReport
 
 _MAX_NAME = 72
 _MAX_ROWS = 40  # annotation rows shown; all of them in --json
@@ -433,3 +434,34 @@ def _cross_rank(con: Console, report: Report) -> None:
         f"instead of {x.step_ms:.3f} ms"
     )
     con.print(f"note: {escape(x.note)}")
+
+
+def render_diff(d: DiffReport, console: Console | None = None) -> None:
+    """Print a comparison of two traces: one table per kind, largest time delta first."""
+    con = console or Console(highlight=False)
+    con.print(f"before: [bold]{escape(d.before)}[/bold]\nafter:  [bold]{escape(d.after)}[/bold]")
+    if d.step_before_ms is not None and d.step_after_ms is not None:
+        change = 100.0 * (d.step_after_ms - d.step_before_ms) / d.step_before_ms if d.step_before_ms else None
+        con.print(f"median step: {d.step_before_ms:.3f} ms -> {d.step_after_ms:.3f} ms ({_pct(change)})")
+    if d.noise_pct is not None:
+        con.print(f"noise: the before trace's steps spread {_pct(d.noise_pct)} (p10 to p90 over the median)")
+    what = {"annotation": "inclusive time", "operator": "self time", "kernel": "device time"}
+    for kind in KINDS:
+        s = d.summary[kind]
+        rows = [r for r in d.rows if r.kind == kind]
+        head = (f"{kind}s: {s['changed']} changed, {s['new']} new, {s['vanished']} vanished, "
+                f"{s['unchanged']} unchanged")  # fmt: skip
+        if not rows:
+            if s["unchanged"]:
+                con.print(f"{head}: no change")
+            continue
+        tab = Table(title=f"{head} (by {what[kind]})", title_justify="left")
+        for col in (kind, "", "count", "before", "after", "delta", "%"):
+            _column(tab, col, name=col == kind, left=col == "")
+        for r in rows:
+            count = f"{r.count_before:,}" if r.count_before == r.count_after else f"{r.count_before:,}->{r.count_after:,}"
+            sign = "+" if r.delta_us > 0 else ""
+            tab.add_row(_cell(short_name(r.name)), r.status if r.status != "changed" else "", count,
+                        fmt_us(r.before_us), fmt_us(r.after_us), sign + fmt_us(r.delta_us),
+                        "" if r.delta_pct is None else f"{sign}{r.delta_pct:.1f}%")  # fmt: skip
+        con.print(tab)
