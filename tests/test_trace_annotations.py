@@ -117,3 +117,31 @@ def test_device_time_inside_annotations_on_a_gpu_trace() -> None:
             parent = by_path[r.path.rsplit(" > ", 1)[0]]
             assert r.device_us <= parent.device_us + 1e-6
     assert max(r.device_us for r in rows) > 0
+
+
+def test_module_tree_from_with_modules(tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Linear(16, 4)))
+    with profile(activities=[ProfilerActivity.CPU], with_modules=True, with_stack=True) as prof:
+        for _ in range(2):
+            m(torch.randn(2, 16))
+    path = tmp_path / "mod.json"
+    prof.export_chrome_trace(str(path))
+    mods = [e for e in _events(path) if e["name"].startswith("nn.Module: ")]
+    rows = {r.path: r for r in analyze_path(path).traces[0].modules.rows}
+    assert set(rows) == {"Sequential_0", "Sequential_0 > Linear_0", "Sequential_0 > ReLU_0",
+                         "Sequential_0 > Sequential_1", "Sequential_0 > Sequential_1 > Linear_1"}
+
+    def inside(a: dict, b: dict) -> bool:
+        return a is not b and a["ts"] <= b["ts"] and b["ts"] + b["dur"] <= a["ts"] + a["dur"] + 1e-3
+
+    for p, r in rows.items():
+        mine = [e for e in mods if e["name"] == "nn.Module: " + r.name]
+        assert r.count == len(mine) == 2
+        assert r.total_us == pytest.approx(sum(e["dur"] for e in mine), abs=1e-6)
+        want = 0.0  # outside the direct child modules
+        for a in mine:
+            kids = [b for b in mods if inside(a, b)]
+            want += a["dur"] - sum(b["dur"] for b in kids if not any(inside(c, b) for c in kids))
+        assert r.self_us == pytest.approx(want, abs=1e-6)

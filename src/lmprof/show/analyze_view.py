@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
 
 _MAX_NAME = 72
@@ -86,7 +87,8 @@ def _trace(con: Console, tr: TraceReport) -> None:
     else:
         _device(con, tr.device)
     _operators(con, tr)
-    _annotations(con, tr)
+    _annotations(con, tr.annotations, "annotation")
+    _annotations(con, tr.modules, "module")
     _memory(con, tr)
     _steps(con, tr)
     _phases(con, tr)
@@ -249,16 +251,16 @@ def _column(tab: Table, title: str, *, name: bool = False, left: bool = False) -
         tab.add_column(title, justify="left" if left else "right", no_wrap=True)
 
 
-def _annotations(con: Console, tr: TraceReport) -> None:
-    an = tr.annotations
+def _annotations(con: Console, an: Annotations | None, what: str) -> None:
     if an is None:
         return
     device = any(r.device_us is not None for r in an.rows)
-    tab = Table(title=f"Annotations ({an.count:,} ranges; dead window: start to its first operator)",
+    own = "outside child modules" if what == "module" else "outside operators and annotations inside"
+    tab = Table(title=f"{what.capitalize()}s ({an.count:,} ranges; self: {own}; dead: start to its first operator)",
                 title_justify="left")  # fmt: skip
-    cols = ["annotation", "count", "total", "self"] + (["device"] if device else []) + ["dead mean", "dead max"]
+    cols = [what, "count", "total", "self"] + (["device"] if device else []) + ["dead mean", "dead max"]
     for col in cols:
-        _column(tab, col, name=col == "annotation")
+        _column(tab, col, name=col == what)
     for r in an.rows[:_MAX_ROWS]:
         cells: list[str | Text] = [_cell("  " * r.depth + short_name(r.name)), f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.self_us)]
         if device:
@@ -267,7 +269,7 @@ def _annotations(con: Console, tr: TraceReport) -> None:
         tab.add_row(*cells)
     con.print(tab)
     if len(an.rows) > _MAX_ROWS:
-        con.print(f"{len(an.rows) - _MAX_ROWS} more annotation rows with --json")
+        con.print(f"{len(an.rows) - _MAX_ROWS} more {what} rows with --json")
 
 
 def _memory(con: Console, tr: TraceReport) -> None:
@@ -343,7 +345,8 @@ def _critical(con: Console, tr: TraceReport) -> None:
     cp = tr.critical_path
     if cp is None:
         return
-    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms incl. device work)",
+    incl = " incl. device work" if tr.device is not None else ""
+    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms{incl})",
                 title_justify="left")  # fmt: skip
     tab.add_column("on the path", justify="left")
     tab.add_column("% of steps", justify="right")
@@ -351,10 +354,14 @@ def _critical(con: Console, tr: TraceReport) -> None:
         if pct >= 0.05:
             tab.add_row(_SEGMENT_LABELS.get(key, key), _pct(pct))
     con.print(tab)
+    # a CPU-only trace's path is all host work: a what-if that saves nothing there is a zero, left out
+    ifs = [w for w in cp.what_if if tr.device is not None or w.saving_pct > 0]
+    if not ifs:
+        return
     tab = Table(title="What if (optimistic: another path may become critical)", title_justify="left")
     for col in ("change", "median step", "saving"):
         tab.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
-    for w in cp.what_if:
+    for w in ifs:
         change = w.change
         if change.startswith("top kernel") and cp.top_kernel:
             change += f" ({short_name(cp.top_kernel, 60)})"

@@ -19,7 +19,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
-from lmprof.trace.annotations import Annotations, annotation_breakdown
+from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
@@ -79,6 +79,7 @@ class TraceReport:
     annotations: Annotations | None = None  # record_function ranges; None without user annotations
     memory: MemoryReport | None = None  # None unless recorded with profile_memory=True
     phases: Phases | None = None  # forward/backward/optimizer per step; None without autograd or optimizer
+    modules: Annotations | None = None  # nn.Module tree; None without module events (with_modules + with_stack)
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
@@ -151,6 +152,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         annotations=annotation_breakdown(table),
         memory=memory_report(table, top),
         phases=phase_split(table),
+        modules=module_breakdown(table),
         notes=notes,
     )
 

@@ -1,4 +1,4 @@
-"""``record_function`` / ``user_annotation`` ranges as a nested table: count, inclusive and self
+"""``record_function`` / ``user_annotation`` ranges (and ``nn.Module`` ranges) as a nested table: count, inclusive and self
 time on the host, device time of the kernels launched inside, and the "dead window" from each
 range's start to its first operator.
 
@@ -19,6 +19,7 @@ from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing, parents, self_time
 
 SEP = " > "
+MODULE_PREFIX = "nn.Module: "
 STEP_NAME = "ProfilerStep#*"
 
 
@@ -49,8 +50,24 @@ class Annotations:
 
 def annotation_breakdown(table: TraceTable) -> Annotations | None:
     """The annotation table of one trace, or None when it has no ``user_annotation`` range."""
+    return _ranges(table, kinds.annotation_mask(table), by_tree=False)
+
+
+def module_breakdown(table: TraceTable) -> Annotations | None:
+    """The ``nn.Module`` tree of a trace recorded with ``with_modules`` (and ``with_stack``), or None.
+
+    Like the annotation table, but a module's self time is its time outside its child modules
+    (not outside every Python frame and operator inside it).
+    """
+    mods = kinds.cat_mask(table, lambda c: c == "python_function")
+    mods &= kinds.name_mask(table, lambda n: n.startswith(MODULE_PREFIX))
+    return _ranges(table, mods, by_tree=True)
+
+
+def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations | None:
+    """Rows of the ranges in ``amask``, nested among themselves; ``by_tree``: self time is outside
+    child ranges of the mask, else outside every host event directly inside."""
     ev = table.events
-    amask = kinds.annotation_mask(table)
     rows = np.flatnonzero(amask)
     if rows.size == 0:
         return None
@@ -58,8 +75,7 @@ def annotation_breakdown(table: TraceTable) -> Annotations | None:
     dur = np.maximum(ev["dur"].to_numpy(), 0.0)
     codes = ev["name"].cat.codes.to_numpy()
     cats = ev["name"].cat.categories
-    labels = np.array([STEP_NAME if kinds.step_number(str(n)) is not None else str(n) for n in cats] + [""],
-                      dtype=object)  # fmt: skip
+    labels = np.array([_label(str(n)) for n in cats] + [""], dtype=object)
     names = labels[codes[rows]]  # code -1 (no name) takes the trailing ""
 
     # the annotation tree: parent annotation of each range, then paths and depths level by level
@@ -76,11 +92,16 @@ def annotation_breakdown(table: TraceTable) -> Annotations | None:
         depth[ready] = depth[apos[ready]] + 1
         done |= ready
 
+    if by_tree:
+        kid = apos >= 0
+        own = dur[rows] - np.bincount(apos[kid], weights=dur[rows][kid], minlength=rows.size)
+    else:
+        own = self_time(table)[rows]
     device_us = _device_inside(table, amask, pos, rows.size)
     first_ts, first_code = _first_op(table, amask, pos, rows.size, apos, depth)
     dead = first_ts - ts[rows]
     frame = pd.DataFrame({
-        "path": path, "name": names, "depth": depth, "dur": dur[rows], "own": self_time(table)[rows],
+        "path": path, "name": names, "depth": depth, "dur": dur[rows], "own": np.maximum(own, 0.0),
         "device": device_us if device_us is not None else np.zeros(rows.size),
         "dead": np.where(np.isfinite(first_ts), dead, np.nan), "first": first_code,
     })  # fmt: skip
@@ -103,6 +124,13 @@ def annotation_breakdown(table: TraceTable) -> Annotations | None:
             first_op=str(cats[code]) if code >= 0 else None,
         ))  # fmt: skip
     return Annotations(count=int(rows.size), rows=_tree_order(out))
+
+
+def _label(name: str) -> str:
+    """The row name: ``ProfilerStep#*`` for every step, a module without the ``nn.Module: `` prefix."""
+    if kinds.step_number(name) is not None:
+        return STEP_NAME
+    return name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX) else name
 
 
 def _tree_order(rows: list[AnnotationRow]) -> list[AnnotationRow]:
