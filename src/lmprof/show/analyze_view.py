@@ -302,6 +302,11 @@ def _cell(name: str) -> Text:
     return Text(name, no_wrap=True, overflow="ellipsis")
 
 
+def _tail(path: str) -> str:
+    parts = path.split(" > ")
+    return path if len(parts) <= 2 else "… > " + " > ".join(parts[-2:])
+
+
 def _sbytes(n: int) -> str:
     return "-" + _bytes(-n) if n < 0 else _bytes(n)
 
@@ -468,7 +473,9 @@ def render_diff(d: DiffReport, console: Console | None = None) -> None:
         for r in rows:
             count = f"{r.count_before:,}" if r.count_before == r.count_after else f"{r.count_before:,}->{r.count_after:,}"
             sign = "+" if r.delta_us > 0 else ""
-            tab.add_row(_cell(short_name(r.name)), r.status if r.status != "changed" else "", count,
+            # an annotation path keeps its innermost names, which tell rows apart, when cut
+            name = short_name(r.name) if kind != "annotation" else _tail(r.name)
+            tab.add_row(_cell(name), r.status if r.status != "changed" else "", count,
                         fmt_us(r.before_us), fmt_us(r.after_us), sign + fmt_us(r.delta_us),
                         "" if r.delta_pct is None else f"{sign}{r.delta_pct:.1f}%")  # fmt: skip
         con.print(tab)
