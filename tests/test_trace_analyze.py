@@ -21,7 +21,7 @@ DATA = Path(__file__).parent / "data" / "traces"
 TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives", "cross_rank"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
-    "steps", "notes", "critical_path",
+    "steps", "notes", "critical_path", "annotations", "memory", "phases", "modules",
 }  # fmt: skip
 CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
 CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path", "collectives"}

@@ -27,6 +27,13 @@ def analyze(
         "(columns: docs/trace-analysis.md; needs pyarrow).",
         show_default=False,
     ),
+    diff: Path = typer.Option(
+        None,
+        "--diff",
+        help="Compare this trace (before) with PATH (after): `lmprof analyze --diff BEFORE AFTER`. "
+        "Per annotation, operator and kernel: count and time deltas, new and vanished names.",
+        show_default=False,
+    ),
     include_last_step: bool = typer.Option(
         False,
         "--include-last-step",
@@ -39,6 +46,19 @@ def analyze(
     (docs/trace-analysis.md). Works on CPU-only, ROCm and multi-rank traces.
     """
     # heavy imports here, so `lmprof --help` stays fast
+    if diff is not None:
+        from lmprof.trace.diff import diff_paths
+
+        compared = diff_paths(diff, path, top=top)
+        if json_out:
+            import orjson
+
+            typer.echo(orjson.dumps(compared.to_dict(), option=orjson.OPT_INDENT_2).decode())
+            return
+        from lmprof.show.analyze_view import render_diff
+
+        render_diff(compared)
+        return
     from lmprof.trace.analyze import analyze_path
 
     report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)

@@ -6,10 +6,14 @@ import re
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+from lmprof.trace.annotations import Annotations
+from lmprof.trace.diff import KINDS, DiffReport
 
 _MAX_NAME = 72
+_MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
 
 
@@ -71,9 +75,9 @@ def _pct(x: float | None) -> str:
 
 
 def _trace(con: Console, tr: TraceReport) -> None:
-    rank = "?" if tr.rank is None else str(tr.rank)
+    rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
     con.print(
-        f"\n[bold]{escape(tr.path)}[/bold]  rank {rank}, {tr.events:,} events, "
+        f"\n[bold]{escape(tr.path)}[/bold]  {rank}{tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
     )
     for note in tr.notes:
@@ -83,7 +87,11 @@ def _trace(con: Console, tr: TraceReport) -> None:
     else:
         _device(con, tr.device)
     _operators(con, tr)
+    _annotations(con, tr.annotations, "annotation")
+    _annotations(con, tr.modules, "module")
+    _memory(con, tr)
     _steps(con, tr)
+    _phases(con, tr)
     _critical(con, tr)
 
 
@@ -153,10 +161,9 @@ def _device(con: Console, dev: DeviceReport) -> None:
     title = f"Top kernels ({k.count:,} device events, {fmt_us(k.total_us)} summed)"
     tab = Table(title=title, title_justify="left")
     for col in ("kernel", "type", "count", "total", "mean", "share"):
-        tab.add_column(col, justify="left" if col in ("kernel", "type") else "right", overflow="fold")
+        _column(tab, col, name=col == "kernel", left=col == "type")
     for r in k.top:
-        name = escape(short_name(r.name))
-        tab.add_row(name, r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
+        tab.add_row(_cell(short_name(r.name)), r.type, f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.mean_us), _pct(r.share_pct))
     con.print(tab)
 
 
@@ -230,11 +237,78 @@ def _operators(con: Console, tr: TraceReport) -> None:
         return
     tab = Table(title=f"Top CPU operators by self time ({ops.count:,} calls)", title_justify="left")
     for col in ("operator", "count", "self", "total", "share"):
-        tab.add_column(col, justify="left" if col == "operator" else "right", overflow="fold")
+        _column(tab, col, name=col == "operator")
     for r in ops.top:
-        name = escape(short_name(r.name))
-        tab.add_row(name, f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
+        tab.add_row(_cell(short_name(r.name)), f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
     con.print(tab)
+
+
+def _column(tab: Table, title: str, *, name: bool = False, left: bool = False) -> None:
+    """A name column shrinks to the terminal and cuts names with an ellipsis; numbers never wrap."""
+    if name:  # the only column rich may narrow; its cells (_cell) stay on one line
+        tab.add_column(title, justify="left", overflow="ellipsis")
+    else:
+        tab.add_column(title, justify="left" if left else "right", no_wrap=True)
+
+
+def _annotations(con: Console, an: Annotations | None, what: str) -> None:
+    if an is None:
+        return
+    device = any(r.device_us is not None for r in an.rows)
+    own = "outside child modules" if what == "module" else "outside operators and annotations inside"
+    tab = Table(title=f"{what.capitalize()}s ({an.count:,} ranges; self: {own}; dead: start to its first operator)",
+                title_justify="left")  # fmt: skip
+    cols = [what, "count", "total", "self"] + (["device"] if device else []) + ["dead mean", "dead max"]
+    for col in cols:
+        _column(tab, col, name=col == what)
+    for r in an.rows[:_MAX_ROWS]:
+        cells: list[str | Text] = [_cell("  " * r.depth + short_name(r.name)), f"{r.count:,}", fmt_us(r.total_us), fmt_us(r.self_us)]
+        if device:
+            cells.append(fmt_us(r.device_us))
+        cells += [fmt_us(r.dead_mean_us), fmt_us(r.dead_max_us)]
+        tab.add_row(*cells)
+    con.print(tab)
+    if len(an.rows) > _MAX_ROWS:
+        con.print(f"{len(an.rows) - _MAX_ROWS} more {what} rows with --json")
+
+
+def _memory(con: Console, tr: TraceReport) -> None:
+    mem = tr.memory
+    if mem is None:
+        return
+    for d in mem.devices:
+        reserved = "" if d.peak_reserved_bytes is None else f", reserved peak {_bytes(d.peak_reserved_bytes)}"
+        con.print(
+            f"memory {d.device}: peak allocated {_bytes(d.peak_allocated_bytes)} at {fmt_us(d.peak_at_us)}{reserved}; "
+            f"{_bytes(d.allocated_bytes)} allocated, {_bytes(d.freed_bytes)} freed in {d.events:,} events"
+        )
+    device = any(r.device_bytes or r.self_device_bytes for r in mem.top)
+    tab = Table(title="Memory by operator / annotation (net: allocated minus freed)",
+                title_justify="left")  # fmt: skip
+    cols = ["name", "count", "self cpu", "cpu", "allocated", "freed"] + (["self device", "device"] if device else [])
+    for col in cols:
+        _column(tab, col, name=col == "name")
+    for r in mem.top:
+        cells: list[str | Text] = [_cell(short_name(r.name)), f"{r.count:,}", _sbytes(r.self_cpu_bytes), _sbytes(r.cpu_bytes),
+                 _bytes(r.cpu_allocated_bytes), _bytes(r.cpu_freed_bytes)]  # fmt: skip
+        if device:
+            cells += [_sbytes(r.self_device_bytes), _sbytes(r.device_bytes)]
+        tab.add_row(*cells)
+    con.print(tab)
+
+
+def _cell(name: str) -> Text:
+    """A name cut with an ellipsis where the column is narrower, never wrapped to a second line."""
+    return Text(name, no_wrap=True, overflow="ellipsis")
+
+
+def _tail(path: str) -> str:
+    parts = path.split(" > ")
+    return path if len(parts) <= 2 else "… > " + " > ".join(parts[-2:])
+
+
+def _sbytes(n: int) -> str:
+    return "-" + _bytes(-n) if n < 0 else _bytes(n)
 
 
 def _steps(con: Console, tr: TraceReport) -> None:
@@ -246,6 +320,21 @@ def _steps(con: Console, tr: TraceReport) -> None:
         f"steps: {st.count} ProfilerStep, median {st.median_ms:.3f} ms (p10 {st.p10_ms:.3f}, "
         f"p90 {st.p90_ms:.3f}, min {st.min_ms:.3f}, max {st.max_ms:.3f})"
     )
+
+
+def _phases(con: Console, tr: TraceReport) -> None:
+    ph = tr.phases
+    if ph is None:
+        return
+    steps = f"{len(ph.steps)} step(s) from {ph.source}" if ph.source != "whole trace" else "the whole trace"
+    tab = Table(title=f"Phases per step (host time; {steps})", title_justify="left")
+    for col in ("phase", "total", "% of steps", "median per step"):
+        _column(tab, col, left=col == "phase")
+    for p, us in ph.total_us.items():
+        if us > 0:
+            med = sorted(s.phases_us[p] for s in ph.steps)[len(ph.steps) // 2]
+            tab.add_row(p, fmt_us(us), _pct(ph.total_pct[p]), fmt_us(med))
+    con.print(tab)
 
 
 _SEGMENT_LABELS = {
@@ -261,7 +350,8 @@ def _critical(con: Console, tr: TraceReport) -> None:
     cp = tr.critical_path
     if cp is None:
         return
-    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms incl. device work)",
+    incl = " incl. device work" if tr.device is not None else ""
+    tab = Table(title=f"Critical path of {len(cp.steps)} step(s) (median {cp.step_ms:.3f} ms{incl})",
                 title_justify="left")  # fmt: skip
     tab.add_column("on the path", justify="left")
     tab.add_column("% of steps", justify="right")
@@ -269,10 +359,14 @@ def _critical(con: Console, tr: TraceReport) -> None:
         if pct >= 0.05:
             tab.add_row(_SEGMENT_LABELS.get(key, key), _pct(pct))
     con.print(tab)
+    # a CPU-only trace's path is all host work: a what-if that saves nothing there is a zero, left out
+    ifs = [w for w in cp.what_if if tr.device is not None or w.saving_pct > 0]
+    if not ifs:
+        return
     tab = Table(title="What if (optimistic: another path may become critical)", title_justify="left")
     for col in ("change", "median step", "saving"):
         tab.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
-    for w in cp.what_if:
+    for w in ifs:
         change = w.change
         if change.startswith("top kernel") and cp.top_kernel:
             change += f" ({short_name(cp.top_kernel, 60)})"
@@ -352,3 +446,36 @@ def _cross_rank(con: Console, report: Report) -> None:
         f"instead of {x.step_ms:.3f} ms"
     )
     con.print(f"note: {escape(x.note)}")
+
+
+def render_diff(d: DiffReport, console: Console | None = None) -> None:
+    """Print a comparison of two traces: one table per kind, largest time delta first."""
+    con = console or Console(highlight=False)
+    con.print(f"before: [bold]{escape(d.before)}[/bold]\nafter:  [bold]{escape(d.after)}[/bold]")
+    if d.step_before_ms is not None and d.step_after_ms is not None:
+        change = 100.0 * (d.step_after_ms - d.step_before_ms) / d.step_before_ms if d.step_before_ms else None
+        con.print(f"median step: {d.step_before_ms:.3f} ms -> {d.step_after_ms:.3f} ms ({_pct(change)})")
+    if d.noise_pct is not None:
+        con.print(f"noise: the before trace's steps spread {_pct(d.noise_pct)} (p10 to p90 over the median)")
+    what = {"annotation": "inclusive time", "operator": "self time", "kernel": "device time"}
+    for kind in KINDS:
+        s = d.summary[kind]
+        rows = [r for r in d.rows if r.kind == kind]
+        head = (f"{kind}s: {s['changed']} changed, {s['new']} new, {s['vanished']} vanished, "
+                f"{s['unchanged']} unchanged")  # fmt: skip
+        if not rows:
+            if s["unchanged"]:
+                con.print(f"{head}: no change")
+            continue
+        tab = Table(title=f"{head} (by {what[kind]})", title_justify="left")
+        for col in (kind, "", "count", "before", "after", "delta", "%"):
+            _column(tab, col, name=col == kind, left=col == "")
+        for r in rows:
+            count = f"{r.count_before:,}" if r.count_before == r.count_after else f"{r.count_before:,}->{r.count_after:,}"
+            sign = "+" if r.delta_us > 0 else ""
+            # an annotation path keeps its innermost names, which tell rows apart, when cut
+            name = short_name(r.name) if kind != "annotation" else _tail(r.name)
+            tab.add_row(_cell(name), r.status if r.status != "changed" else "", count,
+                        fmt_us(r.before_us), fmt_us(r.after_us), sign + fmt_us(r.delta_us),
+                        "" if r.delta_pct is None else f"{sign}{r.delta_pct:.1f}%")  # fmt: skip
+        con.print(tab)

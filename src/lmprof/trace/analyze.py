@@ -19,6 +19,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
+from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
@@ -26,6 +27,8 @@ from lmprof.trace.comms import CommMatch, Communication, collectives, match_rank
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
+from lmprof.trace.opmemory import MemoryReport, memory_report
+from lmprof.trace.phases import Phases, phase_split
 from lmprof.trace.ranks import RankComparison, compare_ranks, rank_row
 from lmprof.trace.steps import StepStats, step_stats
 from lmprof.trace.timeline import (
@@ -73,6 +76,10 @@ class TraceReport:
     operators: OperatorBreakdown
     steps: StepStats | None  # None when there are no ProfilerStep annotations
     critical_path: CriticalPath | None  # per step; None without ProfilerStep annotations
+    annotations: Annotations | None = None  # record_function ranges; None without user annotations
+    memory: MemoryReport | None = None  # None unless recorded with profile_memory=True
+    phases: Phases | None = None  # forward/backward/optimizer per step; None without autograd or optimizer
+    modules: Annotations | None = None  # nn.Module tree; None without module events (with_modules + with_stack)
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
@@ -142,6 +149,10 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         operators=operator_breakdown(table, top),
         steps=step_stats(table),
         critical_path=critical_path(table, sel.rows if sel is not None else None),
+        annotations=annotation_breakdown(table),
+        memory=memory_report(table, top),
+        phases=phase_split(table),
+        modules=module_breakdown(table),
         notes=notes,
     )
 

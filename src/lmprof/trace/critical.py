@@ -410,12 +410,14 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
         new = med * (1.0 - removed_us / total) if total > 0 else med
         return WhatIf(change, new, 100.0 * (med - new) / med if med > 0 else 0.0)
 
+    has_device = dev_rows is not None and len(dev_rows) > 0
+    # without device work the first three are 0% by construction: left out rather than shown as zeros
     ifs = [
         what_if("launch overhead to zero", sums["launch_call"] + sums["launch_latency"]),
         what_if("communication fully overlapped", sums["communication"]),
         what_if("top kernel 2x faster", 0.5 * top_path),  # which kernel: CriticalPath.top_kernel
-        what_if("data loader off the critical path", sums["data_loader"]),
-    ]
+    ] if has_device else []
+    ifs.append(what_if("data loader off the critical path", sums["data_loader"]))
     linked = bool(dev_rows is not None and len(dev_rows) and (ix.launch >= 0).any())
     return CriticalPath(paths, med, pct, top_name, ifs, linked)
 

@@ -1,0 +1,198 @@
+"""``record_function`` / ``user_annotation`` ranges (and ``nn.Module`` ranges) as a nested table: count, inclusive and self
+time on the host, device time of the kernels launched inside, and the "dead window" from each
+range's start to its first operator.
+
+A range's row is keyed by its path of enclosing annotations on the same thread (``outer > inner``),
+so the same name under two parents is two rows. ``ProfilerStep#N`` ranges are one row,
+``ProfilerStep#*``, so that what runs inside every step shares one path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from lmprof.trace import kinds
+from lmprof.trace.launches import kernel_launches
+from lmprof.trace.load import TraceTable
+from lmprof.trace.nesting import enclosing, parents, self_time
+
+SEP = " > "
+MODULE_PREFIX = "nn.Module: "
+STEP_NAME = "ProfilerStep#*"
+
+
+@dataclass(frozen=True)
+class AnnotationRow:
+    """All calls of one annotation path; times in microseconds, summed over the calls."""
+
+    path: str  # enclosing annotation names and this one, joined by " > "
+    name: str
+    depth: int  # 0 for an annotation inside no other
+    count: int
+    total_us: float  # inclusive: the ranges' own durations
+    self_us: float  # minus the host events directly inside (operators, runtime calls, annotations)
+    mean_us: float
+    device_us: float | None  # kernels / copies launched inside (summed); None for a trace without device work
+    dead_mean_us: float | None  # start to its first operator, mean over calls that have one
+    dead_max_us: float | None
+    first_op: str | None  # the operator that most often comes first
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """Every user annotation of a trace, parents before their children."""
+
+    count: int  # annotation ranges in the trace
+    rows: list[AnnotationRow]
+
+
+def annotation_breakdown(table: TraceTable) -> Annotations | None:
+    """The annotation table of one trace, or None when it has no ``user_annotation`` range."""
+    return _ranges(table, kinds.annotation_mask(table), by_tree=False)
+
+
+def module_breakdown(table: TraceTable) -> Annotations | None:
+    """The ``nn.Module`` tree of a trace recorded with ``with_modules`` (and ``with_stack``), or None.
+
+    Like the annotation table, but a module's self time is its time outside its child modules
+    (not outside every Python frame and operator inside it).
+    """
+    mods = kinds.cat_mask(table, lambda c: c == "python_function")
+    mods &= kinds.name_mask(table, lambda n: n.startswith(MODULE_PREFIX))
+    return _ranges(table, mods, by_tree=True)
+
+
+def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations | None:
+    """Rows of the ranges in ``amask``, nested among themselves; ``by_tree``: self time is outside
+    child ranges of the mask, else outside every host event directly inside."""
+    ev = table.events
+    rows = np.flatnonzero(amask)
+    if rows.size == 0:
+        return None
+    ts = ev["ts"].to_numpy()
+    dur = np.maximum(ev["dur"].to_numpy(), 0.0)
+    codes = ev["name"].cat.codes.to_numpy()
+    cats = ev["name"].cat.categories
+    labels = np.array([_label(str(n)) for n in cats] + [""], dtype=object)
+    names = labels[codes[rows]]  # code -1 (no name) takes the trailing ""
+
+    # the annotation tree: parent annotation of each range, then paths and depths level by level
+    pos = np.full(len(ev), -1, dtype=np.int64)
+    pos[rows] = np.arange(rows.size)
+    up = enclosing(table, rows, amask)
+    apos = np.where(up >= 0, pos[np.maximum(up, 0)], -1)
+    path = names.copy()
+    depth = np.zeros(rows.size, dtype=np.int64)
+    done = apos < 0
+    while not done.all():
+        ready = ~done & done[np.maximum(apos, 0)]
+        path[ready] = path[apos[ready]] + SEP + names[ready]
+        depth[ready] = depth[apos[ready]] + 1
+        done |= ready
+
+    if by_tree:
+        kid = apos >= 0
+        own = dur[rows] - np.bincount(apos[kid], weights=dur[rows][kid], minlength=rows.size)
+    else:
+        own = self_time(table)[rows]
+    device_us = _device_inside(table, amask, pos, rows.size)
+    first_ts, first_code = _first_op(table, amask, pos, rows.size, apos, depth)
+    dead = first_ts - ts[rows]
+    frame = pd.DataFrame({
+        "path": path, "name": names, "depth": depth, "dur": dur[rows], "own": np.maximum(own, 0.0),
+        "device": device_us if device_us is not None else np.zeros(rows.size),
+        "dead": np.where(np.isfinite(first_ts), dead, np.nan), "first": first_code,
+    })  # fmt: skip
+    g = frame.groupby("path", sort=True)
+    agg = g.agg(name=("name", "first"), depth=("depth", "first"), count=("dur", "size"), total=("dur", "sum"),
+                own=("own", "sum"), device=("device", "sum"), dead_mean=("dead", "mean"),
+                dead_max=("dead", "max"))  # fmt: skip
+    with_op = frame[frame["first"] >= 0]
+    common = with_op.groupby(["path", "first"]).size().reset_index(name="n")
+    common = common.sort_values(["path", "n"], ascending=[True, False]).drop_duplicates("path").set_index("path")
+    out = []
+    for p, r in agg.iterrows():  # one row per distinct path: a handful, not per event
+        code = int(common["first"].get(p, -1))
+        out.append(AnnotationRow(
+            path=str(p), name=str(r["name"]), depth=int(r["depth"]), count=int(r["count"]),
+            total_us=float(r["total"]), self_us=float(r["own"]), mean_us=float(r["total"]) / int(r["count"]),
+            device_us=float(r["device"]) if device_us is not None else None,
+            dead_mean_us=None if pd.isna(r["dead_mean"]) else float(r["dead_mean"]),
+            dead_max_us=None if pd.isna(r["dead_max"]) else float(r["dead_max"]),
+            first_op=str(cats[code]) if code >= 0 else None,
+        ))  # fmt: skip
+    return Annotations(count=int(rows.size), rows=_tree_order(out))
+
+
+def _label(name: str) -> str:
+    """The row name: ``ProfilerStep#*`` for every step, a module without the ``nn.Module: `` prefix."""
+    if kinds.step_number(name) is not None:
+        return STEP_NAME
+    return name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX) else name
+
+
+def _tree_order(rows: list[AnnotationRow]) -> list[AnnotationRow]:
+    """Parents before children; siblings by inclusive time, largest first."""
+    by_path = {r.path: r for r in rows}
+
+    def key(r: AnnotationRow) -> list[tuple[float, str]]:
+        parts = r.path.split(SEP)
+        prefixes = [SEP.join(parts[: i + 1]) for i in range(len(parts))]
+        return [(-(by_path[p].total_us if p in by_path else 0.0), p) for p in prefixes]
+
+    return sorted(rows, key=key)
+
+
+def _device_inside(table: TraceTable, amask: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray | None:
+    """Summed duration of the device events launched inside each annotation (at any depth)."""
+    if not kinds.device_mask(table).any():
+        return None
+    links = kernel_launches(table)
+    rt = links["runtime"].to_numpy()
+    dur = np.maximum(table.events["dur"].to_numpy()[links.index.to_numpy()], 0.0)
+    par = parents(table)
+    out = np.zeros(n)
+    at = np.flatnonzero(rt >= 0)
+    hop = par[rt[at]]
+    while at.size:  # one vectorised step per nesting level
+        live = hop >= 0
+        at, hop = at[live], hop[live]
+        hit = amask[hop]
+        np.add.at(out, pos[hop[hit]], dur[at[hit]])
+        hop = par[hop]
+    return out
+
+
+def _first_op(
+    table: TraceTable, amask: np.ndarray, pos: np.ndarray, n: int, apos: np.ndarray, depth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and name code of the earliest operator inside each annotation (inf / -1 when none)."""
+    ev = table.events
+    ops = np.flatnonzero(kinds.op_mask(table))
+    owner = enclosing(table, ops, amask)
+    ops, owner = ops[owner >= 0], owner[owner >= 0]
+    first = np.full(n, np.inf)
+    code = np.full(n, -1, dtype=np.int64)
+    ts = ev["ts"].to_numpy()
+    op_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
+    # the earliest op directly owned: sort by start, keep the first per owner
+    order = np.argsort(ts[ops], kind="stable")
+    o_pos = pos[owner[order]]
+    keep = np.unique(o_pos, return_index=True)[1]
+    first[o_pos[keep]] = ts[ops[order][keep]]
+    code[o_pos[keep]] = op_codes[ops[order][keep]]
+    # then up the annotation tree, deepest level first, so a parent sees its children's first op
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        kids = np.flatnonzero((depth == d) & np.isfinite(first))
+        parent = apos[kids]
+        better = first[kids] < first[parent]
+        # several children of one parent: take the earliest
+        kids, parent = kids[better], parent[better]
+        o = np.argsort(first[kids], kind="stable")
+        kids, parent = kids[o], parent[o]
+        u = np.unique(parent, return_index=True)[1]
+        first[parent[u]] = first[kids[u]]
+        code[parent[u]] = code[kids[u]]
+    return first, code
