@@ -16,6 +16,7 @@ import torch
 from torch.autograd.profiler_util import EventList
 from torch.profiler import profile
 
+from lmprof.atomic import atomic_path
 from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
 
 STEP_PREFIX = "ProfilerStep#"
@@ -32,11 +33,22 @@ class ProfilerWindow:
         self._step: Any = None  # the open ProfilerStep record_function
         self.complete = 0  # steps whose range was closed by close_step()
         self.partial = False  # a step was open when the window stopped
+        self._running = False
 
     def start(self) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._prof = profile(activities=_activities(self.device))
         self._prof.start()
+        self._running = True
+
+    def abort(self) -> None:
+        """Stop profiling and write nothing (lmprof failed, or gave way to the user's own profiler)."""
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+        if self._prof is not None and self._running:
+            self._running = False
+            self._prof.stop()
 
     def open_step(self) -> None:
         """Begin the range of the next profiled step."""
@@ -59,7 +71,9 @@ class ProfilerWindow:
             self._step = None
             self.partial = True
         self._prof.stop()
-        self._prof.export_chrome_trace(str(self.trace_path))
+        self._running = False
+        with atomic_path(self.trace_path) as tmp:  # torch writes the file itself; a full disk must not leave half of it
+            self._prof.export_chrome_trace(str(tmp))
         ops = _op_table(self._step_averages(), self.complete, self.top_ops) if self.complete else []
         return ProfiledPhase(trace_path=self.trace_path, ops=ops, steps=self.complete)
 

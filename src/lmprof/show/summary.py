@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lmprof.record.run import Run
@@ -72,7 +73,7 @@ def blocks_table(run: Run) -> Table:
         total += s
         extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
         fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        t.add_row(row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
+        t.add_row(escape(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
                   *extra)
     t.add_section()
     t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%",
@@ -101,7 +102,7 @@ def ops_table(run: Run, top: int = 10) -> Table:
     if has_dev:
         t.add_column("device ms", justify="right")
     for o in run.ops[:top]:
-        row = [o.name, str(o.calls), f"{o.self_ms:.3f}", f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
+        row = [escape(o.name), str(o.calls), f"{o.self_ms:.3f}", f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
         if has_dev:
             row.append(f"{o.device_ms:.3f}" if o.device_ms else "")
         t.add_row(*row)
@@ -119,7 +120,7 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
         t.add_column(col, justify="left" if col in ("block", "phase", "bound") else "right")
     for r in rows[:top]:
         frac = r.get("roof_fraction")
-        t.add_row(r["name"], r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
+        t.add_row(escape(r["name"]), r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
                   number(r["achieved_flops_per_s"], "FLOP/s") if r.get("achieved_flops_per_s") else "",
                   f"{100 * frac:.1f}%" if frac is not None else "", r["bound"])
     return t
@@ -127,8 +128,9 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
 
 def render(run: Run, console: Console, folder: str | None = None) -> None:
     """Print the whole summary of ``run`` to ``console``."""
-    console.print(f"[bold]{run_title(run)}[/bold]")
-    console.print(config_line(run))
+    # Names come from the user's code (a module "a[/]b"): text, never rich markup.
+    console.print(f"[bold]{escape(run_title(run))}[/bold]")
+    console.print(escape(config_line(run)))
     if run.noisy:
         console.print("[bold red]NOISY RUN[/bold red]: these timings are not to be trusted as they stand:")
         for reason in run.noise:
@@ -136,17 +138,17 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
     console.print()
     console.print(metrics_table(run))
     for i, note in enumerate(_notes(run, shown_keys(run)), 1):
-        console.print(f"  [{i}] {note}")
+        console.print(f"  [{i}] {escape(note)}")
     if run.blocks:
         console.print()
         console.print(blocks_table(run))
         for line in uncertain_blocks(run):
-            console.print(line)
+            console.print(escape(line))
         fused = fused_kernel_lines(run)
         if fused:
             console.print("fused kernels (each one's time is split among the blocks it fused; 'fused ms' above):")
             for line in fused:
-                console.print(f"  {line}")
+                console.print(f"  {escape(line)}")
     roof = roofline_table(run)
     if roof is not None:
         console.print()
@@ -155,9 +157,9 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
         console.print()
         console.print(ops_table(run))
     for note in run.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     if folder:
-        console.print(f"\nrun folder: {folder}")
+        console.print(f"\nrun folder: {escape(folder)}")
 
 
 def render_text(run: Run, width: int = 120) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmprof.errors import ConfigError
+from lmprof.pipeline.usercode.guard import printable
 from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
 from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
 
@@ -42,11 +43,34 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+def check_target(target: str, module: bool) -> None:
+    """ConfigError (one line, exit 2) unless ``target`` runs as ``python target`` / ``python -m target``
+    would: a file, a folder or zip with ``__main__.py``, or an importable module."""
+    if module:
+        import importlib.util
+
+        sys.path.insert(0, os.getcwd())  # as python -m looks it up
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as exc:  # a parent package that is missing, or a bad name
+            raise ConfigError(f"no module named {printable(target)!r} ({exc})") from None
+        finally:
+            sys.path.remove(os.getcwd())
+        if spec is None:
+            raise ConfigError(f"no module named {printable(target)!r}")
+        return
+    path = Path(target)
+    if path.is_dir():
+        if not (path / "__main__.py").is_file():
+            raise ConfigError(f"{printable(target)} is a folder without __main__.py: give a script")
+    elif not path.is_file():
+        raise ConfigError(f"no such script: {printable(target)}")
+
+
 def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:
     """Run ``target`` (a path, or a module name with ``module``) under a session; never raises for
     what the script does."""
-    if not module and not Path(target).is_file():
-        raise ConfigError(f"no such script: {target}")
+    check_target(target, module)
     session = Session(spec)
     if spec.mode == "infer":
         if not GenerateTrigger(session).install():
@@ -56,7 +80,10 @@ def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = F
         session.warmup = max(session.warmup, 1)  # the first optimizer step only marks a start
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
-    sys.path.insert(0, os.getcwd() if module else str(Path(target).resolve().parent))
+    if module:
+        sys.path.insert(0, os.getcwd())
+    elif not Path(target).is_dir():  # run_path puts a folder (or zip) itself first on sys.path, as python does
+        sys.path.insert(0, str(Path(target).resolve().parent))
     _ACTIVE.append(session)
     code, reason = 0, None
     try:

@@ -16,6 +16,9 @@ measured and says what happened in :attr:`Session.message`.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.noise import Snapshot, snapshot
 from lmprof.measure.window import ProfilerWindow
 from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.probes import Probes
 
 Mode = Literal["train", "infer"]
@@ -103,6 +107,10 @@ class Session:
         self._gen: dict[str, Any] | None = None
         self._infer_handles: list[Any] = []
         self._on_done: list[Callable[[], None]] = []
+        self.failed = False  # lmprof itself failed: the session ended, one line said so
+        self._finishing = False
+        self._ending = False  # finish() was called because the script (or the with-block) ended
+        self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
@@ -148,6 +156,7 @@ class Session:
         return "done"
 
     # -- training ----------------------------------------------------------------------------
+    @guarded
     def boundary(self) -> None:
         """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
         if self.done:
@@ -191,10 +200,12 @@ class Session:
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
 
+    @guarded
     def optimizer_begin(self) -> None:
         if self.probes is not None:
             self.probes.optimizer_begin()
 
+    @guarded
     def optimizer_end(self) -> None:
         if self.probes is not None:
             self.probes.optimizer_end()
@@ -210,11 +221,13 @@ class Session:
     def _folder(self) -> Path:
         if self.folder is None:
             assert self.device is not None
-            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, self.spec.label, self.device)
+            label = safe_name(self.spec.label)
+            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, label, self.device)
             self.folder.mkdir(parents=True, exist_ok=True)
         return self.folder
 
     # -- inference ---------------------------------------------------------------------------
+    @guarded
     def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
                          kwargs: dict[str, Any] | None = None) -> None:
         """A generation starts (``generate`` was called, or ``prof.step()`` in inference mode)."""
@@ -240,6 +253,7 @@ class Session:
         if self.probes is not None and self.probes.active:
             self.probes.generation_begin()
 
+    @guarded
     def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         gen = self._gen
         if gen is None or self.done or gen["t0"] is None:
@@ -249,6 +263,7 @@ class Session:
         if self.probes is not None and self.probes.active:
             self.probes.forward_end()
 
+    @guarded
     def generation_end(self) -> None:
         gen = self._gen
         if gen is None or self.done:
@@ -277,6 +292,7 @@ class Session:
                 self.finish(None)
 
     # -- the end -----------------------------------------------------------------------------
+    @guarded
     def finish(self, reason: str | None) -> Path | None:
         """End the session: stop what runs, write the run from what was measured, say what happened.
 
@@ -284,13 +300,36 @@ class Session:
         exited (code 0)", "the script raised ValueError", ...). Returns the run folder, or None when
         nothing was measured.
         """
-        if self.done:
+        if self.done or self._finishing:
             return self.folder
-        self.done = True
+        # Not done until written: a failure below leaves the session to fail(), which says so.
+        self._finishing, self._ending = True, reason is not None
         phase_before = self._where()
-        profiled = None
-        if self.window is not None:
-            profiled = self.window.stop()
+        try:
+            profiled = self.window.stop() if self.window is not None else None
+        finally:
+            self._teardown()
+        measured = bool(self.samples) or bool(self.gens)
+        if not measured:
+            self.message = self._nothing_message(reason)
+            if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
+                self.folder.rmdir()
+            self.done = True
+            return None
+        from lmprof.pipeline.usercode.assemble import assemble, write
+
+        self._folder()
+        self.run = assemble(self, profiled)
+        write(self)
+        self.done = True
+        if reason is not None:
+            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
+        elif self.spec.stop_after:
+            raise StopScript()
+        return self.folder
+
+    def _teardown(self) -> None:
+        """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
         if self.probes is not None:
             p = max(self.window.complete if self.window else 0, 1)
             if self.probes.backwards:
@@ -298,28 +337,29 @@ class Session:
             if self.probes.forwards:
                 self.forwards_per_step = self.probes.forwards / p
             self.input_shape = self.input_shape or self.probes.input_shape
-            self.probes.remove()
+            with contextlib.suppress(Exception):
+                self.probes.remove()
         for h in self._infer_handles:
-            h.remove()
+            with contextlib.suppress(Exception):
+                h.remove()
         self._infer_handles.clear()
         for fn in self._on_done:
-            fn()
-        measured = bool(self.samples) or bool(self.gens)
-        if not measured:
-            self.message = self._nothing_message(reason)
-            if self.folder is not None and not any(self.folder.iterdir()):
-                self.folder.rmdir()
-            return None
-        from lmprof.pipeline.usercode.assemble import assemble, write
+            with contextlib.suppress(Exception):
+                fn()
+        self._on_done.clear()
 
-        self._folder()
-        self.run = assemble(self, profiled)
-        write(self)
-        if reason is not None:
-            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
-        elif self.spec.stop_after:
-            raise StopScript()
-        return self.folder
+    def fail(self, exc: BaseException) -> None:
+        """lmprof failed inside the user's program: end the session, keep what was written (every
+        file is written atomically, so what is there is whole), and say so in one line."""
+        writing = isinstance(exc, OSError) or self._finishing
+        self.failed = True
+        if self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.abort()
+        self._teardown()
+        self.done = True
+        self.message = None
+        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
 
     def _where(self) -> str:
         w, s, p = self.warmup, self.steps, self.profile_steps
