@@ -10,7 +10,7 @@ no step, and the operator table leaves them out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.autograd.profiler_util import EventList
@@ -20,6 +20,44 @@ from lmprof.atomic import atomic_path
 from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
 
 STEP_PREFIX = "ProfilerStep#"
+
+
+def user_profiler_active() -> bool:
+    """Whether a torch profiler (torch.profiler, torch.autograd.profiler, emit_nvtx) is running in
+    this process. torch has no public call for it: its Python flag, and the C++ state its own
+    record_function consults."""
+    flag = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+    state = getattr(torch._C._autograd, "_profiler_enabled", None)  # noqa: SLF001 - no public equivalent
+    return flag or bool(state is not None and state())
+
+
+class GiveWay:
+    """While installed, any other profiler about to start first calls ``on_other`` (which stops
+    lmprof's window): two profilers at once is an error in torch, or a crash in kineto.
+
+    Both torch.profiler.profile and torch.autograd.profiler.profile prepare a trace through
+    ``torch.autograd.profiler.profile._prepare_trace``; that is the one place patched.
+    """
+
+    def __init__(self, on_other: Callable[[], None]):
+        self.on_other = on_other
+        self._original: Any = None
+
+    def install(self) -> None:
+        cls = torch.autograd.profiler.profile
+        original, on_other = cls._prepare_trace, self.on_other
+        self._original = original
+
+        def _prepare_trace(prof: Any) -> Any:
+            on_other()
+            return original(prof)  # type: ignore[no-untyped-call]  # torch leaves _prepare_trace unannotated
+
+        cls._prepare_trace = _prepare_trace  # type: ignore[method-assign]  # remove() restores torch's own
+
+    def remove(self) -> None:
+        if self._original is not None:
+            torch.autograd.profiler.profile._prepare_trace = self._original  # type: ignore[method-assign]
+            self._original = None
 
 
 class ProfilerWindow:

@@ -28,7 +28,7 @@ import torch
 
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.noise import Snapshot, snapshot
-from lmprof.measure.window import ProfilerWindow
+from lmprof.measure.window import GiveWay, ProfilerWindow, user_profiler_active
 from lmprof.pipeline.protocol import run_folder
 from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.probes import Probes
@@ -110,6 +110,9 @@ class Session:
         self.failed = False  # lmprof itself failed: the session ended, one line said so
         self._finishing = False
         self._ending = False  # finish() was called because the script (or the with-block) ended
+        self.aside = 0  # steps the user's own profiler covered: lmprof stepped aside for them
+        self._busy = False  # the user's profiler was on at the last boundary
+        self._give_way: GiveWay | None = None
         self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
@@ -166,6 +169,8 @@ class Session:
             if not self.done:
                 self.generation_begin()
             return
+        if self.window is None and self._stepped_aside(user_profiler_active()):
+            return
         self.k += 1
         w, s, p = self.warmup, self.steps, self.profile_steps
         if self.k < w:
@@ -196,6 +201,31 @@ class Session:
         else:
             self.finish(None)
 
+    def _stepped_aside(self, busy: bool) -> bool:
+        """Whether the step ending now ran under the user's own profiler (on at its start or at its
+        end): it is not counted, so no clean step is timed under a profiler and lmprof never opens
+        one inside the user's."""
+        tainted, self._busy = busy or self._busy, busy
+        if not tainted or self.k < self.warmup:
+            return False
+        self.aside += 1
+        if busy:
+            self._last = None
+        else:
+            self._mark()  # the next step starts clean here
+        return True
+
+    @guarded
+    def _user_profiler_starts(self) -> None:
+        """The user's own profiler is starting while lmprof's window runs: lmprof's stops first,
+        unwritten, and the run keeps the clean figures."""
+        if self.window is not None:
+            self.window.abort()
+            self.window = None
+        self.notes.append("your own torch.profiler started during lmprof's profiled window: lmprof stopped its "
+                          "profiler (two cannot run at once) and kept the clean timings only")
+        self.finish("your own torch.profiler started")
+
     def _end_clean(self) -> None:
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
@@ -217,6 +247,8 @@ class Session:
         self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled)
         self.probes.install(self.optimizers)
         self.window.start()
+        self._give_way = GiveWay(self._user_profiler_starts)
+        self._give_way.install()
 
     def _folder(self) -> Path:
         if self.folder is None:
@@ -235,6 +267,10 @@ class Session:
             return
         if self.model is None and model is not None:
             self.attach(model)
+        if self.window is None and self.k >= self.warmup and user_profiler_active():
+            self.aside += 1  # under the user's profiler: not counted (see _stepped_aside)
+            self._gen = {"aside": True}
+            return
         if self.model is not None and not self._infer_handles:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, always_call=True))
         g = self.k + 1  # the generation starting now
@@ -256,7 +292,7 @@ class Session:
     @guarded
     def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         gen = self._gen
-        if gen is None or self.done or gen["t0"] is None:
+        if gen is None or self.done or gen.get("t0") is None:
             return
         self._sync()
         gen["fwd"].append(self.clock())
@@ -269,6 +305,8 @@ class Session:
         if gen is None or self.done:
             return
         self._gen = None
+        if gen.get("aside"):
+            return
         w, s, p = self.warmup, self.steps, self.profile_steps
         g = gen["g"]
         t1 = self._mark() if gen["t0"] is not None else None
@@ -309,6 +347,11 @@ class Session:
             profiled = self.window.stop() if self.window is not None else None
         finally:
             self._teardown()
+        unit = "generation" if self.spec.mode == "infer" else "step"
+        if self.aside:
+            self.notes.append(f"your own torch.profiler ran during {self.aside} {unit}(s): lmprof stepped aside for "
+                              f"them (it never opens a profiler inside yours, and a {unit} timed under a profiler is "
+                              f"not clean); every {unit} measured here ran outside it")
         measured = bool(self.samples) or bool(self.gens)
         if not measured:
             self.message = self._nothing_message(reason)
@@ -330,6 +373,9 @@ class Session:
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
+        if self._give_way is not None:
+            with contextlib.suppress(Exception):
+                self._give_way.remove()
         if self.probes is not None:
             p = max(self.window.complete if self.window else 0, 1)
             if self.probes.backwards:
@@ -374,6 +420,12 @@ class Session:
 
     def _nothing_message(self, reason: str | None) -> str:
         what = reason or "the session ended"
+        if self.aside:
+            unit = "generation" if self.spec.mode == "infer" else "step"
+            return (f"{what}: your own torch.profiler was running for {self.aside} {unit}(s), and lmprof steps "
+                    f"aside for those (it never runs inside your profiler): nothing measured; for lmprof's figures, "
+                    f"run without your profiler or leave it {self.warmup + self.steps + 1 + self.profile_steps} "
+                    f"{unit}s outside it")
         if self.k == 0 and self.spec.mode == "infer":
             return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                     "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
