@@ -68,4 +68,8 @@ def run(
     result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)
+    if result.signal is not None:  # ended by a signal: end the way it would have without lmprof
+        from lmprof.pipeline.usercode.ending import die_by
+
+        die_by(result.signal)
     return result.exit_code

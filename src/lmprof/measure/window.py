@@ -79,6 +79,11 @@ class ProfilerWindow:
         self._prof.start()
         self._running = True
 
+    @property
+    def running(self) -> bool:
+        """Whether the profiler is on."""
+        return self._running
+
     def abort(self) -> None:
         """Stop profiling and write nothing (lmprof failed, or gave way to the user's own profiler)."""
         if self._step is not None:

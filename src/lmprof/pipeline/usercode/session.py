@@ -30,6 +30,7 @@ from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.noise import Snapshot, snapshot
 from lmprof.measure.window import GiveWay, ProfilerWindow, user_profiler_active
 from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.usercode.ending import StopAgain
 from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.probes import Probes
 
@@ -113,7 +114,9 @@ class Session:
         self.aside = 0  # steps the user's own profiler covered: lmprof stepped aside for them
         self._busy = False  # the user's profiler was on at the last boundary
         self._give_way: GiveWay | None = None
-        self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
+        self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
+        self.pid = os.getpid()
+        self.forked_in_window = False  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
@@ -368,6 +371,8 @@ class Session:
         if reason is not None:
             self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
         elif self.spec.stop_after:
+            self.stop_again = StopAgain(f"--stop-after: stopped the script once the run was written to {self.folder}")
+            self.stop_again.install()
             raise StopScript()
         return self.folder
 
