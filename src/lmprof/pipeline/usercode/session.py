@@ -116,7 +116,8 @@ class Session:
         self._give_way: GiveWay | None = None
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self.pid = os.getpid()
-        self.forked_in_window = False  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
+        self.forked_in_window = False
+        self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
@@ -313,6 +314,8 @@ class Session:
         w, s, p = self.warmup, self.steps, self.profile_steps
         g = gen["g"]
         t1 = self._mark() if gen["t0"] is not None else None
+        if t1 is not None and not gen["fwd"]:
+            self.generations_without_forward += 1
         if w < g <= w + s and t1 is not None and gen["fwd"]:
             t0, fwd = gen["t0"], gen["fwd"]
             shape = gen["shape"] or self.input_shape
@@ -431,6 +434,11 @@ class Session:
                     f"aside for those (it never runs inside your profiler): nothing measured; for lmprof's figures, "
                     f"run without your profiler or leave it {self.warmup + self.steps + 1 + self.profile_steps} "
                     f"{unit}s outside it")
+        if self.spec.mode == "infer" and self.generations_without_forward and not self.gens:
+            name = type(self.model).__name__ if self.model is not None else "the model"
+            return (f"{what} {self._where()}: nothing measured: no call of {name} was seen in "
+                    f"{self.generations_without_forward} timed generation(s); model.forward(x) bypasses the module "
+                    f"hooks lmprof times tokens with: call model(x) instead")
         if self.k == 0 and self.spec.mode == "infer":
             return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                     "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
