@@ -172,6 +172,9 @@ def profile(
             raise ConfigError(f"{name} must be positive, got {value}")
     if warmup is not None and warmup < 0:
         raise ConfigError(f"warmup must be >= 0, got {warmup}")
+    from lmprof.pipeline.usercode.guard import check_out
+
+    out = check_out(out, "out")  # now, not at the end of the loop; absolute, so an os.chdir() inside it changes nothing
     spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
                        out=out, label=label or type(model).__name__, report=report, verbose=verbose,
                        config={"source": "lmprof.profile"})

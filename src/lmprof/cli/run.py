@@ -31,7 +31,8 @@ def run(
     timed steps, then a profiled window attributed per block, written as a run folder. The script's
     stdout is left alone (the summary goes to stderr) and its exit code is kept."""
     from lmprof.errors import ConfigError
-    from lmprof.pipeline.usercode.script import run_script
+    from lmprof.pipeline.usercode.guard import check_out, printable
+    from lmprof.pipeline.usercode.script import check_target, run_script
     from lmprof.pipeline.usercode.session import SessionSpec
 
     args = list(argv or [])
@@ -43,15 +44,19 @@ def run(
             raise ConfigError(f"--{name} must be positive, got {value}")
     if warmup is not None and warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    check_target(target, module)
+    out_dir = check_out(out)  # before the script starts; absolute, so a script's os.chdir() changes nothing
     if nproc > 1:
         from lmprof.pipeline.usercode.ranks import launch_script
 
-        return launch_script(target, script_args, module=module, nproc=nproc, out=out, report=report, infer=infer,
+        return launch_script(target, script_args, module=module, nproc=nproc, out=str(out_dir), report=report, infer=infer,
                              steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after)
-    label = Path(target).stem if not module else target.rsplit(".", 1)[-1]
+    label = Path(target).resolve().name if Path(target).is_dir() else Path(target).stem
+    label = target.rsplit(".", 1)[-1] if module else label
     spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
-                       out=out, label=label, report=report, stop_after=stop_after,
-                       config={"script": f"-m {target}" if module else target, "script_args": script_args})
+                       out=out_dir, label=label, report=report, stop_after=stop_after,
+                       config={"script": printable(f"-m {target}" if module else target),
+                               "script_args": [printable(a) for a in script_args]})
     from lmprof.pipeline.distributed import world
 
     rank, _, world_size = world()
@@ -63,4 +68,8 @@ def run(
     result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)
+    if result.signal is not None:  # ended by a signal: end the way it would have without lmprof
+        from lmprof.pipeline.usercode.ending import die_by
+
+        die_by(result.signal)
     return result.exit_code

@@ -10,7 +10,7 @@ no step, and the operator table leaves them out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.autograd.profiler_util import EventList
@@ -20,6 +20,44 @@ from lmprof.atomic import atomic_path
 from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
 
 STEP_PREFIX = "ProfilerStep#"
+
+
+def user_profiler_active() -> bool:
+    """Whether a torch profiler (torch.profiler, torch.autograd.profiler, emit_nvtx) is running in
+    this process. torch has no public call for it: its Python flag, and the C++ state its own
+    record_function consults."""
+    flag = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+    state = getattr(torch._C._autograd, "_profiler_enabled", None)  # noqa: SLF001 - no public equivalent
+    return flag or bool(state is not None and state())
+
+
+class GiveWay:
+    """While installed, any other profiler about to start first calls ``on_other`` (which stops
+    lmprof's window): two profilers at once is an error in torch, or a crash in kineto.
+
+    Both torch.profiler.profile and torch.autograd.profiler.profile prepare a trace through
+    ``torch.autograd.profiler.profile._prepare_trace``; that is the one place patched.
+    """
+
+    def __init__(self, on_other: Callable[[], None]):
+        self.on_other = on_other
+        self._original: Any = None
+
+    def install(self) -> None:
+        cls = torch.autograd.profiler.profile
+        original, on_other = cls._prepare_trace, self.on_other
+        self._original = original
+
+        def _prepare_trace(prof: Any) -> Any:
+            on_other()
+            return original(prof)  # type: ignore[no-untyped-call]  # torch leaves _prepare_trace unannotated
+
+        cls._prepare_trace = _prepare_trace  # type: ignore[method-assign]  # remove() restores torch's own
+
+    def remove(self) -> None:
+        if self._original is not None:
+            torch.autograd.profiler.profile._prepare_trace = self._original  # type: ignore[method-assign]
+            self._original = None
 
 
 class ProfilerWindow:
@@ -33,11 +71,27 @@ class ProfilerWindow:
         self._step: Any = None  # the open ProfilerStep record_function
         self.complete = 0  # steps whose range was closed by close_step()
         self.partial = False  # a step was open when the window stopped
+        self._running = False
 
     def start(self) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._prof = profile(activities=_activities(self.device))
         self._prof.start()
+        self._running = True
+
+    @property
+    def running(self) -> bool:
+        """Whether the profiler is on."""
+        return self._running
+
+    def abort(self) -> None:
+        """Stop profiling and write nothing (lmprof failed, or gave way to the user's own profiler)."""
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+        if self._prof is not None and self._running:
+            self._running = False
+            self._prof.stop()
 
     def open_step(self) -> None:
         """Begin the range of the next profiled step."""
@@ -60,6 +114,7 @@ class ProfilerWindow:
             self._step = None
             self.partial = True
         self._prof.stop()
+        self._running = False
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
             self._prof.export_chrome_trace(str(tmp))

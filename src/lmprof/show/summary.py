@@ -6,6 +6,7 @@ import io
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
@@ -73,7 +74,7 @@ def blocks_table(run: Run) -> Table:
         total += s
         extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
         fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        t.add_row(row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
+        t.add_row(Text(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
                   *extra)
     t.add_section()
     t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%",
@@ -102,7 +103,7 @@ def ops_table(run: Run, top: int = 10) -> Table:
     if has_dev:
         t.add_column("device ms", justify="right")
     for o in run.ops[:top]:
-        row = [o.name, str(o.calls), f"{o.self_ms:.3f}", f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
+        row: list[str | Text] = [Text(o.name), str(o.calls), f"{o.self_ms:.3f}", f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
         if has_dev:
             row.append(f"{o.device_ms:.3f}" if o.device_ms else "")
         t.add_row(*row)
@@ -120,7 +121,7 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
         t.add_column(col, justify="left" if col in ("block", "phase", "bound") else "right")
     for r in rows[:top]:
         frac = r.get("roof_fraction")
-        t.add_row(r["name"], r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
+        t.add_row(Text(r["name"]), r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
                   number(r["achieved_flops_per_s"], "FLOP/s") if r.get("achieved_flops_per_s") else "",
                   f"{100 * frac:.1f}%" if frac is not None else "", r["bound"])
     return t

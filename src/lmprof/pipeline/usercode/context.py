@@ -19,6 +19,7 @@ class Profile:
     def __init__(self, model: torch.nn.Module, spec: SessionSpec):
         self.model = model
         self.session = Session(spec)
+        self._used = False
 
     def __enter__(self) -> "Profile":
         if script.active_session() is not None:
@@ -26,6 +27,12 @@ class Profile:
 
             raise ConfigError("an lmprof session is already running in this process (lmprof run?): "
                               "lmprof.profile() inside it would measure the same steps twice")
+        if self._used:  # a second with-block: a new run (the first one's hooks went with its session)
+            self.session = Session(self.session.spec)
+            if self.session.spec.verbose:
+                print("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
+                      "from warm-up", file=sys.stderr)
+        self._used = True
         inner, compiled = _unwrap(self.model)
         self.session.attach(inner, compiled=compiled)
         if compiled:

@@ -15,13 +15,14 @@ from typing import Any
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
 from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.usercode.guard import safe_name
 
 
 def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,
                   infer: bool, steps: int | None, warmup: int | None, profile_steps: int | None,
                   stop_after: bool) -> int:
     """Run the script on ``nproc`` ranks; return torchrun's exit code (the script's, as ranks keep it)."""
-    label = (target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
+    label = safe_name(target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
     run_dir = run_folder(out, "infer" if infer else "train", label, resolve_device("auto"))
     run_dir.mkdir(parents=True, exist_ok=True)
     argv: list[str] = ["run", "--run-dir", str(run_dir), "--out", out]

@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 from lmprof.errors import ConfigError
+from lmprof.pipeline.usercode.ending import TermHandler, exit_now
+from lmprof.pipeline.usercode.guard import printable
 from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
 from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
 
 _ACTIVE: list[Session] = []  # at most one session per process (the Trainer callback checks this)
+
+
+def _after_fork_in_child() -> None:
+    for s in _ACTIVE:
+        s.forked_in_window = s.window is not None  # kineto ran here: its teardown can hang a child, running or not
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def active_session() -> Session | None:
@@ -30,6 +41,7 @@ def active_session() -> Session | None:
 class ScriptResult:
     exit_code: int
     session: Session
+    signal: int | None = None  # the script was ended by this signal: the caller dies of it once it has spoken
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -42,11 +54,34 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+def check_target(target: str, module: bool) -> None:
+    """ConfigError (one line, exit 2) unless ``target`` runs as ``python target`` / ``python -m target``
+    would: a file, a folder or zip with ``__main__.py``, or an importable module."""
+    if module:
+        import importlib.util
+
+        sys.path.insert(0, os.getcwd())  # as python -m looks it up
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as exc:  # a parent package that is missing, or a bad name
+            raise ConfigError(f"no module named {printable(target)!r} ({exc})") from None
+        finally:
+            sys.path.remove(os.getcwd())
+        if spec is None:
+            raise ConfigError(f"no module named {printable(target)!r}")
+        return
+    path = Path(target)
+    if path.is_dir():
+        if not (path / "__main__.py").is_file():
+            raise ConfigError(f"{printable(target)} is a folder without __main__.py: give a script")
+    elif not path.is_file():
+        raise ConfigError(f"no such script: {printable(target)}")
+
+
 def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:
     """Run ``target`` (a path, or a module name with ``module``) under a session; never raises for
     what the script does."""
-    if not module and not Path(target).is_file():
-        raise ConfigError(f"no such script: {target}")
+    check_target(target, module)
     session = Session(spec)
     if spec.mode == "infer":
         if not GenerateTrigger(session).install():
@@ -56,9 +91,21 @@ def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = F
         session.warmup = max(session.warmup, 1)  # the first optimizer step only marks a start
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
-    sys.path.insert(0, os.getcwd() if module else str(Path(target).resolve().parent))
+    if module:
+        sys.path.insert(0, os.getcwd())
+    elif not Path(target).is_dir():  # run_path puts a folder (or zip) itself first on sys.path, as python does
+        sys.path.insert(0, str(Path(target).resolve().parent))
     _ACTIVE.append(session)
-    code, reason = 0, None
+    code, reason, signum = 0, None, None
+
+    def on_term(name: str) -> None:
+        if not session.done:
+            session.finish(f"the script received {name}")
+        if session.message:
+            print(f"lmprof: {session.message}", file=sys.stderr)
+
+    term = TermHandler(on_term)
+    term.install()
     try:
         if module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -70,16 +117,24 @@ def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = F
     except SystemExit as exc:
         code = _exit_code(exc)
         reason = f"the script exited (code {code})"
-    except KeyboardInterrupt:
-        code, reason = 130, "the script was interrupted"
+    except KeyboardInterrupt:  # as python: the traceback, then death by SIGINT (the caller, once lmprof has spoken)
+        traceback.print_exc()
+        code, reason, signum = 130, "the script was interrupted (SIGINT)", signal.SIGINT
     except BaseException as exc:  # the script's own error: show it as python would, keep going
         traceback.print_exc()
         code, reason = 1, f"the script raised {type(exc).__name__}"
     finally:
+        term.remove()
+        if session.stop_again is not None:  # the script ended (StopScript or not): nothing left to stop
+            session.stop_again.remove()
         sys.argv, sys.path[:] = old_argv, old_path
         _ACTIVE.remove(session)
+    if os.getpid() != session.pid:  # a forked child of the script got here: not its session
+        if session.forked_in_window:
+            exit_now(code)  # Python's finalization would wait forever in the parent's profiler teardown
+        return ScriptResult(code, Session(spec), signum)
     if not session.done:
         session.finish(reason)
     elif session.spec.stop_after and reason is None:
         session.message = f"--stop-after: stopped the script once the run was written to {session.folder}"
-    return ScriptResult(code, session)
+    return ScriptResult(code, session, signum)

@@ -16,6 +16,9 @@ measured and says what happened in :attr:`Session.message`.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +28,10 @@ import torch
 
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.noise import Snapshot, snapshot
-from lmprof.measure.window import ProfilerWindow
+from lmprof.measure.window import GiveWay, ProfilerWindow, user_profiler_active
 from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.usercode.ending import StopAgain
+from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.probes import Probes
 
 Mode = Literal["train", "infer"]
@@ -103,6 +108,16 @@ class Session:
         self._gen: dict[str, Any] | None = None
         self._infer_handles: list[Any] = []
         self._on_done: list[Callable[[], None]] = []
+        self.failed = False  # lmprof itself failed: the session ended, one line said so
+        self._finishing = False
+        self._ending = False  # finish() was called because the script (or the with-block) ended
+        self.aside = 0  # steps the user's own profiler covered: lmprof stepped aside for them
+        self._busy = False  # the user's profiler was on at the last boundary
+        self._give_way: GiveWay | None = None
+        self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
+        self.pid = os.getpid()
+        self.forked_in_window = False
+        self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
@@ -148,6 +163,7 @@ class Session:
         return "done"
 
     # -- training ----------------------------------------------------------------------------
+    @guarded
     def boundary(self) -> None:
         """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
         if self.done:
@@ -156,6 +172,8 @@ class Session:
             self.generation_end()
             if not self.done:
                 self.generation_begin()
+            return
+        if self.window is None and self._stepped_aside(user_profiler_active()):
             return
         self.k += 1
         w, s, p = self.warmup, self.steps, self.profile_steps
@@ -187,14 +205,41 @@ class Session:
         else:
             self.finish(None)
 
+    def _stepped_aside(self, busy: bool) -> bool:
+        """Whether the step ending now ran under the user's own profiler (on at its start or at its
+        end): it is not counted, so no clean step is timed under a profiler and lmprof never opens
+        one inside the user's."""
+        tainted, self._busy = busy or self._busy, busy
+        if not tainted or self.k < self.warmup:
+            return False
+        self.aside += 1
+        if busy:
+            self._last = None
+        else:
+            self._mark()  # the next step starts clean here
+        return True
+
+    @guarded
+    def _user_profiler_starts(self) -> None:
+        """The user's own profiler is starting while lmprof's window runs: lmprof's stops first,
+        unwritten, and the run keeps the clean figures."""
+        if self.window is not None:
+            self.window.abort()
+            self.window = None
+        self.notes.append("your own torch.profiler started during lmprof's profiled window: lmprof stopped its "
+                          "profiler (two cannot run at once) and kept the clean timings only")
+        self.finish("your own torch.profiler started")
+
     def _end_clean(self) -> None:
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
 
+    @guarded
     def optimizer_begin(self) -> None:
         if self.probes is not None:
             self.probes.optimizer_begin()
 
+    @guarded
     def optimizer_end(self) -> None:
         if self.probes is not None:
             self.probes.optimizer_end()
@@ -206,15 +251,19 @@ class Session:
         self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled)
         self.probes.install(self.optimizers)
         self.window.start()
+        self._give_way = GiveWay(self._user_profiler_starts)
+        self._give_way.install()
 
     def _folder(self) -> Path:
         if self.folder is None:
             assert self.device is not None
-            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, self.spec.label, self.device)
+            label = safe_name(self.spec.label)
+            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, label, self.device)
             self.folder.mkdir(parents=True, exist_ok=True)
         return self.folder
 
     # -- inference ---------------------------------------------------------------------------
+    @guarded
     def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
                          kwargs: dict[str, Any] | None = None) -> None:
         """A generation starts (``generate`` was called, or ``prof.step()`` in inference mode)."""
@@ -222,6 +271,10 @@ class Session:
             return
         if self.model is None and model is not None:
             self.attach(model)
+        if self.window is None and self.k >= self.warmup and user_profiler_active():
+            self.aside += 1  # under the user's profiler: not counted (see _stepped_aside)
+            self._gen = {"aside": True}
+            return
         if self.model is not None and not self._infer_handles:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, always_call=True))
         g = self.k + 1  # the generation starting now
@@ -240,23 +293,29 @@ class Session:
         if self.probes is not None and self.probes.active:
             self.probes.generation_begin()
 
+    @guarded
     def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         gen = self._gen
-        if gen is None or self.done or gen["t0"] is None:
+        if gen is None or self.done or gen.get("t0") is None:
             return
         self._sync()
         gen["fwd"].append(self.clock())
         if self.probes is not None and self.probes.active:
             self.probes.forward_end()
 
+    @guarded
     def generation_end(self) -> None:
         gen = self._gen
         if gen is None or self.done:
             return
         self._gen = None
+        if gen.get("aside"):
+            return
         w, s, p = self.warmup, self.steps, self.profile_steps
         g = gen["g"]
         t1 = self._mark() if gen["t0"] is not None else None
+        if t1 is not None and not gen["fwd"]:
+            self.generations_without_forward += 1
         if w < g <= w + s and t1 is not None and gen["fwd"]:
             t0, fwd = gen["t0"], gen["fwd"]
             shape = gen["shape"] or self.input_shape
@@ -277,6 +336,7 @@ class Session:
                 self.finish(None)
 
     # -- the end -----------------------------------------------------------------------------
+    @guarded
     def finish(self, reason: str | None) -> Path | None:
         """End the session: stop what runs, write the run from what was measured, say what happened.
 
@@ -284,13 +344,46 @@ class Session:
         exited (code 0)", "the script raised ValueError", ...). Returns the run folder, or None when
         nothing was measured.
         """
-        if self.done:
+        if self.done or self._finishing:
             return self.folder
-        self.done = True
+        # Not done until written: a failure below leaves the session to fail(), which says so.
+        self._finishing, self._ending = True, reason is not None
         phase_before = self._where()
-        profiled = None
-        if self.window is not None:
-            profiled = self.window.stop()
+        try:
+            profiled = self.window.stop() if self.window is not None else None
+        finally:
+            self._teardown()
+        unit = "generation" if self.spec.mode == "infer" else "step"
+        if self.aside:
+            self.notes.append(f"your own torch.profiler ran during {self.aside} {unit}(s): lmprof stepped aside for "
+                              f"them (it never opens a profiler inside yours, and a {unit} timed under a profiler is "
+                              f"not clean); every {unit} measured here ran outside it")
+        measured = bool(self.samples) or bool(self.gens)
+        if not measured:
+            self.message = self._nothing_message(reason)
+            if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
+                self.folder.rmdir()
+            self.done = True
+            return None
+        from lmprof.pipeline.usercode.assemble import assemble, write
+
+        self._folder()
+        self.run = assemble(self, profiled)
+        write(self)
+        self.done = True
+        if reason is not None:
+            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
+        elif self.spec.stop_after:
+            self.stop_again = StopAgain(f"--stop-after: stopped the script once the run was written to {self.folder}")
+            self.stop_again.install()
+            raise StopScript()
+        return self.folder
+
+    def _teardown(self) -> None:
+        """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
+        if self._give_way is not None:
+            with contextlib.suppress(Exception):
+                self._give_way.remove()
         if self.probes is not None:
             p = max(self.window.complete if self.window else 0, 1)
             if self.probes.backwards:
@@ -298,28 +391,29 @@ class Session:
             if self.probes.forwards:
                 self.forwards_per_step = self.probes.forwards / p
             self.input_shape = self.input_shape or self.probes.input_shape
-            self.probes.remove()
+            with contextlib.suppress(Exception):
+                self.probes.remove()
         for h in self._infer_handles:
-            h.remove()
+            with contextlib.suppress(Exception):
+                h.remove()
         self._infer_handles.clear()
         for fn in self._on_done:
-            fn()
-        measured = bool(self.samples) or bool(self.gens)
-        if not measured:
-            self.message = self._nothing_message(reason)
-            if self.folder is not None and not any(self.folder.iterdir()):
-                self.folder.rmdir()
-            return None
-        from lmprof.pipeline.usercode.assemble import assemble, write
+            with contextlib.suppress(Exception):
+                fn()
+        self._on_done.clear()
 
-        self._folder()
-        self.run = assemble(self, profiled)
-        write(self)
-        if reason is not None:
-            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
-        elif self.spec.stop_after:
-            raise StopScript()
-        return self.folder
+    def fail(self, exc: BaseException) -> None:
+        """lmprof failed inside the user's program: end the session, keep what was written (every
+        file is written atomically, so what is there is whole), and say so in one line."""
+        writing = isinstance(exc, OSError) or self._finishing
+        self.failed = True
+        if self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.abort()
+        self._teardown()
+        self.done = True
+        self.message = None
+        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
 
     def _where(self) -> str:
         w, s, p = self.warmup, self.steps, self.profile_steps
@@ -334,6 +428,17 @@ class Session:
 
     def _nothing_message(self, reason: str | None) -> str:
         what = reason or "the session ended"
+        if self.aside:
+            unit = "generation" if self.spec.mode == "infer" else "step"
+            return (f"{what}: your own torch.profiler was running for {self.aside} {unit}(s), and lmprof steps "
+                    f"aside for those (it never runs inside your profiler): nothing measured; for lmprof's figures, "
+                    f"run without your profiler or leave it {self.warmup + self.steps + 1 + self.profile_steps} "
+                    f"{unit}s outside it")
+        if self.spec.mode == "infer" and self.generations_without_forward and not self.gens:
+            name = type(self.model).__name__ if self.model is not None else "the model"
+            return (f"{what} {self._where()}: nothing measured: no call of {name} was seen in "
+                    f"{self.generations_without_forward} timed generation(s); model.forward(x) bypasses the module "
+                    f"hooks lmprof times tokens with: call model(x) instead")
         if self.k == 0 and self.spec.mode == "infer":
             return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                     "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")

@@ -1,0 +1,92 @@
+"""How a profiled script ends when something other than its last line ends it.
+
+* SIGTERM (``timeout``, Slurm, Kubernetes, ``docker stop``): what was measured is written, one line
+  says so, then the process dies of the signal, as it would have without lmprof (exit status 128+15
+  seen from a shell). SIGINT goes through Python's own KeyboardInterrupt and ends the same way.
+* ``--stop-after`` raises StopScript into the script once the run is written. A loop with a bare
+  ``except:`` swallows it; the next optimizer step or model forward then ends the process: atexit
+  handlers run, stdout and stderr are flushed, and it exits 0 (``os._exit``: nothing else can be
+  relied on to get out of a loop that catches everything).
+* A forked child never measures (the session belongs to its pid, see guard.guarded); a child forked
+  while lmprof's profiler runs leaves without Python's finalization, which would wait forever in the
+  profiler's teardown inherited from the parent.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+
+def die_by(signum: int) -> None:
+    """End this process by ``signum`` with its default action, as an unhandled signal would."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+class TermHandler:
+    """While installed, SIGTERM calls ``on_term(name)`` (write and say so), then kills the process
+    with SIGTERM. Not installed when the process already handles SIGTERM, or off the main thread."""
+
+    def __init__(self, on_term: Callable[[str], None]):
+        self.on_term = on_term
+        self._old: Any = None
+        self._pid = os.getpid()
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        self._old = signal.signal(signal.SIGTERM, self._handle)
+
+    def remove(self) -> None:
+        if self._old is not None and signal.getsignal(signal.SIGTERM) == self._handle:
+            signal.signal(signal.SIGTERM, self._old)
+        self._old = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() == self._pid:
+            self.on_term(signal.Signals(signum).name)
+        die_by(signum)
+
+
+def exit_now(code: int, line: str | None = None) -> None:
+    """Leave the process now with ``code``: atexit handlers, then stdio flushed, then ``os._exit``."""
+    if line:
+        print(line, file=sys.stderr)
+    try:
+        atexit._run_exitfuncs()  # noqa: SLF001 - what Python's own exit would run
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class StopAgain:
+    """After --stop-after's StopScript: if the script goes on anyway (it caught it), its next
+    optimizer step or module forward ends the process (see module doc)."""
+
+    def __init__(self, line: str):
+        self.line = line
+        self._handles: list[Any] = []
+
+    def install(self) -> None:
+        self._handles = [register_optimizer_step_pre_hook(self._stop),
+                         torch.nn.modules.module.register_module_forward_pre_hook(self._stop)]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _stop(self, *args: Any, **kwargs: Any) -> None:
+        exit_now(0, f"lmprof: {self.line} (the script caught lmprof's stop, so it was ended from its next step)")
