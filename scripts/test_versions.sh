@@ -39,4 +39,6 @@ if [ "$mode" = latest ]; then  # type-checking against old torch/transformers st
     "$venv/bin/mypy" src/lmprof
 fi
 # shellcheck disable=SC2086
-"$py" -m pytest -n 2 $tests
+"$py" -m pytest -n 2 -m "not stopwatch" $tests
+# shellcheck disable=SC2086
+"$py" -m pytest -p no:xdist -m stopwatch $tests

@@ -224,6 +224,7 @@ def matches_unprofiled(profiled: Callable[[], tuple[Run, float]], unprofiled: Ca
     raise AssertionError(f"lmprof's clean figure vs the script's own un-profiled one, each attempt: {seen}")
 
 
+@pytest.mark.stopwatch
 def test_plain_script_own_loop_and_model(tmp_path: Path) -> None:
     script = write(tmp_path, "train.py", PLAIN)
 
@@ -251,6 +252,7 @@ def test_plain_script_own_loop_and_model(tmp_path: Path) -> None:
     assert run.metrics["tokens_per_step"].value == 8 * 64
 
 
+@pytest.mark.stopwatch
 def test_gpt2_lesson_loop(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     script = write(tmp_path, "lesson.py", GPT2_LESSON)
@@ -269,6 +271,7 @@ def test_gpt2_lesson_loop(tmp_path: Path) -> None:
     assert run.config["model_type"] == "gpt2" and run.config["batch_size"] == 4 and run.config["seq_len"] == 64
 
 
+@pytest.mark.stopwatch
 def test_trainer_callback(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
     script = write(tmp_path, "hf_trainer.py", TRAINER)
@@ -290,6 +293,7 @@ def test_trainer_callback(tmp_path: Path) -> None:
     assert {"optimizer", "zero_grad"} <= {b.name for b in run.blocks if b.phase == "step"}
 
 
+@pytest.mark.stopwatch
 def test_generate_script_with_infer(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     script = write(tmp_path, "gen.py", GENERATE)
