@@ -23,3 +23,29 @@ def cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+# The hostile suites' shared checks: a refusal is one line, exit 2, before anything is measured.
+def one_line_error(code: int, err: str, *needles: str) -> str:
+    """Exit 2, exactly one non-empty stderr line starting 'lmprof: error:', no traceback, naming the problem."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("lmprof: error: "), err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle.lower() in lines[0].lower(), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    """Any measurement fails the test: refusals must come before the timed steps."""
+    def boom(*a, **k):
+        raise AssertionError("measured although the input was invalid")
+
+    import lmprof.pipeline.infer as infer
+    import lmprof.pipeline.train as train
+
+    monkeypatch.setattr(train, "run_training", boom)
+    monkeypatch.setattr(infer, "run_inference", boom)

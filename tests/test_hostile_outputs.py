@@ -33,28 +33,7 @@ TINY = ["--preset", "tiny", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
         "--profile-steps", "1", "--energy", "off", "--no-report"]
 
 
-def one_line_error(code: int, err: str, *needles: str) -> str:
-    """Exit 2, exactly one non-empty stderr line starting 'lmprof: error:', no traceback, naming the problem."""
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("lmprof: error: "), err
-    for needle in needles:
-        assert needle.lower() in lines[0].lower(), lines[0]
-    return lines[0]
-
-
-@pytest.fixture
-def no_measuring(monkeypatch):
-    """Any measurement fails the test: refusals must come before the timed steps."""
-    def boom(*a, **k):
-        raise AssertionError("measured although the input was invalid")
-
-    import lmprof.pipeline.infer as infer
-    import lmprof.pipeline.train as train
-
-    monkeypatch.setattr(train, "run_training", boom)
-    monkeypatch.setattr(infer, "run_inference", boom)
+from conftest import one_line_error  # noqa: E402  (the no_measuring fixture is in conftest too)
 
 
 def no_tmp_files(folder: Path) -> list[Path]:

@@ -23,6 +23,13 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; beyond it torch r
 MAX_SIZE = 2**31 - 1  # batch, sequence and dimension sizes: more than any device holds, less than overflows
 
 
+
+def check_tdp(v: float | None) -> float | None:
+    """A rated power (W) for the energy estimate: positive and finite, or not given."""
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise ValueError(f"rated power must be a positive number of watts, got {v}")
+    return v
+
 class Checked(BaseModel):
     """Rules every run option shares, so they exist once: no true/false where a number is meant."""
 
@@ -118,9 +125,7 @@ class MeasureSpec(Checked):
     @field_validator("tdp_w")
     @classmethod
     def _tdp(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"rated power must be a positive number of watts, got {v}")
-        return v
+        return check_tdp(v)
 
     @field_validator("idle_s")
     @classmethod

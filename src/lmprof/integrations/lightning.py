@@ -26,12 +26,13 @@ try:
 except ImportError:  # the `lightning` bundle ships the same Trainer as lightning.pytorch
     from lightning.pytorch import Callback as _LightningBase  # type: ignore[no-redef]
 
+from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.usercode import script
 from lmprof.pipeline.usercode.session import Session, SessionSpec
 from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
 
 
-class LightningCallback(_LightningBase):
+class LightningCallback(SessionCallback, _LightningBase):
     """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
     ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
@@ -110,24 +111,5 @@ class LightningCallback(_LightningBase):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_finding()
-        s = self.session
-        if s is None:
-            return
-        if not s.done:
-            s.finish("training ended")
-        self._release()
+        self._end_training()
 
-    def _release(self) -> None:
-        s = self.session
-        if s is not None and s in script._ACTIVE:  # noqa: SLF001
-            script._ACTIVE.remove(s)  # noqa: SLF001
-            if s.message and s.spec.verbose:
-                print(f"lmprof: {s.message}", file=sys.stderr)
-
-    @property
-    def run(self) -> Any:
-        return self.session.run if self.session else None
-
-    @property
-    def folder(self) -> Path | None:
-        return self.session.folder if self.session and self.session.run is not None else None

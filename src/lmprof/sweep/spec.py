@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from lmprof.errors import ConfigError
-from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, load_yaml
+from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
 
 Mode = Literal["train", "infer"]
@@ -311,9 +311,7 @@ class SweepSpec(Checked):
     @field_validator("tdp_w")
     @classmethod
     def _tdp(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"rated power must be a positive number of watts, got {v}")
-        return v
+        return check_tdp(v)
 
     @model_validator(mode="after")
     def _estimate_needs_tdp(self) -> "SweepSpec":

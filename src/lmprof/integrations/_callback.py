@@ -1,0 +1,45 @@
+"""What every framework callback shares: its session's end, its release and its results.
+
+The Hugging Face and Lightning callbacks differ only in how they see the framework's steps; the
+session they drive (pipeline/usercode) and what they hand back are the same, so they live here once.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from lmprof.pipeline.usercode import script
+from lmprof.pipeline.usercode.session import Session
+
+
+class SessionCallback:
+    """Mixin: ``session`` is set by the framework callback once training starts."""
+
+    session: Session | None = None
+
+    def _end_training(self) -> None:
+        """The framework's training ended: write what was measured (if the run is not written yet)."""
+        s = self.session
+        if s is None:
+            return
+        if not s.done:
+            s.finish("training ended")
+        self._release()
+
+    def _release(self) -> None:
+        s = self.session
+        if s is not None and s in script._ACTIVE:  # noqa: SLF001
+            script._ACTIVE.remove(s)  # noqa: SLF001
+            if s.message and s.spec.verbose:
+                print(f"lmprof: {s.message}", file=sys.stderr)
+
+    @property
+    def run(self) -> Any:
+        """The run record once written, else None."""
+        return self.session.run if self.session else None
+
+    @property
+    def folder(self) -> Path | None:
+        """The run folder once the run is written, else None."""
+        return self.session.folder if self.session and self.session.run is not None else None
