@@ -379,6 +379,34 @@ def compare(analytic: Iterable[Any], measured: MeasuredFlops) -> list[Comparison
     return out
 
 
+class StepFlops:
+    """torch's FlopCounterMode around one step whose start and end are calls (someone else's loop).
+
+    ``mark()`` notes the count so far (the end of a generation's prefill, say), so one counted
+    generation gives its prefill and its decode FLOPs apart. Counted, never estimated.
+    """
+
+    def __init__(self) -> None:
+        self._mode = FlopCounterMode(display=False)
+        self.marks: list[int] = []
+        self._on = False
+
+    def start(self) -> None:
+        self._mode.__enter__()  # type: ignore[no-untyped-call]  # torch leaves FlopCounterMode.__enter__ unannotated
+        self._on = True
+
+    def mark(self) -> None:
+        if self._on:
+            self.marks.append(int(self._mode.get_total_flops()))
+
+    def stop(self) -> int:
+        """Stop counting; the FLOPs counted since :meth:`start`."""
+        if self._on:
+            self._on = False
+            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # likewise __exit__
+        return int(self._mode.get_total_flops())
+
+
 @dataclass(frozen=True)
 class PhaseFlops:
     """FLOPs FlopCounterMode counts for one training step, one prefill and one decode step (FLOP)."""

@@ -17,6 +17,7 @@ CUDA calls go through :class:`~lmprof.measure.cuda_memory.TorchCuda`, so tests c
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -24,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from lmprof.measure.cuda_memory import CudaBackend, TorchCuda
-from lmprof.measure.memory_timeline import MemoryTimeline, record_memory_events, timeline_from_trace
+from lmprof.measure.memory_timeline import MemoryEvents, MemoryTimeline, timeline_from_trace
 from lmprof.measure.tensor_bytes import StaticMemory, peak_rss_bytes, ranges_bytes, record_grads, static_memory
 from lmprof.workloads.blocks import scopes_enabled
 
@@ -167,63 +168,107 @@ def _measure(
     snapshot_entries: int,
     kv_bytes: int = 0,
 ) -> MeasuredMemory:
-    before = static_now()
-    baseline = {
-        "params": before.params + before.buffers,
-        "optimizer": before.optimizer,
-        "grads": before.grads,
-        "kv_cache": kv_bytes,
-    }
-    notes: list[str] = []
-    stats: dict[str, Any] = {}
-    snap_path: str | None = None
-    peak: int | None  # None where the device's allocator reports nothing
-    if dev.type == "cuda":
-        cu = cuda or TorchCuda()
-        cu.synchronize(dev)
-        allocated_before = cu.memory_allocated(dev)
-        # Everything else alive on the device (data, buffers of other modules) is "other".
-        baseline["other"] = max(0, allocated_before - sum(baseline.values()))
-        cu.reset_peak(dev)
-        snapshot_dir = Path(out_dir) if snapshot and out_dir is not None else None
-        recording = snapshot_dir is not None
-        if recording:
-            cu.start_history(snapshot_entries)
+    window = MemoryWindow(dev, static_now, out_dir=out_dir, snapshot=snapshot, cuda=cuda,
+                          snapshot_entries=snapshot_entries, kv_bytes=kv_bytes)
+    window.start()
+    try:
+        fn()
+    except BaseException:
+        window.abort()
+        raise
+    return window.stop()
 
-        def step_then_sync() -> None:  # the step's kernels finish inside the recorded window
-            fn()
-            cu.synchronize(dev)
 
-        try:
-            events = record_memory_events(step_then_sync)
-            if snapshot_dir is not None:
-                path = snapshot_dir / SNAPSHOT_NAME
-                path.parent.mkdir(parents=True, exist_ok=True)
-                cu.dump_snapshot(str(path))
-                snap_path = str(path)
-        finally:
-            if recording:
-                cu.stop_history()
-        peak = cu.max_memory_allocated(dev)
-        stats = _cuda_stats(cu.memory_stats(dev))
-        source = "torch.cuda.max_memory_allocated (caching allocator, exact)"
-        timeline = timeline_from_trace(events, dev, baseline)
-    else:
-        events = record_memory_events(fn)
-        timeline = timeline_from_trace(events, dev, baseline)
-        peak = timeline.peak if timeline.events else None
-        held = "model/optimizer" if before.optimizer else "model"  # inference holds no optimizer state
-        source = (f"CPU: exact {held} bytes + net bytes the step allocated (profiler memory events); "
-                  "not the process RSS")
-        if dev.type != "cpu":
-            # The profiler sees only host allocations here, so a timeline from them would describe
-            # the CPU, not this device: report n/a rather than a wrong figure.
-            notes.append(f"{dev.type}: device allocations are not reported to the profiler; peak and activations unknown")
-            peak, source, timeline = None, f"no allocator statistics for {dev.type}", None
-    return MeasuredMemory(
-        device=str(dev), static=before, grads=None, peak=peak, peak_source=source, timeline=timeline,
-        peak_rss=peak_rss_bytes(), cuda_stats=stats, snapshot_path=snap_path, notes=notes,
-    )
+class MemoryWindow:
+    """One step's memory, measured between :meth:`start` and :meth:`stop`.
+
+    The step runs between the two calls, driven by whoever owns the loop (lmprof's own or the
+    user's); the measurement is the same either way.
+    """
+
+    def __init__(self, device: Any, static_now: Callable[[], StaticMemory], *, out_dir: str | Path | None = None,
+                 snapshot: bool = False, cuda: CudaBackend | None = None, snapshot_entries: int = 100_000,
+                 kv_bytes: int = 0):
+        self.dev = _torch_device(device)
+        self.static_now = static_now
+        self.snapshot_dir = Path(out_dir) if snapshot and out_dir is not None and self.dev.type == "cuda" else None
+        self.cu = (cuda or TorchCuda()) if self.dev.type == "cuda" else None
+        self.snapshot_entries = snapshot_entries
+        self.kv_bytes = kv_bytes
+        self._events: MemoryEvents | None = None
+        self._before: StaticMemory | None = None
+        self._baseline: dict[str, int] = {}
+
+    def start(self) -> None:
+        before = self._before = self.static_now()
+        self._baseline = {
+            "params": before.params + before.buffers,
+            "optimizer": before.optimizer,
+            "grads": before.grads,
+            "kv_cache": self.kv_bytes,
+        }
+        if self.cu is not None:
+            self.cu.synchronize(self.dev)
+            # Everything else alive on the device (data, buffers of other modules) is "other".
+            self._baseline["other"] = max(0, self.cu.memory_allocated(self.dev) - sum(self._baseline.values()))
+            self.cu.reset_peak(self.dev)
+            if self.snapshot_dir is not None:
+                self.cu.start_history(self.snapshot_entries)
+        self._events = MemoryEvents()
+        self._events.start()
+
+    def abort(self) -> None:
+        """Stop recording and keep nothing (the step failed)."""
+        if self._events is not None:
+            with contextlib.suppress(Exception):
+                self._events.stop()
+            self._events = None
+        if self.cu is not None and self.snapshot_dir is not None:
+            with contextlib.suppress(Exception):
+                self.cu.stop_history()
+
+    def stop(self) -> MeasuredMemory:
+        """End the step's window (the device is synchronized first) and return what it measured."""
+        assert self._events is not None and self._before is not None, "start() was not called"
+        dev = self.dev
+        notes: list[str] = []
+        stats: dict[str, Any] = {}
+        snap_path: str | None = None
+        peak: int | None  # None where the device's allocator reports nothing
+        if self.cu is not None:
+            cu = self.cu
+            try:
+                cu.synchronize(dev)  # the step's kernels finish inside the recorded window
+                events = self._events.stop()
+                if self.snapshot_dir is not None:
+                    path = self.snapshot_dir / SNAPSHOT_NAME
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    cu.dump_snapshot(str(path))
+                    snap_path = str(path)
+            finally:
+                if self.snapshot_dir is not None:
+                    cu.stop_history()
+            peak = cu.max_memory_allocated(dev)
+            stats = _cuda_stats(cu.memory_stats(dev))
+            source = "torch.cuda.max_memory_allocated (caching allocator, exact)"
+            timeline = timeline_from_trace(events, dev, self._baseline)
+        else:
+            events = self._events.stop()
+            timeline = timeline_from_trace(events, dev, self._baseline)
+            peak = timeline.peak if timeline.events else None
+            held = "model/optimizer" if self._before.optimizer else "model"  # inference holds no optimizer state
+            source = (f"CPU: exact {held} bytes + net bytes the step allocated (profiler memory events); "
+                      "not the process RSS")
+            if dev.type != "cpu":
+                # The profiler sees only host allocations here, so a timeline from them would describe
+                # the CPU, not this device: report n/a rather than a wrong figure.
+                notes.append(f"{dev.type}: device allocations are not reported to the profiler; peak and activations unknown")
+                peak, source, timeline = None, f"no allocator statistics for {dev.type}", None
+        self._events = None
+        return MeasuredMemory(
+            device=str(dev), static=self._before, grads=None, peak=peak, peak_source=source, timeline=timeline,
+            peak_rss=peak_rss_bytes(), cuda_stats=stats, snapshot_path=snap_path, notes=notes,
+        )
 
 
 def _torch_device(device: Any) -> torch.device:

@@ -233,20 +233,40 @@ def _level_before(times: list[float], allocated: list[int], base: int, t_ms: flo
     return level
 
 
-def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> TraceTable:
-    """Run ``fn`` once under torch.profiler with memory events; return the trace, loaded.
+class MemoryEvents:
+    """torch.profiler with memory events, started and stopped by calls (a step someone else drives).
 
     Only the CPU activity is needed: allocator events (CPU and CUDA) are recorded on the host.
-    torch.profiler cannot nest, so call this outside any other profiling.
+    torch.profiler cannot nest, so use it outside any other profiling.
     """
-    from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = trace_path or Path(tmp) / "memory_trace.json"
+    def __init__(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+
+    def start(self) -> None:
+        self._prof.start()
+
+    def stop(self, trace_path: Path | None = None) -> TraceTable:
+        """Stop recording; the events, loaded with lmprof's trace reader."""
+        self._prof.stop()
         from lmprof.atomic import atomic_path
 
-        with atomic_path(path) as tmp_path:
-            prof.export_chrome_trace(str(tmp_path))
-        return load_trace(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = trace_path or Path(tmp) / "memory_trace.json"
+            with atomic_path(path) as tmp_path:
+                self._prof.export_chrome_trace(str(tmp_path))
+            return load_trace(path)
+
+
+def record_memory_events(fn: Callable[[], object], trace_path: Path | None = None) -> TraceTable:
+    """Run ``fn`` once under torch.profiler with memory events; return the trace, loaded."""
+    events = MemoryEvents()
+    events.start()
+    try:
+        fn()
+    except BaseException:
+        events.stop()
+        raise
+    return events.stop(trace_path)

@@ -21,7 +21,7 @@ MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.scores", "attn.av", "attn.sdpa", "a
 def add_costs(
     run: Run,
     folder: Path,
-    shape: ModelShape | None,
+    shape: ModelShape,
     *,
     batch: int,
     seq_len: int,
@@ -33,9 +33,6 @@ def add_costs(
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png."""
     from lmprof.hardware.calibrate import resolve_peak
 
-    if shape is None:
-        run.notes.append("no analytic FLOP model for this module: MFU and roofline are n/a")
-        return
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
     conventions = conventions_for(shape)

@@ -6,22 +6,19 @@ from typing import Any, Literal
 
 import torch
 
-from lmprof.analysis.memory_estimate import estimate_memory
 from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_inference_memory
 from lmprof.measure.profiling import profile_steps
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.costs import add_costs
-from lmprof.pipeline.memory import add_memory
+from lmprof.pipeline.figures import Facts, add_figures
 from lmprof.measure.noise import snapshot
 from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.protocol import (
     add_compile_report,
     incomplete_until_saved,
     watched_warm_up,
-    add_energy,
     assemble_run,
     mark_noise,
     measured_window,
@@ -54,8 +51,6 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             watch.phase("profiled")
         out_dir.mkdir(parents=True, exist_ok=True)
         memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
-        if memory.kv_cache is None:
-            memory.kv_cache = work.decoder.cache_bytes()  # the cache is created inside the run
         cache_bytes = work.decoder.cache_bytes()
         prof = profile_steps(
             lambda: generate(work), work.device.torch_device, out_dir / "trace.json.gz",
@@ -80,36 +75,17 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     clean = metrics["e2e_latency"].value or 0.0
     metrics.update(overhead_metrics(att, clean, "generation"))
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
-    if work.shape is not None:
-        dtype_bytes = next(work.model.parameters()).element_size()
-        s = work.shape
-        # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
-        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (T + n - 1) * B * dtype_bytes
-        metrics["kv_cache.estimated"] = Metric(
-            value=est if config.get("kv_cache", True) else 0, unit="B", source="estimated",
-            note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
-    if cache_bytes is not None:
-        metrics["kv_cache"] = Metric(value=cache_bytes, unit="B", source="measured",
-                                     note="bytes of the cache tensors after the last generation")
     run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, e2e, "generation", before, after, work.device.kind)
     add_compile_report(run, watch, out_dir)
     dtype = dtype_name(next(work.model.parameters()).dtype)
     attention: Literal["math", "sdpa"] = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"
-    add_costs(run, out_dir, work.shape, batch=B, seq_len=T, dtype=dtype, attention=attention, decode_tokens=n - 1,
-              plots=spec.plots)
-    if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
-        per_gen = [run.value(f"{p}.flops.model_per_step") for p in ("prefill", "decode")]
-        flops = sum(f for f in per_gen if f) * len(gens) if all(per_gen) else None
-        add_energy(run, energy, steps=len(gens), tokens=B * n * len(gens), flops=flops,
-                   step_unit="generation", token_unit="generated token")
-    estimate = None
-    if work.shape is not None:
-        estimate = estimate_memory(work.shape, batch=B, seq_len=T, mode="infer", dtype=dtype, param_dtype=dtype,
-                                   attention=attention, device_kind=work.device.kind,
-                                   new_tokens=n - 1 if config.get("kv_cache", True) else 0)
-    add_memory(run, out_dir, memory, estimate, plots=spec.plots, title=f"{config.get('hf') or config.get('preset') or config.get('model_name')}, "
-               f"batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}")
+    name = config.get('hf') or config.get('preset') or config.get('model_name')
+    add_figures(run, out_dir, Facts(
+        title=f"{name}, batch {B}, prompt {T} + {n} new tokens, {dtype}, {work.device}", dtype=dtype,
+        param_dtype=dtype, shape=work.shape, batch=B, seq_len=T, attention=attention, new_tokens=n,
+        kv_cache=bool(config.get("kv_cache", True)), memory=memory, cache_bytes=cache_bytes, energy=energy,
+        energy_steps=len(gens), tokens_per_step=B * n, plots=spec.plots))
     run.tables["generation"] = [_generation_row(work, gens[-1].tokens, i) for i in range(min(B, 4))]
     return run
 

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 import yaml
 
-from lmprof.analysis.memory_estimate import estimate_memory
 from lmprof.atomic import write_text
 from lmprof.config import MeasureSpec, TrainConfig
 from lmprof.errors import ConfigError
@@ -22,14 +21,12 @@ from lmprof.measure.memory import measure_training_memory
 from lmprof.measure.profiling import profile_steps
 from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.costs import add_costs
-from lmprof.pipeline.memory import add_memory
+from lmprof.pipeline.figures import Facts, add_figures
 from lmprof.measure.noise import snapshot
 from lmprof.pipeline.protocol import (
     add_compile_report,
     incomplete_until_saved,
     watched_warm_up,
-    add_energy,
     assemble_run,
     mark_noise,
     measured_window,
@@ -84,21 +81,11 @@ def measure_training(
     run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, step_ms, "step", before, after, work.device.kind)
     add_compile_report(run, watch, out_dir)
-    estimate = None
-    if work.shape is not None and work.batch_size and work.seq_len:
-        estimate = estimate_memory(work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
-                                   attention=work.attention, optimizer=work.optimizer_name, device_kind=work.device.kind,
-                                   dropout=work.dropout)
     title = f"{config.get('preset') or config.get('model_name', 'model')}, batch {work.batch_size}, seq {work.seq_len}, {spec.dtype}, {work.device}"
-    add_memory(run, out_dir, memory, estimate, title, plots=spec.plots)
-    if work.batch_size and work.seq_len:
-        add_costs(run, out_dir, work.shape, batch=work.batch_size, seq_len=work.seq_len, dtype=spec.dtype,
-                  attention=work.attention, plots=spec.plots)
-    if energy is not None:  # after the FLOP counts, so FLOP/J can be derived
-        n = len(samples)
-        flops = run.value("flops.model_per_step")
-        add_energy(run, energy, steps=n, tokens=(work.tokens_per_step or 0) * n or None,
-                   flops=flops * n if flops else None)
+    add_figures(run, out_dir, Facts(
+        title=title, dtype=spec.dtype, shape=work.shape, batch=work.batch_size, seq_len=work.seq_len,
+        attention=work.attention, optimizer=work.optimizer_name, dropout=work.dropout, memory=memory,
+        energy=energy, energy_steps=len(samples), tokens_per_step=work.tokens_per_step, plots=spec.plots))
     return run
 
 

@@ -1,0 +1,47 @@
+"""MFU from FLOPs torch counted (``FlopCounterMode``) for a model lmprof has no formulas for.
+
+The same metric keys as :func:`lmprof.analysis.mfu.mfu_metrics`, so the summary, the report and
+``compare`` read both alike; what differs is said in each figure's source and note: the FLOPs are
+*measured* (counted on one real step) rather than estimated, and no byte count exists, so MBU is n/a.
+"""
+from __future__ import annotations
+
+from lmprof.record.run import Metric
+from lmprof.units import si
+
+
+def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what: str, device_name: str,
+                        device_kind: str, dtype: str) -> dict[str, Metric]:
+    """Model FLOPs (counted), achieved FLOP/s, peak, MFU (= HFU: counted FLOPs are what ran) and MBU n/a.
+
+    ``where`` says which step was counted, ``what`` what one count covers ("training step", "prefill", ...).
+    """
+    from lmprof.hardware.calibrate import resolve_peak
+
+    out: dict[str, Metric] = {
+        "flops.model_per_step": Metric(value=float(flops), unit="FLOP", source="measured",
+                                       note=f"FLOPs per {what} counted by torch's FlopCounterMode on {where} "
+                                            "(matmuls, convolutions and attention; elementwise ops not counted)"),
+        "flops.hardware_per_step": Metric(value=float(flops), unit="FLOP", source="measured",
+                                          note="the counted FLOPs: what ran, recomputation included"),
+    }
+    timed = time_s is not None and time_s > 0
+    out["flops.achieved"] = (Metric(value=flops / time_s, unit="FLOP/s", source="derived",
+                                    note="counted FLOPs / measured time") if timed and time_s
+                             else Metric.na("FLOP/s", "no measured time", source="derived"))
+    peak = resolve_peak(device_name, device_kind, dtype)
+    if peak.flops_per_s:
+        calibrated = (peak.source or "").startswith("calibrated:")
+        out["peak.flops"] = Metric(value=peak.flops_per_s, unit="FLOP/s", source="measured" if calibrated else "estimated", note=f"{peak.source}: {peak.note}")
+    else:
+        out["peak.flops"] = Metric.na("FLOP/s", peak.note, source="estimated")
+    for key in ("mfu", "hfu"):
+        if not timed or not time_s:
+            out[key] = Metric.na("%", "no measured time", source="derived")
+        elif not peak.flops_per_s:
+            out[key] = Metric.na("%", peak.note, source="derived")
+        else:
+            out[key] = Metric(value=100.0 * flops / time_s / peak.flops_per_s, unit="%", source="derived",
+                              note=f"counted FLOP/s / peak {dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})")
+    out["mbu"] = Metric.na("%", "bytes moved per step need lmprof's formulas for this model", source="derived")
+    return out

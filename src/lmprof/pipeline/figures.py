@@ -1,0 +1,149 @@
+"""Every figure a run gets beyond its timings, in one place for every entry point.
+
+``lmprof train``, ``lmprof infer``, ``lmprof run``, ``lmprof.profile()`` and the callbacks all end
+here: the memory breakdown (measured beside the analytic estimate), FLOPs with MFU/HFU/MBU and the
+roofline (lmprof's formulas when it describes the model, else the FLOPs torch's FlopCounterMode
+counted on one step outside the timed windows), the KV cache, and energy over the clean window.
+What an entry point knows about its workload comes in as :class:`Facts`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lmprof.analysis.counted_flops import counted_mfu_metrics
+from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory
+from lmprof.measure.energy.monitor import EnergyResult
+from lmprof.measure.memory import MeasuredMemory
+from lmprof.pipeline.costs import add_costs
+from lmprof.pipeline.memory import add_memory
+from lmprof.pipeline.protocol import add_energy
+from lmprof.record.run import Metric, Run
+from lmprof.workloads.shape import ModelShape
+
+ESTIMATED_OPTIMIZERS = ("adamw", "sgd")
+
+
+@dataclass
+class CountedFlops:
+    """FLOPs torch's FlopCounterMode counted on one step (or generation) outside the timed windows."""
+
+    where: str  # which step, said in the record ("warm-up step 3")
+    step: int | None = None  # training: one step
+    prefill: int | None = None  # inference: one generation's prefill ...
+    decode: int | None = None  # ... and all its decode steps
+
+
+@dataclass
+class Facts:
+    """What the figures need to know about what ran: from lmprof's workload, or observed in the user's code."""
+
+    title: str
+    dtype: str  # compute dtype (fp32, bf16, fp16)
+    shape: ModelShape | None = None  # lmprof's description of the model; None: none exists
+    batch: int | None = None
+    seq_len: int | None = None  # training sequence, or the prompt
+    attention: Literal["math", "sdpa"] = "math"
+    new_tokens: int = 0  # inference: tokens generated per sequence (prefill's included)
+    kv_cache: bool = True
+    param_dtype: str | None = None  # None: fp32 parameters (autocast does the rest)
+    optimizer: str | None = None
+    dropout: float = 0.0
+    memory: MeasuredMemory | None = None
+    counted: CountedFlops | None = None
+    cache_bytes: int | None = None  # measured KV cache after a generation
+    energy: EnergyResult | None = None
+    energy_steps: int = 0  # steps (generations) in the metered window
+    tokens_per_step: int | None = None  # training tokens per step / generated tokens per generation
+    plots: bool = True
+
+
+def add_figures(run: Run, folder: Path, facts: Facts) -> None:
+    """Fill memory, FLOP/MFU/roofline, KV-cache and energy figures of ``run`` (its timings already in)."""
+    if run.mode == "infer":
+        _kv_cache(run, facts)
+    add_memory(run, folder, facts.memory, _estimate(run, facts), facts.title, plots=facts.plots)
+    if facts.shape is not None and facts.batch and facts.seq_len:
+        add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
+                  attention=facts.attention, decode_tokens=max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1,
+                  plots=facts.plots)
+    elif facts.counted is not None:
+        _counted(run, facts.counted, facts.dtype)
+    else:
+        run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
+                         "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
+    if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
+        _energy(run, facts)
+
+
+def _estimate(run: Run, f: Facts) -> MemoryEstimate | None:
+    if f.shape is None or not f.batch or not f.seq_len:
+        return None
+    kind = run.env.device.split(":")[0]
+    if run.mode == "infer":
+        return estimate_memory(f.shape, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
+                               param_dtype=f.param_dtype or f.dtype, attention=f.attention, device_kind=kind,
+                               new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens else 0)
+    if f.optimizer not in ESTIMATED_OPTIMIZERS:
+        run.notes.append(f"no memory estimate for optimizer {f.optimizer or 'unknown'!r} (formulas exist for "
+                         f"{', '.join(ESTIMATED_OPTIMIZERS)}): memory figures are measured only")
+        return None
+    return estimate_memory(f.shape, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype,
+                           param_dtype=f.param_dtype or "fp32", attention=f.attention,
+                           optimizer=f.optimizer,  # type: ignore[arg-type]  # checked against ESTIMATED_OPTIMIZERS
+                           device_kind=kind, dropout=f.dropout)
+
+
+def _kv_cache(run: Run, f: Facts) -> None:
+    s = f.shape
+    if s is not None and f.batch and f.seq_len and f.new_tokens:
+        width = {"fp32": 4, "bf16": 2, "fp16": 2}.get(f.param_dtype or f.dtype, 4)
+        # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
+        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (f.seq_len + f.new_tokens - 1) * f.batch * width
+        run.metrics["kv_cache.estimated"] = Metric(
+            value=est if f.kv_cache else 0, unit="B", source="estimated",
+            note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
+    if f.cache_bytes is not None:
+        run.metrics["kv_cache"] = Metric(value=f.cache_bytes, unit="B", source="measured",
+                                         note="bytes of the cache tensors after a whole generation")
+    if f.memory is not None and f.memory.kv_cache is None and f.cache_bytes is not None:
+        f.memory.kv_cache = f.cache_bytes  # the cache is created inside the generation
+
+
+def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
+    device_name, kind = run.env.device_name, run.env.device.split(":")[0]
+    if run.mode == "train" and c.step:
+        step = run.metrics.get("step_time")
+        run.metrics.update(counted_mfu_metrics(c.step, step.value / 1e3 if step and step.value else None, where=c.where,
+                                               what="training step", device_name=device_name, device_kind=kind, dtype=dtype))
+    elif run.mode == "infer" and c.prefill:
+        ttft = run.metrics.get("ttft")
+        dtps, B = run.metrics.get("decode_tokens_per_s"), run.config.get("batch_size")
+        tpot = run.metrics.get("tpot")
+        steps = int(run.config.get("new_tokens") or 1) - 1
+        decode_s = (B * steps / dtps.value if dtps and dtps.value and B and steps
+                    else (tpot.value * steps / 1e3 if tpot and tpot.value and steps else None))
+        parts = (("prefill", c.prefill, ttft.value / 1e3 if ttft and ttft.value else None, "prefill"),
+                 ("decode", c.decode, decode_s, f"{steps} decode step(s)"))
+        for phase, flops, time_s, what in parts:
+            if flops:
+                figures = counted_mfu_metrics(flops, time_s, where=c.where, what=what, device_name=device_name,
+                                              device_kind=kind, dtype=dtype)
+                run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} (lmprof has no formulas for this "
+                     "model): MFU from the count; per-block FLOPs, MBU and the roofline are n/a")
+
+
+def _energy(run: Run, f: Facts) -> None:
+    assert f.energy is not None
+    n = f.energy_steps
+    if run.mode == "train":
+        flops = run.value("flops.model_per_step")
+        add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None,
+                   flops=flops * n if flops else None)
+        return
+    per_gen = [run.value(f"{p}.flops.model_per_step") for p in ("prefill", "decode")]
+    flops = sum(x for x in per_gen if x) * n if all(per_gen) else None
+    add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None, flops=flops,
+               step_unit="generation", token_unit="generated token")
