@@ -53,13 +53,13 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         s = self.session
-        if s is None or s.done:
+        if s is None or s.done or s.collected:
             return control
         s.boundary()
-        if s.done:
+        if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
+            s.finish(None)
             self._release()
-            if self.stop_after:
-                control.should_training_stop = True
+            control.should_training_stop = True
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

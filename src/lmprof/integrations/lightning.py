@@ -101,13 +101,13 @@ class LightningCallback(SessionCallback, _LightningBase):
         if s is None:
             self._start(trainer, pl_module)
             return
-        if s.done:
+        if s.done or s.collected:
             return
         s.boundary()
-        if s.done:
+        if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
+            s.finish(None)
             self._release()
-            if self.stop_after:
-                trainer.should_stop = True
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_finding()

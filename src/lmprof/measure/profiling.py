@@ -11,19 +11,20 @@ import contextlib
 from typing import Callable, ContextManager
 
 import torch
-from torch.autograd.profiler_util import EventList
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from lmprof.atomic import atomic_path
 from lmprof.record.run import OpStat
 from lmprof.names import SCOPE_PREFIX
+from lmprof.trace.load import TraceTable
+from lmprof.trace.optable import op_rows
 from lmprof.workloads.blocks import scopes_enabled
 
 
 @dataclass
 class ProfiledPhase:
     trace_path: Path
-    ops: list[OpStat]
+    ops: list[OpStat]  # filled from the trace once it is loaded (op_table)
     steps: int
 
 
@@ -51,12 +52,10 @@ def profile_steps(
     ``around`` is entered for the profiled phase only (e.g. module hooks that place block scopes).
     """
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    collected: dict[str, EventList] = {}
 
     def on_ready(prof: profile) -> None:
         with atomic_path(trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
             prof.export_chrome_trace(str(tmp))
-        collected["averages"] = prof.key_averages()
 
     sched = schedule(wait=0, warmup=warmup, active=active, repeat=1)
     with scopes_enabled(scopes), (around or contextlib.nullcontext)():
@@ -64,32 +63,24 @@ def profile_steps(
             for _ in range(warmup + active):
                 step_fn()
                 prof.step()
-    ops = _op_table(collected.get("averages"), active, top_ops)
-    return ProfiledPhase(trace_path=trace_path, ops=ops, steps=active)
+    return ProfiledPhase(trace_path=trace_path, ops=[], steps=active)
 
 
-def _op_table(averages: EventList | None, steps: int, top: int) -> list[OpStat]:
-    """torch.profiler's key_averages as rows, per step, lmprof's own scopes left out."""
-    if averages is None:
+def op_table(table: TraceTable, steps: int, top: int = 40) -> list[OpStat]:
+    """The operator table (torch's key_averages rule, lmprof's trace reader) per profiled step,
+    over ProfilerStep ranges 1..``steps``, lmprof's own scopes left out."""
+    rows = op_rows(table, steps=steps, skip_prefixes=(SCOPE_PREFIX,))
+    if not rows or steps <= 0:
         return []
-    rows = [
-        e
-        for e in averages
-        if not e.key.startswith(SCOPE_PREFIX) and not e.key.startswith("ProfilerStep")
-    ]
-    total_self = sum(e.self_cpu_time_total for e in rows) or 1.0
-    rows.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    out = []
-    for e in rows[:top]:
-        device_us = getattr(e, "self_device_time_total", None)
-        out.append(
-            OpStat(
-                name=e.key,
-                calls=int(round(e.count / steps)),
-                self_ms=e.self_cpu_time_total / steps / 1e3,
-                total_ms=e.cpu_time_total / steps / 1e3,
-                self_pct=100.0 * e.self_cpu_time_total / total_self,
-                device_ms=(device_us / steps / 1e3) if device_us else None,
-            )
+    total_self = sum(r.self_us for r in rows) or 1.0
+    return [
+        OpStat(
+            name=r.name,
+            calls=int(round(r.count / steps)),
+            self_ms=r.self_us / steps / 1e3,
+            total_ms=r.total_us / steps / 1e3,
+            self_pct=100.0 * r.self_us / total_self,
+            device_ms=(r.device_us / steps / 1e3) if r.device_us else None,
         )
-    return out
+        for r in rows[:top]
+    ]

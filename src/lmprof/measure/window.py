@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.autograd.profiler_util import EventList
 from torch.profiler import profile
 
 from lmprof.atomic import atomic_path
-from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
+from lmprof.measure.profiling import ProfiledPhase, _activities
 
 STEP_PREFIX = "ProfilerStep#"
 
@@ -63,10 +62,9 @@ class GiveWay:
 class ProfilerWindow:
     """torch.profiler started, stepped and stopped by calls from the caller's loop."""
 
-    def __init__(self, device: torch.device, trace_path: Path, top_ops: int = 40):
+    def __init__(self, device: torch.device, trace_path: Path):
         self.device = device
         self.trace_path = trace_path
-        self.top_ops = top_ops
         self._prof: profile | None = None
         self._step: Any = None  # the open ProfilerStep record_function
         self.complete = 0  # steps whose range was closed by close_step()
@@ -107,7 +105,8 @@ class ProfilerWindow:
 
     def stop(self) -> ProfiledPhase:
         """Stop profiling and write the trace. A step still open is closed, flagged ``partial`` and
-        left out of the operator table; :func:`drop_partial` removes it from the loaded trace."""
+        left out of the operator table; :func:`drop_partial` removes it from the loaded trace.
+        Only the profiler's stop and the trace's export happen here, inside the user's step."""
         assert self._prof is not None, "window was never started"
         if self._step is not None:
             self._step.__exit__(None, None, None)
@@ -118,19 +117,9 @@ class ProfilerWindow:
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
             self._prof.export_chrome_trace(str(tmp))
-        ops = _op_table(self._step_averages(), self.complete, self.top_ops) if self.complete else []
-        return ProfiledPhase(trace_path=self.trace_path, ops=ops, steps=self.complete)
-
-    def _step_averages(self) -> Any:
-        """key_averages over the events that start inside a complete step's range."""
-        assert self._prof is not None
-        events = self._prof.events()  # type: ignore[no-untyped-call]  # torch.profiler leaves events() unannotated
-        spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))  # named ProfilerStep* here
-        spans = spans[: self.complete]
-        kept = [e for e in events if any(s <= e.time_range.start < t for s, t in spans)]
-        subset = EventList(kept, use_device=getattr(events, "_use_device", None))  # type: ignore[no-untyped-call]  # torch leaves EventList unannotated
-        subset._tree_built = True  # noqa: SLF001 - the events keep the parent/child links built for the full list
-        return subset.key_averages()  # type: ignore[no-untyped-call]  # torch leaves key_averages unannotated
+        # The operator table is made later from this file (measure.profiling.op_table): torch's own
+        # event parsing would cost seconds inside the user's step.
+        return ProfiledPhase(trace_path=self.trace_path, ops=[], steps=self.complete)
 
 
 def drop_partial(table: Any, complete: int) -> None:

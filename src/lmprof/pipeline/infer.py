@@ -10,7 +10,7 @@ from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_inference_memory
-from lmprof.measure.profiling import profile_steps
+from lmprof.measure.profiling import op_table, profile_steps
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.figures import Facts, add_figures
 from lmprof.measure.noise import snapshot
@@ -56,7 +56,9 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             lambda: generate(work), work.device.torch_device, out_dir / "trace.json.gz",
             active=spec.profile_steps, around=work.scopes,
         )
-    att = attribute(load_trace(prof.trace_path), compiled=watch.kernel_graphs() if watch else ())
+    table = load_trace(prof.trace_path)
+    prof.ops = op_table(table, prof.steps)
+    att = attribute(table, compiled=watch.kernel_graphs() if watch else ())
     ms = 1e3
     e2e = [(g.prefill_s + sum(g.decode_s)) * ms for g in gens]
     metrics: dict[str, Metric] = {

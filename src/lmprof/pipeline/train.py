@@ -18,7 +18,7 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.memory import measure_training_memory
-from lmprof.measure.profiling import profile_steps
+from lmprof.measure.profiling import op_table, profile_steps
 from lmprof.measure.compile_events import MEASURED
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.figures import Facts, add_figures
@@ -63,7 +63,9 @@ def measure_training(
     out_dir.mkdir(parents=True, exist_ok=True)
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
-    att = attribute(load_trace(prof.trace_path), compiled=watch.kernel_graphs() if watch else ())
+    table = load_trace(prof.trace_path)
+    prof.ops = op_table(table, prof.steps)
+    att = attribute(table, compiled=watch.kernel_graphs() if watch else ())
     loss = step.last_loss()
 
     step_ms = [s * 1e3 for s in samples]

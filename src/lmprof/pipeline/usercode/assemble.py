@@ -6,12 +6,14 @@ from typing import Any
 
 import torch
 
-from lmprof.measure.profiling import ProfiledPhase
+from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import drop_partial
 from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
+from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
+from lmprof.workloads.describe import attention_path, dropout_of
 from lmprof.workloads.hf_interface import attention_implementation
 
 
@@ -21,6 +23,7 @@ def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | 
     table = load_trace(profiled.trace_path)
     drop_partial(table, profiled.steps)
     table.cache.clear()
+    profiled.ops = op_table(table, profiled.steps)
     att = attribute(table)
     return att if att.steps else None
 
@@ -80,7 +83,44 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
         run.tables.pop("attribution", None)
         if not (session.folder / "trace.json.gz").is_file():
             run.files.pop("trace", None)
+    add_figures(run, session.folder, _facts(session, run))
     return run
+
+
+def _facts(session: Any, run: Run) -> Facts:
+    """What the figures need, from what the session observed of the user's model and steps."""
+    model = session.model
+    infer = session.spec.mode == "infer"
+    step = session.figures_step.result() if session.figures_step is not None else None
+    dtype = _dtype(model) or "fp32"
+    shape = session._shape() if model is not None else None  # noqa: SLF001 - looked up once, in the session
+    B, T = session.input_shape if session.input_shape and len(session.input_shape) == 2 else (None, None)
+    counted = None
+    where = f"warm-up {'generation' if infer else 'step'} {session.warmup}, before the timed windows"
+    if step is not None and step.flops:
+        counted = (CountedFlops(where=where, prefill=step.prefill_flops,
+                                decode=step.flops - step.prefill_flops if step.prefill_flops else None)
+                   if infer else CountedFlops(where=where, step=step.flops))
+    elif shape is None and not session.compiled:
+        run.notes.append("no FLOP count: it is taken on the last warm-up step, and this run had "
+                         f"{'none' if session.warmup == 0 else 'none lmprof saw begin'} (raise --warmup)")
+    elif shape is None:
+        run.notes.append("no FLOP count for a compiled model lmprof has no formulas for "
+                         "(FlopCounterMode would recompile it)")
+    if step is None:
+        run.notes.append("no memory measurement: it is taken on the last warm-up step, and this run had none "
+                         "lmprof saw begin (raise --warmup)")
+    new_tokens = session.gens[-1].forwards if infer and session.gens else 0
+    tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
+    opt = type(session.optimizers[0]).__name__.lower() if session.optimizers else None
+    shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
+    return Facts(
+        title=f"{_model_name(model)}, {shown}, {dtype}, {session.device}", dtype=dtype, param_dtype=dtype,
+        shape=shape, batch=B, seq_len=T, attention=attention_path(model) if model is not None else "math",
+        new_tokens=new_tokens, optimizer=opt, dropout=dropout_of(model) if model is not None else 0.0,
+        memory=step.memory if step else None, counted=counted, cache_bytes=step.cache_bytes if step else None,
+        energy=session.energy, energy_steps=len(session.gens) if infer else len(session.samples),
+        tokens_per_step=int(tokens) if tokens else None, plots=session.spec.plots)
 
 
 def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:

@@ -27,11 +27,15 @@ from typing import Any, Callable, Literal
 import torch
 
 from lmprof.hardware.devices import Device, resolve_device
+from lmprof.measure.energy import EnergyMonitor
+from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.noise import Snapshot, snapshot
+from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.window import GiveWay, ProfilerWindow, user_profiler_active
 from lmprof.pipeline.protocol import run_folder
 from lmprof.pipeline.usercode.ending import StopAgain
 from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
+from lmprof.pipeline.usercode.figures_step import FiguresStep, StepFigures
 from lmprof.pipeline.usercode.probes import Probes
 
 Mode = Literal["train", "infer"]
@@ -57,6 +61,9 @@ class SessionSpec:
     report: bool = True
     stop_after: bool = False
     verbose: bool = True  # print the summary (to stderr) when the run is written
+    energy: str = "auto"  # the energy meter over the clean window (as lmprof train's --energy)
+    tdp_w: float | None = None
+    plots: bool = True
     config: dict[str, Any] = field(default_factory=dict)  # extra facts for run.json's config
 
     def counts(self) -> tuple[int, int, int]:
@@ -117,6 +124,12 @@ class Session:
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self.pid = os.getpid()
         self.forked_in_window = False
+        self.figures_step: FiguresStep | None = None  # the last warm-up step: memory and FLOPs
+        self.step_figures: StepFigures | None = None
+        self.monitor: EnergyMonitor | None = None
+        self.energy: EnergyResult | None = None
+        self.profiled: ProfiledPhase | None = None  # the profiled window, stopped; assembled at finish
+        self.collected = False  # the profiled window completed: only the run's assembly is left
         self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
@@ -128,6 +141,11 @@ class Session:
         self.compiled = compiled
         p = next(model.parameters(), None)
         self.device = resolve_device(str(p.device) if p is not None else "cpu")
+        if self.spec.energy != "off" and self.monitor is None:
+            try:  # a meter that cannot start is a missing figure (n/a, said in the record), never a failure
+                self.monitor = EnergyMonitor.for_device(self.device, self.spec.energy, tdp_w=self.spec.tdp_w)
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"energy: no meter ({type(exc).__name__}: {exc})")
 
     def on_done(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once the session ends (triggers remove their hooks there)."""
@@ -139,6 +157,8 @@ class Session:
             self.generation_begin()
         elif self.warmup == 0:
             self._mark()
+        else:
+            self._next_step_starts()
 
     def _sync(self) -> None:
         if self.device is not None:
@@ -166,7 +186,7 @@ class Session:
     @guarded
     def boundary(self) -> None:
         """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
-        if self.done:
+        if self.done or self.collected:
             return
         if self.spec.mode == "infer":
             self.generation_end()
@@ -178,9 +198,11 @@ class Session:
         self.k += 1
         w, s, p = self.warmup, self.steps, self.profile_steps
         if self.k < w:
+            self._next_step_starts()
             return
         if self.k == w:
-            self._noise_before = snapshot()
+            self._figures_end()
+            self._begin_clean()
             self._mark()
             return
         if self.k <= w + s:
@@ -203,7 +225,7 @@ class Session:
         if j < p:
             self.window.open_step()
         else:
-            self.finish(None)
+            self._collect()
 
     def _stepped_aside(self, busy: bool) -> bool:
         """Whether the step ending now ran under the user's own profiler (on at its start or at its
@@ -230,19 +252,77 @@ class Session:
                           "profiler (two cannot run at once) and kept the clean timings only")
         self.finish("your own torch.profiler started")
 
+    def _next_step_starts(self) -> None:
+        """Step ``k + 1`` starts now: the last warm-up step is the figures step."""
+        if self.k + 1 == self.warmup and self.figures_step is None and self.model is not None:
+            if user_profiler_active():
+                self.notes.append("your own torch.profiler ran during the last warm-up step: no memory or FLOP "
+                                  "count was taken (lmprof never runs a profiler inside yours)")
+                return
+            assert self.device is not None
+            describe = self._shape() is None and not self.compiled
+            self.figures_step = FiguresStep(self.model, self.optimizers, self.device, self.spec.mode,
+                                            count_flops=describe, compiled=self.compiled)
+            self.figures_step.start()
+            self._give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
+            self._give_way.install()
+
+    def _figures_end(self) -> None:
+        if self.figures_step is not None and self.figures_step.active:
+            self._sync()
+            self.figures_step.stop()
+        if self._give_way is not None:
+            self._give_way.remove()
+            self._give_way = None
+
+    @guarded
+    def _user_profiler_in_figures_step(self) -> None:
+        """The user's profiler starts inside the figures step: lmprof's stops first, keeping nothing."""
+        if self.figures_step is not None:
+            self.figures_step.abort()
+            self.figures_step = None
+        if self._give_way is not None:
+            self._give_way.remove()
+            self._give_way = None
+        self.notes.append("your own torch.profiler started during the last warm-up step: lmprof stopped its memory "
+                          "recording (two profilers cannot run at once): no memory or FLOP count")
+
+    def _shape(self) -> Any:
+        """lmprof's description of the model (None when it has none); looked up once."""
+        if not hasattr(self, "_shape_cache"):
+            from lmprof.workloads.describe import describe_module
+
+            self._shape_cache = describe_module(self.model) if self.model is not None else None
+        return self._shape_cache
+
+    def _begin_clean(self) -> None:
+        self._noise_before = snapshot()
+        if self.monitor is not None:
+            self.monitor.begin()
+
     def _end_clean(self) -> None:
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
+        if self.monitor is not None:
+            monitor, self.monitor = self.monitor, None
+            self.energy = monitor.end()
+            monitor.close()
 
     @guarded
     def optimizer_begin(self) -> None:
-        if self.probes is not None:
-            self.probes.optimizer_begin()
+        for probes in self._live_probes():
+            probes.optimizer_begin()
 
     @guarded
     def optimizer_end(self) -> None:
-        if self.probes is not None:
-            self.probes.optimizer_end()
+        for probes in self._live_probes():
+            probes.optimizer_end()
+
+    def _live_probes(self) -> list[Probes]:
+        live = [self.probes] if self.probes is not None else []
+        if self.figures_step is not None and self.figures_step.active:
+            live.append(self.figures_step.probes)
+        return live
 
     def _start_window(self) -> None:
         folder = self._folder()
@@ -267,7 +347,7 @@ class Session:
     def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
                          kwargs: dict[str, Any] | None = None) -> None:
         """A generation starts (``generate`` was called, or ``prof.step()`` in inference mode)."""
-        if self.done:
+        if self.done or self.collected:
             return
         if self.model is None and model is not None:
             self.attach(model)
@@ -284,8 +364,11 @@ class Session:
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
         if g == w + s + 1:
             self._start_window()
+        if g == w:
+            self._next_step_starts()
         if g == w + 1:
-            self._noise_before = snapshot()
+            self._figures_end()
+            self._begin_clean()
         if g > w:
             self._gen["t0"] = self._mark()
         if self.window is not None and g > w + s + 1:
@@ -296,6 +379,8 @@ class Session:
     @guarded
     def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         gen = self._gen
+        if self.figures_step is not None and self.figures_step.active:
+            self.figures_step.forward_end(output)
         if gen is None or self.done or gen.get("t0") is None:
             return
         self._sync()
@@ -306,13 +391,15 @@ class Session:
     @guarded
     def generation_end(self) -> None:
         gen = self._gen
-        if gen is None or self.done:
+        if gen is None or self.done or self.collected:
             return
         self._gen = None
         if gen.get("aside"):
             return
         w, s, p = self.warmup, self.steps, self.profile_steps
         g = gen["g"]
+        if g == w:
+            self._figures_end()
         t1 = self._mark() if gen["t0"] is not None else None
         if t1 is not None and not gen["fwd"]:
             self.generations_without_forward += 1
@@ -333,7 +420,7 @@ class Session:
         if self.window is not None and g > w + s + 1:
             self.window.close_step()
             if g == w + s + 1 + p:
-                self.finish(None)
+                self._collect()
 
     # -- the end -----------------------------------------------------------------------------
     @guarded
@@ -348,9 +435,11 @@ class Session:
             return self.folder
         # Not done until written: a failure below leaves the session to fail(), which says so.
         self._finishing, self._ending = True, reason is not None
+        if self.collected:
+            reason = None  # the window completed: a whole run, whatever ended the script afterwards
         phase_before = self._where()
         try:
-            profiled = self.window.stop() if self.window is not None else None
+            profiled = self.profiled if self.collected else (self.window.stop() if self.window is not None else None)
         finally:
             self._teardown()
         unit = "generation" if self.spec.mode == "infer" else "step"
@@ -379,8 +468,28 @@ class Session:
             raise StopScript()
         return self.folder
 
+    def _collect(self) -> None:
+        """The profiled window completed: stop the profiler and write its trace, remove every hook,
+        and leave the rest (loading the trace, figures, the record, the report) to :meth:`finish`,
+        which runs when the script, the with-block or the training ends: not inside the user's step."""
+        assert self.window is not None
+        self.profiled = self.window.stop()
+        self.window = None
+        self._teardown()
+        self.collected = True
+        if self.spec.stop_after:
+            self.finish(None)
+
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
+        if self.figures_step is not None and self.figures_step.active:
+            with contextlib.suppress(Exception):
+                self.figures_step.abort()
+            self.figures_step = None
+        if self.monitor is not None:  # the clean window did not end: no energy figure from a part of it
+            with contextlib.suppress(Exception):
+                self.monitor.close()
+            self.monitor = None
         if self._give_way is not None:
             with contextlib.suppress(Exception):
                 self._give_way.remove()

@@ -1,0 +1,111 @@
+"""The untimed step that gives a session its memory and (where lmprof has no formulas) FLOP figures.
+
+The last warm-up step (or generation) runs with the allocator's events recorded, the phases scoped,
+and, for a model lmprof cannot describe, torch's FlopCounterMode on. It is never timed: the clean
+window starts after it, so nothing here touches a clock reading. Its results are kept raw; turning
+them into figures waits until the user's call has returned (:meth:`FiguresStep.result`).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lmprof.hardware.devices import Device
+from lmprof.measure.flops import StepFlops
+from lmprof.measure.memory import MeasuredMemory, MemoryWindow
+from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
+from lmprof.pipeline.usercode.probes import Probes
+from lmprof.workloads.hf_interface import cache_tensors, returned_cache
+
+
+@dataclass
+class StepFigures:
+    """What the figures step measured."""
+
+    memory: MeasuredMemory | None
+    flops: int | None  # the whole step (training) or generation (inference)
+    prefill_flops: int | None  # inference: up to the end of the first forward
+    cache_bytes: int | None  # inference: the KV cache the last forward returned
+
+
+class FiguresStep:
+    """Memory (always) and FLOPs (``count_flops``) of one step driven by someone else's loop."""
+
+    def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
+                 mode: str, *, count_flops: bool, compiled: bool):
+        self.model, self.optimizers, self.device, self.mode = model, optimizers, device, mode
+        self.probes = Probes(model, mode, blocks=not compiled)
+        self.flops = StepFlops() if count_flops else None
+        self._stack = contextlib.ExitStack()
+        self._grads: dict[int, Any] | None = None
+        self._memory: MemoryWindow | None = None
+        self._measured: MeasuredMemory | None = None
+        self.cache_bytes: int | None = None
+        self.active = False
+
+    def start(self) -> None:
+        """Begin recording (the step starts now)."""
+        model = self.model
+        opt = self.optimizers[0] if self.optimizers else None
+        if model is not None:
+            self._memory = MemoryWindow(self.device, lambda: static_memory(model, opt))
+            if self.mode == "train":
+                self._grads = self._stack.enter_context(record_grads(model))
+        self.probes.install(self.optimizers)
+        self.active = True
+        if self._memory is not None:
+            self._memory.start()
+        if self.flops is not None:
+            self.flops.start()
+
+    def forward_end(self, output: Any) -> None:
+        """A top-level forward of a generation ended: prefill's FLOPs, and the cache it returned."""
+        if not self.active:
+            return
+        if self.flops is not None and not self.flops.marks:
+            self.flops.mark()
+        found = returned_cache(output)
+        if found is not None:
+            with contextlib.suppress(Exception):  # a cache lmprof cannot read is a missing figure, not a failure
+                self.cache_bytes = sum(t.numel() * t.element_size() for t in cache_tensors(found[1]))
+
+    def stop(self) -> None:
+        """End the step (the device is synchronized first); results wait for :meth:`result`."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            if self.flops is not None:
+                self.flops.stop()
+            if self._memory is not None:
+                self._measured = self._memory.stop()
+        finally:
+            self.probes.remove()
+            self._stack.close()
+
+    def abort(self) -> None:
+        """Stop everything and keep nothing (lmprof failed, or the user's own profiler starts)."""
+        self.active = False
+        if self.flops is not None:
+            with contextlib.suppress(Exception):
+                self.flops.stop()
+        if self._memory is not None:
+            with contextlib.suppress(Exception):
+                self._memory.abort()
+        with contextlib.suppress(Exception):
+            self.probes.remove()
+        with contextlib.suppress(Exception):
+            self._stack.close()
+        self._measured, self.flops = None, None
+
+    def result(self) -> StepFigures:
+        """The figures, made now (after the user's call returned)."""
+        mem = self._measured
+        if mem is not None and self._grads:
+            mem.grads = ranges_bytes(self._grads.values())
+        total = self.flops.stop() if self.flops is not None else None
+        prefill = self.flops.marks[0] if self.flops is not None and self.flops.marks else None
+        return StepFigures(memory=mem, flops=total or None, prefill_flops=prefill, cache_bytes=self.cache_bytes)

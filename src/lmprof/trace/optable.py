@@ -1,0 +1,100 @@
+"""The operator table (torch.profiler's ``key_averages()`` rule) from a loaded trace.
+
+torch builds the table from its own event objects, which costs seconds per hundred thousand events
+and, inside a user's profiled step, is time the user waits for. The trace lmprof writes holds the
+same events, and lmprof's reader loads a million of them in about a second, so the table is made
+here, after the user's call returned. The rule is torch's: every host operator and
+``record_function`` range, grouped by name; self time is the duration minus the direct children's
+on the same thread; device time is the device work an operator launched itself (its kernels'
+runtime calls have it as their innermost operator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmprof.trace import kinds, nesting
+from lmprof.trace.launches import launching_calls
+from lmprof.trace.load import TraceTable
+from lmprof.trace.steps import profiler_steps
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One operator name's totals over the counted steps (us; per-step figures are the caller's)."""
+
+    name: str
+    count: int
+    self_us: float
+    total_us: float
+    device_us: float | None
+
+
+def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple[str, ...] = ()) -> list[OpRow]:
+    """Operator totals for the events that start inside ProfilerStep ranges numbered 1..``steps``
+    (every step when None), sorted by self time. Names starting with ``skip_prefixes`` are left out
+    of the rows (their time still counts as their children's parent, as in torch's table)."""
+    ev = table.events
+    host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
+    if host.size == 0:
+        return []
+    st = profiler_steps(table)
+    if steps is not None:
+        st = st[st["step"] <= steps]
+    ts = ev["ts"].to_numpy(dtype=float)
+    start, end = st["ts"].to_numpy(dtype=float), (st["ts"] + st["dur"]).to_numpy(dtype=float)
+    t = ts[host]
+    order = np.argsort(start)
+    start, end = start[order], end[order]
+    pos = np.searchsorted(start, t, side="right") - 1
+    inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
+    rows = host[inside]
+    names = ev["name"].astype(str).to_numpy()[rows]
+    keep = np.array([not (n.startswith("ProfilerStep") or n.startswith(skip_prefixes)) for n in names], dtype=bool)
+    rows, names = rows[keep], names[keep]
+    if rows.size == 0:
+        return []
+    self_all = nesting.self_time(table)
+    rows, self_us = _fold_duplicates(table, rows, self_all)
+    names = ev["name"].astype(str).to_numpy()[rows]
+    total_us = np.maximum(ev["dur"].to_numpy(dtype=float)[rows], 0.0)
+    device = _launched_device_us(table)
+    uniq, inv = np.unique(names, return_inverse=True)
+    count = np.bincount(inv, minlength=len(uniq))
+    self_sum = np.bincount(inv, weights=self_us, minlength=len(uniq))
+    total_sum = np.bincount(inv, weights=total_us, minlength=len(uniq))
+    dev_sum = np.bincount(inv, weights=device[rows], minlength=len(uniq)) if device is not None else None
+    out = [OpRow(str(n), int(c), float(s), float(tt), float(dev_sum[i]) if dev_sum is not None else None)
+           for i, (n, c, s, tt) in enumerate(zip(uniq, count, self_sum, total_sum))]
+    out.sort(key=lambda r: r.self_us, reverse=True)
+    return out
+
+
+def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """torch's table folds an event into its parent when the parent has the same name and no other
+    child (``aten::sum`` calling an ``aten::sum`` overload); the pair is then one call whose self time
+    is both self times together. The same here, so counts and totals equal torch's."""
+    par = nesting.parents(table)
+    names = table.events["name"].cat.codes.to_numpy()
+    n_children = np.bincount(par[par >= 0], minlength=len(par))
+    p = par[rows]
+    dup = (p >= 0) & (names[rows] == names[np.maximum(p, 0)]) & (n_children[np.maximum(p, 0)] == 1)
+    self_us = self_all.copy()
+    np.add.at(self_us, p[dup], self_all[rows[dup]])
+    kept = rows[~dup]
+    return kept, self_us[kept]
+
+
+def _launched_device_us(table: TraceTable) -> np.ndarray | None:
+    """Per host row, the device time of the kernels it launched itself (None on a host-only trace)."""
+    dev_rows = np.flatnonzero(kinds.device_mask(table))
+    if dev_rows.size == 0:
+        return None
+    ev = table.events
+    launch = launching_calls(table, dev_rows)
+    ok = launch >= 0
+    owner = nesting.enclosing(table, launch[ok], kinds.op_mask(table) | kinds.annotation_mask(table))
+    dur = np.maximum(ev["dur"].to_numpy(dtype=float)[dev_rows[ok]], 0.0)
+    has = owner >= 0
+    return np.bincount(owner[has], weights=dur[has], minlength=len(ev)).astype(float)
