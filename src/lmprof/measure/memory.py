@@ -176,7 +176,8 @@ def _measure(
     except BaseException:
         window.abort()
         raise
-    return window.stop()
+    window.stop()
+    return window.result()
 
 
 class MemoryWindow:
@@ -221,40 +222,50 @@ class MemoryWindow:
         """Stop recording and keep nothing (the step failed)."""
         if self._events is not None:
             with contextlib.suppress(Exception):
-                self._events.stop()
+                self._events.stop()  # stopped, never exported: nothing of a failed step is read
             self._events = None
         if self.cu is not None and self.snapshot_dir is not None:
             with contextlib.suppress(Exception):
                 self.cu.stop_history()
 
-    def stop(self) -> MeasuredMemory:
-        """End the step's window (the device is synchronized first) and return what it measured."""
+    def stop(self) -> None:
+        """End the step's window (the device is synchronized first): only what must be read now."""
         assert self._events is not None and self._before is not None, "start() was not called"
+        cu, dev = self.cu, self.dev
+        self._peak: int | None = None
+        self._stats: dict[str, Any] = {}
+        self._snap_path: str | None = None
+        if cu is None:
+            self._events.stop()
+            return
+        try:
+            cu.synchronize(dev)  # the step's kernels finish inside the recorded window
+            self._events.stop()
+            if self.snapshot_dir is not None:
+                path = self.snapshot_dir / SNAPSHOT_NAME
+                path.parent.mkdir(parents=True, exist_ok=True)
+                cu.dump_snapshot(str(path))
+                self._snap_path = str(path)
+        finally:
+            if self.snapshot_dir is not None:
+                cu.stop_history()
+        self._peak = cu.max_memory_allocated(dev)
+        self._stats = _cuda_stats(cu.memory_stats(dev))
+
+    def result(self) -> MeasuredMemory:
+        """What the window measured (after :meth:`stop`): the events are read and classified here,
+        so a caller inside someone else's step can leave this for later."""
+        assert self._events is not None and self._before is not None, "stop() was not called"
         dev = self.dev
         notes: list[str] = []
-        stats: dict[str, Any] = {}
-        snap_path: str | None = None
-        peak: int | None  # None where the device's allocator reports nothing
+        events = self._events.table()
+        self._events = None
+        timeline: MemoryTimeline | None = timeline_from_trace(events, dev, self._baseline)
         if self.cu is not None:
-            cu = self.cu
-            try:
-                cu.synchronize(dev)  # the step's kernels finish inside the recorded window
-                events = self._events.stop()
-                if self.snapshot_dir is not None:
-                    path = self.snapshot_dir / SNAPSHOT_NAME
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    cu.dump_snapshot(str(path))
-                    snap_path = str(path)
-            finally:
-                if self.snapshot_dir is not None:
-                    cu.stop_history()
-            peak = cu.max_memory_allocated(dev)
-            stats = _cuda_stats(cu.memory_stats(dev))
+            peak = self._peak
             source = "torch.cuda.max_memory_allocated (caching allocator, exact)"
-            timeline = timeline_from_trace(events, dev, self._baseline)
         else:
-            events = self._events.stop()
-            timeline = timeline_from_trace(events, dev, self._baseline)
+            assert timeline is not None
             peak = timeline.peak if timeline.events else None
             held = "model/optimizer" if self._before.optimizer else "model"  # inference holds no optimizer state
             source = (f"CPU: exact {held} bytes + net bytes the step allocated (profiler memory events); "
@@ -264,10 +275,9 @@ class MemoryWindow:
                 # the CPU, not this device: report n/a rather than a wrong figure.
                 notes.append(f"{dev.type}: device allocations are not reported to the profiler; peak and activations unknown")
                 peak, source, timeline = None, f"no allocator statistics for {dev.type}", None
-        self._events = None
         return MeasuredMemory(
             device=str(dev), static=self._before, grads=None, peak=peak, peak_source=source, timeline=timeline,
-            peak_rss=peak_rss_bytes(), cuda_stats=stats, snapshot_path=snap_path, notes=notes,
+            peak_rss=peak_rss_bytes(), cuda_stats=self._stats, snapshot_path=self._snap_path, notes=notes,
         )
 
 

@@ -248,9 +248,12 @@ class MemoryEvents:
     def start(self) -> None:
         self._prof.start()
 
-    def stop(self, trace_path: Path | None = None) -> TraceTable:
-        """Stop recording; the events, loaded with lmprof's trace reader."""
+    def stop(self) -> None:
+        """Stop recording (the events stay in memory until :meth:`table`)."""
         self._prof.stop()
+
+    def table(self, trace_path: Path | None = None) -> TraceTable:
+        """The recorded events, loaded with lmprof's trace reader (after :meth:`stop`)."""
         from lmprof.atomic import atomic_path
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -266,7 +269,6 @@ def record_memory_events(fn: Callable[[], object], trace_path: Path | None = Non
     events.start()
     try:
         fn()
-    except BaseException:
+    finally:
         events.stop()
-        raise
-    return events.stop(trace_path)
+    return events.table(trace_path)

@@ -42,7 +42,7 @@ class FiguresStep:
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
         self._memory: MemoryWindow | None = None
-        self._measured: MeasuredMemory | None = None
+        self._stopped = False
         self.cache_bytes: int | None = None
         self.active = False
 
@@ -81,7 +81,8 @@ class FiguresStep:
             if self.flops is not None:
                 self.flops.stop()
             if self._memory is not None:
-                self._measured = self._memory.stop()
+                self._memory.stop()
+                self._stopped = True
         finally:
             self.probes.remove()
             self._stack.close()
@@ -99,11 +100,11 @@ class FiguresStep:
             self.probes.remove()
         with contextlib.suppress(Exception):
             self._stack.close()
-        self._measured, self.flops = None, None
+        self._memory, self.flops = None, None
 
     def result(self) -> StepFigures:
         """The figures, made now (after the user's call returned)."""
-        mem = self._measured
+        mem = self._memory.result() if self._memory is not None and self._stopped else None
         if mem is not None and self._grads:
             mem.grads = ranges_bytes(self._grads.values())
         total = self.flops.stop() if self.flops is not None else None

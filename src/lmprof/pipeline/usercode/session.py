@@ -356,7 +356,7 @@ class Session:
             self._gen = {"aside": True}
             return
         if self.model is not None and not self._infer_handles:
-            self._infer_handles.append(self.model.register_forward_hook(self._forward_end, always_call=True))
+            self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
         w, s = self.warmup, self.steps
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
@@ -377,8 +377,12 @@ class Session:
             self.probes.generation_begin()
 
     @guarded
-    def _forward_end(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+    def _forward_end(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         gen = self._gen
+        if gen is not None and gen.get("shape") is None and not gen.get("fwd"):  # the prefill's input: batch x prompt
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
+                gen["shape"] = tuple(ids.shape)
         if self.figures_step is not None and self.figures_step.active:
             self.figures_step.forward_end(output)
         if gen is None or self.done or gen.get("t0") is None:
