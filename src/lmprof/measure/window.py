@@ -115,11 +115,32 @@ class ProfilerWindow:
         self._prof.stop()
         self._running = False
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
-        with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
+        # Written plain inside the user's step (gzip would add seconds there); compress() makes the
+        # .gz the run keeps, later.
+        raw = self.raw_path
+        with atomic_path(raw) as tmp:
             self._prof.export_chrome_trace(str(tmp))
         # The operator table is made later from this file (measure.profiling.op_table): torch's own
         # event parsing would cost seconds inside the user's step.
-        return ProfiledPhase(trace_path=self.trace_path, ops=[], steps=self.complete)
+        return ProfiledPhase(trace_path=raw, ops=[], steps=self.complete)
+
+    @property
+    def raw_path(self) -> Path:
+        """Where :meth:`stop` writes the trace uncompressed (``trace.json`` for ``trace.json.gz``)."""
+        return self.trace_path.with_suffix("") if self.trace_path.suffix == ".gz" else self.trace_path
+
+
+def compress(phase: ProfiledPhase, gz_path: Path) -> None:
+    """Gzip a window's plain trace into ``gz_path`` (atomically) and drop the plain one."""
+    if phase.trace_path == gz_path or not phase.trace_path.is_file():
+        return
+    import gzip
+    import shutil
+
+    with atomic_path(gz_path) as tmp, open(phase.trace_path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    phase.trace_path.unlink()
+    phase.trace_path = gz_path
 
 
 def drop_partial(table: Any, complete: int) -> None:

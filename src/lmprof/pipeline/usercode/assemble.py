@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from lmprof.measure.profiling import ProfiledPhase, op_table
-from lmprof.measure.window import drop_partial
+from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
 from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
 from lmprof.record.run import Metric, Run
@@ -18,9 +18,13 @@ from lmprof.workloads.hf_interface import attention_implementation
 
 
 def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | None:
-    if profiled is None or not profiled.steps:
+    if profiled is None:
         return None
-    table = load_trace(profiled.trace_path)
+    if not profiled.steps:
+        compress(profiled, session.folder / "trace.json.gz")
+        return None
+    table = load_trace(profiled.trace_path)  # the plain file: read faster than the .gz
+    compress(profiled, session.folder / "trace.json.gz")
     drop_partial(table, profiled.steps)
     table.cache.clear()
     profiled.ops = op_table(table, profiled.steps)

@@ -127,6 +127,7 @@ class Session:
         self.figures_step: FiguresStep | None = None  # the last warm-up step: memory and FLOPs
         self.step_figures: StepFigures | None = None
         self.monitor: EnergyMonitor | None = None
+        self._metering = False  # the monitor's window is open (the clean window began)
         self.energy: EnergyResult | None = None
         self.profiled: ProfiledPhase | None = None  # the profiled window, stopped; assembled at finish
         self.collected = False  # the profiled window completed: only the run's assembly is left
@@ -156,6 +157,7 @@ class Session:
         if self.spec.mode == "infer":
             self.generation_begin()
         elif self.warmup == 0:
+            self._begin_clean()
             self._mark()
         else:
             self._next_step_starts()
@@ -193,6 +195,7 @@ class Session:
             if not self.done:
                 self.generation_begin()
             return
+        self._figures_end()  # before asking whether a profiler runs: the figures step's is lmprof's own
         if self.window is None and self._stepped_aside(user_profiler_active()):
             return
         self.k += 1
@@ -299,11 +302,12 @@ class Session:
         self._noise_before = snapshot()
         if self.monitor is not None:
             self.monitor.begin()
+            self._metering = True
 
     def _end_clean(self) -> None:
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
-        if self.monitor is not None:
+        if self.monitor is not None and self._metering:
             monitor, self.monitor = self.monitor, None
             self.energy = monitor.end()
             monitor.close()
@@ -478,8 +482,8 @@ class Session:
         which runs when the script, the with-block or the training ends: not inside the user's step."""
         assert self.window is not None
         self.profiled = self.window.stop()
+        self._teardown()  # while the window is known: its step count divides what the probes saw
         self.window = None
-        self._teardown()
         self.collected = True
         if self.spec.stop_after:
             self.finish(None)
@@ -506,6 +510,7 @@ class Session:
             self.input_shape = self.input_shape or self.probes.input_shape
             with contextlib.suppress(Exception):
                 self.probes.remove()
+            self.probes = None  # read once: a second teardown (at finish) must not divide again
         for h in self._infer_handles:
             with contextlib.suppress(Exception):
                 h.remove()
