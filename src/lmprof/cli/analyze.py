@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -39,6 +40,13 @@ def analyze(
         "--include-last-step",
         help="Keep device work launched in the last ProfilerStep (HTA leaves it out by default).",
     ),
+    device: str = typer.Option(
+        None,
+        "--device",
+        help="Place each operator of a record_shapes trace on this device's roofline (a100, h100, mi300x, "
+        "...; `lmprof roofline --list-devices`). Default: the trace's deviceProperties name, when known.",
+        show_default=False,
+    ),
 ) -> None:
     """Analyse a torch.profiler trace: device time, idle causes, launches, top kernels/ops, ranks.
 
@@ -59,18 +67,51 @@ def analyze(
 
         render_diff(compared)
         return
+    peaks = _peaks(device) if device is not None else None  # an unknown name fails before the trace is read
     from lmprof.trace.analyze import analyze_path
 
     report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)
+    rooflines = [_roofline(tr, peaks) for tr in report.traces]
     if json_out:
         import orjson
 
-        typer.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        from lmprof.trace.analyze import json_ready
+
+        doc = report.to_dict()
+        for tr, roof in zip(doc["traces"], rooflines):
+            tr["op_roofline"] = None if roof is None else json_ready(roof.to_dict())
+        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         return
     from lmprof.show.analyze_view import render
 
-    render(report)
+    render(report, rooflines=rooflines)
     if export is not None:
         from lmprof.trace.export import TABLES
 
         typer.echo(f"tables written to {export}/ ({', '.join(f'{t}.parquet' for t in TABLES)})")
+
+
+def _peaks(device: str) -> Any:
+    from lmprof.errors import ConfigError
+    from lmprof.hardware.peaks import find_device, load_table
+
+    table = load_table()
+    entry = find_device(device, table=table)
+    if entry is None:
+        raise ConfigError(f"unknown device {device!r} for --device: use one of {', '.join(table.short_names()[:40])}")
+    return entry
+
+
+def _roofline(tr: Any, peaks: Any) -> Any:
+    """The per-op roofline of one trace: on ``--device``, else on the device the trace names."""
+    if tr.op_flops is None:
+        return None
+    if peaks is None and tr.device_name:
+        from lmprof.hardware.peaks import find_device
+
+        peaks = find_device(tr.device_name, kind="cuda")
+    if peaks is None:
+        return None
+    from lmprof.analysis.op_roofline import op_roofline
+
+    return op_roofline(tr.op_flops, peaks.name, peaks.flops, peaks.bytes_per_s)
