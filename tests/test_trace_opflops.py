@@ -173,3 +173,21 @@ def test_cli_table_on_a_cpu_trace(recorded, capsys) -> None:
     assert main(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
     assert "FLOPs from recorded shapes" in out and "time: CPU time" in out and "aten::mm" in out
+
+
+def test_distinct_shapes_are_bounded(tmp_path, monkeypatch) -> None:
+    """A trace of all-different shapes cannot grow the table without limit: beyond the cap, new
+    shapes are left out with a note, by both readers alike."""
+    import lmprof.trace.columns as columns
+    from lmprof.trace import scan
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i, "dur": 1, "pid": 1, "tid": 1,
+               "args": {"Input Dims": [[i + 1, 2], [2, 3]], "Input type": ["float", "float"]}} for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(columns, "MAX_DISTINCT_SHAPES", 20)
+    for native in (True, False):
+        monkeypatch.setattr(scan, "NATIVE", native and scan._scan is not None)
+        t = load_trace(path, workers=1)
+        assert len(t.shapes) == 20 and t.shapes["dims"].iloc[0] == ((1, 2), (2, 3))
+        assert any("30 operator(s) with input shapes beyond the first 20" in n for n in t.notes)

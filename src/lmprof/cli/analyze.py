@@ -40,6 +40,14 @@ def analyze(
         "--include-last-step",
         help="Keep device work launched in the last ProfilerStep (HTA leaves it out by default).",
     ),
+    annotate: Path = typer.Option(
+        None,
+        "--annotate",
+        help="Also write a copy of the trace with lmprof's findings added as tracks (steps with their "
+        "phases, device idle gaps by cause, dead windows, memory counters) for Perfetto / chrome://tracing; "
+        "gzipped when OUT ends in .gz.",
+        show_default=False,
+    ),
     device: str = typer.Option(
         None,
         "--device",
@@ -68,9 +76,19 @@ def analyze(
         render_diff(compared)
         return
     peaks = _peaks(device) if device is not None else None  # an unknown name fails before the trace is read
-    from lmprof.trace.analyze import analyze_path
+    added = None
+    if annotate is not None:
+        if export is not None:
+            from lmprof.errors import ConfigError
 
-    report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)
+            raise ConfigError("--annotate and --export: run them one at a time")
+        from lmprof.trace.annotate import annotate_path
+
+        report, added = annotate_path(path, annotate, top=top, include_last_step=include_last_step)
+    else:
+        from lmprof.trace.analyze import analyze_path
+
+        report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)
     rooflines = [_roofline(tr, peaks) for tr in report.traces]
     if json_out:
         import orjson
@@ -85,6 +103,8 @@ def analyze(
     from lmprof.show.analyze_view import render
 
     render(report, rooflines=rooflines)
+    if added is not None:
+        typer.echo(f"annotated trace written to {annotate} ({added:,} lmprof events added; open it in Perfetto)")
     if export is not None:
         from lmprof.trace.export import TABLES
 

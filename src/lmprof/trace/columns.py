@@ -14,6 +14,10 @@ import pandas as pd
 
 from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
 
+# Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond
+# this a (hostile) trace of all-different shapes would grow the table with its size, so new ones are
+# left out and counted (the operators stay; only their shapes are dropped).
+MAX_DISTINCT_SHAPES = 100_000
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
 _BLOCK = 1 << 20  # at most this many rows per block (8 MiB for int64); blocks double up to it
 
@@ -107,6 +111,7 @@ class Merger:
         self.shape_raw: list[int] = []  # raw index of operator events with input shapes
         self.shape_codes: list[int] = []  # their (dims, types) as a code into self.shape_table
         self.shape_table: dict[tuple[Any, Any], int] = {}
+        self.shapes_dropped = 0
         self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
         self.hw: pd.DataFrame = empty_hw()
         self.shapes: pd.DataFrame = empty_shapes()
@@ -126,8 +131,15 @@ class Merger:
             self.comm_raw += [base + r for r in ch.comm_rows]
             self.comm_values += ch.comm_values
             # distinct shapes are few (one per layer and shape): each is stored once, rows hold codes
-            self.shape_raw += [base + r for r in ch.shape_rows]
-            self.shape_codes += [self.shape_table.setdefault(v, len(self.shape_table)) for v in ch.shape_values]
+            for r, v in zip(ch.shape_rows, ch.shape_values):
+                code = self.shape_table.get(v)
+                if code is None:
+                    if len(self.shape_table) >= MAX_DISTINCT_SHAPES:
+                        self.shapes_dropped += 1
+                        continue
+                    code = self.shape_table[v] = len(self.shape_table)
+                self.shape_raw.append(base + r)
+                self.shape_codes.append(code)
             if ch.hw_rows.size:
                 self.hw_raw.append(base + ch.hw_rows)
                 for f in HW_FIELDS:

@@ -326,6 +326,9 @@ def _load_notes(b: Merger, dropped: int) -> list[str]:
         notes.append(f"{n:,} event(s) have {fld} that is not a 64-bit integer: read as absent")
     if dropped:
         notes.append(f"{dropped:,} event(s) with a timestamp or duration out of range were left out")
+    if b.shapes_dropped:
+        notes.append(f"{b.shapes_dropped:,} operator(s) with input shapes beyond the first "
+                     f"{len(b.shape_table):,} distinct ones: their shapes were left out")
     return notes
 
 
