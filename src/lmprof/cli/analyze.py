@@ -62,6 +62,13 @@ def analyze(
     (docs/trace-analysis.md). Works on CPU-only, ROCm and multi-rank traces.
     """
     # heavy imports here, so `lmprof --help` stays fast
+    if path.is_file():
+        from lmprof.trace.snapshot import looks_like_snapshot
+
+        if looks_like_snapshot(path):
+            _snapshot(path, json_out, top, other=[o for o, v in (("--diff", diff), ("--annotate", annotate),
+                                                              ("--export", export), ("--device", device)) if v])
+            return
     if diff is not None:
         from lmprof.trace.diff import diff_paths
 
@@ -135,3 +142,25 @@ def _roofline(tr: Any, peaks: Any) -> Any:
     from lmprof.analysis.op_roofline import op_roofline
 
     return op_roofline(tr.op_flops, peaks.name, peaks.flops, peaks.bytes_per_s)
+
+
+def _snapshot(path: Path, json_out: bool, top: int, other: list[str]) -> None:
+    """``lmprof analyze SNAPSHOT.pickle``: a CUDA memory snapshot (torch.cuda.memory._dump_snapshot)."""
+    from lmprof.errors import ConfigError
+    from lmprof.trace.snapshot import read_snapshot, snapshot_report
+
+    if other:
+        raise ConfigError(f"{', '.join(other)} work on traces, not on a memory snapshot ({path})")
+    report = snapshot_report(read_snapshot(path), str(path), top=top)
+    if json_out:
+        import dataclasses
+
+        import orjson
+
+        from lmprof.trace.analyze import json_ready
+
+        typer.echo(orjson.dumps(json_ready(dataclasses.asdict(report)), option=orjson.OPT_INDENT_2).decode())
+        return
+    from lmprof.show.analyze_view import render_snapshot
+
+    render_snapshot(report)

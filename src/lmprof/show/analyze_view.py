@@ -12,6 +12,7 @@ from lmprof.analysis.op_roofline import OpRoofline
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
 from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
+from lmprof.trace.snapshot import SnapshotReport
 from lmprof.units import si
 
 _MAX_NAME = 72
@@ -515,4 +516,41 @@ def render_diff(d: DiffReport, console: Console | None = None) -> None:
             tab.add_row(_cell(name), r.status if r.status != "changed" else "", count,
                         fmt_us(r.before_us), fmt_us(r.after_us), sign + fmt_us(r.delta_us),
                         "" if r.delta_pct is None else f"{sign}{r.delta_pct:.1f}%")  # fmt: skip
+        con.print(tab)
+
+
+def render_snapshot(rep: SnapshotReport, console: Console | None = None) -> None:
+    """Print a CUDA memory snapshot's summary: per device, OOMs, categories, top blocks and lines."""
+    con = console or Console(highlight=False)
+    con.print(f"\n[bold]{escape(rep.path)}[/bold]  CUDA memory snapshot")
+    for note in rep.notes:
+        con.print(f"note: {escape(note)}")
+    for d in rep.devices:
+        when = "at the snapshot" if d.peak_at_us is None else f"at time_us {d.peak_at_us:,.0f}"
+        con.print(
+            f"cuda:{d.device}: {_bytes(d.allocated_bytes)} allocated, {_bytes(d.reserved_bytes)} reserved in "
+            f"{d.segments:,} segments; peak allocated {_bytes(d.peak_allocated_bytes)} {when} "
+            f"(over {d.trace_entries:,} recorded actions)"
+        )
+    for o in rep.ooms:
+        free = "n/a" if o.device_free_bytes is None else _bytes(o.device_free_bytes)
+        con.print(
+            f"OOM on cuda:{o.device}: asked {_bytes(o.requested_bytes)} with {free} free on the device and "
+            f"{_bytes(o.allocated_bytes)} allocated; from {escape(o.frame or '(no stack)')}"
+        )
+    if rep.categories_bytes:
+        con.print("live bytes by category: " + ", ".join(f"{k} {_bytes(v)}" for k, v in rep.categories_bytes.items()))
+    if rep.top:
+        tab = Table(title="Largest live blocks", title_justify="left")
+        for col in ("allocated at", "device", "bytes", "category"):
+            _column(tab, col, name=col == "allocated at")
+        for a in rep.top:
+            tab.add_row(_cell(a.frame or "(no stack)"), f"cuda:{a.device}", _bytes(a.bytes), a.category)
+        con.print(tab)
+    if rep.frames:
+        tab = Table(title="Live bytes per allocating line (innermost frame outside torch)", title_justify="left")
+        for col in ("line", "blocks", "bytes"):
+            _column(tab, col, name=col == "line")
+        for r in rep.frames:
+            tab.add_row(_cell(r.frame), f"{r.blocks:,}", _bytes(r.bytes))
         con.print(tab)
