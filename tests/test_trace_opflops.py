@@ -191,3 +191,33 @@ def test_distinct_shapes_are_bounded(tmp_path, monkeypatch) -> None:
         t = load_trace(path, workers=1)
         assert len(t.shapes) == 20 and t.shapes["dims"].iloc[0] == ((1, 2), (2, 3))
         assert any("30 operator(s) with input shapes beyond the first 20" in n for n in t.notes)
+
+
+def test_device_time_is_the_kernels_each_op_launched() -> None:
+    """On a GPU trace, an operator row's time is the duration of the kernels whose launch (runtime
+    call, by correlation id) lies inside its calls: computed here from the raw JSON events."""
+    import gzip
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "traces" / "gpu_2rank_rank0.json.gz"
+    evs = json.loads(gzip.open(path).read())["traceEvents"]
+    xs = [e for e in evs if e.get("ph") == "X"]
+    kernels: dict[int, float] = {}
+    for e in xs:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            c = e.get("args", {}).get("correlation")
+            kernels[c] = kernels.get(c, 0.0) + e["dur"]
+    runtime = [e for e in xs if e.get("cat") == "cuda_runtime"]
+    rep = op_flops(load_trace(path), top=5)
+    assert rep.time_source == "device"
+    for row in rep.rows:
+        calls = [e for e in xs if e.get("cat") == "cpu_op" and e["name"] == row.name
+                 and json.dumps(e["args"].get("Input Dims")).replace(" ", "") == row.shapes.replace(" ", "")]
+        assert len(calls) == row.count
+        want = 0.0
+        for op in calls:
+            for r in runtime:
+                if (r["tid"] == op["tid"] and r["pid"] == op["pid"] and op["ts"] <= r["ts"]
+                        and r["ts"] + r["dur"] <= op["ts"] + op["dur"]):
+                    want += kernels.get(r["args"].get("correlation"), 0.0)
+        assert row.time_us == pytest.approx(want, abs=1e-6), row.name
