@@ -21,7 +21,8 @@ DATA = Path(__file__).parent / "data" / "traces"
 TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives", "cross_rank"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
-    "steps", "notes", "critical_path", "annotations", "memory", "phases", "modules",
+    "steps", "notes", "critical_path", "annotations", "memory", "phases", "modules", "op_flops", "device_name",
+    "op_roofline",
 }  # fmt: skip
 CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
 CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path", "collectives"}
@@ -120,7 +121,8 @@ def _check_units(node, key: str = "") -> None:
             _check_units(v, key)
     elif isinstance(node, float):
         # per-SM / per-thread averages and bytes are counts, not times: named for what they count
-        assert key.endswith(("_us", "_ms", "_pct", "_gbps", "_bytes", "_per_sm", "_per_thread")), key
+        assert key.endswith(("_us", "_ms", "_pct", "_gbps", "_bytes", "_per_sm", "_per_thread", "_per_s",
+                             "_per_byte")), key
 
 
 def _union_py(intervals: list[tuple[float, float]]) -> float:

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(not scan_mod.NATIVE, reason="the C reader is not
 
 BASE = {"traceEvents": [
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10.5, "dur": 3, "pid": 7, "tid": 7,
-     "args": {"External id": 1, "Input Dims": [[2, 3], [3, 4]]}},
+     "args": {"External id": 1, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "c10::Half"]}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::cat", "ts": 11, "dur": 1, "pid": 7, "tid": 7,
+     "args": {"Input Dims": [[[2, 3], [2, 3]], [], [5]], "Input type": ["TensorList", "Scalar", "long int"]}},
     {"ph": "X", "cat": "kernel", "name": "sgemm \\u00e9 {lambda}, x", "ts": 12, "dur": 1.25, "pid": 0, "tid": 7,
      "args": {"correlation": 5, "device": 0, "stream": 7}},
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 1, "dur": 40, "pid": 7, "tid": 7},
@@ -43,7 +45,7 @@ def _same(a: object, b: object) -> None:
     if isinstance(a, str) or isinstance(b, str):
         assert a == b, (a if isinstance(a, str) else "read", b if isinstance(b, str) else "read")
         return
-    for frame in ("events", "flows", "comms", "hw", "memory"):
+    for frame in ("events", "flows", "comms", "hw", "memory", "shapes"):
         pd.testing.assert_frame_equal(getattr(a, frame), getattr(b, frame), obj=frame)
     assert a.meta == b.meta  # type: ignore[attr-defined]
 

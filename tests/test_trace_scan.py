@@ -32,7 +32,7 @@ def _view(ch: dec.Chunk) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n_raw": ch.n_raw, "skipped": ch.skipped, "repaired": ch.repaired_utf8, "problem": ch.first_problem,
         "out_of_range": dict(sorted(ch.out_of_range.items())), "comms": (ch.comm_rows, ch.comm_values),
-        "memory": ch.memory,
+        "memory": ch.memory, "shapes": (ch.shape_rows, ch.shape_values),
     }  # fmt: skip
     for key, table, coded in (("x", ch.x, ch.x_coded), ("fl", ch.fl, ch.fl_coded)):
         cols: dict[str, Any] = {}
@@ -83,6 +83,7 @@ def test_real_traces_chunk_by_chunk(path, monkeypatch):
 
 def _events() -> list[dict[str, Any]]:
     evs = json.loads(gzip.open(DATA / "gpu_2rank_rank0.json.gz").read())["traceEvents"]
+    evs += json.loads(gzip.open(DATA / "cpu_ops_only.json.gz").read())["traceEvents"][:3000]  # record_shapes
     return evs + json.loads(gzip.open(DATA / "amd_mi250_train.json.gz").read())["traceEvents"]
 
 
@@ -90,12 +91,14 @@ _ODD_VALUES: list[Any] = [
     "", "Spans", "0x1f", "42", "3.0", "\u00e9t\u00e9", 'q"uo\\te', "x" * 300, "[memory]", "nccl:all_reduce",
     2**63, -(2**63), 2**63 - 1, -(2**63) - 1, 2**64, 10**25, 1.5, -0.0, 1e-320, 1.7976931348623157e308,
     True, False, None, [1, "s"], {"k": 2}, 9007199254740993, 1712195495519695.8,
+    [[2, 3], []], [[[1, 2], [3]], [4]], [[2**50]], [[-1]], [["x"]], ["float", 3], [[True]],
 ]  # fmt: skip
 _KEYS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args", "bp", "s"]
 _ARG_KEYS = [
     "correlation", "External id", "Sequence number", "stream", "device", "Collective name", "In msg nelems",
     "registers per thread", "shared memory", "blocks per SM", "warps per SM", "est. achieved occupancy %",
     "bytes", "Bytes", "Addr", "Total Allocated", "Seq", "Group size", "dtype", "Process Group Name",
+    "Input Dims", "Input type",
 ]  # fmt: skip
 _INSERTS = [b'"', b"\\", b"{", b"}", b",", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"1e999", b"-", b"\\u0041",
             b'"x":1,', b'"pid":7,', b'"pid":7,"pid":8,']  # fmt: skip

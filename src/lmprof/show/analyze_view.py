@@ -8,17 +8,21 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from lmprof.analysis.op_roofline import OpRoofline
 from lmprof.trace.analyze import DeviceReport, Report, TraceReport
 from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
+from lmprof.trace.snapshot import SnapshotReport
+from lmprof.units import si
 
 _MAX_NAME = 72
 _MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
 
 
-def render(report: Report, console: Console | None = None) -> None:
-    """Print the report as tables; several traces get a rank comparison first."""
+def render(report: Report, console: Console | None = None, rooflines: list[OpRoofline | None] | None = None) -> None:
+    """Print the report as tables; several traces get a rank comparison first. ``rooflines``: each
+    trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known."""
     con = console or Console(highlight=False)
     for note in report.notes:
         con.print(f"note: {escape(note)}")
@@ -27,8 +31,8 @@ def render(report: Report, console: Console | None = None) -> None:
     if len(report.traces) > _DETAILED_RANKS:
         con.print(f"{len(report.traces)} traces: per-rank details with --json")
         return
-    for tr in report.traces:
-        _trace(con, tr)
+    for i, tr in enumerate(report.traces):
+        _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None)
 
 
 def short_name(name: str, limit: int = _MAX_NAME) -> str:
@@ -74,7 +78,7 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
-def _trace(con: Console, tr: TraceReport) -> None:
+def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None) -> None:
     rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
     con.print(
         f"\n[bold]{escape(tr.path)}[/bold]  {rank}{tr.events:,} events, "
@@ -87,6 +91,7 @@ def _trace(con: Console, tr: TraceReport) -> None:
     else:
         _device(con, tr.device)
     _operators(con, tr)
+    _op_flops(con, tr, roof)
     _annotations(con, tr.annotations, "annotation")
     _annotations(con, tr.modules, "module")
     _memory(con, tr)
@@ -241,6 +246,39 @@ def _operators(con: Console, tr: TraceReport) -> None:
     for r in ops.top:
         tab.add_row(_cell(short_name(r.name)), f"{r.count:,}", fmt_us(r.self_us), fmt_us(r.total_us), _pct(r.share_pct))
     con.print(tab)
+
+
+def _op_flops(con: Console, tr: TraceReport, roof: OpRoofline | None) -> None:
+    of = tr.op_flops
+    if of is None:
+        return
+    if not of.rows:
+        con.print(f"{of.ops_with_shapes:,} operator calls with shapes, none of a counted kind (mm, linear, sdpa, ...)")
+        return
+    time = "device time of its kernels" if of.time_source == "device" else "CPU time"
+    head = (f"FLOPs from recorded shapes ({of.counted:,} of {of.ops_with_shapes:,} calls counted; "
+            f"{si(of.total_flops, 'FLOP')}, {si(of.total_bytes, 'B')} in outermost ops; time: {time})")  # fmt: skip
+    if roof is not None:
+        head += f"; roofline: {roof.device}"
+    tab = Table(title=head, title_justify="left")
+    cols = ["operator, input shapes, dtype", "count", "time", "FLOP/s", "B/s"]
+    cols += ["bound", "roof"] if roof is not None else []
+    for col in cols:
+        _column(tab, col, name=col.startswith("operator"))
+    for i, r in enumerate(of.rows):
+        label = f"{'  ' if r.nested else ''}{short_name(r.name)} {r.shapes} {r.dtype or '?'}"
+        cells: list[str | Text] = [
+            _cell(label), f"{r.count:,}", fmt_us(r.time_us),
+            "n/a" if r.achieved_flops_per_s is None else si(r.achieved_flops_per_s),
+            "n/a" if r.achieved_bytes_per_s is None else si(r.achieved_bytes_per_s),
+        ]  # fmt: skip
+        if roof is not None:
+            p = roof.rows[i]
+            cells += [p.bound.removesuffix("-bound").replace("unknown", "n/a"), _pct(p.roof_pct)]
+        tab.add_row(*cells)
+    con.print(tab)
+    if any(r.nested for r in of.rows):
+        con.print("indented: inside another counted operator (its FLOPs are not counted twice in the totals)")
 
 
 def _column(tab: Table, title: str, *, name: bool = False, left: bool = False) -> None:
@@ -478,4 +516,41 @@ def render_diff(d: DiffReport, console: Console | None = None) -> None:
             tab.add_row(_cell(name), r.status if r.status != "changed" else "", count,
                         fmt_us(r.before_us), fmt_us(r.after_us), sign + fmt_us(r.delta_us),
                         "" if r.delta_pct is None else f"{sign}{r.delta_pct:.1f}%")  # fmt: skip
+        con.print(tab)
+
+
+def render_snapshot(rep: SnapshotReport, console: Console | None = None) -> None:
+    """Print a CUDA memory snapshot's summary: per device, OOMs, categories, top blocks and lines."""
+    con = console or Console(highlight=False)
+    con.print(f"\n[bold]{escape(rep.path)}[/bold]  CUDA memory snapshot")
+    for note in rep.notes:
+        con.print(f"note: {escape(note)}")
+    for d in rep.devices:
+        when = "at the snapshot" if d.peak_at_us is None else f"at time_us {d.peak_at_us:,.0f}"
+        con.print(
+            f"cuda:{d.device}: {_bytes(d.allocated_bytes)} allocated, {_bytes(d.reserved_bytes)} reserved in "
+            f"{d.segments:,} segments; peak allocated {_bytes(d.peak_allocated_bytes)} {when} "
+            f"(over {d.trace_entries:,} recorded actions)"
+        )
+    for o in rep.ooms:
+        free = "n/a" if o.device_free_bytes is None else _bytes(o.device_free_bytes)
+        con.print(
+            f"OOM on cuda:{o.device}: asked {_bytes(o.requested_bytes)} with {free} free on the device and "
+            f"{_bytes(o.allocated_bytes)} allocated; from {escape(o.frame or '(no stack)')}"
+        )
+    if rep.categories_bytes:
+        con.print("live bytes by category: " + ", ".join(f"{k} {_bytes(v)}" for k, v in rep.categories_bytes.items()))
+    if rep.top:
+        tab = Table(title="Largest live blocks", title_justify="left")
+        for col in ("allocated at", "device", "bytes", "category"):
+            _column(tab, col, name=col == "allocated at")
+        for a in rep.top:
+            tab.add_row(_cell(a.frame or "(no stack)"), f"cuda:{a.device}", _bytes(a.bytes), a.category)
+        con.print(tab)
+    if rep.frames:
+        tab = Table(title="Live bytes per allocating line (innermost frame outside torch)", title_justify="left")
+        for col in ("line", "blocks", "bytes"):
+            _column(tab, col, name=col == "line")
+        for r in rep.frames:
+            tab.add_row(_cell(r.frame), f"{r.blocks:,}", _bytes(r.bytes))
         con.print(tab)

@@ -27,6 +27,7 @@ from lmprof.trace.comms import CommMatch, Communication, collectives, match_rank
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
+from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
 from lmprof.trace.ranks import RankComparison, compare_ranks, rank_row
@@ -80,6 +81,8 @@ class TraceReport:
     memory: MemoryReport | None = None  # None unless recorded with profile_memory=True
     phases: Phases | None = None  # forward/backward/optimizer per step; None without autograd or optimizer
     modules: Annotations | None = None  # nn.Module tree; None without module events (with_modules + with_stack)
+    op_flops: OpFlops | None = None  # per-op FLOPs / bytes from input shapes; None without record_shapes
+    device_name: str | None = None  # the trace's deviceProperties[0].name (peaks are looked up by it)
     notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
 
 
@@ -153,8 +156,20 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         memory=memory_report(table, top),
         phases=phase_split(table),
         modules=module_breakdown(table),
+        op_flops=op_flops(table, top),
+        device_name=device_name(table),
         notes=notes,
     )
+
+
+def device_name(table: TraceTable) -> str | None:
+    """The first device's name in the trace's ``deviceProperties`` (Kineto writes it for GPU traces)."""
+    props = table.meta.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        name = props[0].get("name")
+        if isinstance(name, str) and name.strip():
+            return name.strip()[:200]
+    return None
 
 
 def analyze_tables(tables: Iterable[TraceTable], *, top: int = 10, include_last_step: bool = False) -> Report:
@@ -271,6 +286,11 @@ def analyze_path(
             exporter.close(ok)
     report.notes[:0] = notes
     return report
+
+
+def json_ready(x: Any) -> Any:
+    """``x`` with floats rounded to 3 decimals (NaN and inf as None), numpy scalars as Python ones."""
+    return _clean(x)
 
 
 def _clean(x: Any) -> Any:

@@ -78,11 +78,7 @@ def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations 
     labels = np.array([_label(str(n)) for n in cats] + [""], dtype=object)
     names = labels[codes[rows]]  # code -1 (no name) takes the trailing ""
 
-    # the annotation tree: parent annotation of each range, then paths and depths level by level
-    pos = np.full(len(ev), -1, dtype=np.int64)
-    pos[rows] = np.arange(rows.size)
-    up = enclosing(table, rows, amask)
-    apos = np.where(up >= 0, pos[np.maximum(up, 0)], -1)
+    pos, apos = _tree(table, amask, rows)
     path = names.copy()
     depth = np.zeros(rows.size, dtype=np.int64)
     done = apos < 0
@@ -124,6 +120,37 @@ def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations 
             first_op=str(cats[code]) if code >= 0 else None,
         ))  # fmt: skip
     return Annotations(count=int(rows.size), rows=_tree_order(out))
+
+
+def _tree(table: TraceTable, amask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The annotation tree: each event's position among ``rows`` (-1 elsewhere), and each range's
+    parent annotation's position (-1 at the top)."""
+    pos = np.full(len(table.events), -1, dtype=np.int64)
+    pos[rows] = np.arange(rows.size)
+    up = enclosing(table, rows, amask)
+    return pos, np.where(up >= 0, pos[np.maximum(up, 0)], -1)
+
+
+def _depths(apos: np.ndarray) -> np.ndarray:
+    depth = np.zeros(apos.size, dtype=np.int64)
+    done = apos < 0
+    while not done.all():
+        ready = ~done & done[np.maximum(apos, 0)]
+        depth[ready] = depth[apos[ready]] + 1
+        done |= ready
+    return depth
+
+
+def dead_windows(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
+    """Every annotation range (row into events) and the start of the first operator inside it
+    (inf when none): the per-range dead windows that ``dead_mean_us`` / ``dead_max_us`` summarise."""
+    amask = kinds.annotation_mask(table)
+    rows = np.flatnonzero(amask)
+    if rows.size == 0:
+        return rows, np.zeros(0)
+    pos, apos = _tree(table, amask, rows)
+    first, _ = _first_op(table, amask, pos, rows.size, apos, _depths(apos))
+    return rows, first
 
 
 def _label(name: str) -> str:

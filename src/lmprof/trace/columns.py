@@ -14,6 +14,10 @@ import pandas as pd
 
 from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
 
+# Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond
+# this a (hostile) trace of all-different shapes would grow the table with its size, so new ones are
+# left out and counted (the operators stay; only their shapes are dropped).
+MAX_DISTINCT_SHAPES = 100_000
 _FIRST_BLOCK = 1 << 16  # rows in a column's first block: small traces stay small
 _BLOCK = 1 << 20  # at most this many rows per block (8 MiB for int64); blocks double up to it
 
@@ -104,8 +108,13 @@ class Merger:
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
         self.hw_cols: dict[str, list[np.ndarray]] = {f: [] for f in HW_FIELDS}  # per chunk
         self.memory: list[tuple[Any, ...]] = []
+        self.shape_raw: list[int] = []  # raw index of operator events with input shapes
+        self.shape_codes: list[int] = []  # their (dims, types) as a code into self.shape_table
+        self.shape_table: dict[tuple[Any, Any], int] = {}
+        self.shapes_dropped = 0
         self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
         self.hw: pd.DataFrame = empty_hw()
+        self.shapes: pd.DataFrame = empty_shapes()
 
     def add(self, ch: Chunk) -> None:
         self.n_raw += ch.n_raw
@@ -121,6 +130,16 @@ class Merger:
             self._append(self.x, ch.x, {"name": self._remap(self.names, ch.names), "cat": cats}, ch.x_coded)
             self.comm_raw += [base + r for r in ch.comm_rows]
             self.comm_values += ch.comm_values
+            # distinct shapes are few (one per layer and shape): each is stored once, rows hold codes
+            for r, v in zip(ch.shape_rows, ch.shape_values):
+                code = self.shape_table.get(v)
+                if code is None:
+                    if len(self.shape_table) >= MAX_DISTINCT_SHAPES:
+                        self.shapes_dropped += 1
+                        continue
+                    code = self.shape_table[v] = len(self.shape_table)
+                self.shape_raw.append(base + r)
+                self.shape_codes.append(code)
             if ch.hw_rows.size:
                 self.hw_raw.append(base + ch.hw_rows)
                 for f in HW_FIELDS:
@@ -167,6 +186,24 @@ _MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
 
 def empty_hw() -> pd.DataFrame:
     return hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
+
+
+def empty_shapes() -> pd.DataFrame:
+    return shapes_frame(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
+
+
+def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any]], keep: np.ndarray) -> pd.DataFrame:
+    """Operators' input shapes: ``row`` into events, ``dims`` and ``types`` (see decode.shape_fields).
+
+    Equal shapes share one tuple object, so the frame costs a few pointers per row."""
+    rows, codes = rows[keep], codes[keep]
+    order = np.argsort(rows, kind="stable")
+    rows, codes = rows[order], codes[order]
+    dims = np.empty(len(codes), dtype=object)
+    types = np.empty(len(codes), dtype=object)
+    for j, c in enumerate(codes.tolist()):
+        dims[j], types[j] = table[c]
+    return pd.DataFrame({"row": rows.astype(np.int64), "dims": dims, "types": types})
 
 
 def empty_comms() -> pd.DataFrame:
@@ -276,22 +313,26 @@ def frames(b: Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     for name in ARG_COLUMNS:
         cols[name] = x.take(name, inverse)
     comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
+    shape_rows = np.asarray(b.shape_raw, dtype=np.int64)
     hw_rows = np.concatenate(b.hw_raw) if b.hw_raw else np.empty(0, dtype=np.int64)
     if inverse is not None:
-        comm_rows, hw_rows = inverse[comm_rows], inverse[hw_rows]
+        comm_rows, hw_rows, shape_rows = inverse[comm_rows], inverse[hw_rows], inverse[shape_rows]
     del inverse
     bad_dur = ~(np.abs(cols["dur"]) <= _MAX_TIME_US)
     keep = np.isfinite(cols["ts"]) & ~bad_dur
     dropped = int(len(keep) - keep.sum())
     comm_keep = np.ones(comm_rows.size, dtype=bool)
     hw_keep = np.ones(hw_rows.size, dtype=bool)
+    shape_keep = np.ones(shape_rows.size, dtype=bool)
     if dropped:
         cols = {k: v[keep] for k, v in cols.items()}
         new_row = np.cumsum(keep) - 1
         comm_keep, hw_keep = keep[comm_rows], keep[hw_rows]
         comm_rows, hw_rows = new_row[comm_rows], new_row[hw_rows]
+        shape_keep, shape_rows = keep[shape_rows], new_row[shape_rows]
     b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
     b.hw = hw_frame(hw_rows, b.hw_cols, hw_keep)
+    b.shapes = shapes_frame(shape_rows, np.asarray(b.shape_codes, dtype=np.int64), list(b.shape_table), shape_keep)
     events = pd.DataFrame(cols, copy=False)
     f = b.fl
     flows = pd.DataFrame(

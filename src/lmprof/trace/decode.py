@@ -49,6 +49,16 @@ class Args(msgspec.Struct, gc=False):
     ev_idx: Any = msgspec.field(default=None, name="Ev Idx")
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    # operator input shapes and dtypes (record_shapes=True); kept for operator events only
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_types: Any = msgspec.field(default=None, name="Input type")
+
+
+class Shapes(msgspec.Struct, gc=False):
+    """Just the shape args of an operator event: what the C reader's caller decodes (scan.py)."""
+
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_types: Any = msgspec.field(default=None, name="Input type")
 
 
 NO_ARGS = Args()
@@ -88,6 +98,15 @@ _get_mem_fields = attrgetter(*_MEM_FIELDS)
 _HW_GETTERS = {f: attrgetter(f) for f in HW_FIELDS}
 # categories whose events carry kernel resources or copy sizes
 HW_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+# categories whose events carry input shapes (record_shapes): CPU operators, new and old name
+SHAPE_CATS = frozenset({"cpu_op", "operator"})
+# Bounds on what one operator's shapes may hold: beyond them the shapes are junk (or hostile) and the
+# event is kept without shapes, so a trace of 1 M ops cannot make the table grow without limit.
+MAX_INPUTS = 64  # inputs per operator
+MAX_RANK = 16  # dimensions per tensor
+MAX_LIST = 64  # tensors per TensorList input (aten::cat)
+MAX_DIM = 2**48  # elements along one dimension
+MAX_TYPE = 64  # characters of one dtype name
 
 
 @dataclass
@@ -121,6 +140,8 @@ class Chunk:
     fl_coded: dict[str, Coded] = field(default_factory=dict)
     comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
     comm_values: list[tuple[Any, ...]] = field(default_factory=list)
+    shape_rows: list[int] = field(default_factory=list)  # operator rows with input shapes
+    shape_values: list[tuple[Any, Any]] = field(default_factory=list)  # (dims, types), see shape_fields
     hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     hw_cols: dict[str, np.ndarray] = field(default_factory=dict)  # float64, see hw_values
     memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
@@ -194,6 +215,54 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
     ch.hw_rows = dev_idx.astype(np.int64)
     dev_args = [args[i] for i in dev_idx.tolist()]
     ch.hw_cols = hw_columns(dev_args)
+    op_rows = np.flatnonzero(np.isin(cat_codes, shape_cat_codes(list(cats)))).tolist()
+    add_shapes(ch, op_rows, [args[i] for i in op_rows])
+
+
+def shape_cat_codes(cats: list[Any]) -> list[int]:
+    """Local codes of the categories whose events may carry input shapes."""
+    return [c for c, k in enumerate(cats) if isinstance(k, str) and k.lower() in SHAPE_CATS]
+
+
+def add_shapes(ch: Chunk, rows: list[int], args: list[Any]) -> None:
+    """Keep the input shapes of the operator rows that have them (``args``: Args or Shapes, same fields)."""
+    for i, a in zip(rows, args):
+        if a is not None and a.input_dims is not None:
+            got = shape_fields(a.input_dims, a.input_types)
+            if got is not None:
+                ch.shape_rows.append(i)
+                ch.shape_values.append(got)
+
+
+def _dims(x: Any) -> tuple[int, ...] | None:
+    if x.__class__ is not list or len(x) > MAX_RANK:
+        return None
+    if any(d.__class__ is not int or not 0 <= d < MAX_DIM for d in x):
+        return None
+    return tuple(x)
+
+
+def shape_fields(dims: Any, types: Any) -> tuple[Any, Any] | None:
+    """One operator's shapes as hashable values: ``(dims, types)``, or None when unusable.
+
+    ``dims`` holds one entry per input: a tuple of sizes for a tensor (``()`` for a scalar or an
+    absent input), a tuple of such tuples for a tensor list, None for anything else. ``types`` holds
+    the dtype names (``""`` where not text). Both readers apply this one rule.
+    """
+    if dims.__class__ is not list or len(dims) > MAX_INPUTS:
+        return None
+    out: list[Any] = []
+    for x in dims:
+        d = _dims(x)
+        if d is None and x.__class__ is list and 0 < len(x) <= MAX_LIST and all(y.__class__ is list for y in x):
+            items = [_dims(y) for y in x]
+            d = None if any(y is None for y in items) else tuple(items)  # type: ignore[arg-type]
+        out.append(d)
+    if types.__class__ is list and len(types) <= MAX_INPUTS:
+        names = tuple(t[:MAX_TYPE] if t.__class__ is str else "" for t in types)
+    else:
+        names = ()
+    return tuple(out), names
 
 
 def memory_rows(mem: list[_Event]) -> list[tuple[Any, ...]]:

@@ -28,6 +28,9 @@ achieved occupancy %), nbytes (a copy's or set's size); NaN when absent or not a
 ``TraceTable.memory`` holds the allocator's ``[memory]`` instant events (``profile_memory=True``) in
 file order: ts (float64 us), pid, tid, device_type (0 CPU, 1 CUDA, ...), device_id, bytes (negative
 for a free), addr, ev_idx, total_allocated, total_reserved (int64, -1 when absent or odd; bytes 0).
+``TraceTable.shapes`` holds the input shapes of the CPU operators that have them (``record_shapes``):
+``row`` into ``events``, ``dims`` (per input: a tuple of sizes, a tuple of them for a tensor list, or
+None) and ``types`` (dtype names), see :func:`lmprof.trace.decode.shape_fields`.
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts.
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
 
@@ -55,7 +58,7 @@ import msgspec
 import pandas as pd
 
 from lmprof.errors import DataError
-from lmprof.trace.columns import Merger, empty_comms, empty_hw, frames, memory_frame
+from lmprof.trace.columns import Merger, empty_comms, empty_hw, empty_shapes, frames, memory_frame
 from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.read import chunks, gzip_size, open_regular
 from lmprof.trace import scan
@@ -98,6 +101,8 @@ class TraceTable:
     hw: pd.DataFrame = field(default_factory=lambda: empty_hw())
     # the allocator's "[memory]" instant events, in file order (see the module docstring)
     memory: pd.DataFrame = field(default_factory=lambda: memory_frame([]))
+    # input shapes and dtypes of the operators that have them (record_shapes; see the module docstring)
+    shapes: pd.DataFrame = field(default_factory=lambda: empty_shapes())
 
     @property
     def rank(self) -> int | None:
@@ -290,7 +295,7 @@ def _table(p: Path, builder: Merger, meta_json: bytes) -> TraceTable:
         notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
     return TraceTable(
         events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw,
-        memory=memory_frame(builder.memory),
+        memory=memory_frame(builder.memory), shapes=builder.shapes,
     )
 
 
@@ -321,6 +326,9 @@ def _load_notes(b: Merger, dropped: int) -> list[str]:
         notes.append(f"{n:,} event(s) have {fld} that is not a 64-bit integer: read as absent")
     if dropped:
         notes.append(f"{dropped:,} event(s) with a timestamp or duration out of range were left out")
+    if b.shapes_dropped:
+        notes.append(f"{b.shapes_dropped:,} operator(s) with input shapes beyond the first "
+                     f"{len(b.shape_table):,} distinct ones: their shapes were left out")
     return notes
 
 

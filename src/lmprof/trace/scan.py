@@ -6,12 +6,14 @@ when it is built and it accepts the list, else :func:`lmprof.trace.decode.decode
 both give the same :class:`~lmprof.trace.decode.Chunk` for every list the fast path accepts
 (``tests/test_trace_scan.py`` checks it on real traces and on mutated ones). The few things the C
 reader leaves to Python are decoded here with msgspec's own decoders: the distinct names, ids
-written as text, and the args of the events whose collective parameters or kernel resources are kept.
+written as text, and the args of the events whose collective parameters, kernel resources or input
+shapes are kept.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
 from types import ModuleType
 
 import msgspec
@@ -52,6 +54,10 @@ _ODD = (
     ("fl", "tid", 0, "tid", True),
 )
 _ARGS_LIST = msgspec.json.Decoder(list[dec.Args | None])
+_SHAPES_LIST = msgspec.json.Decoder(list[dec.Shapes | None])
+# The C reader refuses keys with escapes, so in a list it accepted an "Input Dims" key is spelled so:
+# without it (no record_shapes) no operator's args need decoding at all.
+_HAS_SHAPES = re.compile(rb'"Input Dims"')
 _TEXT = msgspec.json.Decoder(str)
 
 
@@ -130,6 +136,11 @@ def _sparse_args(
     dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
     ch.hw_rows = dev_idx.astype(np.int64)
     ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
+    if _HAS_SHAPES.search(view) is not None:
+        op_rows = np.flatnonzero(np.isin(cat_codes, dec.shape_cat_codes(cats))).tolist()
+        off, n = args_at
+        parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[op_rows].tolist(), n[op_rows].tolist())]
+        dec.add_shapes(ch, op_rows, _SHAPES_LIST.decode(b"[" + b",".join(parts) + b"]"))
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:

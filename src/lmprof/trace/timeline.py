@@ -197,8 +197,12 @@ class IdleCauses:
     median_gap_us: float | None
 
 
-def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
-    """Split the device's idle time into sync / host-bound / other gaps (see :class:`IdleCauses`)."""
+GAP_CAUSES = ("sync", "host_bound", "other")  # the codes of :func:`idle_gaps`
+
+
+def idle_gaps(table: TraceTable, sel: DeviceSelection) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every idle gap of the device in the window: start, end (us) and cause, an index into
+    :data:`GAP_CAUSES` (the rules of :class:`IdleCauses`)."""
     ev = table.events
     ts_all, dur_all = ev["ts"].to_numpy(), np.maximum(ev["dur"].to_numpy(), 0.0)
     sw = device_sweep(table, sel.rows)
@@ -206,7 +210,7 @@ def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
     g0 = sw.start[is_gap]
     g1 = g0 + sw.length[is_gap]
     if g0.size == 0:
-        return IdleCauses(0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, None, None)
+        return g0, g1, np.zeros(0, dtype=np.int8)
 
     # the device event that ends each gap; among simultaneous starts the one launched earliest
     rows = sel.rows[dur_all[sel.rows] > 0]
@@ -229,7 +233,16 @@ def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
     else:
         sync = np.zeros(len(g0), dtype=bool)
     host = ~sync & ~unlinked & (next_launch_end > g0)
-    other = ~sync & ~host
+    cause = np.where(sync, 0, np.where(host, 1, 2)).astype(np.int8)
+    return g0, g1, cause
+
+
+def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
+    """Split the device's idle time into sync / host-bound / other gaps (see :class:`IdleCauses`)."""
+    g0, g1, cause = idle_gaps(table, sel)
+    if g0.size == 0:
+        return IdleCauses(0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, None, None)
+    sync, host, other = cause == 0, cause == 1, cause == 2
     length = g1 - g0
     return IdleCauses(
         gaps=int(len(g0)),
