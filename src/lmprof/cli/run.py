@@ -25,6 +25,8 @@ def run(
     stop_after: bool = typer.Option(False, "--stop-after", help="End the script once the run is written"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
     nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
+    log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
+                                     "once the script ends (repeatable; offline: docs/trackers.md)"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks)"),
 ) -> int:
     """Profile your own training (or, with --infer, generation) script, unchanged: warm-up, clean
@@ -45,6 +47,13 @@ def run(
     if warmup is not None and warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
     check_target(target, module)
+    if log_to:  # an unknown tracker or a missing package is said before the script starts
+        from lmprof.trackers.export import check_trackers
+
+        if nproc > 1:
+            raise ConfigError("--log-to is not supported with --nproc yet: export the run folder afterwards "
+                              "with lmprof export RUN --to TRACKER")
+        check_trackers(log_to)
     out_dir = check_out(out)  # before the script starts; absolute, so a script's os.chdir() changes nothing
     if nproc > 1:
         from lmprof.pipeline.usercode.ranks import launch_script
@@ -68,6 +77,13 @@ def run(
     result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)
+    folder = result.session.folder
+    if log_to and result.signal is None and result.session.run is not None and folder is not None:
+        # After the script: a tracker's failure is one line on stderr, never the script's exit code.
+        from lmprof.trackers.export import log_quietly
+
+        for line in log_quietly(folder, log_to):
+            print(f"lmprof: logged to {line}", file=sys.stderr)
     if result.signal is not None:  # ended by a signal: end the way it would have without lmprof
         from lmprof.pipeline.usercode.ending import die_by
 

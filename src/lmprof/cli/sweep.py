@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -29,6 +29,8 @@ def sweep(
                                 help="Kept for old scripts: exit code 1 on a failed point is now the default"),
     executor: str = typer.Option("local", "--executor", help="local (one point after another) or ray (Ray tasks)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (e.g. auto); default: a local Ray"),
+    log_to: List[str] = typer.Option([], "--log-to", help="Also export each finished point to tensorboard, mlflow or "
+                                     "wandb, one tracker run per point in one group (repeatable; docs/trackers.md)"),
 ) -> None:
     """Run every configuration of a sweep spec; each point's status and metrics go to results.sqlite."""
     from lmprof.sweep.progress import ConsoleProgress, duration
@@ -47,6 +49,10 @@ def sweep(
     sweep_spec = load_spec(spec)
     if not dry_run:
         check_output_dir(out, "--out")
+    if log_to:  # an unknown tracker or a missing package is said before any point runs
+        from lmprof.trackers.export import check_trackers
+
+        check_trackers(log_to)
     plan = sweep_spec.expand()
     n = len(plan.points)
     console.print(f"sweep {spec}: {n} point{'' if n == 1 else 's'}"
@@ -62,7 +68,7 @@ def sweep(
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         summary = run_sweep(sweep_spec, out, resume=resume, retry_failed=not skip_failed,
-                            listener=ConsoleProgress(console), executor=runner_executor)
+                            listener=_logging(ConsoleProgress(console), log_to, out), executor=runner_executor)
     except KeyboardInterrupt:
         console.print(f"interrupted: finished points are saved; continue with: "
                       f"lmprof sweep {spec} --out {out} --resume")
@@ -79,3 +85,34 @@ def sweep(
         console.print(f"{summary.failed + summary.skipped_failed} point(s) failed: exit code 1 "
                       f"(see `lmprof results {out}`)")
         raise typer.Exit(1)
+
+
+def _logging(listener: Any, trackers: List[str], out: Path) -> Any:
+    """The progress listener, plus (with --log-to) each ok point exported as soon as it is recorded.
+
+    Points are logged as they finish, so a resumed sweep logs only the points it runs. A tracker's
+    failure is one line on stderr and the sweep goes on: the point is in the store and its folder.
+    """
+    if not trackers:
+        return listener
+    from lmprof.sweep.runner import RUNS_DIR
+    from lmprof.trackers.export import log_quietly
+
+    group = out.resolve().name  # the group `lmprof export SWEEP` uses too
+
+    class Logging:
+        def begin(self, total: int, todo: int, skipped_ok: int) -> None:
+            listener.begin(total, todo, skipped_ok)
+
+        def point_started(self, point: Any, index: int) -> None:
+            listener.point_started(point, index)
+
+        def point_finished(self, point: Any, outcome: Any, headline: str) -> None:
+            listener.point_finished(point, outcome, headline)
+            if outcome.status == "ok":
+                log_quietly(out / RUNS_DIR / point.id, trackers, group=group)
+
+        def end(self, summary: Any) -> None:
+            listener.end(summary)
+
+    return Logging()

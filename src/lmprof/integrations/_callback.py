@@ -6,6 +6,7 @@ session they drive (pipeline/usercode) and what they hand back are the same, so 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,26 @@ class SessionCallback:
     """Mixin: ``session`` is set by the framework callback once training starts."""
 
     session: Session | None = None
+    log_to: Sequence[str] = ()
 
-    def _end_training(self) -> None:
-        """The framework's training ended: write what was measured (if the run is not written yet)."""
+    def _end_training(self, tensorboard_dir: str | Path | None = None) -> None:
+        """The framework's training ended: write what was measured (if the run is not written yet), then
+        log the run to the trackers in ``log_to`` — into the run the user's tracker has open when there
+        is one (``tensorboard_dir``: the framework's TensorBoard log folder)."""
         s = self.session
         if s is None:
             return
         if not s.done:
             s.finish("training ended")
         self._release()
+        folder = self.folder
+        if self.log_to and folder is not None:
+            from lmprof.trackers.export import log_quietly
+
+            # A tracker's failure is one line on stderr inside log_quietly: training has ended normally.
+            for line in log_quietly(folder, self.log_to, open_run=True, tensorboard_dir=tensorboard_dir):
+                if s.spec.verbose:
+                    print(f"lmprof: logged to {line}", file=sys.stderr)
 
     def _release(self) -> None:
         s = self.session

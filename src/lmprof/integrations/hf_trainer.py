@@ -8,6 +8,7 @@ all gradient-accumulation micro-batches included). The model is the one the Trai
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,11 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):
 
     def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True):
+                 verbose: bool = True, log_to: Sequence[str] = ()):
         self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
                                 report=report, verbose=verbose, config={"source": "TrainerCallback"})
         self.stop_after = stop_after
+        self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -63,5 +65,6 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._end_training()
+        # The Trainer's TensorBoard callback writes to args.logging_dir: lmprof's figures join that run.
+        self._end_training(tensorboard_dir=getattr(args, "logging_dir", None))
 

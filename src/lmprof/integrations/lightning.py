@@ -16,6 +16,7 @@ whichever is installed (the callback must derive from the Trainer's own Callback
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,12 @@ class LightningCallback(SessionCallback, _LightningBase):
 
     def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True):
+                 verbose: bool = True, log_to: Sequence[str] = ()):
         super().__init__()
         self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
                                 report=report, verbose=verbose, config={"source": "LightningCallback"})
         self.stop_after = stop_after
+        self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
         self._last_step = 0
         self._finding: Any = None  # the global forward pre-hook while the watched module is looked for
@@ -111,5 +113,13 @@ class LightningCallback(SessionCallback, _LightningBase):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_finding()
-        self._end_training()
+        self._end_training(tensorboard_dir=_tensorboard_dir(trainer))
 
+
+
+def _tensorboard_dir(trainer: Any) -> str | None:
+    """The log folder of the Trainer's TensorBoard logger, if it has one (lmprof's figures join that run)."""
+    for logger in getattr(trainer, "loggers", None) or []:
+        if type(logger).__name__ == "TensorBoardLogger":
+            return str(logger.log_dir)
+    return None

@@ -1,18 +1,31 @@
-"""HTML building blocks for lmprof's self-contained reports: escaping, tables, sections, embedded PNGs, the page."""
+"""The pieces of lmprof's self-contained HTML reports and the Jinja2 environment that renders them.
+
+Reports are built in two steps: the report modules (run_report.py, sweep_report.py, trace_findings.py)
+turn a run or a sweep into *parts* — the small typed values below (a table of cells, a figure, a
+list, a note) — and the templates in ``templates/`` turn parts into HTML. Python never writes markup
+and never escapes: the Jinja2 environment has autoescaping on for every template, so any text from a
+record (a block name, a note, a file name) is shown as text, whatever it contains. The only values
+marked safe are the rendered output of these templates themselves.
+
+What a report may link or embed is decided here too: :func:`file_inside` (only files inside the run
+or sweep folder), :func:`local_href` (percent-encoded relative links) and :class:`Embedder` (each PNG
+once, bounded in size).
+"""
 from __future__ import annotations
 
 import base64
 import datetime as _dt
-import html
 import math
 import os
 import re
+import stat
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, Sequence, Union
 from urllib.parse import quote
-from typing import Any, Iterable, Mapping, Sequence
 
 from lmprof.show.format import number
-
 
 REPORT_NAME = "report.html"
 # The largest PNG a report embeds, and the most all of one report's embedded PNGs may add up to.
@@ -24,16 +37,16 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _TEMPLATES = Path(__file__).parent / "templates"
 NOT_RECORDED = "not recorded in this run"
 
+SOURCE_HELP = {
+    "measured": "read from a clock or counter",
+    "estimated": "from a model or formula",
+    "derived": "arithmetic on measured figures",
+}
+
 
 # ================================================================================================
-# HTML pieces
+# Which files a report may link or embed
 # ================================================================================================
-
-
-def esc(x: object) -> str:
-    """HTML-escape anything (None -> '')."""
-    return "" if x is None else html.escape(str(x), quote=True)
-
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
@@ -71,53 +84,172 @@ def local_href(target: Path, report_dir: str | Path) -> str:
     return quote(rel, safe="/")
 
 
-def _template(name: str) -> str:
-    return (_TEMPLATES / name).read_text(encoding="utf-8")
+# ================================================================================================
+# Parts: what a report is made of (the templates draw each kind)
+# ================================================================================================
 
 
-def badge(source: str | None) -> str:
-    """A coloured measured / estimated / derived label."""
-    if not source:
-        return ""
-    return f'<span class="src src-{esc(source)}" title="{esc(_SOURCE_HELP.get(source, ""))}">{esc(source)}</span>'
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: text, drawn as ``style`` says.
+
+    Styles: "" (plain), "code", "na" (a muted n/a), "note" (muted small text), "badge" (a measured /
+    estimated / derived label; ``text`` is the source), "link" (``href`` from :func:`local_href`).
+    ``sort`` is the raw value a sortable table sorts by.
+    """
+
+    text: str = ""
+    style: str = ""
+    href: str | None = None
+    sort: str | None = None
 
 
-_SOURCE_HELP = {
-    "measured": "read from a clock or counter",
-    "estimated": "from a model or formula",
-    "derived": "arithmetic on measured figures",
-}
+CellLike = Union[Cell, str]
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, num: Sequence[int] = (),
-          cls: str = "", total_last: bool = False) -> str:
-    """A table; cells are HTML already (escape before). ``num`` are right-aligned column indexes."""
-    head = "".join(f'<th class="num">{esc(h)}</th>' if i in num else f"<th>{esc(h)}</th>"
-                   for i, h in enumerate(headers))
-    body_rows = list(rows)
-    out = []
-    for r, row in enumerate(body_rows):
-        tr = ' class="total"' if total_last and r == len(body_rows) - 1 else ""
-        cells = "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>" for i, c in enumerate(row))
-        out.append(f"<tr{tr}>{cells}</tr>")
-    return (f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(out)}</tbody></table></div>')
+@dataclass(frozen=True)
+class Table:
+    """Rows of cells under headers; ``num`` are the right-aligned (numeric) columns.
+
+    ``sortable`` makes it a click-to-sort table: numeric headers say so and cells carry their raw value.
+    """
+
+    headers: Sequence[str]
+    rows: Sequence[Sequence[CellLike]]
+    num: frozenset[int] = frozenset()
+    cls: str = ""
+    total_last: bool = False
+    sortable: bool = False
+    kind: ClassVar[str] = "table"
 
 
-def section(sid: str, title: str, body: str, intro: str | None = None) -> str:
+@dataclass(frozen=True)
+class Figure:
+    """An embedded PNG (a data URI) with its caption."""
+
+    src: str
+    caption: str
+    alt: str
+    kind: ClassVar[str] = "figure"
+
+
+@dataclass(frozen=True)
+class Absent:
+    """The line shown where a run has nothing (or a note why something is not shown)."""
+
+    text: str = NOT_RECORDED
+    kind: ClassVar[str] = "absent"
+
+
+@dataclass(frozen=True)
+class Para:
+    """A paragraph of text; ``intro`` draws it muted, as a section's lead-in."""
+
+    text: str
+    intro: bool = False
+    kind: ClassVar[str] = "para"
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A bulleted list of text."""
+
+    items: Sequence[str]
+    kind: ClassVar[str] = "bullets"
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A sub-heading inside a section."""
+
+    text: str
+    kind: ClassVar[str] = "heading"
+
+
+@dataclass(frozen=True)
+class Details:
+    """Parts folded under a summary line (open on click)."""
+
+    summary: str
+    parts: Sequence[Any]
+    kind: ClassVar[str] = "details"
+
+
+@dataclass(frozen=True)
+class Card:
+    """A headline figure: label, value (None: not available, ``sub`` says why) and its spread."""
+
+    label: str
+    value: str | None
+    sub: str
+    key: str
+    source: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Cards:
+    """The row of headline cards."""
+
+    cards: Sequence[Card]
+    kind: ClassVar[str] = "cards"
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One recommendation: what, why, what to try, the evidence and notes."""
+
+    rule: str
+    title: str
+    why: str
+    actions: Sequence[str]
+    evidence: Sequence[str]
+    notes: Sequence[str]
+
+
+@dataclass(frozen=True)
+class Recs:
+    """The recommendations panel."""
+
+    recs: Sequence[Rec]
+    kind: ClassVar[str] = "recs"
+
+
+@dataclass(frozen=True)
+class TraceLink:
+    """The link to the run's trace and how to open it."""
+
+    href: str
+    name: str
+    size: str
+    kind: ClassVar[str] = "trace_link"
+
+
+@dataclass(frozen=True)
+class Section:
     """A report section with an anchor id (the navigation links to it)."""
-    p = f'<p class="intro">{intro}</p>' if intro else ""
-    return f'<section id="{esc(sid)}" data-section="{esc(sid)}"><h2>{esc(title)}</h2>{p}{body}</section>'
+
+    sid: str
+    title: str
+    parts: Sequence[Any]
+    intro: str | None = None
+    nav: str = ""
 
 
-def absent(text: str = NOT_RECORDED) -> str:
-    """The line a section shows when the run has nothing for it."""
-    return f'<p class="absent">{esc(text)}</p>'
+def table(headers: Sequence[str], rows: Iterable[Sequence[CellLike]], *, num: Iterable[int] = (), cls: str = "",
+          total_last: bool = False, sortable: bool = False) -> Table:
+    """A :class:`Table` (rows taken as a list)."""
+    return Table(list(headers), [list(r) for r in rows], frozenset(num), cls, total_last, sortable)
 
 
 def png_data_uri(data: bytes) -> str:
     """``data:image/png;base64,...`` for embedding."""
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def figure(data: bytes, caption: str, alt: str | None = None) -> Figure:
+    """An embedded PNG with a caption."""
+    return Figure(png_data_uri(data), caption, alt or caption)
 
 
 class Embedder:
@@ -129,65 +261,43 @@ class Embedder:
         self.names: set[str] = set()  # names as the record lists them, for callers that claim files
         self.total = 0
 
-    def png(self, path: Path, caption: str, name: str | None = None) -> str:
-        """A <figure> for ``path``, "" when this file was embedded already, or a one-line note why not."""
+    def png(self, path: Path, caption: str, name: str | None = None) -> Figure | Absent | None:
+        """A figure for ``path``, None when this file was embedded already, or a one-line note why not."""
         label = name or path.name
         try:
             real = os.path.realpath(path)
         except (OSError, ValueError):
-            return absent(f"{label}: cannot be read, not shown")
+            return Absent(f"{label}: cannot be read, not shown")
         if real in self.seen:
-            return ""  # the same file listed again (another spelling, a link): shown once
+            return None  # the same file listed again (another spelling, a link): shown once
         self.seen.add(real)
         try:
             with open(real, "rb") as f:
                 st = os.fstat(f.fileno())
-                if not _is_regular(st.st_mode):
-                    return absent(f"{label}: not a regular file, not shown")
+                if not stat.S_ISREG(st.st_mode):
+                    return Absent(f"{label}: not a regular file, not shown")
                 if st.st_size > MAX_EMBED_BYTES:
-                    return absent(f"{label}: {st.st_size:,} bytes, more than the {MAX_EMBED_BYTES >> 20} MiB "
+                    return Absent(f"{label}: {st.st_size:,} bytes, more than the {MAX_EMBED_BYTES >> 20} MiB "
                                   "a report embeds; not shown (open the file itself)")
                 if self.total + st.st_size > MAX_EMBED_TOTAL:
-                    return absent(f"{label}: not shown: the report already embeds {self.total >> 20} MiB of "
+                    return Absent(f"{label}: not shown: the report already embeds {self.total >> 20} MiB of "
                                   f"images (at most {MAX_EMBED_TOTAL >> 20} MiB)")
                 data = f.read(MAX_EMBED_BYTES + 1)
         except OSError as exc:
-            return absent(f"{label}: cannot be read ({exc.strerror or exc}), not shown")
+            return Absent(f"{label}: cannot be read ({exc.strerror or exc}), not shown")
         if len(data) > MAX_EMBED_BYTES or not data.startswith(_PNG_MAGIC):
-            return absent(f"{label}: not a PNG image, not shown")
+            return Absent(f"{label}: not a PNG image, not shown")
         self.total += len(data)
         return figure(data, caption)
 
 
-def _is_regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
-
-
-def figure(data: bytes, caption: str, alt: str | None = None) -> str:
-    """An embedded PNG with a caption."""
-    return (f'<figure><img src="{png_data_uri(data)}" alt="{esc(alt or caption)}">'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
-
-
-def page(title: str, header: str, nav: Sequence[tuple[str, str]], body: str, script: bool = False) -> str:
-    """The whole document: inline CSS (and the sorting script when asked), no external resources."""
-    links = "".join(f'<a href="#{esc(sid)}">{esc(label)}</a>' for sid, label in nav)
-    js = f"<script>{_template('sort.js')}</script>" if script else ""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{_template('report.css')}</style></head>"
-        f"<body><main><header>{header}<nav>{links}</nav></header>{body}"
-        f"<footer>Written by lmprof on {stamp}. Self-contained: open it anywhere, offline.</footer>"
-        f"</main>{js}</body></html>\n"
-    )
+# ================================================================================================
+# Cell text: plain values as the reports show them
+# ================================================================================================
 
 
 def cell_value(v: Any, unit: str | None = None) -> str:
-    """A table cell for a plain value: numbers formatted, None as an em dash."""
+    """The text of a table cell for a plain value: numbers formatted, None as an em dash."""
     if getattr(v, "shape", None) == () and hasattr(v, "item"):
         v = v.item()  # numpy scalars (from pandas rows) as Python numbers and bools
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -196,28 +306,20 @@ def cell_value(v: Any, unit: str | None = None) -> str:
         return "yes" if v else "no"
     if isinstance(v, (int, float)):
         if unit:
-            return esc(number(float(v), unit))
-        return esc(f"{v:,}" if isinstance(v, int) else f"{v:.4g}")
+            return number(float(v), unit)
+        return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
     text = str(v)
-    return esc(text if len(text) <= 160 else text[:157] + "...")
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
-# ================================================================================================
-# Figures and metric tables
-# ================================================================================================
-
-
-
-def generic_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def generic_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """Any list of row dicts as a table (columns in first-seen order)."""
     cols: dict[str, None] = {}
     for r in rows:
         for k in r:
             cols.setdefault(k)
-    body = []
-    for r in rows:
-        body.append([_table_cell(c, r.get(c)) for c in cols])
-    num = tuple(i for i, c in enumerate(cols) if all(isinstance(r.get(c), (int, float, type(None))) for r in rows))
+    body = [[_table_cell(c, r.get(c)) for c in cols] for r in rows]
+    num = (i for i, c in enumerate(cols) if all(isinstance(r.get(c), (int, float, type(None))) for r in rows))
     return table(list(cols), body, num=num)
 
 
@@ -233,16 +335,38 @@ def _table_cell(col: str, v: Any) -> str:
     c = col.lower()
     for suffix, unit in _COLUMN_UNITS:
         if c.endswith(suffix):
-            return esc(number(float(v), unit))
+            return number(float(v), unit)
     if c.endswith("_s") or c == "seconds":
-        return esc(number(float(v) * 1e3, "ms"))
+        return number(float(v) * 1e3, "ms")
     if c.endswith(("_pct", "fraction")):
-        return esc(f"{100 * v if c.endswith('fraction') else v:.3g} %")
+        return f"{100 * v if c.endswith('fraction') else v:.3g} %"
     return cell_value(v)
 
 
-def kv_html(pairs: Sequence[tuple[str, Any]]) -> str:
-    return table(["key", "value"], [[esc(k), cell_value(v)] for k, v in pairs], cls="kv")
+def kv_table(pairs: Sequence[tuple[str, Any]]) -> Table:
+    """Key / value rows."""
+    return table(["key", "value"], [[str(k), cell_value(v)] for k, v in pairs], cls="kv")
 
 
+# ================================================================================================
+# Rendering
+# ================================================================================================
 
+
+@lru_cache(maxsize=1)
+def environment() -> Any:
+    """The Jinja2 environment of the report templates: autoescaping on for every template, undefined
+    names an error (a template typo fails the tests instead of printing nothing)."""
+    import jinja2  # lazy: only reports need it
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.globals["source_help"] = SOURCE_HELP
+    return env
+
+
+def page(template: str, **values: Any) -> str:
+    """Render a whole report page (``run_report.html.j2`` or ``sweep_report.html.j2``)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return str(environment().get_template(template).render(stamp=stamp, **values))

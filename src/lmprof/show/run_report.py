@@ -1,6 +1,7 @@
 """The run report: one self-contained HTML page for one lmprof run (see docs/reports.md)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -13,10 +14,10 @@ from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
-    NOT_RECORDED, REPORT_NAME, Embedder, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
-    section, table,
+    NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Rec, Recs,
+    Section, Table, TraceLink, figure, file_inside, generic_table, kv_table, local_href, page, table,
 )
-from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_html
+from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_parts
 from lmprof.show.literal import literal_text
 
 
@@ -39,6 +40,7 @@ COMPUTE_KEYS = ("mfu", "hfu", "mbu")
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
+Part = Any  # one of the part kinds of lmprof.show.html
 # Tables shown in their own sections; any other run table goes under "Other tables".
 _OWN_TABLES = {"energy", "memory", "roofline", "attribution"}
 
@@ -51,43 +53,31 @@ def energy_per_token_key(run: Run) -> str | None:
     return keys[0] if keys else None
 
 
-def _headline_card(run: Run, key: str) -> str:
+def _headline_card(run: Run, key: str) -> Card:
     label = LABELS.get(key, key)
     if key == "@energy_per_token":
         real = energy_per_token_key(run)
         if real is None:
             total = run.metric("energy.total")
             why = f"n/a: {total.note}" if total is not None and total.value is None and total.note else NOT_RECORDED
-            return _card(label, None, why, key="energy per token")
+            return Card(label, None, why, key="energy per token")
         key = real
     m = run.metric(key)
     if m is None:
-        return _card(label, None, NOT_RECORDED, key=key)
+        return Card(label, None, NOT_RECORDED, key=key)
     if m.value is None:
-        return _card(label, None, f"n/a: {m.note or 'no reason recorded'}", key=key, source=m.source)
-    spread = metric_spread(m)
-    return _card(label, metric_value(m), spread, key=key, source=m.source, note=m.note)
+        return Card(label, None, f"n/a: {m.note or 'no reason recorded'}", key=key, source=m.source)
+    return Card(label, metric_value(m), metric_spread(m), key=key, source=m.source, note=m.note)
 
 
-def _card(label: str, value: str | None, sub: str, *, key: str, source: str | None = None,
-          note: str | None = None) -> str:
-    title = f' title="{esc(note)}"' if note else ""
-    if value is None:
-        return (f'<div class="card" data-key="{esc(key)}"><div class="label">{esc(label)} {badge(source)}</div>'
-                f'<div class="value na">{esc(sub)}</div></div>')
-    return (f'<div class="card" data-key="{esc(key)}"{title}><div class="label">{esc(label)} {badge(source)}</div>'
-            f'<div class="value">{esc(value)}</div><div class="spread">{esc(sub) or "&nbsp;"}</div></div>')
-
-
-def metrics_table(run: Run, keys: Sequence[str]) -> str:
+def metrics_table(run: Run, keys: Sequence[str]) -> Table:
     """Figure, value, p10–p90, source and note (n/a with its reason) for ``keys``."""
     rows = []
     for k in keys:
         m = run.metrics[k]
-        value = metric_value(m)
-        cell = '<span class="na">n/a</span>' if m.value is None else esc(value)
-        rows.append([f"<code>{esc(k)}</code>", cell, esc(metric_spread(m)), badge(m.source),
-                     f'<span class="note">{esc(m.note or "")}</span>'])
+        value = Cell("n/a", "na") if m.value is None else metric_value(m)
+        rows.append([Cell(k, "code"), value, metric_spread(m), Cell(m.source or "", "badge"),
+                     Cell(m.note or "", "note")])
     return table(["figure", "value", "p10 – p90", "source", "note"], rows, num=(1, 2), cls="metrics")
 
 
@@ -100,7 +90,7 @@ def _keys(run: Run, pred: Callable[[str], bool]) -> list[str]:
 # ================================================================================================
 
 
-def blocks_html(run: Run) -> str:
+def blocks_parts(run: Run) -> list[Part]:
     """The per-block table: ms per phase (scaled to the clean step), total and share."""
     order, phases, cells, pct = block_cells(run)
     fused = fused_cells(run)  # compiled runs: the ms of each row that came from fused kernels
@@ -111,16 +101,15 @@ def blocks_html(run: Run) -> str:
         total += s
         extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
         fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        rows.append([esc(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
+        rows.append([row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
                      f"{s:.3f}", f"{pct[key]:.1f}%", *extra])
     rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%",
                  *([f"{fused_total:.3f}"] if fused is not None else [])])
     headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
-    out = table(headers, rows, num=tuple(range(1, len(headers))), cls="blocks", total_last=True)
+    out: list[Part] = [table(headers, rows, num=range(1, len(headers)), cls="blocks", total_last=True)]
     lines = fused_kernel_lines(run)
     if lines:
-        out += ("<p>Fused kernels: each one's time is split among the blocks it fused (fused ms).</p><ul>"
-                + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+        out += [Para("Fused kernels: each one's time is split among the blocks it fused (fused ms)."), Bullets(lines)]
     return out
 
 
@@ -158,121 +147,118 @@ def block_chart_png(run: Run) -> bytes | None:
     return buf.getvalue()
 
 
-def ops_html(run: Run, top: int = TOP_OPS) -> str:
+def ops_parts(run: Run, top: int = TOP_OPS) -> list[Part]:
     """Top operators by self CPU time, per profiled step."""
     has_dev = any(o.device_ms for o in run.ops)
     headers = ["operator", "phase", "calls", "self ms", "total ms", "self %"] + (["device ms"] if has_dev else [])
     rows = []
     for o in run.ops[:top]:
-        row = [f"<code>{esc(o.name)}</code>", esc(o.phase), f"{o.calls:,}", f"{o.self_ms:.3f}",
-               f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
+        row: list[CellLike] = [Cell(o.name, "code"), o.phase, f"{o.calls:,}", f"{o.self_ms:.3f}",
+                               f"{o.total_ms:.3f}", f"{o.self_pct:.1f}"]
         if has_dev:
             row.append(f"{o.device_ms:.3f}" if o.device_ms else "")
         rows.append(row)
-    more = f"<p class=\"intro\">{len(run.ops) - top} more in ops.csv.</p>" if len(run.ops) > top else ""
-    return table(headers, rows, num=tuple(range(2, len(headers))), cls="ops") + more
+    out: list[Part] = [table(headers, rows, num=range(2, len(headers)), cls="ops")]
+    if len(run.ops) > top:
+        out.append(Para(f"{len(run.ops) - top} more in ops.csv.", intro=True))
+    return out
 
 
 # ================================================================================================
-# Trace analysis (optional module; guarded)
+# Recommendations, plots, compute, memory, energy, notes, configuration, trace
 # ================================================================================================
 
 
-def recommendations_html(recs: Sequence[Recommendation]) -> str:
+def recommendations_part(recs: Sequence[Recommendation]) -> Part:
     """One panel per recommendation: what, why, what to try, and the evidence with thresholds."""
     if not recs:
         names = ", ".join(r.__name__.removeprefix("rule_") for r in RULES)
-        return absent(f"No rule fired on this run's figures (rules checked: {names}).")
-    out = []
-    for r in recs:
-        actions = "".join(f"<li>{esc(a)}</li>" for a in r.actions)
-        evidence = "; ".join(f"<code>{esc(e.describe())}</code>" for e in r.evidence)
-        notes = "".join(f"<div class=\"evidence\">{esc(n)}</div>" for n in r.notes)
-        out.append(f'<div class="rec" data-rule="{esc(r.rule)}"><h3>{esc(r.title)}</h3><p>{esc(r.why)}</p>'
-                   f"<ul>{actions}</ul><div class=\"evidence\">Evidence: {evidence}</div>{notes}</div>")
-    return "".join(out)
+        return Absent(f"No rule fired on this run's figures (rules checked: {names}).")
+    return Recs([Rec(r.rule, r.title, r.why, list(r.actions), [e.describe() for e in r.evidence], list(r.notes))
+                 for r in recs])
 
 
-def _pngs(run: Run, pred: Callable[[str, str], bool], used: Embedder) -> list[str]:
-    """Embedded <figure>s for the run's PNG files whose (role, name) match ``pred``.
+def _pngs(run: Run, pred: Callable[[str, str], bool], used: Embedder) -> list[Part]:
+    """Embedded figures for the run's PNG files whose (role, name) match ``pred``.
 
     ``used`` embeds each distinct file once however many names list it, and bounds the size.
     """
-    out = []
+    out: list[Part] = []
     for role, name in run.files.items():
         if not name.lower().endswith(".png") or name in used.names or not pred(role.lower(), name.lower()):
             continue
         path = file_inside(run.folder, name)  # never embed a file from outside the run
         used.names.add(name)
         if path is None:
-            out.append(absent(f"{name}: not a file inside the run folder, not shown"))
+            out.append(Absent(f"{name}: not a file inside the run folder, not shown"))
             continue
         if not path.is_file():
-            out.append(absent(f"{name}: listed in run.json but the file is missing"))
+            out.append(Absent(f"{name}: listed in run.json but the file is missing"))
             continue
         shown = used.png(path, f"{name} ({role})", name)
-        if shown:
+        if shown is not None:
             out.append(shown)
     return out
 
 
-def compute_html(run: Run, used: Embedder) -> str:
+def compute_parts(run: Run, used: Embedder) -> list[Part]:
     """MFU, FLOPs, peaks, and the roofline (PNG and table) when recorded."""
     keys = [k for k in COMPUTE_KEYS if k in run.metrics] + _keys(run, lambda k: k.startswith(COMPUTE_PREFIXES))
-    parts = [metrics_table(run, keys)] if keys else []
-    parts += _pngs(run, lambda role, name: "roofline" in role or "roofline" in name, used)
+    parts: list[Part] = [metrics_table(run, keys)] if keys else []
+    plots = _pngs(run, lambda role, name: "roofline" in role or "roofline" in name, used)
+    parts += plots
     if run.tables.get("roofline"):
         rows = run.tables["roofline"]
-        parts.append(f"<details><summary>Roofline points ({len(rows)} blocks)</summary>{generic_table(rows)}</details>")
+        parts.append(Details(f"Roofline points ({len(rows)} blocks)", [generic_table(rows)]))
     if not parts:
-        return absent("MFU, FLOPs and the roofline were " + NOT_RECORDED)
-    if not any("roofline" in p for p in parts):
-        parts.append(absent("roofline: " + NOT_RECORDED))
-    return "".join(parts)
+        return [Absent("MFU, FLOPs and the roofline were " + NOT_RECORDED)]
+    if not any(isinstance(q, Figure) for q in plots) and not run.tables.get("roofline"):
+        parts.append(Absent("roofline: " + NOT_RECORDED))
+    return parts
 
 
-def memory_html(run: Run, used: Embedder) -> str:
+def memory_parts(run: Run, used: Embedder) -> list[Part]:
     """Measured vs estimated memory by category, the other memory figures, and memory plots."""
-    parts = []
+    parts: list[Part] = []
     rows = run.tables.get("memory")
     if rows:
         body = []
         for r in rows:
             diff = r.get("diff_pct")
-            body.append([esc(r.get("category")),
-                         esc(human_bytes(r["measured_bytes"])) if r.get("measured_bytes") is not None else '<span class="na">n/a</span>',
-                         esc(human_bytes(r["estimated_bytes"])) if r.get("estimated_bytes") is not None else "—",
-                         "" if diff is None else f"{diff:+.1f}%", f'<span class="note">{esc(r.get("note"))}</span>'])
+            body.append(["" if r.get("category") is None else str(r["category"]),
+                         human_bytes(r["measured_bytes"]) if r.get("measured_bytes") is not None else Cell("n/a", "na"),
+                         human_bytes(r["estimated_bytes"]) if r.get("estimated_bytes") is not None else "—",
+                         "" if diff is None else f"{diff:+.1f}%", Cell(str(r.get("note") or ""), "note")])
         parts.append(table(["category", "measured", "estimated", "measured vs estimated", "note"], body,
                            num=(1, 2, 3), cls="memory"))
     keys = _keys(run, lambda k: k.startswith("memory.") or k.startswith("kv_cache"))
     if keys:
-        parts.append(("<details><summary>Memory figures</summary>" if rows else "")
-                     + metrics_table(run, keys) + ("</details>" if rows else ""))
+        figures = metrics_table(run, keys)
+        parts.append(Details("Memory figures", [figures]) if rows else figures)
     parts += _pngs(run, lambda role, name: "memory" in role or "memory" in name, used)
-    return "".join(parts) if parts else absent("memory was " + NOT_RECORDED)
+    return parts if parts else [Absent("memory was " + NOT_RECORDED)]
 
 
-def energy_html(run: Run) -> str:
+def energy_parts(run: Run) -> list[Part]:
     """Energy figures (n/a with the meter's reason) and the per-domain table."""
     total = run.metric("energy.total")
     keys = _keys(run, lambda k: k.startswith("energy."))
     if not keys and not run.tables.get("energy"):
-        return absent("energy was " + NOT_RECORDED)
-    parts = []
+        return [Absent("energy was " + NOT_RECORDED)]
+    parts: list[Part] = []
     if total is not None and total.value is None:
-        parts.append(absent(f"n/a: {total.note or 'no reason recorded'}"))
+        parts.append(Absent(f"n/a: {total.note or 'no reason recorded'}"))
     if keys:
         parts.append(metrics_table(run, keys))
     if run.tables.get("energy"):
-        parts.append("<h3>Meters</h3>" + generic_table(run.tables["energy"]))
-    return "".join(parts)
+        parts += [Heading("Meters"), generic_table(run.tables["energy"])]
+    return parts
 
 
-def notes_html(run: Run) -> str:
+def notes_part(run: Run) -> Part:
     if not run.notes:
-        return absent("No notes for this run.")
-    return "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in run.notes) + "</ul>"
+        return Absent("No notes for this run.")
+    return Bullets([str(n) for n in run.notes])
 
 
 def _flat_config(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -285,30 +271,26 @@ def _flat_config(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str,
     return out
 
 
-def config_html(config: Mapping[str, Any]) -> str:
+def config_parts(config: Mapping[str, Any]) -> list[Part]:
     """Set options as a table; options left unset (None) named on one line below it."""
     pairs = _flat_config(config)
     unset = [k for k, v in pairs if v is None]
-    line = f'<p class="intro">Not set (defaults apply): {esc(", ".join(unset))}.</p>' if unset else ""
-    return kv_html([(k, v) for k, v in pairs if v is not None]) + line
+    parts: list[Part] = [kv_table([(k, v) for k, v in pairs if v is not None])]
+    if unset:
+        parts.append(Para(f"Not set (defaults apply): {', '.join(unset)}.", intro=True))
+    return parts
 
 
-def trace_file_html(run: Run, report_dir: Path) -> str:
+def trace_file_part(run: Run, report_dir: Path) -> Part:
     """A relative link to the trace and how to open it (only a file inside the run folder is linked)."""
     name = run.files.get("trace")
     if not name:
-        return absent("no trace file was written by this run")
+        return Absent("no trace file was written by this run")
     path = file_inside(run.folder, name)
     if path is None:
-        return absent(f"the record names the trace {name!r}, which is not a file inside the run folder: "
-                      "not linked")
+        return Absent(f"the record names the trace {name!r}, which is not a file inside the run folder: not linked")
     size = f" ({human_bytes(path.stat().st_size)})" if path.is_file() else " (file missing)"
-    href = local_href(path, report_dir)
-    return (f'<p><a href="{esc(href)}" download>{esc(name)}</a>{esc(size)}: the profiled '
-            "steps as a Chrome/Kineto trace.</p>"
-            "<p>Open it in Perfetto: go to <code>ui.perfetto.dev</code>, choose <b>Open trace file</b> and pick "
-            "this file (it is read in your browser, nothing is uploaded). Or open <code>chrome://tracing</code> "
-            "in Chrome and <b>Load</b> it. lmprof's block ranges are the <code>lmprof:*</code> slices.</p>")
+    return TraceLink(local_href(path, report_dir), name, size)
 
 
 def render_run_report(run: Run, report_dir: str | Path | None = None,
@@ -319,52 +301,49 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
     recs = advise(run, tf.facts)
     used = Embedder()
 
-    headline = '<div class="cards">' + "".join(_headline_card(run, k) for k in HEADLINE[run.mode]) + "</div>"
+    headline = Cards([_headline_card(run, k) for k in HEADLINE[run.mode]])
     if run.blocks:
         chart = block_chart_png(run)
-        blocks = (figure(chart, "Per-block time, stacked by phase") if chart else "") + blocks_html(run)
+        blocks: list[Part] = ([figure(chart, "Per-block time, stacked by phase")] if chart else []) + blocks_parts(run)
     else:
-        blocks = absent("per-block times were " + NOT_RECORDED)
+        blocks = [Absent("per-block times were " + NOT_RECORDED)]
     other_tables = [(k, v) for k, v in run.tables.items() if k not in _OWN_TABLES and v]
 
     sections = [
-        ("headline", "Headline figures", headline,
-         "Medians of repeated clean steps; labels say whether a figure was measured, estimated or derived."),
-        ("recommendations", "Recommendations", recommendations_html(recs),
-         "Rules over the figures below; each cites the numbers that made it fire."),
-        ("blocks", "Where the time goes", blocks,
-         "Milliseconds are each block's share of the profiled step applied to the clean step; "
-         "shares are of the profiled step."),
-        ("operators", "Top operators", ops_html(run) if run.ops else absent("operators were " + NOT_RECORDED),
-         "torch.profiler operators by self CPU time, per profiled step."),
-        ("compute", "Compute efficiency and roofline", compute_html(run, used), None),
-        ("memory", "Memory", memory_html(run, used), None),
-        ("energy", "Energy", energy_html(run), None),
-        ("trace-analysis", "Trace analysis", trace_html(tf), None),
-        ("notes", "Notes", notes_html(run), None),
+        Section("headline", "Headline figures", [headline],
+                "Medians of repeated clean steps; labels say whether a figure was measured, estimated or derived."),
+        Section("recommendations", "Recommendations", [recommendations_part(recs)],
+                "Rules over the figures below; each cites the numbers that made it fire."),
+        Section("blocks", "Where the time goes", blocks,
+                "Milliseconds are each block's share of the profiled step applied to the clean step; "
+                "shares are of the profiled step."),
+        Section("operators", "Top operators", ops_parts(run) if run.ops else [Absent("operators were " + NOT_RECORDED)],
+                "torch.profiler operators by self CPU time, per profiled step."),
+        Section("compute", "Compute efficiency and roofline", compute_parts(run, used)),
+        Section("memory", "Memory", memory_parts(run, used)),
+        Section("energy", "Energy", energy_parts(run)),
+        Section("trace-analysis", "Trace analysis", trace_parts(tf)),
+        Section("notes", "Notes", [notes_part(run)]),
     ]
     # Plots the run listed that no section above claimed still belong in the report.
-    other_pngs = _pngs(run, lambda role, name: True, used)
-    if other_pngs or other_tables:
-        body = "".join(other_pngs) + "".join(
-            f"<h3>{esc(k)}</h3><details><summary>{len(v)} row{'s' if len(v) != 1 else ''}</summary>{generic_table(v)}</details>"
-            for k, v in other_tables)
-        sections.append(("other", "Other plots and tables", body, None))
+    other: list[Part] = list(_pngs(run, lambda role, name: True, used))
+    for k, v in other_tables:
+        other += [Heading(k), Details(f"{len(v)} row{'s' if len(v) != 1 else ''}", [generic_table(v)])]
+    if other:
+        sections.append(Section("other", "Other plots and tables", other))
     sections += [
-        ("all-figures", "All figures", metrics_table(run, list(run.metrics)) if run.metrics else absent("no figures"),
-         "Every figure of the run: n/a means the figure could not be taken here, and the note says why."),
-        ("environment", "Environment", kv_html(list(run.env.model_dump().items())), None),
-        ("configuration", "Configuration", config_html(run.config), None),
-        ("trace", "Trace file", trace_file_html(run, rdir), None),
+        Section("all-figures", "All figures", [metrics_table(run, list(run.metrics)) if run.metrics
+                                               else Absent("no figures")],
+                "Every figure of the run: n/a means the figure could not be taken here, and the note says why."),
+        Section("environment", "Environment", [kv_table(list(run.env.model_dump().items()))]),
+        Section("configuration", "Configuration", config_parts(run.config)),
+        Section("trace", "Trace file", [trace_file_part(run, rdir)]),
     ]
-    header = (f"<h1>{esc(run_title(run, with_params=False))}</h1><p class=\"sub\">{esc(config_line(run))}<br>run "
-              f"<code>{esc(run.id)}</code>, recorded {esc(run.created)}</p>")
-    if run.noisy:
-        header += ("<div class=\"evidence\"><strong>Noisy run</strong>: these timings are not to be trusted as they "
-                   "stand.<ul>" + "".join(f"<li>{esc(r)}</li>" for r in run.noise) + "</ul></div>")
-    nav = [(sid, "Other" if sid == "other" else title.split(" and ")[0]) for sid, title, _, _ in sections]
-    body = "".join(section(sid, title, b, intro) for sid, title, b, intro in sections)
-    return page(f"lmprof report — {run.id}", header, nav, body)
+    sections = [dataclasses.replace(s, nav="Other" if s.sid == "other" else s.title.split(" and ")[0])
+                for s in sections]
+    return page("run_report.html.j2", title=f"lmprof report — {run.id}", sections=sections, script=False,
+                heading=run_title(run, with_params=False), config_line=config_line(run), run_id=run.id,
+                created=run.created, noise=list(run.noise) if run.noisy else None)
 
 
 def write_run_report(run: Run, folder: str | Path | None = None, *, out: str | Path | None = None) -> Path:

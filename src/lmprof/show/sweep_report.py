@@ -13,7 +13,7 @@ from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number
 from lmprof.show.html import (
-    REPORT_NAME, Embedder, absent, cell_value, esc, file_inside, local_href, page, section, table,
+    REPORT_NAME, Absent, Cell, CellLike, Embedder, Para, Section, Table, cell_value, file_inside, local_href, page, table,
 )
 
 
@@ -173,36 +173,35 @@ def _display_columns(df: Any) -> list[str]:
     return list(dict.fromkeys(first + goals + axes + figures + rest))[:_MAX_COLUMNS]
 
 
-def sweep_table_html(df: Any, sweep_dir: Path) -> str:
+def sweep_table_parts(df: Any, sweep_dir: Path) -> list[Any]:
     """All points in a click-to-sort table (numbers sort numerically by their raw value in data-sort)."""
     import pandas as pd
 
     units: Mapping[str, str] = df.attrs.get("units", {}) or {}
     cols = _display_columns(df)
     numeric = {c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
-    head = "".join(f'<th data-type="num" class="num">{esc(c)}</th>' if c in numeric else f"<th>{esc(c)}</th>"
-                   for c in cols)
     rows = []
     for _, r in df.iterrows():
-        cells = []
+        cells: list[CellLike] = []
         for c in cols:
             v = None if _isna(r[c]) else r[c]
             if c in numeric:
                 raw = "" if v is None else repr(float(v))
                 shown = cell_value(v, units.get(c)) if units.get(c) not in (None, "count") else cell_value(v)
-                cells.append(f'<td class="num" data-sort="{raw}">{shown}</td>')
+                cells.append(Cell(shown, sort=raw))
             elif str(c).lower() in _LINK_COLUMNS and v:
-                cells.append(f"<td>{_folder_link(Path(str(v)), sweep_dir)}</td>")
+                cells.append(_folder_link(Path(str(v)), sweep_dir))
             else:
-                cells.append(f"<td>{cell_value(v)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+                cells.append(cell_value(v))
+        rows.append(cells)
     shown_cols = len([c for c in df.columns if str(c).lower() not in _HIDDEN_COLUMNS])
-    note = f'<p class="intro">First {_MAX_COLUMNS} of {shown_cols} columns shown.</p>' if shown_cols > _MAX_COLUMNS else ""
-    return (f'{note}<div class="scroll"><table class="sortable runs"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    note = ([Para(f"First {_MAX_COLUMNS} of {shown_cols} columns shown.", intro=True)]
+            if shown_cols > _MAX_COLUMNS else [])
+    return [*note, table([str(c) for c in cols], rows, num=(i for i, c in enumerate(cols) if c in numeric),
+                         cls="sortable runs", sortable=True)]
 
 
-def _folder_link(path: Path, base: Path) -> str:
+def _folder_link(path: Path, base: Path) -> Cell:
     """A relative link to a run folder inside the sweep (its report.html when it has one); anything the
     store names outside the sweep folder is shown as text, never linked."""
     name = str(path)
@@ -210,13 +209,13 @@ def _folder_link(path: Path, base: Path) -> str:
         try:
             name = path.resolve().relative_to(base.resolve()).as_posix()
         except (OSError, ValueError):
-            return esc(path.name)
+            return Cell(path.name)
     target = file_inside(base, name)
     if target is None:
-        return esc(path.name)
+        return Cell(path.name)
     if (target / REPORT_NAME).is_file():
         target = target / REPORT_NAME
-    return f'<a href="{esc(local_href(target, base))}">{esc(path.name)}</a>'
+    return Cell(path.name, "link", href=local_href(target, base))
 
 
 def _isna(v: Any) -> bool:
@@ -232,44 +231,49 @@ def render_sweep_report(folder: str | Path) -> str:
     df, source = load_sweep_table(p)
     plots = sorted((p / "plots").glob("*.png")) if (p / "plots").is_dir() else []
     embed = Embedder()  # bounded: a sweep folder may come from anyone
-    plot_html = "".join(embed.png(f, f.name) for f in plots) or absent("no plots/*.png in this sweep "
-                                                                              "(make them with `lmprof plots`)")
+    plot_parts: list[Any] = [f for f in (embed.png(f, f.name) for f in plots) if f is not None]
+    if not plot_parts:
+        plot_parts = [Absent("no plots/*.png in this sweep (make them with `lmprof plots`)")]
     counts = ""
+    best: list[Any]
+    failed_part: list[Any]
     if df is None or len(df) == 0:
-        table_html = absent("no sweep results found (results.sqlite or run folders)")
-        best_html = failed_html = absent("no results")
+        runs: list[Any] = [Absent("no sweep results found (results.sqlite or run folders)")]
+        best = failed_part = [Absent("no results")]
     else:
-        table_html = sweep_table_html(df, p)
+        runs = sweep_table_parts(df, p)
         bests = best_points(df)
-        best_html = table(
+        best = [table(
             ["objective", "mode", "best value", "configuration", "column"],
-            [[esc(o.title), esc(mode), esc(number(v, o.unit)), esc(label), f"<code>{esc(col)}</code>"]
-             for o, col, v, label, mode in bests],
+            [[o.title, mode, number(v, o.unit), label, Cell(col, "code")] for o, col, v, label, mode in bests],
             num=(2,), cls="best",
-        ) if bests else absent("none of the objectives (tokens/s, step time, TTFT, TPOT, MFU, peak memory, "
-                               "energy per token) is recorded for a successful point of this sweep")
+        ) if bests else Absent("none of the objectives (tokens/s, step time, TTFT, TPOT, MFU, peak memory, "
+                               "energy per token) is recorded for a successful point of this sweep")]
         failed = df[_failed_mask(df)]
         reason_col, status_col = _col(df, _REASON_COLS), _col(df, _STATUS_COLS)
-        failed_html = table(
-            ["point", "status", "reason"],
-            [[esc(_point_label(df, i)), esc(failed.loc[i, status_col] if status_col else "failed"),
-              esc(failed.loc[i, reason_col] if reason_col and not _isna(failed.loc[i, reason_col])
-                  else "no reason recorded")] for i in failed.index], cls="failed",
-        ) if len(failed) else absent("no failed points")
+        failed_part = [_failed_table(df, failed, reason_col, status_col) if len(failed) else Absent("no failed points")]
         n_ok = int(_ok_mask(df).sum())
         unfinished = len(df) - n_ok - len(failed)
         counts = (f"{len(df)} points: {n_ok} succeeded, {len(failed)} failed"
                   + (f", {unfinished} not finished" if unfinished else "") + "; ")
-    header = (f"<h1>lmprof sweep — {esc(p.resolve().name)}</h1>"
-              f"<p class=\"sub\">{esc(counts)}results from {esc(source)}</p>")
     sections = [
-        ("best", "Best configuration per objective", best_html, "Among the points that succeeded."),
-        ("failed", "Failed points", failed_html, None),
-        ("runs", "All points", table_html, "Click a column header to sort; click again to reverse."),
-        ("plots", "Plots", plot_html, f"{len(plots)} plot(s) from the sweep's plots/ folder." if plots else None),
+        Section("best", "Best configuration per objective", best, "Among the points that succeeded."),
+        Section("failed", "Failed points", failed_part),
+        Section("runs", "All points", runs, "Click a column header to sort; click again to reverse."),
+        Section("plots", "Plots", plot_parts, f"{len(plots)} plot(s) from the sweep's plots/ folder." if plots else None),
     ]
-    body = "".join(section(sid, title, b, intro) for sid, title, b, intro in sections)
-    return page(f"lmprof sweep — {p.resolve().name}", header, [(s, t) for s, t, _, _ in sections], body, script=True)
+    name = p.resolve().name
+    return page("sweep_report.html.j2", title=f"lmprof sweep — {name}", sections=sections, script=True, name=name,
+                counts=counts, source=source)
+
+
+def _failed_table(df: Any, failed: Any, reason_col: str | None, status_col: str | None) -> Table:
+    return table(
+        ["point", "status", "reason"],
+        [[_point_label(df, i), str(failed.loc[i, status_col]) if status_col else "failed",
+          str(failed.loc[i, reason_col]) if reason_col and not _isna(failed.loc[i, reason_col])
+          else "no reason recorded"] for i in failed.index], cls="failed",
+    )
 
 
 def write_sweep_report(folder: str | Path, out: str | Path | None = None) -> Path:

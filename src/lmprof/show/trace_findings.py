@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from lmprof.analysis.trace_facts import TraceAnalysis, TraceFacts, analyze_run_trace, trace_analysis
 from lmprof.record.run import Run
-from lmprof.show.html import cell_value, absent, esc, table
+from lmprof.show.html import Absent, Bullets, Cell, Details, Para, cell_value, table
 
 
 @dataclass
@@ -127,24 +127,14 @@ def _flatten(obj: Any, prefix: str, out: list[tuple[str, Any]], depth: int) -> N
         _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
 
 
-def trace_html(tf: TraceFindings) -> str:
-    """The trace-analysis section's body."""
+def trace_parts(tf: TraceFindings) -> Sequence[Any]:
+    """The trace-analysis section's parts (see :mod:`lmprof.show.html`)."""
     if not tf.available:
-        return absent(tf.reason or "trace analysis unavailable")
-    parts = []
-    if tf.findings:
-        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in tf.findings) + "</ul>")
-    else:
-        parts.append('<p class="intro">The analysis reported no findings for this trace.</p>')
+        return [Absent(tf.reason or "trace analysis unavailable")]
+    parts: list[Any] = [Bullets(tf.findings) if tf.findings
+                        else Para("The analysis reported no findings for this trace.", intro=True)]
     if tf.figures:
-        rows = [[f"<code>{esc(k)}</code>", v] for k, v in tf.figures]
-        parts.append(f"<details><summary>All {len(rows)} figures from the analysis</summary>"
-                     f"{table(['figure', 'value'], rows, num=(1,), cls='kv')}</details>")
-    return "".join(parts)
-
-
-# ================================================================================================
-# Sections of the run report
-# ================================================================================================
-
-
+        rows: list[list[Cell | str]] = [[Cell(k, "code"), v] for k, v in tf.figures]
+        parts.append(Details(f"All {len(rows)} figures from the analysis",
+                             [table(["figure", "value"], rows, num=(1,), cls="kv")]))
+    return parts

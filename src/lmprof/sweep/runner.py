@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import IO, Callable, Iterator, Protocol
 
 from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
@@ -142,6 +142,19 @@ def _clear_run_dir(run_dir: Path) -> None:
         shutil.rmtree(run_dir)
 
 
+def start_worker(point_json: Path, run_dir: Path, log: IO[bytes], python: str = sys.executable) -> subprocess.Popen[bytes]:
+    """Start the worker process of one point, its output into ``log``.
+
+    It is told this process's pid, so that it leaves if this process dies, even before it has started.
+    A new session puts the worker and its children in one process group we can kill together.
+    """
+    return subprocess.Popen(
+        [python, "-m", "lmprof.sweep.worker", str(point_json), str(run_dir)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=hasattr(os, "setsid"), env={**os.environ, worker.RUNNER_PID_ENV: str(os.getpid())},
+    )
+
+
 def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
     """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
 
@@ -159,12 +172,7 @@ def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.e
     log = run_dir / "worker.log"
     started, t0 = _now(), time.monotonic()
     with log.open("wb") as fh:
-        # A new session puts the worker and its children in one process group we can kill together.
-        proc = subprocess.Popen(
-            [python, "-m", "lmprof.sweep.worker", str(point_json), str(run_dir)],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=hasattr(os, "setsid"),
-        )
+        proc = start_worker(point_json, run_dir, fh, python)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

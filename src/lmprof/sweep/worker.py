@@ -31,6 +31,8 @@ EXIT_ERROR = 1
 EXIT_OOM = 3
 EXIT_ORPHANED = 70
 RESULT_PREFIX = "lmprof.sweep: "
+# The runner's pid, set by the runner for each worker it starts (see _exit_with_parent).
+RUNNER_PID_ENV = "LMPROF_SWEEP_RUNNER_PID"
 FAKE_OOM_ENV = "LMPROF_SWEEP_FAKE_OOM"
 # CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.
 OOM_TEXT = re.compile(r"out of memory|can'?t allocate memory|cannot allocate memory|\bOOM\b", re.IGNORECASE)
@@ -57,15 +59,33 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _exit_with_parent() -> None:
-    """Leave when the runner dies (e.g. SIGKILL), so an orphan never keeps writing into the sweep."""
-    parent = os.getppid()
+def _runner_pid() -> int:
+    """The pid of the runner that started this worker: what it put in :data:`RUNNER_PID_ENV`, else the
+    parent now (a worker started by hand)."""
+    text = os.environ.get(RUNNER_PID_ENV, "")
+    return int(text) if text.isdigit() else os.getppid()
+
+
+def _leave_if_orphaned(runner: int) -> None:
+    if os.getppid() != runner:
+        print(f"{RESULT_PREFIX}the sweep that started this worker (pid {runner}) is gone; leaving", flush=True)
+        os._exit(EXIT_ORPHANED)
+
+
+def _exit_with_parent(runner: int) -> None:
+    """Leave when the runner dies (e.g. SIGKILL), so an orphan never keeps writing into the sweep.
+
+    The runner's pid comes from the runner (:data:`RUNNER_PID_ENV`), not from ``os.getppid()`` here: a
+    runner killed while this process was still starting up has already handed it to the reaper, and a
+    worker that took the reaper for its runner would run its whole point unwatched — holding the point's
+    lock, so a resumed sweep timed out waiting for it, or writing the folder after a new worker's run.
+    """
+    _leave_if_orphaned(runner)
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(EXIT_ORPHANED)
+            _leave_if_orphaned(runner)
 
     threading.Thread(target=watch, name="lmprof-sweep-parent-watch", daemon=True).start()
 
@@ -105,10 +125,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(f"{RESULT_PREFIX}usage: python -m lmprof.sweep.worker <point.json> <run_dir>", flush=True)
         return EXIT_ERROR
-    _exit_with_parent()
+    runner = _runner_pid()
+    _exit_with_parent(runner)
     from lmprof.sweep.lock import hold_point_lock
 
     hold_point_lock(Path(argv[1]))  # held until this process ends: the runner never empties a live folder
+    # The wait for the lock may have outlived the runner: an orphan must not write the folder even once.
+    _leave_if_orphaned(runner)
     try:
         run_point(Path(argv[0]), Path(argv[1]))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a hang

@@ -5,8 +5,11 @@ extra to install (exit 2 in the CLI).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -72,4 +75,42 @@ def log_to(folder: str | Path, names: list[str]) -> list[str]:
             msg = " ".join(str(exc).split())[:200]
             raise LmprofError(f"logging to {name} failed ({type(exc).__name__}: {msg}); the run folder "
                               f"{folder} is kept: lmprof export {folder} --to {name}") from None
+    return done
+
+
+def _one_line(name: str, where: object, exc: BaseException) -> str:
+    msg = " ".join(str(exc).split())[:200]
+    what = exc.__class__.__name__
+    return (f"lmprof: logging to {name} failed ({what}: {msg}); the run folder {where} is kept: "
+            f"lmprof export {where} --to {name}")
+
+
+def log_quietly(folder: str | Path, names: Sequence[str], *, group: str | None = None,
+                open_run: bool = False, tensorboard_dir: str | Path | None = None) -> list[str]:
+    """Export a run folder to each tracker where a failure must never reach the caller: under
+    ``lmprof run``, the framework callbacks and each point of ``lmprof sweep``.
+
+    A tracker's failure (any exception, its package missing included) is one line on stderr and the
+    next tracker is tried; whatever the tracker libraries print goes to stderr, so the user's stdout
+    stays theirs. With ``open_run`` (the callbacks), a run the user's tracker already has open takes
+    the figures: ``mlflow.active_run()``, ``wandb.run``, or for TensorBoard the log folder the framework
+    writes to (``tensorboard_dir``); without one, a new tracker run at the default destination.
+    ``group`` puts a sweep's points in one group / experiment. Returns what went where, in words.
+    """
+    done: list[str] = []
+    for name in names:
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                mod = tracker_module(name)
+                run = Run.load(folder)
+                where = None
+                if open_run and name == "tensorboard" and tensorboard_dir is not None:
+                    where = mod.export_into(run, Path(tensorboard_dir))
+                elif open_run and name != "tensorboard":
+                    where = mod.export_open_run(run)
+                if where is None:
+                    where = export(run, name, group=group)
+            done.append(f"{name}: {where}")
+        except Exception as exc:  # noqa: BLE001 - the user's program goes on whatever a tracker does
+            print(_one_line(name, folder, exc), file=sys.stderr, flush=True)
     return done

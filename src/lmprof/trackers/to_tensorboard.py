@@ -36,38 +36,51 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def export_run(run: Run, dest: Path, *, project: str, group: str | None) -> str:
     """Write ``run`` as TensorBoard events under ``dest/[group/]run.id``; returns the log folder."""
+    logdir = dest / group / run.id if group else dest / run.id
+    _write(run, logdir, prefix="", hparams=True)
+    return str(logdir)
+
+
+def export_into(run: Run, logdir: Path) -> str:
+    """Write ``run`` into a TensorBoard run the caller already logs to (its log folder), every tag under
+    ``lmprof/`` and no HParams (they would stand for the caller's run); returns the log folder."""
+    _write(run, logdir, prefix="lmprof/", hparams=False)
+    return str(logdir)
+
+
+def _write(run: Run, logdir: Path, *, prefix: str, hparams: bool) -> None:
     from tensorboard.compat.proto.summary_pb2 import Summary
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard import summary
 
-    logdir = dest / group / run.id if group else dest / run.id
     figs = figures(run)
     writer = SummaryWriter(log_dir=str(logdir))
     # SummaryWriter declares file_writer Optional; it is set by the constructor (torch's stubs are loose).
     fw: Any = writer.file_writer
-    hparams: Any = summary.hparams
+    make_hparams: Any = summary.hparams
     try:
         for f in figs:
-            writer.add_scalar(f.name, f.value, global_step=0)
-        writer.add_text("figures", _md_table(
+            writer.add_scalar(f"{prefix}{f.name}", f.value, global_step=0)
+        writer.add_text(f"{prefix}figures", _md_table(
             ["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
-            [[f.key, f.name, f.value, f.unit, f.source, f.p10, f.p90, f.n] for f in figs]), global_step=0)
+            [[f.key, f"{prefix}{f.name}", f.value, f.unit, f.source, f.p10, f.p90, f.n] for f in figs]), global_step=0)
         if run.blocks:
-            writer.add_text("blocks", _md_table(list(BLOCK_COLUMNS), block_rows(run)), global_step=0)
+            writer.add_text(f"{prefix}blocks", _md_table(list(BLOCK_COLUMNS), block_rows(run)), global_step=0)
         config = params(run)
-        writer.add_text("config", _md_table(["option", "value"], [[k, v] for k, v in config.items()]), global_step=0)
-        exp, ssi, sei = hparams(config, {f.name: f.value for f in figs})
-        for s in (exp, ssi, sei):
-            fw.add_summary(s)
+        writer.add_text(f"{prefix}config", _md_table(["option", "value"], [[k, v] for k, v in config.items()]),
+                        global_step=0)
+        if hparams:
+            exp, ssi, sei = make_hparams(config, {f.name: f.value for f in figs})
+            for s in (exp, ssi, sei):
+                fw.add_summary(s)
         for png in plots(run):
             data = png.read_bytes()
             width, height = _png_size(data)
             image = Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=data)
             fw.add_summary(
-                Summary(value=[Summary.Value(tag=f"plots/{png.stem}", image=image)]), global_step=0)
+                Summary(value=[Summary.Value(tag=f"{prefix}plots/{png.stem}", image=image)]), global_step=0)
     finally:
         writer.close()
     for path in artifacts(run):
         with atomic_path(logdir / "artifacts" / path.name) as tmp:
             shutil.copy2(path, tmp)
-    return str(logdir)

@@ -27,24 +27,48 @@ def export_run(run: Run, dest: Path, *, project: str, group: str | None) -> str:
     wb = wandb.init(project=project, group=group, name=run.id, dir=str(dest), mode=mode, config=config,
                     job_type=run.mode, reinit="create_new", settings=wandb.Settings(silent=True))
     try:
-        figs = figures(run)
-        data: dict[str, Any] = {f.name: f.value for f in figs}
-        data["figures"] = wandb.Table(columns=["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
-                                      data=[[f.key, f.name, f.value, f.unit, f.source, f.p10, f.p90, f.n]
-                                            for f in figs])
-        if run.blocks:
-            rows: list[Any] = block_rows(run)
-            data["blocks"] = wandb.Table(columns=list(BLOCK_COLUMNS), data=rows)
-        for png in plots(run):
-            data[f"plots/{png.stem}"] = wandb.Image(str(png))
-        wb.log(data, step=0)
-        files = artifacts(run)
-        if files:
-            art = wandb.Artifact(re.sub(r"[^A-Za-z0-9._-]", "-", f"lmprof-{run.id}"), type="lmprof-run")
-            for path in files:
-                art.add_file(str(path))
-            wb.log_artifact(art)
+        _log(wb, run, prefix="")
         where = str(wb.dir)
     finally:
         wb.finish()
     return str(Path(where).parent)
+
+
+def export_open_run(run: Run) -> str | None:
+    """Log ``run`` into the W&B run the caller has open (``wandb.run``), left open, every name under
+    ``lmprof/`` and the config under ``lmprof``; None when none is open."""
+    import wandb
+
+    wb: Any = wandb.run
+    if wb is None:
+        return None
+    wb.config.update({"lmprof": {**run.config, "run_id": run.id, "mode": run.mode, "device": run.env.device}},
+                     allow_val_change=True)
+    _log(wb, run, prefix="lmprof/")
+    return f"the open run {wb.id} ({wb.dir})"
+
+
+def _log(wb: Any, run: Run, *, prefix: str) -> None:
+    import wandb
+
+    figs = figures(run)
+    data: dict[str, Any] = {f"{prefix}{f.name}": f.value for f in figs}
+    data[f"{prefix}figures"] = wandb.Table(columns=["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
+                                           data=[[f.key, f"{prefix}{f.name}", f.value, f.unit, f.source, f.p10, f.p90,
+                                                  f.n] for f in figs])
+    if run.blocks:
+        rows: list[Any] = block_rows(run)
+        data[f"{prefix}blocks"] = wandb.Table(columns=list(BLOCK_COLUMNS), data=rows)
+    for png in plots(run):
+        data[f"{prefix}plots/{png.stem}"] = wandb.Image(str(png))
+    # Into the caller's run, W&B's own step counter goes on (a step 0 behind it would be dropped).
+    if prefix:
+        wb.log(data)
+    else:
+        wb.log(data, step=0)
+    files = artifacts(run)
+    if files:
+        art = wandb.Artifact(re.sub(r"[^A-Za-z0-9._-]", "-", f"lmprof-{run.id}"), type="lmprof-run")
+        for path in files:
+            art.add_file(str(path))
+        wb.log_artifact(art)
