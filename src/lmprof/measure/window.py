@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.autograd.profiler_util import EventList
 from torch.profiler import profile
 
 from lmprof.atomic import atomic_path
@@ -118,19 +117,8 @@ class ProfilerWindow:
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
             self._prof.export_chrome_trace(str(tmp))
-        ops = _op_table(self._step_averages(), self.complete, self.top_ops) if self.complete else []
+        ops = _op_table(self._prof.events(), self.complete, self.top_ops) if self.complete else []  # type: ignore[no-untyped-call]  # torch.profiler leaves events() unannotated
         return ProfiledPhase(trace_path=self.trace_path, ops=ops, steps=self.complete)
-
-    def _step_averages(self) -> Any:
-        """key_averages over the events that start inside a complete step's range."""
-        assert self._prof is not None
-        events = self._prof.events()  # type: ignore[no-untyped-call]  # torch.profiler leaves events() unannotated
-        spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))  # named ProfilerStep* here
-        spans = spans[: self.complete]
-        kept = [e for e in events if any(s <= e.time_range.start < t for s, t in spans)]
-        subset = EventList(kept, use_device=getattr(events, "_use_device", None))  # type: ignore[no-untyped-call]  # torch leaves EventList unannotated
-        subset._tree_built = True  # noqa: SLF001 - the events keep the parent/child links built for the full list
-        return subset.key_averages()  # type: ignore[no-untyped-call]  # torch leaves key_averages unannotated
 
 
 def drop_partial(table: Any, complete: int) -> None:
