@@ -55,7 +55,7 @@ def test_disturbed_repeats_are_refused(monkeypatch, isolated) -> None:
     assert cal.path is None and not list(isolated.glob("calibration-*.json"))
     assert cal.disturbed and "fp32 matmul repeats vary" in cal.disturbed and "copy repeats vary" in cal.disturbed
     peak = resolve_peak(cal.device_name, "cpu", "fp32")
-    assert peak.flops_per_s is None
+    assert not (peak.source or "").startswith("calibrated:")  # at most this CPU's estimate from cpuinfo
 
 
 def test_busy_load_is_refused(monkeypatch, isolated) -> None:

@@ -245,7 +245,8 @@ def resolve_peak(
     table: PeakTable | None = None,
     threads: int | None = None,
 ) -> Peak:
-    """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else n/a.
+    """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else (this
+    machine's CPU) an estimate from its cores, clock and vector width, else n/a.
 
     ``device_name`` is torch's name ("NVIDIA H100 80GB HBM3") or a short name ("h100"); ``kind`` is
     the torch device type (cpu, cuda, mps) or None for "any". A table entry lacking the dtype (bf16
@@ -289,6 +290,22 @@ def resolve_peak(
                 bw = cal.bytes_per_s
                 bw_src = f"calibrated:{cal.path}"
                 notes.append("bandwidth measured by lmprof calibrate (copy, read + write counted)")
+    if flops is None and kind == "cpu":
+        # Last resort for this machine's own CPU: cores x clock x vector width (hardware/cpu_peak.py).
+        from lmprof.hardware import cpu_peak
+
+        facts = cpu_peak.read_facts()
+        if facts is not None and facts.model and facts.model == device_name:
+            if threads is None:
+                import torch
+
+                threads = torch.get_num_threads()
+            flops, how = cpu_peak.estimate(facts, threads, dt)
+            flops_src = "estimated:cpuinfo" if flops else None
+            notes.append(how)
+            if bw is None:
+                notes.append("no memory bandwidth known (it cannot be read off a CPU): MBU and the roofline need "
+                             "`lmprof calibrate`")
     if flops is None and bw is None:
         what = f"{device_name!r}" + (f" ({kind})" if kind else "")
         reason = (
