@@ -123,3 +123,22 @@ def test_roofline_plot_keeps_points_above_the_ceiling() -> None:
     lo, hi = y_range([5e9, 120e9], peak_flops=16.8e9, roof_at_xmin=1e8)
     assert lo <= 1e8 / 4 and hi >= 120e9 * 2
     assert y_range([1e9], peak_flops=16.8e9, roof_at_xmin=1e8)[1] == pytest.approx(3 * 16.8e9)
+
+
+def test_summary_marks_a_block_above_its_roof() -> None:
+    from rich.console import Console
+
+    from lmprof.record.run import Env, Run
+    from lmprof.show.summary import roofline_table
+
+    env = Env(device="cpu", device_name="x", torch="2", python="3", lmprof="0", os="linux", cpu="cpu", threads=1)
+    run = Run(id="r", mode="train", created="2026-01-01T00:00:00Z", env=env, config={})
+    run.tables["roofline"] = [
+        {"name": "mlp.fc", "phase": "forward", "flops": 1e9, "intensity": 30.0, "achieved_flops_per_s": 121e9,
+         "roof_fraction": 7.2, "bound": "compute-bound", "time_s": 0.01},
+        {"name": "ln_1", "phase": "forward", "flops": 1e6, "intensity": 0.9, "achieved_flops_per_s": 1e8,
+         "roof_fraction": 0.25, "bound": "memory-bound", "time_s": 0.001}]
+    console = Console(width=200, record=True)
+    console.print(roofline_table(run))
+    text = console.export_text()
+    assert "720" not in text and "n/a (above roof: peak too low)" in text and "25.0%" in text
