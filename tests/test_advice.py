@@ -64,14 +64,15 @@ def test_hf_model_gets_attn_implementation_advice():
 
 
 def test_overhead_bound_from_many_short_ops():
-    # 2,000 calls in a 10 ms profiled step: 5 µs per call.
-    ops = [OpStat(name="aten::add", calls=1500, self_ms=3.0, total_ms=3.0, self_pct=30),
-           OpStat(name="aten::mm", calls=500, self_ms=5.0, total_ms=5.0, self_pct=50)]
+    # 2,000 calls in a 10 ms profiled step: 5 µs per call; matmuls 3 of 8 ms of self time (37.5%).
+    ops = [OpStat(name="aten::add", calls=1500, self_ms=5.0, total_ms=5.0, self_pct=50),
+           OpStat(name="aten::mm", calls=500, self_ms=3.0, total_ms=3.0, self_pct=30)]
     run = make_run(metrics={"profiled_step_time": (10.0, "ms")}, ops=ops)
     rec = rules(advise(run))["overhead_bound"]
     by_key = {e.key: e for e in rec.evidence}
     assert by_key["ops.calls_per_step"].value == 2000
     assert by_key["profiled step / ops.calls_per_step"].value == pytest.approx(5.0)
+    assert by_key["ops matmul share of self time"].value == pytest.approx(37.5)
     assert any("--compile" in a for a in rec.actions) and not any("CUDA graphs" in a for a in rec.actions)
     compiled = make_run(metrics={"profiled_step_time": (10.0, "ms")}, ops=ops, config={"compile": True})
     assert not any("--compile" in a for a in rules(advise(compiled))["overhead_bound"].actions)

@@ -419,6 +419,12 @@ def test_calibrate_prints_its_result_when_the_cache_cannot_be_saved(cli, tmp_pat
     else:
         monkeypatch.delenv("LMPROF_CACHE_DIR", raising=False)
         monkeypatch.setenv("HOME", str(a_file))
+    # A quiet machine, injected: on a busy one the calibration is refused (tests/test_calibrate_disturbed.py).
+    import lmprof.hardware.calibrate as cal
+
+    monkeypatch.setattr(cal, "_timed", lambda fn, sync, budget_s, max_samples=200: [fn(), 1e-3, 1e-3, 1e-3][1:])
+    monkeypatch.setattr(cal, "_loadavg", lambda: 0.0)
+    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 0.0)
     code, out, err = cli("calibrate", "--dtypes", "fp32", "--seconds", "0.2", "--sizes", "32")
     assert code == 0, err
     assert "GFLOP/s" in out and "GB/s" in out  # the result is printed

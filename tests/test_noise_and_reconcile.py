@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lmprof.analysis.noise import load_reason, noise_reasons, spread_reason
+from lmprof.analysis.noise import ProfiledWindow, load_reason, noise_reasons, spread_reason
 from lmprof.analysis.reconcile import event_overhead_us, reconcile
 from lmprof.measure.noise import Snapshot, other_cores
 from lmprof.measure.profiler_cost import EventCost
@@ -34,7 +34,9 @@ def test_spread_rule():
 
 
 def test_noise_reasons_collects_every_rule():
-    reasons = noise_reasons([10, 30, 10, 30, 10], "step", snap(0, 100, 50), snap(10, 118, 60), "cpu", -10.0)
+    # spread, load, and a profiled window far faster than the clean steps' fastest (10 ms)
+    reasons = noise_reasons([10, 30, 10, 30, 10], "step", snap(0, 100, 50), snap(10, 118, 60), "cpu",
+                            ProfiledWindow([5.0, 5.0, 5.0], cost_ms=0.1))
     assert len(reasons) == 3
 
 

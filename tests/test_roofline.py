@@ -110,14 +110,35 @@ def test_cli_roofline_phases(tmp_path, capsys, phase):
         ["--device", "h100", "--phase", "sideways"],
         ["--device", "h100", "--seq-len", "4096"],
         ["--device", "h100", "--dtype", "int3"],
-        ["--device", "v100", "--dtype", "bf16"],
-        ["--device", "cpu"],  # no calibration cached in the temporary cache dir
+        ["--device", "v100", "--dtype", "bf16", "--sweep-batch", "1,8"],  # a sweep needs the ceilings
         [],
     ],
 )
 def test_cli_roofline_bad_input(tmp_path, capsys, args):
     assert main(["roofline", "--preset", "gpt2", "--out", str(tmp_path / "r.png"), *args]) == 2
     assert "lmprof: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--device", "cpu"], ["--device", "cpu", "--dtype", "fp32"],
+                                  ["--device", "v100", "--dtype", "bf16"]])
+def test_cli_roofline_without_ceilings_still_prints_flops_and_bytes(tmp_path, capsys, monkeypatch, args):
+    """No calibration cached (the temporary cache) and no table rate: FLOPs, bytes and FLOP/byte need
+    no peak, so the table is printed, with why there is no bound, and no plot is written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["roofline", "--preset", "tiny", *args]) == 0
+    out = capsys.readouterr().out
+    assert "roofline ceilings, so no bound or time per block" in out
+    assert re.search(r"attn\.qkv\s+4\s+101 M\s+\S+ MB\s+\S+\s+unknown", out), out
+    assert "no roofline time without ceilings" in out
+    assert not list(tmp_path.iterdir())  # nothing written into the current folder
+
+
+def test_cli_roofline_writes_no_plot_by_default(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["roofline", "--preset", "tiny", "--device", "h100"]) == 0
+    assert "wrote" not in capsys.readouterr().out and not list(tmp_path.iterdir())
+    assert main(["roofline", "--preset", "tiny", "--device", "h100", "--plot", "p.png"]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG
 
 
 def test_cli_roofline_cpu_uses_calibration(tmp_path, capsys):
@@ -208,7 +229,7 @@ def test_cli_decode_kv_length_is_the_one_printed(tmp_path, capsys):
     (["--model", "no-such"], "llama-3-8b"),
     (["--model", "llama-3-8b", "--phase", "decode", "--context", "9000"], "8192"),
     (["--model", "llama-3-8b", "--weights", "int3"], "int4"),
-    (["--model", "mistral-7b", "--device", "v100", "--dtype", "bf16"], "bf16"),
+    (["--model", "mistral-7b", "--device", "v100", "--dtype", "bf16", "--sweep-batch", "1,8"], "bf16"),
     (["--model", "qwen2.5-7b", "--sweep-batch", "1,x"], "integers"),
 ])
 def test_cli_roofline_model_bad_input(tmp_path, capsys, args, text):

@@ -254,6 +254,8 @@ class InferConfig(ModelSpec, MeasureSpec):
     """Everything ``lmprof infer`` needs."""
 
     prompt: str | None = None
+    prompt_ids: list[int] | None = None  # token ids as given (the lesson's tokens without a tokenizer)
+    tokenizer: str | None = None  # a local tokenizer folder that encodes --prompt
     prompt_len: int = 32
     batch_size: int = 1
     new_tokens: int = 50
@@ -269,6 +271,15 @@ class InferConfig(ModelSpec, MeasureSpec):
         if v <= 0:
             raise ValueError(f"new tokens must be positive, got {v}")
         return _bounded("new_tokens", v, 1, MAX_SIZE)
+
+    @field_validator("prompt_ids")
+    @classmethod
+    def _ids(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return None
+        if not v:
+            raise ValueError("prompt ids are empty")
+        return [_bounded("prompt id", x, 0, MAX_SIZE) for x in v]
 
     @field_validator("batch_size", "prompt_len")
     @classmethod

@@ -12,7 +12,7 @@ Pure functions: no I/O, no torch.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from lmprof.record.run import Run
@@ -38,6 +38,17 @@ LOW_MFU_PCT = 30.0
 #: ... while the matmul blocks (qkv, attn.proj, mlp.fc, mlp.proj, lm_head) take at least this share
 #: of the step (%): the step is dominated by work that should run near the compute peak.
 MATMUL_SHARE_MIN_PCT = 40.0
+#: The matmul operators (aten::mm, addmm, bmm, linear, ...) hold at most this share of the operators'
+#: self time (%) for a step to be called overhead-bound from many short operators: a step whose time
+#: is in matmuls is bound by those matmuls (memory or compute, as the roofline says), whatever the
+#: number of operators around them.
+OVERHEAD_MATMUL_OPS_MAX_PCT = 50.0
+#: A phase whose matmul blocks take at least MATMUL_SHARE_MIN_PCT of it, with at least this share
+#: (%) of their time in blocks the roofline calls memory-bound, is memory-bound.
+MEMORY_BOUND_MIN_PCT = 50.0
+#: Without a roofline table (no peak known), a matmul block below this intensity (FLOP/byte) counts
+#: as memory-bound: every CPU and GPU ridge point lmprof knows lies above it.
+MEMORY_BOUND_MAX_INTENSITY = 4.0
 #: Device idle while the host waits in synchronising calls (%, from trace analysis).
 SYNC_IDLE_MIN_PCT = 5.0
 #: The optimizer step takes more than this share of the training step (%).
@@ -53,6 +64,8 @@ NOISY_SPREAD_MAX_PCT = 25.0
 RECOMPILES_PER_STEP_MIN = 0.5
 
 UNFUSED_ATTENTION_BLOCKS = ("attn.scores", "attn.softmax", "attn.av")
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                        "aten::_addmm_activation", "aten::addbmm"})
 MATMUL_BLOCKS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head")
 # The env key hardware/devices.py writes the device's memory capacity under (bytes).
 CAPACITY_ENV_KEY = "gpu_memory_bytes"
@@ -191,6 +204,113 @@ def rule_attention_unfused(run: Run, trace: Mapping[str, float]) -> Recommendati
     )
 
 
+def matmul_ops_share(run: Run) -> float | None:
+    """Share (%) of the recorded operators' self time in matmul operators; None without ops."""
+    total = sum(o.self_ms for o in run.ops)
+    if not run.ops or total <= 0:
+        return None
+    return 100.0 * sum(o.self_ms for o in run.ops if o.name in MATMUL_OPS) / total
+
+
+@dataclass(frozen=True)
+class PhaseBound:
+    """How one phase's matmul blocks sit on the roofline (from run.blocks and run.tables["roofline"])."""
+
+    phase: str
+    matmul_share: float  # % of the phase's block time in matmul blocks
+    memory_share: float  # % of the matmul blocks' time in memory-bound ones
+    intensity: float  # FLOP/byte of the phase's matmul blocks together
+    source: str  # "roofline" (lmprof's table) or "intensity" (no peak: FLOP/byte alone)
+
+
+def matmul_phase_share(run: Run, phases: Sequence[str]) -> float | None:
+    """Share (%) of the blocks' time in ``phases`` held by matmul blocks; None without such blocks."""
+    rows = [b for b in run.blocks if b.phase in phases]
+    total = sum(b.time_ms for b in rows)
+    if total <= 0 or not any(b.name in MATMUL_BLOCKS for b in rows):
+        return None
+    return 100.0 * sum(b.time_ms for b in rows if b.name in MATMUL_BLOCKS) / total
+
+
+def _phases(run: Run) -> list[tuple[str, ...]]:
+    return [("prefill",), ("decode",)] if run.mode == "infer" else [("forward", "backward")]
+
+
+def phase_bounds(run: Run) -> list[PhaseBound]:
+    """Per phase (prefill, decode; or the training step), where its matmul blocks sit on the roofline."""
+    roof = {(r.get("name"), r.get("phase")): r for r in run.tables.get("roofline", [])}
+    out = []
+    for phases in _phases(run):
+        rows = [b for b in run.blocks if b.phase in phases]
+        total = sum(b.time_ms for b in rows)
+        mm = [b for b in rows if b.name in MATMUL_BLOCKS and b.time_ms > 0]
+        mm_ms = sum(b.time_ms for b in mm)
+        if total <= 0 or mm_ms <= 0:
+            continue
+        with_costs = [b for b in mm if b.flops and b.bytes]
+        if roof:
+            memory = sum(b.time_ms for b in mm if roof.get((b.name, b.phase), {}).get("bound") == "memory-bound")
+            source = "roofline"
+        elif with_costs:
+            memory = sum(b.time_ms for b in with_costs if (b.flops or 0) / (b.bytes or 1) < MEMORY_BOUND_MAX_INTENSITY)
+            source = "intensity"
+        else:
+            continue
+        flops, nbytes = sum(b.flops or 0 for b in with_costs), sum(b.bytes or 0 for b in with_costs)
+        out.append(PhaseBound("+".join(phases) if len(phases) > 1 else phases[0], 100.0 * mm_ms / total,
+                              100.0 * memory / mm_ms, flops / nbytes if nbytes else float("nan"), source))
+    return out
+
+
+def _memory_bound_phases(run: Run) -> list[PhaseBound]:
+    return [p for p in phase_bounds(run)
+            if p.matmul_share >= MATMUL_SHARE_MIN_PCT and p.memory_share >= MEMORY_BOUND_MIN_PCT]
+
+
+def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """Matmul blocks dominate a phase and lmprof's roofline puts them under the bandwidth roof."""
+    found = _memory_bound_phases(run)
+    if not found:
+        return None
+    p = max(found, key=lambda x: x.matmul_share)
+    prefix = "" if run.mode == "train" else f"{p.phase}."
+    mbu = run.value(f"{prefix}mbu")
+    evidence = [
+        Evidence(f"blocks[{'+'.join(MATMUL_BLOCKS)}] share of {p.phase}", p.matmul_share, "%", MATMUL_SHARE_MIN_PCT, ">="),
+        Evidence(f"roofline memory-bound share of {p.phase} matmul time" if p.source == "roofline"
+                 else f"{p.phase} matmul time below {MEMORY_BOUND_MAX_INTENSITY:g} FLOP/byte", p.memory_share, "%",
+                 MEMORY_BOUND_MIN_PCT, ">="),
+        Evidence(f"{p.phase} matmul FLOP/byte", p.intensity, "FLOP/B", None, "present"),
+    ]
+    if mbu is not None:
+        evidence.append(Evidence(f"{prefix}mbu", mbu, "%", None, "present"))
+    actions = []
+    if p.phase == "decode":
+        actions += ["Decode more sequences at once (--batch-size): each weight read from memory then serves every "
+                    "sequence in the batch, so FLOP/byte grows with the batch until the step turns compute-bound "
+                    "(`lmprof roofline --phase decode --sweep-batch 1,8,32,128` shows where).",
+                    "Store the weights in fewer bytes (bf16/fp16, or int8/int4 weight-only quantisation): decode time "
+                    "is mostly reading them (`lmprof roofline --phase decode --weights int4`).",
+                    "For long contexts keep the KV cache in lower precision (fp8/int8; `lmprof roofline --kv-dtype fp8`) "
+                    "or use grouped-query attention: the cache is read in full at every token."]
+    else:
+        actions += ["Process more tokens per step (--batch-size, --seq-len): FLOP/byte of the matmuls grows with the "
+                    "tokens that share each weight read.",
+                    "Use a narrower dtype (--dtype bf16) so each weight and activation moves fewer bytes."]
+    actions.append("Fusing or compiling small operators will not help much here: the time is in the matmuls, "
+                   "waiting on memory.")
+    mbu_text = f", {mbu:.1f}% of the peak bandwidth ({prefix}mbu)" if mbu is not None else ""
+    return Recommendation(
+        rule="memory_bound", title=f"The {p.phase} step is memory-bound: its matmuls wait on memory",
+        why=(f"Matmul blocks take {p.matmul_share:.1f}% of the {p.phase} time at {p.intensity:.3g} FLOP/byte, and "
+             f"{p.memory_share:.0f}% of that time is in blocks "
+             + ("lmprof's roofline puts under the bandwidth roof" if p.source == "roofline"
+                else f"below {MEMORY_BOUND_MAX_INTENSITY:g} FLOP/byte (no peak known, intensity alone)")
+             + f"{mbu_text}: they are limited by reading weights (and the KV cache), not by arithmetic."),
+        actions=tuple(actions), evidence=tuple(evidence),
+    )
+
+
 def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Many short operators (or an idle device): launch/dispatch overhead dominates the step."""
     steps = ["Use a larger batch (or longer sequences) so each operator does more work."]
@@ -209,6 +329,13 @@ def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation 
             why=f"The device was idle for {idle:.1f}% of the profiled step: kernels are launched slower than they run.",
             actions=actions, evidence=(Evidence(idle_key, idle, "%", DEVICE_IDLE_MIN_PCT, ">="),),
         )
+    # Many short operators alone do not make a step overhead-bound: not when its time is in matmuls
+    # (they are bound by memory or compute, as the roofline says), nor when the roofline says so.
+    if _memory_bound_phases(run):
+        return None
+    mm_share = matmul_ops_share(run)
+    if mm_share is None or mm_share > OVERHEAD_MATMUL_OPS_MAX_PCT:
+        return None
     # The trace counts every operator; the recorded top operators give a lower bound.
     from_trace = trace.get("ops_per_step")
     calls = from_trace if from_trace else ops_per_step(run)
@@ -220,7 +347,8 @@ def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation 
     if calls < OVERHEAD_MIN_OPS_PER_STEP or us_per_op > OVERHEAD_MAX_US_PER_OP:
         return None
     evidence = [Evidence(calls_key, float(calls), "count", OVERHEAD_MIN_OPS_PER_STEP, ">="),
-                Evidence(f"profiled step / {calls_key}", us_per_op, "µs", OVERHEAD_MAX_US_PER_OP, "<=")]
+                Evidence(f"profiled step / {calls_key}", us_per_op, "µs", OVERHEAD_MAX_US_PER_OP, "<="),
+                Evidence("ops matmul share of self time", mm_share, "%", OVERHEAD_MATMUL_OPS_MAX_PCT, "<=")]
     median = median_op_us(run)
     if median is not None:
         evidence.append(Evidence("ops.median_self_time", median, "µs", None, "present"))
@@ -228,28 +356,33 @@ def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation 
     return Recommendation(
         rule="overhead_bound", title="Many small operators: the step is overhead-bound",
         why=(f"{calls:,.0f} operator calls per profiled step leave {us_per_op:.1f} µs of step time per call, close to "
-             "what dispatching one operator costs the host."),
+             f"what dispatching one operator costs the host, and matmuls hold only {mm_share:.0f}% of the operators' "
+             "self time: the rest is many small operators."),
         actions=actions, evidence=tuple(evidence), notes=notes,
     )
 
 
 def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-    """Low MFU although matmul blocks dominate the step."""
-    mfu = run.value("mfu")
-    share = block_share(run, MATMUL_BLOCKS)
+    """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
+    key = "prefill.mfu" if run.mode == "infer" else "mfu"
+    mfu = run.value(key)
+    share = matmul_phase_share(run, ("prefill",) if run.mode == "infer" else ("forward", "backward"))
     if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
         return None
+    if any(p.phase != "decode" for p in _memory_bound_phases(run)):
+        return None  # memory-bound advice covers it: more FLOP/s cannot come from the compute side
     actions = ["Use bf16 (--dtype bf16) so matmuls run on the fast units; on fp32 CUDA enable TF32."]
     if not run.config.get("compile"):
         actions.append("Try --compile to fuse the element-wise work around the matmuls.")
     actions.append("Grow the batch or width: small matmuls cannot fill the device.")
     return Recommendation(
         rule="low_mfu", title="Low MFU on a matmul-dominated step",
-        why=(f"The matmul blocks take {share:.1f}% of the step, yet the model reaches {mfu:.1f}% of the "
-             "device's peak FLOP/s."),
+        why=(f"The matmul blocks take {share:.1f}% of the {'prefill' if run.mode == 'infer' else 'step'}, yet the "
+             f"model reaches {mfu:.1f}% of the device's peak FLOP/s ({key})."),
         actions=tuple(actions),
-        evidence=(Evidence("mfu", mfu, "%", LOW_MFU_PCT, "<"),
-                  Evidence("blocks[" + "+".join(MATMUL_BLOCKS) + "].pct", share, "%", MATMUL_SHARE_MIN_PCT, ">=")),
+        evidence=(Evidence(key, mfu, "%", LOW_MFU_PCT, "<"),
+                  Evidence(f"blocks[{'+'.join(MATMUL_BLOCKS)}] share of {'prefill' if run.mode == 'infer' else 'step'}",
+                           share, "%", MATMUL_SHARE_MIN_PCT, ">=")),
     )
 
 
@@ -361,6 +494,7 @@ RULES: tuple[Rule, ...] = (
     rule_profiler_overhead,
     rule_noisy_timing,
     rule_attention_unfused,
+    rule_memory_bound,
     rule_overhead_bound,
     rule_low_mfu,
     rule_host_sync,
@@ -384,5 +518,7 @@ def advise(run: Run, trace: Mapping[str, float] | None = None) -> list[Recommend
         if rec is not None:
             # Guard the contract: a recommendation without evidence is a bug in its rule.
             assert rec.evidence, f"rule {rec.rule} fired without evidence"
-            out.append(rec)
+            # Every recommendation names the figures it rests on, in its own text too.
+            rests = "; ".join(e.describe() for e in rec.evidence)
+            out.append(replace(rec, why=f"{rec.why} (rests on: {rests})"))
     return out

@@ -34,6 +34,8 @@ from lmprof.record.run import Block, Metric
 from lmprof.workloads.shape import ModelShape
 
 Mode = Literal["train", "prefill", "decode"]
+#: A utilisation (MFU, HFU, MBU) above this is never given as a figure: the peak it divides by is wrong.
+MAX_UTILISATION_PCT = 100.0
 Recompute = Literal["none", "full"] | float | None
 # Phase names a run may use for its blocks, mapped to the analytic phases.
 DEFAULT_PHASE_MAP: dict[str, str] = {
@@ -156,12 +158,18 @@ def mfu_metrics(
                if peak.bytes_per_s else "")
 
     def pct(key: str, num: float, denom: float | None, what: str, of: str) -> None:
-        if not timed:
+        if not timed or not time_s:
             out[key] = Metric.na("%", "no measured time", source="derived")
         elif not denom:
             out[key] = Metric.na("%", peak.note, source="derived")
+        elif 100.0 * num / time_s / denom > MAX_UTILISATION_PCT:
+            # Above the ceiling: the ceiling is wrong (a calibration on a busy machine, a wrong table
+            # entry), so the figure would be nonsense, not a measurement.
+            out[key] = Metric.na("%", f"{what} / {of} would be {100.0 * num / time_s / denom:.0f}%, above 100%: "
+                                 "the peak is below what this device achieved, so it is not a ceiling "
+                                 "(rerun `lmprof calibrate` on an idle machine, or fix the peak table)", source="derived")
         else:
-            out[key] = Metric(value=100.0 * num / time_s / denom if time_s else None, unit="%", source="derived", note=f"{what} / {of}")
+            out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
 
     pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
     pct("hfu", hardware, peak.flops_per_s,

@@ -2,20 +2,78 @@
 
 Each rule gives a sentence with the figure behind it; a run with any is marked ``noisy`` in
 run.json, and the summary, the report and sweep plots say so. Thresholds are stated here once.
+
+The profiled window is judged against the clean steps' *own* spread, never a fixed percentage: a
+profiled step is expected to take the clean median plus the profiler's measured cost (events x
+cost per event, measure/profiler_cost.py); it is flagged only when it lies beyond that by twice the
+clean steps' own spread up to their slowest step (and by at least half a step, so a very steady
+run is not flagged for a few percent), and the step is named with how much slower it was. The same
+holds the other way: a profiled window faster than the clean steps is flagged only when it is
+below their fastest step by their own spread. With one or two profiled steps, a block repeated in
+every layer whose one instance far exceeds the others is flagged too (a disturbance inside the
+window that per-step medians cannot reject).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from lmprof.measure.noise import Snapshot, other_cores
+from lmprof.record.run import Run
+from lmprof.trace.attribution import Attribution
 
 # p90 / p10 of the timed steps above this: the steps do not agree with each other.
 SPREAD_LIMIT = 1.25
 # Cores other processes kept busy during the timed window, as a share of the cores not in use by
 # this run's threads, above which they competed for the CPU (CPU runs) or the host (GPU runs).
 OTHER_CORES_LIMIT = 0.25
-# Profiled step shorter than the clean one by more than this: noise exceeds the profiler's overhead.
-NEGATIVE_OVERHEAD_PCT = -2.0
+# A profiled step is "much slower" when it exceeds the clean median + the profiler's measured cost
+# by more than SLOW_SPREADS x the clean steps' own upper spread (slowest clean step - median), and by
+# at least SLOW_MIN_SHARE of the clean median; COST_SLACK of the measured cost is allowed on top
+# (the cost per event is itself measured, with its own error). The slowest clean step, not p90: on
+# a shared machine step times have a long tail, and a profiled step drawn from that same tail is
+# within the run's own spread.
+SLOW_SPREADS = 2.0
+SLOW_MIN_SHARE = 0.5
+COST_SLACK = 0.5
+# Where the profiler's cost was not measured (device clock), its host cost is unknown: only a
+# profiled step more than this share above the clean median (and beyond the spread) is flagged.
+SLOW_MIN_SHARE_UNMEASURED = 1.0
+# The profiled window is "clearly faster" when its median is below the fastest clean step by more
+# than FAST_SPREADS x the clean steps' lower spread (median - fastest), and below the clean median
+# by at least FAST_MIN_SHARE (the profiler only adds time, so this is noise in the clean window).
+FAST_SPREADS = 1.0
+FAST_MIN_SHARE = 0.05
+# One profiled step (or two): a block's largest instance in the step (one layer's ln_1 backward)
+# above REPEAT_FACTOR x its median instance, with the excess above REPEAT_MIN_STEP_SHARE of the
+# step, is a disturbance the block medians cannot reject.
+REPEAT_FACTOR = 4.0
+REPEAT_MIN_STEP_SHARE = 0.03
+# With this many profiled steps or more, the per-block medians and the operator table's per-operator
+# medians reject one disturbed step, so single-instance outliers are not flagged.
+MEDIAN_STEPS = 3
+
+
+@dataclass(frozen=True)
+class ProfiledWindow:
+    """What the run recorded of its profiled window (run.tables["attribution"]), in ms."""
+
+    steps_ms: list[float]
+    cost_ms: float | None  # the profiler's measured cost per step (None: not measured)
+    outliers: list[dict[str, Any]] = field(default_factory=list)  # from :func:`block_outliers`
+
+
+def profiled_window(run: Run) -> ProfiledWindow | None:
+    """The profiled window of a run record, None when it has none."""
+    rows = run.tables.get("attribution") or []
+    if not rows or not rows[0].get("profiled_step_ms"):
+        return None
+    row = rows[0]
+    cost = row.get("removed_ms_per_step") if row.get("event_cost_us") else None
+    return ProfiledWindow([float(x) for x in row["profiled_step_ms"]], None if cost is None else float(cost),
+                          list(row.get("outliers") or []))
 
 
 def spread_reason(samples_ms: list[float], what: str) -> str | None:
@@ -44,16 +102,85 @@ def load_reason(before: Snapshot, after: Snapshot, device_kind: str) -> str | No
     return None
 
 
-def overhead_reason(overhead_pct: float | None) -> str | None:
-    """A sentence when the profiled phase ran clearly faster than the clean one."""
-    if overhead_pct is not None and overhead_pct < NEGATIVE_OVERHEAD_PCT:
-        return (f"the profiled phase ran {-overhead_pct:.1f}% faster than the clean one: run-to-run noise is "
-                "larger than the profiler's own cost")
-    return None
+def slow_limit_ms(samples_ms: list[float], cost_ms: float | None) -> float:
+    """The longest a profiled step may take before it is 'much slower' than the clean steps."""
+    med, top = float(np.median(samples_ms)), max(samples_ms)
+    spread = SLOW_SPREADS * (top - med)
+    if cost_ms is None:
+        return med + max(spread, SLOW_MIN_SHARE_UNMEASURED * med)
+    return med + (1 + COST_SLACK) * cost_ms + max(spread, SLOW_MIN_SHARE * med)
+
+
+def fast_limit_ms(samples_ms: list[float]) -> float:
+    """The shortest the profiled window's median may be before it is 'clearly faster' than the clean steps."""
+    med, low = float(np.median(samples_ms)), min(samples_ms)
+    return min(low - FAST_SPREADS * (med - low), med * (1 - FAST_MIN_SHARE))
+
+
+def window_reasons(samples_ms: list[float], what: str, window: ProfiledWindow | None) -> list[str]:
+    """Sentences naming the profiled step(s) much slower, or the window clearly faster, than the clean
+    steps explain (the profiler's measured cost and the clean steps' own spread allowed for)."""
+    if window is None or not samples_ms or not window.steps_ms:
+        return []
+    med = float(np.median(samples_ms))
+    if med <= 0:
+        return []
+    steps, n = window.steps_ms, len(window.steps_ms)
+    cost = window.cost_ms
+    expected = med + (cost or 0.0)
+    explained = (f"the clean {what} ({med:.3g} ms) + the profiler's measured cost ({cost:.3g} ms)" if cost is not None
+                 else f"the clean {what} ({med:.3g} ms; the profiler's cost is not measured on this clock)")
+    hi = slow_limit_ms(samples_ms, cost)
+    slow = [i for i, s in enumerate(steps) if s > hi]
+    out = []
+    tables = ("the operator table and block times use the median profiled step" if n >= MEDIAN_STEPS
+              else "the operator table and block times come from these steps alone: rerun")
+    if slow and len(slow) == n:
+        window_ms = float(np.median(steps))
+        out.append(f"the profiled window ({n} {what}{'s' if n > 1 else ''}, median {window_ms:.3g} ms) ran "
+                   f"{window_ms / expected:.2f}x {explained}, beyond the clean {what}s' own spread "
+                   f"(limit {hi:.3g} ms): something else ran while profiling; {tables}")
+    elif slow:
+        listed = ", ".join(f"{i + 1} ({steps[i]:.3g} ms, {steps[i] / expected:.2f}x)" for i in slow)
+        out.append(f"profiled {what} {listed} of {n} took longer than {explained} by more than the clean "
+                   f"{what}s' own spread allows (limit {hi:.3g} ms): something else ran during it; {tables}")
+    lo = fast_limit_ms(samples_ms)
+    window_ms = float(np.median(steps))
+    if window_ms < lo:
+        out.append(f"the profiled window (median {window_ms:.3g} ms) ran {100 * (1 - window_ms / med):.1f}% faster "
+                   f"than the clean {what} ({med:.3g} ms), below the clean {what}s' own spread (limit {lo:.3g} ms): "
+                   "the clean window was disturbed or the machine changed speed")
+    out.extend(repeat_reasons(window, samples_ms))
+    return out
+
+
+def block_outliers(att: Attribution) -> list[dict[str, Any]]:
+    """Repeated owners (a block in every layer) with one instance far above the others, in runs with
+    fewer than :data:`MEDIAN_STEPS` profiled steps (where block medians cannot reject a disturbed
+    step): the figures for run.tables["attribution"]["outliers"]."""
+    if att.steps >= MEDIAN_STEPS or att.clock != "cpu":
+        return []
+    out = []
+    for r in att.repeats:
+        step_us = att.step_us[r.step] if r.step < len(att.step_us) else 0.0
+        excess = r.max_us - r.median_us
+        if step_us > 0 and r.max_us > REPEAT_FACTOR * r.median_us and excess > REPEAT_MIN_STEP_SHARE * step_us:
+            out.append({"block": r.name, "phase": r.phase, "owner": r.owner, "step": r.step + 1, "calls": r.n,
+                        "median_ms": r.median_us / 1e3, "max_ms": r.max_us / 1e3,
+                        "step_share_pct": 100.0 * r.max_us / step_us})
+    return sorted(out, key=lambda o: -float(o["max_ms"]) + float(o["median_ms"]))
+
+
+def repeat_reasons(window: ProfiledWindow, samples_ms: list[float]) -> list[str]:
+    """One sentence per block with a single disturbed instance (see :func:`block_outliers`)."""
+    return [f"{o['block']} ({o['phase']}): one of its {o['calls']} {o['owner']} calls in profiled step {o['step']} "
+            f"took {o['max_ms']:.3g} ms against a median {o['median_ms']:.3g} ms per call "
+            f"({o['step_share_pct']:.1f}% of the step): a disturbance inside the profiled window, so this block's "
+            "time is uncertain" for o in window.outliers]
 
 
 def noise_reasons(samples_ms: list[float], what: str, before: Snapshot, after: Snapshot, device_kind: str,
-                  overhead_pct: float | None) -> list[str]:
+                  window: ProfiledWindow | None = None) -> list[str]:
     """Every reason the run's timing is not to be trusted as it stands (empty: a steady run)."""
-    found = [spread_reason(samples_ms, what), load_reason(before, after, device_kind), overhead_reason(overhead_pct)]
-    return [r for r in found if r]
+    found = [spread_reason(samples_ms, what), load_reason(before, after, device_kind)]
+    return [r for r in found if r] + window_reasons(samples_ms, what, window)

@@ -155,9 +155,9 @@ class Cost(Protocol):
     def bytes(self) -> float: ...
 
 
-def phase_roofline(costs: Iterable[Cost], batch: int, tokens: int, peak_flops: float,
-                   peak_bytes_per_s: float) -> PhaseRoofline:
-    """Classify every block cost and add up their roofline times."""
+def phase_roofline(costs: Iterable[Cost], batch: int, tokens: int, peak_flops: float | None,
+                   peak_bytes_per_s: float | None) -> PhaseRoofline:
+    """Classify every block cost and add up their roofline times (without ceilings: bound unknown, time 0)."""
     points = tuple(classify(c.name, c.flops, c.bytes, peak_flops, peak_bytes_per_s, phase=c.phase) for c in costs)
     return PhaseRoofline(
         batch=batch, tokens=tokens, flops=sum(p.flops for p in points), bytes=sum(p.bytes for p in points),

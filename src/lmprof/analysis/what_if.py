@@ -72,8 +72,13 @@ class DeviceCeilings:
     kind: str  # cpu, cuda, mps, ...
     label: str  # the name a person reads
     peak: Peak  # where the ceilings came from
-    flops_per_s: float  # the compute ceiling for the dtype
-    bytes_per_s: float  # the bandwidth ceiling
+    flops_per_s: float | None  # the compute ceiling for the dtype (None: not known, see peak.note)
+    bytes_per_s: float | None  # the bandwidth ceiling (None: not known)
+
+    @property
+    def known(self) -> bool:
+        """Both ceilings known: blocks get a bound and a roofline time, and there is a plot."""
+        return bool(self.flops_per_s and self.bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ def roofline_what_if(query: RooflineQuery, table: PeakTable) -> RooflineAnswer:
         raise ConfigError(f"--seq-len must be positive, got {t}")
     kv_len = context if context is not None else t
     _check_lengths(query, phase, shape, t, kv_len)
-    device = _ceilings(query.device or "", dt, table)
+    # A sweep needs the ceilings (time per token); one batch's FLOP/byte table does not.
+    device = _ceilings(query.device or "", dt, table, need=bool(query.sweep_batches))
     conventions = FlopConventions(causal_attention=query.causal,
                                   prefill_logits="last" if query.model is None else "all")
     weights = query.weights
@@ -196,8 +202,9 @@ def _check_lengths(query: RooflineQuery, phase: Phase, shape: ModelShape, t: int
         raise ConfigError(f"--context ({kv_len}) must be at least --seq-len ({t}) for {phase}")
 
 
-def _ceilings(device: str, dt: str, table: PeakTable) -> DeviceCeilings:
-    """The device's ceilings for ``dt``: this machine's device through torch, any other from the table."""
+def _ceilings(device: str, dt: str, table: PeakTable, need: bool = True) -> DeviceCeilings:
+    """The device's ceilings for ``dt``: this machine's device through torch, any other from the table;
+    with ``need`` False a device without them is kept (its blocks' bound stays unknown)."""
     spec = device.strip().lower()
     if spec in LOCAL_DEVICES or spec.startswith("cuda:"):
         from lmprof.hardware.devices import resolve_device  # imports torch: only for this machine's device
@@ -214,6 +221,6 @@ def _ceilings(device: str, dt: str, table: PeakTable) -> DeviceCeilings:
             )
         name, kind, label = entry.key, entry.kind, entry.name
     peak = resolve_peak(name, kind, dt, table=table)
-    if not peak.flops_per_s or not peak.bytes_per_s:
+    if need and (not peak.flops_per_s or not peak.bytes_per_s):
         raise DeviceError(f"no {dt} roofline for {label}: {peak.note}")
     return DeviceCeilings(name, kind, label, peak, peak.flops_per_s, peak.bytes_per_s)

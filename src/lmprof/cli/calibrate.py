@@ -23,10 +23,13 @@ def calibrate(
 
     Used by MFU and the roofline when the peak table does not know the device (CPUs, unlisted GPUs).
     The cache is $LMPROF_CACHE_DIR (default ~/.cache/lmprof), one JSON file per host and device.
+    A calibration whose repeats disagree (p90/p10 above 1.25x) or that ran while other processes kept
+    the machine busy is refused: printed with its spread, not saved, exit code 1.
     """
     from lmprof.cli.common import console
     from lmprof.errors import ConfigError
-    from lmprof.hardware.calibrate import busy_warning, cache_dir, calibrate as run_calibration
+    from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration, disturbed_reason
+    from lmprof.measure.noise import other_cores, snapshot
     from lmprof.hardware.peaks import load_table
 
     wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
@@ -62,7 +65,13 @@ def calibrate(
             unsaved = str(exc)
     what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
     with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
+        before = snapshot()
         cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=False)
+        after = snapshot()
+    # Other processes' CPU time over the calibration (exact on Linux): the load average lags.
+    cal.disturbed = disturbed_reason(cal, other_cores(before, after))
+    if cal.disturbed is not None and unsaved is None:
+        unsaved = "refused"
     if unsaved is None:
         try:
             save_calibration(cal)
@@ -75,7 +84,8 @@ def calibrate(
     )
     entry = load_table().find(cal.device_name, cal.device)
     for dt, m in cal.matmul.items():
-        line = f"  {dt + ' matmul':<12}{m['flops_per_s'] / 1e9:>10,.1f} GFLOP/s  best n={m['size']}, median of {m['n']}"
+        line = (f"  {dt + ' matmul':<12}{m['flops_per_s'] / 1e9:>10,.1f} GFLOP/s  best n={m['size']}, median of {m['n']}, "
+                f"p90/p10 {m.get('spread', 1.0):.2f}x")
         if entry is not None and entry.flops_for(dt):
             line += f" ({100 * m['flops_per_s'] / entry.flops_for(dt):.0f}% of the {entry.key} datasheet peak)"
         console.print(line)
@@ -83,13 +93,20 @@ def calibrate(
                       + ", ".join(f"{n}: {v['flops_per_s'] / 1e9:,.1f}" for n, v in m["by_size"].items()))
     bw = cal.bandwidth
     line = (f"  {'memory':<12}{bw['bytes_per_s'] / 1e9:>10,.1f} GB/s     {bw['method']} of "
-            f"{bw['nbytes'] / 2**20:.0f} MiB, median of {bw['n']}")
+            f"{bw['nbytes'] / 2**20:.0f} MiB, median of {bw['n']}, p90/p10 {bw.get('spread', 1.0):.2f}x")
     if entry is not None and entry.bytes_per_s:
         line += f" ({100 * bw['bytes_per_s'] / entry.bytes_per_s:.0f}% of the {entry.key} datasheet bandwidth)"
     console.print(line)
-    warning = busy_warning(cal)
-    if warning:
-        console.print(f"  warning: {warning}")
+    if cal.disturbed is not None:
+        import sys
+
+        from lmprof.hardware.calibrate import load_calibration
+
+        kept = load_calibration(cal.device_name, cal.device)
+        print(f"lmprof: calibration refused, not saved and not used for MFU: the machine was disturbed "
+              f"({cal.disturbed}); rerun `lmprof calibrate` on an idle machine"
+              + (f" (the cached {kept.path} stays in use)" if kept else ""), file=sys.stderr)
+        raise typer.Exit(1)
     if entry is None:
         console.print("  not in the peak table: MFU and rooflines on this device will use these measured figures")
     else:

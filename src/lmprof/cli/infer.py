@@ -17,7 +17,10 @@ def infer(
     hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Architecture with random weights (gpt2, tiny-llama, ...) or a config.json"),
     download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Allow fetching --hf from the hub"),
     prompt: Optional[str] = typer.Option(None, help="Prompt text (else random tokens of --prompt-len)"),
+    prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="Prompt as comma-separated token ids (1,2,3)"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer folder that encodes --prompt"),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="Random prompt length [default: 32]"),
+    n_layer: Optional[int] = typer.Option(None, "--n-layer", help="Layers (built-in GPT preset or --hf-config)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Prompts per batch [default: 1]"),
     new_tokens: Optional[int] = typer.Option(None, "--new-tokens", "-n", help="Tokens generated per prompt [default: 50]"),
     kv_cache: Optional[bool] = typer.Option(None, "--kv-cache/--no-kv-cache", help="Use a KV cache [default: on]"),
@@ -45,8 +48,15 @@ def infer(
     from lmprof.pipeline.infer import run_inference
     from lmprof.show.summary import render
 
+    from lmprof.errors import ConfigError
+
+    try:
+        ids = [int(x) for x in prompt_ids.split(",") if x.strip()] if prompt_ids is not None else None
+    except ValueError:
+        raise ConfigError(f"--prompt-ids takes comma-separated integers, got {(prompt_ids or '')[:80]!r}") from None
     values = merged(
         load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
+        prompt_ids=ids, tokenizer=tokenizer, n_layer=n_layer,
         prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
         compile=compile, compile_mode=compile_mode, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,

@@ -48,7 +48,8 @@ def roofline(
     n_layer: Optional[int] = typer.Option(None, "--n-layer", help="Override the preset's layers"),
     n_head: Optional[int] = typer.Option(None, "--n-head", help="Override the preset's heads"),
     n_embd: Optional[int] = typer.Option(None, "--n-embd", help="Override the preset's width"),
-    out: Path = typer.Option(Path("roofline.png"), help="PNG to write"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "--plot", help="Write the roofline plot (PNG) here [default: no plot]"),
     list_devices: bool = typer.Option(False, "--list-devices", help="List the peak table and exit"),
 ) -> None:
     """Analytic per-block roofline (FLOPs, bytes, intensity, bound, attainable time): nothing is run."""
@@ -73,6 +74,7 @@ def roofline(
         context=context, weights=weights, kv_dtype=kv_dtype,
         sweep_batches=parse_batches(sweep_batch) if sweep_batch else None, attention=attention,
         causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
-    check_not_input(out, [model if model and Path(model).exists() else None], "--out")
-    check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
+    if out is not None:
+        check_not_input(out, [model if model and Path(model).exists() else None], "--out")
+        check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
     show_roofline(roofline_what_if(query, table), as_json=as_json, out=out, line=console.print, echo=typer.echo)

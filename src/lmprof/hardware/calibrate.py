@@ -40,6 +40,14 @@ DEFAULT_SIZES = {"cpu": (128, 256, 512, 1024, 2048), "cuda": (1024, 2048, 4096, 
 # Copy size for bandwidth: well past the last-level cache so DRAM / HBM is what is measured.
 DEFAULT_COPY_BYTES = {"cpu": 128 * 2**20, "cuda": 1024 * 2**20, "mps": 512 * 2**20}
 _MIN_SAMPLE_S = 0.004  # below this a single timed call is mostly clock and launch noise
+#: p90 / p10 of a measurement's repeats above this: something else ran while calibrating, and the
+#: figure (a median of disturbed repeats) would understate the device, so every MFU above it overstates.
+SPREAD_LIMIT = 1.25
+#: 1-minute load average at or above this share of the CPUs: the machine was busy.
+BUSY_LOAD_SHARE = 0.5
+#: Cores other processes kept busy while calibrating (measured by the caller), as a share of the
+#: cores the calibration's threads left free, above which they competed with it.
+OTHER_CORES_LIMIT = 0.25
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,14 @@ class Calibration:
     seconds: float
     loadavg: float | None = None  # 1-minute load average before measuring: other work skews the figures
     cpu_count: int | None = None
-    matmul: dict[str, dict[str, Any]] = field(default_factory=dict)  # dtype -> {flops_per_s, size, n, by_size}
+    matmul: dict[str, dict[str, Any]] = field(default_factory=dict)  # dtype -> {flops_per_s, size, n, spread, by_size}
     bandwidth: dict[str, Any] = field(default_factory=dict)  # {bytes_per_s, nbytes, method, n}
     path: str | None = None
     schema: str = SCHEMA
+    loadavg_after: float | None = None
+    # Why this calibration was taken on a disturbed machine (None: it was not); a disturbed one is
+    # never saved by `lmprof calibrate` and never used for MFU if found in a cache.
+    disturbed: str | None = None
 
     def flops_for(self, dtype: str) -> float | None:
         entry = self.matmul.get(normalize_dtype(dtype))
@@ -153,6 +165,12 @@ def load_calibration(
                 if notes is not None:
                     notes.append(f"ignored the calibration cache: {exc} (rerun `lmprof calibrate` to replace it)")
                 continue
+            disturbed = cal.disturbed or disturbed_reason(cal)
+            if disturbed:
+                if notes is not None:
+                    notes.append(f"ignored the cached calibration {path}: taken on a disturbed machine ({disturbed}); "
+                                 "rerun `lmprof calibrate` on an idle machine")
+                continue
             if k == "cpu" and threads is not None and cal.threads != threads:
                 if notes is not None:
                     notes.append(f"the CPU calibration was taken with {cal.threads} thread(s) and this run uses "
@@ -197,6 +215,11 @@ def _calibration_problem(data: dict[str, Any]) -> str | None:
             return f"field {key} must be an integer"
     if not isinstance(data.get("seconds"), (int, float)) or isinstance(data.get("seconds"), bool):
         return "field seconds must be a number"
+    if data.get("disturbed") is not None and not isinstance(data.get("disturbed"), str):
+        return "field disturbed must be a string or null"
+    for key in ("loadavg", "loadavg_after"):
+        if data.get(key) is not None and (not isinstance(data.get(key), (int, float)) or isinstance(data.get(key), bool)):
+            return f"field {key} must be a number or null"
     matmul, bandwidth = data.get("matmul", {}), data.get("bandwidth", {})
     if not isinstance(matmul, dict) or not all(isinstance(m, dict) for m in matmul.values()):
         return "field matmul must map dtypes to objects"
@@ -222,7 +245,8 @@ def resolve_peak(
     table: PeakTable | None = None,
     threads: int | None = None,
 ) -> Peak:
-    """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else n/a.
+    """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else (this
+    machine's CPU) an estimate from its cores, clock and vector width, else n/a.
 
     ``device_name`` is torch's name ("NVIDIA H100 80GB HBM3") or a short name ("h100"); ``kind`` is
     the torch device type (cpu, cuda, mps) or None for "any". A table entry lacking the dtype (bf16
@@ -266,6 +290,22 @@ def resolve_peak(
                 bw = cal.bytes_per_s
                 bw_src = f"calibrated:{cal.path}"
                 notes.append("bandwidth measured by lmprof calibrate (copy, read + write counted)")
+    if flops is None and kind == "cpu":
+        # Last resort for this machine's own CPU: cores x clock x vector width (hardware/cpu_peak.py).
+        from lmprof.hardware import cpu_peak
+
+        facts = cpu_peak.read_facts()
+        if facts is not None and facts.model and facts.model == device_name:
+            if threads is None:
+                import torch
+
+                threads = torch.get_num_threads()
+            flops, how = cpu_peak.estimate(facts, threads, dt)
+            flops_src = "estimated:cpuinfo" if flops else None
+            notes.append(how)
+            if bw is None:
+                notes.append("no memory bandwidth known (it cannot be read off a CPU): MBU and the roofline need "
+                             "`lmprof calibrate`")
     if flops is None and bw is None:
         what = f"{device_name!r}" + (f" ({kind})" if kind else "")
         reason = (
@@ -325,6 +365,14 @@ def _timed(fn: Callable[[], object], sync: Callable[[], None], budget_s: float, 
     return samples
 
 
+def spread(samples: Sequence[float]) -> float:
+    """p90 / p10 of repeated timings (1.0 for fewer than 3): how much the repeats disagree."""
+    if len(samples) < 3:
+        return 1.0
+    qs = statistics.quantiles(samples, n=10)
+    return qs[-1] / qs[0] if qs[0] > 0 else math.inf
+
+
 def measure_matmul(
     device: Any, dtype: str, *, budget_s: float, sizes: Sequence[int] | None = None
 ) -> dict[str, Any]:
@@ -369,7 +417,7 @@ def measure_matmul(
             samples = _timed(matmul, sync, share)
             med = statistics.median(samples)
             flops = 2.0 * n**3 / med
-            by_size[str(n)] = {"flops_per_s": flops, "seconds": med, "n": len(samples)}
+            by_size[str(n)] = {"flops_per_s": flops, "seconds": med, "n": len(samples), "spread": spread(samples)}
             if best is None or flops > best[0]:
                 best = (flops, n, len(samples))
             del a, b, out, matmul  # matmul's defaults hold the tensors too: all freed before the next size
@@ -384,7 +432,8 @@ def measure_matmul(
         if prev_tf32 is not None:
             torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     assert best is not None
-    return {"flops_per_s": best[0], "size": best[1], "n": best[2], "by_size": by_size}
+    return {"flops_per_s": best[0], "size": best[1], "n": best[2], "spread": by_size[str(best[1])]["spread"],
+            "by_size": by_size}
 
 
 def measure_bandwidth(device: Any, *, budget_s: float, nbytes: int | None = None) -> dict[str, Any]:
@@ -401,7 +450,8 @@ def measure_bandwidth(device: Any, *, budget_s: float, nbytes: int | None = None
     samples = _timed(lambda: dst.copy_(src), synchronizer(tdev), budget_s)
     med = statistics.median(samples)
     moved = 2 * numel * 4  # every byte is read once and written once
-    return {"bytes_per_s": moved / med, "nbytes": numel * 4, "method": "copy (read + write)", "n": len(samples)}
+    return {"bytes_per_s": moved / med, "nbytes": numel * 4, "method": "copy (read + write)", "n": len(samples),
+            "spread": spread(samples)}
 
 
 def _loadavg() -> float | None:
@@ -412,13 +462,32 @@ def _loadavg() -> float | None:
 
 
 def busy_warning(cal: Calibration) -> str | None:
-    """A warning when other processes were using the CPUs as calibration started, else None."""
-    if cal.loadavg is None or not cal.cpu_count:
+    """A sentence when other processes were using the CPUs as calibration started or ended, else None."""
+    loads = [x for x in (cal.loadavg, cal.loadavg_after) if x is not None]
+    if not loads or not cal.cpu_count:
         return None
-    if cal.loadavg >= 0.5 * cal.cpu_count:
-        return (f"the machine was busy (load average {cal.loadavg:g} on {cal.cpu_count} CPUs): other work "
-                "slows these figures down; rerun `lmprof calibrate` on an idle machine")
+    if max(loads) >= BUSY_LOAD_SHARE * cal.cpu_count:
+        return (f"the machine was busy (load average {max(loads):g} on {cal.cpu_count} CPUs): other work "
+                "slows these figures down")
     return None
+
+
+def disturbed_reason(cal: Calibration, other_cores: float | None = None) -> str | None:
+    """Why ``cal`` was taken on a disturbed machine, or None: repeats that disagree by more than
+    :data:`SPREAD_LIMIT` (p90/p10), a busy load average, or (``other_cores``, measured by the caller
+    over the calibration) other processes keeping cores busy."""
+    reasons = [f"{dt} matmul repeats vary {m['spread']:.2f}x (p90/p10; limit {SPREAD_LIMIT:g}x)"
+               for dt, m in cal.matmul.items() if _rate(m.get("spread")) and m["spread"] > SPREAD_LIMIT]
+    bw = cal.bandwidth.get("spread")
+    if isinstance(bw, (int, float)) and _rate(bw) and bw > SPREAD_LIMIT:
+        reasons.append(f"copy repeats vary {bw:.2f}x (p90/p10; limit {SPREAD_LIMIT:g}x)")
+    busy = busy_warning(cal)
+    if busy:
+        reasons.append(busy)
+    free = max((cal.cpu_count or 1) - (cal.threads if cal.device == "cpu" else 0), 1)
+    if other_cores is not None and other_cores > OTHER_CORES_LIMIT * free:
+        reasons.append(f"other processes kept {other_cores:.2f} of {cal.cpu_count} cores busy while calibrating")
+    return "; ".join(reasons) or None
 
 
 def calibrate(
@@ -435,6 +504,8 @@ def calibrate(
 
     ``seconds`` is the total budget (default 3 s on CPU, 10 s on CUDA), split evenly between the
     dtypes and the bandwidth test; each measurement still takes at least 3 samples after warm-up.
+    A calibration whose repeats disagree or that ran on a busy machine (:func:`disturbed_reason`)
+    has ``disturbed`` set and is not saved.
     """
     import torch
 
@@ -465,6 +536,8 @@ def calibrate(
     for dt in wanted:
         cal.matmul[dt] = measure_matmul(dev.torch_device, dt, budget_s=share, sizes=sizes)
     cal.bandwidth = measure_bandwidth(dev.torch_device, budget_s=share, nbytes=copy_bytes)
-    if save:
+    cal.loadavg_after = _loadavg()
+    cal.disturbed = disturbed_reason(cal)
+    if save and cal.disturbed is None:  # a disturbed calibration is refused: it would overstate every MFU
         save_calibration(cal, directory)
     return cal

@@ -67,8 +67,9 @@ def profile_steps(
 
 
 def op_table(table: TraceTable, steps: int, top: int = 40) -> list[OpStat]:
-    """The operator table (torch's key_averages rule, lmprof's trace reader) per profiled step,
-    over ProfilerStep ranges 1..``steps``, lmprof's own scopes left out."""
+    """The operator table per profiled step: each operator's median over ProfilerStep ranges
+    1..``steps`` (torch's key_averages rule for self/total/device time, from lmprof's trace reader),
+    lmprof's own scopes left out."""
     rows = op_rows(table, steps=steps, skip_prefixes=(SCOPE_PREFIX,))
     if not rows or steps <= 0:
         return []
@@ -76,11 +77,11 @@ def op_table(table: TraceTable, steps: int, top: int = 40) -> list[OpStat]:
     return [
         OpStat(
             name=r.name,
-            calls=int(round(r.count / steps)),
-            self_ms=r.self_us / steps / 1e3,
-            total_ms=r.total_us / steps / 1e3,
+            calls=int(round(r.count)),
+            self_ms=r.self_us / 1e3,
+            total_ms=r.total_us / 1e3,
             self_pct=100.0 * r.self_us / total_self,
-            device_ms=(r.device_us / steps / 1e3) if r.device_us else None,
+            device_ms=(r.device_us / 1e3) if r.device_us else None,
         )
         for r in rows[:top]
     ]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from lmprof.analysis.noise import noise_reasons
+from lmprof.analysis.noise import block_outliers, noise_reasons, profiled_window
 from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
 from lmprof.measure.energy import EnergyMonitor, energy_metrics
@@ -170,6 +170,7 @@ def assemble_run(
         "clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us],
         "correction": rec.correction, "event_cost_us": cost.to_dict() if cost else None,
         "removed_ms_per_step": rec.removed_us_per_step / 1e3, "scale_to_clean": rec.scale,
+        "outliers": block_outliers(att),
     }]
     if att.fused_kernels:
         run.tables["fused_kernels"] = fused_kernel_rows(att)
@@ -186,7 +187,7 @@ def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
                device_kind: str) -> None:
     """Mark ``run`` noisy, with the reasons, when its timed window was not steady."""
-    reasons = noise_reasons(samples_ms, what, before, after, device_kind, run.value("profiler_overhead"))
+    reasons = noise_reasons(samples_ms, what, before, after, device_kind, profiled_window(run))
     run.noisy, run.noise = bool(reasons), reasons
 
 COMPILED_KERNELS = "compiled_kernels.json"

@@ -24,6 +24,12 @@ _MARKERS = {"forward": "o", "prefill": "o", "backward": "s", "decode": "^"}
 
 
 @literal_text
+def y_range(ys: list[float], peak_flops: float, roof_at_xmin: float) -> tuple[float, float]:
+    """The plot's FLOP/s range: every point and the whole roof inside it, with room above the
+    highest; a point above the compute ceiling (a peak below what the device achieved) stays on the plot."""
+    return min(min(ys), roof_at_xmin) / 4, max(max(ys), peak_flops) * 3
+
+
 def plot_roofline(
     points: Sequence[RooflinePoint],
     *,
@@ -63,8 +69,7 @@ def plot_roofline(
     ys = [y for _, y in placed] or [peak_flops]
     xmin = min(min(xs), ridge) / 4
     xmax = max(max(xs), ridge) * 4
-    ymin = min(min(ys), xmin * peak_bytes_per_s) / 4
-    ymax = peak_flops * 3
+    ymin, ymax = y_range(ys, peak_flops, xmin * peak_bytes_per_s)
 
     fig = Figure(figsize=(10, 6.5), dpi=120)
     FigureCanvasAgg(fig)

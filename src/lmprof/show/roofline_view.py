@@ -16,10 +16,10 @@ from lmprof.units import si
 _TABLE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
-def show_roofline(answer: RooflineAnswer, *, as_json: bool, out: Path, line: Callable[[str], None],
+def show_roofline(answer: RooflineAnswer, *, as_json: bool, out: Path | None, line: Callable[[str], None],
                   echo: Callable[[str], None]) -> None:
-    """Print the answer: JSON through ``echo``, or text lines through ``line`` (and, for one batch,
-    the roofline plot written to ``out``)."""
+    """Print the answer: JSON through ``echo``, or text lines through ``line`` (and, for one batch
+    with ``out`` given and the device's ceilings known, the roofline plot written to ``out``)."""
     if as_json:
         echo(_json(sweep_json(answer) if answer.sweep else roofline_json(answer)))
         return
@@ -29,7 +29,10 @@ def show_roofline(answer: RooflineAnswer, *, as_json: bool, out: Path, line: Cal
         return
     for text in roofline_lines(answer):
         line(text)
-    line(f"wrote {write_plot(answer, out)}")
+    if out is not None and answer.device.known:
+        line(f"wrote {write_plot(answer, out)}")
+    elif out is not None:
+        line(f"no plot written to {out}: the device's ceilings are not known (see above)")
 
 
 def _time(seconds: float) -> str:
@@ -68,8 +71,8 @@ def roofline_json(answer: RooflineAnswer) -> dict[str, Any]:
             "conventions": answer.conventions.to_dict(),
             "blocks": [{**c.to_dict(), "bound": p.bound, "time_s": p.min_time_s}
                        for c, p in zip(answer.costs, answer.points)],
-            "total": {"flops": result.flops, "bytes": result.bytes, "time_s": result.time_s,
-                      "tokens_per_s": result.tokens_per_s}}
+            "total": {"flops": result.flops, "bytes": result.bytes, "time_s": result.time_s or None,
+                      "tokens_per_s": result.tokens_per_s or None}}
 
 
 def sweep_lines(answer: RooflineAnswer) -> list[str]:
@@ -96,13 +99,18 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
             "decode": f"one decode step at KV length {kv_len}",
             "train": f"training step (forward + backward) of {t} tokens"}[answer.phase]
     peak = dev.peak
+    if dev.flops_per_s and dev.bytes_per_s:
+        device_line = (f"device: {dev.name} ({dev.kind}): {si(dev.flops_per_s, 'FLOP/s')} {dt}, "
+                       f"{si(dev.bytes_per_s, 'B/s')}; ridge {peak.ridge:.3g} FLOP/byte")
+    else:
+        # FLOPs, bytes and intensity need no peak: printed anyway, with why there is no bound or time.
+        device_line = f"device: {dev.name} ({dev.kind}): no {dt} roofline ceilings, so no bound or time per block: {peak.note}"
     out = [f"lmprof roofline: {answer.model} ({shape.n_params() / 1e6:.1f}M params"
            + (f", {shape.n_params(active=True) / 1e6:.1f}M active" if shape.moe else "")
            + f", L={shape.n_layer}, d={shape.n_embd}, heads={shape.n_head}, V={shape.vocab_size}), {what}, "
            f"batch {q.batch_size}, {dt}" + (f", weights {q.weights}" if q.weights else "")
            + (f", KV {q.kv_dtype}" if q.kv_dtype else ""),
-           f"device: {dev.name} ({dev.kind}): {si(dev.flops_per_s, 'FLOP/s')} {dt}, "
-           f"{si(dev.bytes_per_s, 'B/s')}; ridge {peak.ridge:.3g} FLOP/byte",
+           device_line,
            f"peak source: {peak.source}" + (f"; bandwidth: {peak.bytes_source}" if peak.bytes_source else ""),
            "conventions:"]
     out += [f"  {text}" for text in answer.conventions.describe().splitlines()]
@@ -113,10 +121,15 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
     total_time = result.time_s
     for c, p in zip(answer.costs, answer.points):
         share = 100.0 * (p.min_time_s or 0.0) / total_time if total_time else 0.0
+        timing = f"{_time(p.min_time_s or 0.0):>11}{share:>7.1f}%" if total_time else f"{'-':>11}{'-':>8}"
         out.append(f"{c.name:<14}" + (f"{c.phase:<10}" if show_phase else "")
                    + f"{c.count:>4}{si(c.flops):>13}{si(c.bytes, 'B'):>12}{p.intensity:>10.3g}  {p.bound:<14}"
-                   f"{_time(p.min_time_s or 0.0):>11}{share:>7.1f}%")
+                   + timing)
     out.append("-" * len(head))
+    if not total_time:
+        out.append(f"total: {si(result.flops, 'FLOP')}, {si(result.bytes, 'B')}, "
+                   f"{result.flops / result.bytes if result.bytes else 0:.3g} FLOP/byte; no roofline time without ceilings")
+        return out
     out.append(f"total: {si(result.flops, 'FLOP')}, {si(result.bytes, 'B')}, roofline time {_time(total_time)} "
                f"(blocks run one after another, each at its roof) = {result.tokens / total_time:,.0f} tokens/s at best")
     return out
@@ -125,6 +138,7 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
 def write_plot(answer: RooflineAnswer, out: Path) -> Path:
     """The blocks on the device's roofline, as a PNG at ``out``."""
     dev = answer.device
+    assert dev.flops_per_s and dev.bytes_per_s, "a roofline plot needs both ceilings"
     return plot_roofline(
         list(answer.points), peak_flops=dev.flops_per_s, peak_bytes_per_s=dev.bytes_per_s, out=out,
         device=dev.label, dtype=answer.dtype, model=f"{answer.model} B={answer.query.batch_size} T={answer.seq_len}",

@@ -123,8 +123,15 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
         frac = r.get("roof_fraction")
         t.add_row(Text(r["name"]), r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
                   number(r["achieved_flops_per_s"], "FLOP/s") if r.get("achieved_flops_per_s") else "",
-                  f"{100 * frac:.1f}%" if frac is not None else "", r["bound"])
+                  _of_roof(frac), r["bound"])
     return t
+
+
+def _of_roof(frac: float | None) -> str:
+    """A block's share of its roof; above 100% the ceiling is wrong, so no figure, a mark instead."""
+    if frac is None:
+        return ""
+    return f"{100 * frac:.1f}%" if frac <= 1.0 else "n/a (above roof: peak too low)"
 
 
 def render(run: Run, console: Console, folder: str | None = None) -> None:

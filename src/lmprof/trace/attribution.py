@@ -104,6 +104,21 @@ class FusedKernel:
         return "+".join(self.blocks)
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """One owner that runs several times in a step (a block's scope or backward node in every layer):
+    its exclusive times there, as the median and the largest; only kept where the largest is at
+    least twice the median (an instance worth a look: analysis/noise.py judges it)."""
+
+    name: str  # block or part
+    phase: str
+    owner: str  # the range's own name (a scope, or an autograd node such as AddmmBackward0)
+    step: int
+    n: int
+    median_us: float
+    max_us: float
+
+
 @dataclass
 class Attribution:
     """Per-block time of the profiled steps; ``per_step[i]`` maps (name, phase) to us in step i."""
@@ -125,6 +140,8 @@ class Attribution:
     # Work each (name, phase) issued per step (mean): the operators called directly in it (eager),
     # plus the compiled kernels it owns (a fused kernel counts once for each of its blocks).
     issued: dict[Key, float] = field(default_factory=dict)
+    # CPU clock: owners repeated in a step whose largest instance is far above their median.
+    repeats: list[Repeats] = field(default_factory=list)
 
     @property
     def mean_step_us(self) -> float:
@@ -386,9 +403,12 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     credit = _Credit(n_steps, own.kernels)
     totals, calls = credit.totals, credit.calls
     notes: list[str] = []
+    repeats: list[Repeats] = []
     if clock == "cpu":
-        for i, (r, us) in enumerate(zip(own.rows, _exclusive_us(table, own.rows, parent))):
+        exclusive = _exclusive_us(table, own.rows, parent)
+        for i, (r, us) in enumerate(zip(own.rows, exclusive)):
             credit.add(int(own.step_of[i]), int(r), own.label[int(r)], float(us))
+        repeats = _repeats(table, own, exclusive)
         # A step without a ProfilerStep range: what no top-level owner covers is the step's "other".
         ev = table.events
         start = ev["ts"].to_numpy(dtype=float)[own.rows]
@@ -413,7 +433,24 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     counts = _event_counts(table, host, own.mask, own.scope_mask, own.rows, parent, own.label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
                        [dict(t) for t in totals], counts, [dict(f) for f in credit.fused],
-                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps))
+                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps), repeats)
+
+
+def _repeats(table: TraceTable, own: _Owners, exclusive: np.ndarray) -> list[Repeats]:
+    """Owners of one name and label run 3+ times in a step whose largest exclusive time is at least
+    twice their median: with one profiled step, the only sign of a disturbance inside a block."""
+    name_col = table.events["name"].astype(str).to_numpy()
+    groups: dict[tuple[int, Key, str], list[float]] = defaultdict(list)
+    for i, r in enumerate(own.rows):
+        if int(r) not in own.kernels:
+            groups[(int(own.step_of[i]), own.label[int(r)], str(name_col[r]))].append(float(exclusive[i]))
+    out = []
+    for (step, key, owner), xs in groups.items():
+        if len(xs) >= 3:
+            med, top = float(np.median(xs)), max(xs)
+            if top >= 2 * med:
+                out.append(Repeats(key[0], key[1], owner, step, len(xs), med, top))
+    return out
 
 
 def _issued(table: TraceTable, own: _Owners, n_steps: int) -> dict[Key, float]:

@@ -22,56 +22,66 @@ from lmprof.trace.steps import profiler_steps
 
 @dataclass(frozen=True)
 class OpRow:
-    """One operator name's totals over the counted steps (us; per-step figures are the caller's)."""
+    """One operator name's figures per step: the median over the counted steps (us)."""
 
     name: str
-    count: int
+    count: float
     self_us: float
     total_us: float
     device_us: float | None
 
 
 def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple[str, ...] = ()) -> list[OpRow]:
-    """Operator totals for the events that start inside ProfilerStep ranges numbered 1..``steps``
-    (every step when None), sorted by self time. Names starting with ``skip_prefixes`` are left out
-    of the rows (their time still counts as their children's parent, as in torch's table)."""
+    """Each operator's figures **per step**, the median over ProfilerStep ranges 1..``steps`` (every
+    step when None), sorted by self time. The median, not torch's mean: one disturbed step must not
+    reorder the table (its mean would put whatever ran during the disturbance on top); with one step
+    the two agree. Events outside every counted range (the profiler's warm-up step, gaps between a
+    user's steps, a step still open at the end) are left out. Names starting with ``skip_prefixes``
+    are left out of the rows (their time still counts as their children's parent, as in torch's table).
+    """
     ev = table.events
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
-    if host.size == 0:
-        return []
     st = profiler_steps(table)
     if steps is not None:
         st = st[st["step"] <= steps]
-    ts = ev["ts"].to_numpy(dtype=float)
-    start, end = st["ts"].to_numpy(dtype=float), (st["ts"] + st["dur"]).to_numpy(dtype=float)
-    t = ts[host]
+    if host.size == 0 or st.empty:
+        return []
+    start = st["ts"].to_numpy(dtype=float)
     order = np.argsort(start)
-    start, end = start[order], end[order]
+    start, end = start[order], (st["ts"] + st["dur"]).to_numpy(dtype=float)[order]
+    t = ev["ts"].to_numpy(dtype=float)[host]
     pos = np.searchsorted(start, t, side="right") - 1
     inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
-    rows = host[inside]
+    rows, step_of = host[inside], pos[inside]
     names = ev["name"].astype(str).to_numpy()[rows]
     keep = np.array([not (n.startswith("ProfilerStep") or n.startswith(skip_prefixes)) for n in names], dtype=bool)
-    rows, names = rows[keep], names[keep]
+    rows, step_of = rows[keep], step_of[keep]
     if rows.size == 0:
         return []
-    self_all = nesting.self_time(table)
-    rows, self_us = _fold_duplicates(table, rows, self_all)
+    rows, self_us, step_of = _fold_duplicates(table, rows, nesting.self_time(table), step_of)
     names = ev["name"].astype(str).to_numpy()[rows]
     total_us = np.maximum(ev["dur"].to_numpy(dtype=float)[rows], 0.0)
     device = _launched_device_us(table)
     uniq, inv = np.unique(names, return_inverse=True)
-    count = np.bincount(inv, minlength=len(uniq))
-    self_sum = np.bincount(inv, weights=self_us, minlength=len(uniq))
-    total_sum = np.bincount(inv, weights=total_us, minlength=len(uniq))
-    dev_sum = np.bincount(inv, weights=device[rows], minlength=len(uniq)) if device is not None else None
-    out = [OpRow(str(n), int(c), float(s), float(tt), float(dev_sum[i]) if dev_sum is not None else None)
-           for i, (n, c, s, tt) in enumerate(zip(uniq, count, self_sum, total_sum))]
+    n_steps = len(start)
+    cell = inv * n_steps + step_of  # one cell per (operator, step); absent operators count 0 in a step
+
+    def median(weights: np.ndarray | None) -> np.ndarray:
+        sums = np.bincount(cell, weights=weights, minlength=len(uniq) * n_steps).reshape(len(uniq), n_steps)
+        return np.median(sums, axis=1)
+
+    count, self_med, total_med = median(None), median(self_us), median(total_us)
+    dev_med = median(device[rows]) if device is not None else None
+    out = [OpRow(str(n), float(count[i]), float(self_med[i]), float(total_med[i]),
+                 float(dev_med[i]) if dev_med is not None else None)
+           for i, n in enumerate(uniq)]
+    out = [r for r in out if r.count > 0 or r.self_us > 0]
     out.sort(key=lambda r: r.self_us, reverse=True)
     return out
 
 
-def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray,
+                     step_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """torch's table folds an event into its parent when the parent has the same name and no other
     child (``aten::sum`` calling an ``aten::sum`` overload); the pair is then one call whose self time
     is both self times together. The same here, so counts and totals equal torch's."""
@@ -83,7 +93,7 @@ def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray) 
     self_us = self_all.copy()
     np.add.at(self_us, p[dup], self_all[rows[dup]])
     kept = rows[~dup]
-    return kept, self_us[kept]
+    return kept, self_us[kept], step_of[~dup]
 
 
 def _launched_device_us(table: TraceTable) -> np.ndarray | None:

@@ -5,12 +5,13 @@ that go into the run record; nothing here measures anything.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 import torch
 
 from lmprof.config import DEFAULT_SEQ_LEN, InferConfig, ModelSpec, TrainConfig
-from lmprof.errors import ConfigError
+from lmprof.errors import ConfigError, DataError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
@@ -136,14 +137,43 @@ def _load_hf(spec: ModelSpec, dtype: torch.dtype, seed: int) -> HFModel:
     """--hf's weights, else --hf-config's architecture with random weights (the callers checked one is given)."""
     from lmprof.workloads import hf as hfmod
 
+    resized = [f"--{k.replace('_', '-')}" for k in ("n_layer", "n_head", "n_embd") if getattr(spec, k) is not None]
     if spec.hf:
+        if resized:
+            raise ConfigError(f"{', '.join(resized)} cannot resize --hf {spec.hf}: its weights fix the shape "
+                              "(use --hf-config for an architecture with random weights)")
         return hfmod.load(spec.hf, dtype, spec.download)
     if spec.hf_config:
-        return hfmod.from_config(spec.hf_config, dtype, seed)
+        if spec.n_head is not None or spec.n_embd is not None:
+            raise ConfigError("--n-head and --n-embd apply to the built-in GPT; with --hf-config only --n-layer is "
+                              "honoured (heads and width follow the architecture)")
+        return hfmod.from_config(spec.hf_config, dtype, seed, num_hidden_layers=spec.n_layer)
     raise ConfigError("give --hf or --hf-config for a Hugging Face model")
 
 
+def _local_tokenizer(folder: str) -> Any:
+    """A tokenizer from a local folder (never the network), or one line saying why not."""
+    from lmprof.workloads import hf as hfmod
+
+    tf = hfmod._transformers()  # noqa: SLF001 - the one place transformers is imported, with its error
+    if not Path(folder).is_dir():
+        raise DataError(f"--tokenizer {folder} is not a folder (give a local tokenizer folder)")
+    try:
+        return tf.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"cannot load a tokenizer from {folder}: {' '.join(str(exc).split())[:160]}") from None
+
+
 def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) -> torch.Tensor:
+    if cfg.prompt_ids is not None:
+        if cfg.prompt is not None:
+            raise ConfigError("give either --prompt or --prompt-ids, not both")
+        bad = [x for x in cfg.prompt_ids if x >= vocab]
+        if bad:
+            raise ConfigError(f"--prompt-ids {bad[0]} is not a token of this model (vocabulary {vocab})")
+        return torch.tensor(cfg.prompt_ids, dtype=torch.long).unsqueeze(0).repeat(cfg.batch_size, 1)
+    if cfg.tokenizer is not None:
+        tokenizer = _local_tokenizer(cfg.tokenizer)
     if cfg.prompt is not None:
         if not cfg.prompt:
             raise ConfigError("the prompt is empty")
@@ -151,7 +181,8 @@ def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) 
             ids = tokenizer(cfg.prompt)["input_ids"]
         else:
             ids = [b % vocab for b in cfg.prompt.encode("utf-8")]
-            notes.append("no tokenizer with this model: the prompt was encoded as UTF-8 bytes (one token per byte)")
+            notes.append("no tokenizer with this model: the prompt was encoded as UTF-8 bytes (one token per byte); "
+                         "give --prompt-ids or --tokenizer FOLDER for the model's own tokens")
         row = torch.tensor(ids, dtype=torch.long)
         return row.unsqueeze(0).repeat(cfg.batch_size, 1)
     gen = torch.Generator().manual_seed(cfg.seed)

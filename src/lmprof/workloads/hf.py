@@ -101,6 +101,14 @@ def config_for(name: str, **overrides: Any) -> Any:
     for k, v in overrides.items():
         if v is not None:
             setattr(cfg, k, v)
+    layers = overrides.get("num_hidden_layers")
+    if layers is not None:
+        # Per-layer lists (attention type per layer) must shrink or grow with the layer count.
+        kinds = getattr(cfg, "layer_types", None)
+        if isinstance(kinds, list) and kinds:
+            cfg.layer_types = (kinds * (layers // len(kinds) + 1))[:layers]
+        if getattr(cfg, "max_window_layers", None) is not None:
+            cfg.max_window_layers = min(cfg.max_window_layers, layers)
     return cfg
 
 
