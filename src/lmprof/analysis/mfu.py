@@ -110,7 +110,9 @@ def mfu_metrics(
     per = {"train": "training step", "prefill": "prefill", "decode": f"{decode_tokens} decode step(s)"}[mode]
     last_only = " minus lm_head of all but the last position" if conventions.prefill_logits == "last" else ""
     formula = {
-        "train": f"B·T·(6N + 12·L·d·T), N={shape.n_params_non_embedding():,} non-embedding params",
+        # N is the one the value uses: a mixture of experts counts the experts a token runs (top_k), not all.
+        "train": f"B·T·(6N + 12·L·d·T), N={shape.n_params_non_embedding(active=True):,} non-embedding params"
+                 + (f" active per token (top-{shape.top_k} of {shape.n_experts} experts)" if shape.moe else ""),
         "prefill": f"B·T·(2N + 4·L·d·T){last_only}",
         "decode": "sum over steps of B·(2N + 4·L·d·context)",
     }[mode]

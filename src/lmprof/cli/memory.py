@@ -176,6 +176,8 @@ def memory(
         from lmprof.workloads.models import resolve_model
 
         entry = resolve_model(model)
+        if entry.warning:
+            typer.echo(f"warning: {entry.warning}", err=True)
         shape, label, drop = entry.shape, entry.name, dropout or 0.0
         pdt = param_dtype or dtype
     else:
