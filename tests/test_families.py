@@ -12,8 +12,8 @@ from dataclasses import astuple
 
 import pytest
 
-from lmprof.analysis.flops import FlopConventions, block_costs
-from lmprof.workloads.models import shape_from_config
+from lmprof.estimate.flops import FlopConventions, block_costs
+from lmprof.estimate.models import shape_from_config
 
 tf = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -126,7 +126,7 @@ def test_kv_cache_bytes_equal_the_returned_cache(name: str) -> None:
 def test_unknown_family_gets_a_generic_estimate_with_a_warning(tmp_path) -> None:
     import json
 
-    from lmprof.workloads.models import resolve_model
+    from lmprof.estimate.models import resolve_model
 
     cfg = {"model_type": "my_llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "intermediate_size": 96, "vocab_size": 128}
@@ -156,8 +156,8 @@ def test_unknown_family_on_the_command_line(tmp_path, capsys) -> None:
 
 def test_moe_flop_note_states_the_active_n_the_value_uses() -> None:
     """The note's N is the active non-embedding count, and B·T·(6N + 12·L·d·T) with it is the value."""
-    from lmprof.analysis.mfu import mfu_metrics
-    from lmprof.workloads.models import resolve_model
+    from lmprof.estimate.mfu import mfu_metrics
+    from lmprof.estimate.models import resolve_model
 
     shape = resolve_model("mixtral-8x7b").shape
     m = mfu_metrics(shape, batch=2, seq_len=128, mode="train", time_s=1.0, device_name="h100", device_kind="cuda")
@@ -170,7 +170,7 @@ def test_moe_flop_note_states_the_active_n_the_value_uses() -> None:
 def test_family_table_names_a_published_config_for_every_family() -> None:
     """Every supported family has a row; its example is a table entry of that family with a source URL, and
     every key the example sets is one the row says lmprof reads."""
-    from lmprof.workloads.models import SUPPORTED, _table, family_table
+    from lmprof.estimate.models import SUPPORTED, _table, family_table
 
     families = family_table()
     assert set(families) == set(SUPPORTED)
@@ -186,9 +186,25 @@ def test_family_table_names_a_published_config_for_every_family() -> None:
 def test_deepseek_v3_kv_cache_is_the_compressed_latent() -> None:
     """By hand: 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) elements per token, 2 bytes in bf16,
     where 128 heads x (192 + 128) per layer would be 9.1x more."""
-    from lmprof.analysis.memory_estimate import kv_cache_bytes
-    from lmprof.workloads.models import resolve_model
+    from lmprof.estimate.memory import kv_cache_bytes
+    from lmprof.estimate.models import resolve_model
 
     shape = resolve_model("deepseek-v3").shape
     assert shape.kv_elements_per_token() == 61 * (512 + 64) == 35_136
     assert kv_cache_bytes(shape, 1, 4096, 2) == 35_136 * 4096 * 2
+
+
+def test_estimate_imports_no_torch() -> None:
+    """Every module of lmprof.estimate imports without loading torch (an estimate needs no torch)."""
+    import subprocess
+    import sys
+
+    code = ("import pkgutil, importlib, sys, lmprof.estimate as e\n"
+            "for m in pkgutil.walk_packages(e.__path__, 'lmprof.estimate.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "e.mfu_metrics, e.estimate_memory, e.shape_from_config\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n"
+            "print(len(list(pkgutil.walk_packages(e.__path__, 'lmprof.estimate.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 15

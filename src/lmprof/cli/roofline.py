@@ -60,7 +60,7 @@ def roofline(
 
     table = load_table()
     if list_models:
-        from lmprof.workloads.models import known_models
+        from lmprof.estimate.models import known_models
 
         console.print("\n".join(known_models()))
         return
@@ -74,7 +74,7 @@ def roofline(
         sweep_batches=parse_batches(sweep_batch) if sweep_batch else None, attention=attention,
         causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
     if model is not None:
-        from lmprof.workloads.models import resolve_model
+        from lmprof.estimate.models import resolve_model
 
         if warning := resolve_model(model).warning:
             typer.echo(f"warning: {warning}", err=True)

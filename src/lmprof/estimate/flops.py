@@ -29,7 +29,7 @@ from typing import Iterable, Literal
 
 from lmprof.dtypes import DTYPE_BYTES, dtype_bytes, normalize_dtype, weight_bytes_per_param  # noqa: F401 - re-exported
 from lmprof.errors import ConfigError
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Phase = Literal["forward", "backward", "prefill", "decode"]
 PHASES: tuple[str, ...] = ("forward", "backward", "prefill", "decode")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 from lmprof.dtypes import normalize_dtype
-from lmprof.analysis.flops import (
+from lmprof.estimate.flops import (
     DEFAULT_CONVENTIONS,
     FlopConventions,
     block_costs,
@@ -27,11 +27,11 @@ from lmprof.analysis.flops import (
     phase_costs,
     totals,
 )
-from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
+from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
 from lmprof.units import si
 from lmprof.record.run import Block, Metric
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Mode = Literal["train", "prefill", "decode"]
 Recompute = Literal["none", "full"] | float | None

@@ -1,7 +1,7 @@
 """One model description from any Hugging Face causal-LM config, and the shipped table of known models.
 
 :func:`shape_from_config` reads a config.json dict (the keys Hugging Face writes) into a
-:class:`~lmprof.workloads.shape.ModelShape`; :func:`resolve_model` accepts a table name
+:class:`~lmprof.estimate.shape.ModelShape`; :func:`resolve_model` accepts a table name
 (``models.yaml`` beside this module), a config.json path or a model folder. Measured Hugging Face
 runs build their shape through the same function (:func:`lmprof.workloads.hf.shape_of`), so the
 analytic counts of a run and of ``lmprof roofline --model`` are the same formulas.
@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
-from lmprof.workloads.shape import Mlp, ModelShape, check_size
+from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
@@ -333,14 +333,14 @@ def generic_shape(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, Any]]:
-    path = Path(str(resources.files("lmprof.workloads").joinpath("models.yaml")))
+    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
     return dict(yaml.safe_load(path.read_text())["models"])
 
 
 @lru_cache(maxsize=1)
 def family_table() -> dict[str, dict[str, Any]]:
     """Each supported family: its example table entry and the config.json keys lmprof reads (``llama-like`` expanded)."""
-    path = Path(str(resources.files("lmprof.workloads").joinpath("models.yaml")))
+    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
     raw = dict(yaml.safe_load(path.read_text())["families"])
     common = list(raw.pop("llama-like")["reads"])
     return {fam: {"example": e.get("example"),

@@ -2,7 +2,7 @@
 
 One description for every causal-LM family lmprof knows: the built-in GPT
 (:func:`lmprof.workloads.gpt.GPTConfig.shape`), any Hugging Face causal-LM config
-(:func:`lmprof.workloads.models.shape_from_config`) and the shipped table of well-known models
+(:func:`lmprof.estimate.models.shape_from_config`) and the shipped table of well-known models
 (``models.yaml``). Analytic counts never need the model itself. No torch import.
 
 Defaults describe the built-in GPT (GPT-2 layout); the other fields say how a family differs:

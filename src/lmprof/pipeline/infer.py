@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import torch
 
-from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.estimate.memory import estimate_memory
 from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.measure.energy import EnergyMonitor

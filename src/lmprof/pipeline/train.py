@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 
-from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.estimate.memory import estimate_memory
 from lmprof.atomic import write_text
 from lmprof.config import MeasureSpec, TrainConfig
 from lmprof.errors import ConfigError

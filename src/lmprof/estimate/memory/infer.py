@@ -1,9 +1,9 @@
 """Inference memory: parameters, the KV cache and one layer's prefill temporaries."""
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.params import ParamCounts
-from lmprof.analysis.memory_estimate.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.memory.params import ParamCounts
+from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
+from lmprof.estimate.shape import ModelShape
 
 
 def infer_estimate(

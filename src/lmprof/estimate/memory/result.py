@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 Mode = Literal["train", "infer"]
@@ -12,7 +12,7 @@ Attention = Literal["math", "sdpa"]
 MODES: tuple[Mode, ...] = ("train", "infer")
 ATTENTIONS: tuple[Attention, ...] = ("math", "sdpa")
 Optimizer = Literal["adamw", "sgd"]
-# What an estimate's ``optimizer`` may say: the plan (analysis/fit.py) also names bitsandbytes' 8-bit AdamW.
+# What an estimate's ``optimizer`` may say: the plan (estimate/fit.py) also names bitsandbytes' 8-bit AdamW.
 EstimateOptimizer = Literal["adamw", "adamw8bit", "sgd"]
 OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
 
