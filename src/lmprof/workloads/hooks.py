@@ -2,7 +2,9 @@
 
 A pre-hook opens ``lmprof:<block>`` and a post-hook closes it, so the same attribution that reads
 the built-in GPT's scopes reads these. Module paths map to canonical block names for common
-families (GPT-2, Llama/Mistral/Qwen2/Gemma/Phi-3 style, Gemma 2/3, Phi-1/2, GPT-NeoX); anything
+families (GPT-2 and GPT-BigCode, nanoGPT's GPT by its module layout, OPT, Falcon, Llama/Mistral/Qwen2/
+Gemma/Phi-3 style, Mixtral and Qwen-MoE, Gemma 2/3, Phi-1/2, GPT-NeoX); the attention module's own
+work is the attention core and a layer's own work its residual adds. Anything
 else is named by its module path with layer indices collapsed and kept apart (``layers.*.fc1[3]``),
 so unknown models still get a per-module table (folded over layers) and per-layer rows in blocks.csv.
 
