@@ -9,10 +9,10 @@ at batch 1 and 64 with a KV length of 2,048 (or the model's maximum if smaller).
 """
 from __future__ import annotations
 
-from lmprof.analysis.flops import FlopConventions, block_costs
-from lmprof.analysis.roofline import phase_roofline
+from lmprof.estimate.flops import FlopConventions, block_costs
+from lmprof.estimate.roofline import phase_roofline
 from lmprof.hardware.calibrate import resolve_peak
-from lmprof.workloads.models import known_models, resolve_model
+from lmprof.estimate.models import known_models, resolve_model
 
 
 def main() -> None:

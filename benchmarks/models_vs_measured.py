@@ -15,11 +15,11 @@ from dataclasses import astuple
 import torch
 import transformers as tf
 
-from lmprof.analysis.flops import FlopConventions, block_costs
-from lmprof.analysis.memory_estimate import estimate_memory
+from lmprof.estimate.flops import FlopConventions, block_costs
+from lmprof.estimate.memory import estimate_memory
 from lmprof.measure.flops import count_causal_lm_flops
 from lmprof.measure.memory import measure_training_memory
-from lmprof.workloads.models import shape_from_config, shrunk_config
+from lmprof.estimate.models import shape_from_config, shrunk_config
 from lmprof.workloads.training import plain_train_step
 
 FAMILIES = ["gpt2", "llama-3-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-7b", "gemma-2-2b",

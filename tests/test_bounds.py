@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmprof.errors import LmprofError
-from lmprof.workloads.models import known_config, shape_from_config
-from lmprof.workloads.shape import LIMITS, ModelShape
+from lmprof.estimate.models import known_config, shape_from_config
+from lmprof.estimate.shape import LIMITS, ModelShape
 
 LLAMA = known_config("llama-3-8b")
 MIXTRAL = known_config("mixtral-8x7b")

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from lmprof.analysis.mfu import mfu_metrics
+from lmprof.estimate.mfu import mfu_metrics
 from lmprof.cli.main import main
 from lmprof.hardware import calibrate as cal_mod
 from lmprof.hardware.calibrate import Calibration, Peak, calibrate, disturbed_reason, resolve_peak, save_calibration

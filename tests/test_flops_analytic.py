@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmprof.analysis.flops import (
+from lmprof.estimate.flops import (
     FlopConventions,
     block_costs,
     dtype_bytes,
@@ -14,7 +14,7 @@ from lmprof.analysis.flops import (
     totals,
 )
 from lmprof.errors import ConfigError
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 # Shape A: GPT-2 style, d=128, 4 layers, 4 heads, V=65 (the tiny preset), T=64.
 A = ModelShape(n_layer=4, n_head=4, n_embd=128, vocab_size=65, block_size=256)

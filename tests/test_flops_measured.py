@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmprof.analysis.flops import block_costs
+from lmprof.estimate.flops import block_costs
 from lmprof.measure.flops import compare, count_flops, count_gpt_flops, module_block
 from lmprof.workloads.gpt import GPT, GPTConfig
 

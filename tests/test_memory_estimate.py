@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmprof.analysis.memory_estimate import (
+from lmprof.estimate.memory import (
     estimate_memory,
     format_bytes,
     kv_cache_bytes,
@@ -13,7 +13,7 @@ from lmprof.analysis.memory_estimate import (
 )
 from lmprof.errors import ConfigError
 from lmprof.workloads.gpt import PRESETS
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 TINY = PRESETS["tiny"].shape()  # L=4, a=4, h=128, V=65, block 256
 GPT2 = PRESETS["gpt2"].shape()  # L=12, a=12, h=768, V=50257, block 1024

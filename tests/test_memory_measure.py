@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.profiler import record_function
 
-from lmprof.analysis.memory_estimate import estimate_memory, memory_metrics, memory_table
+from lmprof.estimate.memory import estimate_memory, memory_metrics, memory_table
 from lmprof.measure.memory import SNAPSHOT_NAME, measure_inference_memory, measure_training_memory
 from lmprof.measure.memory_timeline import classify, timeline_from_trace
 from lmprof.measure.tensor_bytes import static_memory, tensor_bytes

@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from lmprof.analysis.flops import model_flops_per_step
-from lmprof.analysis.mfu import block_roofline, fill_block_costs, mfu_metrics
-from lmprof.analysis.roofline import attainable, classify, ridge_point, roofline_time
+from lmprof.estimate.flops import model_flops_per_step
+from lmprof.estimate.mfu import block_roofline, fill_block_costs, mfu_metrics
+from lmprof.estimate.roofline import attainable, classify, ridge_point, roofline_time
 from lmprof.cli.main import main
 from lmprof.hardware.calibrate import Calibration, Peak, save_calibration
 from lmprof.record.run import Block
 from lmprof.show.roofline_plot import plot_roofline
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 P, W = 100e12, 1e12  # 100 TFLOP/s, 1 TB/s: ridge at 100 FLOP/byte
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -211,7 +211,7 @@ def test_fill_blocks_and_block_roofline():
 
 def test_cli_decode_kv_length_is_the_one_printed(tmp_path, capsys):
     """Issue 13 §6: `--phase decode -t 64` computes 64 keys (it computed 65); gpt2's default 1,024, not 1,025."""
-    from lmprof.analysis.flops import block_costs
+    from lmprof.estimate.flops import block_costs
     from lmprof.workloads.gpt import preset
 
     shape = preset("tiny").shape()

@@ -1,11 +1,12 @@
 """MFU from FLOPs torch counted (``FlopCounterMode``) for a model lmprof has no formulas for.
 
-The same metric keys as :func:`lmprof.analysis.mfu.mfu_metrics`, so the summary, the report and
+The same metric keys as :func:`lmprof.estimate.mfu.mfu_metrics`, so the summary, the report and
 ``compare`` read both alike; what differs is said in each figure's source and note: the FLOPs are
 *measured* (counted on one real step) rather than estimated, and no byte count exists, so MBU is n/a.
 """
 from __future__ import annotations
 
+from lmprof.estimate.mfu import MAX_UTILISATION_PCT
 from lmprof.record.run import Metric
 from lmprof.units import si
 
@@ -40,6 +41,10 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
             out[key] = Metric.na("%", "no measured time", source="derived")
         elif not peak.flops_per_s:
             out[key] = Metric.na("%", peak.note, source="derived")
+        elif 100.0 * flops / time_s / peak.flops_per_s > MAX_UTILISATION_PCT:  # the same rule as mfu_metrics
+            out[key] = Metric.na("%", f"counted FLOP/s would be {100.0 * flops / time_s / peak.flops_per_s:.0f}% of the "
+                                 "peak: the peak is not a ceiling here (rerun `lmprof calibrate` on an idle machine)",
+                                 source="derived")
         else:
             out[key] = Metric(value=100.0 * flops / time_s / peak.flops_per_s, unit="%", source="derived",
                               note=f"counted FLOP/s / peak {dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})")

@@ -1,5 +1,5 @@
 """Each operator of a trace on a device's roofline: the trace's per-op FLOPs, bytes and device time
-(:mod:`lmprof.trace.opflops`) joined with the device's peaks, by :func:`lmprof.analysis.roofline.classify`.
+(:mod:`lmprof.trace.opflops`) joined with the device's peaks, by :func:`lmprof.estimate.roofline.classify`.
 
 The peak FLOP/s is the one of the operator's dtype (fp32 operators use the fp32 rate, not TF32: the
 trace does not say whether TF32 was allowed). Peaks come in as numbers, so this module reads no
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from lmprof.analysis.roofline import Bound, classify, ridge_point
+from lmprof.estimate.roofline import Bound, classify, ridge_point
 from lmprof.trace.opflops import OpFlops
 
 

@@ -5,22 +5,22 @@ shapes; :func:`roofline_what_if` resolves the model's shape and the device's cei
 :class:`RooflineAnswer`: per-block costs and roofline points at one batch size, or the phase's
 roofline at each batch of a sweep. Ceilings come from the peak table, or for this machine's own
 device (cpu, cuda, mps) from the table or the ``lmprof calibrate`` cache; FLOPs and bytes from
-:mod:`lmprof.analysis.flops`, the roofline from :mod:`lmprof.analysis.roofline`.
+:mod:`lmprof.estimate.flops`, the roofline from :mod:`lmprof.estimate.roofline`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from lmprof.analysis.flops import BlockCost, FlopConventions, block_costs, phase_costs
-from lmprof.analysis.memory_estimate import ATTENTIONS, Attention
-from lmprof.analysis.roofline import PhaseRoofline, RooflinePoint, phase_roofline
+from lmprof.estimate.flops import BlockCost, FlopConventions, block_costs, phase_costs
+from lmprof.estimate.memory import ATTENTIONS, Attention
+from lmprof.estimate.roofline import PhaseRoofline, RooflinePoint, phase_roofline
 from lmprof.config import choice
 from lmprof.dtypes import normalize_dtype, normalize_weight_dtype
 from lmprof.errors import ConfigError, DeviceError
 from lmprof.hardware.calibrate import Peak, resolve_peak
 from lmprof.hardware.peaks import PeakTable
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Phase = Literal["prefill", "decode", "train"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode", "train")
@@ -181,7 +181,7 @@ def _attention(name: str) -> Attention:
 def _model(query: RooflineQuery) -> tuple[str, ModelShape, int]:
     """(name, shape, default tokens per sequence) of the query's model or preset."""
     if query.model is not None:
-        from lmprof.workloads.models import resolve_model
+        from lmprof.estimate.models import resolve_model
 
         entry = resolve_model(query.model)
         return entry.name, entry.shape, min(entry.shape.block_size, 2048)

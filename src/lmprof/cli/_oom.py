@@ -97,7 +97,7 @@ def gpt_fit(cfg: TrainConfig | InferConfig, device_kind: str) -> Fit | None:
         return None
 
     def fit(budget: int) -> str | None:
-        from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory, largest_fitting_batch
+        from lmprof.estimate.memory import MemoryEstimate, estimate_memory, largest_fitting_batch
         from lmprof.config import DEFAULT_SEQ_LEN
         from lmprof.workloads.gpt import preset
 

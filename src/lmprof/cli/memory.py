@@ -23,12 +23,7 @@ def _known_gpus() -> dict[str, tuple[str, int]]:
     """Short name (key and aliases) -> (name, nominal bytes), from the one device table (peaks.yaml)."""
     from lmprof.hardware.peaks import load_table
 
-    out: dict[str, tuple[str, int]] = {}
-    for e in load_table().entries.values():
-        if e.kind == "cuda" and e.memory_bytes:
-            for short in (e.key, *e.aliases):
-                out[short.lower()] = (e.name, e.memory_bytes)
-    return out
+    return load_table().gpu_memory()
 
 
 def __getattr__(name: str) -> Any:
@@ -69,10 +64,10 @@ def device_budget(device: str | None, memory_gb: float | None, margin: bool = Tr
     """(description, nominal bytes, budget bytes, kind, how the budget was derived) for the fit check.
 
     A table GPU's budget is its usable memory (the driver's total where recorded) minus the margin of
-    :func:`lmprof.analysis.fit.fit_budget`; a local CUDA device's is torch's total_memory minus the
+    :func:`lmprof.estimate.fit.fit_budget`; a local CUDA device's is torch's total_memory minus the
     margin; ``--memory-gb`` and the CPU's RAM are taken as given.
     """
-    from lmprof.analysis.fit import MARGIN_FIXED, MARGIN_FRACTION, fit_budget
+    from lmprof.estimate.fit import MARGIN_FIXED, MARGIN_FRACTION, fit_budget
     from lmprof.hardware.peaks import load_table
 
     name, nominal, kind = device_memory(device, memory_gb)
@@ -117,7 +112,7 @@ def _total_ram() -> int:
 
 
 def _fmt(n: float) -> str:
-    from lmprof.analysis.memory_estimate import format_bytes
+    from lmprof.estimate.memory import format_bytes
 
     return format_bytes(n)
 
@@ -161,8 +156,8 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
 ) -> int:
     """Fit check without running: memory breakdown, peak vs device memory, largest batch that fits."""
-    from lmprof.analysis.fit import SHARDS, estimate_plan
-    from lmprof.analysis.memory_estimate import ATTENTIONS, MODES, MemoryEstimate, largest_fitting_batch
+    from lmprof.estimate.fit import SHARDS, estimate_plan
+    from lmprof.estimate.memory import ATTENTIONS, MODES, MemoryEstimate, largest_fitting_batch
     from lmprof.config import choice
     from lmprof.workloads.gpt import preset as make_preset
 
@@ -173,9 +168,11 @@ def memory(
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
     attention = attention or ("sdpa" if model is not None else "math")
     if model is not None:
-        from lmprof.workloads.models import resolve_model
+        from lmprof.estimate.models import resolve_model
 
         entry = resolve_model(model)
+        if entry.warning:
+            typer.echo(f"warning: {entry.warning}", err=True)
         shape, label, drop = entry.shape, entry.name, dropout or 0.0
         pdt = param_dtype or dtype
     else:
@@ -206,7 +203,7 @@ def memory(
     fits = est.peak <= budget
     best_context = None
     if mode == "infer":  # the largest prompt the cache can hold at this batch, up to the model's maximum
-        from lmprof.analysis.fit import largest_fitting
+        from lmprof.estimate.fit import largest_fitting
 
         def peak_with_context(c: int) -> int:
             return estimate_plan(shape, batch=batch_size, seq_len=c, mode="infer", dtype=dtype, param_dtype=pdt,

@@ -61,7 +61,7 @@ def roofline(
 
     table = load_table()
     if list_models:
-        from lmprof.workloads.models import known_models
+        from lmprof.estimate.models import known_models
 
         console.print("\n".join(known_models()))
         return
@@ -74,6 +74,11 @@ def roofline(
         context=context, weights=weights, kv_dtype=kv_dtype,
         sweep_batches=parse_batches(sweep_batch) if sweep_batch else None, attention=attention,
         causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+    if model is not None:
+        from lmprof.estimate.models import resolve_model
+
+        if warning := resolve_model(model).warning:
+            typer.echo(f"warning: {warning}", err=True)
     if out is not None:
         check_not_input(out, [model if model and Path(model).exists() else None], "--out")
         check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback

@@ -104,6 +104,15 @@ class PeakTable:
                 return e
         return None
 
+    def gpu_memory(self) -> dict[str, tuple[str, int]]:
+        """Short name (key and aliases, lower case) -> (name, nominal bytes) of every GPU with a recorded capacity."""
+        out: dict[str, tuple[str, int]] = {}
+        for e in self.entries.values():
+            if e.kind == "cuda" and e.memory_bytes:
+                for short in (e.key, *e.aliases):
+                    out[short.lower()] = (e.name, e.memory_bytes)
+        return out
+
     def short_names(self) -> list[str]:
         """Every key and alias, for help texts and error messages."""
         names: list[str] = []

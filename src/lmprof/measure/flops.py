@@ -365,7 +365,7 @@ class Comparison:
 
 
 def compare(analytic: Iterable[Any], measured: MeasuredFlops) -> list[Comparison]:
-    """Pair analytic :class:`~lmprof.analysis.flops.BlockCost` matmul FLOPs with measured block counts.
+    """Pair analytic :class:`~lmprof.estimate.flops.BlockCost` matmul FLOPs with measured block counts.
 
     Only blocks with analytic matmul FLOPs are compared: FlopCounterMode counts matmuls only. Analytic
     phases prefill and decode are compared with the measured ``forward`` (inference runs no backward).

@@ -1,7 +1,7 @@
 """Attach FLOP and byte counts, MFU and the roofline to a finished run.
 
 Analytic counts need the model's shape (the built-in GPT, or any Hugging Face family that
-:func:`lmprof.workloads.models.shape_from_config` describes); a module lmprof cannot describe gets a
+:func:`lmprof.estimate.models.shape_from_config` describes); a module lmprof cannot describe gets a
 note instead of invented numbers.
 """
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from lmprof.analysis.flops import conventions_for
-from lmprof.analysis.mfu import Mode, block_roofline, fill_block_costs, mfu_metrics
-from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD
+from lmprof.estimate.flops import conventions_for
+from lmprof.estimate.mfu import Mode, block_roofline, fill_block_costs, mfu_metrics
+from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.record.run import Metric, Run
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.scores", "attn.av", "attn.sdpa", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Literal
 
 from lmprof.analysis.counted_flops import counted_mfu_metrics
-from lmprof.analysis.memory_estimate import MemoryEstimate, estimate_memory
+from lmprof.estimate.memory import MemoryEstimate, estimate_memory
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.pipeline.costs import add_costs
 from lmprof.pipeline.memory import add_memory
 from lmprof.pipeline.protocol import add_energy
 from lmprof.record.run import Metric, Run
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 ESTIMATED_OPTIMIZERS = ("adamw", "sgd")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmprof.analysis.memory_estimate import MemoryEstimate, memory_metrics, memory_table
+from lmprof.estimate.memory import MemoryEstimate, memory_metrics, memory_table
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.record.run import Metric, Run
 

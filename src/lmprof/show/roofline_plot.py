@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from lmprof.analysis.roofline import RooflinePoint
+from lmprof.estimate.roofline import RooflinePoint
 from lmprof.atomic import atomic_path
 from lmprof.units import si
 from lmprof.show.literal import literal_text

@@ -11,7 +11,7 @@ from typing import Literal
 
 import torch
 
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 def _inner(model: torch.nn.Module) -> torch.nn.Module:

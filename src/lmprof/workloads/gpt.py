@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from lmprof.errors import ConfigError
 from lmprof.workloads.blocks import scope
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Attention = Literal["math", "sdpa"]
 

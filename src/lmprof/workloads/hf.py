@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lmprof.errors import ConfigError, DataError, LmprofError
-from lmprof.workloads.models import known_config, known_models
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.models import known_config, known_models
+from lmprof.estimate.shape import ModelShape
 
 if TYPE_CHECKING:  # transformers is optional: imported where a model is built, named here for the checker
     from transformers import PretrainedConfig
@@ -167,9 +167,9 @@ def shape_of(model: torch.nn.Module) -> ModelShape | None:
     """ModelShape of a Hugging Face causal LM from its config (every family lmprof describes), else None.
 
     The same description ``lmprof roofline --model`` and ``lmprof memory --model`` use
-    (:func:`lmprof.workloads.models.shape_from_config`).
+    (:func:`lmprof.estimate.models.shape_from_config`).
     """
-    from lmprof.workloads.models import shape_from_config
+    from lmprof.estimate.models import shape_from_config
 
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(cfg, "to_dict"):

@@ -2,7 +2,9 @@
 
 A pre-hook opens ``lmprof:<block>`` and a post-hook closes it, so the same attribution that reads
 the built-in GPT's scopes reads these. Module paths map to canonical block names for common
-families (GPT-2, Llama/Mistral/Qwen2/Gemma/Phi-3 style, Gemma 2/3, Phi-1/2, GPT-NeoX); anything
+families (GPT-2 and GPT-BigCode, nanoGPT's GPT by its module layout, OPT, Falcon, Llama/Mistral/Qwen2/
+Gemma/Phi-3 style, Mixtral and Qwen-MoE, Gemma 2/3, Phi-1/2, GPT-NeoX); the attention module's own
+work is the attention core and a layer's own work its residual adds. Anything
 else is named by its module path with layer indices collapsed and kept apart (``layers.*.fc1[3]``),
 so unknown models still get a per-module table (folded over layers) and per-layer rows in blocks.csv.
 
@@ -29,7 +31,7 @@ GPT2_RULES = [
     (r"\.h\.\*\.attn$", "@attn"),  # exclusive time = the attention core (scores, softmax, AV)
     (r"\.h\.\*\.ln_2$", "ln_2"),
     (r"\.h\.\*\.mlp\.c_fc$", "mlp.fc"),
-    (r"\.h\.\*\.mlp\.act$", "mlp.act"),
+    (r"\.h\.\*\.mlp\.(act|gelu)$", "mlp.act"),  # nanoGPT names its activation gelu
     (r"\.h\.\*\.mlp\.c_proj$", "mlp.proj"),
     (r"\.h\.\*$", "residual"),  # exclusive time of a block = its residual adds
     (r"(^|\.)ln_f$", "ln_f"),
@@ -89,6 +91,50 @@ GPT_NEOX_RULES = [
     (r"(^|\.)final_layer_norm$", "ln_f"),
     (r"(^|^\.)(lm_head|embed_out)$", "lm_head"),
 ]
+# OPT: per-layer norms are self_attn_layer_norm and final_layer_norm; the decoder's own final norm is ln_f.
+OPT_RULES = [
+    (r"(^|\.)embed_tokens$|(^|\.)embed_positions$", "embedding"),
+    (r"\.layers\.\*\.self_attn_layer_norm$", "ln_1"),
+    (r"\.layers\.\*\.self_attn\.(q_proj|k_proj|v_proj)$", "attn.qkv"),
+    (r"\.layers\.\*\.self_attn\.out_proj$", "attn.proj"),
+    (r"\.layers\.\*\.self_attn$", "@attn"),
+    (r"\.layers\.\*\.final_layer_norm$", "ln_2"),
+    (r"\.layers\.\*\.fc1$", "mlp.fc"),
+    (r"\.layers\.\*\.activation_fn$", "mlp.act"),
+    (r"\.layers\.\*\.fc2$", "mlp.proj"),
+    (r"\.layers\.\*$", "residual"),
+    (r"\.decoder\.final_layer_norm$", "ln_f"),
+    (r"(^|^\.)lm_head$", "lm_head"),
+]
+# Falcon: one norm (input_layernorm) or two (ln_attn, ln_mlp) per layer in the parallel layouts.
+FALCON_RULES = [
+    (r"(^|\.)word_embeddings$", "embedding"),
+    (r"(^|\.)rotary_emb$", "rope"),
+    (r"\.h\.\*\.(input_layernorm|ln_attn)$", "ln_1"),
+    (r"\.h\.\*\.(post_attention_layernorm|ln_mlp)$", "ln_2"),
+    (r"\.h\.\*\.self_attention\.query_key_value$", "attn.qkv"),
+    (r"\.h\.\*\.self_attention\.dense$", "attn.proj"),
+    (r"\.h\.\*\.self_attention$", "@attn"),
+    (r"\.h\.\*\.mlp\.dense_h_to_4h$", "mlp.fc"),
+    (r"\.h\.\*\.mlp\.act$", "mlp.act"),
+    (r"\.h\.\*\.mlp\.dense_4h_to_h$", "mlp.proj"),
+    (r"\.h\.\*$", "residual"),
+    (r"(^|\.)ln_f$", "ln_f"),
+    (r"(^|^\.)lm_head$", "lm_head"),
+]
+# Mixtral / Qwen-MoE style: the router (gate) is counted in mlp.fc, as the analytic model counts it. The
+# routed experts run their up/gate and down matmuls inside one module, which module hooks cannot split:
+# all of it is mlp.fc (its activation child is mlp.act).
+MOE_RULES = [
+    (r"\.layers\.\*\.mlp\.gate$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.experts\.act_fn$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.experts$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.shared_experts?\.(gate_proj|up_proj)$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.shared_experts?\.act_fn$", "mlp.act"),
+    (r"\.layers\.\*\.mlp\.shared_experts?\.down_proj$", "mlp.proj"),
+    (r"\.layers\.\*\.mlp\.shared_expert_gate$", "mlp.fc"),
+    *LLAMA_RULES,
+]
 FAMILIES = {
     "gpt2": GPT2_RULES,
     "llama": LLAMA_RULES,
@@ -101,14 +147,29 @@ FAMILIES = {
     "phi": PHI_RULES,
     "phi3": LLAMA_RULES,
     "gpt_neox": GPT_NEOX_RULES,
+    "gpt_bigcode": GPT2_RULES,
+    "opt": OPT_RULES,
+    "falcon": FALCON_RULES,
+    "mixtral": MOE_RULES,
+    "qwen2_moe": MOE_RULES,
+    "qwen3_moe": MOE_RULES,
 }
+# A model without a known model_type whose modules are laid out like GPT-2 (nanoGPT's GPT: transformer.h.N
+# with attn.c_attn and mlp.c_fc) gets GPT-2's names, so its attention core and residual adds are blocks.
+_GPT2_LAYOUT = (re.compile(r"\.h\.\*\.attn\.c_attn$"), re.compile(r"\.h\.\*\.mlp\.c_fc$"))
 
 
 def family_of(model: torch.nn.Module) -> str | None:
-    """The model family key for block mapping (Hugging Face ``config.model_type``), if known."""
+    """The model family key for block mapping (Hugging Face ``config.model_type``, else a GPT-2 module layout)."""
     cfg = getattr(model, "config", None)
     model_type = getattr(cfg, "model_type", None)
-    return model_type if model_type in FAMILIES else None
+    if model_type in FAMILIES:
+        return str(model_type)
+    modules = dict(model.named_modules())
+    paths = ["." + _collapse(p, modules) for p in modules if p]
+    if all(any(rx.search(p) for p in paths) for rx in _GPT2_LAYOUT):
+        return "gpt2"
+    return None
 
 
 def _collapse(path: str, modules: dict[str, torch.nn.Module]) -> str:

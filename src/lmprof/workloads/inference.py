@@ -14,7 +14,7 @@ import torch
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.decoding import Decoder
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 @dataclass

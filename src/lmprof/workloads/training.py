@@ -17,7 +17,7 @@ import torch
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.precision import TORCH_DTYPES
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 @dataclass

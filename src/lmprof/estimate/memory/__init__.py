@@ -23,11 +23,11 @@ and buffer counts), ``activations`` (the built-in GPT's saved tensors) and ``hf_
 Hugging Face families'), ``train`` and ``infer`` (the two modes' moments), ``estimate`` (the entry
 point and its checks), ``fits`` (the largest batch under a budget) and ``report`` (run-record metrics,
 the memory table, byte formatting). Every public name is re-exported here, so callers import from
-``lmprof.analysis.memory_estimate`` as before.
+``lmprof.estimate.memory`` as before.
 """
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.result import (
+from lmprof.estimate.memory.result import (
     ATTENTIONS,
     Attention,
     BOOL,
@@ -42,18 +42,18 @@ from lmprof.analysis.memory_estimate.result import (
     Optimizer,
     OptimizerImpl,
 )
-from lmprof.analysis.memory_estimate.params import causal_mask_bytes
-from lmprof.analysis.memory_estimate.hf_activations import (
+from lmprof.estimate.memory.params import causal_mask_bytes
+from lmprof.estimate.memory.hf_activations import (
     HF_GPT2_LAYOUT,
     HF_ITEMIZED,
     HF_LLAMA_LAYOUT,
     HF_OTHER_LAYOUTS,
 )
-from lmprof.analysis.memory_estimate.activations import activation_items
-from lmprof.analysis.memory_estimate.infer import kv_cache_bytes
-from lmprof.analysis.memory_estimate.estimate import estimate_memory
-from lmprof.analysis.memory_estimate.fits import largest_fitting_batch
-from lmprof.analysis.memory_estimate.report import format_bytes, memory_metrics, memory_table
+from lmprof.estimate.memory.activations import activation_items
+from lmprof.estimate.memory.infer import kv_cache_bytes
+from lmprof.estimate.memory.estimate import estimate_memory
+from lmprof.estimate.memory.fits import largest_fitting_batch
+from lmprof.estimate.memory.report import format_bytes, memory_metrics, memory_table
 
 __all__ = [
     "ATTENTIONS",

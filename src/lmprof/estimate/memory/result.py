@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 Mode = Literal["train", "infer"]
@@ -12,7 +12,7 @@ Attention = Literal["math", "sdpa"]
 MODES: tuple[Mode, ...] = ("train", "infer")
 ATTENTIONS: tuple[Attention, ...] = ("math", "sdpa")
 Optimizer = Literal["adamw", "sgd"]
-# What an estimate's ``optimizer`` may say: the plan (analysis/fit.py) also names bitsandbytes' 8-bit AdamW.
+# What an estimate's ``optimizer`` may say: the plan (estimate/fit.py) also names bitsandbytes' 8-bit AdamW.
 EstimateOptimizer = Literal["adamw", "adamw8bit", "sgd"]
 OptimizerImpl = Literal["auto", "foreach", "for-loop", "fused"]
 
@@ -88,6 +88,17 @@ class MemoryEstimate:
         """Bytes that live for the whole run: parameters, buffers, optimizer state (and grads in train)."""
         return self.params + self.buffers + self.grads + self.optimizer_state
 
+    def _kv_note(self) -> str:
+        """How the KV cache figure is made up (the cache holds the compute dtype)."""
+        sh, tail = self.shape, f"{self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"
+        if sh.mla:
+            per = f"{sh.n_layer} layers x latent ({sh.kv_lora_rank} + rope {sh.qk_rope_head_dim})"
+        else:
+            per = f"2 x {sh.n_layer} layers x {sh.kv_heads} kv heads x {sh.head_dim}"
+        window = (f"; {sh.sliding_layers} windowed layers keep {sh.sliding_window - 1} tokens"
+                  if sh.sliding_window and sh.sliding_layers and self.kv_tokens >= sh.sliding_window else "")
+        return f"{per} x {tail}{window}"
+
     def breakdown(self) -> list[dict[str, Any]]:
         """Rows (category, bytes, at_peak, note): each category's size and its share of the peak.
 
@@ -116,8 +127,7 @@ class MemoryEstimate:
         else:
             rows += [
                 {"category": "kv_cache", "bytes": self.kv_cache, "at_peak": a["kv_cache"],
-                 "note": f"2 x {self.shape.n_layer} layers x {self.shape.kv_heads} kv heads x "
-                         f"{self.shape.head_dim} x {self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"},
+                 "note": self._kv_note()},
                 {"category": "logits", "bytes": self.logits, "at_peak": a["logits"], "note": "last position only"},
             ]
         rows.append({"category": "temporaries", "bytes": self.temporaries, "at_peak": a["temporaries"],

@@ -29,7 +29,7 @@ from typing import Iterable, Literal
 
 from lmprof.dtypes import DTYPE_BYTES, dtype_bytes, normalize_dtype, weight_bytes_per_param  # noqa: F401 - re-exported
 from lmprof.errors import ConfigError
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Phase = Literal["forward", "backward", "prefill", "decode"]
 PHASES: tuple[str, ...] = ("forward", "backward", "prefill", "decode")
@@ -284,12 +284,24 @@ def block_costs(
     else:
         _sdpa_attention_block(p)
     _attention_output_blocks(p)
-    if shape.moe:
-        _moe_mlp_blocks(p)
-    else:
-        _dense_mlp_blocks(p)
+    if shape.n_moe_layers:
+        _moe_mlp_blocks(p, shape.n_moe_layers)
+    if L_dense := shape.n_layer - shape.n_moe_layers:
+        _dense_mlp_blocks(p, L_dense)
     _head_blocks(p)
-    return p.out
+    return _merged(p.out)
+
+
+def _merged(costs: list[BlockCost]) -> list[BlockCost]:
+    """One entry per block name: an MoE model's dense and MoE layers' MLP blocks added up (first one's place)."""
+    out: dict[str, BlockCost] = {}
+    for c in costs:
+        t = out.get(c.name)
+        out[c.name] = c if t is None else replace(
+            t, matmul_flops=t.matmul_flops + c.matmul_flops, other_flops=t.other_flops + c.other_flops,
+            weight_bytes=t.weight_bytes + c.weight_bytes, act_bytes=t.act_bytes + c.act_bytes,
+            kv_bytes=t.kv_bytes + c.kv_bytes, count=t.count + c.count)
+    return list(out.values())
 
 
 def _backward_of(forward: list[BlockCost], c: FlopConventions) -> list[BlockCost]:
@@ -310,7 +322,8 @@ def _pass_sizes(
     ww = weight_bytes_per_param(weight_dtype if weight_dtype is not None else dtype)
     wkv = dtype_bytes(kv_dtype if kv_dtype is not None else dtype)
     B, L = batch, shape.n_layer
-    kv = shape.kv_dim  # width of K (and of V) per token
+    # Width of K (and of V) per token; MLA caches one latent per token, half counted as K, half as V.
+    kv = shape.kv_width / 2 if shape.mla else shape.kv_dim
     T = 1 if phase == "decode" else seq_len  # new tokens per sequence
     if phase == "forward":
         S = T
@@ -348,7 +361,7 @@ def _input_blocks(p: _Pass) -> None:
     """embedding, ln_1 and the q/k/v projection (with RoPE)."""
     shape, cost, w, n, L, T = p.shape, ELEMENTWISE_COSTS, p.w, p.n, p.L, p.T
     d, qd, kv = shape.n_embd, shape.q_dim, shape.kv_dim
-    qkv_bias = 1 if shape.has_qkv_bias else 0
+    qkv_bias = 1 if shape.has_qkv_bias and not shape.mla else 0
     # embedding: gather token rows (+ position rows) and add them.
     pos_rows = T * d if shape.pos == "learned" else 0
     p.add(
@@ -358,17 +371,22 @@ def _input_blocks(p: _Pass) -> None:
     # Norms before attention (ln_1) and before the MLP (ln_2); Gemma 2 adds a norm after each.
     n_ln1 = 2 if shape.norms_per_layer == 4 else 1
     p.add("ln_1", n_ln1 * L, 0, _norm_cost(shape) * n * d, shape.norm_params(), 2 * n * d * w, width=w)
-    qkv_out = qd + 2 * kv
+    qkv_out, weights = shape.qkv_out(), shape.qkv_weights()
     rope = cost["rope"] * n * (qd + kv) if shape.pos == "rope" else 0
+    matmul = p.mac * n * weights
+    if shape.mla and p.from_cache:
+        # Hugging Face's MLA expands every cached latent through kv_b_proj again at each step.
+        kv_b = (shape.kv_lora_rank or 0) * shape.n_head * (shape.head_dim - shape.qk_rope_head_dim + shape.v_head_dim)
+        matmul += p.mac * kv_b * (p.B * p.S - n)
     p.add(
-        "attn.qkv", L, p.mac * n * d * qkv_out, qkv_bias * n * qkv_out + rope,
-        d * qkv_out + qkv_bias * qkv_out, (n * d + n * qkv_out) * w,
+        "attn.qkv", L, matmul, qkv_bias * n * qkv_out + rope,
+        weights + qkv_bias * qkv_out, (n * d + n * qkv_out) * w,
     )
 
 
 def _math_attention_blocks(p: _Pass) -> None:
     """attn.scores, attn.softmax and attn.av as separate kernels (the T x S scores go through memory)."""
-    cost, w, n, L, mac, qd = ELEMENTWISE_COSTS, p.w, p.n, p.L, p.mac, p.shape.q_dim
+    cost, w, n, L, mac, qd, vd = ELEMENTWISE_COSTS, p.w, p.n, p.L, p.mac, p.shape.q_dim, p.shape.v_dim
     pairs, scores_elems, k_read, from_cache = p.pairs, p.scores_elems, p.k_read, p.from_cache
     p.add(
         "attn.scores", L, mac * pairs * qd, cost["scale_mask"] * scores_elems, 0,
@@ -376,8 +394,8 @@ def _math_attention_blocks(p: _Pass) -> None:
     )
     p.add("attn.softmax", L, 0, cost["softmax"] * scores_elems, 0, 2 * scores_elems * w)
     p.add(
-        "attn.av", L, mac * pairs * qd, 0, 0,
-        (scores_elems + (0 if from_cache else k_read) + n * qd) * w, k_read if from_cache else 0,
+        "attn.av", L, mac * pairs * vd, 0, 0,
+        (scores_elems + (0 if from_cache else k_read) + n * vd) * w, k_read if from_cache else 0,
     )
 
 
@@ -386,7 +404,7 @@ def _sdpa_attention_block(p: _Pass) -> None:
     cost, w, n, L, mac, qd = ELEMENTWISE_COSTS, p.w, p.n, p.L, p.mac, p.shape.q_dim
     pairs, scores_elems, k_read, from_cache = p.pairs, p.scores_elems, p.k_read, p.from_cache
     p.add(
-        "attn.sdpa", L, 2 * mac * pairs * qd, (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
+        "attn.sdpa", L, mac * pairs * (qd + p.shape.v_dim), (cost["scale_mask"] + cost["softmax"]) * scores_elems, 0,
         (n * qd + (0 if from_cache else 2 * k_read) + n * qd) * w, 2 * k_read if from_cache else 0,
     )
 
@@ -394,18 +412,18 @@ def _sdpa_attention_block(p: _Pass) -> None:
 def _attention_output_blocks(p: _Pass) -> None:
     """attn.proj, the two residual adds of a layer, and ln_2 (where the layout has one)."""
     shape, cost, w, n, L = p.shape, ELEMENTWISE_COSTS, p.w, p.n, p.L
-    d, qd = shape.n_embd, shape.q_dim
-    bias = 1 if shape.bias else 0
-    p.add("attn.proj", L, p.mac * n * qd * d, bias * n * d, qd * d + bias * d, (n * qd + n * d) * w)
+    d, vd = shape.n_embd, shape.v_dim
+    bias = 1 if shape.has_o_bias else 0
+    p.add("attn.proj", L, p.mac * n * vd * d, bias * n * d, vd * d + bias * d, (n * vd + n * d) * w)
     p.add("residual", 2 * L, 0, cost["add"] * n * d, 0, 3 * n * d * w)
     if shape.norms_per_layer > 1:
         p.add("ln_2", (2 if shape.norms_per_layer == 4 else 1) * L, 0, _norm_cost(shape) * n * d, shape.norm_params(),
               2 * n * d * w, width=w)
 
 
-def _dense_mlp_blocks(p: _Pass) -> None:
-    """mlp.fc (gate and up projections both belong to it), the activation and mlp.proj."""
-    shape, w, n, L, mac = p.shape, p.w, p.n, p.L, p.mac
+def _dense_mlp_blocks(p: _Pass, L: int) -> None:
+    """mlp.fc (gate and up projections both belong to it), the activation and mlp.proj, in ``L`` layers."""
+    shape, w, n, mac = p.shape, p.w, p.n, p.mac
     d, f = shape.n_embd, shape.ffn
     bias = 1 if shape.bias else 0
     gate = 2 if shape.gated else 1
@@ -416,10 +434,10 @@ def _dense_mlp_blocks(p: _Pass) -> None:
     p.add("mlp.proj", L, mac * n * f * d, bias * n * d, f * d + bias * d, (n * f + n * d) * w)
 
 
-def _moe_mlp_blocks(p: _Pass) -> None:
-    """A mixture-of-experts MLP: router (d -> E), top_k routed experts per token, shared experts (+ their
-    sigmoid gate). All of it is mlp.fc except the down projections, which are mlp.proj."""
-    shape, w, n, L, mac = p.shape, p.w, p.n, p.L, p.mac
+def _moe_mlp_blocks(p: _Pass, L: int) -> None:
+    """A mixture-of-experts MLP in ``L`` layers: router (d -> E), top_k routed experts per token, shared experts
+    (+ their sigmoid gate). All of it is mlp.fc except the down projections, which are mlp.proj."""
+    shape, w, n, mac = p.shape, p.w, p.n, p.mac
     d = shape.n_embd
     gate = 2 if shape.gated else 1
     act = ELEMENTWISE_COSTS["swiglu"] if shape.gated else ELEMENTWISE_COSTS["gelu"]
@@ -429,9 +447,15 @@ def _moe_mlp_blocks(p: _Pass) -> None:
     fc_flops = mac * n * d * (shape.n_experts + k * gate * fe + ns * gate * fs) + mac * n * sgate
     fc_w = d * shape.n_experts + touched * gate * d * fe + ns * gate * d * fs + sgate
     hidden = k * fe + ns * fs  # per-token width of the experts' hidden activations
-    p.add("mlp.fc", L, fc_flops, 0, fc_w, (n * d + gate * n * hidden + n * shape.n_experts) * w)
+    # Expert and router biases (gpt-oss): one add per output element, their weights read like the experts'.
+    bias = 1 if shape.bias else 0
+    fc_bias = bias * gate * hidden + (shape.n_experts if shape.router_bias else 0)
+    router_bias = shape.n_experts if shape.router_bias else 0
+    p.add("mlp.fc", L, fc_flops, n * fc_bias, fc_w + bias * touched * gate * fe + router_bias,
+          (n * d + gate * n * hidden + n * shape.n_experts) * w)
     p.add("mlp.act", L, 0, act * n * hidden, 0, (gate + 1) * n * hidden * w)
-    p.add("mlp.proj", L, mac * n * hidden * d, 0, touched * fe * d + ns * fs * d, (n * hidden + n * d) * w)
+    p.add("mlp.proj", L, mac * n * hidden * d, bias * n * k * d, touched * fe * d + ns * fs * d + bias * touched * d,
+          (n * hidden + n * d) * w)
 
 
 def _head_blocks(p: _Pass) -> None:
@@ -439,7 +463,8 @@ def _head_blocks(p: _Pass) -> None:
     shape, cost, w, n = p.shape, ELEMENTWISE_COSTS, p.w, p.n
     d, V, rows = shape.n_embd, shape.vocab_size, p.logit_rows
     p.add("ln_f", 1, 0, _norm_cost(shape) * n * d, shape.norm_params(), 2 * n * d * w, width=w)
-    p.add("lm_head", 1, p.mac * rows * d * V, 0, V * d, (rows * d + rows * V) * w)
+    head_bias = 1 if shape.head_bias else 0
+    p.add("lm_head", 1, p.mac * rows * d * V, head_bias * rows * V, V * d + head_bias * V, (rows * d + rows * V) * w)
     if p.phase == "forward":
         p.add("loss", 1, 0, (cost["log_softmax"] * V + 1) * n, 0, n * V * w + n * INDEX_BYTES + w)
 
@@ -537,8 +562,8 @@ def model_flops_per_token(
     n = shape.n_params_non_embedding(active=True)
     keys = (seq_len + 1) / 2 if conventions.causal_attention else seq_len
     mac = conventions.flops_per_mac
-    # forward: mac per weight (the matmul), 2 matmuls of T·q_dim per layer in attention
-    fwd = mac * n + 2 * mac * shape.n_layer * shape.q_dim * keys
+    # forward: mac per weight (the matmul), the scores (T·q_dim) and AV (T·v_dim) matmuls per layer
+    fwd = mac * n + mac * shape.n_layer * (shape.q_dim + shape.v_dim) * keys
     return 3 * fwd if mode == "train" else fwd
 
 
@@ -578,6 +603,6 @@ def model_flops_per_step(
                            for layer in range(shape.n_layer)) / shape.n_layer
         else:  # linear in the context: sum it in closed form
             contexts = decode_tokens * seq_len + decode_tokens * (decode_tokens + 1) / 2
-        attn = 2 * mac * shape.n_layer * shape.q_dim * contexts
+        attn = mac * shape.n_layer * (shape.q_dim + shape.v_dim) * contexts
         return batch * (weights + attn)
     raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 from lmprof.dtypes import normalize_dtype
-from lmprof.analysis.flops import (
+from lmprof.estimate.flops import (
     DEFAULT_CONVENTIONS,
     FlopConventions,
     block_costs,
@@ -27,11 +27,11 @@ from lmprof.analysis.flops import (
     phase_costs,
     totals,
 )
-from lmprof.analysis.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
+from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
 from lmprof.units import si
 from lmprof.record.run import Block, Metric
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Mode = Literal["train", "prefill", "decode"]
 #: A utilisation (MFU, HFU, MBU) above this is never given as a figure: the peak it divides by is wrong.
@@ -112,7 +112,9 @@ def mfu_metrics(
     per = {"train": "training step", "prefill": "prefill", "decode": f"{decode_tokens} decode step(s)"}[mode]
     last_only = " minus lm_head of all but the last position" if conventions.prefill_logits == "last" else ""
     formula = {
-        "train": f"B·T·(6N + 12·L·d·T), N={shape.n_params_non_embedding():,} non-embedding params",
+        # N is the one the value uses: a mixture of experts counts the experts a token runs (top_k), not all.
+        "train": f"B·T·(6N + 12·L·d·T), N={shape.n_params_non_embedding(active=True):,} non-embedding params"
+                 + (f" active per token (top-{shape.top_k} of {shape.n_experts} experts)" if shape.moe else ""),
         "prefill": f"B·T·(2N + 4·L·d·T){last_only}",
         "decode": "sum over steps of B·(2N + 4·L·d·context)",
     }[mode]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lmprof.analysis.memory_estimate.result import FP32, INT64, MemoryItem
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.memory.result import FP32, INT64, MemoryItem
+from lmprof.estimate.shape import ModelShape
 
 # Hugging Face families whose saved tensors :func:`hf_llama_items` itemizes (validated against
 # measured CPU training steps in tests/test_models.py).

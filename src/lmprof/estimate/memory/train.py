@@ -1,9 +1,9 @@
 """Training memory: static state, saved activations and the four candidate peak moments of a step."""
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.activations import activation_items
-from lmprof.analysis.memory_estimate.params import ParamCounts
-from lmprof.analysis.memory_estimate.result import (
+from lmprof.estimate.memory.activations import activation_items
+from lmprof.estimate.memory.params import ParamCounts
+from lmprof.estimate.memory.result import (
     AT_PEAK,
     DTYPE_BYTES,
     FP32,
@@ -13,7 +13,7 @@ from lmprof.analysis.memory_estimate.result import (
     Optimizer,
     OptimizerImpl,
 )
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 def train_estimate(

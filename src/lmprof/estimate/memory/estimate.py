@@ -1,10 +1,10 @@
 """The entry point :func:`estimate_memory`: checks the configuration, then estimates training or inference."""
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.infer import infer_estimate
-from lmprof.analysis.memory_estimate.params import causal_mask_bytes, param_parts
-from lmprof.analysis.memory_estimate.train import train_estimate
-from lmprof.analysis.memory_estimate.result import (
+from lmprof.estimate.memory.infer import infer_estimate
+from lmprof.estimate.memory.params import causal_mask_bytes, param_parts
+from lmprof.estimate.memory.train import train_estimate
+from lmprof.estimate.memory.result import (
     DTYPE_BYTES,
     Attention,
     MemoryEstimate,
@@ -13,7 +13,7 @@ from lmprof.analysis.memory_estimate.result import (
     OptimizerImpl,
 )
 from lmprof.errors import ConfigError
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 
 def estimate_memory(

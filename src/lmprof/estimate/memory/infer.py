@@ -1,9 +1,9 @@
 """Inference memory: parameters, the KV cache and one layer's prefill temporaries."""
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.params import ParamCounts
-from lmprof.analysis.memory_estimate.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.memory.params import ParamCounts
+from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
+from lmprof.estimate.shape import ModelShape
 
 
 def infer_estimate(
@@ -52,5 +52,9 @@ def infer_estimate(
 
 
 def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int) -> int:
-    """2 (keys, values) x layers x kv_heads x head_dim x tokens x batch x bytes per element."""
-    return 2 * shape.n_layer * shape.kv_heads * shape.head_dim * tokens * batch * dtype_bytes
+    """2 (keys, values) x layers x kv_heads x head_dim x tokens x batch x bytes per element.
+
+    Sliding-window layers hold their window only and multi-head latent attention its compressed
+    latent (:meth:`ModelShape.kv_cache_elements`).
+    """
+    return shape.kv_cache_elements(tokens) * batch * dtype_bytes

@@ -1,6 +1,6 @@
 """Will it fit: one estimate per GPU with sharding, 8-bit optimizers, quantised weights, a KV dtype.
 
-Builds on :func:`lmprof.analysis.memory_estimate.estimate_memory` (one unsharded process) and
+Builds on :func:`lmprof.estimate.memory.estimate_memory` (one unsharded process) and
 rescales its categories moment by moment:
 
 * ``optimizer="adamw8bit"``: two 1-byte moments per parameter plus one fp32 scale per block of
@@ -22,10 +22,10 @@ from typing import Callable, Literal
 from lmprof.config import choice
 from lmprof.dtypes import dtype_bytes, normalize_weight_dtype, weight_bytes_per_param
 from lmprof.errors import ConfigError
-from lmprof.analysis.memory_estimate import (
+from lmprof.estimate.memory import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.shape import ModelShape
 
 Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
 SHARDS: tuple[Shard, ...] = ("ddp", "zero1", "zero2", "zero3", "fsdp")

@@ -143,7 +143,7 @@ class PhaseRoofline:
 
 
 class Cost(Protocol):
-    """What the roofline needs of a block's cost (lmprof.analysis.flops.BlockCost is one)."""
+    """What the roofline needs of a block's cost (lmprof.estimate.flops.BlockCost is one)."""
 
     @property
     def name(self) -> str: ...

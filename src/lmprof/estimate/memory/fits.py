@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lmprof.analysis.memory_estimate.result import MemoryEstimate
+from lmprof.estimate.memory.result import MemoryEstimate
 
 
 def largest_fitting_batch(budget: int, estimate_at: Callable[[int], MemoryEstimate], limit: int = 1 << 20) -> int:

@@ -1,7 +1,7 @@
 """Saved-for-backward tensors of the built-in GPT, and the dispatch to the Hugging Face itemizations."""
 from __future__ import annotations
 
-from lmprof.analysis.memory_estimate.hf_activations import (
+from lmprof.estimate.memory.hf_activations import (
     HF_GPT2_LAYOUT,
     HF_LLAMA_LAYOUT,
     HF_OTHER_LAYOUTS,
@@ -10,9 +10,9 @@ from lmprof.analysis.memory_estimate.hf_activations import (
     hf_layernorm_items,
     hf_llama_items,
 )
-from lmprof.analysis.memory_estimate.params import param_parts
-from lmprof.analysis.memory_estimate.result import BOOL, DTYPE_BYTES, FP32, INT64, Attention, MemoryItem
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.memory.params import param_parts
+from lmprof.estimate.memory.result import BOOL, DTYPE_BYTES, FP32, INT64, Attention, MemoryItem
+from lmprof.estimate.shape import ModelShape
 
 
 def activation_items(

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from lmprof.analysis.memory_estimate.result import MemoryEstimate
+from lmprof.estimate.memory.result import MemoryEstimate
 
-if TYPE_CHECKING:  # the measured side imports torch; the estimate must not
-    from lmprof.measure.memory import MeasuredMemory
+if TYPE_CHECKING:
     from lmprof.record.run import Metric
+
+
+class MeasuredMemory(Protocol):
+    """What the table needs of a measurement (lmprof.measure.memory.MeasuredMemory, which imports torch)."""
+
+    def value(self, key: str) -> tuple[float | None, str | None]: ...
 
 
 # Run-record keys and the estimate attribute each one reads.

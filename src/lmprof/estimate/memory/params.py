@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmprof.analysis.memory_estimate.result import BOOL
-from lmprof.workloads.shape import ModelShape
+from lmprof.estimate.memory.result import BOOL
+from lmprof.estimate.shape import ModelShape
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One model description from any Hugging Face causal-LM config, and the shipped table of known models.
 
 :func:`shape_from_config` reads a config.json dict (the keys Hugging Face writes) into a
-:class:`~lmprof.workloads.shape.ModelShape`; :func:`resolve_model` accepts a table name
+:class:`~lmprof.estimate.shape.ModelShape`; :func:`resolve_model` accepts a table name
 (``models.yaml`` beside this module), a config.json path or a model folder. Measured Hugging Face
 runs build their shape through the same function (:func:`lmprof.workloads.hf.shape_of`), so the
 analytic counts of a run and of ``lmprof roofline --model`` are the same formulas.
@@ -11,7 +11,7 @@ No torch import: this is data, read with pyyaml / json.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -20,15 +20,18 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
-from lmprof.workloads.shape import Mlp, ModelShape, check_size
+from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
-             "falcon")
+             "falcon", "gemma", "qwen3", "gemma3_text", "olmo2", "smollm3", "phi", "gpt_bigcode", "qwen3_moe", "gpt_oss",
+             "llama4_text", "glm4_moe", "deepseek_v2", "deepseek_v3")
 _UNSUPPORTED_WHY = {
-    "deepseek_v2": "multi-head latent attention (compressed KV) is not modelled",
-    "deepseek_v3": "multi-head latent attention (compressed KV) is not modelled",
+    "t5": "encoder-decoder models are not modelled",
+    "bert": "encoder-only models are not modelled",
 }
+# Keys a config of an unknown family must set for the generic (Llama-like) estimate.
+GENERIC_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,14 @@ class ModelEntry:
     source: str
     published_params: float | None = None
     published_active_params: float | None = None
+    warning: str = ""  # set when the shape is a generic estimate of a family lmprof does not model
+    published_tolerance: float = 0.01  # relative; wider where the entry's comment says why
+    published_active_without_embedding: bool = False  # the authors' active count leaves the input embedding out
+
+    def active_params_as_published(self) -> int:
+        """lmprof's active count under the authors' convention (without the input embedding where they say so)."""
+        s = self.shape
+        return s.n_params(active=True) - (s.vocab_size * s.n_embd if self.published_active_without_embedding else 0)
 
 
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -59,6 +70,10 @@ _KEY_FIELD = {
     "n_head_kv": "n_kv_head", "head_dim": "d_head", "num_local_experts": "n_experts", "num_experts": "n_experts",
     "num_experts_per_tok": "top_k", "moe_intermediate_size": "d_ff_expert",
     "shared_expert_intermediate_size": "d_ff_shared", "sliding_window": "sliding_window",
+    "n_routed_experts": "n_experts", "intermediate_size_mlp": "d_ff", "first_k_dense_replace": "n_dense_layers",
+    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_rope_head_dim": "qk_rope_head_dim",
+    "qk_nope_head_dim": "d_head", "v_head_dim": "d_head_v", "attention_chunk_size": "sliding_window",
+    "n_shared_experts": "n_shared_experts",
 }
 
 
@@ -96,6 +111,12 @@ def _sliding(cfg: Mapping[str, Any], n_layer: int, default_all: bool) -> tuple[i
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         layers = sum(1 for t in types if t == "sliding_attention")
+        if not layers:  # every layer full: no window anywhere
+            return None, 0
+    elif cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern"):
+        # Gemma 3: every pattern-th layer is global, the others slide.
+        pattern = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 1)
+        layers = n_layer - n_layer // pattern
     else:
         layers = n_layer if default_all else n_layer // 2
     return int(window), layers
@@ -159,39 +180,152 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             norm_bias=True, parallel=parallel, norms_per_layer=norms,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
-    # Llama-like: llama, mistral, mixtral, qwen2, qwen2_moe, gemma2, phi3.
+    if mt == "gpt_bigcode":
+        d = _need(cfg, "n_embd")
+        n_head = _need(cfg, "n_head")
+        return ModelShape(
+            n_layer=_need(cfg, "n_layer"), n_head=n_head, n_kv_head=1 if cfg.get("multi_query", True) else n_head,
+            n_embd=d, vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "n_positions"),
+            d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
+            name=name, family=mt,
+        )
+    if mt == "phi":
+        # Parallel attention + MLP behind one LayerNorm; biases everywhere, the lm_head's included.
+        n_head = _need(cfg, "num_attention_heads")
+        return ModelShape(
+            n_layer=_need(cfg, "num_hidden_layers"), n_head=n_head, n_embd=_need(cfg, "hidden_size"),
+            n_kv_head=_opt(cfg, "num_key_value_heads") or n_head, vocab_size=_need(cfg, "vocab_size"),
+            block_size=_need(cfg, "max_position_embeddings"), d_ff=_need(cfg, "intermediate_size"),
+            mlp=_act_mlp(cfg.get("hidden_act", "gelu_new"), False), pos="rope", bias=True, parallel=True,
+            norms_per_layer=1, head_bias=True, qk_norm="head" if cfg.get("qk_layernorm") else "",
+            tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
+        )
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        return _deepseek(cfg, mt, name)
+    return _llama_like(cfg, mt, name)
+
+
+def _dense_layer_count(cfg: Mapping[str, Any], mt: str, n_layer: int) -> int:
+    """Layers of an MoE model whose MLP is dense, by each family's own rule."""
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        only = cfg.get("mlp_only_layers") or []
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        return sum(1 for i in range(n_layer) if i in only or (i + 1) % step)
+    if mt == "llama4_text":
+        moe_layers = cfg.get("moe_layers")
+        if isinstance(moe_layers, list):
+            return n_layer - len(moe_layers)
+        step = int(cfg.get("interleave_moe_layer_step") or 1)
+        return n_layer - len(range(step - 1, n_layer, step))
+    if mt in ("glm4_moe", "deepseek_v2", "deepseek_v3"):
+        return min(n_layer, _opt(cfg, "first_k_dense_replace") or 0)
+    return 0
+
+
+def _llama_like(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
+    """llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma, gemma2/3, phi3, olmo2, smollm3, gpt_oss, llama4_text,
+    glm4_moe: a Llama layer (RMSNorm, rotary, gated MLP) with each family's differences."""
     n_layer = _need(cfg, "num_hidden_layers")
     n_head = _need(cfg, "num_attention_heads")
     d = _need(cfg, "hidden_size")
     head_dim = _opt(cfg, "head_dim")
-    window, sliding = _sliding(cfg, n_layer, default_all=mt != "gemma2")
+    window, sliding = _sliding(cfg, n_layer, default_all=mt not in ("gemma2", "gemma3_text", "gpt_oss"))
+    if mt == "llama4_text" and cfg.get("attention_chunk_size"):
+        # Chunked attention attends within a fixed chunk: counted as a window of that size.
+        types = cfg.get("layer_types")
+        window = _opt(cfg, "attention_chunk_size")
+        sliding = (sum(1 for t in types if t == "chunked_attention") if isinstance(types, list)
+                   else n_layer - n_layer // int(cfg.get("no_rope_layer_interval") or 4))
+    attention_bias = bool(cfg.get("attention_bias", mt == "gpt_oss"))
     kw: dict[str, Any] = dict(
         n_layer=n_layer, n_head=n_head, n_embd=d, vocab_size=_need(cfg, "vocab_size"),
         block_size=_need(cfg, "max_position_embeddings"),
         n_kv_head=_opt(cfg, "num_key_value_heads") or n_head, d_ff=_need(cfg, "intermediate_size"),
         mlp=_act_mlp(_get(cfg, "hidden_activation", "hidden_act", default="silu"), True), norm="rmsnorm",
-        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=bool(cfg.get("attention_bias", False)),
-        tied=bool(cfg.get("tie_word_embeddings", mt == "gemma2")), d_head=head_dim if head_dim and head_dim * n_head != d
-        else None, sliding_window=window, sliding_layers=sliding, name=name, family=mt,
+        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=attention_bias,
+        tied=bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3_text", "smollm3"))),
+        d_head=head_dim if head_dim and head_dim * n_head != d else None, sliding_window=window,
+        sliding_layers=sliding if window else 0, name=name, family=mt,
     )
-    if mt in ("llama", "mistral", "mixtral", "gemma2", "phi3") and cfg.get("attention_bias"):
-        # attention_bias also puts a bias on o_proj, which ModelShape ties to the MLP's bias flag.
-        raise ConfigError(f"{mt} configs with attention_bias are not modelled (o_proj bias)")
+    if mt in ("llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "smollm3", "qwen3",
+              "qwen3_moe", "llama4_text"):
+        kw["o_bias"] = attention_bias  # attention_bias puts a bias on o_proj too
     if mt in ("qwen2", "qwen2_moe"):
         kw["qkv_bias"] = True
-    if mt == "gemma2":
+    if mt in ("gemma2", "gemma3_text"):
         kw["norms_per_layer"] = 4
+    if mt in ("qwen3", "qwen3_moe", "gemma3_text") or (mt == "glm4_moe" and cfg.get("use_qk_norm")):
+        kw["qk_norm"] = "head"
+    if mt == "olmo2":
+        kw["qk_norm"] = "full"
     if mt == "mixtral":
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"))
-    if mt == "qwen2_moe":
-        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
-            raise ConfigError("Qwen2-MoE configs with dense layers (mlp_only_layers, decoder_sparse_step) are not modelled")
+    if mt in ("qwen2_moe", "qwen3_moe"):
         # 0 is how a config says "no shared expert".
         shared = _opt(cfg, "shared_expert_intermediate_size") if cfg.get("shared_expert_intermediate_size") else 0
-        kw.update(n_experts=_need(cfg, "num_experts"), top_k=_need(cfg, "num_experts_per_tok"),
+        kw.update(n_experts=_need(cfg, "num_experts", "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff_expert=_need(cfg, "moe_intermediate_size"), n_shared_experts=1 if shared else 0,
                   d_ff_shared=shared or None, shared_expert_gate=bool(shared))
+    if mt == "gpt_oss":
+        # Experts with biases (gate_up and down), a router with a bias, a sink logit per head, o_proj bias.
+        kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"), bias=True,
+                  o_bias=attention_bias, router_bias=True, attn_sinks=True)
+    if mt == "llama4_text":
+        # MoE layers: routed experts and one shared expert of intermediate_size; dense layers: intermediate_size_mlp.
+        f = _need(cfg, "intermediate_size")
+        kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
+                  d_ff=_opt(cfg, "intermediate_size_mlp") or f, d_ff_expert=f, n_shared_experts=1, d_ff_shared=f)
+    if mt == "glm4_moe":
+        kw.update(_routed_experts(cfg), o_bias=False)
+    if kw.get("n_experts"):
+        kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
     return ModelShape(**kw)
+
+
+def _routed_experts(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """DeepSeek-style MoE (DeepSeek-V3, GLM-4.5): routed experts, shared experts of the same width."""
+    fe = _need(cfg, "moe_intermediate_size")
+    shared = _opt(cfg, "n_shared_experts") or 0
+    return dict(n_experts=_need(cfg, "n_routed_experts"), top_k=_need(cfg, "num_experts_per_tok"), d_ff_expert=fe,
+                n_shared_experts=shared, d_ff_shared=fe if shared else None)
+
+
+def _deepseek(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
+    """DeepSeek-V2 / V3: multi-head latent attention, dense-first layers, routed + shared experts."""
+    if cfg.get("attention_bias"):
+        raise ConfigError(f"{mt} configs with attention_bias are not modelled")
+    if int(cfg.get("moe_layer_freq") or 1) != 1:
+        raise ConfigError(f"{mt} configs with moe_layer_freq != 1 are not modelled")
+    n_layer = _need(cfg, "num_hidden_layers")
+    n_head = _need(cfg, "num_attention_heads")
+    rope = _need(cfg, "qk_rope_head_dim")
+    kw: dict[str, Any] = dict(
+        n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=_need(cfg, "hidden_size"),
+        vocab_size=_need(cfg, "vocab_size"), block_size=_need(cfg, "max_position_embeddings"),
+        d_ff=_need(cfg, "intermediate_size"), mlp="swiglu", norm="rmsnorm", pos="rope", bias=False,
+        tied=bool(cfg.get("tie_word_embeddings", False)),
+        d_head=_need(cfg, "qk_nope_head_dim") + rope, d_head_v=_need(cfg, "v_head_dim"),
+        q_lora_rank=_opt(cfg, "q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank"), qk_rope_head_dim=rope,
+        name=name, family=mt, **_routed_experts(cfg),
+    )
+    kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
+    return ModelShape(**kw)
+
+
+def generic_shape(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
+    """A Llama-like estimate of an unknown family from the config's generic keys (GENERIC_KEYS).
+
+    ConfigError naming the missing keys when the config does not set them. Callers state that the
+    figures are an estimate of a layout lmprof has not checked against the model.
+    """
+    missing = [k for k in GENERIC_KEYS if cfg.get(k) is None]
+    mt = str(cfg.get("model_type") or "(no model_type)")
+    if missing:
+        raise ConfigError(f"unsupported architecture {mt!r}: lmprof describes {', '.join(SUPPORTED)}; a generic "
+                          f"estimate needs {', '.join(missing)}")
+    shape = _llama_like({**cfg, "max_position_embeddings": cfg.get("max_position_embeddings") or 4096}, "llama",
+                        name or mt)
+    return replace(shape, family=mt)
 
 
 # -- the shipped table ------------------------------------------------------------------------
@@ -199,8 +333,20 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, Any]]:
-    path = Path(str(resources.files("lmprof.workloads").joinpath("models.yaml")))
+    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
     return dict(yaml.safe_load(path.read_text())["models"])
+
+
+@lru_cache(maxsize=1)
+def family_table() -> dict[str, dict[str, Any]]:
+    """Each supported family: its example table entry and the config.json keys lmprof reads (``llama-like`` expanded)."""
+    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
+    raw = dict(yaml.safe_load(path.read_text())["families"])
+    common = list(raw.pop("llama-like")["reads"])
+    return {fam: {"example": e.get("example"),
+                  "reads": [k for r in e["reads"] for k in (common if r == "llama-like" else [r])],
+                  "ignored": list(e.get("ignored", []))}
+            for fam, e in raw.items()}
 
 
 def known_models() -> list[str]:
@@ -266,8 +412,13 @@ def resolve_model(spec: str) -> ModelEntry:
     looks_like_path = path.suffix == ".json" or "/" in text or "\\" in text
     if path.exists() or (looks_like_path and _norm_name(text) not in _table()):
         cfg = read_config(path)
-        return ModelEntry(name=path.name if path.is_dir() else path.parent.name or path.stem,
-                          shape=shape_from_config(cfg, name=text), source=str(path))
+        label = path.name if path.is_dir() else path.parent.name or path.stem
+        if str(cfg.get("model_type") or "") not in SUPPORTED and str(cfg.get("model_type")) not in _UNSUPPORTED_WHY:
+            shape = generic_shape(cfg, name=text)
+            return ModelEntry(name=label, shape=shape, source=str(path), warning=(
+                f"{shape.family!r} is not a family lmprof models: figures are a generic Llama-like estimate from "
+                f"{', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no experts); check them before relying on them"))
+        return ModelEntry(name=label, shape=shape_from_config(cfg, name=text), source=str(path))
     table = _table()
     key = _norm_name(text)
     if key not in table:
@@ -276,7 +427,9 @@ def resolve_model(spec: str) -> ModelEntry:
     e = table[key]
     return ModelEntry(name=key, shape=shape_from_config(e["config"], name=key), source=str(e["source"]),
                       published_params=_float(e.get("published_params")),
-                      published_active_params=_float(e.get("published_active_params")))
+                      published_active_params=_float(e.get("published_active_params")),
+                      published_tolerance=float(e.get("published_tolerance", 0.01)),
+                      published_active_without_embedding=bool(e.get("published_active_without_embedding", False)))
 
 
 def _float(value: Any) -> float | None:
