@@ -25,6 +25,7 @@ from lmprof.errors import ConfigError
 from lmprof.analysis.memory_estimate import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
+from lmprof.workloads.dropout import Dropout
 from lmprof.workloads.shape import ModelShape
 
 Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
@@ -61,7 +62,7 @@ def estimate_plan(
     shard: Shard = "ddp",
     weights: str | None = None,
     kv_dtype: str | None = None,
-    dropout: float = 0.0,
+    dropout: float | Dropout = 0.0,
     hold_logits: bool = False,
     checkpointing: bool = False,
 ) -> MemoryEstimate:

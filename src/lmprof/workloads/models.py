@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
+from lmprof.workloads.dropout import Dropout, dropout_from_config
 from lmprof.workloads.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
@@ -40,6 +41,7 @@ class ModelEntry:
     source: str
     published_params: float | None = None
     published_active_params: float | None = None
+    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
 
 
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -267,7 +269,7 @@ def resolve_model(spec: str) -> ModelEntry:
     if path.exists() or (looks_like_path and _norm_name(text) not in _table()):
         cfg = read_config(path)
         return ModelEntry(name=path.name if path.is_dir() else path.parent.name or path.stem,
-                          shape=shape_from_config(cfg, name=text), source=str(path))
+                          shape=shape_from_config(cfg, name=text), source=str(path), dropout=dropout_from_config(cfg))
     table = _table()
     key = _norm_name(text)
     if key not in table:
@@ -276,7 +278,8 @@ def resolve_model(spec: str) -> ModelEntry:
     e = table[key]
     return ModelEntry(name=key, shape=shape_from_config(e["config"], name=key), source=str(e["source"]),
                       published_params=_float(e.get("published_params")),
-                      published_active_params=_float(e.get("published_active_params")))
+                      published_active_params=_float(e.get("published_active_params")),
+                      dropout=dropout_from_config(e["config"]))
 
 
 def _float(value: Any) -> float | None:
