@@ -10,7 +10,7 @@ from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
+from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, Embedder, absent, badge, esc, figure, file_inside, generic_table, kv_html, local_href, page,
@@ -117,6 +117,10 @@ def blocks_html(run: Run) -> str:
                  *([f"{fused_total:.3f}"] if fused is not None else [])])
     headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
     out = table(headers, rows, num=tuple(range(1, len(headers))), cls="blocks", total_last=True)
+    off = off_goal_lines(run)
+    if off:
+        out += ("<p>Uncertain blocks: their time misses attribution's goal against a per-block stopwatch "
+                "(+-10%, matmul blocks +-5%).</p><ul>" + "".join(f"<li>{esc(line)}</li>" for line in off) + "</ul>")
     lines = fused_kernel_lines(run)
     if lines:
         out += ("<p>Fused kernels: each one's time is split among the blocks it fused (fused ms).</p><ul>"
