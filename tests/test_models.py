@@ -136,7 +136,7 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48, dropout: float | 
 def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, int]) -> None:
     """Parameter, gradient, AdamW, activation and peak bytes of every family, dropout as configured,
     within 3% of a measured CPU step, except Mixtral's peak (its 3-D expert weights' gradients are
-    built per expert in backward: 7-9% above the estimate, not modelled)."""
+    built per expert in backward; the estimate counts both copies, an upper bound 3-5% above)."""
     from lmprof.analysis.memory_estimate import HF_ITEMIZED, estimate_memory
 
     measured, shape, B, T, drop = _measured_train_memory(name, *bt)
@@ -148,13 +148,15 @@ def test_family_training_memory_matches_measured_cpu(name: str, bt: tuple[int, i
     assert measured.value("activations")[0] == pytest.approx(est.activations, rel=0.03)
     if shape.family != "mixtral":
         assert measured.value("peak")[0] == pytest.approx(est.peak, rel=0.03)
+    else:  # an upper bound (both copies of a layer's expert gradients): never under, within 10%
+        assert est.peak >= measured.value("peak")[0] >= 0.9 * est.peak
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_training_memory_with_every_dropout_on(name: str) -> None:
     """Every dropout a family has at 0.1: its masks are counted and, where the probabilities are
     dropped, SDPA's math kernel (the CPU's path) is itemized. Activations within 3% of a measured CPU
-    step, the peak within 3% (Mixtral: 10%, see above)."""
+    step, the peak within 3% (Mixtral: an upper bound within 10%, see above)."""
     from lmprof.analysis.memory_estimate import estimate_memory
 
     measured, shape, B, T, drop = _measured_train_memory(name, 4, 48, dropout=0.1)
@@ -162,7 +164,10 @@ def test_family_training_memory_with_every_dropout_on(name: str) -> None:
     est = estimate_memory(shape, batch=B, seq_len=T, attention="sdpa", device_kind="cpu", dropout=drop)
     assert est.attention_path == ("math" if drop.attention else "fused")
     assert measured.value("activations")[0] == pytest.approx(est.activations, rel=0.03)
-    assert measured.value("peak")[0] == pytest.approx(est.peak, rel=0.10 if shape.family == "mixtral" else 0.03)
+    if shape.family == "mixtral":
+        assert est.peak >= measured.value("peak")[0] >= 0.9 * est.peak
+    else:
+        assert measured.value("peak")[0] == pytest.approx(est.peak, rel=0.03)
 
 
 def test_config_json_and_folder_resolve_like_the_table(tmp_path) -> None:
