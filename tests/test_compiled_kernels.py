@@ -210,3 +210,25 @@ def test_device_clock_splits_a_fused_kernels_device_time(tmp_path):
     assert got == pytest.approx({("forward", "mlp.fc"): 30, ("forward", "mlp.act"): 10, ("step", "idle"): 60})
     assert att.fused_per_step == [pytest.approx({("mlp.fc", "forward"): 30, ("mlp.act", "forward"): 10})]
     assert [(f.kernel, f.us, f.calls) for f in att.fused_kernels] == [("addmm", 40, 1)]
+
+
+@pytest.mark.parametrize("extern", [False, True])  # False: as compile time recorded it before the fix
+def test_a_fallback_op_runs_as_an_aten_op_under_the_graph_call(tmp_path, extern):
+    """Inductor calls ops it cannot lower (the CPU's flash attention) as torch.ops.aten.<op>.default;
+    in the trace they are aten ops under the graph call, matched in order like extern matmuls."""
+    from lmprof.measure.compiled_kernels import _base_name
+
+    sdpa = "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default"
+    assert _base_name(sdpa + ":4") == (sdpa, True)
+    graphs = [{"kernels": [{"name": "cpp_fused_native_layer_norm_0", "extern": False, "blocks": ["ln_1"]},
+                           {"name": "addmm", "extern": True, "blocks": ["attn.qkv"]},
+                           {"name": sdpa, "extern": extern, "blocks": ["attn.sdpa"]},
+                           {"name": "addmm", "extern": True, "blocks": ["attn.proj"]}]}]
+    events = [A("ProfilerStep#1", 0, 100), A("lmprof:forward", 10, 80), A(CALL, 12, 70),
+              A("graph_0_cpp_fused_native_layer_norm_0", 14, 4), X("aten::addmm", 20, 10),
+              X("aten::_scaled_dot_product_flash_attention_for_cpu", 32, 30), X("aten::addmm", 64, 10)]
+    got = {(p.phase, p.name): p.us for p in attribute(write(tmp_path, events), clock="cpu", compiled=graphs).parts}
+    assert got == pytest.approx({("forward", "ln_1"): 4, ("forward", "attn.qkv"): 10, ("forward", "attn.sdpa"): 30,
+                                 ("forward", "attn.proj"): 10, ("forward", "compiled_call"): 70 - 54,
+                                 ("forward", "other"): 80 - 70, ("step", "other"): 100 - 80})
+    assert extern_op_name(sdpa) == "aten::_scaled_dot_product_flash_attention_for_cpu"

@@ -170,10 +170,14 @@ def memory(
     if model is not None:
         from lmprof.estimate.models import resolve_model
 
+        from lmprof.estimate.dropout import Dropout, dropout_at
+
         entry = resolve_model(model)
         if entry.warning:
             typer.echo(f"warning: {entry.warning}", err=True)
-        shape, label, drop = entry.shape, entry.name, dropout or 0.0
+        # The dropout transformers trains the family with (its config), unless --dropout sets every site.
+        drop: float | Dropout = entry.dropout if dropout is None else dropout_at(entry.shape.family, dropout)
+        shape, label = entry.shape, entry.name
         pdt = param_dtype or dtype
     else:
         cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,

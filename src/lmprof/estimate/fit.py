@@ -26,6 +26,7 @@ from lmprof.estimate.memory import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
 
 Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
 SHARDS: tuple[Shard, ...] = ("ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -61,7 +62,7 @@ def estimate_plan(
     shard: Shard = "ddp",
     weights: str | None = None,
     kv_dtype: str | None = None,
-    dropout: float = 0.0,
+    dropout: float | Dropout = 0.0,
     hold_logits: bool = False,
     checkpointing: bool = False,
 ) -> MemoryEstimate:

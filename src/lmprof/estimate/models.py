@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from lmprof.errors import ConfigError, DataError
+from lmprof.estimate.dropout import Dropout, dropout_from_config
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
@@ -51,6 +52,7 @@ class ModelEntry:
         """lmprof's active count under the authors' convention (without the input embedding where they say so)."""
         s = self.shape
         return s.n_params(active=True) - (s.vocab_size * s.n_embd if self.published_active_without_embedding else 0)
+    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
 
 
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -415,10 +417,11 @@ def resolve_model(spec: str) -> ModelEntry:
         label = path.name if path.is_dir() else path.parent.name or path.stem
         if str(cfg.get("model_type") or "") not in SUPPORTED and str(cfg.get("model_type")) not in _UNSUPPORTED_WHY:
             shape = generic_shape(cfg, name=text)
-            return ModelEntry(name=label, shape=shape, source=str(path), warning=(
+            return ModelEntry(name=label, shape=shape, source=str(path), dropout=dropout_from_config(cfg), warning=(
                 f"{shape.family!r} is not a family lmprof models: figures are a generic Llama-like estimate from "
                 f"{', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no experts); check them before relying on them"))
-        return ModelEntry(name=label, shape=shape_from_config(cfg, name=text), source=str(path))
+        return ModelEntry(name=label, shape=shape_from_config(cfg, name=text), source=str(path),
+                          dropout=dropout_from_config(cfg))
     table = _table()
     key = _norm_name(text)
     if key not in table:
@@ -429,7 +432,8 @@ def resolve_model(spec: str) -> ModelEntry:
                       published_params=_float(e.get("published_params")),
                       published_active_params=_float(e.get("published_active_params")),
                       published_tolerance=float(e.get("published_tolerance", 0.01)),
-                      published_active_without_embedding=bool(e.get("published_active_without_embedding", False)))
+                      published_active_without_embedding=bool(e.get("published_active_without_embedding", False)),
+                      dropout=dropout_from_config(e["config"]))
 
 
 def _float(value: Any) -> float | None:

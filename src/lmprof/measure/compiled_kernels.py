@@ -49,6 +49,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry
 
 from lmprof import names
+from lmprof.trace.compiled import runs_as_op
 from lmprof.workloads import gpt as gpt_module
 
 # One frame of a Python stack trace as FX node meta stores it.
@@ -95,10 +96,10 @@ def block_of_stack(stack: str, source: str) -> str | None:
 
 
 def _base_name(name: str) -> tuple[str, bool]:
-    """('cpp_fused_x_0', False) from 'cpp_fused_x_0:3'; ('mm', True) from 'extern_kernels.mm:2'."""
+    """('cpp_fused_x_0', False) from 'cpp_fused_x_0:3'; ('mm', True) from 'extern_kernels.mm:2';
+    ('torch.ops.aten.x.default', True) for an op inductor falls back to (it runs as an aten op too)."""
     base = re.sub(r":\d+$", "", name)
-    extern = base.startswith("extern_kernels.")
-    return base.removeprefix("extern_kernels."), extern
+    return base.removeprefix("extern_kernels."), runs_as_op(base)
 
 
 def _handle(name: str) -> int:

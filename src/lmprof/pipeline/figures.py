@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from lmprof.analysis.counted_flops import counted_mfu_metrics
+from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
@@ -49,7 +50,7 @@ class Facts:
     kv_cache: bool = True
     param_dtype: str | None = None  # None: fp32 parameters (autocast does the rest)
     optimizer: str | None = None
-    dropout: float = 0.0
+    dropout: float | Dropout = 0.0  # one rate, or by site (a Hugging Face config's)
     memory: MeasuredMemory | None = None
     counted: CountedFlops | None = None
     cache_bytes: int | None = None  # measured KV cache after a generation

@@ -26,6 +26,8 @@ from lmprof.pipeline.protocol import (
     run_folder,
 )
 from lmprof.record.run import Metric, Run
+from lmprof.analysis.block_truth import STOPWATCH_STEPS, mark_uncertain
+from lmprof.measure.block_stopwatch import block_stopwatch
 from lmprof.trace.attribution import attribute
 from lmprof.trace.load import load_trace
 from lmprof.workloads.builders import infer_workload
@@ -50,6 +52,9 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             watch.count(MEASURED, len(gens))
             watch.phase("profiled")
         out_dir.mkdir(parents=True, exist_ok=True)
+        # Attribution's check (analysis/block_truth.py): a stopwatch around each block, built-in GPT eager only.
+        stopwatch = (block_stopwatch(lambda: generate(work), STOPWATCH_STEPS, work.device.synchronize)
+                     if not spec.compile and work.scopes is None else {})
         memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
         cache_bytes = work.decoder.cache_bytes()
         prof = profile_steps(
@@ -79,6 +84,7 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     metrics["params"] = Metric(value=sum(p.numel() for p in work.model.parameters()), unit="count", source="measured")
     run = assemble_run("infer", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, e2e, "generation", before, after, work.device.kind)
+    run.blocks = mark_uncertain(run.blocks, stopwatch)
     add_compile_report(run, watch, out_dir)
     dtype = dtype_name(next(work.model.parameters()).dtype)
     attention: Literal["math", "sdpa"] = "sdpa" if any(b.name == "attn.sdpa" for b in run.blocks) else "math"

@@ -34,6 +34,8 @@ from lmprof.pipeline.protocol import (
     run_folder,
 )
 from lmprof.record.run import Metric, Run
+from lmprof.analysis.block_truth import STOPWATCH_STEPS, mark_uncertain
+from lmprof.measure.block_stopwatch import block_stopwatch
 from lmprof.trace.attribution import attribute
 from lmprof.trace.load import load_trace
 from lmprof.workloads.builders import train_workload
@@ -61,6 +63,8 @@ def measure_training(
         watch.count(MEASURED, len(samples))
         watch.phase("profiled")
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Attribution's check (analysis/block_truth.py): a stopwatch around each block, built-in GPT eager only.
+    stopwatch = block_stopwatch(step, STOPWATCH_STEPS, sync) if not spec.compile and work.scopes is None else {}
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
     table = load_trace(prof.trace_path)
@@ -82,6 +86,7 @@ def measure_training(
         metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     run = assemble_run("train", work.device, out_dir, config, metrics, att, clean, prof, work.notes, energy)
     mark_noise(run, step_ms, "step", before, after, work.device.kind)
+    run.blocks = mark_uncertain(run.blocks, stopwatch)
     add_compile_report(run, watch, out_dir)
     title = f"{config.get('preset') or config.get('model_name', 'model')}, batch {work.batch_size}, seq {work.seq_len}, {spec.dtype}, {work.device}"
     add_figures(run, out_dir, Facts(

@@ -114,6 +114,12 @@ class Block(BaseModel):
     # Operators called directly in the block per step (eager), plus the compiled kernels it owns
     # (compiled runs; a fused kernel counts for each of its blocks): what `lmprof compare` sets side by side.
     ops: float | None = None
+    # A stopwatch around the block in a clean pass (device synchronised, no profiler), ms per step; None
+    # where no stopwatch covers the block (analysis/block_truth.py).
+    stopwatch_ms: float | None = None
+    # Why the block's time_ms is not to be read as exact: it misses attribution's goal against that
+    # stopwatch (+-10%, matmul blocks +-5%) by the error given. None: within the goal, or not checked.
+    uncertain: str | None = None
 
 
 class OpStat(BaseModel):

@@ -56,3 +56,8 @@ def fused_kernel_lines(run: Run, top: int = 5) -> list[str]:
     if len(rows) > top:
         out.append(f"... {len(rows) - top} more in run.json (tables.fused_kernels)")
     return out
+
+
+def off_goal_lines(run: Run) -> list[str]:
+    """One line per block whose time misses attribution's goal against its stopwatch (Block.uncertain)."""
+    return [f"{b.name} ({b.phase}) {b.time_ms:.3f} ms: {b.uncertain}" for b in run.blocks if b.uncertain]

@@ -11,7 +11,7 @@ from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
+from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Rec, Recs,
@@ -107,6 +107,10 @@ def blocks_parts(run: Run) -> list[Part]:
                  *([f"{fused_total:.3f}"] if fused is not None else [])])
     headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
     out: list[Part] = [table(headers, rows, num=range(1, len(headers)), cls="blocks", total_last=True)]
+    off = off_goal_lines(run)
+    if off:
+        out += [Para("Uncertain blocks: their time misses attribution's goal against a per-block stopwatch "
+                     "(+-10%, matmul blocks +-5%)."), Bullets(off)]
     lines = fused_kernel_lines(run)
     if lines:
         out += [Para("Fused kernels: each one's time is split among the blocks it fused (fused ms)."), Bullets(lines)]

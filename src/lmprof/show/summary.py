@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, row_label
+from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
 # The terminal shows these, in this order; run.json has every figure.
@@ -83,10 +83,12 @@ def blocks_table(run: Run) -> Table:
 
 
 def uncertain_blocks(run: Run, rel: float = 0.2, min_share: float = 1.0) -> list[str]:
-    """Blocks whose time varies over the profiled steps by more than ``rel`` of it (and that matter)."""
-    out = []
+    """Blocks whose time misses its goal against a per-block stopwatch, then those whose time varies over
+    the profiled steps by more than ``rel`` of it (and that matter)."""
+    out = [f"  uncertain: {line}" for line in off_goal_lines(run)]
     for b in run.blocks:
-        if b.spread_ms is not None and b.time_ms > 0 and b.pct >= min_share and b.spread_ms > rel * b.time_ms:
+        if (not b.uncertain and b.spread_ms is not None and b.time_ms > 0 and b.pct >= min_share
+                and b.spread_ms > rel * b.time_ms):
             out.append(f"  uncertain: {b.name} ({b.phase}) {b.time_ms:.3f} ms, p10-p90 over the profiled steps "
                        f"spans {b.spread_ms:.3f} ms")
     return out

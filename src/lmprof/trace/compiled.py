@@ -2,7 +2,8 @@
 
 A compiled graph runs as one ``## Call CompiledFxGraph <key> ##`` range whose direct children are
 its kernels: inductor's generated C++ kernels (``graph_<n>_cpp_fused_*`` ranges, when inductor was
-told to record them) and extern calls (``aten::mm``, ``aten::addmm``, ...), plus buffer allocations.
+told to record them) and extern calls (``aten::mm``, ``aten::addmm``, ...) and fallback ops (``aten::_scaled_dot_product_flash_attention_for_cpu``
+on the CPU), plus buffer allocations.
 The compile-time record (``compiled_kernels.json``, measure/compiled_kernels.py) lists each graph's
 kernels in the order its code calls them, with the blocks whose source ops each contains.
 
@@ -33,6 +34,17 @@ from lmprof.trace.nesting import parents
 GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
 FUSED_SEP = "+"
 _CPP_KERNEL = re.compile(r"^graph_\d+_(?P<name>cpp_\w+)$")
+
+
+def runs_as_op(name: str) -> bool:
+    """True for a recorded kernel that runs as an aten op in the trace, not as a generated C++ kernel.
+
+    Extern kernels (``extern_kernels.mm``) and the ops inductor falls back to because it has no
+    lowering for them, which it calls as ``torch.ops.aten.<op>.default`` (the CPU's flash attention
+    ``_scaled_dot_product_flash_attention_for_cpu`` and its backward): both are aten ops under the
+    graph call, matched in order like extern calls.
+    """
+    return name.startswith(("extern_kernels.", "torch.ops."))
 
 
 def extern_op_name(name: str) -> str:
@@ -68,6 +80,11 @@ class KernelOwner:
         return self.blocks[max(range(len(self.blocks)), key=lambda i: (self.shares[i], -i))]
 
 
+def _extern(k: dict[str, Any]) -> bool:
+    # Records written before fallback ops were marked extern name them torch.ops.aten.<op>.default.
+    return bool(k.get("extern")) or runs_as_op(str(k.get("name", "")))
+
+
 def _owner(k: dict[str, Any]) -> KernelOwner | None:
     """A record's kernel as its owner: blocks with a positive share, shares summing to 1."""
     blocks = [str(b) for b in k.get("blocks", [])]
@@ -101,7 +118,7 @@ def kernel_owners(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
     by_signature: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for g in graphs:
         recorded = list(g.get("kernels", []))
-        by_signature.setdefault(tuple(k["name"] for k in recorded if not k.get("extern")), recorded)
+        by_signature.setdefault(tuple(k["name"] for k in recorded if not _extern(k)), recorded)
     par = parents(table)
     ts = ev["ts"].to_numpy(dtype=float)
     children: dict[int, list[int]] = defaultdict(list)
@@ -117,13 +134,13 @@ def kernel_owners(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
         kernels = by_signature.get(tuple(n for _, n in cpp))
         if kernels is None:
             continue
-        for (r, _), k in zip(cpp, [k for k in kernels if not k.get("extern")]):
+        for (r, _), k in zip(cpp, [k for k in kernels if not _extern(k)]):
             owner = _owner(k)
             if owner:
                 out[r] = owner
         pending = [r for r in kids if not _CPP_KERNEL.match(name_col[r])]
         i = 0
-        for k in (k for k in kernels if k.get("extern")):
+        for k in (k for k in kernels if _extern(k)):
             want = extern_op_name(k["name"])
             while i < len(pending) and name_col[pending[i]] != want:
                 i += 1

@@ -17,7 +17,7 @@ from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
 from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
 from lmprof.workloads.gpt import GPT, GPTConfig, preset
-from lmprof.workloads.hf_interface import attention_implementation
+from lmprof.workloads.hf_interface import attention_implementation, training_dropout
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.workloads.training import TrainWorkload
@@ -124,7 +124,7 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
         batches=SyntheticBatches(int(loaded.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
         device=device, loss_fn=loss_fn, tokens_per_step=cfg.batch_size * seq_len, shape=hfmod.shape_of(model),
         batch_size=cfg.batch_size, seq_len=seq_len, attention="sdpa" if impl != "eager" else "math",
-        optimizer_name=cfg.optimizer, notes=notes,
+        optimizer_name=cfg.optimizer, dropout=training_dropout(model), notes=notes,
         # Hooks would break a compiled graph: a compiled model is attributed as a whole.
         scopes=None if cfg.compile else (lambda: module_scopes(model)),
     )

@@ -11,6 +11,7 @@ from typing import Literal
 
 import torch
 
+from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.shape import ModelShape
 
 
@@ -46,9 +47,11 @@ def attention_path(model: torch.nn.Module) -> Literal["math", "sdpa"]:
     return "math" if impl in (None, "eager") else "sdpa"
 
 
-def dropout_of(model: torch.nn.Module) -> float:
-    """The built-in GPT's dropout (what its memory estimate needs); 0 for other models."""
+def dropout_of(model: torch.nn.Module) -> float | Dropout:
+    """The dropout the model trains with, what its memory estimate needs: the built-in GPT's rate, a
+    Hugging Face model's rates by site (from its config), else 0."""
     from lmprof.workloads.gpt import GPT
+    from lmprof.workloads.hf_interface import training_dropout
 
     m = _inner(model)
-    return float(m.config.dropout) if isinstance(m, GPT) else 0.0
+    return float(m.config.dropout) if isinstance(m, GPT) else training_dropout(m)

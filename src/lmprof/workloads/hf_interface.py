@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lmprof.errors import ConfigError
+from lmprof.estimate.dropout import Dropout, dropout_from_config
 
 # Where transformers put a cache before its Cache classes were the default (tuples of tensors).
 _LEGACY_FIELD = "past_key_values"
@@ -88,6 +89,15 @@ def attention_implementation(model: torch.nn.Module) -> str | None:
     transformers model. ``config._attn_implementation`` is where transformers itself keeps the choice
     (``set_attn_implementation`` writes it); there is no public reader."""
     return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def training_dropout(model: torch.nn.Module) -> Dropout:
+    """The dropout rates ``model`` applies in train mode, by site, from its config (none if not a transformers
+    model). Attention dropout also decides the SDPA kernel: on the CPU it runs the math kernel."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "to_dict"):
+        return Dropout()
+    return dropout_from_config(cfg.to_dict())
 
 
 def supports_static_cache(model: torch.nn.Module) -> bool:

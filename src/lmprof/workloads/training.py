@@ -18,6 +18,7 @@ from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.precision import TORCH_DTYPES
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
 
 
 @dataclass
@@ -35,7 +36,7 @@ class TrainWorkload:
     seq_len: int | None = None
     attention: Literal["math", "sdpa"] = "math"
     optimizer_name: Literal["adamw", "sgd"] = "adamw"
-    dropout: float = 0.0
+    dropout: float | Dropout = 0.0  # one rate (built-in GPT) or by site (a Hugging Face config)
     describe: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Entered for the profiled phase only: module hooks that place block scopes in foreign models.

@@ -13,6 +13,8 @@ from lmprof.estimate.memory.hf_activations import (
 from lmprof.estimate.memory.params import param_parts
 from lmprof.estimate.memory.result import BOOL, DTYPE_BYTES, FP32, INT64, Attention, MemoryItem
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
+from lmprof.estimate.sdpa_path import sdpa_path
 
 
 def activation_items(
@@ -23,22 +25,27 @@ def activation_items(
     param_dtype: str = "fp32",
     attention: Attention = "math",
     device_kind: str = "cuda",
-    dropout: float = 0.0,
+    dropout: float | Dropout = 0.0,
 ) -> list[MemoryItem]:
     """The tensors the forward pass saves for backward, block by block (bytes per layer or once).
 
     Paper terms (16-bit, per layer): layer-norm inputs 4sbh, QKV input 2sbh, Q and K 4sbh, softmax
     output 2as^2b, its dropout mask as^2b and output 2as^2b, V 2sbh, projection input 2sbh and
     dropout mask sbh; MLP inputs 2sbh + 8sbh, GELU input 8sbh, dropout mask sbh.
+    ``dropout``: one rate for the built-in GPT, or the rates by site (Hugging Face configs). With
+    ``attention="sdpa"`` the kernel that runs (fused or math) follows PyTorch's selection rule
+    (:func:`lmprof.estimate.sdpa_path.sdpa_path`): on the CPU, attention dropout means math.
     """
-    if shape.family in HF_LLAMA_LAYOUT and attention == "sdpa" and dtype == param_dtype and not dropout:
-        return hf_llama_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
-    if shape.family in HF_GPT2_LAYOUT and attention == "sdpa" and dtype == param_dtype and not dropout:
-        return hf_gpt2_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
-    if shape.family == "gemma2" and dtype == param_dtype and not dropout:  # transformers runs it eager
-        return hf_gemma2_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
-    if shape.family in HF_OTHER_LAYOUTS and attention == "sdpa" and dtype == param_dtype and not dropout:
-        return hf_layernorm_items(shape, batch, seq_len, DTYPE_BYTES[param_dtype])
+    drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
+    fused = attention == "sdpa" and sdpa_path(device_kind, dtype, drops.attention) == "fused"
+    if shape.family in HF_GPT2_LAYOUT + HF_LLAMA_LAYOUT + HF_OTHER_LAYOUTS + ("gemma2",) and dtype == param_dtype \
+            and (attention == "sdpa" or shape.family == "gemma2"):  # transformers runs Gemma 2 eager
+        e = DTYPE_BYTES[param_dtype]
+        # CPU dropout keeps its scaled mask in the input's dtype; CUDA's fused dropout a bool mask.
+        mask_b = e if device_kind == "cpu" else BOOL
+        itemize = {**{f: hf_llama_items for f in HF_LLAMA_LAYOUT}, **{f: hf_gpt2_items for f in HF_GPT2_LAYOUT},
+                   **{f: hf_layernorm_items for f in HF_OTHER_LAYOUTS}, "gemma2": hf_gemma2_items}[shape.family]
+        return itemize(shape, batch, seq_len, e, fused=fused, dropout=drops, mask_bytes=mask_b)
     s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
     f, v = shape.ffn, shape.vocab_size
     kv = shape.kv_heads * shape.head_dim
@@ -51,15 +58,12 @@ def activation_items(
     lp = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # log-softmax output
     stats = 2 if shape.norm == "layernorm" else 1  # mean and rstd (or rstd), fp32
     sbh = s * b * h
-    drop = dropout > 0
     # CUDA's fused dropout keeps a bool mask; the CPU path keeps a scaled mask in the input's dtype.
     cpu = device_kind == "cpu"
 
     def mask(dtype_bytes: int) -> tuple[str, int]:
         return ("dropout mask (scaled, input dtype)", dtype_bytes) if cpu else ("dropout mask (bool)", BOOL)
 
-    # sdpa with dropout on the CPU falls back to the unfused math kernel, which keeps the scores.
-    fused = attention == "sdpa" and not (drop and cpu)
     items: list[MemoryItem] = []
 
     def add(block: str, what: str, formula: str, nbytes: int, per_layer: bool = True, category: str = "activations") -> None:
@@ -67,7 +71,7 @@ def activation_items(
 
     # Once: embedding.
     add("embedding", "positions (int64)", "s*8", s * INT64, per_layer=False)
-    if drop:
+    if drops.embedding:
         what, mb = mask(r)
         add("embedding", what, f"sbh*{mb}", sbh * mb, per_layer=False)
     # Per layer.
@@ -80,7 +84,7 @@ def activation_items(
         if attention == "math":
             add("attn.scores", "causal mask (bool)", "s*s", s * s * BOOL)
         add("attn.softmax", "softmax output", f"as^2b*{sm}", a * s * s * b * sm)
-        if drop:
+        if drops.attention:
             what, mb = mask(sm)
             add("attn.softmax", what, f"as^2b*{mb}", a * s * s * b * mb)
             add("attn.softmax", "dropout output", f"as^2b*{sm}", a * s * s * b * sm)
@@ -92,7 +96,7 @@ def activation_items(
         add("attn.sdpa", "q, k, v", f"sb(h+2kv)*{e}", s * b * (h + 2 * kv) * e)
         add("attn.sdpa", "output (= attn.proj input)", f"sbh*{e}", sbh * e)
         add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
-    if drop:
+    if drops.residual:
         what, mb = mask(e)
         add("attn.proj", what, f"sbh*{mb}", sbh * mb)
     add("ln_2", "input (residual stream)", f"sbh*{r}", sbh * r)
@@ -103,7 +107,7 @@ def activation_items(
     else:
         add("mlp.act", "gate and up outputs, SiLU output", f"3sb*{f}*{e}", 3 * s * b * f * e)
     add("mlp.proj", "input", f"sb*{f}*{e}", s * b * f * e)
-    if drop:
+    if drops.residual:
         what, mb = mask(e)
         add("mlp.proj", what, f"sbh*{mb}", sbh * mb)
     if autocast:

@@ -14,6 +14,7 @@ from lmprof.estimate.memory.result import (
 )
 from lmprof.errors import ConfigError
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
 
 
 def estimate_memory(
@@ -29,7 +30,7 @@ def estimate_memory(
     optimizer_impl: OptimizerImpl = "auto",
     master_weights: bool | None = None,
     device_kind: str = "cuda",
-    dropout: float = 0.0,
+    dropout: float | Dropout = 0.0,
     new_tokens: int = 0,
     hold_logits: bool = False,
     buffers: int | None = None,
@@ -42,7 +43,9 @@ def estimate_memory(
     ``optimizer_impl`` picks the AdamW/SGD temporaries (``auto``: foreach on CUDA, for-loop on CPU).
     ``device_kind`` (``cpu`` or a GPU kind) decides what differs between the two: autocast keeps
     softmax in fp32 on CUDA only, dropout masks are bool on CUDA and full-width on the CPU, and the
-    default optimizer implementation.
+    default optimizer implementation. ``dropout`` (training): one rate for the built-in GPT, or a
+    :class:`~lmprof.estimate.dropout.Dropout` by site for a Hugging Face config (its masks are kept
+    for backward; attention dropout also decides which SDPA kernel runs: math on the CPU).
     Inference caches ``seq_len + new_tokens`` tokens per sequence. ``hold_logits``: the step keeps
     the (b, s, V) logits until it ends (``logits, loss = model(x, y)`` in the step's scope); lmprof's
     own train step keeps only the loss, so by default they die with the forward pass.
@@ -75,7 +78,7 @@ def estimate_memory(
 
 
 def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str, attention: str,
-              optimizer: str, impl: str, dropout: float, new_tokens: int) -> None:
+              optimizer: str, impl: str, dropout: float | Dropout, new_tokens: int) -> None:
     if batch <= 0:
         raise ConfigError(f"batch size must be positive, got {batch}")
     if seq_len <= 0:
@@ -91,7 +94,7 @@ def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str
         raise ConfigError(f"optimizer must be 'adamw' or 'sgd', got {optimizer!r}")
     if impl not in ("auto", "foreach", "for-loop", "fused"):
         raise ConfigError(f"optimizer implementation must be auto, foreach, for-loop or fused, got {impl!r}")
-    if not 0.0 <= dropout < 1.0:
+    if not isinstance(dropout, Dropout) and not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
     if new_tokens < 0:
         raise ConfigError(f"new tokens must be >= 0, got {new_tokens}")

@@ -9,6 +9,10 @@ from typing import Callable
 
 from lmprof.estimate.memory.result import FP32, INT64, MemoryItem
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
+
+NO_DROPOUT = Dropout()
+Add = Callable[..., None]
 
 # Hugging Face families whose saved tensors :func:`hf_llama_items` itemizes (validated against
 # measured CPU training steps in tests/test_models.py).
@@ -18,7 +22,48 @@ HF_OTHER_LAYOUTS = ("gpt_neox", "opt", "falcon")
 HF_ITEMIZED = HF_LLAMA_LAYOUT + HF_GPT2_LAYOUT + HF_OTHER_LAYOUTS + ("gemma2",)
 
 
-def hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+def _math_sdpa(add: Add, shape: ModelShape, s: int, b: int, e: int, p: float, mask_bytes: int) -> None:
+    """What SDPA's math kernel keeps (the CPU's path whenever attention dropout is on).
+
+    It scales q and k before their matmul, so both are new tensors, with k (and v) repeated to every
+    query head; the probabilities (and, with dropout, the mask and the dropped probabilities, which
+    the matmul with v saves); v as that matmul's operand. Its output reaches the projection through
+    a copy (heads back to the hidden dimension), which the projection keeps. Read off autograd's
+    saved tensors (tests/test_models.py checks the total against measured steps).
+    """
+    qd, a = shape.q_dim, shape.n_head
+    add("attn.scores", "q and k, scaled (k repeated to every head)", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
+    add("attn.softmax", "probabilities", f"as^2b*{e}", a * s * s * b * e)
+    _attention_dropout(add, shape, s, b, e, p, mask_bytes)
+    add("attn.av", "v (repeated to every head)", f"sb*q_dim*{e}", s * b * qd * e)
+    add("attn.proj", "input (copy of the heads)", f"sb*q_dim*{e}", s * b * qd * e)
+
+
+def _attention_dropout(add: Add, shape: ModelShape, s: int, b: int, e: int, p: float, mask_bytes: int) -> None:
+    """Dropout on the (b, a, s, s) probabilities: its mask and the dropped probabilities."""
+    if p:
+        a = shape.n_head
+        add("attn.softmax", "dropout mask on the probabilities", f"as^2b*{mask_bytes}", a * s * s * b * mask_bytes)
+        add("attn.softmax", "dropped probabilities", f"as^2b*{e}", a * s * s * b * e)
+
+
+def _branch_dropout(add: Add, shape: ModelShape, s: int, b: int, drop: Dropout, mask_bytes: int,
+                    branches: int = 2) -> None:
+    """Masks of the dropouts on the branch outputs (attention, MLP), inside the MLP and on the embeddings."""
+    sbh = s * b * shape.n_embd
+    if drop.residual:
+        add("attn.proj", "dropout mask on the branch output", f"sbh*{mask_bytes}", sbh * mask_bytes)
+        if branches == 2:
+            add("mlp.proj", "dropout mask on the branch output", f"sbh*{mask_bytes}", sbh * mask_bytes)
+    if drop.activation:
+        f = shape.ffn
+        add("mlp.act", "dropout mask after the activation", f"sb*{f}*{mask_bytes}", s * b * f * mask_bytes)
+    if drop.embedding:
+        add("embedding", "dropout mask on the embeddings", f"sbh*{mask_bytes}", sbh * mask_bytes, per_layer=False)
+
+
+def hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int, *, fused: bool = True,
+                   dropout: Dropout = NO_DROPOUT, mask_bytes: int = 0) -> list[MemoryItem]:
     """Saved tensors of a Hugging Face Llama-layout decoder (RMSNorm, RoPE, SwiGLU, SDPA) in one dtype.
 
     Autograd keeps only what a backward formula needs: RoPE's ``q*cos + rotate_half(q)*sin`` keeps
@@ -46,31 +91,35 @@ def hf_llama_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[
 
     add("embedding", "rotary cos and sin (fp32)", "2*s*hd*4", 2 * s * hd * FP32, per_layer=False)
     norm("ln_1", True)
-    add("attn.sdpa", "rotated q", f"sb*q_dim*{e}", s * b * qd * e)
-    # transformers materialises a sliding-window mask once the keys reach the window; SDPA then gets
-    # K/V repeated to every query head, and keeps a (b, 1, s, s) float mask per layer.
-    masked = bool(shape.sliding_layers) and s >= (shape.sliding_window or 0)
-    if masked:
-        add("attn.sdpa", "k and v repeated to every head", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
-        add("attn.sdpa", "sliding-window mask (float)", f"b*s*s*{e}", b * s * s * e)
+    if fused:
+        add("attn.sdpa", "rotated q", f"sb*q_dim*{e}", s * b * qd * e)
+        # transformers materialises a sliding-window mask once the keys reach the window; SDPA then gets
+        # K/V repeated to every query head, and keeps a (b, 1, s, s) float mask per layer.
+        masked = bool(shape.sliding_layers) and s >= (shape.sliding_window or 0)
+        if masked:
+            add("attn.sdpa", "k and v repeated to every head", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
+            add("attn.sdpa", "sliding-window mask (float)", f"b*s*s*{e}", b * s * s * e)
+        else:
+            add("attn.sdpa", "rotated k and v", f"2sb*kv_dim*{e}", 2 * s * b * kv * e)
+        add("attn.sdpa", "output (= o_proj input)", f"sb*q_dim*{e}", s * b * qd * e)
+        add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
+        if shape.family == "phi3":  # Phi-3 reshapes the output with a copy before o_proj
+            add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
     else:
-        add("attn.sdpa", "rotated k and v", f"2sb*kv_dim*{e}", 2 * s * b * kv * e)
-    add("attn.sdpa", "output (= o_proj input)", f"sb*q_dim*{e}", s * b * qd * e)
-    add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
-    if shape.family == "phi3":  # Phi-3 reshapes the output with a copy before o_proj
-        add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
+        _math_sdpa(add, shape, s, b, e, dropout.attention, mask_bytes)
     norm("ln_2", True)
     if shape.moe:
         _moe_items(shape, s * b, e, add)
     else:
         add("mlp.act", "gate, SiLU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
+    _branch_dropout(add, shape, s, b, dropout, mask_bytes)
     norm("ln_f", False)
     add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)
     return items
 
 
-def _moe_items(shape: ModelShape, n: int, e: int, add: Callable[..., None]) -> None:
+def _moe_items(shape: ModelShape, n: int, e: int, add: Add) -> None:
     """Saved tensors of a Hugging Face MoE block run with eager experts (``experts_implementation="eager"``).
 
     Router: its fp32 softmax, top-k indices and renormalised weights. Each of the n x top_k routed
@@ -89,7 +138,8 @@ def _moe_items(shape: ModelShape, n: int, e: int, add: Callable[..., None]) -> N
             f"n*(4f_s+d+1)*{e}", n * (shape.n_shared_experts * 4 * fs + d + 1) * e)
 
 
-def hf_gemma2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+def hf_gemma2_items(shape: ModelShape, batch: int, seq_len: int, e: int, *, fused: bool = True,
+                    dropout: Dropout = NO_DROPOUT, mask_bytes: int = 0) -> list[MemoryItem]:
     """Saved tensors of Hugging Face Gemma 2 (eager attention with logit soft-capping) in one dtype.
 
     Per layer: four RMSNorms (pre-attention and pre-MLP keep input, normalized and output; the two
@@ -117,12 +167,14 @@ def hf_gemma2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list
     norm("ln_1", True, output=True)
     add("attn.scores", "q, and k repeated to every head", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
     add("attn.softmax", "tanh of the capped scores and the softmax output", f"2as^2b*{e}", 2 * a * s * s * b * e)
+    _attention_dropout(add, shape, s, b, e, dropout.attention, mask_bytes)
     add("attn.av", "v repeated to every head", f"sb*q_dim*{e}", s * b * qd * e)
     add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
     norm("ln_1", True, output=False)  # post-attention norm
     norm("ln_2", True, output=True)
     add("mlp.act", "gate, GELU(gate), up and their product", f"4sb*{f}*{e}", 4 * s * b * f * e)
     norm("ln_2", True, output=False)  # post-feed-forward norm
+    _branch_dropout(add, shape, s, b, dropout, mask_bytes)
     norm("ln_f", False, output=True)
     add("lm_head", "tanh of the soft-capped logits", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
@@ -130,7 +182,8 @@ def hf_gemma2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list
     return items
 
 
-def hf_gpt2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+def hf_gpt2_items(shape: ModelShape, batch: int, seq_len: int, e: int, *, fused: bool = True,
+                  dropout: Dropout = NO_DROPOUT, mask_bytes: int = 0) -> list[MemoryItem]:
     """Saved tensors of Hugging Face's GPT-2 (LayerNorm, Conv1D, SDPA, the tanh "gelu_new") in one dtype.
 
     Per layer: each LayerNorm's input, mean/rstd and output; the fused c_attn output (k and v are views
@@ -154,21 +207,26 @@ def hf_gpt2_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[M
 
     add("embedding", "token and position ids (int64)", "sb*8 + s*8", s * b * INT64 + s * INT64, per_layer=False)
     norm("ln_1", True)
-    add("attn.qkv", "c_attn output (k, v are views of it)", f"sb(q_dim+2kv)*{e}", s * b * (qd + 2 * kv) * e)
-    add("attn.sdpa", "q (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
-    add("attn.sdpa", "output", f"sb*q_dim*{e}", s * b * qd * e)
-    add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
-    add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
+    if fused:
+        add("attn.qkv", "c_attn output (k, v are views of it)", f"sb(q_dim+2kv)*{e}", s * b * (qd + 2 * kv) * e)
+        add("attn.sdpa", "q (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
+        add("attn.sdpa", "output", f"sb*q_dim*{e}", s * b * qd * e)
+        add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
+        add("attn.proj", "input (contiguous copy)", f"sb*q_dim*{e}", s * b * qd * e)
+    else:
+        _math_sdpa(add, shape, s, b, e, dropout.attention, mask_bytes)
     norm("ln_2", True)
     add("mlp.act", "c_fc output, tanh, 0.5*x, 1+tanh", f"4sb*{f}*{e}", 4 * s * b * f * e)
     add("mlp.proj", "input (GELU output)", f"sb*{f}*{e}", s * b * f * e)
+    _branch_dropout(add, shape, s, b, dropout, mask_bytes)
     norm("ln_f", False)
     add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)
     return items
 
 
-def hf_layernorm_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> list[MemoryItem]:
+def hf_layernorm_items(shape: ModelShape, batch: int, seq_len: int, e: int, *, fused: bool = True,
+                       dropout: Dropout = NO_DROPOUT, mask_bytes: int = 0) -> list[MemoryItem]:
     """Saved tensors of Hugging Face GPT-NeoX (Pythia), OPT and Falcon-7B-layout models in one dtype.
 
     Common: each LayerNorm keeps its input, mean/rstd and output (parallel blocks read one input);
@@ -201,11 +259,14 @@ def hf_layernorm_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> l
     if fam == "falcon":
         add("embedding", "rotary cos and sin (fp32)", "2*s*hd*4", 2 * s * hd * FP32, per_layer=False)
     norm("ln_1", True)
-    if fam == "falcon" and shape.norms_per_layer == 2:
-        # Falcon-40B layout: SDPA with an explicit (b, 1, s, s) mask, K/V repeated to every head; the
-        # two parallel LayerNorms share their input.
+    falcon40 = fam == "falcon" and shape.norms_per_layer == 2
+    if falcon40:  # Falcon-40B layout: the two parallel LayerNorms share their input
         add("ln_2", "mean/rstd (fp32)", "2*sb*4", 2 * s * b * FP32)
         add("ln_2", "output (MLP input)", f"sbh*{e}", s * b * d * e)
+    if not fused and (fam != "falcon" or falcon40):
+        _math_sdpa(add, shape, s, b, e, dropout.attention, mask_bytes)
+    elif falcon40:
+        # SDPA with an explicit (b, 1, s, s) mask, K/V repeated to every head.
         add("attn.sdpa", "q, and k, v repeated to every head", f"3sb*q_dim*{e}", 3 * s * b * qd * e)
         add("attn.sdpa", "output (= dense input)", f"sb*q_dim*{e}", s * b * qd * e)
         add("attn.sdpa", "log-sum-exp (fp32)", "asb*4", a * s * b * FP32)
@@ -213,6 +274,7 @@ def hf_layernorm_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> l
     elif fam == "falcon":
         add("attn.scores", "q, and k broadcast to every head", f"2sb*q_dim*{e}", 2 * s * b * qd * e)
         add("attn.softmax", "probabilities", f"as^2b*{e}", a * s * s * b * e)
+        _attention_dropout(add, shape, s, b, e, dropout.attention, mask_bytes)
         add("attn.av", "v broadcast to every head", f"sb*q_dim*{e}", s * b * qd * e)
         add("attn.proj", "input", f"sb*q_dim*{e}", s * b * qd * e)
     else:
@@ -228,6 +290,8 @@ def hf_layernorm_items(shape: ModelShape, batch: int, seq_len: int, e: int) -> l
     else:
         add("mlp.act", "fc output (GELU input)", f"sb*{f}*{e}", s * b * f * e)
         add("mlp.proj", "input (GELU output)", f"sb*{f}*{e}", s * b * f * e)
+    # Falcon's parallel block drops the sum of its two branches once.
+    _branch_dropout(add, shape, s, b, dropout, mask_bytes, branches=1 if fam == "falcon" and shape.parallel else 2)
     norm("ln_f", False)
     add("loss", "log-softmax output", f"sbV*{e}", s * b * v * e, per_layer=False)
     add("loss", "shifted targets (int64)", "sb*8", s * b * INT64, per_layer=False)

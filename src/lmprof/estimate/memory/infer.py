@@ -4,6 +4,7 @@ from __future__ import annotations
 from lmprof.estimate.memory.params import ParamCounts
 from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.sdpa_path import sdpa_path
 
 
 def infer_estimate(
@@ -47,6 +48,7 @@ def infer_estimate(
         temporaries=temporaries, peak=moments["prefill"], peak_at="prefill", moments=moments, at_peak=at_peak,
         items=items,
         notes=("prefill of the whole prompt at once; decode steps need less",),
+        attention_path=sdpa_path(device_kind, dtype, 0.0, training=False) if attention == "sdpa" else "math",
         parts={"prefill": dict(at_peak)},
     )
 

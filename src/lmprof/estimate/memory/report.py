@@ -62,7 +62,10 @@ def _estimate_note(est: MemoryEstimate, key: str) -> str | None:
         return f"peak at {est.peak_at}; {est.regime}"
     if key == "activations":
         held = " + held logits" if est.hold_logits else ""
-        return f"saved for backward{held} (Korthikanti et al. 2022, adapted)"
+        path = {"fused": "fused attention kernel", "math": "attention scores kept (math kernel)"}.get(est.attention_path,
+                                                                                                   est.attention_path)
+        drop = f", dropout masks (up to p={est.dropout:g})" if est.dropout else ""
+        return f"saved for backward{held}: {path}{drop} (Korthikanti et al. 2022, adapted)"
     if key == "optimizer":
         return est._optimizer_note()
     return None

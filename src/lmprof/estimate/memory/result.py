@@ -82,6 +82,9 @@ class MemoryEstimate:
     items: tuple[MemoryItem, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
     parts: dict[str, dict[str, int]] = field(default_factory=dict)  # moment -> category -> bytes
+    # The attention kernel the estimate assumes: "fused" (sdpa's flash / memory-efficient kernels) or
+    # "math" (scores and probabilities materialised: attention="math", or sdpa falling back to it).
+    attention_path: str = "math"
 
     @property
     def static(self) -> int:

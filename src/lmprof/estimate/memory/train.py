@@ -14,12 +14,14 @@ from lmprof.estimate.memory.result import (
     OptimizerImpl,
 )
 from lmprof.estimate.shape import ModelShape
+from lmprof.estimate.dropout import Dropout
+from lmprof.estimate.sdpa_path import sdpa_path
 
 
 def train_estimate(
     shape: ModelShape, pp: ParamCounts, *, batch: int, seq_len: int, dtype: str, param_dtype: str,
     attention: Attention, optimizer: Optimizer, optimizer_impl: OptimizerImpl, master_weights: bool,
-    device_kind: str, dropout: float, hold_logits: bool, regime: str, params: int, buf: int,
+    device_kind: str, dropout: float | Dropout, hold_logits: bool, regime: str, params: int, buf: int,
 ) -> MemoryEstimate:
     """One training step: the peak of the end of forward, the loss gradient, backward through the layers
     and the optimizer step (``dtype`` already resolved to the compute dtype)."""
@@ -31,6 +33,8 @@ def train_estimate(
     opt_state, master, state_bytes = _optimizer_state(pp, optimizer, master_weights, param_dtype)
 
     items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
+    drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
+    path = sdpa_path(device_kind, dtype, drops.attention) if attention == "sdpa" else "math"
     per_layer = sum(i.bytes for i in items if i.per_layer)
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
     activations = shape.n_layer * per_layer + once
@@ -66,12 +70,12 @@ def train_estimate(
     return MemoryEstimate(
         shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
         attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
-        device_kind=device_kind, dropout=dropout, kv_tokens=0, regime=regime, n_params=pp.total,
+        device_kind=device_kind, dropout=drops.largest, kv_tokens=0, regime=regime, n_params=pp.total,
         params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
         activations=activations, activations_per_layer=per_layer, logits=logits, hold_logits=hold_logits,
         kv_cache=0,
         temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
-        items=tuple(items), notes=_notes(dropout, attention, device_kind), parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
+        items=tuple(items), notes=_notes(drops, attention, path, device_kind), attention_path=path, parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
     )
 
 
@@ -115,6 +119,12 @@ def _backward_layers(
         # Hugging Face GPT-2's composite tanh GELU: its backward holds one more d_ff-wide gradient
         # next to the incoming one (seen on the CPU allocation timeline).
         bwd_temp += b * s * shape.ffn * e_act
+    if shape.family == "mixtral":
+        # Mixtral's experts are 3-D weights: backward builds each expert's weight gradient apart and
+        # writes it into the layer's 3-D gradient, which exists before the layer's backward ends. Both
+        # are counted, an upper bound: measured CPU peaks are 3-5% below it (tests/test_models.py),
+        # where leaving them out put the estimate 7-9% under (a fit check would over-promise).
+        bwd_temp += 2 * shape.n_experts * shape.expert_params() * p_bytes
     layers_top = shape.n_layer * per_layer
     layers_bottom = per_layer + (shape.n_layer - 1) * g_layer
     top_is_higher = layers_top >= layers_bottom
@@ -122,11 +132,13 @@ def _backward_layers(
             g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer), bwd_temp)
 
 
-def _notes(dropout: float, attention: str, device_kind: str) -> tuple[str, ...]:
+def _notes(drops: Dropout, attention: str, path: str, device_kind: str) -> tuple[str, ...]:
     notes: list[str] = []
-    if dropout > 0 and attention == "sdpa":
-        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept"
-                     if device_kind != "cpu" else "sdpa with dropout runs the unfused math kernel on the CPU")
+    if attention == "sdpa" and path == "math":
+        notes.append(f"sdpa runs its math kernel here (attention dropout {drops.attention:g} in training on "
+                     f"{device_kind}): the scores, probabilities and dropout mask are kept")
+    elif drops.attention and attention == "sdpa":
+        notes.append("fused attention regenerates its dropout mask from the RNG state: no mask kept")
     notes.append("first step only: optimizer state is created inside optimizer.step(), so the first step's "
                  "forward/backward run without it")
     return tuple(notes)
