@@ -25,6 +25,7 @@ def run(
     stop_after: bool = typer.Option(False, "--stop-after", help="End the script once the run is written"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
     nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
+    verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines around lmprof's profiler windows"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks)"),
 ) -> int:
     """Profile your own training (or, with --infer, generation) script, unchanged: warm-up, clean
@@ -35,6 +36,9 @@ def run(
     from lmprof.pipeline.usercode.script import check_target, run_script
     from lmprof.pipeline.usercode.session import SessionSpec
 
+    from lmprof.measure.native_logs import set_verbose
+
+    set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
     args = list(argv or [])
     if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")

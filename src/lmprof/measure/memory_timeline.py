@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from lmprof.measure.native_logs import native_logs_dropped
 from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
 from lmprof.trace import kinds
 from lmprof.trace.load import TraceTable, load_trace
@@ -241,8 +242,15 @@ def record_memory_events(fn: Callable[[], object], trace_path: Path | None = Non
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    # Only the profiler's own start and stop are kept quiet: fn() may be the user's code.
+    with native_logs_dropped():
+        prof.start()
+    try:
         fn()
+    finally:
+        with native_logs_dropped():
+            prof.stop()
     with tempfile.TemporaryDirectory() as tmp:
         path = trace_path or Path(tmp) / "memory_trace.json"
         from lmprof.atomic import atomic_path

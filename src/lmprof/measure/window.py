@@ -17,6 +17,7 @@ from torch.autograd.profiler_util import EventList
 from torch.profiler import profile
 
 from lmprof.atomic import atomic_path
+from lmprof.measure.native_logs import native_logs_dropped
 from lmprof.measure.profiling import ProfiledPhase, _activities, _op_table  # TODO(issue 15): public once profiling is split
 
 STEP_PREFIX = "ProfilerStep#"
@@ -76,7 +77,8 @@ class ProfilerWindow:
     def start(self) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._prof = profile(activities=_activities(self.device))
-        self._prof.start()
+        with native_logs_dropped():  # kineto's profiler_start line is not the user's to see
+            self._prof.start()
         self._running = True
 
     @property
@@ -91,7 +93,8 @@ class ProfilerWindow:
             self._step = None
         if self._prof is not None and self._running:
             self._running = False
-            self._prof.stop()
+            with native_logs_dropped():
+                self._prof.stop()
 
     def open_step(self) -> None:
         """Begin the range of the next profiled step."""
@@ -113,7 +116,8 @@ class ProfilerWindow:
             self._step.__exit__(None, None, None)
             self._step = None
             self.partial = True
-        self._prof.stop()
+        with native_logs_dropped():
+            self._prof.stop()
         self._running = False
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         with atomic_path(self.trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
