@@ -64,6 +64,16 @@ def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:
     return out
 
 
+def plots_wanted(values: dict[str, Any], flag: bool | None, report: bool, trackers: list[str]) -> dict[str, Any]:
+    """Set ``values["plots"]``: ``--plots/--no-plots`` when given, else the YAML's, else on only when
+    something shows the PNGs (the report, a tracker): drawing them costs seconds a run."""
+    if flag is not None:
+        values["plots"] = flag
+    else:
+        values.setdefault("plots", report or bool(trackers))
+    return values
+
+
 def write_report(run: Any, folder: Path, enabled: bool = True) -> None:
     """Write report.html into the run folder and print where it is."""
     if not enabled:

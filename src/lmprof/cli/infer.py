@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, merged, write_report
+from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
 
 
 @app.command()
@@ -38,11 +38,16 @@ def infer(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines (kineto's profiler_start/stop, allocator warnings)"),
+    plots: Optional[bool] = typer.Option(None, "--plots/--no-plots", help="Draw roofline.png and memory.png [default: with the report or --log-to]"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "(repeatable; offline, default destinations: docs/trackers.md)"),
     force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
+    from lmprof.measure.native_logs import quiet_process
+
+    quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
     from lmprof.config import build, load_yaml
     from lmprof.config import InferConfig
     from lmprof.pipeline.infer import run_inference
@@ -61,7 +66,7 @@ def infer(
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
         compile=compile, compile_mode=compile_mode, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
     )
-    cfg = build(InferConfig, values)
+    cfg = build(InferConfig, plots_wanted(values, plots, report, log_to))
     from lmprof.outdir import check_output_dir
 
     check_output_dir(cfg.out, "--out")

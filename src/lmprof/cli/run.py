@@ -27,6 +27,7 @@ def run(
     nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "once the script ends (repeatable; offline: docs/trackers.md)"),
+    verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines around lmprof's profiler windows"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks)"),
 ) -> int:
     """Profile your own training (or, with --infer, generation) script, unchanged: warm-up, clean
@@ -37,6 +38,9 @@ def run(
     from lmprof.pipeline.usercode.script import check_target, run_script
     from lmprof.pipeline.usercode.session import SessionSpec
 
+    from lmprof.measure.native_logs import set_verbose
+
+    set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
     args = list(argv or [])
     if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")

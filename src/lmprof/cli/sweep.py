@@ -39,6 +39,11 @@ def sweep(
     from lmprof.safeyaml import short_repr
     from lmprof.sweep.spec import load_spec
 
+    from lmprof.measure.native_logs import quiet_process
+
+    # Before anything imports torch (the spec's presets do): this process, the workers' fork server
+    # and the workers inherit the log levels, so worker.log holds no kineto lines.
+    quiet_process()
     if executor not in ("local", "ray"):
         raise ConfigError(f"unknown --executor {executor!r}: use local or ray")
     runner_executor = None

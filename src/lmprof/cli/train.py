@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, merged, write_report
+from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
 
 
 @app.command()
@@ -36,6 +36,8 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
     out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines (kineto's profiler_start/stop, allocator warnings)"),
+    plots: Optional[bool] = typer.Option(None, "--plots/--no-plots", help="Draw roofline.png and memory.png [default: with the report or --log-to]"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "(repeatable; offline, default destinations: docs/trackers.md)"),
     force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
@@ -44,6 +46,9 @@ def train(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
 ) -> None:
     """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
+    from lmprof.measure.native_logs import quiet_process
+
+    quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
     from lmprof.config import TrainConfig, build, load_yaml
     from lmprof.pipeline.train import run_training
     from lmprof.show.summary import render
@@ -55,7 +60,7 @@ def train(
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
         optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force, nproc=nproc, parallel=parallel,
     )
-    cfg = build(TrainConfig, values)
+    cfg = build(TrainConfig, plots_wanted(values, plots, report, log_to))
     from lmprof.outdir import check_output_dir
 
     check_output_dir(run_dir if run_dir is not None else cfg.out, "--run-dir" if run_dir is not None else "--out")

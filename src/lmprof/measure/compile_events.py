@@ -12,12 +12,22 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch._dynamo import utils as dynamo_utils
-
-from lmprof.measure.compiled_kernels import KernelRecorder
 from lmprof.record.run import Metric
+
+if TYPE_CHECKING:
+    from lmprof.measure.compiled_kernels import KernelRecorder
+
+
+
+def _dynamo_utils() -> Any:
+    # Imported on first use: torch._dynamo pulls in sympy and most of inductor (seconds of start-up),
+    # and a run without --compile never needs it.
+    from torch._dynamo import utils
+
+    return utils
+
 
 # Dynamo names the function that resumes after a graph break ``torch_dynamo_resume_in_<fn>_at_<line>``:
 # its line is where the break happened.
@@ -111,6 +121,9 @@ class CompileWatch:
     @classmethod
     def start(cls, phase: str = "warm-up") -> "CompileWatch":
         """Begin watching: records already there (earlier runs in this process) are not this run's."""
+        from lmprof.measure.compiled_kernels import KernelRecorder
+
+        dynamo_utils = _dynamo_utils()
         dynamo_utils.set_compilation_metrics_limit(_RECORDS_KEPT)
         watch = cls(current=phase)
         watch._seen = {id(m) for m in dynamo_utils.get_compilation_metrics()}
@@ -124,7 +137,7 @@ class CompileWatch:
         return self._kernels.graphs() if self._kernels else []
 
     def _harvest(self) -> None:
-        for m in dynamo_utils.get_compilation_metrics():
+        for m in _dynamo_utils().get_compilation_metrics():
             if id(m) not in self._seen:
                 self._seen.add(id(m))
                 self.events.append(_event(m, self.current))
@@ -146,7 +159,7 @@ class CompileWatch:
             self._kernels.__exit__(None, None, None)
             self._kernels = None
         _place_breaks(self.events)
-        breaks = Counter(dynamo_utils.counters["graph_break"])
+        breaks = Counter(_dynamo_utils().counters["graph_break"])
         breaks.subtract(self._breaks_before)
         return CompileReport(list(self.events), dict(self.steps), self.first_call_s,
                              {short_reason(k): v for k, v in breaks.items() if v > 0}, graphs)

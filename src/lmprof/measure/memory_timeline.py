@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from lmprof.measure.native_logs import native_logs_dropped
 from lmprof.names import INFER_PARTS, SCOPE_PREFIX, STEP_PARTS
 from lmprof.trace import kinds
 from lmprof.trace.load import TraceTable, load_trace
@@ -246,11 +247,14 @@ class MemoryEvents:
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
 
     def start(self) -> None:
-        self._prof.start()
+        # Only the profiler's own start and stop are kept quiet: the step between may be the user's code.
+        with native_logs_dropped():
+            self._prof.start()
 
     def stop(self) -> None:
         """Stop recording (the events stay in memory until :meth:`table`)."""
-        self._prof.stop()
+        with native_logs_dropped():
+            self._prof.stop()
 
     def table(self, trace_path: Path | None = None) -> TraceTable:
         """The recorded events, loaded with lmprof's trace reader (after :meth:`stop`)."""

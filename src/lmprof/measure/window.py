@@ -16,6 +16,7 @@ import torch
 from torch.profiler import profile
 
 from lmprof.atomic import atomic_path
+from lmprof.measure.native_logs import native_logs_dropped
 from lmprof.measure.profiling import ProfiledPhase, _activities
 
 STEP_PREFIX = "ProfilerStep#"
@@ -74,7 +75,8 @@ class ProfilerWindow:
     def start(self) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._prof = profile(activities=_activities(self.device))
-        self._prof.start()
+        with native_logs_dropped():  # kineto's profiler_start line is not the user's to see
+            self._prof.start()
         self._running = True
 
     @property
@@ -89,7 +91,8 @@ class ProfilerWindow:
             self._step = None
         if self._prof is not None and self._running:
             self._running = False
-            self._prof.stop()
+            with native_logs_dropped():
+                self._prof.stop()
 
     def open_step(self) -> None:
         """Begin the range of the next profiled step."""
@@ -112,7 +115,8 @@ class ProfilerWindow:
             self._step.__exit__(None, None, None)
             self._step = None
             self.partial = True
-        self._prof.stop()
+        with native_logs_dropped():
+            self._prof.stop()
         self._running = False
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         # Written plain inside the user's step (gzip would add seconds there); compress() makes the

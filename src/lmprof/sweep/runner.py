@@ -22,11 +22,14 @@ from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, Store
-from lmprof.sweep import worker
+from lmprof.sweep import forked, worker
 from lmprof.sweep.lock import sweep_lock, wait_point_free
 from lmprof.sweep.spec import Plan, Point, SweepSpec
 
 RUNS_DIR = "runs"
+FORKSERVER = "forkserver"  # each worker forked from a server with torch imported (sweep/forked.py)
+SUBPROCESS = "subprocess"  # each worker a new `python -m lmprof.sweep.worker`
+START_ENV = "LMPROF_SWEEP_START"  # forkserver (default) or subprocess
 _TAIL_BYTES = 64 * 1024
 
 
@@ -86,13 +89,24 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+class _Worker(Protocol):
+    """What the runner uses of a worker process: a Popen, or a worker forked from the fork server."""
+
+    @property
+    def pid(self) -> int: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _kill_group(proc: _Worker) -> None:
     """Kill the worker and anything it started (torch.compile spawns compiler processes)."""
     try:
         if hasattr(os, "killpg"):
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # a forked worker killed before it made its own group
+                os.kill(proc.pid, signal.SIGKILL)
         else:  # Windows: no process groups here, kill the worker itself
-            proc.kill()
+            os.kill(proc.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         pass
     try:
@@ -155,11 +169,15 @@ def start_worker(point_json: Path, run_dir: Path, log: IO[bytes], python: str = 
     )
 
 
-def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable) -> Outcome:
+def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable,
+              start: str = SUBPROCESS) -> Outcome:
     """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
 
     The run folder is emptied first (a point re-run on resume starts clean), but never while a worker
     still holds it (one orphaned by a killed sweep); the worker's output goes to ``<run_dir>/worker.log``.
+    ``start``: ``subprocess`` starts ``python -m lmprof.sweep.worker``; ``forkserver`` forks the worker
+    from a server that has imported torch once (sweep/forked.py), where the platform has one and
+    ``python`` is this interpreter.
     """
     if not wait_point_free(run_dir):
         now = _now()
@@ -172,7 +190,14 @@ def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.e
     log = run_dir / "worker.log"
     started, t0 = _now(), time.monotonic()
     with log.open("wb") as fh:
-        proc = start_worker(point_json, run_dir, fh, python)
+        proc: _Worker
+        if start == FORKSERVER and python == sys.executable and forked.available():
+            # The runner's pid travels in the environment the forked worker takes on (it is the fork
+            # server's child, so its parent is not the runner).
+            os.environ[worker.RUNNER_PID_ENV] = str(os.getpid())
+            proc = forked.ForkedWorker(point_json, run_dir, log)  # appends to the log just emptied
+        else:
+            proc = start_worker(point_json, run_dir, fh, python)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -195,14 +220,21 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """One point after another on this machine, each in its own worker process."""
+    """One point after another on this machine, each in its own worker process (by default forked
+    from a server that has imported torch once: sweep/forked.py)."""
+
+    def __init__(self, start: str | None = None):
+        start = start or os.environ.get(START_ENV, "").strip() or FORKSERVER
+        if start not in (FORKSERVER, SUBPROCESS):
+            raise ConfigError(f"{START_ENV}: use {FORKSERVER} or {SUBPROCESS}, not {start!r}")
+        self.start = start
 
     def run(
         self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
     ) -> Iterator[tuple[Point, Outcome]]:
         for point, run_dir in jobs:
             on_start(point)
-            yield point, run_point(point, run_dir, timeout_s, python)
+            yield point, run_point(point, run_dir, timeout_s, python, self.start)
 
 
 def headline(run: Run) -> str:
@@ -237,6 +269,7 @@ def run_sweep(
     out = Path(out)
     check_output_dir(out, "--out")
     listener = listener or QuietListener()
+    executor = executor or LocalExecutor()  # an unknown LMPROF_SWEEP_START is said before anything runs
     plan = spec.expand()
     with sweep_lock(out):  # one writer per store: a second sweep on this folder stops here
         return _run_locked(spec, plan, out, resume, retry_failed, listener, python, executor)

@@ -120,6 +120,20 @@ def run_point(point_json: Path, run_dir: Path) -> None:
         run_inference(build(InferConfig, values), out_dir=run_dir)
 
 
+def forked_main(point_json: str, run_dir: str, log: str, env: dict[str, str]) -> None:
+    """Entry point of a worker forked from the sweep's fork server (sweep/forked.py): first become
+    what ``python -m lmprof.sweep.worker`` started by the runner would be, then run :func:`main`."""
+    if hasattr(os, "setsid"):
+        os.setsid()  # a process group of its own, which a timeout kills whole
+    os.environ.clear()
+    os.environ.update(env)  # the runner's environment now, not the server's from when it started
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    sys.exit(main([point_json, run_dir]))
+
+
 def main(argv: list[str]) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     if len(argv) != 2:
@@ -127,6 +141,9 @@ def main(argv: list[str]) -> int:
         return EXIT_ERROR
     runner = _runner_pid()
     _exit_with_parent(runner)
+    from lmprof.measure.native_logs import quiet_process
+
+    quiet_process()  # kineto's profiler_start/stop lines would fill worker.log (a no-op once torch is imported)
     from lmprof.sweep.lock import hold_point_lock
 
     hold_point_lock(Path(argv[1]))  # held until this process ends: the runner never empties a live folder
