@@ -321,7 +321,7 @@ def test_profiled_window_trace_export_is_atomic(tmp_path, monkeypatch):
     window.open_step()
     torch.ones(4) @ torch.ones(4)
     window.close_step()
-    with pytest.raises(WriteError, match="trace.json.gz: no space left"):
+    with pytest.raises(WriteError, match="trace.json: no space left"):
         window.stop()
     assert list(tmp_path.iterdir()) == []
 

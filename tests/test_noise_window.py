@@ -211,5 +211,5 @@ def test_single_profiled_step_block_outlier_is_flagged(tmp_path: Path, one_threa
             prof.step()
     run = Run.load(prof.folder)
     outliers = run.tables["attribution"][0]["outliers"]
-    assert any(o["block"] == "ln_1" and o["phase"] == "forward" and o["calls"] == 4 for o in outliers), outliers
+    assert any(o["block"] == "ln_1" and o["phase"] == "forward" and o["calls"] == 4 for o in outliers), [sorted(o.items()) for o in outliers]
     assert any(r.startswith("ln_1 (forward): one of its 4") for r in run.noise), run.noise

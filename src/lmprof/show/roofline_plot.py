@@ -23,13 +23,13 @@ _MARKERS = {"forward": "o", "prefill": "o", "backward": "s", "decode": "^"}
 
 
 
-@literal_text
 def y_range(ys: list[float], peak_flops: float, roof_at_xmin: float) -> tuple[float, float]:
     """The plot's FLOP/s range: every point and the whole roof inside it, with room above the
     highest; a point above the compute ceiling (a peak below what the device achieved) stays on the plot."""
     return min(min(ys), roof_at_xmin) / 4, max(max(ys), peak_flops) * 3
 
 
+@literal_text
 def plot_roofline(
     points: Sequence[RooflinePoint],
     *,

@@ -27,6 +27,14 @@ from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hooks import module_scopes
 
 
+def _scopes_itself(model: torch.nn.Module) -> bool:
+    """lmprof's own GPT places its block scopes itself (switched on by ``scopes_enabled``): hooks
+    would scope each block twice."""
+    from lmprof.workloads.gpt import GPT
+
+    return isinstance(model, GPT)
+
+
 class ScopeStack:
     """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out."""
 
@@ -87,7 +95,8 @@ class Probes:
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self._stack.enter_context(scopes_enabled(True))
         if self.model is not None and self.blocks:
-            self._stack.enter_context(module_scopes(self.model))
+            if not _scopes_itself(self.model):
+                self._stack.enter_context(module_scopes(self.model))
             if self.mode == "train":
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))

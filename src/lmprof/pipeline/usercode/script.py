@@ -26,7 +26,7 @@ _ACTIVE: list[Session] = []  # at most one session per process (the Trainer call
 
 def _after_fork_in_child() -> None:
     for s in _ACTIVE:
-        s.forked_in_window = s.window is not None  # kineto ran here: its teardown can hang a child, running or not
+        s.forked_in_window = s.kineto_ran  # kineto ran here: its teardown can hang a child, running or not
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

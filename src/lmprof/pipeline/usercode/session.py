@@ -125,6 +125,8 @@ class Session:
         self.pid = os.getpid()
         self.forked_in_window = False
         self.figures_step: FiguresStep | None = None  # the last warm-up step: memory and FLOPs
+        self._figures_give_way: GiveWay | None = None
+        self.kineto_ran = False  # lmprof started a profiler in this process (figures step or window)
         self.step_figures: StepFigures | None = None
         self.monitor: EnergyMonitor | None = None
         self._metering = False  # the monitor's window is open (the clean window began)
@@ -266,17 +268,18 @@ class Session:
             describe = self._shape() is None and not self.compiled
             self.figures_step = FiguresStep(self.model, self.optimizers, self.device, self.spec.mode,
                                             count_flops=describe, compiled=self.compiled)
+            self.kineto_ran = True
             self.figures_step.start()
-            self._give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
-            self._give_way.install()
+            self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
+            self._figures_give_way.install()
 
     def _figures_end(self) -> None:
         if self.figures_step is not None and self.figures_step.active:
             self._sync()
             self.figures_step.stop()
-        if self._give_way is not None:
-            self._give_way.remove()
-            self._give_way = None
+        if self._figures_give_way is not None:  # only the figures step's: the window's stays while it runs
+            self._figures_give_way.remove()
+            self._figures_give_way = None
 
     @guarded
     def _user_profiler_in_figures_step(self) -> None:
@@ -284,9 +287,9 @@ class Session:
         if self.figures_step is not None:
             self.figures_step.abort()
             self.figures_step = None
-        if self._give_way is not None:
-            self._give_way.remove()
-            self._give_way = None
+        if self._figures_give_way is not None:
+            self._figures_give_way.remove()
+            self._figures_give_way = None
         self.notes.append("your own torch.profiler started during the last warm-up step: lmprof stopped its memory "
                           "recording (two profilers cannot run at once): no memory or FLOP count")
 
@@ -334,6 +337,7 @@ class Session:
         self.window = ProfilerWindow(self.device.torch_device, folder / "trace.json.gz")
         self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled)
         self.probes.install(self.optimizers)
+        self.kineto_ran = True
         self.window.start()
         self._give_way = GiveWay(self._user_profiler_starts)
         self._give_way.install()
@@ -494,6 +498,10 @@ class Session:
             with contextlib.suppress(Exception):
                 self.figures_step.abort()
             self.figures_step = None
+        if self._figures_give_way is not None:
+            with contextlib.suppress(Exception):
+                self._figures_give_way.remove()
+            self._figures_give_way = None
         if self.monitor is not None:  # the clean window did not end: no energy figure from a part of it
             with contextlib.suppress(Exception):
                 self.monitor.close()
