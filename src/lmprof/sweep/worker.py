@@ -66,8 +66,30 @@ def _runner_pid() -> int:
     return int(text) if text.isdigit() else os.getppid()
 
 
+_FORK_SERVER: int | None = None  # a worker forked from the sweep's fork server: that server's pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _orphaned(runner: int) -> bool:
+    """Whether the runner is gone. A worker the runner started has it as its parent; a forked one has
+    the fork server (the runner's child, which ends with it) as its parent, and checks the runner too."""
+    parent = os.getppid()
+    if parent == runner:
+        return False
+    return not (_FORK_SERVER is not None and parent == _FORK_SERVER and _alive(runner))
+
+
 def _leave_if_orphaned(runner: int) -> None:
-    if os.getppid() != runner:
+    if _orphaned(runner):
         print(f"{RESULT_PREFIX}the sweep that started this worker (pid {runner}) is gone; leaving", flush=True)
         os._exit(EXIT_ORPHANED)
 
@@ -123,6 +145,8 @@ def run_point(point_json: Path, run_dir: Path) -> None:
 def forked_main(point_json: str, run_dir: str, log: str, env: dict[str, str]) -> None:
     """Entry point of a worker forked from the sweep's fork server (sweep/forked.py): first become
     what ``python -m lmprof.sweep.worker`` started by the runner would be, then run :func:`main`."""
+    global _FORK_SERVER
+    _FORK_SERVER = os.getppid()
     if hasattr(os, "setsid"):
         os.setsid()  # a process group of its own, which a timeout kills whole
     os.environ.clear()
