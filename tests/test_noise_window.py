@@ -190,26 +190,35 @@ class _Sleepy(torch.nn.Module):
         return self.inner(x)
 
 
+@pytest.mark.stopwatch  # judged from one profiled step's timings: run alone, as the stopwatch tests are
 def test_single_profiled_step_block_outlier_is_flagged(tmp_path: Path, one_thread: object) -> None:
-    """One profiled step (a sweep's setting): one layer's ln_1 sleeps in it; the run names ln_1."""
+    """One profiled step (a sweep's setting): one layer's ln_1 sleeps in it; the run names ln_1.
+
+    Up to 3 rounds: a round whose profiled step a shared machine disturbed elsewhere is run again."""
     import lmprof
     from lmprof.workloads.gpt import GPT, preset
 
-    torch.manual_seed(0)
-    model = GPT(preset("tiny"))
-    sleepy = _Sleepy(model.transformer.h[2].ln_1, 0.3)
-    model.transformer.h[2].ln_1 = sleepy
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randint(0, 65, (2, 16))
-    # 1 warm-up, 4 clean, 1 profiler warm-up, then the profiled step: loop index 6
-    with lmprof.profile(model, out=tmp_path, warmup=1, steps=4, profile_steps=1, report=False, verbose=False) as prof:
-        for i in range(8):
-            sleepy.on = i == 6
-            model(x, x)[1].backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
-    run = Run.load(prof.folder)
-    outliers = run.tables["attribution"][0]["outliers"]
-    assert any(o["block"] == "ln_1" and o["phase"] == "forward" and o["calls"] == 4 for o in outliers), [sorted(o.items()) for o in outliers]
-    assert any(r.startswith("ln_1 (forward): one of its 4") for r in run.noise), run.noise
+    seen: list[object] = []
+    for round_ in range(3):
+        torch.manual_seed(0)
+        model = GPT(preset("tiny"))
+        sleepy = _Sleepy(model.transformer.h[2].ln_1, 0.3)
+        model.transformer.h[2].ln_1 = sleepy
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randint(0, 65, (2, 16))
+        # 1 warm-up, 4 clean, 1 profiler warm-up, then the profiled step: loop index 6
+        with lmprof.profile(model, out=tmp_path / str(round_), warmup=1, steps=4, profile_steps=1, report=False,
+                            verbose=False) as prof:
+            for i in range(8):
+                sleepy.on = i == 6
+                model(x, x)[1].backward()
+                opt.step()
+                opt.zero_grad()
+                prof.step()
+        run = Run.load(prof.folder)
+        outliers = run.tables["attribution"][0]["outliers"]
+        seen.append(outliers)
+        if any(o["block"] == "ln_1" and o["phase"] == "forward" and o["calls"] == 4 for o in outliers):
+            assert any(r.startswith("ln_1 (forward): one of its 4") for r in run.noise), run.noise
+            return
+    raise AssertionError(f"ln_1 never flagged in 3 rounds: {seen}")

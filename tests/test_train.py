@@ -183,6 +183,7 @@ def test_a_run_that_recompiles_every_step_is_flagged_with_the_reason(tmp_path):
 
 
 @pytest.mark.slow  # compiles a forward and a backward graph on the CPU
+@pytest.mark.stopwatch  # with a second test worker compiling beside it, it once lost every block: run alone
 def test_compiled_sdpa_step_is_in_named_blocks(tmp_path, request):
     """torch.compile with --attention sdpa on the CPU: inductor calls the flash attention kernel as a
     fallback op (``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu``), which runs as an
