@@ -6,7 +6,7 @@ The same metric keys as :func:`lmprof.estimate.mfu.mfu_metrics`, so the summary,
 """
 from __future__ import annotations
 
-from lmprof.estimate.mfu import MAX_UTILISATION_PCT
+from lmprof.estimate.mfu import MAX_UTILISATION_PCT, peak_flops_metric
 from lmprof.record.run import Metric
 from lmprof.units import si
 
@@ -31,11 +31,7 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
                                     note="counted FLOPs / measured time") if timed and time_s
                              else Metric.na("FLOP/s", "no measured time", source="derived"))
     peak = resolve_peak(device_name, device_kind, dtype)
-    if peak.flops_per_s:
-        calibrated = (peak.source or "").startswith("calibrated:")
-        out["peak.flops"] = Metric(value=peak.flops_per_s, unit="FLOP/s", source="measured" if calibrated else "estimated", note=f"{peak.source}: {peak.note}")
-    else:
-        out["peak.flops"] = Metric.na("FLOP/s", peak.note, source="estimated")
+    out["peak.flops"] = peak_flops_metric(peak)
     for key in ("mfu", "hfu"):
         if not timed or not time_s:
             out[key] = Metric.na("%", "no measured time", source="derived")

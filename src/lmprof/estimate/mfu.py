@@ -15,7 +15,7 @@ unless ``recompute`` says otherwise.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 from lmprof.dtypes import normalize_dtype
 from lmprof.estimate.flops import (
@@ -32,6 +32,9 @@ from lmprof.errors import ConfigError
 from lmprof.units import si
 from lmprof.record.run import Block, Metric
 from lmprof.estimate.shape import ModelShape
+
+if TYPE_CHECKING:
+    from lmprof.hardware.calibrate import Peak
 
 Mode = Literal["train", "prefill", "decode"]
 #: A utilisation (MFU, HFU, MBU) above this is never given as a figure: the peak it divides by is wrong.
@@ -52,6 +55,15 @@ def _recompute_fraction(recompute: Recompute) -> float:
     if isinstance(recompute, (int, float)) and 0.0 <= float(recompute) <= 1.0:
         return float(recompute)
     raise ConfigError(f"recompute must be 'none', 'full' or a fraction in [0, 1], got {recompute!r}")
+
+
+def peak_flops_metric(peak: Peak) -> Metric:
+    """The device's peak FLOP/s as a run metric: measured when calibrated here, else estimated; n/a with why."""
+    if not peak.flops_per_s:
+        return Metric.na("FLOP/s", peak.note, source="estimated")
+    calibrated = (peak.source or "").startswith("calibrated:")
+    return Metric(value=peak.flops_per_s, unit="FLOP/s", source="measured" if calibrated else "estimated",
+                  note=f"{peak.source}: {peak.note}")
 
 
 def mfu_metrics(
@@ -138,14 +150,7 @@ def mfu_metrics(
     if peak is None:
         peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
     assert isinstance(peak, Peak)
-    peak_source: Literal["measured", "estimated"] = (
-        "measured" if (peak.source or "").startswith("calibrated:") else "estimated"
-    )
-    if peak.flops_per_s:
-        out["peak.flops"] = Metric(value=peak.flops_per_s, unit="FLOP/s", source=peak_source,
-                                   note=f"{peak.source}: {peak.note}")
-    else:
-        out["peak.flops"] = Metric.na("FLOP/s", peak.note, source="estimated")
+    out["peak.flops"] = peak_flops_metric(peak)
     if peak.bytes_per_s:
         bw_src = peak.bytes_source or peak.source
         out["peak.bandwidth"] = Metric(

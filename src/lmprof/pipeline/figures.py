@@ -15,6 +15,7 @@ from typing import Literal
 from lmprof.analysis.counted_flops import counted_mfu_metrics
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
+from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.pipeline.costs import add_costs
@@ -99,7 +100,7 @@ def _estimate(run: Run, f: Facts) -> MemoryEstimate | None:
 def _kv_cache(run: Run, f: Facts) -> None:
     s = f.shape
     if s is not None and f.batch and f.seq_len and f.new_tokens:
-        width = {"fp32": 4, "bf16": 2, "fp16": 2}.get(f.param_dtype or f.dtype, 4)
+        width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
         est = 2 * s.n_layer * s.kv_heads * s.head_dim * (f.seq_len + f.new_tokens - 1) * f.batch * width
         run.metrics["kv_cache.estimated"] = Metric(

@@ -12,7 +12,7 @@ import torch
 from lmprof.errors import ConfigError
 from lmprof.workloads.gpt import GPT, KVCache
 from lmprof.workloads.hf_interface import (
-    cache_keyword, cache_tensors, is_generation_model, require_cache, supports_static_cache,
+    cache_bytes, cache_keyword, is_generation_model, require_cache, supports_static_cache,
 )
 
 
@@ -193,7 +193,7 @@ class HFDecoder(Decoder):
     def cache_bytes(self) -> int | None:
         if self.past is None:
             return None
-        return sum(t.numel() * t.element_size() for t in cache_tensors(self.past)) or None
+        return cache_bytes(self.past) or None
 
 
 def _logits_of(output: Any) -> torch.Tensor:

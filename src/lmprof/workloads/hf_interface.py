@@ -84,6 +84,11 @@ def cache_tensors(cache: Any) -> list[torch.Tensor]:
     return []
 
 
+def cache_bytes(cache: Any) -> int:
+    """Bytes of every key and value tensor a cache holds."""
+    return sum(t.numel() * t.element_size() for t in cache_tensors(cache))
+
+
 def attention_implementation(model: torch.nn.Module) -> str | None:
     """The attention kernel transformers chose for ``model`` (``sdpa``, ``eager``, ...), None if not a
     transformers model. ``config._attn_implementation`` is where transformers itself keeps the choice

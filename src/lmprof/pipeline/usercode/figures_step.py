@@ -18,7 +18,7 @@ from lmprof.measure.flops import StepFlops
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
 from lmprof.pipeline.usercode.probes import Probes
-from lmprof.workloads.hf_interface import cache_tensors, returned_cache
+from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 
 
 @dataclass
@@ -70,7 +70,7 @@ class FiguresStep:
         found = returned_cache(output)
         if found is not None:
             with contextlib.suppress(Exception):  # a cache lmprof cannot read is a missing figure, not a failure
-                self.cache_bytes = sum(t.numel() * t.element_size() for t in cache_tensors(found[1]))
+                self.cache_bytes = cache_bytes(found[1])
 
     def stop(self) -> None:
         """End the step (the device is synchronized first); results wait for :meth:`result`."""
