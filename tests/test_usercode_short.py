@@ -23,3 +23,137 @@ def test_manual_forward_decode_loop_names_the_cause(capsys: pytest.CaptureFixtur
     assert prof.run is None
     assert "model.forward(x) bypasses the module hooks" in err and "call model(x) instead" in err
     assert "no call of Sequential was seen" in err
+
+
+# -- the lessons' short scripts, unchanged under lmprof run at the default settings ------------------
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from lmprof.record.run import Run  # noqa: E402
+from tests.test_usercode import _env, write  # noqa: E402
+
+ONE_GENERATE = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64)
+model = GPT2LMHeadModel(cfg).eval()
+ids = torch.randint(0, 100, (1, 6))
+out = model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
+print("tokens", out.shape[1])
+"""
+
+THREE_STEPS = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 16)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("done", step)
+"""
+
+
+def _run_cli(tmp_path: Path, body: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    script = write(tmp_path, "lesson.py", body)
+    return subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report",
+                           "--out", str(tmp_path / "runs"), *flags, str(script)],
+                          capture_output=True, text=True, timeout=180, env=_env())
+
+
+def _the_run(tmp_path: Path) -> Run:
+    folders = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").is_file()]
+    assert len(folders) == 1, folders
+    return Run.load(folders[0])
+
+
+def _first_call_note(run: Run) -> str:
+    notes = [n for n in run.notes if n.startswith("first call: includes warm-up costs")]
+    assert len(notes) == 1, run.notes
+    return notes[0]
+
+
+def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    proc = _run_cli(tmp_path, ONE_GENERATE, "--infer")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "tokens 18"  # the script's own output, unchanged
+    assert "nothing measured" not in proc.stderr
+    run = _the_run(tmp_path)
+    ops = {o.name: o for o in run.ops}
+    # Truth by hand: GPT-2's Conv1D is one addmm per projection (c_attn, c_proj, c_fc, mlp c_proj):
+    # 4 per layer x 2 layers x 12 forwards; the lm_head (no bias) is an mm (or linear) per forward.
+    assert ops["aten::addmm"].calls == 4 * 2 * 12, ops["aten::addmm"]
+    assert "aten::mm" in ops or "aten::linear" in ops
+    names = {b.name for b in run.blocks}
+    assert any(n.startswith("attn") for n in names) and "lm_head" in names, names
+    assert {b.phase for b in run.blocks} >= {"prefill", "decode"}
+    assert run.value("ttft") and run.value("ttft") > 0
+    assert run.metrics["tpot"].n == 11  # 12 new tokens: a prefill and 11 decode forwards, one sample each
+    assert run.metrics["ttft"].note and run.metrics["ttft"].note.startswith("first call")
+    note = _first_call_note(run)
+    assert "at least 8 generations" in note and "--warmup 1 --steps 5 --profile-steps 1" in note
+    assert run.value("memory.peak") and run.value("kv_cache")  # the figures step's memory and cache
+    assert run.metrics["profiler_overhead"].value is None
+
+
+def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path) -> None:
+    proc = _run_cli(tmp_path, THREE_STEPS)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done 2"
+    assert "nothing measured" not in proc.stderr
+    run = _the_run(tmp_path)
+    names = {b.name for b in run.blocks}
+    assert {"forward", "backward", "optimizer"} <= {b.phase for b in run.blocks} | names, names
+    ops = {o.name: o for o in run.ops}
+    assert ops["aten::addmm"].calls == 2  # two Linear layers, one recorded step
+    # Step 1 only marks a start, step 2 is the figures step, step 3 a plain warm-up step: its time.
+    assert run.metrics["step_time"].n == 1
+    assert "at least 17 steps" in _first_call_note(run)
+    assert run.value("memory.peak") and run.value("flops.model_per_step")  # counted with FlopCounterMode
+
+
+def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Path) -> None:
+    proc = _run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"))
+    assert proc.returncode == 0, proc.stderr
+    run = _the_run(tmp_path)
+    assert run.metrics["step_time"].n == 3  # steps 4-6 of the clean window, which did not complete
+    assert not any(n.startswith("first call") for n in run.notes)
+    assert any("the operators and blocks come from the figures step" in n for n in run.notes)
+    assert run.blocks and run.ops
+
+
+@pytest.mark.parametrize("warmup", ["0", "2"])
+def test_steps_0_is_accepted(tmp_path: Path, warmup: str) -> None:
+    proc = _run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"), "--steps", "0", "--warmup", warmup,
+                    "--profile-steps", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing measured" not in proc.stderr
+    run = _the_run(tmp_path)
+    assert run.blocks and run.ops and run.value("step_time")
+    assert run.metrics["step_time"].n == 2  # the two profiled steps
+    assert "under lmprof's profiler" in _first_call_note(run) and "--steps 1" in _first_call_note(run)
+
+
+def test_steps_0_accepted_by_profile(tmp_path: Path) -> None:
+    import torch
+
+    import lmprof
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with lmprof.profile(model, out=tmp_path, warmup=0, steps=0, profile_steps=1, report=False, verbose=False) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    assert prof.run is not None and prof.run.blocks and prof.run.value("step_time")
+
+
+def test_negative_steps_refused(tmp_path: Path) -> None:
+    proc = _run_cli(tmp_path, THREE_STEPS, "--steps", "-1")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be >= 0, got -1"]

@@ -167,9 +167,10 @@ def profile(
     from lmprof.pipeline.usercode.context import Profile
     from lmprof.pipeline.usercode.session import SessionSpec
 
-    for name, value in (("steps", steps), ("profile_steps", profile_steps)):
-        if value is not None and value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
+    if steps is not None and steps < 0:  # 0: no clean window, times from the profiled steps (marked rough)
+        raise ConfigError(f"steps must be >= 0, got {steps}")
+    if profile_steps is not None and profile_steps <= 0:
+        raise ConfigError(f"profile_steps must be positive, got {profile_steps}")
     if warmup is not None and warmup < 0:
         raise ConfigError(f"warmup must be >= 0, got {warmup}")
     from lmprof.pipeline.usercode.guard import check_out

@@ -18,7 +18,7 @@ def run(
     argv: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments"),
     module: bool = typer.Option(False, "-m", "--module", help="SCRIPT is a module name, run as `python -m` does"),
     infer: bool = typer.Option(False, "--infer", help="Profile Hugging Face generate() calls: prefill vs decode"),
-    steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10; --infer: 5 generations]"),
+    steps: Optional[int] = typer.Option(None, help="Clean timed steps, 0 for none [default: 10; --infer: 5 generations]"),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3; --infer: 1]"),
     profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3; --infer: 1]"),
     out: str = typer.Option("runs", help="Folder that receives the run folder"),
@@ -45,9 +45,10 @@ def run(
     if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")
     target, script_args = args[0], args[1:]
-    for name, value in (("steps", steps), ("profile-steps", profile_steps)):
-        if value is not None and value <= 0:
-            raise ConfigError(f"--{name} must be positive, got {value}")
+    if steps is not None and steps < 0:  # 0: no clean window, times from the profiled steps (marked rough)
+        raise ConfigError(f"--steps must be >= 0, got {steps}")
+    if profile_steps is not None and profile_steps <= 0:
+        raise ConfigError(f"--profile-steps must be positive, got {profile_steps}")
     if warmup is not None and warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
     check_target(target, module)

@@ -215,7 +215,7 @@ class MemoryWindow:
             self.cu.reset_peak(self.dev)
             if self.snapshot_dir is not None:
                 self.cu.start_history(self.snapshot_entries)
-        self._events = MemoryEvents()
+        self._events = MemoryEvents(self.dev)
         self._events.start()
 
     def abort(self) -> None:
@@ -251,6 +251,14 @@ class MemoryWindow:
                 cu.stop_history()
         self._peak = cu.max_memory_allocated(dev)
         self._stats = _cuda_stats(cu.memory_stats(dev))
+
+    def export_trace(self, path: Path) -> bool:
+        """Write the step's recorded events as a trace at ``path`` (after :meth:`stop`, before
+        :meth:`result`); False when nothing was recorded."""
+        if self._events is None:
+            return False
+        self._events.export(path)
+        return True
 
     def result(self) -> MeasuredMemory:
         """What the window measured (after :meth:`stop`): the events are read and classified here,

@@ -241,10 +241,14 @@ class MemoryEvents:
     torch.profiler cannot nest, so use it outside any other profiling.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        # The device's own activity too, so that the recorded step can stand in as a profile of a
+        # script too short for lmprof's profiled window (its kernels then have their device times).
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+        self._prof = profile(activities=acts, profile_memory=True)
+        self._exported: Path | None = None
 
     def start(self) -> None:
         # Only the profiler's own start and stop are kept quiet: the step between may be the user's code.
@@ -256,10 +260,20 @@ class MemoryEvents:
         with native_logs_dropped():
             self._prof.stop()
 
+    def export(self, path: Path) -> None:
+        """Write the recorded events as a Chrome trace at ``path`` (atomically; after :meth:`stop`)."""
+        from lmprof.atomic import atomic_path
+
+        with atomic_path(path) as tmp_path:
+            self._prof.export_chrome_trace(str(tmp_path))
+        self._exported = path  # torch exports a profile once: table() reads this file
+
     def table(self, trace_path: Path | None = None) -> TraceTable:
         """The recorded events, loaded with lmprof's trace reader (after :meth:`stop`)."""
         from lmprof.atomic import atomic_path
 
+        if self._exported is not None:
+            return load_trace(self._exported)
         with tempfile.TemporaryDirectory() as tmp:
             path = trace_path or Path(tmp) / "memory_trace.json"
             with atomic_path(path) as tmp_path:

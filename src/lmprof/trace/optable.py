@@ -84,11 +84,20 @@ def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray,
                      step_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """torch's table folds an event into its parent when the parent has the same name and no other
     child (``aten::sum`` calling an ``aten::sum`` overload); the pair is then one call whose self time
-    is both self times together. The same here, so counts and totals equal torch's."""
+    is both self times together. The same here, so counts and totals equal torch's.
+
+    A Python dispatch mode (``FlopCounterMode``, on in lmprof's figures step) puts a
+    ``PythonDispatchMode`` range between the two halves of one call (``aten::addmm`` ->
+    ``PythonDispatchMode`` -> ``aten::addmm``): torch's table counts that call twice; here the inner
+    half is folded into the outer one the same way (the mode's own range keeps its Python time)."""
     par = nesting.parents(table)
-    names = table.events["name"].cat.codes.to_numpy()
+    cats = table.events["name"].cat
+    names = cats.codes.to_numpy()
     n_children = np.bincount(par[par >= 0], minlength=len(par))
     p = par[rows]
+    mode_code = list(cats.categories).index("PythonDispatchMode") if "PythonDispatchMode" in cats.categories else -2
+    via_mode = (p >= 0) & (names[np.maximum(p, 0)] == mode_code) & (n_children[np.maximum(p, 0)] == 1)
+    p = np.where(via_mode, par[np.maximum(p, 0)], p)  # look through the mode's range to the outer half
     dup = (p >= 0) & (names[rows] == names[np.maximum(p, 0)]) & (n_children[np.maximum(p, 0)] == 1)
     self_us = self_all.copy()
     np.add.at(self_us, p[dup], self_all[rows[dup]])

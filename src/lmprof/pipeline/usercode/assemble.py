@@ -100,19 +100,19 @@ def _facts(session: Any, run: Run) -> Facts:
     shape = session._shape() if model is not None else None  # noqa: SLF001 - looked up once, in the session
     B, T = session.input_shape if session.input_shape and len(session.input_shape) == 2 else (None, None)
     counted = None
-    where = f"warm-up {'generation' if infer else 'step'} {session.warmup}, before the timed windows"
+    where = f"warm-up {'generation' if infer else 'step'} {session.figures_at}, before the timed windows"
     if step is not None and step.flops:
         counted = (CountedFlops(where=where, prefill=step.prefill_flops,
                                 decode=step.flops - step.prefill_flops if step.prefill_flops else None)
                    if infer else CountedFlops(where=where, step=step.flops))
     elif shape is None and not session.compiled:
-        run.notes.append("no FLOP count: it is taken on the last warm-up step, and this run had "
+        run.notes.append("no FLOP count: it is taken on a warm-up step, and this run had "
                          f"{'none' if session.warmup == 0 else 'none lmprof saw begin'} (raise --warmup)")
     elif shape is None:
         run.notes.append("no FLOP count for a compiled model lmprof has no formulas for "
                          "(FlopCounterMode would recompile it)")
     if step is None:
-        run.notes.append("no memory measurement: it is taken on the last warm-up step, and this run had none "
+        run.notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
                          "lmprof saw begin (raise --warmup)")
     new_tokens = session.gens[-1].forwards if infer and session.gens else 0
     tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
@@ -127,9 +127,17 @@ def _facts(session: Any, run: Run) -> Facts:
         tokens_per_step=int(tokens) if tokens else None, plots=session.spec.plots)
 
 
-def _overhead(metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
+def _rough(session: Any) -> str | None:
+    """The timing note of a run whose times are not clean ones (a script too short for the clean window)."""
+    kind = session.first_call
+    return f"first call: includes warm-up costs (timed {session._ROUGH[kind]}), not a clean timing" if kind else None
+
+
+def _overhead(session: Any, metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
     if att is not None:
         metrics.update(overhead_metrics(att, clean, what))
+        if session.first_call:
+            metrics["profiler_overhead"] = Metric.na("%", f"no clean {what} was timed to compare the profiled one with")
 
 
 def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
@@ -142,9 +150,9 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
         return _infer_run(session, att, profiled, notes)
     step_ms = [s * 1e3 for s in session.samples]
     metrics: dict[str, Metric] = {"step_time": Metric.from_samples(
-        step_ms, "ms", "measured", note="from one optimizer step's end to the next's, device synchronized")}
+        step_ms, "ms", "measured", note=_rough(session) or "from one optimizer step's end to the next's, device synchronized")}
     clean = metrics["step_time"].value or 0.0
-    _overhead(metrics, att, clean, "step")
+    _overhead(session, metrics, att, clean, "step")
     bwd = session.backwards_per_step
     if bwd is not None and bwd > 1.01:
         notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
@@ -163,12 +171,13 @@ def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | 
     ms = 1e3
     metrics: dict[str, Metric] = {
         "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured",
-                                    note="from generate() being called to the end of its first forward (prefill)"),
+                                    note=_rough(session) or "from generate() being called to the end of its first forward (prefill)"),
         "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured",
-                                           note="one generate() call, device synchronized"),
+                                           note=_rough(session) or "one generate() call, device synchronized"),
     }
     decode = [d * ms for g in gens for d in g.decode_s]
-    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note="end of one forward to the end of the next")
+    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured",
+                                           note=_rough(session) or "end of one forward to the end of the next")
                        if decode else Metric.na("ms", "one forward per generation: no decode step"))
     g0 = gens[-1]
     if g0.batch and g0.prompt_len:
@@ -179,7 +188,7 @@ def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | 
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s], "tokens/s", "derived",
                 note="batch x decode forwards / decode time")
     clean = metrics["e2e_latency"].value or 0.0
-    _overhead(metrics, att, clean, "generation")
+    _overhead(session, metrics, att, clean, "generation")
     session.spec.config.setdefault("new_tokens", g0.forwards)
     return _common(session, metrics, att, clean, profiled, notes)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from lmprof.hardware.devices import Device
 from lmprof.measure.flops import StepFlops
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
+from lmprof.measure.window import STEP_PREFIX
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
 from lmprof.pipeline.usercode.probes import Probes
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
@@ -43,6 +45,8 @@ class FiguresStep:
         self._grads: dict[int, Any] | None = None
         self._memory: MemoryWindow | None = None
         self._stopped = False
+        self._range: Any = None  # the step's ProfilerStep range while it runs
+        self._result: StepFigures | None = None
         self.cache_bytes: int | None = None
         self.active = False
 
@@ -58,6 +62,12 @@ class FiguresStep:
         self.active = True
         if self._memory is not None:
             self._memory.start()
+            # One step range, so that the recording can stand in for the profiled window when the
+            # script ends before that window completes (one generate(), three training steps).
+            self._range = torch.profiler.record_function(f"{STEP_PREFIX}1")
+            self._range.__enter__()
+            if self.mode == "infer":
+                self.probes.generation_begin()
         if self.flops is not None:
             self.flops.start()
 
@@ -67,6 +77,7 @@ class FiguresStep:
             return
         if self.flops is not None and not self.flops.marks:
             self.flops.mark()
+        self.probes.forward_end()
         found = returned_cache(output)
         if found is not None:
             with contextlib.suppress(Exception):  # a cache lmprof cannot read is a missing figure, not a failure
@@ -80,6 +91,7 @@ class FiguresStep:
         try:
             if self.flops is not None:
                 self.flops.stop()
+            self._close_range()
             if self._memory is not None:
                 self._memory.stop()
                 self._stopped = True
@@ -87,9 +99,22 @@ class FiguresStep:
             self.probes.remove()
             self._stack.close()
 
+    def _close_range(self) -> None:
+        self.probes.step_end()
+        if self._range is not None:
+            self._range.__exit__(None, None, None)
+            self._range = None
+
+    def export_trace(self, path: Path) -> bool:
+        """Write the step's recording as a one-step trace at ``path`` (the profile of a script too
+        short for lmprof's profiled window); False when the step did not complete."""
+        return self._stopped and self._memory is not None and self._memory.export_trace(path)
+
     def abort(self) -> None:
         """Stop everything and keep nothing (lmprof failed, or the user's own profiler starts)."""
         self.active = False
+        with contextlib.suppress(Exception):
+            self._close_range()
         if self.flops is not None:
             with contextlib.suppress(Exception):
                 self.flops.stop()
@@ -103,7 +128,12 @@ class FiguresStep:
         self._memory, self.flops = None, None
 
     def result(self) -> StepFigures:
-        """The figures, made now (after the user's call returned)."""
+        """The figures, made now (after the user's call returned); made once, then kept."""
+        if self._result is None:
+            self._result = self._make_result()
+        return self._result
+
+    def _make_result(self) -> StepFigures:
         mem = self._memory.result() if self._memory is not None and self._stopped else None
         if mem is not None and self._grads:
             mem.grads = ranges_bytes(self._grads.values())

@@ -12,7 +12,10 @@ with gradient accumulation). Inference: a step is one generation, from the start
 its return; its first top-level forward is the prefill, the later ones decode steps.
 
 When the script ends before the window is complete, :meth:`Session.finish` writes what was
-measured and says what happened in :attr:`Session.message`.
+measured and says what happened in :attr:`Session.message`. A script too short for a clean figure
+(one ``generate()``, three training steps) still gets a run: the figures step (the second warm-up
+step, or the only one) is recorded under a profiler anyway, so its trace gives the operators and
+blocks, and the warm-up steps are timed, which gives rough timings marked as a first call.
 """
 from __future__ import annotations
 
@@ -133,6 +136,12 @@ class Session:
         self.energy: EnergyResult | None = None
         self.profiled: ProfiledPhase | None = None  # the profiled window, stopped; assembled at finish
         self.collected = False  # the profiled window completed: only the run's assembly is left
+        # Timings that are not clean, by where they were taken: the run falls back on them (marked
+        # "first call") only when no clean step was timed. Steps under lmprof run: step 1 is untimed.
+        self.rough: dict[str, list[float]] = {}
+        self.rough_gens: dict[str, list[Generation]] = {}
+        self._kind: str | None = None  # what the running training step is: first, figures, warm-up
+        self.first_call: str | None = None  # the run's timings are rough ones: where they came from
         self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
@@ -159,8 +168,7 @@ class Session:
         if self.spec.mode == "infer":
             self.generation_begin()
         elif self.warmup == 0:
-            self._begin_clean()
-            self._mark()
+            self._warmup_done()
         else:
             self._next_step_starts()
 
@@ -202,13 +210,15 @@ class Session:
             return
         self.k += 1
         w, s, p = self.warmup, self.steps, self.profile_steps
+        if self.k == 1 and w == 0 and self._last is None:
+            self.k = 0  # nothing marked a start (lmprof run): the first optimizer step only marks one
+        if 0 < self.k <= w:
+            self._rough_step_ended()
         if self.k < w:
             self._next_step_starts()
             return
         if self.k == w:
-            self._figures_end()
-            self._begin_clean()
-            self._mark()
+            self._warmup_done()
             return
         if self.k <= w + s:
             start = self._last
@@ -223,6 +233,10 @@ class Session:
         assert self.window is not None and self.probes is not None
         self.probes.step_end()
         j = self.k - (w + s + 1)  # profiled steps completed
+        now = self.clock()
+        if j > 0 and self._last is not None:  # timed under the profiler: a rough figure, used only without clean ones
+            self.rough.setdefault("profiled", []).append(now - self._last)
+        self._last = now
         if j == 0:  # the profiler's warm-up step ended: count from here
             self.probes.forwards = self.probes.backwards = 0
         else:
@@ -231,6 +245,32 @@ class Session:
             self.window.open_step()
         else:
             self._collect()
+
+    def _warmup_done(self) -> None:
+        """Warm-up ended: the clean window starts now, or (``--steps 0``) the profiler's warm-up step."""
+        self._figures_end()
+        if self.steps == 0:
+            self._mark()
+            self._start_window()
+            return
+        self._begin_clean()
+        self._mark()
+
+    def _rough_step_ended(self) -> None:
+        """A warm-up step ended: time it (device synchronized) as a rough figure, kept by what it was."""
+        start, kind = self._last, self._kind
+        now = self._mark()
+        if start is not None and kind is not None:
+            self.rough.setdefault(kind, []).append(now - start)
+        self._kind = None
+
+    @property
+    def figures_at(self) -> int:
+        """Which warm-up step is the figures step: the second (the optimizer's state exists, and a
+        three-step script reaches it), the only one, or the last for a compiled model (its second
+        call may still compile). 0: none."""
+        w = self.warmup
+        return w if self.compiled else min(2, w)
 
     def _stepped_aside(self, busy: bool) -> bool:
         """Whether the step ending now ran under the user's own profiler (on at its start or at its
@@ -258,11 +298,12 @@ class Session:
         self.finish("your own torch.profiler started")
 
     def _next_step_starts(self) -> None:
-        """Step ``k + 1`` starts now: the last warm-up step is the figures step."""
-        if self.k + 1 == self.warmup and self.figures_step is None and self.model is not None:
+        """Step ``k + 1`` (a warm-up one) starts now; the figures step is one of them."""
+        self._kind = "first" if self.k == 0 else "warm-up"
+        if self.k + 1 == self.figures_at and self.figures_step is None and self.model is not None:
             if user_profiler_active():
-                self.notes.append("your own torch.profiler ran during the last warm-up step: no memory or FLOP "
-                                  "count was taken (lmprof never runs a profiler inside yours)")
+                self.notes.append("your own torch.profiler ran during the figures step (a warm-up step): no memory "
+                                  "or FLOP count was taken (lmprof never runs a profiler inside yours)")
                 return
             assert self.device is not None
             describe = self._shape() is None and not self.compiled
@@ -272,6 +313,9 @@ class Session:
             self.figures_step.start()
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
             self._figures_give_way.install()
+            self._kind = "figures"
+        if self.spec.mode == "train":
+            self._mark()  # after the figures step's profiler started: its start is not in the step's time
 
     def _figures_end(self) -> None:
         if self.figures_step is not None and self.figures_step.active:
@@ -290,8 +334,9 @@ class Session:
         if self._figures_give_way is not None:
             self._figures_give_way.remove()
             self._figures_give_way = None
-        self.notes.append("your own torch.profiler started during the last warm-up step: lmprof stopped its memory "
-                          "recording (two profilers cannot run at once): no memory or FLOP count")
+        self.notes.append("your own torch.profiler started during the figures step (a warm-up step): lmprof stopped "
+                          "its memory recording (two profilers cannot run at once): no memory or FLOP count")
+        self._kind = None
 
     def _shape(self) -> Any:
         """lmprof's description of the model (None when it has none); looked up once."""
@@ -372,13 +417,15 @@ class Session:
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
         if g == w + s + 1:
             self._start_window()
-        if g == w:
+        if g <= w:
             self._next_step_starts()
+            self._gen["kind"] = self._kind
         if g == w + 1:
             self._figures_end()
-            self._begin_clean()
-        if g > w:
-            self._gen["t0"] = self._mark()
+            if s > 0:
+                self._begin_clean()
+        # Every generation is timed; the warm-up and profiled ones only as rough figures (see finish).
+        self._gen["t0"] = self._mark()
         if self.window is not None and g > w + s + 1:
             self.window.open_step()
         if self.probes is not None and self.probes.active:
@@ -410,18 +457,19 @@ class Session:
             return
         w, s, p = self.warmup, self.steps, self.profile_steps
         g = gen["g"]
-        if g == w:
+        t1 = self._mark() if gen["t0"] is not None else None  # before the figures step's recording stops
+        if g <= w:
             self._figures_end()
-        t1 = self._mark() if gen["t0"] is not None else None
         if t1 is not None and not gen["fwd"]:
             self.generations_without_forward += 1
-        if w < g <= w + s and t1 is not None and gen["fwd"]:
-            t0, fwd = gen["t0"], gen["fwd"]
-            shape = gen["shape"] or self.input_shape
-            self.input_shape = shape
-            self.gens.append(Generation(
-                prefill_s=fwd[0] - t0, decode_s=[b - a for a, b in zip(fwd, fwd[1:])], e2e_s=t1 - t0,
-                batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None, forwards=len(fwd)))
+        if t1 is not None and gen["fwd"]:
+            timed = self._generation(gen, t1)
+            if w < g <= w + s:
+                self.gens.append(timed)
+            elif g <= w and gen.get("kind"):
+                self.rough_gens.setdefault(gen["kind"], []).append(timed)
+            elif g > w + s + 1:
+                self.rough_gens.setdefault("profiled", []).append(timed)
         self.k += 1
         if g == w + s:
             self._end_clean()
@@ -433,6 +481,13 @@ class Session:
             self.window.close_step()
             if g == w + s + 1 + p:
                 self._collect()
+
+    def _generation(self, gen: dict[str, Any], t1: float) -> Generation:
+        t0, fwd = gen["t0"], gen["fwd"]
+        shape = gen["shape"] or self.input_shape
+        self.input_shape = shape
+        return Generation(prefill_s=fwd[0] - t0, decode_s=[b - a for a, b in zip(fwd, fwd[1:])], e2e_s=t1 - t0,
+                          batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None, forwards=len(fwd))
 
     # -- the end -----------------------------------------------------------------------------
     @guarded
@@ -459,6 +514,8 @@ class Session:
             self.notes.append(f"your own torch.profiler ran during {self.aside} {unit}(s): lmprof stepped aside for "
                               f"them (it never opens a profiler inside yours, and a {unit} timed under a profiler is "
                               f"not clean); every {unit} measured here ran outside it")
+        if not (self.samples or self.gens):
+            self._use_rough(unit)
         measured = bool(self.samples) or bool(self.gens)
         if not measured:
             self.message = self._nothing_message(reason)
@@ -469,16 +526,73 @@ class Session:
         from lmprof.pipeline.usercode.assemble import assemble, write
 
         self._folder()
+        if profiled is None or not profiled.steps:
+            profiled = self._figures_profile(unit) or profiled
         self.run = assemble(self, profiled)
         write(self)
         self.done = True
         if reason is not None:
-            self.message = f"{reason} {phase_before}: wrote what was measured to {self.folder}"
+            rough = " (rough first-call timings: see the note)" if self.first_call else ""
+            self.message = f"{reason} {phase_before}: wrote what was measured{rough} to {self.folder}"
         elif self.spec.stop_after:
             self.stop_again = StopAgain(f"--stop-after: stopped the script once the run was written to {self.folder}")
             self.stop_again.install()
             raise StopScript()
         return self.folder
+
+    # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
+    # plain warm-up steps after the first, the figures step (memory recording on), the very first step.
+    _ROUGH = {
+        "profiled": "under lmprof's profiler (its overhead included)",
+        "warm-up": "during warm-up (caches, allocator and kernel choice still settling)",
+        "figures": "while lmprof recorded memory (and counted FLOPs where it has no formulas) during warm-up",
+        "first": "on the very first call (allocation, kernel choice and any compilation included)",
+    }
+
+    def _use_rough(self, unit: str) -> None:
+        """No clean step was timed: take the steps timed elsewhere, marked as a rough first-call figure."""
+        found = self.rough_gens if self.spec.mode == "infer" else self.rough
+        kind = next((k for k in self._ROUGH if found.get(k)), None)
+        if kind is None:
+            return
+        if self.spec.mode == "infer":
+            self.gens = list(self.rough_gens[kind])
+        else:
+            self.samples = list(self.rough[kind])
+        self.first_call = kind
+        n = len(self.gens) or len(self.samples)
+        s = max(self.steps, 1)
+        need = self.warmup + s + 1 + self.profile_steps
+        how = (f"--steps {s}" if self.steps == 0
+               else f"--warmup {self.warmup} --steps {self.steps} --profile-steps {self.profile_steps}, or lower them")
+        self.notes.append(
+            f"first call: includes warm-up costs: no clean {unit} was timed, so the {n} {unit}(s) here were timed "
+            f"{self._ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least {need} {unit}s "
+            f"({how})")
+
+    def _figures_profile(self, unit: str) -> ProfiledPhase | None:
+        """The figures step's recording as the run's profile, when no profiled step completed."""
+        fs = self.figures_step
+        if fs is None or self.folder is None:
+            return None
+        path = self.folder / "trace.json"
+        try:
+            if not fs.export_trace(path):
+                return None
+            fs.result()  # reads the exported file, before the run's assembly compresses it
+        except Exception as exc:  # noqa: BLE001 - a missing profile is a missing figure, never a failure
+            self.notes.append(f"the figures step's trace could not be written ({type(exc).__name__}: {exc})")
+            return None
+        flops = " with FlopCounterMode on (operator times include its Python cost)" if fs.flops is not None else ""
+        self.notes.append(f"no {unit} of lmprof's profiled window completed: the operators and blocks come from the "
+                          f"figures step (warm-up {unit} {self.figures_at}, recorded with memory events{flops}), "
+                          "a first call's profile")
+        if self.probes is None and fs.probes.forwards:
+            self.input_shape = self.input_shape or fs.probes.input_shape
+            if self.spec.mode == "train" and fs.probes.backwards and self.backwards_per_step is None:
+                self.backwards_per_step = float(fs.probes.backwards)
+                self.forwards_per_step = float(fs.probes.forwards)
+        return ProfiledPhase(trace_path=path, ops=[], steps=1)
 
     def _collect(self) -> None:
         """The profiled window completed: stop the profiler and write its trace, remove every hook,
