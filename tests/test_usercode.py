@@ -354,8 +354,11 @@ def test_early_exit_keeps_exit_code_and_says_so(tmp_path: Path, capsys: pytest.C
     """)
     code, folder = lmprof_run(tmp_path, script)
     err = capsys.readouterr().err
-    assert code == 3 and folder is None
-    assert "lmprof: the script exited (code 3) after 2 step(s), during warm-up (3): nothing measured" in err
+    # Step 1 only marks a start, step 2 is the figures step: a first-call run, marked as such.
+    assert code == 3 and folder is not None
+    assert ("lmprof: the script exited (code 3) after 2 step(s), during warm-up (3): wrote what was measured "
+            "(rough first-call timings: see the note)") in err
+    assert Run.load(folder).metrics["step_time"].note.startswith("first call")
 
 
 def test_script_without_optimizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -520,4 +523,7 @@ def test_profile_inference_loop_and_short_script(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert "lmprof: the with-block ended after 4 step(s), with 3 of 10 clean steps timed and none profiled" in err
     short = Run.load(prof.folder)
-    assert short.metrics["step_time"].n == 3 and not short.blocks and "trace" not in short.files
+    assert short.metrics["step_time"].n == 3 and not short.metrics["step_time"].note.startswith("first call")
+    # No profiled step completed: blocks, operators and the trace come from the figures step, and say so.
+    assert short.blocks and short.ops and "trace" in short.files
+    assert any("the operators and blocks come from the figures step" in n for n in short.notes)

@@ -68,6 +68,12 @@ def config_line(run: Run) -> str:
         if c.get(key):
             parts.append(str(c[key]))
     parts.append("compiled" if c.get("compile") else "eager")
-    parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, "
-                 f"{c.get('profile_steps', '?')} profiled")
+    timing = run.metrics.get("e2e_latency" if run.mode == "infer" else "step_time")
+    if timing is not None and (timing.note or "").startswith("first call"):
+        # A script too short for the protocol: say what was timed, not the windows it never reached.
+        unit = "generation" if run.mode == "infer" else "step"
+        parts.append(f"first call: {timing.n or 0} {unit}(s) timed roughly, no clean window")
+    else:
+        parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, "
+                     f"{c.get('profile_steps', '?')} profiled")
     return ", ".join(parts)

@@ -37,7 +37,9 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     reorder the table (its mean would put whatever ran during the disturbance on top); with one step
     the two agree. Events outside every counted range (the profiler's warm-up step, gaps between a
     user's steps, a step still open at the end) are left out. Names starting with ``skip_prefixes``
-    are left out of the rows (their time still counts as their children's parent, as in torch's table).
+    are left out of the rows (their time still counts as their children's parent, as in torch's table),
+    and so is ``PythonDispatchMode``: not an operator but the Python cost of a dispatch mode that was on
+    (FlopCounterMode in lmprof's figures step), which would otherwise top a first call's table.
     """
     ev = table.events
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
@@ -54,7 +56,8 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
     rows, step_of = host[inside], pos[inside]
     names = ev["name"].astype(str).to_numpy()[rows]
-    keep = np.array([not (n.startswith("ProfilerStep") or n.startswith(skip_prefixes)) for n in names], dtype=bool)
+    keep = np.array([not (n.startswith("ProfilerStep") or n == "PythonDispatchMode" or n.startswith(skip_prefixes))
+                     for n in names], dtype=bool)
     rows, step_of = rows[keep], step_of[keep]
     if rows.size == 0:
         return []
