@@ -111,3 +111,17 @@ def test_a_users_own_profiler_keeps_its_lines_under_lmprof_run(tmp_path):
     # steps, its profiler-cost repeats: --verbose shows those, as test_verbose_brings_them_back does).
     lines = native(done.stderr)
     assert [ln.rsplit("] ", 1)[-1] for ln in lines] == ["profiler_start", "profiler_stop"], done.stderr[-2000:]
+
+
+def test_the_figures_steps_memory_recording_prints_no_allocator_warning_under_lmprof_run(tmp_path):
+    # Three steps at the defaults: step 2 is the figures step, recorded with memory events; the first
+    # free of a block allocated before it started made c10 warn in the middle of the user's step.
+    script = tmp_path / "three.py"
+    script.write_text("import torch\nm = torch.nn.Linear(8, 8)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "w = [torch.randn(2, 8) for _ in range(3)]\n"
+                      "for x in w:\n    m(x).sum().backward(); opt.step(); opt.zero_grad(); del x\nprint('ok')\n")
+    done = subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report", "--out", str(tmp_path / "runs"),
+                           str(script)], capture_output=True, text=True, env=env(), timeout=300)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr[-2000:]
+    assert (next((tmp_path / "runs").iterdir()) / "run.json").is_file()
+    assert native(done.stderr) == [], done.stderr[-2000:]

@@ -253,7 +253,13 @@ class MemoryEvents:
     def start(self) -> None:
         # Only the profiler's own start and stop are kept quiet: the step between may be the user's code.
         with native_logs_dropped():
+            # c10 warns once per process ("Memory block of unknown size was allocated before the
+            # profiling started", CPUAllocator.cpp) at the first free of an older block: in a user's
+            # script that would land in the middle of their step. Free one here, while the line is
+            # still being dropped, so the warning is spent.
+            spent = torch.empty(1)
             self._prof.start()
+            del spent
 
     def stop(self) -> None:
         """Stop recording (the events stay in memory until :meth:`table`)."""
