@@ -70,3 +70,64 @@ def test_stopwatch_pass_times_each_block_exclusive_of_the_blocks_inside(monkeypa
     got = sw.block_stopwatch(step, 3, lambda: syncs.append(1))
     assert got == pytest.approx({("a", "forward"): 4.0, ("b", "forward"): 2.0})
     assert len(syncs) == 3 * 4  # the device synchronised before and after each block
+
+
+def test_stopwatch_pass_times_module_hook_blocks(monkeypatch) -> None:
+    """A model scoped by module hooks (no ``scope`` statements): its forward blocks are timed through
+    hooks on the modules lmprof scopes, exclusive of the blocks inside; the same fake clock as above."""
+    import torch
+
+    from lmprof.measure import block_stopwatch as sw
+    from lmprof.workloads.blocks import step_scope
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = torch.nn.Identity()
+
+        def forward(self, x):  # not a leaf: only b is a block of a model lmprof does not describe
+            return self.b(x)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Identity()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(self.a(x))
+
+    ticks = itertools.count()
+    clock = {0: 0.0, 1: 1.0, 2: 3.0, 3: 6.0}  # a: 0..1, b: 3..6
+    monkeypatch.setattr(sw.time, "perf_counter", lambda: clock[next(ticks) % 4] * 1e-3)
+    model = Model()
+
+    def step() -> None:
+        with step_scope("forward"):
+            model(torch.zeros(1))
+
+    got = sw.block_stopwatch(step, 3, lambda: None, model=model)
+    assert got == pytest.approx({("a", "forward"): 1.0, ("inner.b", "forward"): 3.0})
+    assert not model.a._forward_pre_hooks and not model.a._forward_hooks  # hooks removed
+
+
+@pytest.mark.stopwatch
+def test_hf_training_forward_blocks_get_a_stopwatch(tmp_path) -> None:
+    """lmprof train --hf-config: every forward block of a module-hook model is judged against a
+    stopwatch (stopwatch_ms set), as the built-in GPT's are; backward blocks stay unjudged."""
+    pytest.importorskip("transformers")
+    import json
+
+    from lmprof.config import TrainConfig
+    from lmprof.pipeline.train import run_training
+
+    cfg_path = tmp_path / "gpt2.json"
+    cfg_path.write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2,
+                                    "vocab_size": 128, "n_positions": 64}))
+    cfg = TrainConfig(hf_config=str(cfg_path), batch_size=2, seq_len=16, steps=3, warmup=1, profile_steps=1,
+                      energy="off", plots=False, out=str(tmp_path / "runs"))
+    run, _ = run_training(cfg)
+    fwd = {b.name: b for b in run.blocks if b.phase == "forward"}
+    for name in ("ln_1", "attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"):
+        assert fwd[name].stopwatch_ms and fwd[name].stopwatch_ms > 0, name
+    assert all(b.stopwatch_ms is None for b in run.blocks if b.phase == "backward")

@@ -52,9 +52,11 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
             watch.count(MEASURED, len(gens))
             watch.phase("profiled")
         out_dir.mkdir(parents=True, exist_ok=True)
-        # Attribution's check (analysis/block_truth.py): a stopwatch around each block, built-in GPT eager only.
-        stopwatch = (block_stopwatch(lambda: generate(work), STOPWATCH_STEPS, work.device.synchronize)
-                     if not spec.compile and work.scopes is None else {})
+        # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a
+        # model scoped by module hooks gets its prefill and decode blocks timed through them.
+        stopwatch = ({} if spec.compile else
+                     block_stopwatch(lambda: generate(work), STOPWATCH_STEPS, work.device.synchronize,
+                                     model=work.model if work.scopes is not None else None))
         memory = measure_inference_memory(lambda: generate(work), work.model, work.device, out_dir=out_dir)
         cache_bytes = work.decoder.cache_bytes()
         prof = profile_steps(

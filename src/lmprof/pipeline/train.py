@@ -63,8 +63,10 @@ def measure_training(
         watch.count(MEASURED, len(samples))
         watch.phase("profiled")
     out_dir.mkdir(parents=True, exist_ok=True)
-    # Attribution's check (analysis/block_truth.py): a stopwatch around each block, built-in GPT eager only.
-    stopwatch = block_stopwatch(step, STOPWATCH_STEPS, sync) if not spec.compile and work.scopes is None else {}
+    # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a model
+    # scoped by module hooks gets its forward blocks timed.
+    stopwatch = ({} if spec.compile else
+                 block_stopwatch(step, STOPWATCH_STEPS, sync, model=work.model if work.scopes is not None else None))
     memory = measure_training_memory(step, work.model, work.optimizer, work.device, out_dir=out_dir)
     prof = profile_steps(step, work.device.torch_device, out_dir / "trace.json.gz", active=spec.profile_steps, around=work.scopes)
     table = load_trace(prof.trace_path)
