@@ -12,7 +12,7 @@ UV     := $(VENV)/bin/uv
 TORCH_SPEC ?= torch==2.13.0
 # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's CI machines) Python never writes one either, so every process (each test's
-# subprocess, each sweep point) compiled pandas, transformers, rich, ... from source again: about
+# subprocess, each sweep point) compiled pandas, transformers, rich, ... from source again:
 # seconds of CPU per process that imports them (7.6 s against 2.6 s user time to import the stack).
 UV_INSTALL := $(UV) pip install --python $(PY) --quiet --compile-bytecode
 # Everything the editable install is built from: a change to any of them re-runs the install.
