@@ -106,26 +106,33 @@ class ProfilerWindow:
             self._step = None
             self.complete += 1
 
-    def stop(self) -> ProfiledPhase:
-        """Stop profiling and write the trace. A step still open is closed, flagged ``partial`` and
-        left out of the operator table; :func:`drop_partial` removes it from the loaded trace.
-        Only the profiler's stop and the trace's export happen here, inside the user's step."""
+    def stop(self) -> None:
+        """Stop profiling. A step still open is closed, flagged ``partial`` and left out of the
+        operator table; :func:`drop_partial` removes it from the loaded trace. Only this happens
+        inside the user's step: the events stay in memory until :meth:`export`."""
         assert self._prof is not None, "window was never started"
         if self._step is not None:
             self._step.__exit__(None, None, None)
             self._step = None
             self.partial = True
-        with native_logs_dropped():
-            self._prof.stop()
+        if self._running:
+            with native_logs_dropped():
+                self._prof.stop()
         self._running = False
-        # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
-        # Written plain inside the user's step (gzip would add seconds there); compress() makes the
-        # .gz the run keeps, later.
+
+    def export(self) -> ProfiledPhase:
+        """Write the stopped window's trace (plain JSON; :func:`compress` makes the .gz later).
+
+        Called when the run is assembled (the script, the with-block or the training ended), not in
+        the step that ended the window: torch's export of a few hundred thousand events takes
+        seconds the user's call would otherwise pay."""
+        assert self._prof is not None and not self._running, "export() needs a stopped window"
         raw = self.raw_path
+        # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
         with atomic_path(raw) as tmp:
             self._prof.export_chrome_trace(str(tmp))
         # The operator table is made later from this file (measure.profiling.op_table): torch's own
-        # event parsing would cost seconds inside the user's step.
+        # event parsing would cost seconds.
         return ProfiledPhase(trace_path=raw, ops=[], steps=self.complete)
 
     @property

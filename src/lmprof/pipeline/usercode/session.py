@@ -134,7 +134,8 @@ class Session:
         self.monitor: EnergyMonitor | None = None
         self._metering = False  # the monitor's window is open (the clean window began)
         self.energy: EnergyResult | None = None
-        self.profiled: ProfiledPhase | None = None  # the profiled window, stopped; assembled at finish
+        self.profiled: ProfiledPhase | None = None  # the profiled window's trace, exported at finish
+        self._stopped: ProfilerWindow | None = None  # the completed window, stopped, its trace not yet written
         self.collected = False  # the profiled window completed: only the run's assembly is left
         # Timings that are not clean, by where they were taken: the run falls back on them (marked
         # "first call") only when no clean step was timed. Steps under lmprof run: step 1 is untimed.
@@ -506,7 +507,13 @@ class Session:
             reason = None  # the window completed: a whole run, whatever ended the script afterwards
         phase_before = self._where()
         try:
-            profiled = self.profiled if self.collected else (self.window.stop() if self.window is not None else None)
+            if self.collected:
+                profiled = self._export(self._stopped)
+            elif self.window is not None:
+                self.window.stop()
+                profiled = self._export(self.window)
+            else:
+                profiled = None
         finally:
             self._teardown()
         unit = "generation" if self.spec.mode == "infer" else "step"
@@ -599,12 +606,20 @@ class Session:
         and leave the rest (loading the trace, figures, the record, the report) to :meth:`finish`,
         which runs when the script, the with-block or the training ends: not inside the user's step."""
         assert self.window is not None
-        self.profiled = self.window.stop()
+        self.window.stop()  # the trace's export waits for finish(): not inside the user's step
+        self._stopped = self.window
         self._teardown()  # while the window is known: its step count divides what the probes saw
         self.window = None
         self.collected = True
         if self.spec.stop_after:
             self.finish(None)
+
+    def _export(self, window: ProfilerWindow | None) -> ProfiledPhase | None:
+        """The stopped window's trace, written now (at the run's assembly)."""
+        if window is None:
+            return None
+        self.profiled = window.export()
+        return self.profiled
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
