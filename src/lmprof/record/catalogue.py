@@ -18,9 +18,10 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from lmprof.record.run import Source
+if TYPE_CHECKING:  # only the type: the catalogue stays importable without pydantic (the sweep store reads it)
+    from lmprof.record.run import Source
 
 Mode = Literal["train", "infer"]
 #: The group a figure is shown in by ``compare`` and the report's sections.
@@ -103,11 +104,21 @@ def _m(name: str, unit: str, kind: Source, label: str, how: str, modes: tuple[Mo
     return MetricSpec(name, unit, kind, label, how, modes, group, higher, **kw)  # type: ignore[arg-type]
 
 
-def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, int]]) -> list[MetricSpec]:
+def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
     """FLOPs, bytes, peaks and utilisations of one step (train, no prefix) or one inference phase."""
     p = f"{prefix}." if prefix else ""
     r = ranks
     return [
+        _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
+           f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mfu", {})),
+        _m(f"{p}hfu", "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
+           f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("hfu", {})),
+        _m(f"{p}mbu", "%", "derived",
+           f"{prefix} bandwidth use (MBU)" if prefix else "MBU",
+           f"minimum bytes per {what} / time / peak bandwidth; n/a for counted FLOPs (no byte count)",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mbu", {})),
         _m(f"{p}flops.model_per_step", "FLOP", "estimated", f"{prefix or 'step'} model FLOPs",
            f"FLOPs the model mathematically needs per {what} (PaLM's 6N + 12·L·d·T per training token; "
            "see docs/flops-and-roofline.md)", modes, "compute", None, also=("measured",), also_when=COUNTED,
@@ -128,16 +139,6 @@ def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dic
         _m(f"{p}peak.bandwidth", "B/s", "estimated", "device peak bandwidth",
            "the device's peak memory bandwidth: the peak table or a calibration", modes, "compute", None,
            also=("measured",), also_when=CALIBRATED, condition=DESCRIBED),
-        _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
-           f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mfu", {})),
-        _m(f"{p}hfu", "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
-           f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
-           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("hfu", {})),
-        _m(f"{p}mbu", "%", "derived",
-           f"{prefix} bandwidth use (MBU)" if prefix else "MBU",
-           f"minimum bytes per {what} / time / peak bandwidth; n/a for counted FLOPs (no byte count)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mbu", {})),
     ]
 
 
@@ -184,7 +185,7 @@ def _energy(estimated: bool) -> list[MetricSpec]:
     return out
 
 
-_TRAIN_COSTS = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
+_TRAIN_COSTS: dict[str, dict[str, object]] = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
                 "mfu": {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %"},
                 "hfu": {"compare": 110}, "mbu": {"compare": 120}}
 
