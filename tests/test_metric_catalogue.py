@@ -80,6 +80,7 @@ def test_every_written_figure_is_catalogued_with_its_unit_and_kind(records: dict
 @pytest.mark.slow
 def test_every_entry_is_written_or_says_when(records: dict[str, dict[str, Any]]) -> None:
     written = {lookup(k).name for rec in records.values() for k in rec["metrics"]}  # type: ignore[union-attr]
+    print("not written by these runs:", sorted(m.name for m in CATALOGUE if m.name not in written))
     for spec in CATALOGUE:
         assert spec.name in written or spec.condition, f"{spec.name}: no run wrote it and no condition says when"
 
@@ -94,6 +95,10 @@ def test_the_runs_write_what_their_mode_always_writes(records: dict[str, dict[st
             always = spec.condition is None or spec.condition.startswith("lmprof run:")
             if rec["mode"] in spec.modes and not spec.family and always:
                 assert spec.name in rec["metrics"], (name, spec.name)
+    # --energy estimate writes the estimated family, each figure as estimated.
+    est = {k: m for k, m in records["train"]["metrics"].items() if k.startswith("energy.estimated.")}
+    assert {"energy.estimated.total", "energy.estimated.per_token", "energy.estimated.per_step"} <= set(est)
+    assert {m["source"] for m in est.values()} == {"estimated"}
     # The plain script's FLOPs were counted, not estimated: the catalogue's second kind.
     run = records["run"]["metrics"]
     assert run["flops.model_per_step"]["source"] == "measured"
