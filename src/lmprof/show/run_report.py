@@ -22,8 +22,6 @@ from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_part
 from lmprof.show.literal import literal_text
 
 
-
-
 def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
     """The headline cards of a ``mode`` run, in order: each the catalogue figures of one card rank, the
     first the run has being shown (measured energy per token before estimated)."""
@@ -35,7 +33,8 @@ def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
 
 # Headline cards per mode, in order (the catalogue's card ranks); a figure the run lacks shows
 # "not recorded in this run".
-HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {mode: tuple(headline_slots(mode)) for mode in ("train", "infer")}
+HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {
+    mode: tuple(headline_slots(mode)) for mode in ("train", "infer")}
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
