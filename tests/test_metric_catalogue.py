@@ -3,11 +3,14 @@
 Three tiny runs (``lmprof train`` with an energy estimate, ``lmprof infer``, ``lmprof run`` of a plain
 PyTorch script lmprof has no formulas for) are read back with the json module, not lmprof's loader:
 every figure in them must be in the catalogue with the same unit and a source kind the catalogue
-allows, and every catalogue entry must be written by one of them or say when it is written.
+allows, and every catalogue entry must be written by one of them or say when it is written. The
+figures those runs cannot reach (distributed, compiled, a readable energy meter) are checked from the
+code that writes them, fed by hand.
 """
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -36,16 +39,26 @@ for i in range(10):
 FAST = ("--steps", "2", "--warmup", "2", "--profile-steps", "1", "--no-report")
 
 
-def _record(out: Path) -> dict[str, Any]:
-    found = sorted(out.glob("*/run.json"))
-    assert len(found) == 1, found
-    data: dict[str, Any] = json.loads(found[0].read_text())
+def _record(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "run.json").read_text())
     return data
 
 
+def _check(where: str, mode: str, metrics: dict[str, Any]) -> None:
+    """Every figure is catalogued with this unit, a kind the catalogue allows, and this mode."""
+    for key, m in metrics.items():
+        spec = lookup(key)
+        assert spec is not None, f"{where}: {key} is not in the catalogue"
+        assert m["unit"] == spec.unit, (where, key, m["unit"], spec.unit)
+        assert m["source"] in spec.sources, (where, key, m["source"], spec.sources)
+        assert mode in spec.modes, (where, key, mode, spec.modes)
+        if spec.spread and m["value"] is not None:
+            assert m["n"] and m["p10"] is not None and m["p90"] is not None, (where, key)
+
+
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """run.json of each of the three tiny runs, as plain JSON."""
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The run folder of each of the three tiny runs."""
     base = tmp_path_factory.mktemp("catalogue")
     script = base / "plain_train.py"
     script.write_text(textwrap.dedent(SCRIPT))
@@ -57,30 +70,68 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     }
     out = {}
     for name, args in argv.items():
-        folder = base / name
-        assert main([args[0], "--out", str(folder), *args[1:]]) == 0, name
-        out[name] = _record(folder)
+        assert main([args[0], "--out", str(base / name), *args[1:]]) == 0, name
+        found = sorted((base / name).glob("*/run.json"))
+        assert len(found) == 1, found
+        out[name] = found[0].parent
     return out
+
+
+@pytest.fixture(scope="module")
+def records(folders: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """run.json of each of the three tiny runs, as plain JSON."""
+    return {name: _record(folder) for name, folder in folders.items()}
 
 
 @pytest.mark.slow
 def test_every_written_figure_is_catalogued_with_its_unit_and_kind(records: dict[str, dict[str, Any]]) -> None:
     for name, rec in records.items():
         assert rec["metrics"], name
-        for key, m in rec["metrics"].items():
-            spec = lookup(key)
-            assert spec is not None, f"{name}: {key} is not in the catalogue"
-            assert m["unit"] == spec.unit, (name, key, m["unit"], spec.unit)
-            assert m["source"] in spec.sources, (name, key, m["source"], spec.sources)
-            assert rec["mode"] in spec.modes, (name, key, rec["mode"], spec.modes)
-            if spec.spread and m["value"] is not None:
-                assert m["n"] and m["p10"] is not None and m["p90"] is not None, (name, key)
+        _check(name, rec["mode"], rec["metrics"])
+
+
+@pytest.mark.slow
+def test_figures_the_tiny_runs_cannot_reach(folders: dict[str, Path], tmp_path: Path) -> None:
+    """Distributed, compiled and metered figures, from the code that writes them, fed by hand."""
+    from lmprof.measure.compile_events import CompileEvent, CompileReport
+    from lmprof.measure.energy import energy_metrics
+    from lmprof.measure.energy.monitor import DomainEnergy, EnergyResult
+    from lmprof.pipeline.distributed import assemble
+
+    # Two ranks: the tiny train (or infer) run twice, merged the way rank 0 merges a torchrun job.
+    for name in ("train", "infer"):
+        job = tmp_path / name
+        for rank in (0, 1):
+            (job / f"rank{rank}").mkdir(parents=True)
+            shutil.copy(folders[name] / "run.json", job / f"rank{rank}" / "run.json")
+        assemble(job, 2)
+        rec = _record(job)
+        _check(f"distributed {name}", rec["mode"], rec["metrics"])
+        assert {"world_size", "slowest_rank", "straggler"} <= set(rec["metrics"])
+        assert ("tokens_per_s.global" if name == "train" else "decode_tokens_per_s.global") in rec["metrics"]
+
+    # A compiled run: one compilation in warm-up, a recompilation in the measured window of 3 steps.
+    events = [CompileEvent("0/0", "compile", "warm-up", "forward", "m.py:1", "", False, 0.5),
+              CompileEvent("0/1", "recompile", "measured", "forward", "m.py:1", "guard failed", True, 0.2)]
+    report = CompileReport(events, {"measured": 3}, 0.9, {})
+    compiled = {k: m.model_dump() for k, m in report.metrics().items()}
+    assert {"compile.per_step", "compile.time", "compile.recompiles"} <= set(compiled)
+    _check("compile", "train", compiled)
+    _check("compile", "infer", compiled)
+
+    # A readable meter (one RAPL domain, 10 J over 2 s, 1 W idle), with the units each mode gives it
+    # (pipeline/figures.py: steps and tokens in training, generations and generated tokens in inference).
+    result = EnergyResult(mode="auto", seconds=2.0, idle_seconds=1.0, domains=[DomainEnergy(
+        "cpu", "rapl", "counter", "measured", True, 0.001, joules=10.0, seconds=2.0, idle_w=1.0)])
+    for mode, units in (("train", {}), ("infer", {"step_unit": "generation", "token_unit": "generated token"})):
+        metered = {k: m.model_dump() for k, m in energy_metrics(result, steps=4, tokens=64, flops=1e9, **units).items()}
+        assert len(metered) >= 9, metered
+        _check(f"energy {mode}", mode, metered)
 
 
 @pytest.mark.slow
 def test_every_entry_is_written_or_says_when(records: dict[str, dict[str, Any]]) -> None:
     written = {lookup(k).name for rec in records.values() for k in rec["metrics"]}  # type: ignore[union-attr]
-    print("not written by these runs:", sorted(m.name for m in CATALOGUE if m.name not in written))
     for spec in CATALOGUE:
         assert spec.name in written or spec.condition, f"{spec.name}: no run wrote it and no condition says when"
 
