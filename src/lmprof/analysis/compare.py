@@ -20,22 +20,18 @@ from typing import Any, Literal, Mapping, Sequence
 
 from lmprof.errors import LmprofError
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
+from lmprof.record.catalogue import Group as Group, group_of, lookup, ranked
 from lmprof.record.run import SCHEMA, Run
 
-# Headline figures, in display order (those present in any run are shown).
-HEADLINE_KEYS = (
-    "step_time", "tokens_per_s", "profiled_step_time", "profiler_overhead",
-    "ttft", "tpot", "decode_tokens_per_s", "prefill_tokens_per_s", "e2e_latency",
-    "mfu", "hfu", "mbu", "flops.achieved", "loss", "params",
-)
+# Figures shown first, in this order (those present in any run): the catalogue's compare ranks.
+HEADLINE_KEYS = tuple(m.name for m in ranked("compare"))
 # Model-identity fields read from run.config["model"] (built-in GPT) and compared when both runs have them.
 MODEL_DIMS = ("n_layer", "n_head", "n_embd", "vocab_size")
-Group = Literal["headline", "compute", "memory", "energy", "other"]
 Change = Literal["appeared", "disappeared", "changed", "same"]
 
-# Units where a larger number is better; for the rest (times, bytes, joules, watts) smaller is.
+# For a figure the catalogue does not know (a newer lmprof's record): units where a larger number is
+# better; for times, bytes, joules and watts smaller is.
 _HIGHER_UNITS = ("tokens/s", "FLOP/s", "FLOP/J", "B/s")
-_HIGHER_PCT_KEYS = ("mfu", "hfu", "mbu")
 
 # Units one figure may be written in, as (dimension, factor to that dimension's base unit): a run
 # whose step_time is in s is converted to A's ms, never read as ms. A unit outside this table must
@@ -215,27 +211,18 @@ def _ratios(values: Sequence[float | None]) -> tuple[float | None, ...]:
     return tuple(ratio(v, values[0]) for v in values)
 
 
-def _group(key: str) -> Group:
-    if key in HEADLINE_KEYS[:9] or key in ("loss", "params"):
-        return "headline"
-    if key.startswith(("memory.", "kv_cache")):
-        return "memory"
-    if key.startswith("energy."):
-        return "energy"
-    if key in _HIGHER_PCT_KEYS or key.startswith(("flops.", "peak.", "bytes.")):
-        return "compute"
-    return "other"
-
-
 def higher_is_better(key: str, unit: str) -> bool | None:
-    """True for throughputs and utilisations, False for times, bytes and energy, None when neutral."""
-    if key in _HIGHER_PCT_KEYS or unit in _HIGHER_UNITS:
+    """True for throughputs and utilisations, False for times, bytes and energy, None when neutral.
+
+    The catalogue says it for every figure lmprof writes (sizes of the workload, device peaks, a loss
+    on other seeds or an overhead that can be negative have no better direction); an unknown figure
+    goes by its unit.
+    """
+    spec = lookup(key)
+    if spec is not None:
+        return spec.higher_is_better
+    if unit in _HIGHER_UNITS:
         return True
-    # Sizes of the workload, device properties, and figures whose ratio means nothing (a loss on
-    # other seeds, an overhead that can be negative) have no better direction.
-    if key in ("params", "tokens_per_step", "profiler_overhead", "loss") or key.startswith(
-            ("peak.", "flops.model", "flops.hardware", "bytes.")):
-        return None
     if unit in ("ms", "s", "B", "J", "W") or unit.startswith("J/"):
         return False
     return None
@@ -274,7 +261,7 @@ def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
         unit = next(m.unit for m in ms if m is not None)
         values = tuple(_in_unit(m, key, unit) for m in ms)
         rows.append(MetricRow(
-            key=key, group=_group(key), unit=unit, values=values,
+            key=key, group=group_of(key), unit=unit, values=values,
             sources=tuple(None if m is None else m.source for m in ms), ratios=_ratios(values),
             higher_is_better=higher_is_better(key, unit),
             notes=tuple(None if m is None else (m.note if m.value is None else None) for m in ms),

@@ -9,18 +9,11 @@ import typer
 
 from lmprof.cli.app import app
 from lmprof.cli.common import console
+from lmprof.record.catalogue import ranked
 
-# (column, header, unit) shown in the terminal table when the sweep has them.
-_FIGURES = (
-    ("step_time_ms", "step ms", "ms"),
-    ("tokens_per_s", "tok/s", "tokens/s"),
-    ("ttft_ms", "ttft ms", "ms"),
-    ("tpot_ms", "tpot ms", "ms"),
-    ("decode_tokens_per_s", "decode tok/s", "tokens/s"),
-    ("mfu_pct", "mfu %", "%"),
-    ("memory_peak_bytes", "peak mem", "B"),
-    ("energy_per_token_j", "J/token", "J/token"),
-)
+# (column, header, unit) shown in the terminal table when the sweep has them: the catalogue's figures
+# with a results header, in the view's order.
+_FIGURES = tuple((m.column, m.results_header, m.unit) for m in ranked("view") if m.results_header)
 # (column, header) of the configuration axes; only those that vary in the sweep are shown.
 _AXES = (("mode", "mode"), ("model", "model"), ("batch_size", "b"), ("seq_len", "t"), ("dev", "device"),
          ("dtype", "dtype"), ("attention", "attn"), ("compile", "compile"))

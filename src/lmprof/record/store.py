@@ -17,13 +17,13 @@ point that was running. :func:`load_results` returns one row per point as a pand
 from __future__ import annotations
 
 import datetime as dt
-import re
 import contextlib
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from lmprof.errors import DataError
+from lmprof.record.catalogue import metric_column as metric_column, ranked  # metric_column: re-exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,18 +82,9 @@ STATUSES = ("pending", "running", "ok", "oom", "timeout", "error")
 FAILED = ("oom", "timeout", "error")
 AXIS_COLUMNS = ("mode", "model", "batch_size", "seq_len", "device", "dtype", "compile", "attention", "repeat")
 
-# Metric column suffix by unit: step_time (ms) -> step_time_ms, mfu (%) -> mfu_pct.
-_UNIT_SUFFIX = {
-    "ms": "ms", "s": "s", "%": "pct", "B": "bytes", "B/s": "bytes_per_s", "J": "j", "W": "w",
-    "FLOP": "flop", "FLOP/s": "flop_per_s",
-}
-# Metrics pivoted by the SQL view `results` (load_results pivots all of them).
-VIEW_METRICS = (
-    ("step_time", "ms"), ("tokens_per_s", "tokens/s"), ("ttft", "ms"), ("tpot", "ms"),
-    ("decode_tokens_per_s", "tokens/s"), ("e2e_latency", "ms"), ("params", "count"), ("loss", "nats/token"),
-    ("mfu", "%"), ("memory.peak", "B"), ("energy.per_token", "J/token"), ("energy.flop_per_joule", "FLOP/J"),
-    ("noisy", "flag"),
-)
+# Metrics pivoted by the SQL view `results`, in column order (load_results pivots all of them): the
+# catalogue's view ranks. Column names come from the catalogue's metric_column.
+VIEW_METRICS = tuple((m.name, m.unit) for m in ranked("view"))
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -139,22 +130,6 @@ CREATE TABLE IF NOT EXISTS blocks (
 
 # Metric row holding run.json's ``noisy`` (1: the timed window was not steady; the note says why).
 NOISY_KEY = "noisy"
-
-
-def metric_column(key: str, unit: str) -> str:
-    """Column name of a metric: dots become underscores, plus a unit suffix where the unit is not in the name.
-
-    ``step_time`` (ms) -> ``step_time_ms``; ``mfu`` (%) -> ``mfu_pct``; ``memory.peak`` (B) ->
-    ``memory_peak_bytes``; ``tokens_per_s`` (tokens/s) stays; ``energy.per_token`` (J/token) ->
-    ``energy_per_token_j``.
-    """
-    base = re.sub(r"[^0-9a-zA-Z]+", "_", key).strip("_").lower()
-    suffix = _UNIT_SUFFIX.get(unit)
-    if suffix is None and unit.startswith("J/"):
-        suffix = "j"
-    if suffix is None or base.endswith("_" + suffix):
-        return base
-    return f"{base}_{suffix}"
 
 
 def _now() -> str:

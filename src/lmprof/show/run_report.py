@@ -10,6 +10,7 @@ from lmprof.analysis.advice import RULES, Recommendation, advise
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
+from lmprof.record.catalogue import Group, MetricSpec, Mode, group_of, in_catalogue_order, ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
@@ -21,22 +22,19 @@ from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_part
 from lmprof.show.literal import literal_text
 
 
-# Headline cards per mode, in order; a key the run lacks shows "not recorded in this run".
-HEADLINE = {
-    "train": ("step_time", "tokens_per_s", "mfu", "memory.peak", "@energy_per_token", "profiler_overhead", "loss"),
-    "infer": ("ttft", "tpot", "decode_tokens_per_s", "e2e_latency", "prefill.mfu", "decode.mbu", "memory.peak",
-              "kv_cache", "@energy_per_token", "profiler_overhead"),
-}
-LABELS = {
-    "step_time": "step time (clean median)", "tokens_per_s": "throughput", "mfu": "MFU",
-    "memory.peak": "peak memory", "@energy_per_token": "energy per token",
-    "profiler_overhead": "profiler overhead", "loss": "loss", "ttft": "time to first token",
-    "tpot": "time per output token", "decode_tokens_per_s": "decode throughput",
-    "e2e_latency": "end-to-end latency", "kv_cache": "KV cache", "prefill.mfu": "prefill MFU",
-    "decode.mbu": "decode bandwidth use (MBU)",
-}
-COMPUTE_PREFIXES = ("flops.", "peak.", "bytes.")
-COMPUTE_KEYS = ("mfu", "hfu", "mbu")
+def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
+    """The headline cards of a ``mode`` run, in order: each the catalogue figures of one card rank, the
+    first the run has being shown (measured energy per token before estimated)."""
+    slots: dict[int, list[MetricSpec]] = {}
+    for m in ranked("card", mode):
+        slots.setdefault(m.card or 0, []).append(m)
+    return [tuple(v) for v in slots.values()]
+
+
+# Headline cards per mode, in order (the catalogue's card ranks); a figure the run lacks shows
+# "not recorded in this run".
+HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {
+    mode: tuple(headline_slots(mode)) for mode in ("train", "infer")}
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
@@ -46,25 +44,18 @@ _OWN_TABLES = {"energy", "memory", "roofline", "attribution"}
 
 
 
-def energy_per_token_key(run: Run) -> str | None:
-    """The energy-per-token metric: measured (``energy.per_token``) before estimated."""
-    keys = [k for k, m in run.metrics.items() if k.startswith("energy.") and m.unit.startswith("J/token")]
-    keys.sort(key=lambda k: (".estimated." in k, k))
-    return keys[0] if keys else None
-
-
-def _headline_card(run: Run, key: str) -> Card:
-    label = LABELS.get(key, key)
-    if key == "@energy_per_token":
-        real = energy_per_token_key(run)
-        if real is None:
-            total = run.metric("energy.total")
-            why = f"n/a: {total.note}" if total is not None and total.value is None and total.note else NOT_RECORDED
-            return Card(label, None, why, key="energy per token")
-        key = real
-    m = run.metric(key)
-    if m is None:
-        return Card(label, None, NOT_RECORDED, key=key)
+def _headline_card(run: Run, slot: Sequence[MetricSpec]) -> Card:
+    first = slot[0]
+    label = first.label
+    key = next((m.name for m in slot if m.name in run.metrics), None)
+    if key is None:
+        # A figure never written may have its reason on another (energy per token: energy.total's note).
+        for spec in slot:
+            why = run.metric(spec.na_reason_from) if spec.na_reason_from else None
+            if why is not None and why.value is None and why.note:
+                return Card(label, None, f"n/a: {why.note}", key=first.name)
+        return Card(label, None, NOT_RECORDED, key=first.name)
+    m = run.metrics[key]
     if m.value is None:
         return Card(label, None, f"n/a: {m.note or 'no reason recorded'}", key=key, source=m.source)
     return Card(label, metric_value(m), metric_spread(m), key=key, source=m.source, note=m.note)
@@ -81,8 +72,9 @@ def metrics_table(run: Run, keys: Sequence[str]) -> Table:
     return table(["figure", "value", "p10 – p90", "source", "note"], rows, num=(1, 2), cls="metrics")
 
 
-def _keys(run: Run, pred: Callable[[str], bool]) -> list[str]:
-    return [k for k in run.metrics if pred(k)]
+def _keys(run: Run, group: Group) -> list[str]:
+    """The run's figures of one catalogue group, in the run's order."""
+    return [k for k in run.metrics if group_of(k) == group]
 
 
 # ================================================================================================
@@ -207,7 +199,7 @@ def _pngs(run: Run, pred: Callable[[str, str], bool], used: Embedder) -> list[Pa
 
 def compute_parts(run: Run, used: Embedder) -> list[Part]:
     """MFU, FLOPs, peaks, and the roofline (PNG and table) when recorded."""
-    keys = [k for k in COMPUTE_KEYS if k in run.metrics] + _keys(run, lambda k: k.startswith(COMPUTE_PREFIXES))
+    keys = in_catalogue_order(_keys(run, "compute"))  # utilisations first
     parts: list[Part] = [metrics_table(run, keys)] if keys else []
     plots = _pngs(run, lambda role, name: "roofline" in role or "roofline" in name, used)
     parts += plots
@@ -235,7 +227,7 @@ def memory_parts(run: Run, used: Embedder) -> list[Part]:
                          "" if diff is None else f"{diff:+.1f}%", Cell(str(r.get("note") or ""), "note")])
         parts.append(table(["category", "measured", "estimated", "measured vs estimated", "note"], body,
                            num=(1, 2, 3), cls="memory"))
-    keys = _keys(run, lambda k: k.startswith("memory.") or k.startswith("kv_cache"))
+    keys = _keys(run, "memory")
     if keys:
         figures = metrics_table(run, keys)
         parts.append(Details("Memory figures", [figures]) if rows else figures)
@@ -246,7 +238,7 @@ def memory_parts(run: Run, used: Embedder) -> list[Part]:
 def energy_parts(run: Run) -> list[Part]:
     """Energy figures (n/a with the meter's reason) and the per-domain table."""
     total = run.metric("energy.total")
-    keys = _keys(run, lambda k: k.startswith("energy."))
+    keys = _keys(run, "energy")
     if not keys and not run.tables.get("energy"):
         return [Absent("energy was " + NOT_RECORDED)]
     parts: list[Part] = []
@@ -305,7 +297,7 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
     recs = advise(run, tf.facts)
     used = Embedder()
 
-    headline = Cards([_headline_card(run, k) for k in HEADLINE[run.mode]])
+    headline = Cards([_headline_card(run, slot) for slot in HEADLINE[run.mode]])
     if run.blocks:
         chart = block_chart_png(run)
         blocks: list[Part] = ([figure(chart, "Per-block time, stacked by phase")] if chart else []) + blocks_parts(run)

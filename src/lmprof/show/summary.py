@@ -8,23 +8,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from lmprof.record.catalogue import ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
-# The terminal shows these, in this order; run.json has every figure.
-HEADLINE = (
-    "step_time", "tokens_per_s", "ttft", "tpot", "decode_tokens_per_s", "e2e_latency", "prefill_tokens_per_s",
-    "mfu", "prefill.mfu", "decode.mfu", "decode.mbu", "flops.achieved", "peak.flops",
-    "profiled_step_time", "profiled_e2e_latency", "profiler_overhead", "loss", "params",
-    "world_size", "slowest_rank", "straggler", "tokens_per_s.global", "decode_tokens_per_s.global",
-    "memory.peak", "memory.estimated.peak", "memory.params", "memory.grads", "memory.optimizer",
-    "memory.activations", "memory.kv_cache", "kv_cache",
-    "energy.total", "energy.per_step", "energy.per_token", "energy.power.avg", "energy.flop_per_joule",
-    "energy.estimated.total", "energy.estimated.per_token",
-    # compiled runs: compilation apart from the steady-state figures above
-    "compile.time", "compile.dynamo_time", "compile.recompiles", "compile.graph_breaks",
-)
+# The terminal shows the catalogue's summary figures, in its order; run.json has every figure.
+HEADLINE = tuple(m.name for m in ranked("summary"))
 
 
 def metrics_table(run: Run) -> Table:

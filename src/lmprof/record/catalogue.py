@@ -1,0 +1,467 @@
+"""The metric catalogue: every figure lmprof writes into run.json, in one typed table.
+
+Each :class:`MetricSpec` says what a figure is (name as in run.json, unit, kind of source, how it is
+computed, which modes write it, when it is written only sometimes) and how the views use it (its
+label, whether a larger value is better, its place in the terminal summary, the report's headline
+cards, ``lmprof compare`` and the sweep results view). The summary, the report, ``compare``, the
+results store and docs/metrics.md all read this table instead of keeping lists of their own.
+
+Every figure lives in run.json at ``metrics["<name>"]`` (``value``, ``unit``, ``source``, ``note``, and
+``p10``/``p90``/``n`` where it is the median of repeated samples), and in a sweep's results store as
+one row of the ``metrics`` table with ``key = <name>``.
+
+``python -m lmprof.record.catalogue`` prints docs/metrics.md (``--write`` writes it).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # only the type: the catalogue stays importable without pydantic (the sweep store reads it)
+    from lmprof.record.run import Source
+
+Mode = Literal["train", "infer"]
+#: The group a figure is shown in by ``compare`` and the report's sections.
+Group = Literal["headline", "compute", "memory", "energy", "other"]
+
+TRAIN: tuple[Mode, ...] = ("train",)
+INFER: tuple[Mode, ...] = ("infer",)
+BOTH: tuple[Mode, ...] = ("train", "infer")
+
+# Conditions shared by many entries (said once, in the words the docs print).
+ENERGY = "a readable energy meter (RAPL, NVML, Apple); --energy auto (the default) writes only energy.total " \
+         "and the domains, n/a with the reason, when none is readable"
+METERED = "--energy auto (the default): n/a with the reason when no meter is readable"
+ESTIMATED_ENERGY = "--energy estimate (rated power x time, a model, not a measurement)"
+COMPILED = "--compile (torch.compile)"
+DISTRIBUTED = "a distributed run (--nproc > 1, torchrun): rank 0's merged record"
+DESCRIBED = "a model lmprof has formulas for (the built-in GPT or a described Hugging Face family)"
+MEM_ESTIMATE = f"{DESCRIBED}; training also needs optimizer adamw or sgd"
+COUNTED = "FlopCounterMode counted the step (a model lmprof has no formulas for, in lmprof run or the callbacks)"
+CALIBRATED = "the peak comes from `lmprof calibrate` on this machine"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One figure of run.json.
+
+    ``name`` with a ``<part>`` in it is a family (``energy.domain.<domain>``): every key that starts
+    with the text before ``<`` belongs to it. ``kind`` is the usual source; ``also`` lists the other
+    sources the figure may carry and ``also_when`` says when. ``condition`` is None when every run of
+    its ``modes`` writes the figure (perhaps as n/a with the reason), else it says when it is written.
+    The view ranks (``summary``, ``card``, ``compare``, ``view``) order the figures a view shows; None
+    keeps the figure out of that view (run.json and the report's "All figures" still have it).
+    Entries with the same ``card`` rank are alternatives: the first the run has is shown.
+    """
+
+    name: str
+    unit: str
+    kind: Source
+    label: str
+    how: str
+    modes: tuple[Mode, ...]
+    group: Group
+    higher_is_better: bool | None
+    also: tuple[Source, ...] = ()
+    also_when: str = ""
+    spread: bool = False  # the median of repeated samples: p10, p90 and n are set
+    condition: str | None = None
+    summary: int | None = None  # rank in the terminal summary's figures table
+    card: int | None = None  # rank among the report's headline cards
+    compare: int | None = None  # rank among compare's first rows
+    view: int | None = None  # rank among the columns of the results store's SQL view `results`
+    results_header: str | None = None  # header in `lmprof results`' terminal table (view figures only)
+    na_reason_from: str | None = None  # the figure whose n/a note says why this one is absent
+
+    @property
+    def family(self) -> bool:
+        """True for a pattern entry such as ``energy.domain.<domain>``."""
+        return "<" in self.name
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """Every source the figure may carry, the usual one first."""
+        return (self.kind, *self.also)
+
+    @property
+    def column(self) -> str:
+        """The figure's column in ``load_results`` and the SQL view (``step_time`` -> ``step_time_ms``)."""
+        return metric_column(self.name, self.unit)
+
+    def matches(self, key: str) -> bool:
+        """Whether run.json's ``key`` is this figure (a family matches every key under its prefix)."""
+        if not self.family:
+            return key == self.name
+        prefix = self.name.split("<", 1)[0]
+        return key.startswith(prefix) and len(key) > len(prefix)
+
+
+def _m(name: str, unit: str, kind: Source, label: str, how: str, modes: tuple[Mode, ...], group: Group,
+       higher: bool | None, **kw: object) -> MetricSpec:
+    return MetricSpec(name, unit, kind, label, how, modes, group, higher, **kw)  # type: ignore[arg-type]
+
+
+def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
+    """FLOPs, bytes, peaks and utilisations of one step (train, no prefix) or one inference phase."""
+    p = f"{prefix}." if prefix else ""
+    r = ranks
+    return [
+        _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
+           f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mfu", {})),
+        _m(f"{p}hfu", "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
+           f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("hfu", {})),
+        _m(f"{p}mbu", "%", "derived",
+           f"{prefix} bandwidth use (MBU)" if prefix else "MBU",
+           f"minimum bytes per {what} / time / peak bandwidth; n/a for counted FLOPs (no byte count)",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mbu", {})),
+        _m(f"{p}flops.model_per_step", "FLOP", "estimated", f"{prefix or 'step'} model FLOPs",
+           f"FLOPs the model mathematically needs per {what} (PaLM's 6N + 12·L·d·T per training token; "
+           "see docs/flops-and-roofline.md)", modes, "compute", None, also=("measured",), also_when=COUNTED,
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("flops.model_per_step", {})),
+        _m(f"{p}flops.hardware_per_step", "FLOP", "estimated", f"{prefix or 'step'} hardware FLOPs",
+           f"model FLOPs per {what} plus activation recomputation (equal to the model FLOPs without it)",
+           modes, "compute", None, also=("measured",), also_when=COUNTED, condition=f"{DESCRIBED}, or {COUNTED}"),
+        _m(f"{p}bytes.model_per_step", "B", "estimated", f"{prefix or 'step'} minimum bytes",
+           f"minimum bytes moved per {what}: the sum over blocks at the compute dtype's width", modes, "compute",
+           None, condition=DESCRIBED),
+        _m(f"{p}flops.achieved", "FLOP/s", "derived", f"{prefix or 'step'} achieved FLOP/s",
+           f"model FLOPs per {what} / its measured time", modes, "compute", True,
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("flops.achieved", {})),
+        _m(f"{p}peak.flops", "FLOP/s", "estimated", "device peak FLOP/s",
+           "the device's peak at the compute dtype: the peak table, CPU cores x clock, or a calibration",
+           modes, "compute", None, also=("measured",), also_when=CALIBRATED,
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("peak.flops", {})),
+        _m(f"{p}peak.bandwidth", "B/s", "estimated", "device peak bandwidth",
+           "the device's peak memory bandwidth: the peak table or a calibration", modes, "compute", None,
+           also=("measured",), also_when=CALIBRATED, condition=DESCRIBED),
+    ]
+
+
+def _energy(estimated: bool) -> list[MetricSpec]:
+    """The energy figures of one window: measured (``energy.*``) or estimated (``energy.estimated.*``)."""
+    p = "energy.estimated" if estimated else "energy"
+    meas: Source = "estimated" if estimated else "measured"
+    der: Source = "estimated" if estimated else "derived"
+    cond = ESTIMATED_ENERGY if estimated else ENERGY
+    est = " (estimated)" if estimated else ""
+    # Summary ranks: measured figures 320..360, estimated ones 370..380 (the summary shows fewer of them).
+    out = [
+        _m(f"{p}.total", "J", meas, f"energy{est}", "all counted domains over the clean window (idle included)",
+           BOTH, "energy", False, condition=METERED if not estimated else cond, summary=370 if estimated else 320),
+    ]
+    if not estimated:
+        out.append(_m(f"{p}.window", "s", "measured", "energy window", "length of the metered window", BOTH,
+                      "energy", False, condition=cond))
+    card = {"card": 90, "na_reason_from": f"{p}.total"}
+    out += [
+        _m(f"{p}.power.avg", "W", der, f"average power{est}", "total / window", BOTH, "energy", False,
+           condition=cond, **({} if estimated else {"summary": 350})),
+        _m(f"{p}.power.idle", "W", meas, f"idle power{est}", "idle baseline of the same domains, before the run",
+           BOTH, "energy", False, condition=cond),
+        _m(f"{p}.above_idle", "J", der, f"energy above idle{est}", "total - idle power x window", BOTH, "energy",
+           False, condition=cond),
+        _m(f"{p}.per_step", "J/step", der, f"energy per step{est}", "total / timed steps", TRAIN, "energy",
+           False, condition=cond, **({} if estimated else {"summary": 330})),
+        _m(f"{p}.per_generation", "J/generation", der, f"energy per generation{est}", "total / timed generations",
+           INFER, "energy", False, condition=cond, **({} if estimated else {"summary": 331})),
+        _m(f"{p}.per_token", "J/token", der, f"energy per token{est}", "total / tokens trained in the window",
+           TRAIN, "energy", False, condition=cond, summary=380 if estimated else 340, **card,
+           **({} if estimated else {"view": 110, "results_header": "J/token"})),
+        _m(f"{p}.per_generated_token", "J/generated token", der, f"energy per generated token{est}",
+           "total / tokens generated in the window", INFER, "energy", False, condition=cond,
+           summary=381 if estimated else 341, **card),
+        _m(f"{p}.flop_per_joule", "FLOP/J", der, f"FLOP per joule{est}", "model FLOPs in the window / total "
+           "(= FLOP/s per W)", BOTH, "energy", True, condition=f"{cond}; and a FLOP count",
+           **({} if estimated else {"summary": 360, "view": 120})),
+        _m(f"{p}.domain.<domain>", "J", meas, f"energy of one domain{est}",
+           "one meter domain over the window (e.g. energy.domain.gpu:0, energy.domain.cpu)", BOTH, "energy",
+           False, condition=METERED if not estimated else cond),
+    ]
+    return out
+
+
+_TRAIN_COSTS: dict[str, dict[str, object]] = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
+                "mfu": {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %"},
+                "hfu": {"compare": 110}, "mbu": {"compare": 120}}
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    # -- timing and throughput -------------------------------------------------------------------
+    _m("step_time", "ms", "measured", "step time (clean median)",
+       "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised",
+       TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms"),
+    _m("tokens_per_s", "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
+       TRAIN, "headline", True, spread=True, condition="lmprof run: needs the model's input shape",
+       summary=20, card=20, compare=20, view=20, results_header="tok/s"),
+    _m("tokens_per_step", "tokens", "derived", "tokens per step",
+       "batch x sequence length (x backward passes per step with gradient accumulation)", TRAIN, "other", None,
+       condition="lmprof run: needs the model's input shape"),
+    _m("ttft", "ms", "measured", "time to first token",
+       "median over the clean generations of the prefill (prompt forward and the first token's choice)",
+       INFER, "headline", False, spread=True, summary=30, card=10, compare=50, view=30, results_header="ttft ms"),
+    _m("tpot", "ms", "measured", "time per output token",
+       "median of every decode step's time (one forward after the first); n/a with one new token",
+       INFER, "headline", False, spread=True, summary=40, card=20, compare=60, view=40, results_header="tpot ms"),
+    _m("decode_tokens_per_s", "tokens/s", "derived", "decode throughput",
+       "batch x decode steps / decode time, per clean generation (median)", INFER, "headline", True, spread=True,
+       condition="more than one new token", summary=50, card=30, compare=70, view=50,
+       results_header="decode tok/s"),
+    _m("e2e_latency", "ms", "measured", "end-to-end latency", "median of the clean generations, whole generate call",
+       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60),
+    _m("prefill_tokens_per_s", "tokens/s", "derived", "prefill throughput",
+       "batch x prompt tokens / prefill time, per clean generation (median)", INFER, "headline", True, spread=True,
+       condition="lmprof run: needs the prompt's shape", summary=70, compare=80),
+    # -- compute: the training step, then the two inference phases --------------------------------
+    *_costs("", TRAIN, "training step", _TRAIN_COSTS),
+    *_costs("prefill", INFER, "prefill", {"mfu": {"summary": 90, "card": 50}}),
+    *_costs("decode", INFER, "decode phase (every decode step of a generation)",
+            {"mfu": {"summary": 100}, "mbu": {"summary": 110, "card": 60}}),
+    # -- the profiler and the workload -------------------------------------------------------------
+    _m("profiled_step_time", "ms", "measured", "profiled step time", "median of the steps run under torch.profiler",
+       TRAIN, "headline", False, spread=True, summary=140, compare=30),
+    _m("profiled_e2e_latency", "ms", "measured", "profiled generation latency",
+       "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150),
+    _m("profiler_overhead", "%", "derived", "profiler overhead",
+       "(profiled median - clean median) / clean median; n/a when no clean time was taken", BOTH, "headline",
+       None, summary=160, card=100, compare=40),
+    _m("loss", "nats/token", "measured", "loss", "the training loss of the last profiled step", TRAIN, "headline",
+       None, condition="lmprof train (the step returns its loss)", summary=170, card=110, compare=140, view=80),
+    _m("params", "count", "measured", "parameters", "sum of numel over model.parameters()", BOTH, "headline", None,
+       condition="lmprof run: needs the model", summary=180, compare=150, view=70),
+    # -- distributed --------------------------------------------------------------------------------
+    _m("world_size", "count", "measured", "ranks", "number of ranks that ran", BOTH, "other", None,
+       condition=DISTRIBUTED, summary=190),
+    _m("slowest_rank", "rank", "measured", "slowest rank", "rank with the highest median clean step (generation)",
+       BOTH, "other", None, condition=DISTRIBUTED, summary=200),
+    _m("straggler", "%", "derived", "straggler gap",
+       "(slowest rank's median - fastest rank's) / fastest rank's", BOTH, "other", None,
+       condition=DISTRIBUTED, summary=210),
+    _m("tokens_per_s.global", "tokens/s", "derived", "global throughput", "sum over ranks of each rank's tokens_per_s",
+       TRAIN, "other", True, condition=DISTRIBUTED, summary=220),
+    _m("decode_tokens_per_s.global", "tokens/s", "derived", "global decode throughput",
+       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230),
+    # -- memory -------------------------------------------------------------------------------------
+    _m("memory.peak", "B", "measured", "peak memory",
+       "peak allocated bytes of one warm-up step (CUDA allocator; on CPU model bytes + the step's net allocations)",
+       BOTH, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=240, card=70,
+       view=100, results_header="peak mem"),
+    _m("memory.estimated.peak", "B", "estimated", "estimated peak memory", "lmprof's memory model (docs/memory.md)",
+       BOTH, "memory", False, condition=MEM_ESTIMATE, summary=250),
+    _m("memory.params", "B", "measured", "parameter memory", "bytes of the parameters, storages counted once", BOTH,
+       "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=260),
+    _m("memory.estimated.params", "B", "estimated", "estimated parameter memory", "parameters x dtype width", BOTH,
+       "memory", False, condition=MEM_ESTIMATE),
+    _m("memory.grads", "B", "measured", "gradient memory", "bytes of every .grad after backward", TRAIN, "memory",
+       False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=270),
+    _m("memory.estimated.grads", "B", "estimated", "estimated gradient memory", "trainable parameters x grad width",
+       TRAIN, "memory", False, condition=MEM_ESTIMATE),
+    _m("memory.optimizer", "B", "measured", "optimizer state memory", "bytes of the optimizer.state tensors",
+       TRAIN, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=280),
+    _m("memory.estimated.optimizer", "B", "estimated", "estimated optimizer state memory",
+       "the optimizer's state per parameter (two fp32 moments for AdamW)", TRAIN, "memory", False,
+       condition=MEM_ESTIMATE),
+    _m("memory.activations", "B", "measured", "activation memory",
+       "allocated bytes at the end of the forward pass minus before it", TRAIN, "memory", False,
+       condition="lmprof run: needs a warm-up step lmprof saw begin", summary=290),
+    _m("memory.estimated.activations", "B", "estimated", "estimated activation memory",
+       "tensors saved for backward (Korthikanti et al. 2022, adapted) plus held logits", TRAIN, "memory", False,
+       condition=MEM_ESTIMATE),
+    _m("memory.kv_cache", "B", "measured", "KV cache memory", "bytes of the KV cache tensors", INFER, "memory", False,
+       condition="lmprof run: needs a warm-up generation lmprof saw begin", summary=300),
+    _m("memory.estimated.kv_cache", "B", "estimated", "estimated KV cache memory",
+       "2 x layers x kv_heads x head_dim x tokens x batch x width", INFER, "memory", False, condition=MEM_ESTIMATE),
+    _m("kv_cache", "B", "measured", "KV cache", "bytes of the cache tensors after a whole generation", INFER,
+       "memory", False, condition="a cache object lmprof can read (the built-in GPT, Hugging Face caches)",
+       summary=310, card=80),
+    _m("kv_cache.estimated", "B", "estimated", "estimated KV cache",
+       "2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes (0 without a cache)", INFER,
+       "memory", False, condition=DESCRIBED),
+    # -- energy -------------------------------------------------------------------------------------
+    *_energy(estimated=False),
+    *_energy(estimated=True),
+    # -- compilation ----------------------------------------------------------------------------------
+    _m("compile.time", "ms", "measured", "first call (compilation included)",
+       "the first step or generation by stopwatch, compilation included", BOTH, "other", False,
+       condition=f"{COMPILED}, with at least one warm-up step", summary=390),
+    _m("compile.dynamo_time", "ms", "measured", "dynamo compile time",
+       "sum of dynamo's own compile time over every frame and backward graph", BOTH, "other", False,
+       condition=COMPILED, summary=400),
+    _m("compile.compilations", "count", "measured", "compilations", "frames compiled, backward graphs included",
+       BOTH, "other", None, condition=COMPILED),
+    _m("compile.recompiles", "count", "measured", "recompilations", "compilations caused by a failed guard", BOTH,
+       "other", None, condition=COMPILED, summary=410),
+    _m("compile.graph_breaks", "count", "measured", "graph breaks", "distinct places the graph is split", BOTH,
+       "other", None, condition=COMPILED, summary=420),
+    _m("compile.after_warmup", "count", "measured", "compilations after warm-up",
+       "compilations in the measured and profiled windows", BOTH, "other", None, condition=COMPILED),
+    _m("compile.per_step", "compilations/step", "derived", "compilations per step",
+       "forward compilations per timed call after warm-up", BOTH, "other", None,
+       condition=f"{COMPILED}, with timed calls after warm-up"),
+    # -- sweeps ---------------------------------------------------------------------------------------
+    _m("noisy", "flag", "derived", "noisy run", "1 when the run's timing is not to be trusted as it stands "
+       "(run.json's top-level `noisy`; the note joins its `noise` reasons)", BOTH, "other", None,
+       condition="the sweep results store only: run.json keeps it as the top-level `noisy` field", view=130),
+)
+
+_BY_NAME = {m.name: m for m in CATALOGUE}
+_FAMILIES = tuple(m for m in CATALOGUE if m.family)
+
+
+def lookup(key: str) -> MetricSpec | None:
+    """The catalogue entry of run.json's metric ``key`` (a family's for ``energy.domain.gpu:0``); None if unknown."""
+    hit = _BY_NAME.get(key)
+    if hit is not None:
+        return hit
+    # The longest prefix first: energy.estimated.domain.x belongs to the estimated family.
+    for m in sorted(_FAMILIES, key=lambda m: -len(m.name)):
+        if m.matches(key):
+            return m
+    return None
+
+
+def ranked(view: Literal["summary", "card", "compare", "view"], mode: Mode | None = None) -> list[MetricSpec]:
+    """The entries a view shows, in its order (``mode``: only those that mode writes)."""
+    picked = [m for m in CATALOGUE if getattr(m, view) is not None and (mode is None or mode in m.modes)]
+    return sorted(picked, key=lambda m: getattr(m, view))
+
+
+def group_of(key: str) -> Group:
+    """The group of a figure; one the catalogue does not know goes by its name's prefix."""
+    spec = lookup(key)
+    if spec is not None:
+        return spec.group
+    if key.startswith(("memory.", "kv_cache")):
+        return "memory"
+    if key.startswith("energy."):
+        return "energy"
+    if key.startswith(("flops.", "peak.", "bytes.")):
+        return "compute"
+    return "other"
+
+
+def in_catalogue_order(keys: list[str]) -> list[str]:
+    """``keys`` with known figures first, in catalogue order, then unknown ones as given."""
+    rank = {m.name: i for i, m in enumerate(CATALOGUE)}
+
+    def pos(k: str) -> int:
+        spec = lookup(k)
+        return rank[spec.name] if spec is not None else len(rank)
+
+    return sorted(keys, key=pos)  # sorted is stable: a family's keys and unknown keys keep their order
+
+
+# -- the results store's column names -------------------------------------------------------------
+
+# Metric column suffix by unit: step_time (ms) -> step_time_ms, mfu (%) -> mfu_pct.
+_UNIT_SUFFIX = {
+    "ms": "ms", "s": "s", "%": "pct", "B": "bytes", "B/s": "bytes_per_s", "J": "j", "W": "w",
+    "FLOP": "flop", "FLOP/s": "flop_per_s",
+}
+
+
+def metric_column(key: str, unit: str) -> str:
+    """Column name of a metric: dots become underscores, plus a unit suffix where the unit is not in the name.
+
+    ``step_time`` (ms) -> ``step_time_ms``; ``mfu`` (%) -> ``mfu_pct``; ``memory.peak`` (B) ->
+    ``memory_peak_bytes``; ``tokens_per_s`` (tokens/s) stays; ``energy.per_token`` (J/token) ->
+    ``energy_per_token_j``.
+    """
+    base = re.sub(r"[^0-9a-zA-Z]+", "_", key).strip("_").lower()
+    suffix = _UNIT_SUFFIX.get(unit)
+    if suffix is None and unit.startswith("J/"):
+        suffix = "j"
+    if suffix is None or base.endswith("_" + suffix):
+        return base
+    return f"{base}_{suffix}"
+
+
+# -- docs/metrics.md ---------------------------------------------------------------------------------
+
+DOC_PATH = Path("docs") / "metrics.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _ranks(m: MetricSpec) -> str:
+    parts = [f"summary {m.summary}" if m.summary is not None else "",
+             f"card {m.card}" if m.card is not None else "",
+             f"compare {m.compare}" if m.compare is not None else "",
+             f"view {m.view}" if m.view is not None else ""]
+    return ", ".join(p for p in parts if p)
+
+
+_GROUP_TITLES = {"headline": "Timing, throughput and the workload", "compute": "FLOPs, peaks and utilisation",
+                 "memory": "Memory", "energy": "Energy", "other": "Distributed runs, compilation and sweeps"}
+
+
+def markdown() -> str:
+    """docs/metrics.md, generated from :data:`CATALOGUE` (tests check the checked-in file equals it)."""
+    lines = [
+        "# Metrics",
+        "",
+        "<!-- generated by `python -m lmprof.record.catalogue --write` from src/lmprof/record/catalogue.py;"
+        " do not edit -->",
+        "",
+        "Every figure lmprof writes into run.json, from one table in the code (`lmprof.record.catalogue`) that",
+        "the terminal summary, the report, `lmprof compare`, the sweep results store and this page all read.",
+        "",
+        "Where a figure is kept: run.json `metrics[\"<name>\"]` holds `value`, `unit`, `source` and `note`",
+        "(`value` null and the note saying why when the figure cannot be taken here), plus `p10`, `p90` and `n`",
+        "for a figure marked *spread* (the median of repeated samples). A sweep's `results.sqlite` has one row",
+        "per figure in its `metrics` table (`key` = the name) and the figures with a view rank as columns of",
+        "the view `results`; `load_results` names every figure's column as in the *column* field.",
+        "",
+        "- **kind**: `measured` (a clock or counter), `estimated` (a formula or model) or `derived` (arithmetic",
+        "  on measured figures); a second kind, when given, applies under the stated condition.",
+        "- **modes**: which runs write it; **written**: *always* (perhaps n/a with the reason) or the condition;",
+        "  *lmprof run: needs ...* means `lmprof train`/`infer` always write it and `lmprof run` (and the",
+        "  callbacks) when it could see what is named.",
+        "- **better**: which direction `lmprof compare` colours as an improvement (blank: neither).",
+        "- **views**: its rank in the terminal summary, the report's headline cards (one card per rank: the",
+        "  first figure of that rank the run has), `compare`'s first rows and the results view.",
+        "- `prefill.*` and `decode.*` are the inference phases' versions of the training step's compute",
+        "  figures; `energy.estimated.*` are `--energy estimate`'s versions of the measured energy figures.",
+        "",
+    ]
+    for group, title in _GROUP_TITLES.items():
+        lines += [f"## {title}", "",
+                  "| name | unit | kind | modes | label | how it is computed | written | better | views | column |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for m in CATALOGUE:
+            if m.group != group:
+                continue
+            kind = m.kind + (" (spread)" if m.spread else "")
+            if m.also:
+                kind += f"; {'/'.join(m.also)} when {m.also_when}"
+            better = {True: "higher", False: "lower", None: ""}[m.higher_is_better]
+            lines.append("| " + " | ".join(_cell(x) for x in (
+                f"`{m.name}`", f"`{m.unit}`", kind, "/".join(m.modes), m.label, m.how, m.condition or "always",
+                better, _ranks(m), f"`{m.column}`")) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print docs/metrics.md; ``--write [PATH]`` writes it (default: docs/metrics.md under the current folder)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    text = markdown()
+    if args and args[0] == "--write":
+        path = Path(args[1]) if len(args) > 1 else DOC_PATH
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+    if args and args[0] not in ("--markdown",):
+        print("usage: python -m lmprof.record.catalogue [--markdown | --write [PATH]]", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
