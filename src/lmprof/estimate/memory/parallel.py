@@ -73,7 +73,7 @@ class Parallel:
         if self.tp > 1:
             parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if self.sp else ""))
         if self.pp > 1:
-            parts.append(f"pipeline parallel {self.pp} (1F1B; {stage_layers(shape.n_layer, self.pp, 0)} layers on "
+            parts.append(f"pipeline parallel {self.pp} (1F1B, batch = one micro-batch; {stage_layers(shape.n_layer, self.pp, 0)} layers on "
                          f"the first stage, {stage_layers(shape.n_layer, self.pp, self.pp - 1)} on the last)")
         return ", ".join(parts)
 
