@@ -281,7 +281,7 @@ def test_cli_shows_the_plan_and_checks_the_per_device_peak(capsys: pytest.Captur
     code, out, _ = _run(capsys, *base, "--memory-gb", budget, "--tp", "4", "--sp")
     assert code == 0, out
     assert "plan: tensor parallel 4 + sequence parallel" in out
-    assert "1 data-parallel x 4 tensor-parallel x 1 pipeline = 4" in out
+    assert "devices: 1 data-parallel x 4 tensor-parallel x 1 pipeline = 4 devices" in out
     code, out, _ = _run(capsys, *base, "--memory-gb", budget)
     assert code == 1
     code, out, _ = _run(capsys, *base, "--memory-gb", budget, "--tp", "4", "--sp", "--json")

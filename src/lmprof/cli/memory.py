@@ -236,10 +236,9 @@ def memory(
                 "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return 0 if fits else 1
-    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at)
-    if est.plan or gpus > 1:
-        typer.echo(f"devices: {gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp}; "
-                   "every figure above is one device's")
+    devices = (f"{gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp} devices; "
+               "every figure is one device's") if gpus * tp * pp > 1 else ""
+    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at, devices)
     if best_context is not None:
         typer.echo(f"largest context that fits at batch {batch_size}: "
                    + (f"{best_context:,} tokens (model maximum {shape.block_size:,})" if best_context
@@ -273,7 +272,7 @@ def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant:
 
 
 def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: int, how: str, fits: bool, best: int,
-                  blocks: bool, estimate_at: Any) -> None:
+                  blocks: bool, estimate_at: Any, devices: str = "") -> None:
     mixed = est.dtype != "fp32" and est.param_dtype == "fp32"
     what = "train step" if est.mode == "train" else f"inference (KV cache of {est.kv_tokens} tokens)"
     opt = f", {est.optimizer} ({est.optimizer_impl})" if est.mode == "train" else ""
@@ -283,6 +282,8 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
     echo(f"regime: {est.regime}")
     for line in est.plan:
         echo(f"plan: {line}")
+    if devices:
+        echo(f"devices: {devices}")
     echo("")
     echo(f"  {'category':<13}{'bytes':>16}{'size':>12}{'at peak':>12}   note")
     for row in est.breakdown():

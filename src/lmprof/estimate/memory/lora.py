@@ -58,7 +58,8 @@ class Lora:
         what = "q, k, v, o" if self.targets == "attn" else "all layer linears (attention and MLP)"
         base = ("frozen base linears NF4 " + ("with double-quantized constants" if self.double_quant
                                               else "with fp32 constants")) if self.qlora else "frozen base weights"
-        return f"{'QLoRA' if self.qlora else 'LoRA'} rank {self.rank} on {what}; {base}"
+        return (f"{'QLoRA' if self.qlora else 'LoRA'} rank {self.rank} on {what}; {base}; gradients and optimizer "
+                "state for the adapters only")
 
 
 @dataclass(frozen=True)

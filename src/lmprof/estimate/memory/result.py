@@ -156,8 +156,9 @@ class MemoryEstimate:
     def _params_note(self) -> str:
         if not self.device_params or (self.device_params == self.n_params and not self.plan):
             return f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"
-        quant = " (base linears NF4)" if any(line.startswith("QLoRA") for line in self.plan) else ""
-        return f"{self.device_params:,} on this device{quant}, {_name_bytes(self.param_dtype)} each"
+        if any(line.startswith("QLoRA") for line in self.plan):
+            return f"{self.device_params:,} on this device: layer linears NF4, the rest {_name_bytes(self.param_dtype)}"
+        return f"{self.device_params:,} on this device, {_name_bytes(self.param_dtype)} each"
 
     def _optimizer_note(self) -> str:
         parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer",
