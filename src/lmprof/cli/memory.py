@@ -293,7 +293,9 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
              f"   {row['note']}")
     if blocks and est.mode == "train":
         echo("")
-        echo(f"  activations saved for backward, per layer (x{est.shape.n_layer}) then once "
+        layers = est.stage_layers or est.shape.n_layer
+        flight = f", x{est.in_flight} micro-batches" if est.in_flight > 1 else ""
+        echo(f"  activations saved for backward, per layer (x{layers}{flight}) then once "
              "(Korthikanti et al. 2022, adapted):")
         for it in est.items:
             if it.bytes:

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from lmprof.estimate.memory.infer import infer_estimate, infer_on_device
 from lmprof.estimate.memory.lora import Lora
-from lmprof.estimate.memory.parallel import Parallel
+from lmprof.estimate.memory.parallel import Parallel, counted as _n
 from lmprof.estimate.memory.params import causal_mask_bytes, param_parts
 from lmprof.estimate.memory.share import DeviceShare, device_share
 from lmprof.estimate.memory.train import train_estimate
@@ -110,6 +110,7 @@ def estimate_memory(
             params=share.param_bytes, buf=buf * share.layers // shape.n_layer, share=share, par=par,
         )
         est = replace(est, plan=plan_lines(shape, lora, par, share), device_params=share.params,
+                      stage_layers=share.layers, in_flight=share.in_flight,
                       layer_bytes=share.layer_bytes, layer_grad_bytes=share.trainable.layer_params * p_bytes)
         if best is None or est.peak > best.peak:
             best = est
@@ -165,9 +166,9 @@ def plan_lines(shape: ModelShape, lora: Lora | None, par: Parallel, share: Devic
     if lora is not None:
         lines.append(lora.describe())
     if not par.trivial:
-        lines.append(par.describe(shape))
+        lines.append(par.describe(shape, training=True))
         if par.pp > 1:
             where = "first" if share.first else "last"
-            lines.append(f"figures for the {where} pipeline stage ({share.layers} layers, {share.in_flight} "
-                         f"micro-batch{'es' if share.in_flight > 1 else ''} in flight), the stage with the higher peak")
+            lines.append(f"figures for the {where} pipeline stage ({_n(share.layers, 'layer')}, "
+                         f"{_n(share.in_flight, 'micro-batch')} in flight), the stage with the higher peak")
     return tuple(lines)

@@ -86,8 +86,9 @@ def infer_on_device(est: MemoryEstimate, shape: ModelShape, pp: ParamCounts, par
         peak = sum(at_peak.values())
         if first or peak > best.peak:
             where = ("first" if share.first else "last") + " pipeline stage, " if par.pp > 1 else ""
-            plan = (par.describe(shape), f"figures for the {where}one tensor-parallel rank; prefill temporaries "
-                    "counted whole (upper bound)")
+            rank = "one tensor-parallel rank" if par.tp > 1 else "one device"
+            plan = (par.describe(shape), f"figures for the {where}{rank}; prefill temporaries counted whole "
+                    "(upper bound)")
             best = replace(est, params=share.param_bytes, buffers=buf, kv_cache=kv, logits=logits, peak=peak,
                            at_peak=at_peak, moments={"prefill": peak}, parts={"prefill": dict(at_peak)}, plan=plan,
                            device_params=share.params)

@@ -68,14 +68,22 @@ class Parallel:
             if width % t:
                 raise ConfigError(f"--tp {t} must divide the MLP width ({name} {width})")
 
-    def describe(self, shape: ModelShape) -> str:
+    def describe(self, shape: ModelShape, training: bool = False) -> str:
+        """One line: the degrees, and for pipelines the layers on the first and last stage."""
         parts = []
         if self.tp > 1:
             parts.append(f"tensor parallel {self.tp}" + (" + sequence parallel" if self.sp else ""))
         if self.pp > 1:
-            parts.append(f"pipeline parallel {self.pp} (1F1B, batch = one micro-batch; {stage_layers(shape.n_layer, self.pp, 0)} layers on "
-                         f"the first stage, {stage_layers(shape.n_layer, self.pp, self.pp - 1)} on the last)")
+            schedule = "1F1B, batch = one micro-batch; " if training else ""
+            first, last = stage_layers(shape.n_layer, self.pp, 0), stage_layers(shape.n_layer, self.pp, self.pp - 1)
+            parts.append(f"pipeline parallel {self.pp} ({schedule}{counted(first, 'layer')} on the first stage, "
+                         f"{last} on the last)")
         return ", ".join(parts)
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 layer``, ``2 layers``, ``3 micro-batches``."""
+    return f"{count} {noun}{'' if count == 1 else ('es' if noun.endswith('h') else 's')}"
 
 
 def stage_layers(n_layer: int, pp: int, stage: int) -> int:

@@ -94,6 +94,9 @@ class MemoryEstimate:
     # One layer's parameter bytes on this device and its gradient bytes (ZeRO-3/FSDP gather one layer).
     layer_bytes: int = 0
     layer_grad_bytes: int = 0
+    # Layers on this device's pipeline stage (0: all) and the micro-batches whose activations it holds.
+    stage_layers: int = 0
+    in_flight: int = 1
 
     @property
     def trained(self) -> int:
