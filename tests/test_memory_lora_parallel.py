@@ -208,6 +208,26 @@ def test_pipeline_first_stage_holds_p_micro_batches() -> None:
     assert est.logits == 0  # the lm_head lives on the last stage
 
 
+def test_last_stage_reported_when_the_vocabulary_dominates() -> None:
+    big = ModelShape(n_layer=2, n_head=4, n_embd=GD, vocab_size=50_000, block_size=GP, family="gpt2")
+    t, p, s, b = 2, 2, 32, 2
+    g_layer = (2 * 2 * GD + (GD * 3 * GD + 3 * GD) // t + GD * GD // t + GD + (GD * 4 * GD + 4 * GD) // t
+               + 4 * GD * GD // t + GD)
+    est = estimate_memory(big, batch=b, seq_len=s, attention="sdpa", parallel=Parallel(tp=t, pp=p))
+    assert any("last pipeline stage" in line for line in est.plan)
+    assert est.device_params == g_layer + 2 * GD + (50_000 // t) * GD  # one layer, ln_f, its copy of the tied wte
+    assert est.logits == b * s * (50_000 // t) * 4
+
+
+def test_inference_per_rank_params_and_kv_cache() -> None:
+    t, b, s = 2, 3, 40
+    est = estimate_memory(LLAMA, batch=b, seq_len=s, mode="infer", attention="sdpa", parallel=Parallel(tp=t))
+    per_layer = 2 * D + (D * D + 2 * D * KV + D * D + 3 * D * F) // t
+    assert est.params == (2 * (V // t) * D + L * per_layer + D) * 4
+    assert est.kv_cache == 2 * L * (KVH // t) * (D // H) * s * b * 4  # keys and values of this rank's heads
+    assert est.logits == b * (V // t) * 4
+
+
 def test_no_plan_equals_the_plain_estimate_exactly() -> None:
     for shape, attention in ((LLAMA, "sdpa"), (GPT2, "sdpa"), (TINY, "math")):
         for kw in ({}, {"param_dtype": "bf16"}, {"dtype": "bf16"}):
