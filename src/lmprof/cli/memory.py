@@ -141,6 +141,14 @@ def memory(
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit or sgd (momentum)"),
     gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the work (see --shard)"),
     shard: str = typer.Option("ddp", "--shard", help="ddp, zero1, zero2, zero3 or fsdp"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (Megatron layout; per-device figures)"),
+    pp: int = typer.Option(1, "--pp", help="pipeline-parallel stages (1F1B; the stage with the higher peak)"),
+    sp: bool = typer.Option(False, "--sp/--no-sp", help="sequence parallelism on top of --tp"),
+    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="train LoRA adapters of this rank only"),
+    lora_targets: str = typer.Option("attn", "--lora-targets", help="attn (q, k, v, o) or all-linear (+ MLP)"),
+    qlora: bool = typer.Option(False, "--qlora", help="QLoRA: frozen base linears in 4-bit NF4 (needs --lora-rank)"),
+    double_quant: bool = typer.Option(True, "--double-quant/--no-double-quant",
+                                      help="QLoRA: 8-bit absmax constants (default) or fp32 ones"),
     checkpointing: bool = typer.Option(False, "--checkpointing/--no-checkpointing",
                                        help="train: full activation checkpointing (estimated, not validated)"),
     new_tokens: int = typer.Option(0, "--new-tokens", help="infer: generated tokens the KV cache also holds"),
@@ -195,12 +203,14 @@ def memory(
     plan_mode = choice(mode, MODES, f"mode must be 'train' or 'infer', got {mode!r}")
     plan_attention = choice(attention, ATTENTIONS, f"attention must be 'math' or 'sdpa', got {attention!r}")
     plan_shard = choice(shard, SHARDS, f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
+    lora, parallel = _plan(shape, lora_rank, lora_targets, qlora, double_quant, tp, pp, sp, plan_mode)
 
     def estimate_at(b: int) -> MemoryEstimate:
         return estimate_plan(shape, batch=b, seq_len=seq, mode=plan_mode, dtype=dtype, param_dtype=pdt,
                              attention=plan_attention, optimizer=optimizer, device_kind=kind, dropout=drop,
                              new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus, shard=plan_shard,
-                             weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing)
+                             weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing, lora=lora,
+                             parallel=parallel)
 
     est = estimate_at(batch_size)
     best = largest_fitting_batch(budget, estimate_at)
@@ -212,7 +222,8 @@ def memory(
         def peak_with_context(c: int) -> int:
             return estimate_plan(shape, batch=batch_size, seq_len=c, mode="infer", dtype=dtype, param_dtype=pdt,
                                  attention=plan_attention, device_kind=kind, new_tokens=new_tokens,
-                                 gpus=gpus, shard=plan_shard, weights=weights, kv_dtype=kv_dtype).peak
+                                 gpus=gpus, shard=plan_shard, weights=weights, kv_dtype=kv_dtype,
+                                 parallel=parallel).peak
 
         best_context = largest_fitting(budget, peak_with_context, shape.block_size - new_tokens)
     if as_json:
@@ -220,12 +231,14 @@ def memory(
 
         data = {"estimate": est.to_dict(), "model": label, "device": dev_name, "capacity": nominal,
                 "budget": budget, "budget_note": how, "fits": fits, "largest_batch": best,
-                "largest_context": best_context,
+                "largest_context": best_context, "devices": gpus * tp * pp,
                 "params_total": shape.n_params(), "params_active": shape.n_params(active=True),
                 "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return 0 if fits else 1
-    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at)
+    devices = (f"{gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp} devices; "
+               "every figure is one device's") if gpus * tp * pp > 1 else ""
+    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at, devices)
     if best_context is not None:
         typer.echo(f"largest context that fits at batch {batch_size}: "
                    + (f"{best_context:,} tokens (model maximum {shape.block_size:,})" if best_context
@@ -233,8 +246,33 @@ def memory(
     return 0 if fits else 1
 
 
+def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant: bool, tp: int, pp: int, sp: bool,
+          mode: str) -> tuple[Any, Any]:
+    """The LoRA plan (None without --lora-rank) and the parallel degrees, checked against the shape."""
+    from lmprof.estimate.memory.lora import LORA_TARGETS, Lora
+    from lmprof.estimate.memory.parallel import Parallel
+    from lmprof.config import choice
+
+    parallel = Parallel(tp=tp, pp=pp, sp=sp)
+    parallel.check(shape)
+    if rank is None:
+        if qlora:
+            raise ConfigError("--qlora needs --lora-rank R (the adapters' rank)")
+        if targets != "attn":
+            raise ConfigError("--lora-targets needs --lora-rank R")
+        return None, parallel
+    plan_targets = choice(targets, LORA_TARGETS, f"--lora-targets must be one of {', '.join(LORA_TARGETS)}, "
+                          f"got {targets!r}")
+    lora = Lora(rank=rank, targets=plan_targets, qlora=qlora, double_quant=double_quant)
+    lora.check(shape)
+    if mode != "train":
+        raise ConfigError("--lora-rank is for training (--mode train); for inference merge the adapters or use "
+                          "--weights int4")
+    return lora, parallel
+
+
 def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: int, how: str, fits: bool, best: int,
-                  blocks: bool, estimate_at: Any) -> None:
+                  blocks: bool, estimate_at: Any, devices: str = "") -> None:
     mixed = est.dtype != "fp32" and est.param_dtype == "fp32"
     what = "train step" if est.mode == "train" else f"inference (KV cache of {est.kv_tokens} tokens)"
     opt = f", {est.optimizer} ({est.optimizer_impl})" if est.mode == "train" else ""
@@ -242,6 +280,10 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
     echo(f"lmprof memory: {preset} ({est.n_params:,} params), {what}, batch {est.batch} x seq {est.seq_len}, "
          f"{est.dtype}{' autocast' if mixed else ''}, attention {est.attention}{opt}")
     echo(f"regime: {est.regime}")
+    for line in est.plan:
+        echo(f"plan: {line}")
+    if devices:
+        echo(f"devices: {devices}")
     echo("")
     echo(f"  {'category':<13}{'bytes':>16}{'size':>12}{'at peak':>12}   note")
     for row in est.breakdown():
@@ -251,7 +293,9 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
              f"   {row['note']}")
     if blocks and est.mode == "train":
         echo("")
-        echo(f"  activations saved for backward, per layer (x{est.shape.n_layer}) then once "
+        layers = est.stage_layers or est.shape.n_layer
+        flight = f", x{est.in_flight} micro-batches" if est.in_flight > 1 else ""
+        echo(f"  activations saved for backward, per layer (x{layers}{flight}) then once "
              "(Korthikanti et al. 2022, adapted):")
         for it in est.items:
             if it.bytes:

@@ -25,6 +25,8 @@ from lmprof.errors import ConfigError
 from lmprof.estimate.memory import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
+from lmprof.estimate.memory.lora import Lora
+from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
 
@@ -65,12 +67,16 @@ def estimate_plan(
     dropout: float | Dropout = 0.0,
     hold_logits: bool = False,
     checkpointing: bool = False,
+    lora: Lora | None = None,
+    parallel: Parallel | None = None,
 ) -> MemoryEstimate:
     """The per-GPU memory estimate of one configuration (see the module docstring).
 
     ``checkpointing`` (train): full activation checkpointing keeps only each layer's input (the
     residual stream) through the forward pass, and one layer's activations at a time while that
     layer's forward is re-run in backward. Estimated, not validated against a measured step.
+    ``lora`` and ``parallel`` (tensor/pipeline degrees) give one device's figures; ``gpus`` is then
+    the data-parallel degree the ZeRO/FSDP ``shard`` splits over (``gpus x tp x pp`` devices in all).
     """
     plan_optimizer = choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if shard not in SHARDS:
@@ -81,8 +87,9 @@ def estimate_plan(
     base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
     est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
                           attention=attention, optimizer=base_opt, device_kind=device_kind,
-                          dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits)
-    n = est.n_params
+                          dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits, lora=lora,
+                          parallel=parallel)
+    n = est.trained  # with LoRA only the adapters have optimizer state
     notes = list(est.notes)
     scale: dict[str, float] = {}
     new: dict[str, int] = {}
@@ -114,6 +121,8 @@ def estimate_plan(
         if shard in ("zero3", "fsdp"):
             scale["params"] = 1 / gpus
         notes.append(f"{shard} over {gpus} GPUs: per-GPU figures; batch is per GPU")
+    if checkpointing and parallel is not None and not parallel.trivial:
+        raise ConfigError("--checkpointing with --tp/--pp is not modelled yet: drop one of them")
     if checkpointing and mode == "train":
         per_layer = est.activations_per_layer
         once = est.activations - shape.n_layer * per_layer
@@ -142,8 +151,8 @@ def estimate_plan(
                 b = int(b * new[cat] / full[cat])
             out[cat] = int(b * scale.get(cat, 1.0))
         if shard in ("zero3", "fsdp") and gpus > 1:
-            p_bytes = dtype_bytes(est.param_dtype)
-            gathered = shape.layer_params() * p_bytes * (2 if mode == "train" and "grads" in cats else 1)
+            layer = est.layer_bytes or shape.layer_params() * dtype_bytes(est.param_dtype)
+            gathered = layer + (est.layer_grad_bytes or layer if mode == "train" and "grads" in cats else 0)
             out["temporaries"] = out.get("temporaries", 0) + gathered
         parts[moment] = out
     moments = {k: sum(v.values()) for k, v in parts.items()}
@@ -171,11 +180,14 @@ def _checkpointed_layers(shape: ModelShape, est: MemoryEstimate, kept: int) -> t
     bottom: one input + one layer recomputed, nearly every gradient. The larger of the two.
     """
     p_bytes = dtype_bytes(est.param_dtype)
+    g_layer = est.layer_grad_bytes or shape.layer_params() * p_bytes
     g_head = (shape.vocab_size * shape.n_embd + shape.norm_params()) * p_bytes
+    if est.trained != est.n_params:  # LoRA: the adapters' gradients only, no head
+        g_head = max(0, est.grads - shape.n_layer * g_layer)
     inputs = kept - (est.activations - shape.n_layer * est.activations_per_layer)  # L layer inputs
     once = kept - inputs
     top = (kept + est.activations_per_layer, g_head)
-    g_layers = (shape.n_layer - 1) * shape.layer_params() * p_bytes
+    g_layers = (shape.n_layer - 1) * g_layer
     bottom = (once + inputs // shape.n_layer + est.activations_per_layer, g_head + g_layers)
     return max(top, bottom, key=lambda t: t[0] + t[1])
 

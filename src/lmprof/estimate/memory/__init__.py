@@ -22,7 +22,9 @@ The package splits that job by part: ``result`` (the dataclasses and constants),
 and buffer counts), ``activations`` (the built-in GPT's saved tensors) and ``hf_activations`` (the
 Hugging Face families'), ``train`` and ``infer`` (the two modes' moments), ``estimate`` (the entry
 point and its checks), ``fits`` (the largest batch under a budget) and ``report`` (run-record metrics,
-the memory table, byte formatting). Every public name is re-exported here, so callers import from
+the memory table, byte formatting); ``lora`` (LoRA/QLoRA plans: adapter counts, NF4 bytes),
+``parallel`` (tensor/sequence/pipeline degrees, the activation split of Korthikanti et al.'s section
+4.2) and ``share`` (what one device holds under those plans). Every public name is re-exported here, so callers import from
 ``lmprof.estimate.memory`` as before.
 """
 from __future__ import annotations
@@ -43,6 +45,8 @@ from lmprof.estimate.memory.result import (
     OptimizerImpl,
 )
 from lmprof.estimate.memory.params import causal_mask_bytes
+from lmprof.estimate.memory.lora import LORA_TARGETS, Lora
+from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.memory.hf_activations import (
     HF_GPT2_LAYOUT,
     HF_ITEMIZED,
@@ -67,12 +71,15 @@ __all__ = [
     "HF_LLAMA_LAYOUT",
     "HF_OTHER_LAYOUTS",
     "INT64",
+    "LORA_TARGETS",
+    "Lora",
     "MODES",
     "MemoryEstimate",
     "MemoryItem",
     "Mode",
     "Optimizer",
     "OptimizerImpl",
+    "Parallel",
     "activation_items",
     "causal_mask_bytes",
     "estimate_memory",

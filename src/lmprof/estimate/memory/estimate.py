@@ -1,8 +1,13 @@
 """The entry point :func:`estimate_memory`: checks the configuration, then estimates training or inference."""
 from __future__ import annotations
 
-from lmprof.estimate.memory.infer import infer_estimate
+from dataclasses import replace
+
+from lmprof.estimate.memory.infer import infer_estimate, infer_on_device
+from lmprof.estimate.memory.lora import Lora
+from lmprof.estimate.memory.parallel import Parallel, counted as _n
 from lmprof.estimate.memory.params import causal_mask_bytes, param_parts
+from lmprof.estimate.memory.share import DeviceShare, device_share
 from lmprof.estimate.memory.train import train_estimate
 from lmprof.estimate.memory.result import (
     DTYPE_BYTES,
@@ -34,6 +39,8 @@ def estimate_memory(
     new_tokens: int = 0,
     hold_logits: bool = False,
     buffers: int | None = None,
+    lora: Lora | None = None,
+    parallel: Parallel | None = None,
 ) -> MemoryEstimate:
     """Estimate every category of memory for one training step or one inference run.
 
@@ -50,8 +57,21 @@ def estimate_memory(
     the (b, s, V) logits until it ends (``logits, loss = model(x, y)`` in the step's scope); lmprof's
     own train step keeps only the loss, so by default they die with the forward pass.
     ``buffers`` overrides the built-in GPT's causal-mask buffer size.
+
+    ``lora`` (training): only adapters train (:class:`~lmprof.estimate.memory.lora.Lora`, QLoRA: NF4
+    base linears). ``parallel``: tensor (+ sequence) and pipeline parallel degrees
+    (:class:`~lmprof.estimate.memory.parallel.Parallel`); the figures are then one device's, ``batch``
+    is the micro-batch, and with pipeline stages the estimate is the stage with the higher peak (the
+    first, holding ``pp`` micro-batches, or the last, holding the lm_head and the logits).
     """
     _validate(shape, batch, seq_len, mode, dtype, param_dtype, attention, optimizer, optimizer_impl, dropout, new_tokens)
+    par = parallel or Parallel()
+    par.check(shape)
+    if lora is not None:
+        lora.check(shape)
+        if mode != "train":
+            raise ConfigError("a LoRA/QLoRA plan is for training (--mode train); for inference merge the adapters "
+                              "or use --weights int4")
     if param_dtype != "fp32":
         dtype = param_dtype  # 16-bit parameters compute in their own dtype, no autocast
     pp = param_parts(shape)
@@ -68,13 +88,34 @@ def estimate_memory(
     kv_tokens = seq_len + new_tokens if mode == "infer" else 0
 
     if mode == "infer":
-        return infer_estimate(shape, pp, batch, seq_len, kv_tokens, dtype, param_dtype, attention, device_kind,
-                              regime, params, buf, autocast)
-    return train_estimate(
-        shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
-        optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights, device_kind=device_kind,
-        dropout=dropout, hold_logits=hold_logits, regime=regime, params=params, buf=buf,
-    )
+        est = infer_estimate(shape, pp, batch, seq_len, kv_tokens, dtype, param_dtype, attention, device_kind,
+                             regime, params, buf, autocast)
+        return est if par.trivial else infer_on_device(est, shape, pp, par, param_dtype)
+    if par.trivial and lora is None:
+        est = train_estimate(
+            shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
+            optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
+            device_kind=device_kind, dropout=dropout, hold_logits=hold_logits, regime=regime, params=params, buf=buf,
+        )
+        return replace(est, layer_bytes=shape.layer_params() * p_bytes, layer_grad_bytes=shape.layer_params() * p_bytes)
+    # One device's share: the first and the last pipeline stage are the candidates for the higher peak.
+    best: MemoryEstimate | None = None
+    for stage in sorted({0, par.pp - 1}):
+        share = device_share(shape, pp, par=par, lora=lora, stage=stage, param_dtype=param_dtype, dtype=dtype,
+                             batch=batch, seq_len=seq_len)
+        est = train_estimate(
+            shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
+            optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
+            device_kind=device_kind, dropout=dropout, hold_logits=hold_logits, regime=regime,
+            params=share.param_bytes, buf=buf * share.layers // shape.n_layer, share=share, par=par,
+        )
+        est = replace(est, plan=plan_lines(shape, lora, par, share), device_params=share.params,
+                      stage_layers=share.layers, in_flight=share.in_flight,
+                      layer_bytes=share.layer_bytes, layer_grad_bytes=share.trainable.layer_params * p_bytes)
+        if best is None or est.peak > best.peak:
+            best = est
+    assert best is not None
+    return best
 
 
 def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str, attention: str,
@@ -117,3 +158,17 @@ def _regime(dtype: str, param_dtype: str, master_weights: bool, mode: str) -> st
     if master_weights:
         return f"{param_dtype} parameters and gradients; fp32 master weights and fp32 moments in the optimizer"
     return f"{param_dtype} parameters, gradients and optimizer moments; no fp32 master copy"
+
+
+def plan_lines(shape: ModelShape, lora: Lora | None, par: Parallel, share: DeviceShare) -> tuple[str, ...]:
+    """What the per-device figures assume, one line each: the adapters, the parallel layout, the stage."""
+    lines = []
+    if lora is not None:
+        lines.append(lora.describe())
+    if not par.trivial:
+        lines.append(par.describe(shape, training=True))
+        if par.pp > 1:
+            where = "first" if share.first else "last"
+            lines.append(f"figures for the {where} pipeline stage ({_n(share.layers, 'layer')}, "
+                         f"{_n(share.in_flight, 'micro-batch')} in flight), the stage with the higher peak")
+    return tuple(lines)

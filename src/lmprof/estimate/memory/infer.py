@@ -1,7 +1,11 @@
 """Inference memory: parameters, the KV cache and one layer's prefill temporaries."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.memory.params import ParamCounts
+from lmprof.estimate.memory.share import device_share
 from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, FP32, Attention, MemoryEstimate, MemoryItem
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.sdpa_path import sdpa_path
@@ -60,3 +64,33 @@ def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int)
     latent (:meth:`ModelShape.kv_cache_elements`).
     """
     return shape.kv_cache_elements(tokens) * batch * dtype_bytes
+
+
+def infer_on_device(est: MemoryEstimate, shape: ModelShape, pp: ParamCounts, par: Parallel,
+                    param_dtype: str) -> MemoryEstimate:
+    """``est`` (the whole model's inference) as one tensor-parallel rank of the fuller pipeline stage holds it.
+
+    Parameters per rank and stage as in training; the KV cache holds the stage's layers and
+    ``kv_heads / tp`` heads; the last position's logits are vocabulary-parallel. The prefill
+    temporaries are left whole (an upper bound: the attention and MLP parts split by ``tp``).
+    """
+    best = est
+    first = True
+    for stage in sorted({0, par.pp - 1}):
+        share = device_share(shape, pp, par=par, lora=None, stage=stage, param_dtype=param_dtype, dtype=est.dtype,
+                             batch=est.batch, seq_len=est.seq_len)
+        kv = -(-est.kv_cache * share.layers // (shape.n_layer * par.tp))
+        logits = est.batch * share.vocab * DTYPE_BYTES[est.dtype] if share.last else 0
+        buf = est.buffers * share.layers // shape.n_layer
+        at_peak = {**est.at_peak, "params": share.param_bytes, "buffers": buf, "kv_cache": kv, "logits": logits}
+        peak = sum(at_peak.values())
+        if first or peak > best.peak:
+            where = ("first" if share.first else "last") + " pipeline stage, " if par.pp > 1 else ""
+            rank = "one tensor-parallel rank" if par.tp > 1 else "one device"
+            plan = (par.describe(shape), f"figures for the {where}{rank}; prefill temporaries counted whole "
+                    "(upper bound)")
+            best = replace(est, params=share.param_bytes, buffers=buf, kv_cache=kv, logits=logits, peak=peak,
+                           at_peak=at_peak, moments={"prefill": peak}, parts={"prefill": dict(at_peak)}, plan=plan,
+                           device_params=share.params)
+            first = False
+    return best

@@ -18,6 +18,9 @@ class ParamCounts:
     matmul_weights_per_layer: int
     linear_biases: int
     layer_params: int
+    layer_tensors: int = 0
+    norm_tensors: int = 0
+    layer_largest: int = 0  # the largest tensor inside one layer (qkv or the MLP's, all experts if 3-D)
 
 
 def param_parts(shape: ModelShape) -> ParamCounts:
@@ -36,8 +39,9 @@ def param_parts(shape: ModelShape) -> ParamCounts:
     layer_tensors = shape.norms_per_layer * norm_tensors + 2 * (1 + has_bias) + mlp_mats * (1 + has_bias)
     tensors = 1 + (1 if shape.pos == "learned" else 0) + (0 if shape.tied else 1)
     tensors += shape.n_layer * layer_tensors + norm_tensors
-    largest = max(v * d, d * (shape.q_dim + 2 * shape.kv_dim), f * d * (shape.n_experts or 1) if shape.family in (
-        "mixtral",) else f * d, shape.positions * d)
+    layer_largest = max(d * (shape.q_dim + 2 * shape.kv_dim), f * d * (shape.n_experts or 1) if shape.family in (
+        "mixtral",) else f * d)
+    largest = max(v * d, layer_largest, shape.positions * d)
     # The lm_head's weight is a matmul weight (tied or not); the token embedding is a lookup.
     return ParamCounts(
         total=shape.n_params(),
@@ -47,6 +51,9 @@ def param_parts(shape: ModelShape) -> ParamCounts:
         matmul_weights_per_layer=layer_w,
         linear_biases=shape.n_layer * layer_b,
         layer_params=shape.layer_params(),
+        layer_tensors=layer_tensors,
+        norm_tensors=norm_tensors,
+        layer_largest=layer_largest,
     )
 
 

@@ -85,6 +85,23 @@ class MemoryEstimate:
     # The attention kernel the estimate assumes: "fused" (sdpa's flash / memory-efficient kernels) or
     # "math" (scores and probabilities materialised: attention="math", or sdpa falling back to it).
     attention_path: str = "math"
+    # Parameters with gradients and optimizer state on this device (every parameter without a plan;
+    # the adapters with LoRA). 0 means n_params (estimates built before the field existed).
+    trainable_params: int = 0
+    # The LoRA / model-parallel plan one line each, and the elements one device stores (0: n_params).
+    plan: tuple[str, ...] = ()
+    device_params: int = 0
+    # One layer's parameter bytes on this device and its gradient bytes (ZeRO-3/FSDP gather one layer).
+    layer_bytes: int = 0
+    layer_grad_bytes: int = 0
+    # Layers on this device's pipeline stage (0: all) and the micro-batches whose activations it holds.
+    stage_layers: int = 0
+    in_flight: int = 1
+
+    @property
+    def trained(self) -> int:
+        """Parameters that get gradients and optimizer state on this device."""
+        return self.trainable_params or self.n_params
 
     @property
     def static(self) -> int:
@@ -112,13 +129,14 @@ class MemoryEstimate:
         a = self.at_peak
         rows: list[dict[str, Any]] = [
             {"category": "params", "bytes": self.params, "at_peak": a["params"],
-             "note": f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"},
+             "note": self._params_note()},
             {"category": "buffers", "bytes": self.buffers, "at_peak": a["buffers"], "note": "causal mask, bool, per layer"},
         ]
         if self.mode == "train":
             rows += [
                 {"category": "grads", "bytes": self.grads, "at_peak": a["grads"],
-                 "note": f"same dtype as the params ({self.param_dtype})"},
+                 "note": f"same dtype as the params ({self.param_dtype})" + (
+                     f", {self.trained:,} trainable" if self.trained != self.n_params else "")},
                 {"category": "optimizer", "bytes": self.optimizer_state, "at_peak": a["optimizer"],
                  "note": self._optimizer_note()},
                 {"category": "activations", "bytes": self.activations, "at_peak": a["activations"],
@@ -137,6 +155,13 @@ class MemoryEstimate:
                      "note": f"extra at the peak moment ({self.peak_at})"})
         rows.append({"category": "peak", "bytes": self.peak, "at_peak": self.peak, "note": self.peak_at})
         return rows
+
+    def _params_note(self) -> str:
+        if not self.device_params or (self.device_params == self.n_params and not self.plan):
+            return f"{self.n_params:,} x {_name_bytes(self.param_dtype)}"
+        if any(line.startswith("QLoRA") for line in self.plan):
+            return f"{self.device_params:,} on this device: layer linears NF4, the rest {_name_bytes(self.param_dtype)}"
+        return f"{self.device_params:,} on this device, {_name_bytes(self.param_dtype)} each"
 
     def _optimizer_note(self) -> str:
         parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer",

@@ -13,6 +13,8 @@ from lmprof.estimate.memory.result import (
     Optimizer,
     OptimizerImpl,
 )
+from lmprof.estimate.memory.parallel import Parallel, split_items
+from lmprof.estimate.memory.share import DeviceShare
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.sdpa_path import sdpa_path
@@ -22,24 +24,40 @@ def train_estimate(
     shape: ModelShape, pp: ParamCounts, *, batch: int, seq_len: int, dtype: str, param_dtype: str,
     attention: Attention, optimizer: Optimizer, optimizer_impl: OptimizerImpl, master_weights: bool,
     device_kind: str, dropout: float | Dropout, hold_logits: bool, regime: str, params: int, buf: int,
+    share: DeviceShare | None = None, par: Parallel | None = None,
 ) -> MemoryEstimate:
     """One training step: the peak of the end of forward, the loss gradient, backward through the layers
-    and the optimizer step (``dtype`` already resolved to the compute dtype)."""
+    and the optimizer step (``dtype`` already resolved to the compute dtype).
+
+    ``share`` (with ``par``): what one device holds under a LoRA plan and tensor/pipeline
+    parallelism (:func:`lmprof.estimate.memory.share.device_share`); ``pp`` then stays the whole
+    model's counts and ``params`` the device's parameter bytes.
+    """
     p_bytes = DTYPE_BYTES[param_dtype]
     autocast = dtype != "fp32" and param_dtype == "fp32"
+    par = par or Parallel()
+    tr = share.trainable if share is not None else pp  # what has gradients and optimizer state here
 
     # Static training state.
-    grads = pp.total * p_bytes
-    opt_state, master, state_bytes = _optimizer_state(pp, optimizer, master_weights, param_dtype)
+    grads = tr.total * p_bytes
+    opt_state, master, state_bytes = _optimizer_state(tr, optimizer, master_weights, param_dtype)
 
     items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
+    if share is not None:
+        items = split_items(items, par) + list(share.adapter_items)
+        # A pipeline stage keeps the embedding's tensors (first) or the head's and the loss's (last).
+        items = [i for i in items if i.per_layer or (share.first if i.block == "embedding" else share.last)]
     drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
     path = sdpa_path(device_kind, dtype, drops.attention) if attention == "sdpa" else "math"
     per_layer = sum(i.bytes for i in items if i.per_layer)
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
-    activations = shape.n_layer * per_layer + once
-    b, s, v = batch, seq_len, shape.vocab_size
-    logits = b * s * v * DTYPE_BYTES[dtype]  # the lm_head's output dtype
+    layers = share.layers if share is not None else shape.n_layer
+    in_flight = share.in_flight if share is not None else 1
+    activations = in_flight * (layers * per_layer + once)
+    b, s = batch, seq_len
+    v = share.vocab if share is not None else shape.vocab_size  # vocabulary-parallel lm_head rows
+    last = share is None or share.last
+    logits = b * s * v * DTYPE_BYTES[dtype] if last else 0  # the lm_head's output dtype
     held = logits if hold_logits else 0  # what is left of them after the forward pass
     lp_bytes = FP32 if param_dtype == "fp32" else p_bytes
 
@@ -48,18 +66,23 @@ def train_estimate(
     if autocast:
         # The autocast cache holds 16-bit copies of every linear bias too while forward runs, and
         # cross-entropy first casts the 16-bit logits to fp32.
-        fwd_extra = pp.linear_biases * 2 + b * s * v * FP32
-    loss_grads = 2 * b * s * v * lp_bytes  # d(log-probs) from nll_loss, then d(logits) from log_softmax
-    opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, pp, state_bytes)
-    bwd_acts, bwd_grads, bwd_temp = _backward_layers(shape, pp, items, batch, seq_len, dtype, param_dtype, attention)
+        biases = share.linear_biases if share is not None else pp.linear_biases
+        fwd_extra = biases * 2 + (b * s * v * FP32 if last else 0)
+    # d(log-probs) from nll_loss, then d(logits) from log_softmax
+    loss_grads = 2 * b * s * v * lp_bytes if last else 0
+    opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, tr, state_bytes)
+    bwd_acts, bwd_grads, bwd_temp = _backward_layers(shape, pp, items, batch, seq_len, dtype, param_dtype, attention,
+                                                     share)
     static = {"params": params, "buffers": buf, "optimizer": opt_state}
+    # Pipeline stages accumulate gradients over micro-batches: they live through the whole step.
+    early = {"grads": grads} if share is not None and share.persistent_grads else {}
     parts = {
         # While the loss is computed the logits are alive whether or not the step keeps them.
-        "end of forward": {**static, "activations": activations, "logits": logits, "temporaries": fwd_extra},
-        "backward (loss gradient)": {**static, "activations": activations, "logits": held,
+        "end of forward": {**static, **early, "activations": activations, "logits": logits, "temporaries": fwd_extra},
+        "backward (loss gradient)": {**static, **early, "activations": activations, "logits": held,
                                      "temporaries": loss_grads},
-        "backward (layers)": {**static, "activations": bwd_acts, "grads": bwd_grads, "logits": held,
-                              "temporaries": bwd_temp},
+        "backward (layers)": {**static, "activations": bwd_acts, "grads": grads if early else bwd_grads,
+                              "logits": held, "temporaries": bwd_temp},
         "optimizer step": {**static, "grads": grads, "logits": held, "temporaries": opt_temp},
     }
     moments = {name: sum(p.values()) for name, p in parts.items()}
@@ -76,6 +99,7 @@ def train_estimate(
         kv_cache=0,
         temporaries=temporaries, peak=peak, peak_at=peak_at, moments=moments, at_peak=at_peak,
         items=tuple(items), notes=_notes(drops, attention, path, device_kind), attention_path=path, parts={k: {c: int(b) for c, b in v.items()} for k, v in parts.items()},
+        trainable_params=tr.total,
     )
 
 
@@ -95,7 +119,7 @@ def _optimizer_state(pp: ParamCounts, optimizer: str, master_weights: bool, para
 
 def _backward_layers(
     shape: ModelShape, pp: ParamCounts, items: list[MemoryItem], batch: int, seq_len: int, dtype: str,
-    param_dtype: str, attention: Attention,
+    param_dtype: str, attention: Attention, share: DeviceShare | None = None,
 ) -> tuple[int, int, int]:
     """(activations, gradients, temporaries) alive at the higher end of backward through the layers.
 
@@ -107,29 +131,40 @@ def _backward_layers(
     p_bytes = DTYPE_BYTES[param_dtype]
     per_layer = sum(i.bytes for i in items if i.per_layer)
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
-    b, s, v = batch, seq_len, shape.vocab_size
+    b, s = batch, seq_len
     head_once = sum(i.bytes for i in items if not i.per_layer and i.block in ("ln_f", "lm_head", "loss"))
     rest_once = once - head_once
-    g_head = (v * shape.n_embd + shape.norm_params()) * p_bytes
-    g_layer = pp.layer_params * p_bytes
+    t = share.tp if share is not None else 1
+    seq_split = t if share is not None and share.sp else 1
+    if share is None:
+        g_head = (shape.vocab_size * shape.n_embd + shape.norm_params()) * p_bytes
+        g_layer, proj_grad, n, in_flight = pp.layer_params * p_bytes, shape.n_embd * shape.ffn, shape.n_layer, 1
+    else:
+        g_head, g_layer = share.head * p_bytes, share.trainable.layer_params * p_bytes
+        proj_grad, n, in_flight = share.proj_grad, share.layers, share.in_flight
     e_act = DTYPE_BYTES[dtype]
     r_act = FP32 if param_dtype == "fp32" else p_bytes
-    bwd_temp = b * s * shape.n_embd * r_act + b * s * shape.ffn * e_act + shape.n_embd * shape.ffn * p_bytes
+    # The residual gradient (split along the sequence with SP), the MLP's hidden gradient (split by
+    # TP) and the output projection's weight gradient (an adapter's only, with LoRA).
+    bwd_temp = (b * s * shape.n_embd * r_act // seq_split + b * s * shape.ffn * e_act // t
+                + proj_grad * p_bytes)
     if shape.family == "gpt2" and attention == "sdpa":
         # Hugging Face GPT-2's composite tanh GELU: its backward holds one more d_ff-wide gradient
         # next to the incoming one (seen on the CPU allocation timeline).
-        bwd_temp += b * s * shape.ffn * e_act
-    if shape.family == "mixtral":
+        bwd_temp += b * s * shape.ffn * e_act // t
+    if shape.family == "mixtral" and (share is None or share.lora is None):
         # Mixtral's experts are 3-D weights: backward builds each expert's weight gradient apart and
         # writes it into the layer's 3-D gradient, which exists before the layer's backward ends. Both
         # are counted, an upper bound: measured CPU peaks are 3-5% below it (tests/test_models.py),
         # where leaving them out put the estimate 7-9% under (a fit check would over-promise).
-        bwd_temp += 2 * shape.n_experts * shape.expert_params() * p_bytes
-    layers_top = shape.n_layer * per_layer
-    layers_bottom = per_layer + (shape.n_layer - 1) * g_layer
+        bwd_temp += 2 * shape.n_experts * shape.expert_params() * p_bytes // t
+    # The other micro-batches in flight on this stage keep all their activations meanwhile.
+    others = (in_flight - 1) * (n * per_layer + once)
+    layers_top = n * per_layer
+    layers_bottom = per_layer + (n - 1) * g_layer
     top_is_higher = layers_top >= layers_bottom
-    return ((shape.n_layer if top_is_higher else 1) * per_layer + rest_once,
-            g_head + (0 if top_is_higher else (shape.n_layer - 1) * g_layer), bwd_temp)
+    return (others + (n if top_is_higher else 1) * per_layer + rest_once,
+            g_head + (0 if top_is_higher else (n - 1) * g_layer), bwd_temp)
 
 
 def _notes(drops: Dropout, attention: str, path: str, device_kind: str) -> tuple[str, ...]:
