@@ -3,7 +3,9 @@
 A spec names lists (``models``, ``batch_sizes``, ``seq_lens``, ``devices``, ``dtypes``, ``compile``,
 ``attention``, ``modes``); the sweep is their Cartesian product, minus the points that match an
 ``exclude`` rule, each point repeated ``repeats`` times. Scalars (``steps``, ``warmup``, ...) apply to
-every point. See docs/sweeps.md for the reference.
+every point. A ``models`` entry is a preset, dimensions on a preset, or a Hugging Face architecture
+(``hf_config``, what ``lmprof train --hf-config`` takes). A spec with ``script:`` is a sweep over a
+user's script instead (:mod:`lmprof.sweep.script`). See docs/sweeps.md for the reference.
 
 Every problem is one :class:`ConfigError` line naming the key, e.g.
 ``quick.yaml: batch_sizes: must not be empty``.
