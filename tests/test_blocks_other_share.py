@@ -115,15 +115,15 @@ def test_attention_core_and_residual_rows(model_type: str, work: Path) -> None:
 
 
 # Measured on the shared 2-core CPU this was written on (other agents' tests running beside it), best of
-# three rounds: OPT 6.9%, Falcon 6.5%, GPT-BigCode 19.9%, Mixtral 5.2%, nanoGPT 9.4%; single rounds
-# ranged from 3% to 60%. Which time is `other`: in the forward phase, almost none of it is operators
+# three rounds, two sessions: OPT 6.9% / 11.3%, Falcon 6.5% / 15.4%, GPT-BigCode 19.9% / 12.5%, Mixtral
+# 5.2% / 8.6%, nanoGPT 9.4% / 15.3%; single rounds ranged from 3% to 60%. Which time is `other`: in the forward phase, almost none of it is operators
 # (the loss and the causal-mask glue, well under 1%); 10-20% of the forward is Python between the
 # modules of the model's own top-level forward (transformers' mask building, output classes; nanoGPT's
 # position add and loss) and the scheduler's preemptions, which land there; backward `other` is the
 # autograd engine's time between nodes and the nodes of that glue. No module rule claims it wrongly,
 # so nothing was changed. It shrinks with the step: 2-layer, 256-wide configs at batch 8 x 64 tokens
 # measured 1.1-4.7% (too slow for this suite on a CPU: about a minute a run here).
-@pytest.mark.xfail(reason="tiny steps on a busy CPU: other measured 5-20% (see the comment above)", strict=False)
+@pytest.mark.xfail(reason="tiny steps on a busy CPU: other measured 5-30% (see the comment above)", strict=False)
 @pytest.mark.parametrize("model_type", [*TINY, "nanogpt"])
 def test_other_under_5_percent_of_the_step(model_type: str, work: Path) -> None:
     shares = []
