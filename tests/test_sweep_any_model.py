@@ -143,8 +143,7 @@ def test_sweep_over_a_user_script_records_failures_and_resumes(tmp_path: Path) -
     assert summary.counts == {"error": 1, "ok": 1}
     rows = _rows(out)
     bad, good = rows["train toy --batch_size=3 --block_size=8"], rows["train toy --batch_size=2 --block_size=8"]
-    assert bad["status"] == "error" and "exited with code 1" in str(bad["message"])
-    assert "ValueError: boom at batch 3" in str(bad["message"])
+    assert bad["message"] == "the script exited with code 1: ValueError: boom at batch 3"  # its exception, no traceback
     assert good["status"] == "ok" and good["message"] is None
     # the script received every argument as one argv element, the odd string untouched by any shell
     fixed = ["--record", str(tmp_path / "argv.jsonl"), "--tag", ODD, "--fail_if", str(tmp_path / "fail")]
@@ -232,3 +231,23 @@ def test_shipped_script_spec_is_valid() -> None:
         os.chdir(old)
     assert len(plan.points) == 4 and all(p.batch_size > 0 and p.seq_len > 0 for p in plan.points)
     assert sys.executable  # the points run `python -m lmprof run` with the sweep's own interpreter
+
+
+def test_a_changed_script_spec_never_merges_into_recorded_points(tmp_path: Path) -> None:
+    from lmprof.errors import DataError
+    from lmprof.record.store import Store
+
+    script = tmp_path / "t.py"
+    script.write_text("")
+    base = {"script": str(script), "args": {"--batch_size": [2]}, "fixed_args": ["--lr", "0.1"]}
+    first = parse_spec(base).expand().points
+    with Store(tmp_path / "results.sqlite") as store:
+        store.plan(first, "{}")
+        store.mark_running(first[0].id, "runs/x", "now")
+        store.finish(first[0].id, "ok", None, "now", 1.0)
+        changed = parse_spec({**base, "fixed_args": ["--lr", "0.2"]}).expand().points
+        assert changed[0].label == first[0].label and changed[0].id != first[0].id
+        with pytest.raises(DataError, match=r"another configuration \(argv: \['--lr', '0\.1'"):
+            store.plan(changed, "{}")  # the same label, another configuration: refused, nothing merged
+        store.plan(first, "{}")  # the unchanged spec plans the same point again
+        assert store.statuses() == {first[0].id: "ok"}

@@ -288,13 +288,20 @@ class ScriptFailed(LmprofError):
 
 
 def _last_line(log: Path, skip: int) -> str | None:
-    """The last non-empty line the point's ``lmprof run`` wrote to the log (after byte ``skip``)."""
+    """What the point's ``lmprof run`` said last in the log (after byte ``skip``): the exception line of
+    the last traceback (``ValueError: boom``) when there is one, else its last non-empty line."""
     if not log.is_file():
         return None
     with log.open("rb") as fh:
         fh.seek(max(skip, log.stat().st_size - 64 * 1024))
-        lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else None
+        lines = [ln.rstrip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")]
+    if starts:
+        # A traceback's frames are indented; its first unindented line after them is the exception.
+        raised = [ln for ln in lines[starts[-1] + 1:] if not ln[:1].isspace()]
+        if raised:
+            return raised[0][:300]
+    return lines[-1].strip()[:300] if lines else None
 
 
 def run_script_point(point: ScriptPoint, run_dir: Path) -> None:
