@@ -28,7 +28,7 @@ def run(
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "once the script ends (repeatable; offline: docs/trackers.md)"),
     verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines around lmprof's profiler windows"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks)"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks, sweep points)"),
 ) -> int:
     """Profile your own training (or, with --infer, generation) script, unchanged: warm-up, clean
     timed steps, then a profiled window attributed per block, written as a run folder. The script's
@@ -79,6 +79,8 @@ def run(
             raise ConfigError("under torchrun, use lmprof run --nproc N (it launches torchrun itself)")
         spec.run_dir, spec.verbose, spec.report = run_dir / f"rank{rank}", False, False
         spec.config.update(rank=rank, world_size=world_size)
+    elif run_dir is not None:  # one process with an exact folder: a sweep point's runs/<id> (sweep/script.py)
+        spec.run_dir = run_dir
     result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lmprof.sweep.runner import Outcome, SweepSummary
-from lmprof.sweep.spec import Point
+from lmprof.sweep.spec import AnyPoint
 
 _STYLE = {"ok": "green", "oom": "magenta", "timeout": "yellow", "error": "red"}
 
@@ -73,12 +73,12 @@ class ConsoleProgress:
         self.task = self.progress.add_task("sweep", total=max(todo, 1), current="starting", counts="", left="")
         self._update("starting")
 
-    def point_started(self, point: Point, index: int) -> None:
+    def point_started(self, point: AnyPoint, index: int) -> None:
         """Show the point now running."""
         self.t_point = time.monotonic()
         self._update(point.label)
 
-    def point_finished(self, point: Point, outcome: Outcome, headline: str) -> None:
+    def point_finished(self, point: AnyPoint, outcome: Outcome, headline: str) -> None:
         """Print the point's line and advance the bar."""
         self.times.append(time.monotonic() - self.t_point)
         if outcome.status == "ok":

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from lmprof.errors import LmprofError
 from lmprof.sweep.runner import Outcome, _now, run_point
-from lmprof.sweep.spec import Point
+from lmprof.sweep.spec import AnyPoint, parse_point
 
 
 def _ray() -> Any:
@@ -25,7 +25,7 @@ def _ray() -> Any:
     return ray
 
 
-def resources_for(point: Point, cluster_has_gpu: bool) -> dict[str, float]:
+def resources_for(point: AnyPoint, cluster_has_gpu: bool) -> dict[str, float]:
     """What Ray must reserve for a point: a GPU for CUDA points (and for ``auto`` on a cluster with
     GPUs, where auto will pick one), else one CPU."""
     wants_gpu = point.device.startswith("cuda") or (point.device == "auto" and cluster_has_gpu)
@@ -33,7 +33,7 @@ def resources_for(point: Point, cluster_has_gpu: bool) -> dict[str, float]:
 
 
 def _task(point_json: str, run_dir: str, timeout_s: float, python: str) -> Outcome:
-    return run_point(Point.model_validate_json(point_json), Path(run_dir), timeout_s, python)
+    return run_point(parse_point(point_json), Path(run_dir), timeout_s, python)
 
 
 class RayExecutor:
@@ -44,8 +44,8 @@ class RayExecutor:
         self.init_kwargs = init_kwargs or {}
 
     def run(
-        self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
-    ) -> Iterator[tuple[Point, Outcome]]:
+        self, jobs: list[tuple[AnyPoint, Path]], timeout_s: float, python: str, on_start: Callable[[AnyPoint], None]
+    ) -> Iterator[tuple[AnyPoint, Outcome]]:
         ray = _ray()
         started_here = not ray.is_initialized()
         if started_here:
@@ -57,7 +57,7 @@ class RayExecutor:
                                   f"{str(exc).splitlines()[0]}") from None
         remote = ray.remote(_task)
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
-        pending: dict[Any, Point] = {}
+        pending: dict[Any, AnyPoint] = {}
         try:
             for point, run_dir in jobs:
                 ref = remote.options(**resources_for(point, has_gpu)).remote(

@@ -24,7 +24,7 @@ from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import forked, worker
 from lmprof.sweep.lock import sweep_lock, wait_point_free
-from lmprof.sweep.spec import Plan, Point, SweepSpec
+from lmprof.sweep.spec import AnyPoint, AnySpec, Plan
 
 RUNS_DIR = "runs"
 FORKSERVER = "forkserver"  # each worker forked from a server with torch imported (sweep/forked.py)
@@ -64,8 +64,8 @@ class SweepListener(Protocol):
     """What the runner reports while it works (the CLI draws a progress bar from it)."""
 
     def begin(self, total: int, todo: int, skipped_ok: int) -> None: ...
-    def point_started(self, point: Point, index: int) -> None: ...
-    def point_finished(self, point: Point, outcome: Outcome, headline: str) -> None: ...
+    def point_started(self, point: AnyPoint, index: int) -> None: ...
+    def point_finished(self, point: AnyPoint, outcome: Outcome, headline: str) -> None: ...
     def end(self, summary: SweepSummary) -> None: ...
 
 
@@ -75,10 +75,10 @@ class QuietListener:
     def begin(self, total: int, todo: int, skipped_ok: int) -> None:
         pass
 
-    def point_started(self, point: Point, index: int) -> None:
+    def point_started(self, point: AnyPoint, index: int) -> None:
         pass
 
-    def point_finished(self, point: Point, outcome: Outcome, headline: str) -> None:
+    def point_finished(self, point: AnyPoint, outcome: Outcome, headline: str) -> None:
         pass
 
     def end(self, summary: SweepSummary) -> None:
@@ -169,7 +169,7 @@ def start_worker(point_json: Path, run_dir: Path, log: IO[bytes], python: str = 
     )
 
 
-def run_point(point: Point, run_dir: Path, timeout_s: float, python: str = sys.executable,
+def run_point(point: AnyPoint, run_dir: Path, timeout_s: float, python: str = sys.executable,
               start: str = SUBPROCESS) -> Outcome:
     """Run one point in a worker process, killed after ``timeout_s``; never raises for the point's failure.
 
@@ -215,8 +215,8 @@ class Executor(Protocol):
     """Where sweep points run. ``run`` yields (point, outcome) as each finishes, in any order."""
 
     def run(
-        self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
-    ) -> Iterator[tuple[Point, Outcome]]: ...
+        self, jobs: list[tuple[AnyPoint, Path]], timeout_s: float, python: str, on_start: Callable[[AnyPoint], None]
+    ) -> Iterator[tuple[AnyPoint, Outcome]]: ...
 
 
 class LocalExecutor:
@@ -230,8 +230,8 @@ class LocalExecutor:
         self.start = start
 
     def run(
-        self, jobs: list[tuple[Point, Path]], timeout_s: float, python: str, on_start: Callable[[Point], None]
-    ) -> Iterator[tuple[Point, Outcome]]:
+        self, jobs: list[tuple[AnyPoint, Path]], timeout_s: float, python: str, on_start: Callable[[AnyPoint], None]
+    ) -> Iterator[tuple[AnyPoint, Outcome]]:
         for point, run_dir in jobs:
             on_start(point)
             yield point, run_point(point, run_dir, timeout_s, python, self.start)
@@ -249,7 +249,7 @@ def headline(run: Run) -> str:
 
 
 def run_sweep(
-    spec: SweepSpec,
+    spec: AnySpec,
     out: str | Path,
     *,
     resume: bool = False,
@@ -275,7 +275,7 @@ def run_sweep(
         return _run_locked(spec, plan, out, resume, retry_failed, listener, python, executor)
 
 
-def _run_locked(spec: SweepSpec, plan: Plan, out: Path, resume: bool, retry_failed: bool,
+def _run_locked(spec: AnySpec, plan: Plan, out: Path, resume: bool, retry_failed: bool,
                 listener: SweepListener, python: str, executor: "Executor | None") -> SweepSummary:
     from lmprof.record.run import Run
 
@@ -291,7 +291,7 @@ def _run_locked(spec: SweepSpec, plan: Plan, out: Path, resume: bool, retry_fail
     with Store(db) as store:
         store.plan(plan.points, spec.model_dump_json())
         known = store.statuses()
-        todo: list[Point] = []
+        todo: list[AnyPoint] = []
         for p in plan.points:
             status = known.get(p.id, "pending")
             if status == "ok":
@@ -304,7 +304,7 @@ def _run_locked(spec: SweepSpec, plan: Plan, out: Path, resume: bool, retry_fail
         executor = executor or LocalExecutor()
         started = {p.id: i for i, p in enumerate(todo)}
 
-        def on_start(point: Point) -> None:
+        def on_start(point: AnyPoint) -> None:
             store.mark_running(point.id, f"{RUNS_DIR}/{point.id}", _now())
             listener.point_started(point, started[point.id])
 

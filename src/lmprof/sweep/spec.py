@@ -3,7 +3,9 @@
 A spec names lists (``models``, ``batch_sizes``, ``seq_lens``, ``devices``, ``dtypes``, ``compile``,
 ``attention``, ``modes``); the sweep is their Cartesian product, minus the points that match an
 ``exclude`` rule, each point repeated ``repeats`` times. Scalars (``steps``, ``warmup``, ...) apply to
-every point. See docs/sweeps.md for the reference.
+every point. A ``models`` entry is a preset, dimensions on a preset, or a Hugging Face architecture
+(``hf_config``, what ``lmprof train --hf-config`` takes). A spec with ``script:`` is a sweep over a
+user's script instead (:mod:`lmprof.sweep.script`). See docs/sweeps.md for the reference.
 
 Every problem is one :class:`ConfigError` line naming the key, e.g.
 ``quick.yaml: batch_sizes: must not be empty``.
@@ -17,15 +19,16 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator, model_validator
 
-from lmprof.errors import ConfigError
+from lmprof.errors import ConfigError, LmprofError
 from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
+# MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
+from lmprof.sweep.script import MAX_POINTS, Mode, ScriptPoint, ScriptSweepSpec
 
-Mode = Literal["train", "infer"]
 AttentionImpl = Literal["math", "sdpa"]
 
 # The axes of the product, in the order they vary (last fastest), and the spec list behind each.
@@ -41,17 +44,18 @@ AXES: dict[str, str] = {
 }
 _DIMENSIONS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-MAX_POINTS = 10_000  # default grid bound; a spec raises it with `max_points: N`
 MAX_EXCLUDE_RULES = 1_000
 
 
 class ModelEntry(Checked):
-    """One entry of ``models``: a preset name, or explicit dimensions on top of a preset."""
+    """One entry of ``models``: a preset name, explicit dimensions on top of a preset, or a Hugging Face
+    architecture with random weights (``hf_config``: what ``lmprof train --hf-config`` takes)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = None
     preset: str | None = None
+    hf_config: str | None = None  # a known name or a config.json / folder path (as lmprof train reads it)
     n_layer: int | None = None
     n_head: int | None = None
     n_embd: int | None = None
@@ -60,6 +64,15 @@ class ModelEntry(Checked):
 
     @model_validator(mode="after")
     def _complete(self) -> "ModelEntry":
+        if self.hf_config is not None:
+            # The train path's rule (workloads.builders._load_hf): only the layer count resizes an architecture.
+            given = [k for k in ("preset", "n_head", "n_embd", "block_size", "vocab_size") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"hf_config takes only name and n_layer, not {given[0]} (heads, width and "
+                                 "vocabulary follow the architecture, as with lmprof train --hf-config)")
+            if self.n_layer is not None and self.n_layer <= 0:
+                raise ValueError(f"n_layer must be positive, got {self.n_layer}")
+            return self
         if self.preset is None and None in (self.n_layer, self.n_head, self.n_embd):
             missing = [k for k in ("n_layer", "n_head", "n_embd") if getattr(self, k) is None]
             raise ValueError(
@@ -75,6 +88,8 @@ class ModelEntry(Checked):
         """The name plots and tables use: ``name``, else the preset, else ``L<layers>-H<heads>-E<width>``."""
         if self.name:
             return self.name
+        if self.hf_config is not None:
+            return self.hf_config + (f"-L{self.n_layer}" if self.n_layer is not None else "")
         overrides = any(getattr(self, k) is not None for k in _DIMENSIONS)
         if self.preset and not overrides:
             return self.preset
@@ -86,7 +101,10 @@ class ModelEntry(Checked):
 
         Divisibility (n_embd by n_head) is deliberately not checked here: an impossible shape is a
         per-point ``error`` at run time, like any other failure, and the rest of the sweep goes on.
+        A Hugging Face entry is the ``hf_config`` (and ``n_layer``) a TrainConfig / InferConfig takes.
         """
+        if self.hf_config is not None:
+            return {"hf_config": self.hf_config, **({"n_layer": self.n_layer} if self.n_layer is not None else {})}
         from lmprof.workloads.gpt import PRESETS  # lazy: imports torch
 
         base = PRESETS[self.preset or "tiny"]
@@ -306,6 +324,8 @@ class SweepSpec(Checked):
         for i, m in enumerate(v):
             if m.preset is not None and m.preset not in PRESETS:
                 raise ValueError(f"entry {i}: unknown preset {m.preset!r}: choose one of {', '.join(PRESETS)}")
+            if m.hf_config is not None:
+                _check_hf_config(i, m)
         return v
 
     @field_validator("tdp_w")
@@ -343,7 +363,7 @@ class SweepSpec(Checked):
         entries = {m.label: m for m in self.models}
         resolved = {label: m.resolved() for label, m in entries.items()}
         axes = self.axis_values()
-        kept: list[Point] = []
+        kept: list[AnyPoint] = []
         excluded = 0
         used = [0] * len(self.exclude)
         for combo in itertools.product(*axes.values()):
@@ -367,10 +387,31 @@ class SweepSpec(Checked):
         return Plan(points=kept, excluded=excluded, unused_rules=unused)
 
 
+def _check_hf_config(i: int, entry: ModelEntry) -> None:
+    """Resolve an entry's architecture now, with the resolver ``lmprof train --hf-config`` uses, so an
+    unknown name, a missing file or a missing transformers is one line before anything runs."""
+    from lmprof.workloads import hf as hfmod  # lazy: imports torch and transformers
+
+    try:
+        hfmod.config_for(str(entry.hf_config), num_hidden_layers=entry.n_layer)
+    except LmprofError as exc:
+        raise ValueError(f"entry {i}: hf_config: {exc}") from None
+
+
+AnyPoint = Union[Point, ScriptPoint]  # what a sweep runs: a built-in/HF model point or a script's
+POINT = TypeAdapter(AnyPoint)
+
+
+def parse_point(text: str) -> AnyPoint:
+    """A point from its JSON (point.json): a script point has ``script``, any other a ``model_spec``."""
+    point: AnyPoint = POINT.validate_json(text)
+    return point
+
+
 class Plan(BaseModel):
     """An expanded spec: the points to run, how many the rules excluded, rules that matched nothing."""
 
-    points: list[Point]
+    points: list[AnyPoint]
     excluded: int
     unused_rules: list[dict[str, Any]]
 
@@ -399,23 +440,31 @@ def _hint(word: str, choices: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def parse_spec(values: dict[str, Any], where: str = "spec") -> SweepSpec:
-    """Validate a spec mapping; any problem is one ConfigError line naming the key."""
-    known = list(SweepSpec.model_fields)
+AnySpec = Union[SweepSpec, ScriptSweepSpec]
+
+
+def parse_spec(values: dict[str, Any], where: str = "spec") -> AnySpec:
+    """Validate a spec mapping (``script:`` makes it a script sweep); any problem is one ConfigError
+    line naming the key."""
+    cls: type[SweepSpec] | type[ScriptSweepSpec] = ScriptSweepSpec if "script" in values else SweepSpec
+    known = list(cls.model_fields)
     for key in values:
         if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r}{_hint(key, known)} (known keys: {', '.join(known)})")
+            kind = "a script sweep's keys" if cls is ScriptSweepSpec else "known keys"
+            raise ConfigError(f"{where}: unknown key {key!r}{_hint(key, known)} ({kind}: {', '.join(known)})")
     try:
-        return SweepSpec.model_validate(values)
+        return cls.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))
         msg = err.get("msg", "invalid value").removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
             msg = "unknown key"
+        if not loc and cls is ScriptSweepSpec:  # its whole-spec rules name their key in the message
+            raise ConfigError(f"{where}: {msg}") from None
         raise ConfigError(f"{where}: {loc or 'spec'}: {msg}") from None
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path) -> AnySpec:
     """Read and validate a sweep spec YAML file."""
     return parse_spec(load_yaml(path), where=str(path))

@@ -2,7 +2,8 @@
 
 The runner starts one worker per point so that a crash, an out-of-memory or a hang ends that point
 only. The worker reads the :class:`~lmprof.sweep.spec.Point`, runs ``run_training`` or
-``run_inference`` with ``out_dir=<run_dir>`` and exits with:
+``run_inference`` with ``out_dir=<run_dir>`` (a script sweep's point runs its ``lmprof run``
+subprocess instead: :mod:`lmprof.sweep.script`) and exits with:
 
 * ``0`` — the run record was written to ``<run_dir>``;
 * ``3`` (:data:`EXIT_OOM`) — out of memory (``torch.OutOfMemoryError``, ``MemoryError``, or an error
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -91,6 +93,10 @@ def _orphaned(runner: int) -> bool:
 def _leave_if_orphaned(runner: int) -> None:
     if _orphaned(runner):
         print(f"{RESULT_PREFIX}the sweep that started this worker (pid {runner}) is gone; leaving", flush=True)
+        if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+            # Leading its own group (as the runner starts it): take what it started along (a script
+            # point's `lmprof run`, compiler workers), this process included.
+            os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(EXIT_ORPHANED)
 
 
@@ -124,9 +130,14 @@ def _fake_oom(point_id: str) -> None:
 def run_point(point_json: Path, run_dir: Path) -> None:
     """Validate the point into a run config and run it, writing the run record into ``run_dir``."""
     from lmprof.config import TrainConfig, build
-    from lmprof.sweep.spec import Point
+    from lmprof.sweep.script import ScriptPoint, run_script_point
+    from lmprof.sweep.spec import parse_point
 
-    point = Point.model_validate_json(point_json.read_text())
+    point = parse_point(point_json.read_text())
+    if isinstance(point, ScriptPoint):  # the user's script, under its own `lmprof run` (sweep/script.py)
+        _fake_oom(point.id)
+        run_script_point(point, run_dir)
+        return
     values = point.run_values(out=str(run_dir.parent))
     values.setdefault("plots", False)  # the sweep draws its own plots from the store
     if point.mode == "train":
