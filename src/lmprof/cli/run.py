@@ -95,4 +95,8 @@ def run(
         from lmprof.pipeline.usercode.ending import die_by
 
         die_by(result.signal)
+    if world_size > 1:  # a rank: leave without joining gloo's threads (see end_rank_process)
+        from lmprof.pipeline.distributed import end_rank_process
+
+        end_rank_process(result.exit_code)
     return result.exit_code

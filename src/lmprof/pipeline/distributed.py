@@ -85,6 +85,31 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def end_rank_process(code: int) -> None:
+    """Leave a ``lmprof run`` rank with ``code`` once its run is written, without Python's finalization.
+
+    Every collective's work object keeps the thread-local state it was issued under
+    (``at::ThreadLocalState``), Python objects included: torch's own ``backward()`` stashes one there
+    (a ``contextvars.Context``), so every DDP all-reduce carries one, and a dispatch mode on at the time
+    (lmprof's FlopCounterMode in the figures step) is another. Dropping those needs the GIL. At
+    interpreter exit the process group is torn down by whatever drops it last (the script's DDP
+    module, its reducer), and ``~ProcessGroupGloo`` joins gloo's worker threads; if a worker is still
+    freeing a work then, it waits for the GIL the joining thread holds (a deadlock), or, once
+    finalization has begun, it is ended inside a C++ destructor (an abort). So the rank leaves the way
+    Python's exit would, minus finalization: the script's other non-daemon threads are waited for, the
+    atexit handlers run, stdio is flushed, and the process ends with the script's own exit code; gloo's
+    threads end with it, never joined.
+    """
+    import threading
+
+    from lmprof.pipeline.usercode.ending import exit_now
+
+    for t in threading.enumerate():  # what Python's exit waits for before its atexit handlers
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    exit_now(code)
+
+
 def torchrun_command(nproc: int, lmprof_argv: Sequence[str]) -> list[str]:
     """The command line that runs ``lmprof <lmprof_argv>`` on ``nproc`` local ranks."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
