@@ -321,8 +321,9 @@ def test_profiled_window_trace_export_is_atomic(tmp_path, monkeypatch):
     window.open_step()
     torch.ones(4) @ torch.ones(4)
     window.close_step()
+    window.stop()
     with pytest.raises(WriteError, match="trace.json: no space left"):
-        window.stop()
+        window.export()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -169,6 +169,7 @@ def test_disturbed_profiled_step_is_flagged_and_named(tmp_path: Path, one_thread
     assert not cat or cat[0].calls < 300
 
 
+@pytest.mark.stopwatch  # a quiet run needs a quiet machine: not beside another test worker
 def test_quiet_runs_have_no_window_flags(tmp_path: Path, one_thread: object) -> None:
     # Load from other processes may still mark a run noisy (load, spread); what must never appear on
     # an undisturbed window is a profiled-window reason: the decision is relative to the run's own spread.

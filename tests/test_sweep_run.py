@@ -97,7 +97,9 @@ def test_an_existing_sweep_needs_resume(finished):
 
 
 def test_a_hang_is_killed_at_the_timeout(tmp_path):
-    spec = parse_spec({**FAST, "models": [MINI], "batch_sizes": [2], "timeout_s": 0.5})
+    # A point that cannot finish in time (with torch imported once and bytecode cached, a 1-step point
+    # now finishes inside 0.5 s): a million clean steps.
+    spec = parse_spec({**FAST, "models": [MINI], "batch_sizes": [2], "steps": 1_000_000, "timeout_s": 0.5})
     summary = run_sweep(spec, tmp_path)
     assert summary.counts == {"timeout": 1}
     row = lmprof.load_results(tmp_path).iloc[0]

@@ -453,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown()
     if args and args[0] == "--write":
         path = Path(args[1]) if len(args) > 1 else DOC_PATH
-        path.write_text(text, encoding="utf-8")
+        from lmprof.atomic import write_text
+
+        write_text(path, text)
         print(f"wrote {path}")
         return 0
     if args and args[0] not in ("--markdown",):

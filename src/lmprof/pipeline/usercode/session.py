@@ -93,6 +93,11 @@ class Session:
     def __init__(self, spec: SessionSpec, clock: Callable[[], float] = time.perf_counter):
         self.spec = spec
         self.warmup, self.steps, self.profile_steps = spec.counts()
+        # --steps 0: one untimed step still separates the figures step's profiler from the window's.
+        # Stopping kineto's memory recording and starting the next profiler at one boundary corrupted
+        # kineto's memory trace (a segfault or std::bad_alloc when its results were freed, seen in 5 of
+        # 12 runs on a busy CPU); with a step between them, none in many.
+        self.gap = 1 if self.steps == 0 else 0
         self.clock = clock
         self.model: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -184,7 +189,7 @@ class Session:
 
     @property
     def phase(self) -> str:
-        w, s, p = self.warmup, self.steps, self.profile_steps
+        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
         if self.done:
             return "done"
         if self.k < w:
@@ -210,7 +215,7 @@ class Session:
         if self.window is None and self._stepped_aside(user_profiler_active()):
             return
         self.k += 1
-        w, s, p = self.warmup, self.steps, self.profile_steps
+        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
         if self.k == 1 and w == 0 and self._last is None:
             self.k = 0  # nothing marked a start (lmprof run): the first optimizer step only marks one
         if 0 < self.k <= w:
@@ -224,7 +229,7 @@ class Session:
         if self.k <= w + s:
             start = self._last
             now = self._mark()
-            if start is not None:
+            if start is not None and not self.gap:
                 self.samples.append(now - start)
             if self.k == w + s:
                 self._end_clean()
@@ -248,13 +253,10 @@ class Session:
             self._collect()
 
     def _warmup_done(self) -> None:
-        """Warm-up ended: the clean window starts now, or (``--steps 0``) the profiler's warm-up step."""
+        """Warm-up ended: the clean window starts now, or (``--steps 0``) the untimed gap step."""
         self._figures_end()
-        if self.steps == 0:
-            self._mark()
-            self._start_window()
-            return
-        self._begin_clean()
+        if not self.gap:
+            self._begin_clean()
         self._mark()
 
     def _rough_step_ended(self) -> None:
@@ -412,7 +414,7 @@ class Session:
         if self.model is not None and not self._infer_handles:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
-        w, s = self.warmup, self.steps
+        w, s = self.warmup, self.steps + self.gap
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
@@ -423,7 +425,7 @@ class Session:
             self._gen["kind"] = self._kind
         if g == w + 1:
             self._figures_end()
-            if s > 0:
+            if not self.gap:
                 self._begin_clean()
         # Every generation is timed; the warm-up and profiled ones only as rough figures (see finish).
         self._gen["t0"] = self._mark()
@@ -456,7 +458,7 @@ class Session:
         self._gen = None
         if gen.get("aside"):
             return
-        w, s, p = self.warmup, self.steps, self.profile_steps
+        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
         g = gen["g"]
         t1 = self._mark() if gen["t0"] is not None else None  # before the figures step's recording stops
         if g <= w:
@@ -466,7 +468,8 @@ class Session:
         if t1 is not None and gen["fwd"]:
             timed = self._generation(gen, t1)
             if w < g <= w + s:
-                self.gens.append(timed)
+                if not self.gap:
+                    self.gens.append(timed)
             elif g <= w and gen.get("kind"):
                 self.rough_gens.setdefault(gen["kind"], []).append(timed)
             elif g > w + s + 1:
@@ -569,7 +572,7 @@ class Session:
         self.first_call = kind
         n = len(self.gens) or len(self.samples)
         s = max(self.steps, 1)
-        need = self.warmup + s + 1 + self.profile_steps
+        need = self.warmup + self.steps + self.gap + 1 + self.profile_steps
         how = (f"--steps {s}" if self.steps == 0
                else f"--warmup {self.warmup} --steps {self.steps} --profile-steps {self.profile_steps}, or lower them")
         self.notes.append(
@@ -676,6 +679,9 @@ class Session:
         k = self.k
         if k < w:
             return f"after {k} {unit}(s), during warm-up ({w})"
+        if self.gap and k == w:  # --steps 0: the one untimed step between warm-up and the window
+            return f"after {k} {unit}(s), with warm-up done and none profiled"
+        w += self.gap
         if k < w + s:
             return f"after {k} {unit}(s), with {len(self.samples) or len(self.gens)} of {s} clean {unit}s timed and none profiled"
         done = self.window.complete if self.window else 0
@@ -687,7 +693,7 @@ class Session:
             unit = "generation" if self.spec.mode == "infer" else "step"
             return (f"{what}: your own torch.profiler was running for {self.aside} {unit}(s), and lmprof steps "
                     f"aside for those (it never runs inside your profiler): nothing measured; for lmprof's figures, "
-                    f"run without your profiler or leave it {self.warmup + self.steps + 1 + self.profile_steps} "
+                    f"run without your profiler or leave it {self.warmup + self.steps + self.gap + 1 + self.profile_steps} "
                     f"{unit}s outside it")
         if self.spec.mode == "infer" and self.generations_without_forward and not self.gens:
             name = type(self.model).__name__ if self.model is not None else "the model"
@@ -701,4 +707,4 @@ class Session:
             return (f"{what} without stepping a torch.optim optimizer: nothing measured (for a loop without "
                     "one, use lmprof.profile(model) and call prof.step() after each step)")
         return (f"{what} {self._where()}: nothing measured; run more steps or lower --warmup "
-                f"(needs {self.warmup} + {self.steps} + 1 + {self.profile_steps})")
+                f"(needs {self.warmup} + {self.steps + self.gap} + 1 + {self.profile_steps})")
