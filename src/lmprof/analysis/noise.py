@@ -38,6 +38,11 @@ OTHER_CORES_LIMIT = 0.25
 SLOW_SPREADS = 2.0
 SLOW_MIN_SHARE = 0.5
 COST_SLACK = 0.5
+# ...and never less than this, in ms: on a sub-millisecond step, the hooks and ranges lmprof adds per
+# block cost a fixed fraction of a millisecond the per-event cost does not cover (quiet runs of a
+# 0.45 ms step profiled at 1.1 ms, 1 of 4 flagged), while a disturbance worth naming (another process
+# taking the core for a scheduler slice) costs milliseconds.
+SLOW_MIN_MS = 1.0
 # Where the profiler's cost was not measured (device clock), its host cost is unknown: only a
 # profiled step more than this share above the clean median (and beyond the spread) is flagged.
 SLOW_MIN_SHARE_UNMEASURED = 1.0
@@ -107,8 +112,8 @@ def slow_limit_ms(samples_ms: list[float], cost_ms: float | None) -> float:
     med, top = float(np.median(samples_ms)), max(samples_ms)
     spread = SLOW_SPREADS * (top - med)
     if cost_ms is None:
-        return med + max(spread, SLOW_MIN_SHARE_UNMEASURED * med)
-    return med + (1 + COST_SLACK) * cost_ms + max(spread, SLOW_MIN_SHARE * med)
+        return med + max(spread, SLOW_MIN_SHARE_UNMEASURED * med, SLOW_MIN_MS)
+    return med + (1 + COST_SLACK) * cost_ms + max(spread, SLOW_MIN_SHARE * med, SLOW_MIN_MS)
 
 
 def fast_limit_ms(samples_ms: list[float]) -> float:
