@@ -165,14 +165,9 @@ def profile(
     stderr (``verbose=False``: quiet). ``prof.run`` / ``prof.folder`` hold the result.
     """
     from lmprof.pipeline.usercode.context import Profile
-    from lmprof.pipeline.usercode.session import SessionSpec
+    from lmprof.pipeline.usercode.session import SessionSpec, check_counts
 
-    if steps is not None and steps < 0:  # 0: no clean window, times from the profiled steps (marked rough)
-        raise ConfigError(f"steps must be >= 0, got {steps}")
-    if profile_steps is not None and profile_steps <= 0:
-        raise ConfigError(f"profile_steps must be positive, got {profile_steps}")
-    if warmup is not None and warmup < 0:
-        raise ConfigError(f"warmup must be >= 0, got {warmup}")
+    check_counts(warmup, steps, profile_steps, flags=False)
     from lmprof.pipeline.usercode.guard import check_out
 
     out = check_out(out, "out")  # now, not at the end of the loop; absolute, so an os.chdir() inside it changes nothing

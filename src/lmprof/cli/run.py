@@ -45,12 +45,9 @@ def run(
     if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")
     target, script_args = args[0], args[1:]
-    if steps is not None and steps < 0:  # 0: no clean window, times from the profiled steps (marked rough)
-        raise ConfigError(f"--steps must be >= 0, got {steps}")
-    if profile_steps is not None and profile_steps <= 0:
-        raise ConfigError(f"--profile-steps must be positive, got {profile_steps}")
-    if warmup is not None and warmup < 0:
-        raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    from lmprof.pipeline.usercode.session import check_counts
+
+    check_counts(warmup, steps, profile_steps, flags=True)
     check_target(target, module)
     if log_to:  # an unknown tracker or a missing package is said before the script starts
         from lmprof.trackers.export import check_trackers

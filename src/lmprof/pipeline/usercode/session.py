@@ -75,6 +75,23 @@ class SessionSpec:
                 p if self.profile_steps is None else self.profile_steps)
 
 
+def check_counts(warmup: int | None, steps: int | None, profile_steps: int | None, *, flags: bool) -> None:
+    """Refuse counts the protocol cannot run, in one line naming the option (``--steps`` on the
+    command line, ``steps`` in the Python API). ``steps`` may be 0: no clean window, times from the
+    profiled steps (marked rough)."""
+    from lmprof.errors import ConfigError
+
+    def name(option: str) -> str:
+        return "--" + option.replace("_", "-") if flags else option
+
+    if steps is not None and steps < 0:
+        raise ConfigError(f"{name('steps')} must be >= 0, got {steps}")
+    if profile_steps is not None and profile_steps <= 0:
+        raise ConfigError(f"{name('profile_steps')} must be positive, got {profile_steps}")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"{name('warmup')} must be >= 0, got {warmup}")
+
+
 @dataclass
 class Generation:
     """One clean generation's timings (seconds) and sizes."""
@@ -139,7 +156,6 @@ class Session:
         self.monitor: EnergyMonitor | None = None
         self._metering = False  # the monitor's window is open (the clean window began)
         self.energy: EnergyResult | None = None
-        self.profiled: ProfiledPhase | None = None  # the profiled window's trace, exported at finish
         self._stopped: ProfilerWindow | None = None  # the completed window, stopped, its trace not yet written
         self.collected = False  # the profiled window completed: only the run's assembly is left
         # Timings that are not clean, by where they were taken: the run falls back on them (marked
@@ -188,8 +204,18 @@ class Session:
         return self._last
 
     @property
+    def clean_steps(self) -> int:
+        """Steps between warm-up and the profiler's warm-up step: the clean window, or the gap of ``--steps 0``."""
+        return self.steps + self.gap
+
+    @property
+    def needed(self) -> int:
+        """Steps (generations) a script needs for the whole protocol."""
+        return self.warmup + self.clean_steps + 1 + self.profile_steps
+
+    @property
     def phase(self) -> str:
-        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
+        w, s, p = self.warmup, self.clean_steps, self.profile_steps
         if self.done:
             return "done"
         if self.k < w:
@@ -215,7 +241,7 @@ class Session:
         if self.window is None and self._stepped_aside(user_profiler_active()):
             return
         self.k += 1
-        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
+        w, s, p = self.warmup, self.clean_steps, self.profile_steps
         if self.k == 1 and w == 0 and self._last is None:
             self.k = 0  # nothing marked a start (lmprof run): the first optimizer step only marks one
         if 0 < self.k <= w:
@@ -414,7 +440,7 @@ class Session:
         if self.model is not None and not self._infer_handles:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
-        w, s = self.warmup, self.steps + self.gap
+        w, s = self.warmup, self.clean_steps
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
@@ -458,7 +484,7 @@ class Session:
         self._gen = None
         if gen.get("aside"):
             return
-        w, s, p = self.warmup, self.steps + self.gap, self.profile_steps
+        w, s, p = self.warmup, self.clean_steps, self.profile_steps
         g = gen["g"]
         t1 = self._mark() if gen["t0"] is not None else None  # before the figures step's recording stops
         if g <= w:
@@ -510,13 +536,10 @@ class Session:
             reason = None  # the window completed: a whole run, whatever ended the script afterwards
         phase_before = self._where()
         try:
-            if self.collected:
-                profiled = self._export(self._stopped)
-            elif self.window is not None:
-                self.window.stop()
-                profiled = self._export(self.window)
-            else:
-                profiled = None
+            window = self._stopped or self.window
+            if window is not None:
+                window.stop()  # nothing more when _collect() stopped it already
+            profiled = window.export() if window is not None else None
         finally:
             self._teardown()
         unit = "generation" if self.spec.mode == "infer" else "step"
@@ -571,13 +594,11 @@ class Session:
             self.samples = list(self.rough[kind])
         self.first_call = kind
         n = len(self.gens) or len(self.samples)
-        s = max(self.steps, 1)
-        need = self.warmup + self.steps + self.gap + 1 + self.profile_steps
-        how = (f"--steps {s}" if self.steps == 0
+        how = ("--steps 1" if self.steps == 0
                else f"--warmup {self.warmup} --steps {self.steps} --profile-steps {self.profile_steps}, or lower them")
         self.notes.append(
             f"first call: includes warm-up costs: no clean {unit} was timed, so the {n} {unit}(s) here were timed "
-            f"{self._ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least {need} {unit}s "
+            f"{self._ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least {self.needed} {unit}s "
             f"({how})")
 
     def _figures_profile(self, unit: str) -> ProfiledPhase | None:
@@ -616,13 +637,6 @@ class Session:
         self.collected = True
         if self.spec.stop_after:
             self.finish(None)
-
-    def _export(self, window: ProfilerWindow | None) -> ProfiledPhase | None:
-        """The stopped window's trace, written now (at the run's assembly)."""
-        if window is None:
-            return None
-        self.profiled = window.export()
-        return self.profiled
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
@@ -693,7 +707,7 @@ class Session:
             unit = "generation" if self.spec.mode == "infer" else "step"
             return (f"{what}: your own torch.profiler was running for {self.aside} {unit}(s), and lmprof steps "
                     f"aside for those (it never runs inside your profiler): nothing measured; for lmprof's figures, "
-                    f"run without your profiler or leave it {self.warmup + self.steps + self.gap + 1 + self.profile_steps} "
+                    f"run without your profiler or leave it {self.needed} "
                     f"{unit}s outside it")
         if self.spec.mode == "infer" and self.generations_without_forward and not self.gens:
             name = type(self.model).__name__ if self.model is not None else "the model"
@@ -707,4 +721,4 @@ class Session:
             return (f"{what} without stepping a torch.optim optimizer: nothing measured (for a loop without "
                     "one, use lmprof.profile(model) and call prof.step() after each step)")
         return (f"{what} {self._where()}: nothing measured; run more steps or lower --warmup "
-                f"(needs {self.warmup} + {self.steps + self.gap} + 1 + {self.profile_steps})")
+                f"(needs {self.warmup} + {self.clean_steps} + 1 + {self.profile_steps})")
