@@ -31,6 +31,10 @@ class OpRow:
     device_us: float | None
 
 
+#: The range a Python dispatch mode (FlopCounterMode) puts around each op it sees: not an operator.
+DISPATCH_MODE = "PythonDispatchMode"
+
+
 def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple[str, ...] = ()) -> list[OpRow]:
     """Each operator's figures **per step**, the median over ProfilerStep ranges 1..``steps`` (every
     step when None), sorted by self time. The median, not torch's mean: one disturbed step must not
@@ -38,7 +42,7 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     the two agree. Events outside every counted range (the profiler's warm-up step, gaps between a
     user's steps, a step still open at the end) are left out. Names starting with ``skip_prefixes``
     are left out of the rows (their time still counts as their children's parent, as in torch's table),
-    and so is ``PythonDispatchMode``: not an operator but the Python cost of a dispatch mode that was on
+    and so is :data:`DISPATCH_MODE`: not an operator but the Python cost of a dispatch mode that was on
     (FlopCounterMode in lmprof's figures step), which would otherwise top a first call's table.
     """
     ev = table.events
@@ -56,7 +60,7 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
     rows, step_of = host[inside], pos[inside]
     names = ev["name"].astype(str).to_numpy()[rows]
-    keep = np.array([not (n.startswith("ProfilerStep") or n == "PythonDispatchMode" or n.startswith(skip_prefixes))
+    keep = np.array([not (n.startswith("ProfilerStep") or n == DISPATCH_MODE or n.startswith(skip_prefixes))
                      for n in names], dtype=bool)
     rows, step_of = rows[keep], step_of[keep]
     if rows.size == 0:
@@ -92,13 +96,13 @@ def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray,
     A Python dispatch mode (``FlopCounterMode``, on in lmprof's figures step) puts a
     ``PythonDispatchMode`` range between the two halves of one call (``aten::addmm`` ->
     ``PythonDispatchMode`` -> ``aten::addmm``): torch's table counts that call twice; here the inner
-    half is folded into the outer one the same way (the mode's own range keeps its Python time)."""
+    half is folded into the outer one the same way (the mode's own range is no row: see op_rows)."""
     par = nesting.parents(table)
     cats = table.events["name"].cat
     names = cats.codes.to_numpy()
     n_children = np.bincount(par[par >= 0], minlength=len(par))
     p = par[rows]
-    mode_code = list(cats.categories).index("PythonDispatchMode") if "PythonDispatchMode" in cats.categories else -2
+    mode_code = list(cats.categories).index(DISPATCH_MODE) if DISPATCH_MODE in cats.categories else -2
     via_mode = (p >= 0) & (names[np.maximum(p, 0)] == mode_code) & (n_children[np.maximum(p, 0)] == 1)
     p = np.where(via_mode, par[np.maximum(p, 0)], p)  # look through the mode's range to the outer half
     dup = (p >= 0) & (names[rows] == names[np.maximum(p, 0)]) & (n_children[np.maximum(p, 0)] == 1)
