@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from lmprof.analysis.block_truth import mark_uncertain
 from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import compress, drop_partial
-from lmprof.pipeline.protocol import assemble_run, mark_noise, overhead_metrics
+from lmprof.pipeline.protocol import add_compile_report, assemble_run, mark_noise, overhead_metrics
 from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
@@ -28,7 +29,7 @@ def _attribution(session: Any, profiled: ProfiledPhase | None) -> Attribution | 
     drop_partial(table, profiled.steps)
     table.cache.clear()
     profiled.ops = op_table(table, profiled.steps)
-    att = attribute(table)
+    att = attribute(table, compiled=session.watch.kernel_graphs() if session.watch is not None else ())
     return att if att.steps else None
 
 
@@ -40,6 +41,8 @@ def _dtype(model: torch.nn.Module | None) -> str | None:
 
 
 def _config(session: Any) -> dict[str, Any]:
+    if session.spec.driven:  # lmprof train / infer: the validated options and what the model turned out to be
+        return dict(session.spec.config)
     model = session.model
     cfg: dict[str, Any] = {"source": "user code", "model_name": _model_name(model), "steps": session.steps,
                            "warmup": session.warmup, "profile_steps": session.profile_steps,
@@ -83,10 +86,14 @@ def _common(session: Any, metrics: dict[str, Metric], att: Attribution | None, c
         before, after = session.noise_window
         mark_noise(run, samples, "generation" if session.spec.mode == "infer" else "step", before, after,
                    session.device.kind)
+    if session.stopwatch is not None:
+        run.blocks = mark_uncertain(run.blocks, session.stopwatch)
     if att is None:
         run.tables.pop("attribution", None)
         if not (session.folder / "trace.json.gz").is_file():
             run.files.pop("trace", None)
+    add_compile_report(run, session.watch, session.folder)
+    session.watch = None
     add_figures(run, session.folder, _facts(session, run))
     return run
 
@@ -116,6 +123,16 @@ def _facts(session: Any, run: Run) -> Facts:
                          "lmprof saw begin (raise --warmup)")
     new_tokens = session.gens[-1].forwards if infer and session.gens else 0
     tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
+    energy_steps = len(session.gens) if infer else len(session.samples)
+    known = session.known
+    if known is not None:  # lmprof train / infer: the workload's own description
+        return Facts(
+            title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
+            batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
+            kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout,
+            memory=step.memory if step else None, counted=counted,
+            cache_bytes=step.cache_bytes if step else None, energy=session.energy, energy_steps=energy_steps,
+            tokens_per_step=known.tokens_per_step, plots=session.spec.plots)
     opt = type(session.optimizers[0]).__name__.lower() if session.optimizers else None
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
     return Facts(
@@ -123,7 +140,7 @@ def _facts(session: Any, run: Run) -> Facts:
         shape=shape, batch=B, seq_len=T, attention=attention_path(model) if model is not None else "math",
         new_tokens=new_tokens, optimizer=opt, dropout=dropout_of(model) if model is not None else 0.0,
         memory=step.memory if step else None, counted=counted, cache_bytes=step.cache_bytes if step else None,
-        energy=session.energy, energy_steps=len(session.gens) if infer else len(session.samples),
+        energy=session.energy, energy_steps=energy_steps,
         tokens_per_step=int(tokens) if tokens else None, plots=session.spec.plots)
 
 
@@ -149,15 +166,23 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
     if session.spec.mode == "infer":
         return _infer_run(session, att, profiled, notes)
     step_ms = [s * 1e3 for s in session.samples]
-    metrics: dict[str, Metric] = {"step_time": Metric.from_samples(
-        step_ms, "ms", "measured", note=_rough(session) or "from one optimizer step's end to the next's, device synchronized")}
+    what = ("one step: data, forward, backward, optimizer, zero_grad, device synchronized" if session.spec.driven
+            else "from one optimizer step's end to the next's, device synchronized")
+    metrics: dict[str, Metric] = {"step_time": Metric.from_samples(step_ms, "ms", "measured",
+                                                                   note=_rough(session) or what)}
     clean = metrics["step_time"].value or 0.0
     _overhead(session, metrics, att, clean, "step")
     bwd = session.backwards_per_step
     if bwd is not None and bwd > 1.01:
         notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
                      "one optimizer step, all its micro-batches included")
-    if session.input_shape and len(session.input_shape) == 2:
+    known_tokens = session.known.tokens_per_step if session.known is not None else None
+    if known_tokens:
+        metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
+                                            note="batch x sequence length")
+        metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in session.samples], "tokens/s",
+                                                      "derived")
+    elif session.input_shape and len(session.input_shape) == 2:
         fwd = session.forwards_per_step or 1.0
         tokens = session.input_shape[0] * session.input_shape[1] * round(bwd or fwd)
         metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",

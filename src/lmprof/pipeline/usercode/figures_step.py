@@ -37,9 +37,9 @@ class FiguresStep:
     """Memory (always) and FLOPs (``count_flops``) of one step driven by someone else's loop."""
 
     def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
-                 mode: str, *, count_flops: bool, compiled: bool):
+                 mode: str, *, count_flops: bool, compiled: bool, phases: bool = True):
         self.model, self.optimizers, self.device, self.mode = model, optimizers, device, mode
-        self.probes = Probes(model, mode, blocks=not compiled)
+        self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
         self.flops = StepFlops() if count_flops else None
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
@@ -47,6 +47,7 @@ class FiguresStep:
         self._stopped = False
         self._range: Any = None  # the step's ProfilerStep range while it runs
         self._result: StepFigures | None = None
+        self._static_after: Any = None
         self.cache_bytes: int | None = None
         self.active = False
 
@@ -95,6 +96,8 @@ class FiguresStep:
             if self._memory is not None:
                 self._memory.stop()
                 self._stopped = True
+                if self.model is not None:  # the optimizer's state exists once a step ran (a first call made it)
+                    self._static_after = static_memory(self.model, self.optimizers[0] if self.optimizers else None)
         finally:
             self.probes.remove()
             self._stack.close()
@@ -135,6 +138,8 @@ class FiguresStep:
 
     def _make_result(self) -> StepFigures:
         mem = self._memory.result() if self._memory is not None and self._stopped else None
+        if mem is not None and self._static_after is not None:
+            mem.static = self._static_after
         if mem is not None and self._grads:
             mem.grads = ranges_bytes(self._grads.values())
         total = self.flops.stop() if self.flops is not None else None

@@ -105,6 +105,9 @@ def guarded(fn: F) -> F:
         try:
             return fn(self, *args, **kwargs)
         except Exception as exc:
+            if getattr(getattr(self, "spec", None), "driven", False):
+                self.abandon()  # lmprof's own loop: nothing of the user's to protect, the error goes on
+                raise
             if os.environ.get("LMPROF_DEBUG"):
                 traceback.print_exc(file=sys.stderr)
             self.fail(exc)

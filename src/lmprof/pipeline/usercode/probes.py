@@ -77,10 +77,12 @@ class ScopeStack:
 class Probes:
     """Everything lmprof adds to the user's step during the profiled window."""
 
-    def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True):
+    def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True, phases: bool = True):
         self.model = model
         self.mode = mode
         self.blocks = blocks  # False under torch.compile: hooks would force a recompilation
+        # False when lmprof's own step places the phase scopes (lmprof train / infer): hooks would nest twice.
+        self.phases = phases
         self.scopes = ScopeStack()
         self._stack = contextlib.ExitStack()
         self._handles: list[Any] = []
@@ -97,10 +99,10 @@ class Probes:
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
-            if self.mode == "train":
+            if self.mode == "train" and self.phases:
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
-        if self.mode == "train":
+        if self.mode == "train" and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
             owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
             for obj in owners:
@@ -162,7 +164,7 @@ class Probes:
         return zero_grad
 
     def optimizer_begin(self) -> None:
-        if self.active and self.mode == "train":
+        if self.active and self.mode == "train" and self.phases:
             self._end_forward()
             self.scopes.open("optimizer")
 
@@ -172,11 +174,14 @@ class Probes:
 
     # -- inference phases --------------------------------------------------------------------
     def generation_begin(self) -> None:
-        self.scopes.open("prefill")
+        if self.phases:
+            self.scopes.open("prefill")
 
     def forward_end(self) -> None:
         """A top-level forward of the model ended inside a generation: the next phase is decode."""
         self.forwards += 1
+        if not self.phases:
+            return
         for phase in ("prefill", "decode"):
             self.scopes.close(phase)
         self.scopes.open("decode")

@@ -30,6 +30,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from lmprof.hardware.devices import Device, resolve_device
+from lmprof.measure.compile_events import MEASURED, CompileWatch
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.noise import Snapshot, snapshot
@@ -68,6 +69,13 @@ class SessionSpec:
     tdp_w: float | None = None
     plots: bool = True
     config: dict[str, Any] = field(default_factory=dict)  # extra facts for run.json's config
+    # lmprof's own loop drives the session (lmprof train / infer): its step places its own phase
+    # scopes; the figures step is the last warm-up step (the driver counts one more for it); lmprof's
+    # own failures are raised (there is no user program to protect); finish() does not save (the
+    # caller does); the energy window gets the extra steps a meter needs; the meter's idle baseline
+    # lasts idle_s.
+    driven: bool = False
+    idle_s: float = 1.0
 
     def counts(self) -> tuple[int, int, int]:
         w, s, p = DEFAULTS[self.mode]
@@ -90,6 +98,25 @@ def check_counts(warmup: int | None, steps: int | None, profile_steps: int | Non
         raise ConfigError(f"{name('profile_steps')} must be positive, got {profile_steps}")
     if warmup is not None and warmup < 0:
         raise ConfigError(f"{name('warmup')} must be >= 0, got {warmup}")
+
+
+@dataclass
+class Known:
+    """What a driver knows of its workload (lmprof train / infer); a user's script leaves it None
+    and the session reads the same facts off the model it observes."""
+
+    title: str
+    dtype: str
+    param_dtype: str
+    shape: Any = None
+    batch: int | None = None
+    seq_len: int | None = None
+    attention: str = "math"
+    optimizer: str | None = None
+    dropout: Any = 0.0
+    tokens_per_step: int | None = None
+    new_tokens: int = 0
+    kv_cache: bool = True
 
 
 @dataclass
@@ -164,6 +191,9 @@ class Session:
         self.rough_gens: dict[str, list[Generation]] = {}
         self._kind: str | None = None  # what the running training step is: first, figures, warm-up
         self.first_call: str | None = None  # the run's timings are rough ones: where they came from
+        self.watch: CompileWatch | None = None  # a driver's compiled model: dynamo's records and kernels
+        self.known: Known | None = None
+        self.stopwatch: dict[Any, float] | None = None  # a driver's stopwatch pass: (block, phase) -> ms
         self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
 
     # -- setup -------------------------------------------------------------------------------
@@ -281,6 +311,7 @@ class Session:
     def _warmup_done(self) -> None:
         """Warm-up ended: the clean window starts now, or (``--steps 0``) the untimed gap step."""
         self._figures_end()
+        self._warm()
         if not self.gap:
             self._begin_clean()
         self._mark()
@@ -299,7 +330,7 @@ class Session:
         three-step script reaches it), the only one, or the last for a compiled model (its second
         call may still compile). 0: none."""
         w = self.warmup
-        return w if self.compiled else min(2, w)
+        return w if (self.compiled or self.spec.driven) else min(2, w)
 
     def _stepped_aside(self, busy: bool) -> bool:
         """Whether the step ending now ran under the user's own profiler (on at its start or at its
@@ -337,7 +368,8 @@ class Session:
             assert self.device is not None
             describe = self._shape() is None and not self.compiled
             self.figures_step = FiguresStep(self.model, self.optimizers, self.device, self.spec.mode,
-                                            count_flops=describe, compiled=self.compiled)
+                                            count_flops=describe, compiled=self.compiled,
+                                            phases=not self.spec.driven)
             self.kineto_ran = True
             self.figures_step.start()
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
@@ -375,6 +407,19 @@ class Session:
             self._shape_cache = describe_module(self.model) if self.model is not None else None
         return self._shape_cache
 
+    def _warm(self) -> None:
+        """Warm-up is over: a compile watch moves on; a driven energy window grows to what the meter needs."""
+        if self.watch is not None:
+            first = self.rough.get("first") or [g.e2e_s for g in self.rough_gens.get("first", [])]
+            self.watch.first_call_s = first[0] if first else None
+            self.watch.phase(MEASURED)
+        if self.spec.driven and self.monitor is not None and self.monitor.available and not self.gap:
+            # The fastest warm-up step after the first: a faster step needs more of them, so this errs long.
+            warm = [t for k, v in self.rough.items() if k != "first" for t in v]
+            warm += [g.e2e_s for k, v in self.rough_gens.items() if k != "first" for g in v]
+            if warm:
+                self.steps += self.monitor.extra_steps(step_s=min(warm), steps=self.steps)
+
     def _begin_clean(self) -> None:
         self._noise_before = snapshot()
         if self.monitor is not None:
@@ -382,6 +427,9 @@ class Session:
             self._metering = True
 
     def _end_clean(self) -> None:
+        if self.watch is not None:
+            self.watch.count(MEASURED, len(self.samples) or len(self.gens))
+            self.watch.phase("profiled")
         if self._noise_before is not None:
             self.noise_window = (self._noise_before, snapshot())
         if self.monitor is not None and self._metering:
@@ -409,7 +457,7 @@ class Session:
         folder = self._folder()
         assert self.device is not None
         self.window = ProfilerWindow(self.device.torch_device, folder / "trace.json.gz")
-        self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled)
+        self.probes = Probes(self.model, self.spec.mode, blocks=not self.compiled, phases=not self.spec.driven)
         self.probes.install(self.optimizers)
         self.kineto_ran = True
         self.window.start()
@@ -451,6 +499,7 @@ class Session:
             self._gen["kind"] = self._kind
         if g == w + 1:
             self._figures_end()
+            self._warm()
             if not self.gap:
                 self._begin_clean()
         # Every generation is timed; the warm-up and profiled ones only as rough figures (see finish).
@@ -562,7 +611,8 @@ class Session:
         if profiled is None or not profiled.steps:
             profiled = self._figures_profile(unit) or profiled
         self.run = assemble(self, profiled)
-        write(self)
+        if not self.spec.driven:
+            write(self)
         self.done = True
         if reason is not None:
             rough = " (rough first-call timings: see the note)" if self.first_call else ""
@@ -674,11 +724,27 @@ class Session:
                 fn()
         self._on_done.clear()
 
+    def abandon(self) -> None:
+        """A driven session's own failure: stop and remove everything; the caller raises it on."""
+        self.failed = self.done = True
+        if self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.abort()
+        if self.watch is not None:
+            with contextlib.suppress(Exception):
+                self.watch.finish()
+            self.watch = None
+        self._teardown()
+
     def fail(self, exc: BaseException) -> None:
         """lmprof failed inside the user's program: end the session, keep what was written (every
         file is written atomically, so what is there is whole), and say so in one line."""
         writing = isinstance(exc, OSError) or self._finishing
         self.failed = True
+        if self.watch is not None:
+            with contextlib.suppress(Exception):
+                self.watch.finish()
+            self.watch = None
         if self.window is not None:
             with contextlib.suppress(Exception):
                 self.window.abort()
