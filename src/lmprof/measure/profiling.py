@@ -7,18 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-import contextlib
-from typing import Callable, ContextManager
 
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity
 
-from lmprof.atomic import atomic_path
 from lmprof.record.run import OpStat
 from lmprof.names import SCOPE_PREFIX
 from lmprof.trace.load import TraceTable
 from lmprof.trace.optable import op_rows
-from lmprof.workloads.blocks import scopes_enabled
 
 
 @dataclass
@@ -33,37 +29,6 @@ def _activities(device: torch.device) -> list[ProfilerActivity]:
     if device.type == "cuda":
         acts.append(ProfilerActivity.CUDA)
     return acts
-
-
-def profile_steps(
-    step_fn: Callable[[], object],
-    device: torch.device,
-    trace_path: Path,
-    active: int = 3,
-    warmup: int = 1,
-    top_ops: int = 40,
-    scopes: bool = True,
-    around: Callable[[], ContextManager[object]] | None = None,
-) -> ProfiledPhase:
-    """Profile ``active`` calls of ``step_fn`` (after ``warmup`` profiler warm-up calls).
-
-    ``step_fn`` must synchronize the device before returning so each ProfilerStep range spans the
-    step's device work. The Chrome trace goes to ``trace_path`` (gzipped when it ends in .gz).
-    ``around`` is entered for the profiled phase only (e.g. module hooks that place block scopes).
-    """
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
-
-    def on_ready(prof: profile) -> None:
-        with atomic_path(trace_path) as tmp:  # keeps the .gz suffix, so torch still gzips it
-            prof.export_chrome_trace(str(tmp))
-
-    sched = schedule(wait=0, warmup=warmup, active=active, repeat=1)
-    with scopes_enabled(scopes), (around or contextlib.nullcontext)():
-        with profile(activities=_activities(device), schedule=sched, on_trace_ready=on_ready) as prof:
-            for _ in range(warmup + active):
-                step_fn()
-                prof.step()
-    return ProfiledPhase(trace_path=trace_path, ops=[], steps=active)
 
 
 def op_table(table: TraceTable, steps: int, top: int = 40) -> list[OpStat]:

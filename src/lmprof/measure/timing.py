@@ -27,10 +27,3 @@ def time_calls(
         sync()
         samples.append(clock() - start)
     return samples
-
-
-def warm_up(fn: Callable[[], object], n: int, sync: Callable[[], None]) -> None:
-    """Run ``fn`` ``n`` times unmeasured: allocator growth, kernel autotuning and compilation happen here."""
-    for _ in range(n):
-        fn()
-    sync()

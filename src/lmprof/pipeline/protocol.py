@@ -12,45 +12,23 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from lmprof.analysis.noise import block_outliers, noise_reasons, profiled_window
 from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
-from lmprof.measure.energy import EnergyMonitor, energy_metrics
+from lmprof.measure.energy import energy_metrics
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.noise import Snapshot
 from lmprof.atomic import write_failure, write_text
-from lmprof.measure.compile_events import MEASURED, CompileReport, CompileWatch
-from lmprof.measure.timing import time_calls, warm_up
+from lmprof.measure.compile_events import CompileReport, CompileWatch
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
-
-
-def measured_window(
-    fn: Callable[[], object], steps: int, sync: Callable[[], None], monitor: EnergyMonitor
-) -> tuple[list[float], EnergyResult | None]:
-    """Time ``steps`` calls of ``fn`` with the energy window around exactly those calls.
-
-    When a meter needs a longer window than ``steps`` give, more steps are timed (never fewer).
-    Returns the per-call seconds and the EnergyResult (None when energy is off).
-    """
-    if monitor.mode == "off":
-        return time_calls(fn, steps, sync), None
-    if monitor.available:
-        probe = time_calls(fn, 1, sync)[0]  # one step's length decides how many reach the window
-        steps += monitor.extra_steps(step_s=probe, steps=steps)
-    sync()
-    monitor.begin()
-    samples = time_calls(fn, steps, sync)
-    result = monitor.end()
-    monitor.close()
-    return samples, result
 
 
 INCOMPLETE = "INCOMPLETE"
@@ -191,19 +169,6 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
     run.noisy, run.noise = bool(reasons), reasons
 
 COMPILED_KERNELS = "compiled_kernels.json"
-
-
-def watched_warm_up(fn: Callable[[], object], n: int, sync: Callable[[], None], compiled: bool) -> CompileWatch | None:
-    """Warm up; for a compiled model also watch compilations and time the first call (compilation included)."""
-    if not compiled:
-        warm_up(fn, n, sync)
-        return None
-    watch = CompileWatch.start()
-    if n > 0:
-        watch.first_call_s = time_calls(fn, 1, sync)[0]
-        warm_up(fn, n - 1, sync)
-    watch.phase(MEASURED)
-    return watch
 
 
 def add_compile_report(run: Run, watch: CompileWatch | None, out_dir: Path) -> CompileReport | None:

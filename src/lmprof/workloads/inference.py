@@ -41,8 +41,10 @@ class Generation:
     tokens: torch.Tensor
 
 
-def generate(work: InferWorkload, clock: Callable[[], float] = time.perf_counter) -> Generation:
-    """One greedy generation, timed: device synced after the prefill and after every decode step."""
+def generate(work: InferWorkload, clock: Callable[[], float] = time.perf_counter,
+             on_prefill: Callable[[], object] | None = None) -> Generation:
+    """One greedy generation, timed: device synced after the prefill and after every decode step.
+    ``on_prefill`` is called once the prefill is timed (outside every timed span)."""
     sync = work.device.synchronize
     prompt = work.prompt
     max_len = prompt.size(1) + work.new_tokens - 1  # the last new token is never fed back
@@ -53,6 +55,8 @@ def generate(work: InferWorkload, clock: Callable[[], float] = time.perf_counter
         token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     sync()
     prefill = clock() - t0
+    if on_prefill is not None:
+        on_prefill()
     tokens, decode = [token], []
     for _ in range(work.new_tokens - 1):
         t = clock()

@@ -131,7 +131,7 @@ def _facts(session: Any, run: Run) -> Facts:
             batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
             kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout,
             memory=step.memory if step else None, counted=counted,
-            cache_bytes=step.cache_bytes if step else None, energy=session.energy, energy_steps=energy_steps,
+            cache_bytes=known.cache_bytes if known.cache_bytes is not None else (step.cache_bytes if step else None), energy=session.energy, energy_steps=energy_steps,
             tokens_per_step=known.tokens_per_step, plots=session.spec.plots)
     opt = type(session.optimizers[0]).__name__.lower() if session.optimizers else None
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
@@ -191,18 +191,26 @@ def assemble(session: Any, profiled: ProfiledPhase | None) -> Run:
     return _common(session, metrics, att, clean, profiled, notes)
 
 
+# What each inference timing spans: lmprof's own greedy loop (driven), or the user's generate() seen by hooks.
+_SPANS = {
+    False: ("from generate() being called to the end of its first forward (prefill)",
+            "one generate() call, device synchronized", "end of one forward to the end of the next"),
+    True: ("prefill of the prompt batch and the first token's choice", "prefill and every decode step",
+           "time per output token after the first, all decode steps"),
+}
+
+
 def _infer_run(session: Any, att: Attribution | None, profiled: ProfiledPhase | None, notes: list[str]) -> Run:
     gens = session.gens
     ms = 1e3
+    ttft, e2e, tpot = _SPANS[bool(session.spec.driven)]
     metrics: dict[str, Metric] = {
-        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured",
-                                    note=_rough(session) or "from generate() being called to the end of its first forward (prefill)"),
+        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=_rough(session) or ttft),
         "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured",
-                                           note=_rough(session) or "one generate() call, device synchronized"),
+                                           note=_rough(session) or e2e),
     }
     decode = [d * ms for g in gens for d in g.decode_s]
-    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured",
-                                           note=_rough(session) or "end of one forward to the end of the next")
+    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note=_rough(session) or tpot)
                        if decode else Metric.na("ms", "one forward per generation: no decode step"))
     g0 = gens[-1]
     if g0.batch and g0.prompt_len:

@@ -117,6 +117,7 @@ class Known:
     tokens_per_step: int | None = None
     new_tokens: int = 0
     kv_cache: bool = True
+    cache_bytes: int | None = None  # the KV cache after a generation, as the driver's decoder holds it
 
 
 @dataclass
@@ -485,7 +486,7 @@ class Session:
             self.aside += 1  # under the user's profiler: not counted (see _stepped_aside)
             self._gen = {"aside": True}
             return
-        if self.model is not None and not self._infer_handles:
+        if self.model is not None and not self._infer_handles and not self.spec.driven:
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
         w, s = self.warmup, self.clean_steps
@@ -526,7 +527,14 @@ class Session:
             self.probes.forward_end()
 
     @guarded
-    def generation_end(self) -> None:
+    def prefill_end(self) -> None:
+        """A driven generation's prefill ended (its own clock times it; FLOPs counted so far are the prefill's)."""
+        if self.figures_step is not None and self.figures_step.active:
+            self.figures_step.forward_end(None)
+
+    @guarded
+    def generation_end(self, timed: Generation | None = None) -> None:
+        """A generation ended; ``timed``: a driver's own timing of it (else the session's clock and hooks)."""
         gen = self._gen
         if gen is None or self.done or self.collected:
             return
@@ -540,8 +548,9 @@ class Session:
             self._figures_end()
         if t1 is not None and not gen["fwd"]:
             self.generations_without_forward += 1
-        if t1 is not None and gen["fwd"]:
+        if t1 is not None and timed is None and gen["fwd"]:
             timed = self._generation(gen, t1)
+        if t1 is not None and timed is not None:
             if w < g <= w + s:
                 if not self.gap:
                     self.gens.append(timed)
