@@ -5,6 +5,10 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("LMPROF_CACHE_DIR", os.path.join(os.path.dirname(__file__), ".cache-unused"))
+# No quick bandwidth check in a CPU run (hardware/quick_bandwidth.py): it would cost every test run 0.4 s
+# and leave a file in the shared cache above, making runs depend on the tests before them;
+# tests/test_quick_calibration.py turns it back on with a cache of its own.
+os.environ.setdefault("LMPROF_NO_QUICK_CALIBRATION", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -47,7 +47,7 @@ def calibrate(
 
         dev = resolve_device(device)
         cached = load_calibration(dev.name, dev.kind)
-        if cached is not None:
+        if cached is not None and not cached.quick:  # a run's quick bandwidth check is no calibration
             console.print(f"calibration of {dev.name} ({dev.kind}) already cached: {cached.path} (rerun without --if-missing to refresh)")
             return
     from lmprof.cli._oom import matmul_fit, oom_guard

@@ -155,7 +155,7 @@ def mfu_metrics(
         bw_src = peak.bytes_source or peak.source
         out["peak.bandwidth"] = Metric(
             value=peak.bytes_per_s, unit="B/s",
-            source="measured" if (bw_src or "").startswith("calibrated:") else "estimated", note=str(bw_src),
+            source="measured" if peak.bandwidth_measured else "estimated", note=str(bw_src),
         )
     else:
         out["peak.bandwidth"] = Metric.na("B/s", peak.note, source="estimated")

@@ -3,8 +3,9 @@
 :func:`calibrate` times square matmuls per dtype and a large copy on a device, and caches the
 result as JSON in ``$LMPROF_CACHE_DIR`` (default ``~/.cache/lmprof``), one file per host and device.
 :func:`resolve_peak` then answers "what is the peak of this device for this dtype": the datasheet
-table when it knows the device, else the calibration cache, else n/a with the reason. It never
-invents a number.
+table when it knows the device, else the calibration cache, else (this machine's CPU) an estimate from
+its cores and clock, else n/a with the reason. It never invents a number. On CPU, a measured run with
+no cached bandwidth measures one on the fly (``hardware/quick_bandwidth.py``), cached here too.
 
 A calibrated figure is what this software stack *achieves* on a large matmul, not what the silicon
 could do, so MFU against it reads higher than MFU against a datasheet peak; the source string
@@ -43,6 +44,8 @@ _MIN_SAMPLE_S = 0.004  # below this a single timed call is mostly clock and laun
 #: p90 / p10 of a measurement's repeats above this: something else ran while calibrating, and the
 #: figure (a median of disturbed repeats) would understate the device, so every MFU above it overstates.
 SPREAD_LIMIT = 1.25
+#: How a bandwidth measured by a run's quick check (not by `lmprof calibrate`) is labelled.
+ON_THE_FLY = "measured on the fly"
 #: 1-minute load average at or above this share of the CPUs: the machine was busy.
 BUSY_LOAD_SHARE = 0.5
 #: Cores other processes kept busy while calibrating (measured by the caller), as a share of the
@@ -54,8 +57,9 @@ OTHER_CORES_LIMIT = 0.25
 class Peak:
     """The ceilings to compare a run against, and where they came from.
 
-    ``source`` is ``"table:<entry>"``, ``"calibrated:<file>"`` or None (nothing known); when the
-    bandwidth came from somewhere else than the FLOP/s, ``bytes_source`` says so.
+    ``source`` is ``"table:<entry>"``, ``"calibrated:<file>"``, ``"estimated:cpuinfo"`` or None (nothing
+    known); when the bandwidth came from somewhere else than the FLOP/s, ``bytes_source`` says so (a
+    quick check's starts with :data:`ON_THE_FLY`).
     """
 
     flops_per_s: float | None
@@ -69,6 +73,11 @@ class Peak:
     @property
     def available(self) -> bool:
         return self.flops_per_s is not None
+
+    @property
+    def bandwidth_measured(self) -> bool:
+        """Whether the bandwidth was measured on this machine (a calibration or a quick check), not a datasheet's."""
+        return (self.bytes_source or self.source or "").startswith(("calibrated:", ON_THE_FLY))
 
     @property
     def ridge(self) -> float | None:
@@ -99,6 +108,9 @@ class Calibration:
     # Why this calibration was taken on a disturbed machine (None: it was not); a disturbed one is
     # never saved by `lmprof calibrate` and never used for MFU if found in a cache.
     disturbed: str | None = None
+    # A measured run's quick bandwidth check (hardware/quick_bandwidth.py): bandwidth only, no matmul;
+    # `lmprof calibrate` replaces it, and `lmprof calibrate --if-missing` does not count it.
+    quick: bool = False
 
     def flops_for(self, dtype: str) -> float | None:
         entry = self.matmul.get(normalize_dtype(dtype))
@@ -173,7 +185,8 @@ def load_calibration(
                 continue
             if k == "cpu" and threads is not None and cal.threads != threads:
                 if notes is not None:
-                    notes.append(f"the CPU calibration was taken with {cal.threads} thread(s) and this run uses "
+                    what = "quick bandwidth check" if cal.quick else "CPU calibration"
+                    notes.append(f"the {what} was taken with {cal.threads} thread(s) and this run uses "
                                  f"{threads}: not comparable, so not used (run `lmprof calibrate` with "
                                  f"OMP_NUM_THREADS={threads})")
                 continue
@@ -217,6 +230,8 @@ def _calibration_problem(data: dict[str, Any]) -> str | None:
         return "field seconds must be a number"
     if data.get("disturbed") is not None and not isinstance(data.get("disturbed"), str):
         return "field disturbed must be a string or null"
+    if not isinstance(data.get("quick", False), bool):
+        return "field quick must be true or false"
     for key in ("loadavg", "loadavg_after"):
         if data.get(key) is not None and (not isinstance(data.get(key), (int, float)) or isinstance(data.get(key), bool)):
             return f"field {key} must be a number or null"
@@ -247,6 +262,10 @@ def resolve_peak(
 ) -> Peak:
     """The peak FLOP/s (for ``dtype``) and bandwidth of a device: table, else calibration, else (this
     machine's CPU) an estimate from its cores, clock and vector width, else n/a.
+
+    The bandwidth of this machine's CPU, when nothing is cached, is measured on the fly only inside
+    :func:`lmprof.hardware.quick_bandwidth.allowed` (a measured run's figures, after its timed and
+    profiled windows); everywhere else (``lmprof roofline``, ``lmprof memory``) nothing is measured.
 
     ``device_name`` is torch's name ("NVIDIA H100 80GB HBM3") or a short name ("h100"); ``kind`` is
     the torch device type (cpu, cuda, mps) or None for "any". A table entry lacking the dtype (bf16
@@ -288,8 +307,14 @@ def resolve_peak(
                 )
             if bw is None and cal.bytes_per_s is not None:
                 bw = cal.bytes_per_s
-                bw_src = f"calibrated:{cal.path}"
-                notes.append("bandwidth measured by lmprof calibrate (copy, read + write counted)")
+                if cal.quick:
+                    bw_src = on_the_fly_source(cal)
+                    notes.append(f"bandwidth from a measured run's quick copy check on {cal.created[:10]}, cached in "
+                                 f"{cal.path}")
+                else:
+                    bw_src = f"calibrated:{cal.path}"
+                    notes.append("bandwidth measured by lmprof calibrate (copy, read + write counted)")
+    this_cpu = False
     if flops is None and kind == "cpu":
         # Last resort for this machine's own CPU: cores x clock x vector width (hardware/cpu_peak.py).
         from lmprof.hardware import cpu_peak
@@ -303,9 +328,20 @@ def resolve_peak(
             flops, how = cpu_peak.estimate(facts, threads, dt)
             flops_src = "estimated:cpuinfo" if flops else None
             notes.append(how)
-            if bw is None:
-                notes.append("no memory bandwidth known (it cannot be read off a CPU): MBU and the roofline need "
-                             "`lmprof calibrate`")
+            this_cpu = True
+    if bw is None and kind == "cpu":
+        from lmprof.hardware import quick_bandwidth
+
+        # None outside a measured run's figures (lmprof roofline, lmprof memory): nothing is measured there.
+        quick = quick_bandwidth.measure_if_allowed(device_name, threads, directory)
+        if quick is not None:
+            notes.append(quick.note)  # where the bandwidth was cached, or why there is none: said once
+            if quick.calibration is not None:
+                bw = quick.calibration.bytes_per_s
+                bw_src = on_the_fly_source(quick.calibration)
+        elif this_cpu:
+            notes.append("no memory bandwidth known (it cannot be read off a CPU, and no calibration or quick check "
+                         "of a measured run is cached): MBU and the roofline need `lmprof calibrate`")
     if flops is None and bw is None:
         what = f"{device_name!r}" + (f" ({kind})" if kind else "")
         reason = (
@@ -329,6 +365,17 @@ def resolve_peak(
         device=device_name,
         bytes_source=bw_src if bw_src != flops_src else None,
     )
+
+
+def on_the_fly_source(cal: Calibration) -> str:
+    """The bandwidth source of a quick check: what was measured, how steady, and what it is not."""
+    bw = cal.bandwidth
+    nbytes = bw.get("nbytes")
+    size = f"{nbytes / 2**20:.0f} MiB" if isinstance(nbytes, (int, float)) and nbytes >= 2**20 else f"{nbytes} bytes"
+    spr = bw.get("spread")
+    steady = f", p90/p10 spread {100 * (spr - 1):.0f}% over {bw.get('n')} copies" if spr and _rate(spr) else ""
+    return (f"{ON_THE_FLY} (quick bandwidth check, {size} copied{steady}), not a datasheet figure; "
+            "`lmprof calibrate` for a full one")
 
 
 # -- measuring --------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ the kernel exposes it, else the "cpu MHz" of /proc/cpuinfo (the current clock: u
 the nominal one, and boost clocks can exceed it, so a matmul may beat this estimate; lmprof then
 shows MFU as n/a rather than above 100%). bf16 and fp16 get an estimate only where the CPU has
 native instructions for them (AVX512_BF16 / AMX, AVX512_FP16); without them torch converts to fp32.
-Memory bandwidth cannot be read off a CPU, so there is no estimate of it: MBU and the roofline need
-``lmprof calibrate``.
+Memory bandwidth cannot be read off a CPU, so there is no estimate of it: a measured run measures it
+on the fly instead (``quick_bandwidth.py``: a 0.25 s copy after the run's timed and profiled windows,
+cached), and ``lmprof roofline`` / ``lmprof memory``, which measure nothing, read that or a calibration.
 """
 from __future__ import annotations
 

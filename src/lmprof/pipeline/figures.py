@@ -16,6 +16,7 @@ from lmprof.analysis.counted_flops import counted_mfu_metrics
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
 from lmprof.estimate.memory.result import DTYPE_BYTES
+from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.pipeline.costs import add_costs
@@ -67,9 +68,11 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         _kv_cache(run, facts)
     add_memory(run, folder, facts.memory, _estimate(run, facts), facts.title, plots=facts.plots)
     if facts.shape is not None and facts.batch and facts.seq_len:
-        add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
-                  attention=facts.attention, decode_tokens=max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1,
-                  plots=facts.plots)
+        # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
+        decode_tokens = max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1
+        with quick_bandwidth.allowed():
+            add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
+                      attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)
     else:

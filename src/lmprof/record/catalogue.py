@@ -42,6 +42,7 @@ DESCRIBED = "a model lmprof has formulas for (the built-in GPT or a described Hu
 MEM_ESTIMATE = f"{DESCRIBED}; training also needs optimizer adamw or sgd"
 COUNTED = "FlopCounterMode counted the step (a model lmprof has no formulas for, in lmprof run or the callbacks)"
 CALIBRATED = "the peak comes from `lmprof calibrate` on this machine"
+BW_MEASURED = "the bandwidth comes from `lmprof calibrate` or a CPU run's quick check on this machine"
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,9 @@ def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dic
            modes, "compute", None, also=("measured",), also_when=CALIBRATED,
            condition=f"{DESCRIBED}, or {COUNTED}", **r.get("peak.flops", {})),
         _m(f"{p}peak.bandwidth", "B/s", "estimated", "device peak bandwidth",
-           "the device's peak memory bandwidth: the peak table or a calibration", modes, "compute", None,
-           also=("measured",), also_when=CALIBRATED, condition=DESCRIBED),
+           "the device's peak memory bandwidth: the peak table, a calibration, or (CPU) a quick copy check the "
+           "run measured on the fly", modes, "compute", None, also=("measured",), also_when=BW_MEASURED,
+           condition=DESCRIBED),
     ]
 
 
