@@ -76,6 +76,9 @@ class MetricSpec:
     view: int | None = None  # rank among the columns of the results store's SQL view `results`
     results_header: str | None = None  # header in `lmprof results`' terminal table (view figures only)
     na_reason_from: str | None = None  # the figure whose n/a note says why this one is absent
+    best: str | None = None  # a sweep report's "best configuration" criterion (figures sharing it: first found wins)
+    best_rank: int | None = None  # that criterion's place among the sweep report's criteria
+    headline: int | None = None  # rank as the one figure shown beside a finished sweep point
 
     @property
     def family(self) -> bool:
@@ -98,6 +101,9 @@ class MetricSpec:
             return key == self.name
         prefix = self.name.split("<", 1)[0]
         return key.startswith(prefix) and len(key) > len(prefix)
+
+
+FASTEST = "fastest (tokens/s)"
 
 
 def _m(name: str, unit: str, kind: Source, label: str, how: str, modes: tuple[Mode, ...], group: Group,
@@ -173,6 +179,7 @@ def _energy(estimated: bool) -> list[MetricSpec]:
            INFER, "energy", False, condition=cond, **({} if estimated else {"summary": 331})),
         _m(f"{p}.per_token", "J/token", der, f"energy per token{est}", "total / tokens trained in the window",
            TRAIN, "energy", False, condition=cond, summary=380 if estimated else 340, **card,
+           best="best energy per token", best_rank=70,
            **({} if estimated else {"view": 110, "results_header": "J/token"})),
         _m(f"{p}.per_generated_token", "J/generated token", der, f"energy per generated token{est}",
            "total / tokens generated in the window", INFER, "energy", False, condition=cond,
@@ -188,32 +195,36 @@ def _energy(estimated: bool) -> list[MetricSpec]:
 
 
 _TRAIN_COSTS: dict[str, dict[str, object]] = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
-                "mfu": {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %"},
+                "mfu": {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %",
+                        "best": "best MFU", "best_rank": 50},
                 "hfu": {"compare": 110}, "mbu": {"compare": 120}}
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     # -- timing and throughput -------------------------------------------------------------------
     _m("step_time", "ms", "measured", "step time (clean median)",
        "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised",
-       TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms"),
+       TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms",
+       best="lowest step time", best_rank=20, headline=30),
     _m("tokens_per_s", "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
        TRAIN, "headline", True, spread=True, condition="lmprof run: needs the model's input shape",
-       summary=20, card=20, compare=20, view=20, results_header="tok/s"),
+       summary=20, card=20, compare=20, view=20, results_header="tok/s", best=FASTEST, best_rank=10, headline=10),
     _m("tokens_per_step", "tokens", "derived", "tokens per step",
        "batch x sequence length (x backward passes per step with gradient accumulation)", TRAIN, "other", None,
        condition="lmprof run: needs the model's input shape"),
     _m("ttft", "ms", "measured", "time to first token",
        "median over the clean generations of the prefill (prompt forward and the first token's choice)",
-       INFER, "headline", False, spread=True, summary=30, card=10, compare=50, view=30, results_header="ttft ms"),
+       INFER, "headline", False, spread=True, summary=30, card=10, compare=50, view=30, results_header="ttft ms",
+       best="lowest time to first token", best_rank=30),
     _m("tpot", "ms", "measured", "time per output token",
        "median of every decode step's time (one forward after the first); n/a with one new token",
-       INFER, "headline", False, spread=True, summary=40, card=20, compare=60, view=40, results_header="tpot ms"),
+       INFER, "headline", False, spread=True, summary=40, card=20, compare=60, view=40, results_header="tpot ms",
+       best="lowest time per output token", best_rank=40),
     _m("decode_tokens_per_s", "tokens/s", "derived", "decode throughput",
        "batch x decode steps / decode time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="more than one new token", summary=50, card=30, compare=70, view=50,
-       results_header="decode tok/s"),
+       results_header="decode tok/s", best=FASTEST, best_rank=10, headline=20),
     _m("e2e_latency", "ms", "measured", "end-to-end latency", "median of the clean generations, whole generate call",
-       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60),
+       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60, headline=40),
     _m("prefill_tokens_per_s", "tokens/s", "derived", "prefill throughput",
        "batch x prompt tokens / prefill time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="lmprof run: needs the prompt's shape", summary=70, compare=80),
@@ -250,7 +261,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m("memory.peak", "B", "measured", "peak memory",
        "peak allocated bytes of one warm-up step (CUDA allocator; on CPU model bytes + the step's net allocations)",
        BOTH, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=240, card=70,
-       view=100, results_header="peak mem"),
+       view=100, results_header="peak mem", best="lowest peak memory", best_rank=60),
     _m("memory.estimated.peak", "B", "estimated", "estimated peak memory", "lmprof's memory model (docs/memory.md)",
        BOTH, "memory", False, condition=MEM_ESTIMATE, summary=250),
     _m("memory.params", "B", "measured", "parameter memory", "bytes of the parameters, storages counted once", BOTH,
@@ -329,6 +340,24 @@ def ranked(view: Literal["summary", "card", "compare", "view"], mode: Mode | Non
     """The entries a view shows, in its order (``mode``: only those that mode writes)."""
     picked = [m for m in CATALOGUE if getattr(m, view) is not None and (mode is None or mode in m.modes)]
     return sorted(picked, key=lambda m: getattr(m, view))
+
+
+def best_criteria() -> list[tuple[str, list[MetricSpec]]]:
+    """A sweep report's "best configuration" criteria in order: (title, the figures that answer it)."""
+    found: dict[str, list[MetricSpec]] = {}
+    for m in sorted((m for m in CATALOGUE if m.best), key=lambda m: m.best_rank or 0):
+        found.setdefault(str(m.best), []).append(m)
+    return list(found.items())
+
+
+def throughput(mode: Mode) -> MetricSpec:
+    """The throughput figure a sweep plots for ``mode`` (the "fastest" criterion's figure for that mode)."""
+    return next(m for m in CATALOGUE if m.best == FASTEST and mode in m.modes)
+
+
+def headlines() -> list[MetricSpec]:
+    """The figures shown beside a finished sweep point, best first (the first the run has is shown)."""
+    return sorted((m for m in CATALOGUE if m.headline is not None), key=lambda m: m.headline or 0)
 
 
 def group_of(key: str) -> Group:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from lmprof.names import MODE_PHASES as PHASES
 
 from lmprof.atomic import atomic_path
+from lmprof.record.catalogue import throughput
 from lmprof.show.literal import literal_text
 
 if TYPE_CHECKING:
@@ -27,10 +28,9 @@ if TYPE_CHECKING:
 # The product's axes that tell configurations apart (repeats of one configuration are aggregated).
 CONFIG_AXES = ("mode", "model", "dev", "dtype", "compile", "attention", "batch_size", "seq_len")
 PER = {"train": "ms per training step", "infer": "ms per generation"}
-THROUGHPUT = {
-    "train": ("tokens_per_s", "train: tokens/s"),
-    "infer": ("decode_tokens_per_s", "infer: decode tokens/s"),
-}
+# The catalogue's throughput figure per mode: (column, axis label).
+THROUGHPUT = {mode: (throughput(mode).name, f"{mode}: {throughput(mode).label} ({throughput(mode).unit})")
+              for mode in ("train", "infer")}
 BLOCK_ORDER = (
     "embedding", "ln_1", "attn.qkv", "attn.scores", "attn.softmax", "attn.av", "attn.sdpa", "attn.proj",
     "residual", "ln_2", "mlp.fc", "mlp.act", "mlp.proj", "ln_f", "lm_head", "loss", "accumulate_grad",

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
+from lmprof.record.catalogue import best_criteria
 from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, STATUSES, load_results, metric_column
 from lmprof.show.format import number
@@ -27,15 +28,11 @@ class Objective:
     unit: str
 
 
-# Column names as the sweep store writes them (lmprof.record.store.metric_column) and as run keys.
-OBJECTIVES = (
-    Objective("fastest (tokens/s)", ("tokens_per_s", "decode_tokens_per_s"), True, "tokens/s"),
-    Objective("lowest step time", ("step_time_ms",), False, "ms"),
-    Objective("lowest time to first token", ("ttft_ms",), False, "ms"),
-    Objective("lowest time per output token", ("tpot_ms",), False, "ms"),
-    Objective("best MFU", ("mfu_pct",), True, "%"),
-    Objective("lowest peak memory", ("memory_peak_bytes",), False, "B"),
-    Objective("best energy per token", ("energy_per_token_j", "energy_estimated_per_token_j"), False, "J/token"),
+# From the metric catalogue, columns named as the sweep store writes them (record.catalogue.metric_column).
+OBJECTIVES = tuple(
+    Objective(title, tuple(metric_column(m.name, m.unit) for m in specs), bool(specs[0].higher_is_better),
+              specs[0].unit)
+    for title, specs in best_criteria()
 )
 # The store's own schema (record/store.py): one name each, nothing guessed.
 _STATUS_COLS = ("status",)

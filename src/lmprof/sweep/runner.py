@@ -241,10 +241,12 @@ def headline(run: Run) -> str:
     """The figure shown beside a finished point: tokens/s for training, decode tokens/s for inference."""
     from lmprof.show.format import metric_value
 
-    for key in ("tokens_per_s", "decode_tokens_per_s", "step_time", "e2e_latency"):
-        m = run.metrics.get(key)
+    from lmprof.record.catalogue import headlines
+
+    for spec in headlines():
+        m = run.metrics.get(spec.name)
         if m is not None and m.value is not None:
-            return f"{key} {metric_value(m)}"
+            return f"{spec.name} {metric_value(m)}"
     return ""
 
 
