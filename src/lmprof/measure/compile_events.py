@@ -49,6 +49,20 @@ def short_reason(text: str | None) -> str:
     return f"{head}: {expl.removeprefix('Explanation:').strip()}" if expl else head
 
 
+Baseline = tuple[set[int], Counter[str]]
+
+
+def baseline(load: bool = False) -> Baseline:
+    """Dynamo's records and graph-break counts as they are now, for a watch started later. Without
+    ``load``, nothing is imported: when torch._dynamo was never loaded, nothing was compiled yet."""
+    import sys
+
+    if not load and "torch._dynamo.utils" not in sys.modules:
+        return set(), Counter()
+    utils = _dynamo_utils()
+    return {id(m) for m in utils.get_compilation_metrics()}, Counter(utils.counters["graph_break"])
+
+
 @dataclass
 class CompileEvent:
     """One compilation dynamo recorded: what was compiled, why, where and how long it took."""
@@ -119,15 +133,17 @@ class CompileWatch:
     _kernels: KernelRecorder | None = None
 
     @classmethod
-    def start(cls, phase: str = "warm-up") -> "CompileWatch":
-        """Begin watching: records already there (earlier runs in this process) are not this run's."""
+    def start(cls, phase: str = "warm-up", *, since: "Baseline | None" = None) -> "CompileWatch":
+        """Begin watching: records already there (earlier runs in this process) are not this run's.
+        ``since``: a :func:`baseline` taken earlier, when the run began before its model was known to
+        be compiled (``lmprof run`` learns it at the first optimizer step, after that step compiled):
+        records made since then are the run's, in ``phase``."""
         from lmprof.measure.compiled_kernels import KernelRecorder
 
         dynamo_utils = _dynamo_utils()
         dynamo_utils.set_compilation_metrics_limit(_RECORDS_KEPT)
         watch = cls(current=phase)
-        watch._seen = {id(m) for m in dynamo_utils.get_compilation_metrics()}
-        watch._breaks_before = Counter(dynamo_utils.counters["graph_break"])
+        watch._seen, watch._breaks_before = since if since is not None else baseline(load=True)
         # Open for the whole run: a recompilation in the profiled phase must name its kernels too.
         watch._kernels = KernelRecorder().__enter__()
         return watch

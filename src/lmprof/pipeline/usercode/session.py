@@ -31,6 +31,7 @@ import torch
 
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.compile_events import MEASURED, CompileWatch
+from lmprof.measure.compile_events import baseline as compile_baseline
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.noise import Snapshot, snapshot
@@ -192,7 +193,8 @@ class Session:
         self.rough_gens: dict[str, list[Generation]] = {}
         self._kind: str | None = None  # what the running training step is: first, figures, warm-up
         self.first_call: str | None = None  # the run's timings are rough ones: where they came from
-        self.watch: CompileWatch | None = None  # a driver's compiled model: dynamo's records and kernels
+        self.watch: CompileWatch | None = None  # a compiled model's dynamo records and kernels
+        self._dynamo_before = compile_baseline()  # what was compiled before this session began
         self.known: Known | None = None
         self.stopwatch: dict[Any, float] | None = None  # a driver's stopwatch pass: (block, phase) -> ms
         self.generations_without_forward = 0  # generations in which the model's hooks saw no forward  # set in a child forked while lmprof's profiler ran  # the session belongs to this process: forked children do nothing
@@ -206,6 +208,11 @@ class Session:
         self.compiled = compiled
         p = next(model.parameters(), None)
         self.device = resolve_device(str(p.device) if p is not None else "cpu")
+        if compiled and self.watch is None and not self.spec.driven:
+            try:  # compilations, recompilations and graph breaks of the user's compiled model, per phase
+                self.watch = CompileWatch.start(since=self._dynamo_before)
+            except Exception as exc:  # noqa: BLE001 - a missing compile report is a missing figure
+                self.notes.append(f"torch.compile: its compilations could not be watched ({type(exc).__name__}: {exc})")
         if self.spec.energy != "off" and self.monitor is None:
             try:  # a meter that cannot start is a missing figure (n/a, said in the record), never a failure
                 self.monitor = EnergyMonitor.for_device(self.device, self.spec.energy, tdp_w=self.spec.tdp_w)
@@ -609,6 +616,10 @@ class Session:
             self._use_rough(unit)
         measured = bool(self.samples) or bool(self.gens)
         if not measured:
+            if self.watch is not None:  # nothing to report it in: only its recorder is closed
+                with contextlib.suppress(Exception):
+                    self.watch.finish()
+                self.watch = None
             self.message = self._nothing_message(reason)
             if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
                 self.folder.rmdir()
