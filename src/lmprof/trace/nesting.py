@@ -9,8 +9,8 @@ analyses need it and it is the one step that walks events in Python.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from lmprof.trace.groups import factorize
 from lmprof.trace.kinds import host_mask
 from lmprof.trace.load import TraceTable
 
@@ -23,7 +23,7 @@ _END_SLACK_US = 1e-3
 def parents(table: TraceTable) -> np.ndarray:
     """Row of the innermost host event that contains each row on the same thread; -1 for roots.
 
-    Device events and GPU-track markers get -1. Indexed like ``table.events``.
+    Device events and GPU-track markers get -1. Indexed like ``table.event_cols``.
     """
     cached = table.cache.get("parents")
     if cached is None:
@@ -32,17 +32,17 @@ def parents(table: TraceTable) -> np.ndarray:
 
 
 def _parents(table: TraceTable) -> np.ndarray:
-    ev = table.events
+    ev = table.event_cols
     out = np.full(len(ev), -1, dtype=np.int64)
     rows = np.flatnonzero(host_mask(table))
     if rows.size == 0:
         return out
     # per thread, by start; the longer first on equal starts so the container precedes the contained.
     # Temporaries are dropped as soon as possible: this is the analyses' largest working set.
-    pid = ev["pid"].to_numpy()[rows]
-    tid = ev["tid"].to_numpy()[rows]
-    ts = ev["ts"].to_numpy()[rows]
-    neg_dur = -np.maximum(ev["dur"].to_numpy()[rows], 0.0)
+    pid = ev["pid"][rows]
+    tid = ev["tid"][rows]
+    ts = ev["ts"][rows]
+    neg_dur = -np.maximum(ev["dur"][rows], 0.0)
     order = thread_order(pid, tid, ts, neg_dur)
     rows, ts = rows[order], ts[order]
     end = ts - neg_dur[order]
@@ -78,8 +78,8 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
         sub = np.flatnonzero(tied)
         group = np.cumsum(np.concatenate([[True], t[1:] != t[:-1]]))[sub]
         order[sub] = order[sub][np.lexsort((neg_dur[order[sub]], group))]
-    pid_code = pd.factorize(pid, sort=True)[0].astype(np.int64)
-    tid_code = pd.factorize(tid, sort=True)[0].astype(np.int64)
+    pid_code = factorize(pid, sort=True).astype(np.int64)
+    tid_code = factorize(tid, sort=True).astype(np.int64)
     thread = pid_code * (int(tid_code.max(initial=0)) + 1) + tid_code
     if thread.size and thread.max() < 2**16:
         thread = thread.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
@@ -182,7 +182,7 @@ def depth(table: TraceTable) -> np.ndarray:
 def self_time(table: TraceTable) -> np.ndarray:
     """Duration minus the durations of direct children on the same thread (never below 0), us."""
     par = parents(table)
-    dur = np.maximum(table.events["dur"].to_numpy(), 0.0)
+    dur = np.maximum(table.event_cols["dur"], 0.0)
     child = par >= 0
     children = np.bincount(par[child], weights=dur[child], minlength=len(par))
     return np.maximum(dur - children, 0.0)
