@@ -17,8 +17,16 @@ def group_by(keys: np.ndarray, sort: bool = True) -> tuple[np.ndarray, np.ndarra
     ``sort``: groups in key order (pandas' ``sort=True``), else in order of first appearance
     (``sort=False``).
     """
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    if keys.dtype == object or keys.size < 2:
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        # numbers: the distinct values are those of the runs' first elements (a trace's thread and
+        # process ids come in long runs), so only those are sorted; rows find theirs by bisection
+        heads = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        uniq, at = np.unique(keys[heads], return_index=True)
+        first = heads[at]
+        inverse = np.searchsorted(uniq, keys)
     if sort:
         return uniq, inverse
     rank = np.empty(len(uniq), dtype=np.int64)

@@ -136,11 +136,20 @@ def _sparse_args(
     dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
     ch.hw_rows = dev_idx.astype(np.int64)
     ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
-    if _HAS_SHAPES.search(view) is not None:
+    if _has_shapes(view):
         op_rows = np.flatnonzero(np.isin(cat_codes, dec.shape_cat_codes(cats))).tolist()
         off, n = args_at
         parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[op_rows].tolist(), n[op_rows].tolist())]
         dec.add_shapes(ch, op_rows, _SHAPES_LIST.decode(b"[" + b",".join(parts) + b"]"))
+
+
+def _has_shapes(view: memoryview) -> bool:
+    """Whether an "Input Dims" key is in the list: ``bytes.find`` on the chunk's own bytes (about
+    twice the speed of a regex search, which holds the GIL the other decoding threads want)."""
+    obj = view.obj
+    if isinstance(obj, bytes) and view.nbytes == len(obj):
+        return obj.find(b'"Input Dims"') >= 0
+    return _HAS_SHAPES.search(view) is not None
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
