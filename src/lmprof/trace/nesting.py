@@ -8,6 +8,10 @@ analyses need it and it is the one step that walks events in Python.
 """
 from __future__ import annotations
 
+import importlib
+import os
+from types import ModuleType
+
 import numpy as np
 
 from lmprof.trace.groups import factorize
@@ -18,6 +22,19 @@ from lmprof.trace.load import TraceTable
 # child. (Traces stamped in epoch microseconds resolve only 0.25 us in float64: nesting finer than
 # that cannot be recovered from them, see docs/trace-analysis.md.)
 _END_SLACK_US = 1e-3
+
+
+def _load_native() -> ModuleType | None:
+    try:  # built at install (setup.py) like the C trace reader; without a compiler numpy does it
+        return importlib.import_module("lmprof.trace._nest")
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+
+
+_nest = _load_native()
+# the C reader's switch: LMPROF_TRACE_NATIVE=0 turns every compiled fast path off
+NATIVE = _nest is not None and os.environ.get("LMPROF_TRACE_NATIVE", "1").strip() != "0"
+_NATIVE_STEPS_PER_EVENT = 32  # the walk's budget: nested traces take one or two steps per event
 
 
 def parents(table: TraceTable) -> np.ndarray:
@@ -56,7 +73,7 @@ def _parents(table: TraceTable) -> np.ndarray:
     del pid, tid
     thread = np.cumsum(new_thread, dtype=np.int32)
     del new_thread
-    out[rows] = _jump_parents(ts, end, thread, rows)
+    out[rows] = sorted_parents(ts, end, thread, rows)
     return out
 
 
@@ -84,6 +101,27 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
     if thread.size and thread.max() < 2**16:
         thread = thread.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
     return order[np.argsort(thread[order], kind="stable")]
+
+
+def sorted_parents(
+    start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: np.ndarray, native: bool | None = None
+) -> np.ndarray:
+    """Parents (as ``rows``) of events sorted by (thread, start, -duration): the compiled walk
+    (:mod:`lmprof.trace._nest`) when it is built and finishes within its budget, else
+    :func:`_jump_parents`; both give the same parents. ``native``: force (True) or skip (False) it."""
+    if native is None:
+        native = NATIVE
+    n = len(start)
+    if native and _nest is not None and n:
+        new = np.concatenate(([False], thread[1:] != thread[:-1]))
+        pos = np.empty(n, dtype=np.int64)
+        done = _nest.parents(
+            np.ascontiguousarray(start, dtype=np.float64), np.ascontiguousarray(end, dtype=np.float64),
+            np.cumsum(new, dtype=np.int32), _END_SLACK_US, _NATIVE_STEPS_PER_EVENT * n + 1024, pos,
+        )
+        if done:
+            return np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+    return _jump_parents(start, end, thread, rows)
 
 
 def _jump_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: np.ndarray) -> np.ndarray:
