@@ -81,8 +81,8 @@ def _category_mask(ev: Frame, col: str, pred: Callable[[str], bool]) -> np.ndarr
     labels = ev.labels(col)
     hits = np.fromiter((bool(pred(str(c))) for c in labels), dtype=bool, count=len(labels))
     codes = ev[col]
-    # code -1 (missing) never matches
-    return np.concatenate([hits, [False]])[codes]
+    # code -1 (missing) never matches; np.take gathers int32 indices faster than indexing does
+    return np.take(np.concatenate([hits, [False]]), codes)
 
 
 def _cached_array(table: TraceTable, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
