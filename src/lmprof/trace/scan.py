@@ -144,12 +144,20 @@ def _sparse_args(
 
 
 def _has_shapes(view: memoryview) -> bool:
-    """Whether an "Input Dims" key is in the list: ``bytes.find`` on the chunk's own bytes (about
-    twice the speed of a regex search, which holds the GIL the other decoding threads want)."""
+    """Whether an "Input Dims" key is in the list: ``find`` on the bytes under the view when it
+    starts where they start (a worker's copy, or the loader's buffer), 1.4-1.6x the speed of a regex
+    search (which holds the GIL the other decoding threads want); else the regex."""
     obj = view.obj
-    if isinstance(obj, bytes) and view.nbytes == len(obj):
-        return obj.find(b'"Input Dims"') >= 0
+    if isinstance(obj, (bytes, bytearray)) and view.nbytes <= len(obj) and _same_start(view, obj):
+        return obj.find(b'"Input Dims"', 0, view.nbytes) >= 0
     return _HAS_SHAPES.search(view) is not None
+
+
+def _same_start(view: memoryview, obj: bytes | bytearray) -> bool:
+    if view.nbytes == 0 or not view.c_contiguous:
+        return False
+    a, b = np.frombuffer(view, dtype=np.uint8), np.frombuffer(obj, dtype=np.uint8)
+    return bool(a.ctypes.data == b.ctypes.data)
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
