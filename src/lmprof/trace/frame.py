@@ -57,11 +57,6 @@ class Frame:
         """A category column's labels (object array of str), indexed by code."""
         return self._labels[name]
 
-    def strings(self, name: str) -> np.ndarray:
-        """A category column as one str per row (object array); code -1 reads as ""."""
-        labels = self._labels[name]
-        return np.append(labels, "")[self._cols[name]]
-
     def take(self, index: Any) -> Frame:
         """The rows at ``index`` (positions, a boolean mask or a slice), as a new frame."""
         return Frame({k: v[index] for k, v in self._cols.items()}, self._labels)
