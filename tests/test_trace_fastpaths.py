@@ -12,7 +12,8 @@ from lmprof.trace.analyze import analyze_table
 from lmprof.trace.critical import _CROSS, _LAUNCH, _STREAM, _UNKNOWN, _waits
 from lmprof.trace.launches import kernel_launches, launch_columns
 from lmprof.trace.load import load_trace
-from lmprof.trace.nesting import _END_SLACK_US, _jump_parents, thread_order
+from lmprof.trace import nesting
+from lmprof.trace.nesting import _END_SLACK_US, _jump_parents, sorted_parents, thread_order
 from test_trace_synthetic import T0, Trace
 
 INF = np.inf
@@ -175,6 +176,24 @@ def test_jump_parents_is_the_nearest_open_enclosing_event(seed):
                 break
     rows = np.arange(100, 100 + n)  # positions come back as these rows
     assert _jump_parents(start, end, thread, rows).tolist() == np.where(want >= 0, rows[want], -1).tolist()
+    # the compiled walk (when built) gives the same parents, and so does its fallback when its budget runs out
+    assert sorted_parents(start, end, thread, rows, native=True).tolist() == np.where(want >= 0, rows[want], -1).tolist()
+
+
+@pytest.mark.skipif(nesting._nest is None, reason="the compiled nesting walk is not built (no compiler at install)")
+def test_compiled_walk_gives_up_past_its_budget_and_numpy_takes_over(monkeypatch):
+    # 2000 events, each starting inside and ending after the one before (partial overlaps): no
+    # parents, each found in one step (to the predecessor's parent, none); half a step each stops it
+    n = 2000
+    start = np.arange(n, dtype=np.float64)
+    end = start + 1.5
+    thread = np.zeros(n, dtype=np.int32)
+    out = np.empty(n, dtype=np.int64)
+    assert not nesting._nest.parents(start, end, thread, _END_SLACK_US, n // 2, out)
+    assert nesting._nest.parents(start, end, thread, _END_SLACK_US, 10 * n, out) and (out == -1).all()
+    monkeypatch.setattr(nesting, "_NATIVE_STEPS_PER_EVENT", 0)  # the budget is then 1024 steps
+    rows = np.arange(n)
+    assert (sorted_parents(start, end, thread, rows, native=True) == -1).all()
 
 
 def test_launch_columns_are_the_frame_rows(tmp_path):

@@ -43,7 +43,7 @@ def _view(ch: dec.Chunk) -> dict[str, Any]:
         out[key + "_coded"] = {f: (c.rows, c.text) for f, c in coded.items()}
     if ch.x:  # kernel resources as the hardware table reads them (None and NaN both mean absent)
         hw = hw_frame(ch.hw_rows, {f: [v] for f, v in ch.hw_cols.items()}, np.ones(ch.hw_rows.size, dtype=bool))
-        out["hw"] = {c: hw[c].to_numpy().tobytes() for c in hw.columns}
+        out["hw"] = {c: hw[c].tobytes() for c in hw.columns}
     return out
 
 

@@ -2,6 +2,9 @@
 
 Verb modules are discovered in this package (every module but app/main/common), so adding a verb is
 adding one file. User errors become one line on stderr and exit code 2; bugs keep their traceback.
+
+A plain ``lmprof analyze PATH --json`` skips typer (:mod:`lmprof.cli._fast`): typer and the verb
+modules are imported only when typer parses the command line.
 """
 from __future__ import annotations
 
@@ -9,22 +12,21 @@ import importlib
 import pkgutil
 import sys
 
-import typer
-
-import lmprof.cli as cli_pkg
-from lmprof.cli.app import app
-from lmprof.cli.common import Interrupted
 from lmprof.errors import LmprofError
 
 _NOT_VERBS = {"app", "main", "common"}
 
 
-@app.callback()
-def _root() -> None:
-    """Profile, explain and compare transformer language models in PyTorch."""
-
-
 def _register_verbs() -> None:
+    import lmprof.cli as cli_pkg
+    from lmprof.cli.app import app
+
+    if not app.registered_callback:
+
+        @app.callback()
+        def _root() -> None:
+            """Profile, explain and compare transformer language models in PyTorch."""
+
     for mod in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
         if mod.name not in _NOT_VERBS and not mod.name.startswith("_"):
             importlib.import_module(f"lmprof.cli.{mod.name}")
@@ -32,6 +34,42 @@ def _register_verbs() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and on the console script, exits with) the process exit code."""
+    from lmprof.cli._fast import fast_analyze_args
+
+    fast = fast_analyze_args(sys.argv[1:] if argv is None else list(argv))
+    if fast is not None:
+        return _run_fast(fast, argv)
+    return _run_typer(argv)
+
+
+def _run_fast(kwargs: dict[str, object], argv: list[str] | None) -> int:
+    """``lmprof analyze PATH --json`` without typer, its errors reported as :func:`_run_typer` does."""
+    from lmprof.cli._analyze_run import run_analyze
+    from lmprof.cli._fast import Aborted, run_fast
+
+    try:
+        code = run_fast(kwargs, run_analyze)
+    except LmprofError as exc:
+        print(f"lmprof: error: {exc}", file=sys.stderr)
+        return _exit(2, argv)
+    except Aborted:
+        print("lmprof: interrupted", file=sys.stderr)
+        return _exit(130, argv)
+    except KeyboardInterrupt:
+        print("lmprof: interrupted", file=sys.stderr)
+        return _exit(130, argv)
+    except MemoryError:
+        print("lmprof: error: out of memory (Python could not allocate more): try smaller sizes", file=sys.stderr)
+        return _exit(2, argv)
+    return _exit(code, argv)
+
+
+def _run_typer(argv: list[str] | None) -> int:
+    import typer
+
+    from lmprof.cli.app import app
+    from lmprof.cli.common import Interrupted
+
     _register_verbs()
     try:
         result = app(args=argv, standalone_mode=False, prog_name="lmprof")

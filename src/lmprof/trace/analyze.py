@@ -109,17 +109,17 @@ class Report:
 
 def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool = False) -> TraceReport:
     """All analyses of one trace. Pure function of the table."""
-    ev = table.events
+    ev = table.event_cols
     host = kinds.host_mask(table)
     host_span = 0.0
     if host.any():
-        ts = ev["ts"].to_numpy()[host]
-        host_span = float((ts + np.maximum(ev["dur"].to_numpy()[host], 0.0)).max() - ts.min())
+        ts = ev["ts"][host]
+        host_span = float((ts + np.maximum(ev["dur"][host], 0.0)).max() - ts.min())
     sel = select_device(table, include_last_step)
     device = None
     if sel is not None:
         temporal, overlap = temporal_breakdown(table, sel)
-        dev_ids = ev["device"].to_numpy()[sel.rows]
+        dev_ids = ev["device"][sel.rows]
         device = DeviceReport(
             window=sel.window,
             temporal=temporal,

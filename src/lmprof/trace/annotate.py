@@ -55,8 +55,8 @@ def finding_events(table: TraceTable, report: TraceReport, include_last_step: bo
     yield _meta("process_sort_index", None, {"sort_index": -1})
     for track, tid in TRACKS.items():
         yield _meta("thread_name", tid, {"name": track})
-    ev = table.events
-    ts = ev["ts"].to_numpy()
+    ev = table.event_cols
+    ts = ev["ts"]
     yield {"ph": "i", "s": "p", "name": "lmprof analyze", "pid": PID, "tid": TRACKS["steps"],
            "ts": float(ts.min()) if ts.size else 0.0, "args": json_ready(_report_args(report))}
     yield from _steps(table, report)
@@ -68,15 +68,15 @@ def finding_events(table: TraceTable, report: TraceReport, include_last_step: bo
             yield {"ph": "X", "name": f"idle: {GAP_CAUSES[c]}", "cat": "lmprof", "pid": PID,
                    "tid": TRACKS["device idle"], "ts": a, "dur": b - a}
     rows, first = dead_windows(table)
-    names = ev["name"].to_numpy()
+    labels, codes = ev.labels("name"), ev["name"]
     ok = np.isfinite(first)
     rows, first = rows[ok], first[ok]
     keep = _longest(first - ts[rows])
     for r, f in zip(rows[keep].tolist(), first[keep].tolist()):
-        yield {"ph": "X", "name": f"dead: {names[r]}", "cat": "lmprof", "pid": PID,
+        yield {"ph": "X", "name": f"dead: {labels[codes[r]]}", "cat": "lmprof", "pid": PID,
                "tid": TRACKS["dead windows"], "ts": float(ts[r]), "dur": f - float(ts[r])}
-    if report.memory is not None and not table.memory.empty:
-        t0 = float(table.memory["ts"].min())
+    if report.memory is not None and not table.memory_cols.empty:
+        t0 = float(table.memory_cols["ts"].min())
         for d in report.memory.devices:
             for t, v in zip(d.timeline_us, d.timeline_bytes):
                 yield {"ph": "C", "name": f"memory allocated {d.device}", "pid": PID, "ts": t0 + t,

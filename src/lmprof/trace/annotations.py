@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
-from lmprof.trace import kinds
-from lmprof.trace.launches import kernel_launches
+from lmprof.trace import groups, kinds
+from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing, parents, self_time
 
@@ -67,14 +66,14 @@ def module_breakdown(table: TraceTable) -> Annotations | None:
 def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations | None:
     """Rows of the ranges in ``amask``, nested among themselves; ``by_tree``: self time is outside
     child ranges of the mask, else outside every host event directly inside."""
-    ev = table.events
+    ev = table.event_cols
     rows = np.flatnonzero(amask)
     if rows.size == 0:
         return None
-    ts = ev["ts"].to_numpy()
-    dur = np.maximum(ev["dur"].to_numpy(), 0.0)
-    codes = ev["name"].cat.codes.to_numpy()
-    cats = ev["name"].cat.categories
+    ts = ev["ts"]
+    dur = np.maximum(ev["dur"], 0.0)
+    codes = ev["name"]
+    cats = ev.labels("name")
     labels = np.array([_label(str(n)) for n in cats] + [""], dtype=object)
     names = labels[codes[rows]]  # code -1 (no name) takes the trailing ""
 
@@ -96,36 +95,51 @@ def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations 
     device_us = _device_inside(table, amask, pos, rows.size)
     first_ts, first_code = _first_op(table, amask, pos, rows.size, apos, depth)
     dead = first_ts - ts[rows]
-    frame = pd.DataFrame({
-        "path": path, "name": names, "depth": depth, "dur": dur[rows], "own": np.maximum(own, 0.0),
-        "device": device_us if device_us is not None else np.zeros(rows.size),
-        "dead": np.where(np.isfinite(first_ts), dead, np.nan), "first": first_code,
-    })  # fmt: skip
-    g = frame.groupby("path", sort=True)
-    agg = g.agg(name=("name", "first"), depth=("depth", "first"), count=("dur", "size"), total=("dur", "sum"),
-                own=("own", "sum"), device=("device", "sum"), dead_mean=("dead", "mean"),
-                dead_max=("dead", "max"))  # fmt: skip
-    with_op = frame[frame["first"] >= 0]
-    common = with_op.groupby(["path", "first"]).size().reset_index(name="n")
-    common = common.sort_values(["path", "n"], ascending=[True, False]).drop_duplicates("path").set_index("path")
+    dead = np.where(np.isfinite(first_ts), dead, np.nan)
+    device = device_us if device_us is not None else np.zeros(rows.size)
+    own = np.maximum(own, 0.0)
+    # one row per distinct path (a handful, not per event), in path order
+    uniq, g = groups.group_by(path)
+    n = len(uniq)
+    first_row = groups.group_first(g, n, np.arange(rows.size))
+    count = groups.group_sizes(g, n)
+    total = groups.group_fsum(g, n, dur[rows])
+    own_sum = groups.group_fsum(g, n, own)
+    device_sum = groups.group_fsum(g, n, device)
+    dead_mean = groups.group_nanmean(g, n, dead)
+    dead_max = groups.group_nanmax(g, n, dead)
+    common = _most_common(g[first_code >= 0], first_code[first_code >= 0], n)
     out = []
-    for p, r in agg.iterrows():  # one row per distinct path: a handful, not per event
-        code = int(common["first"].get(p, -1))
+    for i, p in enumerate(uniq.tolist()):
+        code = int(common[i])
         out.append(AnnotationRow(
-            path=str(p), name=str(r["name"]), depth=int(r["depth"]), count=int(r["count"]),
-            total_us=float(r["total"]), self_us=float(r["own"]), mean_us=float(r["total"]) / int(r["count"]),
-            device_us=float(r["device"]) if device_us is not None else None,
-            dead_mean_us=None if pd.isna(r["dead_mean"]) else float(r["dead_mean"]),
-            dead_max_us=None if pd.isna(r["dead_max"]) else float(r["dead_max"]),
+            path=str(p), name=str(names[first_row[i]]), depth=int(depth[first_row[i]]), count=int(count[i]),
+            total_us=float(total[i]), self_us=float(own_sum[i]), mean_us=float(total[i]) / int(count[i]),
+            device_us=float(device_sum[i]) if device_us is not None else None,
+            dead_mean_us=None if np.isnan(dead_mean[i]) else float(dead_mean[i]),
+            dead_max_us=None if np.isnan(dead_max[i]) else float(dead_max[i]),
             first_op=str(cats[code]) if code >= 0 else None,
         ))  # fmt: skip
     return Annotations(count=int(rows.size), rows=_tree_order(out))
 
 
+def _most_common(group: np.ndarray, code: np.ndarray, n: int) -> np.ndarray:
+    """Per group, the code that occurs most often (the smallest of tied ones), -1 for a group without any."""
+    out = np.full(n, -1, dtype=np.int64)
+    if code.size == 0:
+        return out
+    pairs, counts = np.unique(np.stack([group, code]), axis=1, return_counts=True)
+    order = np.lexsort((pairs[1], -counts, pairs[0]))  # by group, then most frequent, then smallest code
+    g = pairs[0][order]
+    first = np.concatenate([[True], g[1:] != g[:-1]])
+    out[g[first]] = pairs[1][order][first]
+    return out
+
+
 def _tree(table: TraceTable, amask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The annotation tree: each event's position among ``rows`` (-1 elsewhere), and each range's
     parent annotation's position (-1 at the top)."""
-    pos = np.full(len(table.events), -1, dtype=np.int64)
+    pos = np.full(len(table.event_cols), -1, dtype=np.int64)
     pos[rows] = np.arange(rows.size)
     up = enclosing(table, rows, amask)
     return pos, np.where(up >= 0, pos[np.maximum(up, 0)], -1)
@@ -176,9 +190,9 @@ def _device_inside(table: TraceTable, amask: np.ndarray, pos: np.ndarray, n: int
     """Summed duration of the device events launched inside each annotation (at any depth)."""
     if not kinds.device_mask(table).any():
         return None
-    links = kernel_launches(table)
-    rt = links["runtime"].to_numpy()
-    dur = np.maximum(table.events["dur"].to_numpy()[links.index.to_numpy()], 0.0)
+    links = launch_links(table)
+    rt = links["runtime"]
+    dur = np.maximum(table.event_cols["dur"][links["event"]], 0.0)
     par = parents(table)
     out = np.zeros(n)
     at = np.flatnonzero(rt >= 0)
@@ -196,14 +210,14 @@ def _first_op(
     table: TraceTable, amask: np.ndarray, pos: np.ndarray, n: int, apos: np.ndarray, depth: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and name code of the earliest operator inside each annotation (inf / -1 when none)."""
-    ev = table.events
+    ev = table.event_cols
     ops = np.flatnonzero(kinds.op_mask(table))
     owner = enclosing(table, ops, amask)
     ops, owner = ops[owner >= 0], owner[owner >= 0]
     first = np.full(n, np.inf)
     code = np.full(n, -1, dtype=np.int64)
-    ts = ev["ts"].to_numpy()
-    op_codes = ev["name"].cat.codes.to_numpy().astype(np.int64)
+    ts = ev["ts"]
+    op_codes = ev["name"].astype(np.int64)
     # the earliest op directly owned: sort by start, keep the first per owner
     order = np.argsort(ts[ops], kind="stable")
     o_pos = pos[owner[order]]

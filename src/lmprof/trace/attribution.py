@@ -171,8 +171,8 @@ def _step_windows(table: TraceTable) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """(start, end, row) of each profiled step; row -1 when the trace has no ProfilerStep range."""
     steps = profiler_steps(table)
     if len(steps):
-        ts = steps["ts"].to_numpy(dtype=float)
-        return ts, ts + steps["dur"].to_numpy(dtype=float), steps["row"].to_numpy()
+        ts = steps["ts"].astype(float)
+        return ts, ts + steps["dur"].astype(float), steps["row"]
     ev = table.events
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
     if host.size == 0:

@@ -32,10 +32,10 @@ def forward_op(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     node nor inside one (the backward side repeats the number). Rows without a ``seq`` (e.g.
     ``AccumulateGrad``) get -1.
     """
-    ev = table.events
+    ev = table.event_cols
     rows = np.asarray(rows, dtype=np.int64)
     out = np.full(len(rows), -1, dtype=np.int64)
-    seq = ev["seq"].to_numpy()
+    seq = ev["seq"]
     in_backward = _nearest_matching_ancestor(table, backward_node_mask(table)) >= 0
     cand = np.flatnonzero(kinds.op_mask(table) & (seq >= 0) & ~in_backward)
     if cand.size == 0 or rows.size == 0:

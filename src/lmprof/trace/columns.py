@@ -2,7 +2,7 @@
 
 :class:`Merger` appends :class:`~lmprof.trace.decode.Chunk` s in file order, mapping their local
 codes (names, categories, phases, text ids) to trace-wide ones; :func:`frames` then sorts the events
-by time and returns the frames of :class:`~lmprof.trace.load.TraceTable` (events, flows, and the
+by time and returns the :class:`~lmprof.trace.frame.Frame` s of :class:`~lmprof.trace.load.TraceTable` (events, flows, and the
 sparse tables of collective parameters, kernel resources and allocator events).
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
+from lmprof.trace.frame import Frame, str_labels
 
 # Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond
 # this a (hostile) trace of all-different shapes would grow the table with its size, so new ones are
@@ -112,9 +112,9 @@ class Merger:
         self.shape_codes: list[int] = []  # their (dims, types) as a code into self.shape_table
         self.shape_table: dict[tuple[Any, Any], int] = {}
         self.shapes_dropped = 0
-        self.comms: pd.DataFrame = empty_comms()  # replaced when the columns are finished
-        self.hw: pd.DataFrame = empty_hw()
-        self.shapes: pd.DataFrame = empty_shapes()
+        self.comms: Frame = empty_comms()  # replaced when the columns are finished
+        self.hw: Frame = empty_hw()
+        self.shapes: Frame = empty_shapes()
 
     def add(self, ch: Chunk) -> None:
         self.n_raw += ch.n_raw
@@ -169,7 +169,8 @@ class Merger:
             col[c.rows] = [self.id_codes.setdefault(s, -1000 - len(self.id_codes)) for s in c.text]
 
 
-def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) -> pd.Categorical:
+def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Codes (int32) and their labels (object array of str) of a category column."""
     labels = []
     for k in table:  # insertion order == code order
         s = "" if k is None else (k if isinstance(k, str) else str(k))
@@ -178,21 +179,21 @@ def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) 
         uniq, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
         codes = remap.astype(np.int32)[codes] if codes.size else codes
         labels = list(uniq)
-    return pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object))
+    return codes.astype(np.int32, copy=False), str_labels(labels)
 
 
 _MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
 
 
-def empty_hw() -> pd.DataFrame:
+def empty_hw() -> Frame:
     return hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
 
 
-def empty_shapes() -> pd.DataFrame:
+def empty_shapes() -> Frame:
     return shapes_frame(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
 
 
-def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any]], keep: np.ndarray) -> pd.DataFrame:
+def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any]], keep: np.ndarray) -> Frame:
     """Operators' input shapes: ``row`` into events, ``dims`` and ``types`` (see decode.shape_fields).
 
     Equal shapes share one tuple object, so the frame costs a few pointers per row."""
@@ -203,53 +204,53 @@ def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any
     types = np.empty(len(codes), dtype=object)
     for j, c in enumerate(codes.tolist()):
         dims[j], types[j] = table[c]
-    return pd.DataFrame({"row": rows.astype(np.int64), "dims": dims, "types": types})
+    return Frame({"row": rows.astype(np.int64), "dims": dims, "types": types})
 
 
-def empty_comms() -> pd.DataFrame:
+def empty_comms() -> Frame:
     return _comms_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
 
 
-def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> pd.DataFrame:
+def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> Frame:
     """Collective parameters as typed columns: ints (-1 when absent or odd), names as str ("" absent)."""
     values = [v for v, k in zip(values, keep.tolist()) if k]
     rows = rows[keep]
     order = np.argsort(rows, kind="stable")
     values = [values[i] for i in order.tolist()]
-    cols: dict[str, Any] = {"row": rows[order]}
+    cols: dict[str, np.ndarray] = {"row": rows[order]}
     for j, f in enumerate(COMM_FIELDS):
         column = [v[j] for v in values]
         if f in ("collective", "dtype", "pg_name"):
-            cols[f] = pd.array([_short_str(x) for x in column], dtype=object)
+            cols[f] = str_labels([_short_str(x) for x in column])
         else:
             cols[f] = np.array([_small_int(x) for x in column], dtype=np.int64)
-    return pd.DataFrame(cols)
+    return Frame(cols)
 
 
-def hw_frame(rows: np.ndarray, values: dict[str, list[np.ndarray]], keep: np.ndarray) -> pd.DataFrame:
+def hw_frame(rows: np.ndarray, values: dict[str, list[np.ndarray]], keep: np.ndarray) -> Frame:
     """Kernel resources and copy sizes as float columns (NaN when absent or not a number in
     [0, 1e30): see decode.hw_values), from each chunk's columns.
 
     Rows of device events without any of them (no registers and no bytes) are dropped.
     """
     order = np.argsort(rows[keep], kind="stable")
-    cols: dict[str, Any] = {"row": rows[keep][order]}
+    cols: dict[str, np.ndarray] = {"row": rows[keep][order]}
     for f in HW_FIELDS:
         parts = values.get(f, [])
         col = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
         if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
             col = np.full(rows.size, np.nan)
         cols[f] = col[keep][order]
-    out = pd.DataFrame(cols)
-    return out[out["registers"].notna() | out["nbytes"].notna()].reset_index(drop=True)
+    out = Frame(cols)
+    return out.take(~np.isnan(out["registers"]) | ~np.isnan(out["nbytes"]))
 
 
 _MEMORY_COLUMNS = ("device_type", "device_id", "bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
 
 
-def memory_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+def memory_frame(rows: list[tuple[Any, ...]]) -> Frame:
     """The allocator events as typed columns (see the module docstring)."""
-    cols: dict[str, Any] = {
+    cols: dict[str, np.ndarray] = {
         "ts": np.array([to_float(r[0]) for r in rows], dtype=np.float64),
         "pid": np.array([_any_int(r[1], 0) for r in rows], dtype=np.int64),
         "tid": np.array([_any_int(r[2], 0) for r in rows], dtype=np.int64),
@@ -257,7 +258,7 @@ def memory_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     for j, name in enumerate(_MEMORY_COLUMNS):
         absent = 0 if name == "bytes" else -1
         cols[name] = np.array([_any_int(r[3 + j], absent) for r in rows], dtype=np.int64)
-    return pd.DataFrame(cols)
+    return Frame(cols)
 
 
 def _any_int(x: Any, absent: int) -> int:
@@ -286,7 +287,7 @@ def _small_int(x: Any) -> int:
     return x if isinstance(x, int) and 0 <= x < MAX_INT else -1
 
 
-def frames(b: Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def frames(b: Merger) -> tuple[Frame, Frame, int]:
     """Events and flows as frames, events sorted by ts; also how many events had junk times."""
     x = b.x
     ts = x.take("ts")
@@ -302,9 +303,11 @@ def frames(b: Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
         inverse = np.empty_like(order)
         inverse[order] = np.arange(order.size, dtype=order.dtype)
         del order
-    cols: dict[str, Any] = {
-        "name": _categorical(x.take("name", inverse), b.names),
-        "cat": _categorical(x.take("cat", inverse), b.cats, lower=True),
+    name_codes, name_labels = _categorical(x.take("name", inverse), b.names)
+    cat_codes, cat_labels = _categorical(x.take("cat", inverse), b.cats, lower=True)
+    cols: dict[str, np.ndarray] = {
+        "name": name_codes,
+        "cat": cat_codes,
         "pid": x.take("pid", inverse),
         "tid": x.take("tid", inverse),
         "ts": ts,
@@ -333,17 +336,19 @@ def frames(b: Merger) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
     b.hw = hw_frame(hw_rows, b.hw_cols, hw_keep)
     b.shapes = shapes_frame(shape_rows, np.asarray(b.shape_codes, dtype=np.int64), list(b.shape_table), shape_keep)
-    events = pd.DataFrame(cols, copy=False)
+    events = Frame(cols, {"name": name_labels, "cat": cat_labels})
     f = b.fl
-    flows = pd.DataFrame(
+    ph_codes, ph_labels = _categorical(f.take("ph"), b.phs)
+    flow_cat_codes, flow_cat_labels = _categorical(f.take("cat"), b.cats, lower=True)
+    flows = Frame(
         {
             "id": f.take("id"),
-            "ph": _categorical(f.take("ph"), b.phs),
-            "cat": _categorical(f.take("cat"), b.cats, lower=True),
+            "ph": ph_codes,
+            "cat": flow_cat_codes,
             "pid": f.take("pid"),
             "tid": f.take("tid"),
             "ts": f.take("ts"),
         },
-        copy=False,
+        {"ph": ph_labels, "cat": flow_cat_labels},
     )
     return events, flows, dropped

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.launches import kernel_launches
+from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
 
@@ -120,37 +120,40 @@ class Communication:
 
 def collectives(table: TraceTable, rows: np.ndarray) -> Communication | None:
     """The collectives among the device ``rows`` (None when there is no communication kernel)."""
-    ev = table.events
+    ev = table.event_cols
     types = kinds.kernel_types(table, rows)
     comm_rows = rows[types == kinds.COMMUNICATION]
     if comm_rows.size == 0:
         return None
-    params = table.comms.set_index("row")
-    has_params = np.isin(comm_rows, params.index.to_numpy())
-    rt = kernel_launches(table).loc[comm_rows, "runtime"].to_numpy()
+    params = table.comm_cols
+    p_rows = params["row"]
+    has_params = np.isin(comm_rows, p_rows)
+    rt = launch_columns(table, comm_rows, ["runtime"])["runtime"]
     is_param_op = np.zeros(len(ev), dtype=bool)
-    named = params[~params["collective"].map(lambda c: collective_kind(c) in _NOT_COLLECTIVES)]
-    is_param_op[named.index.to_numpy()] = True
+    named = np.array([collective_kind(c) not in _NOT_COLLECTIVES for c in params["collective"].tolist()], dtype=bool)
+    is_param_op[p_rows[named]] = True
     around = enclosing(table, rt, is_param_op)
-    names = ev["name"].to_numpy()
-    ts, dur = ev["ts"].to_numpy(), np.maximum(ev["dur"].to_numpy(), 0.0)
+    labels, codes = ev.labels("name"), ev["name"]
+    ts, dur = ev["ts"], np.maximum(ev["dur"], 0.0)
+    # an event's parameters: its first row in the table (rows are sorted)
+    first_of: dict[int, int] = {}
+    for i, r in enumerate(p_rows.tolist()):
+        first_of.setdefault(r, i)
     calls, sources = [], set()
     for i, row in enumerate(comm_rows.tolist()):
         src_row = row if has_params[i] else int(around[i])
         if src_row >= 0:
-            p = params.loc[src_row]
-            if isinstance(p, type(params)):  # duplicated row: take the first
-                p = p.iloc[0]
+            j = first_of[src_row]
             sources.add("kernel args" if has_params[i] else "record_param_comms")
-            kind = collective_kind(str(p["collective"]))
-            dtype, n = str(p["dtype"]), int(p["group_size"])
-            elems = max(int(p["in_nelems"]), int(p["out_nelems"]))
+            kind = collective_kind(str(params["collective"][j]))
+            dtype, n = str(params["dtype"][j]), int(params["group_size"][j])
+            elems = max(int(params["in_nelems"][j]), int(params["out_nelems"][j]))
             size = DTYPE_BYTES.get(dtype.lower())
             msg = elems * size if size is not None and elems >= 0 else None
-            group, seq = str(p["pg_name"]), int(p["coll_seq"])
+            group, seq = str(params["pg_name"][j]), int(params["coll_seq"][j])
         else:
             sources.add("kernel names")
-            kind, dtype, n, msg, group, seq = kind_from_kernel(str(names[row])), "", -1, None, "", -1
+            kind, dtype, n, msg, group, seq = kind_from_kernel(str(labels[codes[row]])), "", -1, None, "", -1
         t = float(dur[row])
         algbw = busbw = None
         n_ok = n if n and n > 0 else None

@@ -41,9 +41,9 @@ import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from lmprof.trace import kinds
+from lmprof.trace.groups import factorize
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
@@ -111,14 +111,14 @@ class _Index:
     """
 
     def __init__(self, table: TraceTable, dev_rows: np.ndarray) -> None:
-        ev = table.events
-        self.ts = ev["ts"].to_numpy()
+        ev = table.event_cols
+        self.ts = ev["ts"]
         # whole-table arrays are views or made once: this index is the analysis' peak of memory
-        self.raw_dur = ev["dur"].to_numpy()
+        self.raw_dur = ev["dur"]
         self.end = np.maximum(self.raw_dur, 0.0)
         self.end += self.ts
-        self.tid = ev["tid"].to_numpy()
-        self.pid = ev["pid"].to_numpy()
+        self.tid = ev["tid"]
+        self.pid = ev["pid"]
         dev_rows = dev_rows[self.raw_dur[dev_rows] > 0]
         # device events by end time, all streams together: position -> table row
         order = dev_rows[np.argsort(self.end[dev_rows], kind="stable")]
@@ -136,7 +136,7 @@ class _Index:
         call_end = np.where(launched, self.end[call], -np.inf)
         self.call_end = call_end.tolist()
         # one stream per (device pid, stream); the tid stands in for a missing args.stream
-        stream = ev["stream"].to_numpy()[order]
+        stream = ev["stream"][order]
         lane = np.where(stream >= 0, stream, self.tid[order])
         wait, nxt, nxt_end = _waits(start, end, self.pid[order], lane, call_end, launched)
         self.wait, self.next, self.next_end = wait.tolist(), nxt.tolist(), nxt_end.tolist()
@@ -164,17 +164,17 @@ class _Index:
         loader = np.flatnonzero(kinds.host_mask(table) & kinds.name_mask(table, lambda n: "DataLoader" in n))
         self.launch_iv = self._per_thread(runtime)
         self.loader_iv = self._per_thread(loader)
-        self.name_codes = ev["name"].cat.codes.to_numpy()  # the categorical's own codes (int8..int32)
-        self.name_categories = ev["name"].cat.categories
+        self.name_codes = ev["name"]  # the name column's own codes (int32)
+        self.name_categories = ev.labels("name")
 
     def _per_thread(self, rows: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
         """Union of the intervals of ``rows``, per (pid, tid): one sort, then one slice per thread."""
         out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         if rows.size == 0:
             return out
-        # threads numbered by pd.factorize (hashing), then one stable sort of those small numbers
-        pid_code = pd.factorize(self.pid[rows])[0].astype(np.int64)
-        thread = pid_code * (1 << 32) + pd.factorize(self.tid[rows])[0]
+        # threads numbered in order of first appearance, then one stable sort of those small numbers
+        pid_code = factorize(self.pid[rows]).astype(np.int64)
+        thread = pid_code * (1 << 32) + factorize(self.tid[rows])
         rows = rows[np.argsort(thread, kind="stable")]
         pid, tid = self.pid[rows], self.tid[rows]
         cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
@@ -370,10 +370,10 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     steps = profiler_steps(table)
     if steps.empty:
         return None
-    if steps["step"].nunique() >= 2:
-        steps = steps[steps["ts"] < steps["ts"].max()]
-    steps = steps.iloc[:_MAX_STEPS_WALKED]
-    ev = table.events
+    if np.unique(steps["step"]).size >= 2:
+        steps = steps.take(steps["ts"] < steps["ts"].max())
+    steps = steps.take(slice(0, _MAX_STEPS_WALKED))
+    ev = table.event_cols
     ix = _Index(table, dev_rows if dev_rows is not None else np.empty(0, dtype=np.int64))
     paths, on_path_all = [], []
     # device work of each step: launched by a runtime call that started inside the step. Sorted by
@@ -381,7 +381,7 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     launched = np.flatnonzero(ix.launch >= 0)  # positions
     by_call = launched[np.argsort(ix.ts[ix.launch[launched]], kind="stable")]
     call_ts = ix.ts[ix.launch[by_call]]
-    pids, tids = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    pids, tids = ev["pid"], ev["tid"]
     for row, step, ts, dur in zip(steps["row"], steps["step"], steps["ts"], steps["dur"]):
         thread = (int(pids[row]), int(tids[row]))
         t0, host_end = float(ts), float(ts + max(dur, 0.0))

@@ -64,11 +64,11 @@ def step_of(table: TraceTable, ts: np.ndarray) -> np.ndarray:
     out = np.full(len(ts), -1, dtype=np.int64)
     if steps.empty or len(ts) == 0:
         return out
-    start = steps["ts"].to_numpy()
-    end = start + np.maximum(steps["dur"].to_numpy(), 0.0)
+    start = steps["ts"]
+    end = start + np.maximum(steps["dur"], 0.0)
     k = np.searchsorted(start, ts, side="right") - 1
     ok = (k >= 0) & (ts < end[np.maximum(k, 0)])
-    out[ok] = steps["step"].to_numpy()[k[ok]]
+    out[ok] = steps["step"][k[ok]]
     return out
 
 
@@ -181,7 +181,7 @@ def _steps_table(pa: Any, table: TraceTable, rank: int, kernels: Any, ops: Any) 
         "step", "ts_us", "dur_us", "ops", "device_events", "device_time_us", "device_busy_us",
         "device_start_us", "device_end_us",
     )}  # fmt: skip
-    for s, ts, dur in zip(steps["step"].to_numpy(), steps["ts"].to_numpy(), steps["dur"].to_numpy()):
+    for s, ts, dur in zip(steps["step"], steps["ts"], steps["dur"]):
         mine = k_step == s
         s0, s1 = union(k_ts[mine], k_end[mine])
         rows["step"].append(int(s))

@@ -77,26 +77,26 @@ class HardwareUse:
 
 def hardware_use(table: TraceTable, rows: np.ndarray) -> HardwareUse:
     """Resource use over the device ``rows`` (the window)."""
-    ev = table.events
-    dur = np.maximum(ev["dur"].to_numpy(), 0.0)
+    ev = table.event_cols
+    dur = np.maximum(ev["dur"], 0.0)
     is_kernel = kinds.kernel_mask(table)[rows]
     k_rows = rows[is_kernel]
-    hw = table.hw
-    pos, found = _lookup(hw["row"].to_numpy(), k_rows)
-    occ_all = hw["occupancy"].to_numpy()
+    hw = table.hw_cols
+    pos, found = _lookup(hw["row"], k_rows)
+    occ_all = hw["occupancy"]
     has = found.copy()
-    has[found] = ~np.isnan(occ_all[pos[found]]) | ~np.isnan(hw["registers"].to_numpy()[pos[found]])
+    has[found] = ~np.isnan(occ_all[pos[found]]) | ~np.isnan(hw["registers"][pos[found]])
     r_pos = pos[has]
     w = dur[k_rows[has]]
     wsum = float(w.sum())
 
     def weighted(col: str) -> float | None:
-        v = hw[col].to_numpy()[r_pos]
+        v = hw[col][r_pos]
         ok = ~np.isnan(v)
         return float((v[ok] * w[ok]).sum() / w[ok].sum()) if ok.any() and w[ok].sum() > 0 else None
 
     def share(col: str, below: float) -> float | None:
-        v = hw[col].to_numpy()[r_pos]
+        v = hw[col][r_pos]
         ok = ~np.isnan(v)
         total = w[ok].sum()
         return float(100.0 * w[ok][v[ok] < below].sum() / total) if ok.any() and total > 0 else None
@@ -134,17 +134,18 @@ def _lookup(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _copies(table: TraceTable, rows: np.ndarray, dur: np.ndarray) -> list[CopyRow]:
-    hw = table.hw
-    pos, found = _lookup(hw["row"].to_numpy(), rows)
+    hw = table.hw_cols
+    pos, found = _lookup(hw["row"], rows)
     nbytes = np.full(len(rows), np.nan)
-    nbytes[found] = hw["nbytes"].to_numpy()[pos[found]]
+    nbytes[found] = hw["nbytes"][pos[found]]
     sized = np.flatnonzero(~np.isnan(nbytes))  # events without args.bytes are not counted
     # copy names repeat (a handful of kinds over thousands of copies): classify each name once
-    names = table.events["name"].cat
-    codes, code_of = np.unique(names.codes.to_numpy()[rows[sized]], return_inverse=True)
+    ev = table.event_cols
+    labels = ev.labels("name")
+    codes, code_of = np.unique(ev["name"][rows[sized]], return_inverse=True)
     kind_ids: dict[str, int] = {}
     kind_of_code = [
-        kind_ids.setdefault(copy_kind(str(names.categories[c]) if c >= 0 else "nan"), len(kind_ids))
+        kind_ids.setdefault(copy_kind(str(labels[c]) if c >= 0 else "nan"), len(kind_ids))
         for c in codes.tolist()
     ]
     kind = np.asarray(kind_of_code, dtype=np.int64)[code_of.ravel()]

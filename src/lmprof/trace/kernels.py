@@ -35,11 +35,11 @@ class KernelBreakdown:
 
 def kernel_breakdown(table: TraceTable, rows: np.ndarray, top: int = 10) -> KernelBreakdown:
     """Group the device ``rows`` by name and keep the ``top`` by total time."""
-    ev = table.events
-    dur = np.maximum(ev["dur"].to_numpy()[rows], 0.0)
+    ev = table.event_cols
+    dur = np.maximum(ev["dur"][rows], 0.0)
     types = kinds.kernel_types(table, rows)
-    codes = ev["name"].cat.codes.to_numpy()[rows].astype(np.int64)
-    names = ev["name"].cat.categories
+    codes = ev["name"][rows].astype(np.int64)
+    names = ev.labels("name")
     total = float(dur.sum())
     by_type = {kinds.KERNEL_TYPE_NAMES[k]: float(dur[types == k].sum()) for k in range(3)}
     uniq, inv = np.unique(codes, return_inverse=True)
@@ -88,12 +88,12 @@ class OperatorBreakdown:
 
 def operator_breakdown(table: TraceTable, top: int = 10) -> OperatorBreakdown:
     """Top ``cpu_op`` names by self time. Works on CPU-only traces too."""
-    ev = table.events
+    ev = table.event_cols
     rows = np.flatnonzero(kinds.op_mask(table))
     selfs = self_time(table)[rows]
-    dur = np.maximum(ev["dur"].to_numpy()[rows], 0.0)
-    codes = ev["name"].cat.codes.to_numpy()[rows].astype(np.int64)
-    names = ev["name"].cat.categories
+    dur = np.maximum(ev["dur"][rows], 0.0)
+    codes = ev["name"][rows].astype(np.int64)
+    names = ev.labels("name")
     # one bin per name code (code -1, no name, in bin 0); bins of names with no operator are dropped,
     # leaving the distinct codes in increasing order, as np.unique would, without its sort
     counts = np.bincount(codes + 1, minlength=len(names) + 1)

@@ -11,8 +11,8 @@ import re
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
+from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 
 # Device activity that occupies the GPU timeline. "memcpy"/"memset" are the pre-2021 Kineto names.
@@ -69,20 +69,20 @@ def step_number(name: str) -> int | None:
 
 def cat_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
     """Rows whose category satisfies ``pred`` (evaluated once per distinct category)."""
-    return _category_mask(table.events["cat"], pred)
+    return _category_mask(table.event_cols, "cat", pred)
 
 
 def name_mask(table: TraceTable, pred: Callable[[str], bool]) -> np.ndarray:
     """Rows whose name satisfies ``pred`` (evaluated once per distinct name)."""
-    return _category_mask(table.events["name"], pred)
+    return _category_mask(table.event_cols, "name", pred)
 
 
-def _category_mask(col: pd.Series, pred: Callable[[str], bool]) -> np.ndarray:
-    cat = col.cat
-    hits = np.fromiter((bool(pred(str(c))) for c in cat.categories), dtype=bool, count=len(cat.categories))
-    codes = cat.codes.to_numpy()
-    # code -1 (missing) never matches
-    return np.concatenate([hits, [False]])[codes]
+def _category_mask(ev: Frame, col: str, pred: Callable[[str], bool]) -> np.ndarray:
+    labels = ev.labels(col)
+    hits = np.fromiter((bool(pred(str(c))) for c in labels), dtype=bool, count=len(labels))
+    codes = ev[col]
+    # code -1 (missing) never matches; np.take gathers int32 indices faster than indexing does
+    return np.take(np.concatenate([hits, [False]]), codes)
 
 
 def _cached_array(table: TraceTable, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
@@ -154,13 +154,13 @@ def unsupported_device_events(table: TraceTable) -> dict[str, int]:
     cached = table.cache.get("unsupported_device_events")
     if cached is not None:
         return cached
-    ev = table.events
-    cat = ev["cat"].cat
-    codes = cat.codes.to_numpy()
-    counts = np.bincount(codes[codes >= 0], minlength=len(cat.categories))
-    with_stream = np.bincount(codes[(codes >= 0) & (ev["stream"].to_numpy() >= 0)], minlength=len(cat.categories))
+    ev = table.event_cols
+    labels = ev.labels("cat")
+    codes = ev["cat"]
+    counts = np.bincount(codes[codes >= 0], minlength=len(labels))
+    with_stream = np.bincount(codes[(codes >= 0) & (ev["stream"] >= 0)], minlength=len(labels))
     out: dict[str, int] = {}
-    for i, c in enumerate(map(str, cat.categories)):
+    for i, c in enumerate(map(str, labels)):
         if not counts[i] or _known_cat(c):
             continue
         if any(w in c for w in _DEVICE_WORDS) or 2 * with_stream[i] > counts[i]:
@@ -183,15 +183,14 @@ def _known_cat(c: str) -> bool:
 
 def kernel_types(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Kernel type (COMPUTE / COMMUNICATION / MEMORY) of the given device rows, as int8."""
-    names = table.events["name"].cat
+    ev = table.event_cols
+    labels = ev.labels("name")
 
     def by_name() -> np.ndarray:  # one type per distinct name (HTA's rule on the name alone)
-        types = np.fromiter(
-            (kernel_type_of(str(n), "") for n in names.categories), dtype=np.int8, count=len(names.categories)
-        )
+        types = np.fromiter((kernel_type_of(str(n), "") for n in labels), dtype=np.int8, count=len(labels))
         return np.concatenate([types, np.array([COMPUTE], dtype=np.int8)])  # code -1: no name
 
-    out = _cached_array(table, "kernel_type_by_name", by_name)[names.codes.to_numpy()[rows]]
+    out = _cached_array(table, "kernel_type_by_name", by_name)[ev["name"][rows]]
     memory_cat = _cached_array(table, "memory_cat_mask", lambda: cat_mask(table, MEMORY_CATS.__contains__))[rows]
     out[(out == COMPUTE) & memory_cat] = MEMORY
     return out

@@ -9,13 +9,17 @@ some Kineto versions fill it with the correlation id instead, so nesting is what
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from lmprof.trace import kinds
+from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def launching_calls(table: TraceTable, device_rows: np.ndarray | None = None) -> np.ndarray:
@@ -24,16 +28,16 @@ def launching_calls(table: TraceTable, device_rows: np.ndarray | None = None) ->
     When several runtime events share a correlation id (a runtime call and the driver call inside
     it), the runtime one wins, then the earliest.
     """
-    ev = table.events
+    ev = table.event_cols
     if device_rows is None:
         device_rows = np.flatnonzero(kinds.device_mask(table))
-    corr = ev["correlation"].to_numpy()
+    corr = ev["correlation"]
     rt = np.flatnonzero(kinds.runtime_mask(table) & (corr >= 0))
     out = np.full(len(device_rows), -1, dtype=np.int64)
     if rt.size == 0 or len(device_rows) == 0:
         return out
     is_driver = kinds.cat_mask(table, lambda c: c.endswith("driver"))[rt]
-    order = np.lexsort((ev["ts"].to_numpy()[rt], is_driver, corr[rt]))
+    order = np.lexsort((ev["ts"][rt], is_driver, corr[rt]))
     rt = rt[order]
     keys = corr[rt]
     first = np.concatenate([[True], keys[1:] != keys[:-1]])
@@ -46,11 +50,12 @@ def launching_calls(table: TraceTable, device_rows: np.ndarray | None = None) ->
     return out
 
 
-def kernel_launches(table: TraceTable) -> pd.DataFrame:
-    """One row per device event (kernel, memcpy, memset), indexed by its row in ``table.events``.
+def launch_links(table: TraceTable) -> Frame:
+    """One row per device event (kernel, memcpy, memset), in the order of ``table.event_cols``.
 
     Columns:
 
+    * ``event``: the device event's row
     * ``runtime``: row of the launching runtime call (-1 when it is not in the trace)
     * ``op``: row of the innermost ``cpu_op`` enclosing that runtime call on its thread (-1)
     * ``annotation``: row of the innermost ``user_annotation`` enclosing it (-1), e.g. an
@@ -60,37 +65,49 @@ def kernel_launches(table: TraceTable) -> pd.DataFrame:
     For other enclosing events (an outer annotation, an ``autograd::engine::evaluate_function:``
     backward node) use :func:`lmprof.trace.nesting.enclosing` on the ``runtime`` rows with a mask.
     """
-    cached = table.cache.get("kernel_launches")
+    cached = table.cache.get("launch_links")
     if cached is not None:
         return cached
-    ev = table.events
+    ts = table.event_cols["ts"]
     dev = np.flatnonzero(kinds.device_mask(table))
     rt = launching_calls(table, dev)
     op = enclosing(table, rt, kinds.op_mask(table))
     ann = enclosing(table, rt, kinds.annotation_mask(table))
-    ts = ev["ts"].to_numpy()
     delay = np.full(len(dev), np.nan)
     linked = rt >= 0
     delay[linked] = ts[dev[linked]] - ts[rt[linked]]
-    out = pd.DataFrame({"runtime": rt, "op": op, "annotation": ann, "launch_delay_us": delay}, index=dev)
-    out.index.name = "event"
+    out = Frame({"event": dev, "runtime": rt, "op": op, "annotation": ann, "launch_delay_us": delay})
+    for c in out:
+        out[c].setflags(write=False)  # cached: no caller may change what the others see
+    table.cache["launch_links"] = out
+    return out
+
+
+def kernel_launches(table: TraceTable) -> pd.DataFrame:
+    """:func:`launch_links` as a pandas DataFrame indexed by the device event's row (``event``)."""
+    cached = table.cache.get("kernel_launches")
+    if cached is not None:
+        return cached
+    links = launch_links(table)
+    out = links.to_pandas().set_index("event")
     table.cache["kernel_launches"] = out
     return out
 
 
 def launch_columns(table: TraceTable, rows: np.ndarray, columns: list[str]) -> dict[str, np.ndarray]:
-    """Columns of :func:`kernel_launches` for the device ``rows``, like ``.loc[rows, columns]``
-    (KeyError for a row that is not a device event) by a binary search of the sorted index, which
-    costs a fraction of pandas' label lookup for 10^5 rows."""
-    links = kernel_launches(table)
+    """Columns of :func:`launch_links` for the device ``rows`` (like pandas' ``.loc[rows, columns]``
+    on :func:`kernel_launches`; KeyError for a row that is not a device event), by a binary search
+    of the sorted event rows."""
+    links = launch_links(table)
     rows = np.asarray(rows, dtype=np.int64)
-    index = links.index.to_numpy()
+    index = links["event"]
     pos = np.minimum(np.searchsorted(index, rows), max(len(index) - 1, 0))
     if len(index) == 0 or not np.array_equal(index[pos], rows):
         if rows.size:
-            links.loc[rows]  # raises the KeyError that names the missing rows
+            missing = rows[(len(index) == 0) | (index[pos] != rows)] if len(index) else rows
+            raise KeyError(f"not device events: {missing[:10].tolist()}")
         pos = pos[:0]
-    return {c: links[c].to_numpy()[pos] for c in columns}
+    return {c: links[c][pos] for c in columns}
 
 
 @dataclass(frozen=True)
@@ -146,7 +163,7 @@ def graph_launched(table: TraceTable, kernel_rows: np.ndarray, runtime_rows: np.
 
 def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
     """Launch delay and "kernels shorter than their launch" over the kernel rows in ``device_rows``."""
-    ev = table.events
+    ev = table.event_cols
     is_kernel = kinds.kernel_mask(table)
     rows = device_rows[is_kernel[device_rows]]
     sub = launch_columns(table, rows, ["runtime", "launch_delay_us"])
@@ -154,7 +171,7 @@ def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
     graph = graph_launched(table, rows, rt)
     single = (rt >= 0) & ~graph
     k_rows, r_rows = rows[single], rt[single]
-    dur = ev["dur"].to_numpy()
+    dur = ev["dur"]
     delay = sub["launch_delay_us"][single]
     call = dur[r_rows]
     short = dur[k_rows] < call

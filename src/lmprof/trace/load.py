@@ -2,12 +2,15 @@
 
 Every analysis is a function of the :class:`TraceTable` this returns; nothing re-reads the file.
 
-Columns of ``TraceTable.events`` (one row per complete ``"ph": "X"`` event, sorted by ``ts``):
+Columns of ``TraceTable.event_cols`` (one row per complete ``"ph": "X"`` event, sorted by ``ts``),
+a :class:`~lmprof.trace.frame.Frame` of numpy columns (``TraceTable.events``: the same as a pandas
+DataFrame, with pandas categoricals for the category columns):
 
 ============  =========  ========================================================================
 column        dtype      meaning
 ============  =========  ========================================================================
-name          category   event name (operator, kernel, annotation, runtime call)
+name          category   event name (operator, kernel, annotation, runtime call); in the Frame,
+                         int32 codes into ``event_cols.labels("name")``
 cat           category   Kineto category, lower-cased: cpu_op, user_annotation, kernel,
                          gpu_memcpy, gpu_memset, cuda_runtime, cuda_driver, gpu_user_annotation,
                          python_function, ... ("" when absent)
@@ -20,6 +23,7 @@ stream        int64      args.stream for device events, -1 when absent
 device        int64      args.device for device events, -1 when absent
 ============  =========  ========================================================================
 
+Each table below is a Frame (``TraceTable.*_cols``) and a DataFrame of the same name without ``_cols``.
 ``TraceTable.comms`` holds the collective parameters of the few events that carry them (column
 ``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).
 ``TraceTable.hw`` holds what CUPTI reports per kernel and copy, for the events that have it (column
@@ -52,18 +56,22 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
-import pandas as pd
+import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace.columns import Merger, empty_comms, empty_hw, empty_shapes, frames, memory_frame
 from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
+from lmprof.trace.frame import Frame
 from lmprof.trace.read import chunks, gzip_size, open_regular
 from lmprof.trace import scan
 from lmprof.trace.scan import read_chunk
 from lmprof.trace.split import Splitter
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["MAX_RANK", "TraceTable", "decode_workers", "load_trace", "open_regular", "parse_rank"]
 
@@ -85,24 +93,72 @@ _LIST_META_DECODER = msgspec.json.Decoder(list[Any])
 class TraceTable:
     """A trace as columns. ``rank`` comes from distributedInfo when the trace has it.
 
-    Treat the frames as read-only: analyses cache arrays derived from them in ``cache``.
+    The tables are :class:`~lmprof.trace.frame.Frame` s of numpy columns (``*_cols``); the analyses
+    read those. ``events``, ``flows``, ``comms``, ``hw``, ``memory`` and ``shapes`` are the same
+    tables as pandas DataFrames, built (and pandas imported) on first use, for the callers that want
+    pandas. Treat them all as read-only: analyses cache arrays derived from them in ``cache``.
     """
 
-    events: pd.DataFrame
-    flows: pd.DataFrame
+    event_cols: Frame
+    flow_cols: Frame
     meta: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # what the loader skipped or repaired, one sentence each (empty for a clean trace)
     notes: list[str] = field(default_factory=list)
     # collective parameters of the events that carry them (see the module docstring)
-    comms: pd.DataFrame = field(default_factory=lambda: empty_comms())
+    comm_cols: Frame = field(default_factory=lambda: empty_comms())
     # kernel resources and copy sizes of the device events that carry them (see the module docstring)
-    hw: pd.DataFrame = field(default_factory=lambda: empty_hw())
+    hw_cols: Frame = field(default_factory=lambda: empty_hw())
     # the allocator's "[memory]" instant events, in file order (see the module docstring)
-    memory: pd.DataFrame = field(default_factory=lambda: memory_frame([]))
+    memory_cols: Frame = field(default_factory=lambda: memory_frame([]))
     # input shapes and dtypes of the operators that have them (record_shapes; see the module docstring)
-    shapes: pd.DataFrame = field(default_factory=lambda: empty_shapes())
+    shape_cols: Frame = field(default_factory=lambda: empty_shapes())
+    # the DataFrames already built from the frames above, by attribute name
+    _pandas: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
+
+    def _frame(self, name: str, cols: Frame) -> pd.DataFrame:
+        df = self._pandas.get(name)
+        if df is None:
+            df = self._pandas[name] = cols.to_pandas()
+        return df
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The events as a pandas DataFrame (see :attr:`event_cols`)."""
+        return self._frame("events", self.event_cols)
+
+    @events.setter
+    def events(self, df: pd.DataFrame) -> None:
+        # a caller that filters rows (lmprof.measure.window.drop_partial) replaces the events whole
+        self.event_cols = Frame.from_pandas(df)
+        self._pandas["events"] = df
+        self.cache.clear()
+
+    @property
+    def flows(self) -> pd.DataFrame:
+        """The flow events as a pandas DataFrame (see :attr:`flow_cols`)."""
+        return self._frame("flows", self.flow_cols)
+
+    @property
+    def comms(self) -> pd.DataFrame:
+        """The collective parameters as a pandas DataFrame (see :attr:`comm_cols`)."""
+        return self._frame("comms", self.comm_cols)
+
+    @property
+    def hw(self) -> pd.DataFrame:
+        """Kernel resources and copy sizes as a pandas DataFrame (see :attr:`hw_cols`)."""
+        return self._frame("hw", self.hw_cols)
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        """The allocator events as a pandas DataFrame (see :attr:`memory_cols`)."""
+        return self._frame("memory", self.memory_cols)
+
+    @property
+    def shapes(self) -> pd.DataFrame:
+        """The operators' input shapes as a pandas DataFrame (see :attr:`shape_cols`)."""
+        return self._frame("shapes", self.shape_cols)
 
     @property
     def rank(self) -> int | None:
@@ -111,7 +167,10 @@ class TraceTable:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"]).any())
+        ev = self.event_cols
+        labels = ev.labels("cat")
+        hits = np.array([c in ("kernel", "gpu_memcpy", "gpu_memset") for c in labels] + [False], dtype=bool)
+        return bool(hits[ev["cat"]].any())
 
 
 MAX_RANK = 1 << 24  # no job has more ranks; anything larger is junk, not a rank
@@ -294,8 +353,8 @@ def _table(p: Path, builder: Merger, meta_json: bytes) -> TraceTable:
     if isinstance(info, dict) and "rank" in info and parse_rank(info) is None:
         notes.append(f"distributedInfo.rank is not a valid rank ({_short_repr(info.get('rank'))}): ignored")
     return TraceTable(
-        events=events, flows=flows, meta=meta, path=str(p), notes=notes, comms=builder.comms, hw=builder.hw,
-        memory=memory_frame(builder.memory), shapes=builder.shapes,
+        event_cols=events, flow_cols=flows, meta=meta, path=str(p), notes=notes, comm_cols=builder.comms,
+        hw_cols=builder.hw, memory_cols=memory_frame(builder.memory), shape_cols=builder.shapes,
     )
 
 

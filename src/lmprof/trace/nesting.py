@@ -8,9 +8,13 @@ analyses need it and it is the one step that walks events in Python.
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+import importlib
+import os
+from types import ModuleType
 
+import numpy as np
+
+from lmprof.trace.groups import factorize
 from lmprof.trace.kinds import host_mask
 from lmprof.trace.load import TraceTable
 
@@ -20,10 +24,23 @@ from lmprof.trace.load import TraceTable
 _END_SLACK_US = 1e-3
 
 
+def _load_native() -> ModuleType | None:
+    try:  # built at install (setup.py) like the C trace reader; without a compiler numpy does it
+        return importlib.import_module("lmprof.trace._nest")
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+
+
+_nest = _load_native()
+# the C reader's switch: LMPROF_TRACE_NATIVE=0 turns every compiled fast path off
+NATIVE = _nest is not None and os.environ.get("LMPROF_TRACE_NATIVE", "1").strip() != "0"
+_NATIVE_STEPS_PER_EVENT = 32  # the walk's budget: nested traces take one or two steps per event
+
+
 def parents(table: TraceTable) -> np.ndarray:
     """Row of the innermost host event that contains each row on the same thread; -1 for roots.
 
-    Device events and GPU-track markers get -1. Indexed like ``table.events``.
+    Device events and GPU-track markers get -1. Indexed like ``table.event_cols``.
     """
     cached = table.cache.get("parents")
     if cached is None:
@@ -32,17 +49,17 @@ def parents(table: TraceTable) -> np.ndarray:
 
 
 def _parents(table: TraceTable) -> np.ndarray:
-    ev = table.events
+    ev = table.event_cols
     out = np.full(len(ev), -1, dtype=np.int64)
     rows = np.flatnonzero(host_mask(table))
     if rows.size == 0:
         return out
     # per thread, by start; the longer first on equal starts so the container precedes the contained.
     # Temporaries are dropped as soon as possible: this is the analyses' largest working set.
-    pid = ev["pid"].to_numpy()[rows]
-    tid = ev["tid"].to_numpy()[rows]
-    ts = ev["ts"].to_numpy()[rows]
-    neg_dur = -np.maximum(ev["dur"].to_numpy()[rows], 0.0)
+    pid = ev["pid"][rows]
+    tid = ev["tid"][rows]
+    ts = ev["ts"][rows]
+    neg_dur = -np.maximum(ev["dur"][rows], 0.0)
     order = thread_order(pid, tid, ts, neg_dur)
     rows, ts = rows[order], ts[order]
     end = ts - neg_dur[order]
@@ -56,7 +73,7 @@ def _parents(table: TraceTable) -> np.ndarray:
     del pid, tid
     thread = np.cumsum(new_thread, dtype=np.int32)
     del new_thread
-    out[rows] = _jump_parents(ts, end, thread, rows)
+    out[rows] = sorted_parents(ts, end, thread, rows)
     return out
 
 
@@ -78,12 +95,33 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
         sub = np.flatnonzero(tied)
         group = np.cumsum(np.concatenate([[True], t[1:] != t[:-1]]))[sub]
         order[sub] = order[sub][np.lexsort((neg_dur[order[sub]], group))]
-    pid_code = pd.factorize(pid, sort=True)[0].astype(np.int64)
-    tid_code = pd.factorize(tid, sort=True)[0].astype(np.int64)
+    pid_code = factorize(pid, sort=True).astype(np.int64)
+    tid_code = factorize(tid, sort=True).astype(np.int64)
     thread = pid_code * (int(tid_code.max(initial=0)) + 1) + tid_code
     if thread.size and thread.max() < 2**16:
         thread = thread.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
     return order[np.argsort(thread[order], kind="stable")]
+
+
+def sorted_parents(
+    start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: np.ndarray, native: bool | None = None
+) -> np.ndarray:
+    """Parents (as ``rows``) of events sorted by (thread, start, -duration): the compiled walk
+    (:mod:`lmprof.trace._nest`) when it is built and finishes within its budget, else
+    :func:`_jump_parents`; both give the same parents. ``native``: force (True) or skip (False) it."""
+    if native is None:
+        native = NATIVE
+    n = len(start)
+    if native and _nest is not None and n:
+        new = np.concatenate(([False], thread[1:] != thread[:-1]))
+        pos = np.empty(n, dtype=np.int64)
+        done = _nest.parents(
+            np.ascontiguousarray(start, dtype=np.float64), np.ascontiguousarray(end, dtype=np.float64),
+            np.cumsum(new, dtype=np.int32), _END_SLACK_US, _NATIVE_STEPS_PER_EVENT * n + 1024, pos,
+        )
+        if done:
+            return np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+    return _jump_parents(start, end, thread, rows)
 
 
 def _jump_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -182,7 +220,7 @@ def depth(table: TraceTable) -> np.ndarray:
 def self_time(table: TraceTable) -> np.ndarray:
     """Duration minus the durations of direct children on the same thread (never below 0), us."""
     par = parents(table)
-    dur = np.maximum(table.events["dur"].to_numpy(), 0.0)
+    dur = np.maximum(table.event_cols["dur"], 0.0)
     child = par >= 0
     children = np.bincount(par[child], weights=dur[child], minlength=len(par))
     return np.maximum(dur - children, 0.0)

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.launches import kernel_launches
+from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents
 
@@ -229,12 +229,12 @@ def _device_time(table: TraceTable, ops: np.ndarray) -> np.ndarray | None:
     dev = kinds.device_mask(table)
     if not dev.any():
         return None
-    links = kernel_launches(table)
-    op = links["op"].to_numpy()
+    links = launch_links(table)
+    op = links["op"]
     ok = op >= 0
-    dur = table.events["dur"].to_numpy()[links.index.to_numpy()[ok]]
+    dur = table.event_cols["dur"][links["event"][ok]]
     cur = op[ok]
-    acc = np.zeros(len(table.events))
+    acc = np.zeros(len(table.event_cols))
     parent = parents(table)
     while cur.size:
         np.add.at(acc, cur, dur)
@@ -257,13 +257,12 @@ def _shape_text(dims: tuple[Any, ...]) -> str:
 
 def op_flops(table: TraceTable, top: int = 10) -> OpFlops | None:
     """FLOPs, bytes, achieved FLOP/s and bytes/s per operator and input shapes; None without shapes."""
-    sh = table.shapes
+    sh = table.shape_cols
     if sh.empty:
         return None
-    names = table.events["name"]
-    codes = names.cat.codes.to_numpy()
-    cats = names.cat.categories
-    rows = sh["row"].to_numpy()
+    codes = table.event_cols["name"]
+    cats = table.event_cols.labels("name")
+    rows = sh["row"]
     costs: dict[tuple[int, Any, Any], OpCost | None] = {}  # one formula per distinct (name, shapes)
     keys: list[tuple[int, Any, Any]] = []
     for r, d, ty in zip(rows.tolist(), sh["dims"].tolist(), sh["types"].tolist()):
@@ -278,9 +277,9 @@ def op_flops(table: TraceTable, top: int = 10) -> OpFlops | None:
     ckeys = [k for k, h in zip(keys, hit.tolist()) if h]
     device = _device_time(table, counted)
     source = "cpu" if device is None else "device"
-    times = table.events["dur"].to_numpy()[counted] if device is None else device[counted]
+    times = table.event_cols["dur"][counted] if device is None else device[counted]
     # outermost: no counted operator among the ancestors
-    is_counted = np.zeros(len(table.events), dtype=bool)
+    is_counted = np.zeros(len(table.event_cols), dtype=bool)
     is_counted[counted] = True
     parent = parents(table)
     nested = np.zeros(counted.size, dtype=bool)

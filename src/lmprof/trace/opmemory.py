@@ -11,12 +11,11 @@ allocators'; device bytes CUDA's, HIP's and PrivateUse1's. Rows sum over the eve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
-import pandas as pd
 
-from lmprof.trace import kinds
+from lmprof.trace import groups, kinds
+from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents
 
@@ -74,15 +73,15 @@ def per_event_bytes(table: TraceTable) -> dict[str, np.ndarray]:
     Only host events get bytes (device events and GPU-track markers get 0). ``kept`` marks the
     host events torch keeps (see the module docstring for the merge).
     """
-    ev = table.events
-    mem = table.memory
+    ev = table.event_cols
+    mem = table.memory_cols
     n = len(ev)
     host = kinds.host_mask(table)
-    ts = ev["ts"].to_numpy()
-    end = ts + np.maximum(ev["dur"].to_numpy(), 0.0)
-    mts = mem["ts"].to_numpy()
-    dtype = mem["device_type"].to_numpy()
-    nbytes = mem["bytes"].to_numpy()
+    ts = ev["ts"]
+    end = ts + np.maximum(ev["dur"], 0.0)
+    mts = mem["ts"]
+    dtype = mem["device_type"]
+    nbytes = mem["bytes"]
     order = np.argsort(mts, kind="stable")
     mts = mts[order]
     par, kept = _merged_parents(table, host)
@@ -104,7 +103,7 @@ def per_event_bytes(table: TraceTable) -> dict[str, np.ndarray]:
 def _merged_parents(table: TraceTable, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parents after torch's merge of an only child into a parent of the same name, and the kept events."""
     par = parents(table).copy()
-    codes = table.events["name"].cat.codes.to_numpy()
+    codes = table.event_cols["name"]
     kept = host.copy()
     while True:  # one round per level of a chain of same-named only children (short)
         has = kept & (par >= 0)
@@ -121,37 +120,36 @@ def _merged_parents(table: TraceTable, host: np.ndarray) -> tuple[np.ndarray, np
 
 def memory_report(table: TraceTable, top: int = 10) -> MemoryReport | None:
     """Per-name memory of operators and annotations, peak and timeline; None without allocator events."""
-    mem = table.memory
+    mem = table.memory_cols
     if mem.empty:
         return None
-    ev = table.events
+    ev = table.event_cols
     per = per_event_bytes(table)
     named = (kinds.op_mask(table) | kinds.annotation_mask(table)) & per.pop("kept")
     rows = np.flatnonzero(named)
-    frame = pd.DataFrame({"code": ev["name"].cat.codes.to_numpy()[rows]})
-    for k, v in per.items():
-        frame[k] = v[rows]
-    g = frame.groupby("code", sort=False)
-    agg = g.sum()
-    agg["count"] = g.size()
-    rank = agg["self_cpu"].clip(lower=0) + agg["self_device"].clip(lower=0)
-    agg = agg.assign(rank=rank).sort_values(["rank", "alloc_cpu"], ascending=False, kind="stable").head(top)
-    cats = ev["name"].cat.categories
+    # per name, in order of first appearance; then by self bytes, then CPU bytes allocated (stable)
+    uniq, g = groups.group_by(ev["name"][rows], sort=False)
+    count = groups.group_sizes(g, len(uniq))
+    sums = {k: groups.group_isum(g, len(uniq), v[rows]) for k, v in per.items()}
+    rank = np.maximum(sums["self_cpu"], 0) + np.maximum(sums["self_device"], 0)
+    best = np.lexsort((-sums["alloc_cpu"], -rank))[:top]
+    cats = ev.labels("name")
     out = [
         MemoryOpRow(
-            name=str(cats[int(c)]) if c >= 0 else "", count=int(r["count"]), cpu_bytes=int(r["cpu"]),
-            self_cpu_bytes=int(r["self_cpu"]), cpu_allocated_bytes=int(r["alloc_cpu"]),
-            cpu_freed_bytes=int(r["free_cpu"]), device_bytes=int(r["device"]), self_device_bytes=int(r["self_device"]),
+            name=str(cats[int(uniq[i])]) if uniq[i] >= 0 else "", count=int(count[i]), cpu_bytes=int(sums["cpu"][i]),
+            self_cpu_bytes=int(sums["self_cpu"][i]), cpu_allocated_bytes=int(sums["alloc_cpu"][i]),
+            cpu_freed_bytes=int(sums["free_cpu"][i]), device_bytes=int(sums["device"][i]),
+            self_device_bytes=int(sums["self_device"][i]),
         )  # fmt: skip
-        for c, r in agg.iterrows()
+        for i in best.tolist()
     ]
     # allocator events inside no host event at all (torch lists them as a "[memory]" row)
     host = kinds.host_mask(table)
-    ts = ev["ts"].to_numpy()[host]
-    end = ts + np.maximum(ev["dur"].to_numpy()[host], 0.0)
-    inside = _covered(mem["ts"].to_numpy(), ts, end)
-    cpu = np.isin(mem["device_type"].to_numpy(), CPU_TYPES)
-    outside = int(mem["bytes"].to_numpy()[cpu & ~inside].sum())
+    ts = ev["ts"][host]
+    end = ts + np.maximum(ev["dur"][host], 0.0)
+    inside = _covered(mem["ts"], ts, end)
+    cpu = np.isin(mem["device_type"], CPU_TYPES)
+    outside = int(mem["bytes"][cpu & ~inside].sum())
     return MemoryReport(events=len(mem), outside_bytes=outside, devices=_devices(mem), top=out)
 
 
@@ -165,23 +163,27 @@ def _covered(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (i >= 0) & (e[np.maximum(i, 0)] >= t)
 
 
-def _devices(mem: pd.DataFrame) -> list[MemoryDevice]:
+def _devices(mem: Frame) -> list[MemoryDevice]:
     out = []
     t0 = float(mem["ts"].min())
-    for key, m in mem.groupby(["device_type", "device_id"], sort=True):
-        dt, di = (int(k) for k in cast("tuple[int, int]", key))  # a 2-column groupby key is a tuple
-        m = m.sort_values("ts", kind="stable")
-        b = m["bytes"].to_numpy()
-        t = m["ts"].to_numpy() - t0
-        total = m["total_allocated"].to_numpy()
+    keys = np.stack([mem["device_type"], mem["device_id"]])
+    pairs, which = np.unique(keys, axis=1, return_inverse=True)  # (device type, id) in sorted order
+    which = which.reshape(-1)
+    for k in range(pairs.shape[1]):
+        dt, di = int(pairs[0, k]), int(pairs[1, k])
+        sel = np.flatnonzero(which == k)
+        sel = sel[np.argsort(mem["ts"][sel], kind="stable")]
+        b = mem["bytes"][sel]
+        t = mem["ts"][sel] - t0
+        total = mem["total_allocated"][sel]
         if (total < 0).all():  # not recorded: rebuild it from the events
             total = np.cumsum(b)
         peak = int(np.argmax(total))
-        reserved = m["total_reserved"].to_numpy()
+        reserved = mem["total_reserved"][sel]
         times, values = _timeline(t, total)
         name = _TYPE_NAMES.get(dt, f"type{dt}")
         out.append(MemoryDevice(
-            device=name if di < 0 or dt in CPU_TYPES else f"{name}:{di}", events=len(m),
+            device=name if di < 0 or dt in CPU_TYPES else f"{name}:{di}", events=len(sel),
             allocated_bytes=int(b[b > 0].sum()), freed_bytes=int(-b[b < 0].sum()),
             peak_allocated_bytes=int(total[peak]), peak_at_us=float(t[peak]),
             peak_reserved_bytes=int(reserved.max()) if (reserved > 0).any() else None,
@@ -196,6 +198,8 @@ def _timeline(t: np.ndarray, total: np.ndarray) -> tuple[list[float], list[int]]
         return t.tolist(), total.tolist()
     span = float(t[-1] - t[0]) or 1.0
     bins = np.minimum(((t - t[0]) / span * TIMELINE_POINTS).astype(np.int64), TIMELINE_POINTS - 1)
-    frame = pd.DataFrame({"bin": bins, "v": total, "t": t})
-    best = frame.loc[frame.groupby("bin")["v"].idxmax()]
-    return best["t"].tolist(), best["v"].tolist()
+    # per bin (in bin order) its first highest value
+    order = np.lexsort((np.arange(t.size), -total, bins))
+    b = bins[order]
+    best = order[np.concatenate([[True], b[1:] != b[:-1]])]
+    return t[best].tolist(), total[best].tolist()

@@ -49,12 +49,12 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
     st = profiler_steps(table)
     if steps is not None:
-        st = st[st["step"] <= steps]
+        st = st.take(st["step"] <= steps)
     if host.size == 0 or st.empty:
         return []
-    start = st["ts"].to_numpy(dtype=float)
+    start = st["ts"].astype(float)
     order = np.argsort(start)
-    start, end = start[order], (st["ts"] + st["dur"]).to_numpy(dtype=float)[order]
+    start, end = start[order], (st["ts"] + st["dur"]).astype(float)[order]
     t = ev["ts"].to_numpy(dtype=float)[host]
     pos = np.searchsorted(start, t, side="right") - 1
     inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])

@@ -53,9 +53,9 @@ class Phases:
 
 def phase_split(table: TraceTable) -> Phases | None:
     """Phases of each step; None when the trace has neither backward nodes nor an optimizer step."""
-    ev = table.events
-    ts = ev["ts"].to_numpy()
-    end = ts + np.maximum(ev["dur"].to_numpy(), 0.0)
+    ev = table.event_cols
+    ts = ev["ts"]
+    end = ts + np.maximum(ev["dur"], 0.0)
     host = kinds.host_mask(table)
     ann = kinds.annotation_mask(table) | kinds.op_mask(table)
     opt = np.flatnonzero(ann & kinds.name_mask(table, lambda n: n.startswith(OPTIMIZER_PREFIXES)))
@@ -66,8 +66,8 @@ def phase_split(table: TraceTable) -> Phases | None:
     steps = profiler_steps(table)
     if len(steps):
         source = "ProfilerStep"
-        s0 = steps["ts"].to_numpy()
-        s1 = s0 + np.maximum(steps["dur"].to_numpy(), 0.0)
+        s0 = steps["ts"]
+        s1 = s0 + np.maximum(steps["dur"], 0.0)
         numbers: list[int | None] = [int(n) for n in steps["step"]]
     else:
         h = np.flatnonzero(host)
@@ -106,8 +106,8 @@ def phase_split(table: TraceTable) -> Phases | None:
 
 
 def _is_step(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    codes = table.events["name"].cat.codes.to_numpy()[rows]
-    cats = table.events["name"].cat.categories
+    codes = table.event_cols["name"][rows]
+    cats = table.event_cols.labels("name")
     step_code = np.array([str(c).startswith("Optimizer.step#") for c in cats] + [False])
     return step_code[codes]
 

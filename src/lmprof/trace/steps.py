@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from lmprof.trace import kinds
+from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 
 
-def profiler_steps(table: TraceTable) -> pd.DataFrame:
+def profiler_steps(table: TraceTable) -> Frame:
     """Host-side ``ProfilerStep#N`` events: columns row, step, ts, dur (us), sorted by ts.
 
     GPU-track copies (``gpu_user_annotation``, which ROCm traces also carry) are not steps.
@@ -20,20 +20,21 @@ def profiler_steps(table: TraceTable) -> pd.DataFrame:
         host = kinds.cat_mask(table, lambda c: c in kinds.ANNOTATION_CATS or c in kinds.OP_CATS)
         named = kinds.name_mask(table, lambda n: kinds.step_number(n) is not None)
         rows = np.flatnonzero(host & named)
-        names = table.events["name"].cat  # every row here has a name (code >= 0)
-        step_of = {c: kinds.step_number(str(names.categories[c])) for c in np.unique(names.codes.to_numpy()[rows]).tolist()}
-        numbers = np.array([step_of[c] for c in names.codes.to_numpy()[rows].tolist()], dtype=np.int64)
+        ev = table.event_cols
+        labels, codes = ev.labels("name"), ev["name"]  # every row here has a name (code >= 0)
+        step_of = {c: kinds.step_number(str(labels[c])) for c in np.unique(codes[rows]).tolist()}
+        numbers = np.array([step_of[c] for c in codes[rows].tolist()], dtype=np.int64)
         rows.setflags(write=False)
         numbers.setflags(write=False)
         table.cache["profiler_steps"] = (rows, numbers)
-    ev = table.events
+    ev = table.event_cols
     # a new frame each call (callers may change it), over the cached read-only rows
-    return pd.DataFrame(
+    return Frame(
         {
             "row": rows.copy(),
             "step": numbers.copy(),
-            "ts": ev["ts"].to_numpy()[rows],
-            "dur": ev["dur"].to_numpy()[rows],
+            "ts": ev["ts"][rows],
+            "dur": ev["dur"][rows],
         }
     )
 
@@ -66,8 +67,8 @@ def step_stats(table: TraceTable) -> StepStats | None:
     steps = profiler_steps(table)
     if steps.empty:
         return None
-    ms = steps["dur"].to_numpy() / 1000.0
-    t0 = float(steps["ts"].iloc[0])
+    ms = steps["dur"] / 1000.0
+    t0 = float(steps["ts"][0])
     return StepStats(
         count=len(ms),
         median_ms=float(np.median(ms)),

@@ -60,12 +60,12 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     dev = np.flatnonzero(kinds.device_mask(table))
     if dev.size == 0:
         return None
-    ev = table.events
-    ts = ev["ts"].to_numpy()
+    ev = table.event_cols
+    ts = ev["ts"]
     steps = profiler_steps(table)
     keep = np.ones(len(dev), dtype=bool)
     rule = "all device events"
-    if steps["step"].nunique() >= 2:
+    if np.unique(steps["step"]).size >= 2:
         rt = launch_columns(table, dev, ["runtime"])["runtime"]
         launch = np.where(rt >= 0, ts[np.maximum(rt, 0)], np.inf)
         if include_last_step:
@@ -82,7 +82,7 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
         rule = "all device events (none launched before the cut-off)"
     rows = dev[keep]
     start = float(ts[rows].min())
-    end = float((ts[rows] + np.maximum(ev["dur"].to_numpy()[rows], 0.0)).max())
+    end = float((ts[rows] + np.maximum(ev["dur"][rows], 0.0)).max())
     window = Window(start, end, end - start, int(rows.size), int(dev.size - rows.size), rule)
     return DeviceSelection(rows=rows, window=window)
 
@@ -92,10 +92,10 @@ def device_sweep(table: TraceTable, rows: np.ndarray) -> Sweep:
 
     Zero-length events are left out: they occupy no time and would only split idle gaps.
     """
-    ev = table.events
-    dur = ev["dur"].to_numpy()[rows]
+    ev = table.event_cols
+    dur = ev["dur"][rows]
     rows = rows[dur > 0]
-    ts = ev["ts"].to_numpy()[rows]
+    ts = ev["ts"][rows]
     return sweep(ts, ts + dur[dur > 0], kinds.kernel_types(table, rows), 3)
 
 
@@ -203,8 +203,8 @@ GAP_CAUSES = ("sync", "host_bound", "other")  # the codes of :func:`idle_gaps`
 def idle_gaps(table: TraceTable, sel: DeviceSelection) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every idle gap of the device in the window: start, end (us) and cause, an index into
     :data:`GAP_CAUSES` (the rules of :class:`IdleCauses`)."""
-    ev = table.events
-    ts_all, dur_all = ev["ts"].to_numpy(), np.maximum(ev["dur"].to_numpy(), 0.0)
+    ev = table.event_cols
+    ts_all, dur_all = ev["ts"], np.maximum(ev["dur"], 0.0)
     sw = device_sweep(table, sel.rows)
     is_gap = (sw.state == 0) & (sw.length > 0)
     g0 = sw.start[is_gap]

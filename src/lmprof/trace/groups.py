@@ -1,0 +1,96 @@
+"""Group-by on numpy columns: what the analyses asked of pandas' ``groupby``, without pandas.
+
+Groups are numbered 0..n-1 (:func:`group_by`); each aggregate returns one value per group.
+Float sums are compensated (``math.fsum``, exactly rounded), as pandas' group sums are (Kahan), so
+a sum of many durations does not drift with their order; integer sums are exact.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def group_by(keys: np.ndarray, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys and each row's group number.
+
+    ``sort``: groups in key order (pandas' ``sort=True``), else in order of first appearance
+    (``sort=False``).
+    """
+    if keys.dtype == object or keys.size < 2:
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        # numbers: the distinct values are those of the runs' first elements (a trace's thread and
+        # process ids come in long runs), so only those are sorted; rows find theirs by bisection
+        heads = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        uniq, at = np.unique(keys[heads], return_index=True)
+        first = heads[at]
+        inverse = np.searchsorted(uniq, keys)
+    if sort:
+        return uniq, inverse
+    rank = np.empty(len(uniq), dtype=np.int64)
+    order = np.argsort(first, kind="stable")
+    rank[order] = np.arange(len(uniq))
+    return uniq[order], rank[inverse]
+
+
+def factorize(values: np.ndarray, sort: bool = False) -> np.ndarray:
+    """Each value's number among the distinct values: in order of first appearance (pandas'
+    ``factorize``), or in value order with ``sort``."""
+    return group_by(values, sort)[1]
+
+
+def _bounds(group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by group (stable: each group's rows keep their order) and each group's slice."""
+    order = np.argsort(group, kind="stable")
+    return order, np.searchsorted(group[order], np.arange(n + 1))
+
+
+def group_sizes(group: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(group, minlength=n).astype(np.int64)
+
+
+def group_first(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Each group's value at its first row."""
+    order, bounds = _bounds(group, n)
+    return values[order[bounds[:-1]]]
+
+
+def group_fsum(group: np.ndarray, n: int, values: np.ndarray, skip_nan: bool = False) -> np.ndarray:
+    """Compensated float sum per group (0.0 for an empty one); ``skip_nan`` leaves NaN values out."""
+    order, bounds = _bounds(group, n)
+    vals = values[order].astype(np.float64, copy=False)
+    out = np.zeros(n)
+    for g in range(n):
+        part = vals[bounds[g] : bounds[g + 1]]
+        if skip_nan:
+            part = part[~np.isnan(part)]
+        out[g] = math.fsum(part.tolist())
+    return out
+
+
+def group_nanmean(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Mean of the non-NaN values per group (NaN when there is none)."""
+    counts = np.bincount(group[~np.isnan(values)], minlength=n)
+    sums = group_fsum(group, n, values, skip_nan=True)
+    out = np.full(n, np.nan)
+    has = counts > 0
+    out[has] = sums[has] / counts[has]
+    return out
+
+
+def group_nanmax(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Largest non-NaN value per group (NaN when there is none)."""
+    out = np.full(n, -np.inf)
+    ok = ~np.isnan(values)
+    np.maximum.at(out, group[ok], values[ok])
+    out[np.bincount(group[ok], minlength=n) == 0] = np.nan
+    return out
+
+
+def group_isum(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Exact integer sum per group (int64)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values.astype(np.int64, copy=False))
+    return out

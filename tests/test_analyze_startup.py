@@ -1,0 +1,86 @@
+"""Start-up of ``lmprof analyze PATH --json``: no pandas, no typer, and the same output as typer's path.
+
+pandas (~0.3 s) and typer with pydantic and rich (~0.15 s) cost more to import than analysing a
+small trace; these tests keep them out of the command, and check that the typer-free path prints
+what the typer command prints.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmprof.cli._fast import fast_analyze_args
+
+TRACES = Path(__file__).parent / "data" / "traces"
+TINY = TRACES / "cpu_only_tiny.json.gz"
+GPU = TRACES / "v100_train_rank0.json.gz"
+
+
+def _modules_after(code: str) -> set[str]:
+    """Top-level module names loaded after running ``code`` in a fresh interpreter."""
+    probe = code + "\nimport sys, json\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_importing_the_analysis_loads_no_pandas() -> None:
+    loaded = _modules_after("import lmprof.trace.analyze")
+    assert "numpy" in loaded  # the probe works
+    assert not loaded & {"pandas", "pyarrow", "torch"}
+
+
+def test_analyze_json_command_loads_no_pandas_nor_typer() -> None:
+    # stdout stays the real one (a pipe): typer's path is taken for a stream it would wrap
+    code = f"from lmprof.cli.main import main\nassert main(['analyze', {str(GPU)!r}, '--json', '--top', '3']) == 0"
+    loaded = _modules_after(code)
+    assert "lmprof" in loaded and "orjson" in loaded
+    assert not loaded & {"pandas", "pyarrow", "typer", "click", "pydantic", "rich", "torch"}
+
+
+@pytest.mark.parametrize("trace", [TINY, GPU])
+def test_fast_path_prints_what_the_typer_command_prints(cli, trace: Path) -> None:
+    fast = cli("analyze", trace, "--json", "--top", "4")
+    typed = cli("analyze", trace, "--json", "--top=4")  # '=' is typer's to parse
+    assert fast_analyze_args(["analyze", str(trace), "--json", "--top", "4"]) is not None
+    assert fast_analyze_args(["analyze", str(trace), "--json", "--top=4"]) is None
+    assert fast == typed and fast[0] == 0
+    assert json.loads(fast[1])["traces"][0]["operators"]["top"]  # a real report, not an empty line
+
+
+def test_fast_path_reports_errors_as_the_typer_command_does(cli, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    fast = cli("analyze", missing, "--json")
+    typed = cli("analyze", "--json", missing, "--include-last-step", "--top=10")
+    assert fast == typed
+    assert fast[0] == 2 and fast[2] == f"lmprof: error: not found: {missing}\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "t.json"],  # tables (rich), not JSON
+        ["analyze", "t.json", "--json", "--help"],
+        ["analyze", "t.json", "--json", "--top", "0"],
+        ["analyze", "t.json", "--json", "--top", "-3"],
+        ["analyze", "t.json", "--json", "--top", "١"],  # a digit, but not one typer reads
+        ["analyze", "t.json", "--json", "--top"],
+        ["analyze", "t.json", "--json", "--device", "--json"],
+        ["analyze", "t.json", "u.json", "--json"],
+        ["analyze", "t.json", "--json", "--export", "out"],
+        ["analyze", "t.json", "--json", "--"],
+        ["analyze", "", "--json"],
+        ["--help"],
+        ["run", "t.json", "--json"],
+    ],
+)
+def test_typer_parses_every_other_command_line(args: list[str]) -> None:
+    assert fast_analyze_args(args) is None
+
+
+def test_fast_path_arguments() -> None:
+    got = fast_analyze_args(["analyze", "--include-last-step", "t.json", "--device", "a100", "--json", "--top", "007"])
+    assert got == {"include_last_step": True, "device": "a100", "json_out": True, "top": 7, "path": Path("t.json")}
