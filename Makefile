@@ -16,7 +16,7 @@ TORCH_SPEC ?= torch==2.13.0
 # seconds of CPU per process that imports them (7.6 s against 2.6 s user time to import the stack).
 UV_INSTALL := $(UV) pip install --python $(PY) --quiet --compile-bytecode
 # Everything the editable install is built from: a change to any of them re-runs the install.
-SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c
+SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c src/lmprof/trace/_nest.c
 
 .PHONY: setup setup-run demo test test-latest test-oldest lock fuzz clean
 
