@@ -57,3 +57,25 @@ def test_loading_a_trace_imports_no_pandas() -> None:
     code = f"from lmprof.trace.load import load_trace\nload_trace({str(TRACE)!r})\nimport sys\nprint('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_drop_partial_removes_only_the_unfinished_steps_without_pandas(tmp_path: Path) -> None:
+    """A trace written event by event: ProfilerStep#1..#3 and an operator in each; dropping steps above
+    2 leaves exactly the other events (the file's own list is the truth), and pandas is never needed."""
+    events = []
+    for i in (1, 2, 3):
+        t0 = 100.0 * i
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t0, "dur": 50.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 10.0})
+    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#x", "pid": 1, "tid": 1, "ts": 500.0,
+                   "dur": 1.0})  # not a number: never taken for a late step
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    code = ("import sys\nfrom lmprof.trace.load import load_trace\nfrom lmprof.measure.window import drop_partial\n"
+            f"t = load_trace({str(path)!r})\ndrop_partial(t, 2)\nev = t.event_cols\n"
+            "print(sorted(ev.labels('name')[ev['name']].tolist()))\nprint('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    kept = sorted(e["name"] for e in events if e["name"] != "ProfilerStep#3")
+    assert out[-2] == str(kept)
+    assert out[-1] == "False"

@@ -16,6 +16,8 @@ device. See docs/flops-and-roofline.md.
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 from dataclasses import dataclass, field
@@ -146,7 +148,7 @@ def user_path() -> Path | None:
 
 def load_table(user_file: str | Path | None = None, *, use_user: bool = True) -> PeakTable:
     """The built-in table merged with ``user_file`` (default: :func:`user_path`)."""
-    base = _read_yaml(builtin_path())
+    base = _builtin()
     version = str(base.get("version", "?"))
     raw: dict[str, dict[str, Any]] = {k: dict(v, _origin="built-in") for k, v in base["devices"].items()}
     files = [str(builtin_path())]
@@ -176,6 +178,13 @@ def load_table(user_file: str | Path | None = None, *, use_user: bool = True) ->
 def find_device(device: str, kind: str | None = None, table: PeakTable | None = None) -> PeakEntry | None:
     """Shortcut for ``load_table().find(device, kind)``."""
     return (table or load_table()).find(device, kind)
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin() -> dict[str, Any]:
+    """The shipped table, read once per process (a run looks peaks up several times; the file is
+    part of the package, so it cannot change under a running process). Callers copy what they change."""
+    return _read_yaml(builtin_path())
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.profiler import profile
 
@@ -156,10 +157,14 @@ def compress(phase: ProfiledPhase, gz_path: Path) -> None:
 
 def drop_partial(table: Any, complete: int) -> None:
     """Remove ProfilerStep ranges numbered above ``complete`` from a loaded trace table, in place."""
-    ev = table.events
-    names = ev["name"].astype(str)
-    is_step = names.str.startswith(STEP_PREFIX)
-    numbers = names.where(is_step, "").str.slice(len(STEP_PREFIX))
-    late = is_step & (numbers.apply(lambda s: int(s) if s.isdigit() else 0) > complete)
-    if late.any():
-        table.events = ev[~late]
+    ev = table.event_cols
+
+    def late(name: str) -> bool:
+        number = name[len(STEP_PREFIX):] if name.startswith(STEP_PREFIX) else ""
+        return number.isdigit() and int(number) > complete
+
+    # Judged once per distinct name; the appended False is what a missing name (code -1) reads.
+    by_code = np.array([late(str(n)) for n in ev.labels("name")] + [False], dtype=bool)
+    drop = by_code[ev["name"]]
+    if drop.any():
+        table.keep_events(~drop)

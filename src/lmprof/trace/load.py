@@ -135,6 +135,12 @@ class TraceTable:
         self._pandas["events"] = df
         self.cache.clear()
 
+    def keep_events(self, keep: np.ndarray) -> None:
+        """Keep only the events where the boolean mask ``keep`` is True (no pandas involved)."""
+        self.event_cols = self.event_cols.take(keep)
+        self._pandas.pop("events", None)
+        self.cache.clear()
+
     @property
     def flows(self) -> pd.DataFrame:
         """The flow events as a pandas DataFrame (see :attr:`flow_cols`)."""
