@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from lmprof.measure.native_logs import native_logs_dropped
@@ -119,19 +120,19 @@ def timeline_from_trace(
     """
     dev = torch.device(device)
     table = trace if isinstance(trace, TraceTable) else load_trace(trace)
-    m = table.memory
+    m = table.memory_cols  # numpy columns: reading a step's memory needs no pandas
     # an event without a device type is a CPU one, as torch writes it
-    want = m["device_type"].where(m["device_type"] >= 0, 0) == (1 if dev.type == "cuda" else 0)
+    want = np.where(m["device_type"] >= 0, m["device_type"], 0) == (1 if dev.type == "cuda" else 0)
     if dev.type == "cuda" and dev.index is not None:
         # an event without a device id belongs to the device asked for, as before
         want &= (m["device_id"] == dev.index) | (m["device_id"] < 0)
-    m = m[want]
-    mem = sorted(zip(m["ts"].tolist(), m["ev_idx"].clip(lower=0).tolist(), m["bytes"].tolist(), m["addr"].tolist()))
-    ev = table.events
+    m = m.take(want)
+    mem = sorted(zip(m["ts"].tolist(), np.maximum(m["ev_idx"], 0).tolist(), m["bytes"].tolist(), m["addr"].tolist()))
+    ev = table.event_cols
     # lmprof's step-part ranges, by the trace engine's own rules for annotations and names
     scoped = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(SCOPE_PREFIX))
     phases: list[Phase] = []
-    for name, ts, dur in zip(ev["name"][scoped].astype(str), ev["ts"][scoped], ev["dur"][scoped]):
+    for name, ts, dur in zip(table.names()[scoped], ev["ts"][scoped], ev["dur"][scoped]):
         part = name[len(SCOPE_PREFIX):]
         if part in _PARTS:
             phases.append(Phase(part, float(ts), float(ts) + float(dur)))

@@ -173,12 +173,12 @@ def _step_windows(table: TraceTable) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if len(steps):
         ts = steps["ts"].astype(float)
         return ts, ts + steps["dur"].astype(float), steps["row"]
-    ev = table.events
+    ev = table.event_cols
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
     if host.size == 0:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
-    ts = ev["ts"].to_numpy()[host]
-    end = ts + ev["dur"].to_numpy()[host]
+    ts = ev["ts"][host]
+    end = ts + ev["dur"][host]
     return np.array([ts.min()]), np.array([end.max()]), np.array([-1])
 
 
@@ -237,9 +237,9 @@ def _scope_name(name: str) -> str:
 def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: np.ndarray,
                  compiled: Sequence[dict[str, Any]] = ()) -> _Owners:
     """Every owner range of the profiled steps, labelled (see the module doc for the rules)."""
-    ev = table.events
-    name_col = ev["name"].astype(str).to_numpy()
-    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    ev = table.event_cols
+    name_col = table.names()
+    ts, dur = np.asarray(ev["ts"], dtype=float), np.maximum(np.asarray(ev["dur"], dtype=float), 0.0)
     host = kinds.op_mask(table) | kinds.annotation_mask(table)
     scope_mask = kinds.annotation_mask(table) & kinds.name_mask(table, lambda n: n.startswith(names.SCOPE_PREFIX))
     phase_mask = scope_mask & kinds.name_mask(table, lambda n: _scope_name(n) in names.PHASES)
@@ -360,9 +360,9 @@ def _logical_parents(table: TraceTable, own: _Owners, step_rows: np.ndarray) -> 
     """Parent owner row of each owner: the innermost owner around it on its thread; an orphan inside
     a backward scope (the autograd engine's thread) nests in that scope, any other orphan in its
     step (-1 where the step is not a ProfilerStep range)."""
-    ev = table.events
-    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
-    tid = ev["tid"].to_numpy()
+    ev = table.event_cols
+    ts, dur = np.asarray(ev["ts"], dtype=float), np.maximum(np.asarray(ev["dur"], dtype=float), 0.0)
+    tid = ev["tid"]
     rows = own.rows
     parent = enclosing(table, rows, own.mask)
     orphan = (parent < 0) & ~np.isin(rows, step_rows)
@@ -377,8 +377,8 @@ def _logical_parents(table: TraceTable, own: _Owners, step_rows: np.ndarray) -> 
 def _exclusive_us(table: TraceTable, rows: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Each owner's duration minus its children's time inside it (clipped to the parent: a node on
     the engine's thread can outlive the backward scope by a little)."""
-    ev = table.events
-    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
+    ev = table.event_cols
+    ts, dur = np.asarray(ev["ts"], dtype=float), np.maximum(np.asarray(ev["dur"], dtype=float), 0.0)
     exclusive = dur[rows].copy()
     pos = {int(r): i for i, r in enumerate(rows)}
     for i, p in enumerate(parent):
@@ -410,9 +410,9 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
             credit.add(int(own.step_of[i]), int(r), own.label[int(r)], float(us))
         repeats = _repeats(table, own, exclusive)
         # A step without a ProfilerStep range: what no top-level owner covers is the step's "other".
-        ev = table.events
-        start = ev["ts"].to_numpy(dtype=float)[own.rows]
-        end = start + np.maximum(ev["dur"].to_numpy(dtype=float)[own.rows], 0.0)
+        ev = table.event_cols
+        start = np.asarray(ev["ts"], dtype=float)[own.rows]
+        end = start + np.maximum(np.asarray(ev["dur"], dtype=float)[own.rows], 0.0)
         for k in np.flatnonzero(step_rows < 0):
             top = (own.step_of == k) & (parent < 0)
             covered = float(np.minimum(end[top], s1[k]).sum() - start[top].sum())
@@ -439,7 +439,7 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
 def _repeats(table: TraceTable, own: _Owners, exclusive: np.ndarray) -> list[Repeats]:
     """Owners of one name and label run 3+ times in a step whose largest exclusive time is at least
     twice their median: with one profiled step, the only sign of a disturbance inside a block."""
-    name_col = table.events["name"].astype(str).to_numpy()
+    name_col = table.names()
     groups: dict[tuple[int, Key, str], list[float]] = defaultdict(list)
     for i, r in enumerate(own.rows):
         if int(r) not in own.kernels:
@@ -506,9 +506,9 @@ def _device_time(
 
     Returns the owner rows that launched device work (each is one call of its row).
     """
-    ev = table.events
-    ts, dur = ev["ts"].to_numpy(dtype=float), np.maximum(ev["dur"].to_numpy(dtype=float), 0.0)
-    dev = np.flatnonzero(kinds.device_mask(table) & (ev["correlation"].to_numpy() >= 0))
+    ev = table.event_cols
+    ts, dur = np.asarray(ev["ts"], dtype=float), np.maximum(np.asarray(ev["dur"], dtype=float), 0.0)
+    dev = np.flatnonzero(kinds.device_mask(table) & (ev["correlation"] >= 0))
     rt = launching_calls(table, dev)
     dev, rt = dev[rt >= 0], rt[rt >= 0]
     step_k = _containing(s0, s1, ts[rt])

@@ -109,8 +109,8 @@ def kernel_blocks(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
 
 def kernel_owners(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[int, KernelOwner]:
     """Row of each kernel event of a compiled graph call -> its blocks and their shares."""
-    ev = table.events
-    name_col = ev["name"].astype(str).to_numpy()
+    ev = table.event_cols
+    name_col = table.names()
     host = kinds.host_mask(table)
     calls = np.flatnonzero(host & kinds.name_mask(table, lambda n: n.startswith(GRAPH_CALL_PREFIX)))
     if calls.size == 0 or not graphs:
@@ -120,7 +120,7 @@ def kernel_owners(table: TraceTable, graphs: Sequence[dict[str, Any]]) -> dict[i
         recorded = list(g.get("kernels", []))
         by_signature.setdefault(tuple(k["name"] for k in recorded if not _extern(k)), recorded)
     par = parents(table)
-    ts = ev["ts"].to_numpy(dtype=float)
+    ts = np.asarray(ev["ts"], dtype=float)
     children: dict[int, list[int]] = defaultdict(list)
     call_set = set(calls.tolist())
     for r in np.flatnonzero(host).tolist():

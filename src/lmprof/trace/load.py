@@ -135,6 +135,14 @@ class TraceTable:
         self._pandas["events"] = df
         self.cache.clear()
 
+    def names(self) -> np.ndarray:
+        """Every event's name (an object array of str, one per row of :attr:`event_cols`), built once."""
+        got = self.cache.get("names")
+        if got is None:
+            ev = self.event_cols
+            got = self.cache["names"] = ev.labels("name")[ev["name"]]
+        return got
+
     def keep_events(self, keep: np.ndarray) -> None:
         """Keep only the events where the boolean mask ``keep`` is True (no pandas involved)."""
         self.event_cols = self.event_cols.take(keep)

@@ -45,7 +45,8 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     and so is :data:`DISPATCH_MODE`: not an operator but the Python cost of a dispatch mode that was on
     (FlopCounterMode in lmprof's figures step), which would otherwise top a first call's table.
     """
-    ev = table.events
+    ev = table.event_cols  # numpy columns: the table needs no pandas
+    all_names = table.names()
     host = np.flatnonzero(kinds.op_mask(table) | kinds.annotation_mask(table))
     st = profiler_steps(table)
     if steps is not None:
@@ -55,19 +56,19 @@ def op_rows(table: TraceTable, *, steps: int | None = None, skip_prefixes: tuple
     start = st["ts"].astype(float)
     order = np.argsort(start)
     start, end = start[order], (st["ts"] + st["dur"]).astype(float)[order]
-    t = ev["ts"].to_numpy(dtype=float)[host]
+    t = np.asarray(ev["ts"], dtype=float)[host]
     pos = np.searchsorted(start, t, side="right") - 1
     inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
     rows, step_of = host[inside], pos[inside]
-    names = ev["name"].astype(str).to_numpy()[rows]
+    names = all_names[rows]
     keep = np.array([not (n.startswith("ProfilerStep") or n == DISPATCH_MODE or n.startswith(skip_prefixes))
                      for n in names], dtype=bool)
     rows, step_of = rows[keep], step_of[keep]
     if rows.size == 0:
         return []
     rows, self_us, step_of = _fold_duplicates(table, rows, nesting.self_time(table), step_of)
-    names = ev["name"].astype(str).to_numpy()[rows]
-    total_us = np.maximum(ev["dur"].to_numpy(dtype=float)[rows], 0.0)
+    names = all_names[rows].astype(str)
+    total_us = np.maximum(np.asarray(ev["dur"], dtype=float)[rows], 0.0)
     device = _launched_device_us(table)
     uniq, inv = np.unique(names, return_inverse=True)
     n_steps = len(start)
@@ -98,11 +99,12 @@ def _fold_duplicates(table: TraceTable, rows: np.ndarray, self_all: np.ndarray,
     ``PythonDispatchMode`` -> ``aten::addmm``): torch's table counts that call twice; here the inner
     half is folded into the outer one the same way (the mode's own range is no row: see op_rows)."""
     par = nesting.parents(table)
-    cats = table.events["name"].cat
-    names = cats.codes.to_numpy()
+    ev = table.event_cols
+    names = ev["name"]
+    labels = list(ev.labels("name"))
     n_children = np.bincount(par[par >= 0], minlength=len(par))
     p = par[rows]
-    mode_code = list(cats.categories).index(DISPATCH_MODE) if DISPATCH_MODE in cats.categories else -2
+    mode_code = labels.index(DISPATCH_MODE) if DISPATCH_MODE in labels else -2
     via_mode = (p >= 0) & (names[np.maximum(p, 0)] == mode_code) & (n_children[np.maximum(p, 0)] == 1)
     p = np.where(via_mode, par[np.maximum(p, 0)], p)  # look through the mode's range to the outer half
     dup = (p >= 0) & (names[rows] == names[np.maximum(p, 0)]) & (n_children[np.maximum(p, 0)] == 1)
@@ -117,10 +119,10 @@ def _launched_device_us(table: TraceTable) -> np.ndarray | None:
     dev_rows = np.flatnonzero(kinds.device_mask(table))
     if dev_rows.size == 0:
         return None
-    ev = table.events
+    ev = table.event_cols
     launch = launching_calls(table, dev_rows)
     ok = launch >= 0
     owner = nesting.enclosing(table, launch[ok], kinds.op_mask(table) | kinds.annotation_mask(table))
-    dur = np.maximum(ev["dur"].to_numpy(dtype=float)[dev_rows[ok]], 0.0)
+    dur = np.maximum(np.asarray(ev["dur"], dtype=float)[dev_rows[ok]], 0.0)
     has = owner >= 0
     return np.bincount(owner[has], weights=dur[has], minlength=len(ev)).astype(float)
