@@ -8,6 +8,8 @@ pass around each block after the profiled window (attribution's check), and the 
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -45,16 +47,30 @@ def driven_session(
 
 def drive_steps(session: Session, step: Callable[[], object]) -> None:
     """Run training steps until the session's profiled window is complete."""
-    session.begin()
-    while not (session.collected or session.done):
-        step()
-        session.boundary()
+    with stopped_on_error(session):
+        session.begin()
+        while not (session.collected or session.done):
+            step()
+            session.boundary()
 
 
-def close(session: Session, stopwatch: dict[Any, float]) -> Run:
-    """End the session with the stopwatch pass's block times; the Run (not yet saved)."""
-    session.stopwatch = stopwatch
-    session.finish(None)
+@contextlib.contextmanager
+def stopped_on_error(session: Session) -> Iterator[None]:
+    """A step that raises (or Ctrl-C) ends the session first: its profiler stopped, its hooks removed,
+    so a caller that catches the error (the Python API, a sweep) can run again in this process."""
+    try:
+        yield
+    except BaseException:
+        session.abandon()
+        raise
+
+
+def close(session: Session, stopwatch: Callable[[], dict[Any, float]]) -> Run:
+    """After the profiled window: the stopwatch pass (``stopwatch()``, attribution's check), then the
+    session's end; the Run (not yet saved)."""
+    with stopped_on_error(session):
+        session.stopwatch = stopwatch()
+        session.finish(None)
     if session.run is None:  # a driven session raises its failures: this is a protocol bug, said plainly
         raise RuntimeError(f"lmprof's session ended without a run: {session.message}")
     run: Run = session.run

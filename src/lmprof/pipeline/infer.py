@@ -10,7 +10,7 @@ import torch
 from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.driven import close, driven_session
+from lmprof.pipeline.driven import close, driven_session, stopped_on_error
 from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
 from lmprof.pipeline.usercode.session import Generation as Timed
 from lmprof.pipeline.usercode.session import Known, Session
@@ -39,11 +39,12 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
         last = _drive(session, work)
         # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a
         # model scoped by module hooks gets its prefill and decode blocks timed through them.
-        stopwatch = ({} if spec.compile else
-                     block_stopwatch(lambda: generate(work), STOPWATCH_STEPS, work.device.synchronize,
-                                     model=work.model if work.scopes is not None else None))
+        model = work.model if work.scopes is not None else None
+        stopwatch = (dict if spec.compile else
+                     lambda: block_stopwatch(lambda: generate(work), STOPWATCH_STEPS, work.device.synchronize,
+                                             model=model))
         known.cache_bytes = work.decoder.cache_bytes()
-    run = close(session, stopwatch)
+        run = close(session, stopwatch)
     run.tables["generation"] = [_generation_row(work, last.tokens, i) for i in range(min(B, 4))]
     return run
 
@@ -52,12 +53,13 @@ def _drive(session: Session, work: InferWorkload) -> Generation:
     """Generate until the session's profiled window is complete; the last generation."""
     B, T = work.prompt.size(0), work.prompt.size(1)
     last: Generation | None = None
-    while not (session.collected or session.done):
-        session.generation_begin()
-        last = generate(work, on_prefill=session.prefill_end)
-        session.generation_end(Timed(prefill_s=last.prefill_s, decode_s=last.decode_s,
-                                     e2e_s=last.prefill_s + sum(last.decode_s), batch=B, prompt_len=T,
-                                     forwards=work.new_tokens))
+    with stopped_on_error(session):
+        while not (session.collected or session.done):
+            session.generation_begin()
+            last = generate(work, on_prefill=session.prefill_end)
+            session.generation_end(Timed(prefill_s=last.prefill_s, decode_s=last.decode_s,
+                                         e2e_s=last.prefill_s + sum(last.decode_s), batch=B, prompt_len=T,
+                                         forwards=work.new_tokens))
     assert last is not None
     return last
 

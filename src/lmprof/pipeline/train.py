@@ -49,9 +49,8 @@ def measure_training(
     drive_steps(session, step)
     # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a model
     # scoped by module hooks gets its forward blocks timed.
-    stopwatch = ({} if spec.compile else
-                 block_stopwatch(step, STOPWATCH_STEPS, sync, model=work.model if work.scopes is not None else None))
-    run = close(session, stopwatch)
+    model = work.model if work.scopes is not None else None
+    run = close(session, lambda: {} if spec.compile else block_stopwatch(step, STOPWATCH_STEPS, sync, model=model))
     loss = step.last_loss()
     if loss is not None:
         run.metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
