@@ -62,3 +62,41 @@ def test_train_counts_one_extra_untimed_warm_up_step_for_the_figures(tmp_path):
     # AdamW keeps two moments per parameter: the optimizer's bytes are 2 x the parameters' (+ step scalars).
     params, opt = run.value("memory.params"), run.value("memory.optimizer")
     assert opt is not None and params is not None and opt >= 2 * params
+
+
+class _FullDiskProfiler:
+    """What kineto does on a full disk: writes ``<file>.tmp`` partly, leaves ``<file>`` empty, raises nothing."""
+
+    def export_chrome_trace(self, path: str) -> None:
+        from pathlib import Path
+
+        Path(path + ".tmp").write_text('{"traceEvents": [')
+        Path(path).write_text("")
+
+
+def test_a_trace_export_that_writes_nothing_is_an_error_and_leaves_no_file(tmp_path):
+    import errno
+
+    from lmprof.measure.profiling import export_trace
+
+    with pytest.raises(OSError) as info:
+        export_trace(_FullDiskProfiler(), tmp_path / "trace.json")
+    assert info.value.errno in (errno.ENOSPC, errno.EIO)
+    assert list(tmp_path.iterdir()) == []  # neither the target nor kineto's partial file nor ours
+
+
+def test_a_trace_that_cannot_be_written_leaves_the_clean_figures(tmp_path, monkeypatch):
+    """The profiled window's trace is the big file: when it cannot be written, run.json (small) still is,
+    with the clean timings and a note saying why there are no blocks."""
+    import errno
+
+    from lmprof.measure.window import ProfilerWindow
+
+    def full(self: ProfilerWindow) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.raw_path))
+
+    monkeypatch.setattr(ProfilerWindow, "export", full)
+    cfg = TrainConfig(warmup=1, steps=2, profile_steps=1, device="cpu", energy="off", plots=False)
+    run = measure_training(_workload(None), cfg, tmp_path / "r", {})
+    assert run.metrics["step_time"].n == 2
+    assert any("trace could not be written (disk full)" in n for n in run.notes), run.notes

@@ -8,6 +8,7 @@ when it was allocated and freed (:func:`classify`).
 """
 from __future__ import annotations
 
+import errno
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,22 +270,23 @@ class MemoryEvents:
 
     def export(self, path: Path) -> None:
         """Write the recorded events as a Chrome trace at ``path`` (atomically; after :meth:`stop`)."""
-        from lmprof.atomic import atomic_path
+        from lmprof.measure.profiling import export_trace
 
-        with atomic_path(path) as tmp_path:
-            self._prof.export_chrome_trace(str(tmp_path))
+        self._attempted = True  # torch exports a profile once, even when the write failed
+        export_trace(self._prof, path)
         self._exported = path  # torch exports a profile once: table() reads this file
 
     def table(self, trace_path: Path | None = None) -> TraceTable:
         """The recorded events, loaded with lmprof's trace reader (after :meth:`stop`)."""
-        from lmprof.atomic import atomic_path
+        from lmprof.measure.profiling import export_trace
 
         if self._exported is not None:
             return load_trace(self._exported)
+        if getattr(self, "_attempted", False):
+            raise OSError(errno.EIO, "the recording's one export failed (torch writes a profile once)")
         with tempfile.TemporaryDirectory() as tmp:
             path = trace_path or Path(tmp) / "memory_trace.json"
-            with atomic_path(path) as tmp_path:
-                self._prof.export_chrome_trace(str(tmp_path))
+            export_trace(self._prof, path)
             return load_trace(path)
 
 

@@ -5,16 +5,24 @@ the run reports (profiled vs clean step time) so nobody mistakes them for real o
 """
 from __future__ import annotations
 
+import errno
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity
 
+from lmprof.atomic import atomic_path
 from lmprof.record.run import OpStat
 from lmprof.names import SCOPE_PREFIX
 from lmprof.trace.load import TraceTable
 from lmprof.trace.optable import op_rows
+
+
+# Free bytes below which a trace export that wrote nothing is put down to a full disk.
+_ROOM = 1 << 20
 
 
 @dataclass
@@ -29,6 +37,28 @@ def _activities(device: torch.device) -> list[ProfilerActivity]:
     if device.type == "cuda":
         acts.append(ProfilerActivity.CUDA)
     return acts
+
+
+def export_trace(prof: Any, path: Path) -> None:
+    """torch's ``export_chrome_trace`` into ``path``, atomically, with a failed write made an error.
+
+    Kineto writes to ``<file>.tmp`` and renames it; on a full disk it leaves that partial file and an
+    empty ``<file>`` and raises nothing, so the empty file would have become the run's trace ("trace
+    file is empty" later, the disk's state never said). Here the partial file is removed and an
+    empty result raises (ENOSPC when the disk has no room left, else EIO), which the callers' write
+    handling turns into one line naming the place.
+    """
+    with atomic_path(path) as tmp:
+        partial = Path(f"{tmp}.tmp")
+        try:
+            prof.export_chrome_trace(str(tmp))
+        finally:
+            failed = partial.exists()
+            partial.unlink(missing_ok=True)
+        if failed or tmp.stat().st_size == 0:
+            full = shutil.disk_usage(tmp.parent).free < _ROOM
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          "no space left on device" if full else "torch's trace export wrote nothing", str(path))
 
 
 def op_table(table: TraceTable, steps: int, top: int = 40) -> list[OpStat]:

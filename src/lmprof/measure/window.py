@@ -18,7 +18,7 @@ from torch.profiler import profile
 
 from lmprof.atomic import atomic_path
 from lmprof.measure.native_logs import native_logs_dropped
-from lmprof.measure.profiling import ProfiledPhase, _activities
+from lmprof.measure.profiling import ProfiledPhase, _activities, export_trace
 
 STEP_PREFIX = "ProfilerStep#"
 
@@ -130,8 +130,7 @@ class ProfilerWindow:
         assert self._prof is not None and not self._running, "export() needs a stopped window"
         raw = self.raw_path
         # Atomic like every other file: a full disk or a kill mid-export leaves no truncated trace.
-        with atomic_path(raw) as tmp:
-            self._prof.export_chrome_trace(str(tmp))
+        export_trace(self._prof, raw)
         # The operator table is made later from this file (measure.profiling.op_table): torch's own
         # event parsing would cost seconds.
         return ProfiledPhase(trace_path=raw, ops=[], steps=self.complete)

@@ -118,6 +118,9 @@ def _facts(session: Any, run: Run) -> Facts:
     elif shape is None:
         run.notes.append("no FLOP count for a compiled model lmprof has no formulas for "
                          "(FlopCounterMode would recompile it)")
+    if step is not None and step.memory is None and session.figures_step.memory_error:
+        run.notes.append(f"no memory measurement: the figures step's recording could not be read back "
+                         f"({session.figures_step.memory_error})")
     if step is None:
         run.notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
                          "lmprof saw begin (raise --warmup)")

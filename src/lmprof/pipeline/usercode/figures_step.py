@@ -48,6 +48,7 @@ class FiguresStep:
         self._range: Any = None  # the step's ProfilerStep range while it runs
         self._result: StepFigures | None = None
         self._static_after: Any = None
+        self.memory_error: str | None = None  # why the step's memory could not be read, when it could not
         self.cache_bytes: int | None = None
         self.active = False
 
@@ -137,7 +138,14 @@ class FiguresStep:
         return self._result
 
     def _make_result(self) -> StepFigures:
-        mem = self._memory.result() if self._memory is not None and self._stopped else None
+        mem = None
+        if self._memory is not None and self._stopped:
+            try:
+                mem = self._memory.result()
+            except OSError as exc:  # its recording could not be written (a full disk): a missing figure
+                from lmprof.pipeline.usercode.guard import why
+
+                self.memory_error = why(exc)
         if mem is not None and self._static_after is not None:
             mem.static = self._static_after
         if mem is not None and self._grads:

@@ -56,7 +56,7 @@ def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:
         path.resolve(strict=False)
         absolute = path.absolute()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on Python < 3.13
-        raise ConfigError(f"{what} {text}: {_why(exc)}") from None
+        raise ConfigError(f"{what} {text}: {why(exc)}") from None
     for parent in (absolute, *absolute.parents):
         if parent.is_symlink() and not parent.exists():
             try:
@@ -69,7 +69,7 @@ def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:
     return absolute
 
 
-def _why(exc: BaseException) -> str:
+def why(exc: BaseException) -> str:
     """A failure in a few words: 'disk full', 'permission denied', else its type and message."""
     if isinstance(exc, OSError):
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -87,7 +87,7 @@ def failure_line(exc: BaseException, writing: bool, continues: bool) -> str:
     """The one line printed when lmprof fails inside the user's program."""
     what = "could not write the report" if writing else "stopped measuring"
     tail = "; your script continues" if continues else ""
-    return f"lmprof: {what} ({_why(exc)}){tail}"
+    return f"lmprof: {what} ({why(exc)}){tail}"
 
 
 def guarded(fn: F) -> F:

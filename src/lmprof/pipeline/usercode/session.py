@@ -604,7 +604,7 @@ class Session:
             window = self._stopped or self.window
             if window is not None:
                 window.stop()  # nothing more when _collect() stopped it already
-            profiled = window.export() if window is not None else None
+            profiled = self._export(window) if window is not None else None
         finally:
             self._teardown()
         unit = "generation" if self.spec.mode == "infer" else "step"
@@ -642,6 +642,18 @@ class Session:
             self.stop_again.install()
             raise StopScript()
         return self.folder
+
+    def _export(self, window: ProfilerWindow) -> ProfiledPhase | None:
+        """The window's trace written; when the place is full or read-only, the run keeps its clean
+        figures (run.json is small and may still fit) and says why it has no operators or blocks."""
+        try:
+            return window.export()
+        except OSError as exc:
+            from lmprof.pipeline.usercode.guard import why
+
+            self.notes.append(f"the profiled window's trace could not be written ({why(exc)}): clean timings "
+                              "only, no operators or block breakdown")
+            return None
 
     # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
     # plain warm-up steps after the first, the figures step (memory recording on), the very first step.
