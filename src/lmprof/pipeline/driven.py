@@ -31,7 +31,7 @@ def driven_session(
     session = Session(SessionSpec(
         mode=mode, warmup=spec.warmup + 1, steps=spec.steps, profile_steps=spec.profile_steps, run_dir=out_dir,
         report=False, verbose=False, energy=spec.energy, tdp_w=spec.tdp_w, plots=spec.plots, config=config,
-        driven=True, idle_s=spec.idle_s))
+        driven=True))
     # Created here, not by attach(): a meter asked for explicitly (--energy on) that cannot start is an error.
     session.monitor = EnergyMonitor.for_device(device, spec.energy, tdp_w=spec.tdp_w, idle_s=spec.idle_s)
     session.attach(model, optimizers, compiled=spec.compile)

@@ -73,10 +73,8 @@ class SessionSpec:
     # lmprof's own loop drives the session (lmprof train / infer): its step places its own phase
     # scopes; the figures step is the last warm-up step (the driver counts one more for it); lmprof's
     # own failures are raised (there is no user program to protect); finish() does not save (the
-    # caller does); the energy window gets the extra steps a meter needs; the meter's idle baseline
-    # lasts idle_s.
+    # caller does); the energy window gets the extra steps a meter needs.
     driven: bool = False
-    idle_s: float = 1.0
 
     def counts(self) -> tuple[int, int, int]:
         w, s, p = DEFAULTS[self.mode]
@@ -616,10 +614,7 @@ class Session:
             self._use_rough(unit)
         measured = bool(self.samples) or bool(self.gens)
         if not measured:
-            if self.watch is not None:  # nothing to report it in: only its recorder is closed
-                with contextlib.suppress(Exception):
-                    self.watch.finish()
-                self.watch = None
+            self._close_watch()  # nothing to report it in
             self.message = self._nothing_message(reason)
             if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
                 self.folder.rmdir()
@@ -759,31 +754,33 @@ class Session:
     def abandon(self) -> None:
         """A driven session's own failure: stop and remove everything; the caller raises it on."""
         self.failed = self.done = True
-        if self.window is not None:
-            with contextlib.suppress(Exception):
-                self.window.abort()
-        if self.watch is not None:
-            with contextlib.suppress(Exception):
-                self.watch.finish()
-            self.watch = None
-        self._teardown()
+        self._stop_everything()
 
     def fail(self, exc: BaseException) -> None:
         """lmprof failed inside the user's program: end the session, keep what was written (every
         file is written atomically, so what is there is whole), and say so in one line."""
         writing = isinstance(exc, OSError) or self._finishing
         self.failed = True
+        self._stop_everything()
+        self.done = True
+        self.message = None
+        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
+
+    def _stop_everything(self) -> None:
+        """A failure's cleanup: the profiler aborted (nothing of it kept), the compile watch's recorder
+        closed, every hook removed; each part runs even when another fails."""
+        if self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.abort()
+        self._close_watch()
+        self._teardown()
+
+    def _close_watch(self) -> None:
+        """Close a compile watch that no record will report (its kernel recorder stays on otherwise)."""
         if self.watch is not None:
             with contextlib.suppress(Exception):
                 self.watch.finish()
             self.watch = None
-        if self.window is not None:
-            with contextlib.suppress(Exception):
-                self.window.abort()
-        self._teardown()
-        self.done = True
-        self.message = None
-        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
 
     def _where(self) -> str:
         w, s, p = self.warmup, self.steps, self.profile_steps
