@@ -84,3 +84,29 @@ def test_typer_parses_every_other_command_line(args: list[str]) -> None:
 def test_fast_path_arguments() -> None:
     got = fast_analyze_args(["analyze", "--include-last-step", "t.json", "--device", "a100", "--json", "--top", "007"])
     assert got == {"include_last_step": True, "device": "a100", "json_out": True, "top": 7, "path": Path("t.json")}
+
+
+@pytest.mark.parametrize("extra", [[], ["--top", "3", "--export", "ops.parquet"]])
+def test_a_trace_named_in_bytes_that_are_not_utf8_is_analysed(tmp_path: Path, extra: list[str]) -> None:
+    """Found by attack: the name came back in the JSON as a str with surrogate escapes and orjson
+    refused it (a traceback). Both paths (the typer-free one, and typer's when --export is given)."""
+    import os
+    import shutil
+
+    src = next(TRACES.glob("*.json.gz"))
+    name = os.fsdecode(b"bad\xff.json.gz")
+    shutil.copy(src, tmp_path / name)
+    args = [sys.executable, "-m", "lmprof", "analyze", name, "--json", *extra]
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["traces"][0]["path"].endswith("bad\ufffd.json.gz")
+
+
+def test_json_text_shows_bytes_that_are_not_utf8_as_replacement_characters() -> None:
+    import os
+
+    from lmprof.printable import json_text
+
+    name = os.fsdecode(b"a\xffb")
+    assert json.loads(json_text({name: [name, 1.5, None]})) == {"a\ufffdb": ["a\ufffdb", 1.5, None]}

@@ -37,9 +37,9 @@ def run_analyze(
 
         compared = diff_paths(diff, path, top=top)
         if json_out:
-            import orjson
+            from lmprof.printable import json_text
 
-            echo(orjson.dumps(compared.to_dict(), option=orjson.OPT_INDENT_2).decode())
+            echo(json_text(compared.to_dict()))
             return
         from lmprof.show.analyze_view import render_diff
 
@@ -61,14 +61,14 @@ def run_analyze(
         report = analyze_path(path, top=top, include_last_step=include_last_step, export=export)
     rooflines = [_roofline(tr, peaks) for tr in report.traces]
     if json_out:
-        import orjson
+        from lmprof.printable import json_text
 
         from lmprof.trace.analyze import json_ready
 
         doc = report.to_dict()
         for tr, roof in zip(doc["traces"], rooflines):
             tr["op_roofline"] = None if roof is None else json_ready(roof.to_dict())
-        echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        echo(json_text(doc))
         return
     from lmprof.show.analyze_view import render
 
@@ -118,11 +118,11 @@ def _snapshot(path: Path, json_out: bool, top: int, echo: Callable[[str], Any], 
     if json_out:
         import dataclasses
 
-        import orjson
+        from lmprof.printable import json_text
 
         from lmprof.trace.analyze import json_ready
 
-        echo(orjson.dumps(json_ready(dataclasses.asdict(report)), option=orjson.OPT_INDENT_2).decode())
+        echo(json_text(json_ready(dataclasses.asdict(report))))
         return
     from lmprof.show.analyze_view import render_snapshot
 

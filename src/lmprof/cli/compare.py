@@ -35,7 +35,7 @@ def compare(
     fmt: str = typer.Option("text", "--format", help="text or markdown (a CI job summary / PR comment)"),
 ) -> None:
     """Compare runs side by side: figures, per-block times, operator and kernel counts; ratios are B/A."""
-    import orjson
+    from lmprof.printable import json_text
 
     from lmprof.analysis.compare import compare_runs, trace_counts
     from lmprof.errors import ConfigError
@@ -61,7 +61,7 @@ def compare(
             from dataclasses import asdict
 
             data["gate"] = {**asdict(gate_result), "verdict": gate_result.verdict, "exit_code": gate_result.exit_code}
-        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        typer.echo(json_text(data))
     elif fmt == "markdown":
         from lmprof.show.gate_view import markdown
 

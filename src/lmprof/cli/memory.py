@@ -227,14 +227,14 @@ def memory(
 
         best_context = largest_fitting(budget, peak_with_context, shape.block_size - new_tokens)
     if as_json:
-        import orjson
+        from lmprof.printable import json_text
 
         data = {"estimate": est.to_dict(), "model": label, "device": dev_name, "capacity": nominal,
                 "budget": budget, "budget_note": how, "fits": fits, "largest_batch": best,
                 "largest_context": best_context, "devices": gpus * tp * pp,
                 "params_total": shape.n_params(), "params_active": shape.n_params(active=True),
                 "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
-        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        typer.echo(json_text(data))
         return 0 if fits else 1
     devices = (f"{gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp} devices; "
                "every figure is one device's") if gpus * tp * pp > 1 else ""

@@ -34,7 +34,8 @@ def run(
     timed steps, then a profiled window attributed per block, written as a run folder. The script's
     stdout is left alone (the summary goes to stderr) and its exit code is kept."""
     from lmprof.errors import ConfigError
-    from lmprof.pipeline.usercode.guard import check_out, printable
+    from lmprof.pipeline.usercode.guard import check_out
+    from lmprof.printable import printable
     from lmprof.pipeline.usercode.script import check_target, run_script
     from lmprof.pipeline.usercode.session import SessionSpec
 

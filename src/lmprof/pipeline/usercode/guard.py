@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar
 
 from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
+from lmprof.printable import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,12 +36,6 @@ def safe_name(name: str, fallback: str = "script") -> str:
     at most MAX_NAME characters (``../../x`` -> ``x``, ``a/b`` -> ``a_b``)."""
     clean = _UNSAFE.sub("_", name).strip("._")
     return clean[:MAX_NAME].rstrip("._") or fallback
-
-
-def printable(text: str) -> str:
-    """``text`` with bytes that are not UTF-8 (surrogate escapes of a command-line argument) shown as
-    U+FFFD, so it can be written into run.json and printed."""
-    return os.fsencode(text).decode("utf-8", "replace") if isinstance(text, str) else str(text)
 
 
 def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:

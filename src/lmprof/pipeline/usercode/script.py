@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmprof.errors import ConfigError
 from lmprof.pipeline.usercode.ending import TermHandler, exit_now
-from lmprof.pipeline.usercode.guard import printable
+from lmprof.printable import printable
 from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
 from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
 
