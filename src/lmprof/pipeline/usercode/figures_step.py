@@ -37,8 +37,10 @@ class FiguresStep:
     """Memory (always) and FLOPs (``count_flops``) of one step driven by someone else's loop."""
 
     def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
-                 mode: str, *, count_flops: bool, compiled: bool, phases: bool = True):
+                 mode: str, *, count_flops: bool, compiled: bool, phases: bool = True,
+                 snapshot_dir: Path | None = None):
         self.model, self.optimizers, self.device, self.mode = model, optimizers, device, mode
+        self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
         self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
         self.flops = StepFlops() if count_flops else None
         self._stack = contextlib.ExitStack()
@@ -57,7 +59,8 @@ class FiguresStep:
         model = self.model
         opt = self.optimizers[0] if self.optimizers else None
         if model is not None:
-            self._memory = MemoryWindow(self.device, lambda: static_memory(model, opt))
+            self._memory = MemoryWindow(self.device, lambda: static_memory(model, opt), out_dir=self.snapshot_dir,
+                                        snapshot=self.snapshot_dir is not None)
             if self.mode == "train":
                 self._grads = self._stack.enter_context(record_grads(model))
         self.probes.install(self.optimizers)

@@ -373,9 +373,11 @@ class Session:
                 return
             assert self.device is not None
             describe = self._shape() is None and not self.compiled
+            # On CUDA the step's allocation history goes into the run folder (memory_snapshot.pickle).
+            snapshot_dir = self._folder() if self.device.kind == "cuda" else None
             self.figures_step = FiguresStep(self.model, self.optimizers, self.device, self.spec.mode,
                                             count_flops=describe, compiled=self.compiled,
-                                            phases=not self.spec.driven)
+                                            phases=not self.spec.driven, snapshot_dir=snapshot_dir)
             self.kineto_ran = True
             self.figures_step.start()
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
