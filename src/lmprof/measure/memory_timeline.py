@@ -251,6 +251,7 @@ class MemoryEvents:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
         self._prof = profile(activities=acts, profile_memory=True)
         self._exported: Path | None = None
+        self._attempted = False  # an export was tried: torch exports a profile once, even when the write failed
 
     def start(self) -> None:
         # Only the profiler's own start and stop are kept quiet: the step between may be the user's code.
@@ -272,7 +273,7 @@ class MemoryEvents:
         """Write the recorded events as a Chrome trace at ``path`` (atomically; after :meth:`stop`)."""
         from lmprof.measure.profiling import export_trace
 
-        self._attempted = True  # torch exports a profile once, even when the write failed
+        self._attempted = True
         export_trace(self._prof, path)
         self._exported = path  # torch exports a profile once: table() reads this file
 
@@ -282,7 +283,7 @@ class MemoryEvents:
 
         if self._exported is not None:
             return load_trace(self._exported)
-        if getattr(self, "_attempted", False):
+        if self._attempted:
             raise OSError(errno.EIO, "the recording's one export failed (torch writes a profile once)")
         with tempfile.TemporaryDirectory() as tmp:
             path = trace_path or Path(tmp) / "memory_trace.json"

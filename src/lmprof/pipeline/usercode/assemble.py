@@ -11,6 +11,7 @@ from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol import add_compile_report, assemble_run, mark_noise, overhead_metrics
 from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
+from lmprof.pipeline.usercode.session import Known
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
@@ -103,9 +104,7 @@ def _facts(session: Any, run: Run) -> Facts:
     model = session.model
     infer = session.spec.mode == "infer"
     step = session.figures_step.result() if session.figures_step is not None else None
-    dtype = _dtype(model) or "fp32"
     shape = session._shape() if model is not None else None  # noqa: SLF001 - looked up once, in the session
-    B, T = session.input_shape if session.input_shape and len(session.input_shape) == 2 else (None, None)
     counted = None
     where = f"warm-up {'generation' if infer else 'step'} {session.figures_at}, before the timed windows"
     if step is not None and step.flops:
@@ -124,27 +123,33 @@ def _facts(session: Any, run: Run) -> Facts:
     if step is None:
         run.notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
                          "lmprof saw begin (raise --warmup)")
+    known = session.known or _observed(session, run)  # lmprof train / infer describe their workload
+    return Facts(
+        title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
+        batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
+        kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout,
+        memory=step.memory if step else None, counted=counted,
+        cache_bytes=known.cache_bytes if known.cache_bytes is not None else (step.cache_bytes if step else None),
+        energy=session.energy, energy_steps=len(session.gens) if infer else len(session.samples),
+        tokens_per_step=known.tokens_per_step, plots=session.spec.plots)
+
+
+def _observed(session: Any, run: Run) -> Known:
+    """What a user's script did not describe, read off the model and the steps the session observed."""
+    model = session.model
+    infer = session.spec.mode == "infer"
+    dtype = _dtype(model) or "fp32"
+    B, T = session.input_shape if session.input_shape and len(session.input_shape) == 2 else (None, None)
     new_tokens = session.gens[-1].forwards if infer and session.gens else 0
     tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
-    energy_steps = len(session.gens) if infer else len(session.samples)
-    known = session.known
-    if known is not None:  # lmprof train / infer: the workload's own description
-        return Facts(
-            title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
-            batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
-            kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout,
-            memory=step.memory if step else None, counted=counted,
-            cache_bytes=known.cache_bytes if known.cache_bytes is not None else (step.cache_bytes if step else None), energy=session.energy, energy_steps=energy_steps,
-            tokens_per_step=known.tokens_per_step, plots=session.spec.plots)
-    opt = type(session.optimizers[0]).__name__.lower() if session.optimizers else None
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
-    return Facts(
+    return Known(
         title=f"{_model_name(model)}, {shown}, {dtype}, {session.device}", dtype=dtype, param_dtype=dtype,
-        shape=shape, batch=B, seq_len=T, attention=attention_path(model) if model is not None else "math",
-        new_tokens=new_tokens, optimizer=opt, dropout=dropout_of(model) if model is not None else 0.0,
-        memory=step.memory if step else None, counted=counted, cache_bytes=step.cache_bytes if step else None,
-        energy=session.energy, energy_steps=energy_steps,
-        tokens_per_step=int(tokens) if tokens else None, plots=session.spec.plots)
+        shape=session._shape() if model is not None else None,  # noqa: SLF001 - looked up once, in the session
+        batch=B, seq_len=T, attention=attention_path(model) if model is not None else "math",
+        optimizer=type(session.optimizers[0]).__name__.lower() if session.optimizers else None,
+        dropout=dropout_of(model) if model is not None else 0.0, tokens_per_step=int(tokens) if tokens else None,
+        new_tokens=new_tokens)
 
 
 def _rough(session: Any) -> str | None:

@@ -110,7 +110,7 @@ class Known:
     shape: Any = None
     batch: int | None = None
     seq_len: int | None = None
-    attention: str = "math"
+    attention: Literal["math", "sdpa"] = "math"
     optimizer: str | None = None
     dropout: Any = 0.0
     tokens_per_step: int | None = None
