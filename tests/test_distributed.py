@@ -150,7 +150,7 @@ def test_a_timed_out_torchrun_stops_its_ranks(tmp_path):
                       "time.sleep(300)\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
     with pytest.raises(subprocess.TimeoutExpired):
-        run_torchrun(cmd, dict(os.environ), timeout_s=12, capture=True)
+        run_torchrun(cmd, dict(os.environ), timeout_s=8, capture=True)
     assert (tmp_path / "started0").exists() and (tmp_path / "started1").exists()  # the ranks had started
 
     def alive() -> list[str]:

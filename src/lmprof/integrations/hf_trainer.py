@@ -20,7 +20,7 @@ from lmprof.pipeline.usercode.session import Session, SessionSpec
 from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
 
 
-class TrainerCallback(SessionCallback, transformers.TrainerCallback):
+class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: ignore[misc]  # transformers is not followed by mypy
     """Profile a Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
     ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on

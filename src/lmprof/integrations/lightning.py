@@ -25,7 +25,7 @@ import torch
 try:
     from pytorch_lightning import Callback as _LightningBase
 except ImportError:  # the `lightning` bundle ships the same Trainer as lightning.pytorch
-    from lightning.pytorch import Callback as _LightningBase  # type: ignore[no-redef]
+    from lightning.pytorch import Callback as _LightningBase
 
 from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.usercode import script
@@ -33,7 +33,7 @@ from lmprof.pipeline.usercode.session import Session, SessionSpec
 from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
 
 
-class LightningCallback(SessionCallback, _LightningBase):
+class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc]  # Lightning is not followed by mypy
     """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
     ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on

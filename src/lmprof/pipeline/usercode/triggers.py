@@ -167,7 +167,7 @@ class GenerateTrigger:
                 depth[0] -= 1
                 session.generation_end()
 
-        GenerationMixin.generate = generate  # type: ignore[method-assign]  # wraps transformers' method; remove() restores it
+        GenerationMixin.generate = generate  # wraps transformers' method; remove() restores it
         self.session.on_done(self.remove)
         return True
 
