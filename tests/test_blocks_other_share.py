@@ -1,8 +1,7 @@
 """End to end (issue 31): training tiny OPT, Falcon, GPT-BigCode and Mixtral configs the way
 ``lmprof train --hf-config`` does, and a nanoGPT-style script under ``lmprof run``, gives attention-core
-and residual rows, and leaves under 5% of the summed block time in ``other``. The rows are checked
-strictly; the 5% share does not hold at these tiny sizes on a busy CPU (measurements and the reason
-beside the test), so that check runs only when asked (LMPROF_TEST_OTHER_SHARE=1).
+and residual rows, and leaves under 5% of the summed block time in ``other`` (measurements beside
+the test).
 
 The attention core's name follows the attention the model really runs: transformers' own
 ``config._attn_implementation`` of the same architecture, built here (attn.sdpa for fused attention,
@@ -12,7 +11,6 @@ three rounds and the best one is judged.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,8 +97,16 @@ def _run_nanogpt(out: Path) -> Run:
     return Run.load(folders[0])
 
 
+# What `other` was at these sizes before the rows below had names (best of three rounds, busy 2-core
+# CPU): OPT 6.9-23%, Falcon 6.5-24%, GPT-BigCode 12.5-19.9%, Mixtral 5.2-8.6%, nanoGPT 9.4-20%. It was
+# three things, none of them unclaimed work: the model's own top-level forward outside its modules
+# (transformers' mask building and output objects, nanoGPT's position add; 10-12% of the forward),
+# the loss computed inside that forward, and the autograd engine between backward nodes (9-12% of the
+# step: about 4 us a node, a hundred nodes). They are the rows model_glue, loss and autograd_engine
+# now. What is left is the loop between the phases (1.5-3.5%) and under 0.5% in the forward; quiet
+# machine, one round each: OPT 1.9%, Falcon 2.0%, Mixtral 2.0%, nanoGPT 3.5%.
 @pytest.mark.parametrize("model_type", [*TINY, "nanogpt"])
-def test_attention_core_and_residual_rows(model_type: str, work: Path) -> None:
+def test_attention_core_residual_rows_and_other_under_5_percent(model_type: str, work: Path) -> None:
     run = _family_run(model_type, work, 0)
     names = {b.name for b in run.blocks}
     if model_type == "nanogpt":
@@ -112,24 +118,10 @@ def test_attention_core_and_residual_rows(model_type: str, work: Path) -> None:
         core = _core_name(work / model_type / "config.json")
         assert core in names, sorted(names)
     assert "residual" in names, sorted(names)
+    # the model's own forward and the loss it computes (transformers' loss_function, nanoGPT's cross_entropy)
+    assert {"model_glue", "loss", "autograd_engine"} <= names, sorted(names)
     assert all(b.time_ms > 0 for b in run.blocks if b.name in (core, "residual"))
-
-
-# Measured on the shared 2-core CPU this was written on (other agents' tests running beside it), best of
-# three rounds, two sessions: OPT 6.9% / 11.3%, Falcon 6.5% / 15.4%, GPT-BigCode 19.9% / 12.5%, Mixtral
-# 5.2% / 8.6%, nanoGPT 9.4% / 15.3%; single rounds ranged from 3% to 60%. Which time is `other`: in the forward phase, almost none of it is operators
-# (the loss and the causal-mask glue, well under 1%); 10-20% of the forward is Python between the
-# modules of the model's own top-level forward (transformers' mask building, output classes; nanoGPT's
-# position add and loss) and the scheduler's preemptions, which land there; backward `other` is the
-# autograd engine's time between nodes and the nodes of that glue. No module rule claims it wrongly,
-# so nothing was changed. It shrinks with the step: 2-layer, 256-wide configs at batch 8 x 64 tokens
-# measured 1.1-4.7% (too slow for this suite on a CPU: about a minute a run here).
-# Not in `make test`: it does not hold at the suite's sizes (above), and 15 training runs that always
-# fail would cost the suite minutes. LMPROF_TEST_OTHER_SHARE=1 runs it.
-@pytest.mark.skipif(os.environ.get("LMPROF_TEST_OTHER_SHARE") != "1",
-                    reason="other is 5-30% at tiny sizes (see the comment above); LMPROF_TEST_OTHER_SHARE=1 runs it")
-@pytest.mark.parametrize("model_type", [*TINY, "nanogpt"])
-def test_other_under_5_percent_of_the_step(model_type: str, work: Path) -> None:
+    # one run a family for both checks (rows and share); a preempted round is retried, the best judged
     shares = []
     for i in range(ROUNDS):
         shares.append(_other_share(_family_run(model_type, work, i)))

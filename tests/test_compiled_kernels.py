@@ -78,7 +78,7 @@ def test_kernels_of_compiled_graphs_go_to_their_blocks_by_hand(tmp_path):
         ("backward", "mlp.fc"): 15,
         # the CompiledFunctionBackward node (30) around the call (26) around 19 us of kernels
         ("backward", "compiled_call"): (30 - 26) + (26 - 19),
-        ("backward", "other"): 40 - 30,
+        ("backward", "autograd_engine"): 40 - 30,
         ("step", "other"): 100 - 80,
     })
     assert not any("+" in p.name for p in att.parts)
@@ -109,7 +109,7 @@ def test_eager_blocks_count_the_operators_they_call_directly(tmp_path):
     assert att.issued == {("attn.qkv", "forward"): 2, ("other", "forward"): 1}
     # Without the record the same trace is all 'other', as before.
     plain = {(p.phase, p.name) for p in attribute(write(tmp_path, compiled_step()), clock="cpu").parts}
-    assert plain == {("forward", "other"), ("backward", "other"), ("step", "other")}
+    assert plain == {("forward", "other"), ("backward", "other"), ("backward", "autograd_engine"), ("step", "other")}
 
 
 def test_a_call_whose_kernels_match_no_record_stays_unnamed(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 SCOPE_PREFIX = "lmprof:"
 
+LOSS = "loss"  # the loss, wherever it is computed (in the model's forward or after it)
+
 # Sub-blocks of the forward pass, in data-flow order. attn.sdpa replaces scores/softmax/av when the
 # fused kernel is used.
 FORWARD_BLOCKS: tuple[str, ...] = (
@@ -26,7 +28,7 @@ FORWARD_BLOCKS: tuple[str, ...] = (
     "mlp.proj",
     "ln_f",
     "lm_head",
-    "loss",
+    LOSS,
 )
 
 # Scopes that enclose blocks: their own (exclusive) time is that phase's ``other``.
@@ -53,9 +55,19 @@ IDLE = "idle"  # device clock: step wall time with no kernel running
 ACCUMULATE_GRAD = "accumulate_grad"  # writing .grad of parameters (no forward block owns it)
 # Host time of calling compiled graphs outside their kernels: dynamo's guards, AOT wrappers, glue.
 COMPILED_CALL = "compiled_call"
+# The model's own top-level forward outside every module of it (models lmprof hooks, not its own GPT):
+# causal-mask building, position ids and adds, dropout of the embeddings, output objects. At small
+# sizes this Python is a tenth of the forward; it was `other` before it had a name.
+MODEL_GLUE = "model_glue"
+# backward() outside every autograd node: the engine's scheduling between nodes and the seed gradient
+# (what compiled autograd removes). Its own row, so that `other` in the backward is only nodes no
+# block claims.
+AUTOGRAD_ENGINE = "autograd_engine"
 # Communication rows: gradient reduction, FSDP's parameter gathers, anything else collective.
 ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 
+# Rows of a phase that are not sub-blocks of a layer, in display order after the blocks.
+PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
 # Step rows in display order after the blocks.
 STEP_ROWS: tuple[str, ...] = ("data", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from lmprof.names import FORWARD_BLOCKS, PHASES, STEP_ROWS, folded
+from lmprof.names import FORWARD_BLOCKS, PHASE_ROWS, PHASES, STEP_ROWS, folded
 from lmprof.record.run import Run
 
 
@@ -19,8 +19,8 @@ def block_cells(run: Run) -> tuple[list[str], list[str], dict[str, dict[str, flo
     phases = [p for p in PHASES if any(b.phase == p for b in run.blocks)]
     order = [b for b in FORWARD_BLOCKS if b in cells]
     order += sorted(k for k in cells if k not in FORWARD_BLOCKS and not k.startswith("step:")
-                    and k not in ("accumulate_grad", "other"))
-    order += [k for k in ("accumulate_grad", "other") if k in cells]
+                    and k not in PHASE_ROWS)
+    order += [k for k in PHASE_ROWS if k in cells]
     order += [f"step:{s}" for s in STEP_ROWS if f"step:{s}" in cells]
     order += sorted(k for k in cells if k.startswith("step:") and k not in order)
     return order, phases, cells, pct

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+from lmprof.names import FORWARD_BLOCKS, IDLE, PHASE_ROWS
 from lmprof.names import MODE_PHASES as PHASES
 
 from lmprof.atomic import atomic_path
@@ -31,17 +32,13 @@ PER = {"train": "ms per training step", "infer": "ms per generation"}
 # The catalogue's throughput figure per mode: (column, axis label).
 THROUGHPUT = {mode: (throughput(mode).name, f"{mode}: {throughput(mode).label} ({throughput(mode).unit})")
               for mode in ("train", "infer")}
-BLOCK_ORDER = (
-    "embedding", "ln_1", "attn.qkv", "attn.scores", "attn.softmax", "attn.av", "attn.sdpa", "attn.proj",
-    "residual", "ln_2", "mlp.fc", "mlp.act", "mlp.proj", "ln_f", "lm_head", "loss", "accumulate_grad",
-    "other", "idle",
-)
+BLOCK_ORDER = (*FORWARD_BLOCKS, *PHASE_ROWS, IDLE)
 _FIXED_COLORS = {
     "embedding": "#8c6bb1", "ln_1": "#a1d99b", "attn.qkv": "#fdae6b", "attn.scores": "#fd8d3c",
     "attn.softmax": "#e6550d", "attn.av": "#a63603", "attn.sdpa": "#cb181d", "attn.proj": "#fdd0a2",
     "residual": "#bdbdbd", "ln_2": "#74c476", "mlp.fc": "#6baed6", "mlp.act": "#2171b5", "mlp.proj": "#08306b",
     "ln_f": "#31a354", "lm_head": "#807dba", "loss": "#54278f", "accumulate_grad": "#969696",
-    "other": "#d9d9d9", "idle": "#f0f0f0",
+    "model_glue": "#c7e9c0", "autograd_engine": "#bcbddc", "other": "#d9d9d9", "idle": "#f0f0f0",
 }
 _EXTRA_COLORS = ("#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#1b9e77", "#7570b3", "#d95f02", "#666666")
 _SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",

@@ -15,7 +15,8 @@ rule exists once. How a trace event becomes a block's time:
   scope that was running; any other orphan in the step range, in the step.
 * **CPU clock** (CPU runs): an owner's time is its exclusive wall time, its duration minus that of
   the owners nested in it. Exclusive times of all owners in a step add up to the step exactly; what
-  no block claims shows as ``other`` in its phase, never hidden.
+  no block claims shows as ``other`` in its phase, never hidden. The backward scope's own time (the
+  autograd engine between nodes, the seed gradient) is ``autograd_engine``.
 * **Device clock** (GPU traces): an owner's time is the summed duration of the kernels, copies and
   sets launched from inside it (runtime call -> device event by correlation id). The step's
   remainder, wall time with no device work attributed, is ``idle``.
@@ -272,7 +273,8 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     for r in rows[leaf_mask[rows]]:
         label[int(r)] = (_scope_name(name_col[r]), names.STEP)
     for r, p in zip(phase_rows, phase_name):
-        label[int(r)] = (names.OTHER, str(p))
+        # a phase scope's own time: in the backward, the autograd engine between nodes; else unclaimed
+        label[int(r)] = (names.AUTOGRAD_ENGINE if p == "backward" else names.OTHER, str(p))
     # Blocks take the phase of the innermost phase scope around them on their thread.
     blocks = rows[block_mask[rows]]
     for r, p in zip(blocks, enclosing(table, blocks, phase_mask)):

@@ -8,18 +8,22 @@ work is the attention core and a layer's own work its residual adds. Anything
 else is named by its module path with layer indices collapsed and kept apart (``layers.*.fc1[3]``),
 so unknown models still get a per-module table (folded over layers) and per-layer rows in blocks.csv.
 
+The model's own forward outside its modules is ``model_glue``, and the loss, wherever the model
+computes it, ``loss``.
+
 Hooks are installed only for the profiled phase (:func:`module_scopes` is a context manager), so the
 clean timing phase runs the model untouched.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-from lmprof.names import SCOPE_PREFIX
+from lmprof.names import LOSS, MODEL_GLUE, SCOPE_PREFIX
 from lmprof.workloads.hf_interface import attention_implementation
 
 # (regex on the module path with layer indices replaced by '*', canonical block). First match wins.
@@ -224,9 +228,67 @@ def attention_core_name(model: torch.nn.Module) -> str:
     return "attn.sdpa" if impl in ("sdpa", "flash_attention_2", "flex_attention") else "attn.core"
 
 
+class _LossScope:
+    """``lmprof:loss`` around the loss wherever the model computes it: transformers' ``loss_function``
+    (its upcast, label shift and cross-entropy) and ``torch.nn.functional.cross_entropy`` (nanoGPT-style
+    forwards). Not nested in itself: transformers' loss calls cross_entropy."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                return fn(*args, **kwargs)
+            self.depth += 1
+            try:
+                with torch.profiler.record_function(SCOPE_PREFIX + LOSS):
+                    return fn(*args, **kwargs)
+            finally:
+                self.depth -= 1
+
+        return scoped
+
+
+@contextlib.contextmanager
+def _loss_scoped(model: torch.nn.Module) -> Iterator[None]:
+    loss = _LossScope()
+    functional = torch.nn.functional
+    original_ce = functional.cross_entropy
+    ours = functional.cross_entropy = loss.wrap(original_ce)
+    # transformers' PreTrainedModel.loss_function is a property whose setter keeps an override in
+    # _loss_function: only models with that setter are touched, and the override is undone exactly.
+    prop = next((vars(k)["loss_function"] for k in type(model).__mro__ if "loss_function" in vars(k)), None)
+    had = "_loss_function" in vars(model)
+    before = vars(model).get("_loss_function")
+    ours_loss: Callable[..., Any] | None = None
+    if isinstance(prop, property) and prop.fset is not None and prop.fget is not None:
+        try:
+            ours_loss = loss.wrap(prop.fget(model))
+            prop.fset(model, ours_loss)
+        except Exception:  # noqa: BLE001 - no loss scope is better than a broken model
+            ours_loss = None
+    try:
+        yield
+    finally:
+        if functional.cross_entropy is ours:  # a script that replaced it meanwhile keeps its own
+            functional.cross_entropy = original_ce
+        if ours_loss is not None and vars(model).get("_loss_function") is ours_loss:
+            if had:
+                vars(model)["_loss_function"] = before
+            else:
+                vars(model).pop("_loss_function", None)
+
+
 @contextlib.contextmanager
 def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
-    """Install scope hooks on ``model``'s modules for the duration of the ``with`` body."""
+    """Install scope hooks on ``model``'s modules for the duration of the ``with`` body.
+
+    The model itself gets ``model_glue``: its own forward's time outside its modules (mask building,
+    position adds, output objects). Its closing hook runs before any other forward hook of the model,
+    so a phase that a caller's hook opens or closes there nests around it, never across.
+    """
     names = block_names(model, attention_core_name(model))
     modules = dict(model.named_modules())
     handles = []
@@ -246,12 +308,15 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
         if stack:
             stack.pop().__exit__(None, None, None)
 
+    handles.append(model.register_forward_pre_hook(pre(MODEL_GLUE)))
+    handles.append(model.register_forward_hook(post, always_call=True, prepend=True))
     for path, name in names.items():
         m = modules[path]
         handles.append(m.register_forward_pre_hook(pre(name)))
         handles.append(m.register_forward_hook(post, always_call=True))
     try:
-        yield names
+        with _loss_scoped(model):
+            yield names
     finally:
         for h in handles:
             h.remove()

@@ -100,7 +100,8 @@ class Probes:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
             if self.mode == "train" and self.phases:
-                self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+                # first of the model's pre-hooks: the forward phase opens around model_glue's range
+                self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
         if self.mode == "train" and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
