@@ -208,3 +208,41 @@ def test_estimate_imports_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 15
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "qwen3_moe"])
+def test_moe_rows_flops_equal_flop_counter_mode_per_module(name: str) -> None:
+    """The router and the routed experts are rows of their own (issue 31), the shared experts a dense
+    MLP's: each row's analytic prefill FLOPs equal FlopCounterMode's count inside the modules the row's
+    measured time comes from (lmprof's own module -> block mapping, the one a measured run uses)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lmprof.workloads.hooks import block_names
+
+    cfg = {**BASE, **TINY.get(name, MOE | dict(num_local_experts=6, num_experts=6))}
+    cfg.pop("model_type", None)
+    if name == "qwen2_moe":
+        cfg.update(shared_expert_intermediate_size=48)
+    hc = tf.AutoConfig.for_model(name, **cfg)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(hc, attn_implementation="eager", experts_implementation="eager").eval()
+    shape = shape_from_config(hc.to_dict())
+    mapping = block_names(model)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(input_ids=torch.randint(3, 128, (B, T)))
+    prefix = type(model).__name__ + "."
+    inclusive = {fqn.removeprefix(prefix): sum(ops.values()) for fqn, ops in fc.get_flop_counts().items()}
+    counted: dict[str, int] = {}
+    for path, flops in inclusive.items():
+        block = mapping.get(path)
+        if block not in ("moe.router", "moe.experts", "mlp.fc", "mlp.proj"):
+            continue
+        # a module's own FLOPs: its inclusive count less its direct children's (as its time is exclusive)
+        children = sum(f for p, f in inclusive.items() if p.rpartition(".")[0] == path)
+        counted[block] = counted.get(block, 0) + flops - children
+    want = {c.name: c.matmul_flops for c in block_costs(shape, batch=B, seq_len=T, phase="prefill", dtype="fp32",
+                                                          conventions=ALL)
+            if c.name in ("moe.router", "moe.experts", "mlp.fc", "mlp.proj")}
+    assert want.keys() == counted.keys(), (want, counted)
+    for block, flops in want.items():
+        assert counted[block] == pytest.approx(flops, rel=1e-6), block

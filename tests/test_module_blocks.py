@@ -99,7 +99,9 @@ def _check_names(model) -> dict[str, str]:
         if any(True for _ in module.parameters(recurse=False)):
             assert names.get(path) in CANONICAL, (path, names.get(path))
     blocks = set(names.values())
-    assert {"attn.core", "residual", "attn.qkv", "attn.proj", "mlp.fc", "lm_head"} <= blocks
+    assert {"attn.core", "residual", "attn.qkv", "attn.proj", "lm_head"} <= blocks
+    # an MoE model's MLP rows are its router and experts (shared experts, when it has them, are mlp.*)
+    assert "mlp.fc" in blocks or {"moe.router", "moe.experts"} <= blocks, blocks
     return names
 
 

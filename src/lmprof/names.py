@@ -23,6 +23,8 @@ FORWARD_BLOCKS: tuple[str, ...] = (
     "attn.proj",
     "residual",
     "ln_2",
+    "moe.router",  # mixture-of-experts: the router (scores, top-k) and the routed experts with their
+    "moe.experts",  # dispatch and combine; shared experts are a dense MLP (mlp.fc, mlp.act, mlp.proj)
     "mlp.fc",
     "mlp.act",
     "mlp.proj",
@@ -30,6 +32,12 @@ FORWARD_BLOCKS: tuple[str, ...] = (
     "lm_head",
     LOSS,
 )
+
+# Blocks whose work is matmuls against weights (advice's compute-bound share, the stopwatch's tighter
+# goal); with the attention core's matmuls, the blocks whose FLOP/s may not pass the device's roof.
+WEIGHT_MATMUL_BLOCKS: tuple[str, ...] = ("attn.qkv", "attn.proj", "moe.router", "moe.experts", "mlp.fc", "mlp.proj",
+                                         "lm_head")
+MATMUL_BLOCKS: frozenset[str] = frozenset({*WEIGHT_MATMUL_BLOCKS, "attn.scores", "attn.av", "attn.sdpa"})
 
 # Scopes that enclose blocks: their own (exclusive) time is that phase's ``other``.
 TRAIN_PHASES: tuple[str, ...] = ("forward", "backward")

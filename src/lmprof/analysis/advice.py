@@ -15,6 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from lmprof import names
 from lmprof.record.run import Run
 
 # -- thresholds (documented in docs/reports.md) -------------------------------------------------
@@ -66,7 +67,7 @@ RECOMPILES_PER_STEP_MIN = 0.5
 UNFUSED_ATTENTION_BLOCKS = ("attn.scores", "attn.softmax", "attn.av")
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                         "aten::_addmm_activation", "aten::addbmm"})
-MATMUL_BLOCKS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head")
+MATMUL_BLOCKS = names.WEIGHT_MATMUL_BLOCKS
 # The env key hardware/devices.py writes the device's memory capacity under (bytes).
 CAPACITY_ENV_KEY = "gpu_memory_bytes"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from lmprof import names
 from lmprof.record.run import Block
 
 # Steps of the stopwatch pass a run makes (its median per block is the truth).
@@ -17,7 +18,7 @@ STOPWATCH_STEPS = 3
 GOAL_PCT = 10.0
 MATMUL_GOAL_PCT = 5.0
 # Blocks that are one matmul each (plus a bias): the goal is tighter for them.
-MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
+MATMUL_BLOCKS = frozenset(names.WEIGHT_MATMUL_BLOCKS)
 
 
 def goal_pct(name: str) -> float:

@@ -435,27 +435,29 @@ def _dense_mlp_blocks(p: _Pass, L: int) -> None:
 
 
 def _moe_mlp_blocks(p: _Pass, L: int) -> None:
-    """A mixture-of-experts MLP in ``L`` layers: router (d -> E), top_k routed experts per token, shared experts
-    (+ their sigmoid gate). All of it is mlp.fc except the down projections, which are mlp.proj."""
+    """A mixture-of-experts MLP in ``L`` layers, as the rows a measured run has: moe.router (d -> E),
+    moe.experts (top_k routed experts per token: their up/gate and down projections), mlp.act (every
+    expert's activation), and the shared experts as a dense MLP (mlp.fc with their sigmoid gate, mlp.proj)."""
     shape, w, n, mac = p.shape, p.w, p.n, p.mac
-    d = shape.n_embd
+    d, E = shape.n_embd, shape.n_experts
     gate = 2 if shape.gated else 1
     act = ELEMENTWISE_COSTS["swiglu"] if shape.gated else ELEMENTWISE_COSTS["gelu"]
     fe, fs, k, ns = shape.expert_ffn, shape.shared_ffn, shape.top_k, shape.n_shared_experts
     touched = expected_experts(shape, n)
     sgate = d if (ns and shape.shared_expert_gate) else 0
-    fc_flops = mac * n * d * (shape.n_experts + k * gate * fe + ns * gate * fs) + mac * n * sgate
-    fc_w = d * shape.n_experts + touched * gate * d * fe + ns * gate * d * fs + sgate
-    hidden = k * fe + ns * fs  # per-token width of the experts' hidden activations
     # Expert and router biases (gpt-oss): one add per output element, their weights read like the experts'.
     bias = 1 if shape.bias else 0
-    fc_bias = bias * gate * hidden + (shape.n_experts if shape.router_bias else 0)
-    router_bias = shape.n_experts if shape.router_bias else 0
-    p.add("mlp.fc", L, fc_flops, n * fc_bias, fc_w + bias * touched * gate * fe + router_bias,
-          (n * d + gate * n * hidden + n * shape.n_experts) * w)
-    p.add("mlp.act", L, 0, act * n * hidden, 0, (gate + 1) * n * hidden * w)
-    p.add("mlp.proj", L, mac * n * hidden * d, bias * n * k * d, touched * fe * d + ns * fs * d + bias * touched * d,
-          (n * hidden + n * d) * w)
+    router_bias = E if shape.router_bias else 0
+    p.add("moe.router", L, mac * n * d * E, n * router_bias, d * E + router_bias, (n * d + n * E) * w)
+    p.add("moe.experts", L, mac * n * d * k * gate * fe + mac * n * k * fe * d, n * bias * (gate * k * fe + k * d),
+          touched * (gate * d * fe + fe * d) + bias * touched * (gate * fe + d),
+          (n * d + gate * n * k * fe + n * k * fe + n * d) * w)
+    p.add("mlp.act", L, 0, act * n * (k * fe + ns * fs), 0, (gate + 1) * n * (k * fe + ns * fs) * w)
+    if ns or sgate:
+        p.add("mlp.fc", L, mac * n * d * ns * gate * fs + mac * n * sgate, 0, ns * gate * d * fs + sgate,
+              (n * d + gate * n * ns * fs) * w)
+    if ns:
+        p.add("mlp.proj", L, mac * n * ns * fs * d, 0, ns * fs * d, (n * ns * fs + n * d) * w)
 
 
 def _head_blocks(p: _Pass) -> None:

@@ -12,10 +12,10 @@ from typing import Literal
 from lmprof.estimate.flops import conventions_for
 from lmprof.estimate.mfu import Mode, block_roofline, fill_block_costs, mfu_metrics
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
+from lmprof.names import MATMUL_BLOCKS
 from lmprof.record.run import Metric, Run
 from lmprof.estimate.shape import ModelShape
 
-MATMUL_BLOCKS = frozenset({"attn.qkv", "attn.scores", "attn.av", "attn.sdpa", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
 
 
 def add_costs(

@@ -36,7 +36,7 @@ BLOCK_ORDER = (*FORWARD_BLOCKS, *PHASE_ROWS, IDLE)
 _FIXED_COLORS = {
     "embedding": "#8c6bb1", "ln_1": "#a1d99b", "attn.qkv": "#fdae6b", "attn.scores": "#fd8d3c",
     "attn.softmax": "#e6550d", "attn.av": "#a63603", "attn.sdpa": "#cb181d", "attn.proj": "#fdd0a2",
-    "residual": "#bdbdbd", "ln_2": "#74c476", "mlp.fc": "#6baed6", "mlp.act": "#2171b5", "mlp.proj": "#08306b",
+    "residual": "#bdbdbd", "ln_2": "#74c476", "moe.router": "#fee391", "moe.experts": "#41b6c4", "mlp.fc": "#6baed6", "mlp.act": "#2171b5", "mlp.proj": "#08306b",
     "ln_f": "#31a354", "lm_head": "#807dba", "loss": "#54278f", "accumulate_grad": "#969696",
     "model_glue": "#c7e9c0", "autograd_engine": "#bcbddc", "other": "#d9d9d9", "idle": "#f0f0f0",
 }

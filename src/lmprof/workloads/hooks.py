@@ -126,17 +126,21 @@ FALCON_RULES = [
     (r"(^|\.)ln_f$", "ln_f"),
     (r"(^|^\.)lm_head$", "lm_head"),
 ]
-# Mixtral / Qwen-MoE style: the router (gate) is counted in mlp.fc, as the analytic model counts it. The
-# routed experts run their up/gate and down matmuls inside one module, which module hooks cannot split:
-# all of it is mlp.fc (its activation child is mlp.act).
+# Mixtral / Qwen-MoE style: the router (gate) is moe.router; the routed experts run their up/gate and
+# down matmuls inside one module, which module hooks cannot split: moe.experts (its activation child
+# is mlp.act), and the sparse block's own dispatch and combine go with them. Shared experts are a
+# dense MLP. "@mlp": a layer whose mlp has experts is an MoE layer, else a dense one (SwiGLU's gate
+# multiply, mlp.act), as in Qwen-MoE's dense-only layers.
 MOE_RULES = [
-    (r"\.layers\.\*\.mlp\.gate$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.(gate|router)$", "moe.router"),
     (r"\.layers\.\*\.mlp\.experts\.act_fn$", "mlp.act"),
-    (r"\.layers\.\*\.mlp\.experts$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.experts$", "moe.experts"),
     (r"\.layers\.\*\.mlp\.shared_experts?\.(gate_proj|up_proj)$", "mlp.fc"),
     (r"\.layers\.\*\.mlp\.shared_experts?\.act_fn$", "mlp.act"),
     (r"\.layers\.\*\.mlp\.shared_experts?\.down_proj$", "mlp.proj"),
     (r"\.layers\.\*\.mlp\.shared_expert_gate$", "mlp.fc"),
+    (r"\.layers\.\*\.mlp\.shared_experts?$", "mlp.act"),  # a dense gated MLP's own work: the gate multiply
+    (r"\.layers\.\*\.mlp$", "@mlp"),
     *LLAMA_RULES,
 ]
 FAMILIES = {
@@ -215,7 +219,11 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
         if rules:
             for rx, name in rules:
                 if rx.search(collapsed):
-                    names[path] = attention_core if name == "@attn" else name
+                    if name == "@attn":
+                        name = attention_core
+                    elif name == "@mlp":
+                        name = "moe.experts" if hasattr(module, "experts") else "mlp.act"
+                    names[path] = name
                     break
         elif not any(True for _ in module.children()):
             names[path] = _per_layer_name(path, modules)  # unknown model: every leaf module by its path

@@ -129,9 +129,9 @@ def _moe_items(shape: ModelShape, n: int, e: int, add: Add) -> None:
     """
     d, k, E = shape.n_embd, shape.top_k, shape.n_experts
     fe, fs = shape.expert_ffn, shape.shared_ffn
-    add("mlp.fc", "router softmax (fp32), top-k indices (int64) and weights",
+    add("moe.router", "router softmax (fp32), top-k indices (int64) and weights",
         "n*E*4 + n*k*(8+4) + n*4", n * E * FP32 + n * k * (INT64 + FP32) + n * FP32)
-    add("mlp.fc", "per routed slot: index, input, gate/up, SiLU, product, weight, down output, weighted",
+    add("moe.experts", "per routed slot: index, input, gate/up, SiLU, product, weight, down output, weighted",
         f"n*k*((3d+4f_e)*{e} + 12)", n * k * ((3 * d + 4 * fe) * e + INT64 + FP32))
     if shape.n_shared_experts:
         add("mlp.act", "shared expert: gate, SiLU(gate), up, product; output; sigmoid gate",
