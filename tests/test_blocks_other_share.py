@@ -120,6 +120,9 @@ def test_attention_core_residual_rows_and_other_under_5_percent(model_type: str,
     assert "residual" in names, sorted(names)
     # the model's own forward and the loss it computes (transformers' loss_function, nanoGPT's cross_entropy)
     assert {"model_glue", "loss", "autograd_engine"} <= names, sorted(names)
+    if model_type == "mixtral":  # the router and the routed experts: rows with their analytic FLOPs
+        assert all(b.flops for b in run.blocks if b.name in ("moe.router", "moe.experts") and b.phase == "forward")
+        assert {"moe.router", "moe.experts"} <= names and "mlp.fc" not in names, sorted(names)
     assert all(b.time_ms > 0 for b in run.blocks if b.name in (core, "residual"))
     # one run a family for both checks (rows and share); a preempted round is retried, the best judged
     shares = []
