@@ -130,3 +130,18 @@ def test_every_recommendation_names_its_figures() -> None:
     for run in (decode_run(), decode_run(False)):
         for rec in advise(run, {"ops_per_step": 120_000.0}):
             assert "rests on: " in rec.why and all(e.key in rec.why for e in rec.evidence)
+
+
+@pytest.mark.parametrize(("glue_ms", "engine_ms", "fires"), [(120, 100, True), (100, 50, False), (0, 200, True)])
+def test_framework_overhead_fires_on_the_glue_and_engine_share(glue_ms: float, engine_ms: float, fires: bool) -> None:
+    # pct = ms / 10: 120 + 100 ms are 22% of the step, 100 + 50 ms 15% (threshold 20%)
+    rows = [b("attn.qkv", "forward", 300), *([b("model_glue", "forward", glue_ms)] if glue_ms else []),
+            b("autograd_engine", "backward", engine_ms)]
+    recs = {r.rule: r for r in advise(run_of("train", rows, {"profiled_step_time": 1000.0}, []))}
+    assert ("framework_overhead" in recs) is fires
+    if fires:
+        rec = recs["framework_overhead"]
+        assert {e.key: e.value for e in rec.evidence} == {
+            "blocks[model_glue+autograd_engine].pct": pytest.approx((glue_ms + engine_ms) / 10)}
+        assert "compiled autograd" in " ".join(rec.actions)
+        assert ("model_glue" in rec.why.partition("(rests on")[0]) is bool(glue_ms)

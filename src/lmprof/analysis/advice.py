@@ -34,6 +34,9 @@ OVERHEAD_MAX_US_PER_OP = 20.0
 #: On a GPU trace, the device sits idle for at least this share of the step (%): the host cannot
 #: feed it fast enough.
 DEVICE_IDLE_MIN_PCT = 20.0
+#: The model's own top-level forward (model_glue) and the autograd engine between nodes
+#: (autograd_engine) together take at least this share of the profiled step (%).
+FRAMEWORK_OVERHEAD_MIN_PCT = 20.0
 #: MFU below this (%) ...
 LOW_MFU_PCT = 30.0
 #: ... while the matmul blocks (qkv, attn.proj, mlp.fc, mlp.proj, lm_head) take at least this share
@@ -363,6 +366,29 @@ def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation 
     )
 
 
+def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """The model's own top-level Python and the autograd engine between nodes hold a large share."""
+    glue = block_share(run, (names.MODEL_GLUE,)) or 0.0
+    engine = block_share(run, (names.AUTOGRAD_ENGINE,)) or 0.0
+    if glue + engine < FRAMEWORK_OVERHEAD_MIN_PCT:
+        return None
+    actions = ["Use a larger batch (or longer sequences): this time is per call, not per token, so its share shrinks."]
+    if not run.config.get("compile"):
+        actions.append("torch.compile the model: the forward's own code (mask building, position ids, output "
+                       "objects) becomes part of one graph; compiled autograd "
+                       "(torch._dynamo.config.compiled_autograd = True) does the same for the backward's engine.")
+    parts = [f"the model's own forward outside its modules ({names.MODEL_GLUE}) {glue:.1f}%" if glue else "",
+             f"the autograd engine between backward nodes ({names.AUTOGRAD_ENGINE}) {engine:.1f}%" if engine else ""]
+    what = " and ".join(p for p in parts if p)
+    return Recommendation(
+        rule="framework_overhead", title="Python and autograd bookkeeping take a large share of the step",
+        why=f"{what[0].upper()}{what[1:]} of the profiled step: time spent around the operators, not in them.",
+        actions=tuple(actions),
+        evidence=(Evidence(f"blocks[{names.MODEL_GLUE}+{names.AUTOGRAD_ENGINE}].pct", glue + engine, "%",
+                           FRAMEWORK_OVERHEAD_MIN_PCT, ">="),),
+    )
+
+
 def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
     key = "prefill.mfu" if run.mode == "infer" else "mfu"
@@ -497,6 +523,7 @@ RULES: tuple[Rule, ...] = (
     rule_attention_unfused,
     rule_memory_bound,
     rule_overhead_bound,
+    rule_framework_overhead,
     rule_low_mfu,
     rule_host_sync,
     rule_optimizer_share,
