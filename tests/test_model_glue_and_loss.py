@@ -174,3 +174,14 @@ def test_work_in_the_models_own_forward_is_model_glue(tmp_path: Path) -> None:
         if abs(errors[-1]) <= 0.2:
             return
     pytest.fail(f"model_glue vs the model's own stopwatch: {[f'{e:+.0%}' for e in errors]}")
+
+
+def test_a_model_with_an_unknown_loss_type_is_left_alone(capfd: pytest.CaptureFixture[str]) -> None:
+    """transformers warns on stderr when its loss_function property is read for a loss_type it does not
+    know: lmprof does not read it then, so the user's stderr stays theirs."""
+    model = _gpt2()
+    model.loss_type = "NotALoss"
+    capfd.readouterr()
+    with module_scopes(model):
+        assert "_loss_function" not in vars(model)
+    assert "loss_type" not in capfd.readouterr().err

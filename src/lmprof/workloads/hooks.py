@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 from typing import Any, Callable, Iterator
 
 import torch
@@ -271,7 +272,11 @@ def _loss_scoped(model: torch.nn.Module) -> Iterator[None]:
     had = "_loss_function" in vars(model)
     before = vars(model).get("_loss_function")
     ours_loss: Callable[..., Any] | None = None
-    if isinstance(prop, property) and prop.fset is not None and prop.fget is not None:
+    # Reading the property for a model whose loss_type transformers does not know logs a warning to
+    # the user's stderr: such a model is left alone (its cross_entropy still gets the scope).
+    known = getattr(sys.modules.get("transformers.loss.loss_utils"), "LOSS_MAPPING", {})
+    if (isinstance(prop, property) and prop.fset is not None and prop.fget is not None
+            and (had or getattr(model, "loss_type", None) in known)):
         try:
             ours_loss = loss.wrap(prop.fget(model))
             prop.fset(model, ours_loss)
