@@ -321,13 +321,15 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
         if stack:
             stack.pop().__exit__(None, None, None)
 
-    handles.append(model.register_forward_pre_hook(pre(MODEL_GLUE)))
-    handles.append(model.register_forward_hook(post, always_call=True, prepend=True))
-    for path, name in names.items():
-        m = modules[path]
-        handles.append(m.register_forward_pre_hook(pre(name)))
-        handles.append(m.register_forward_hook(post, always_call=True))
-    try:
+    try:  # a hook refused half-way (a TorchScript submodule) takes the ones already placed with it
+        handles.append(model.register_forward_pre_hook(pre(MODEL_GLUE)))
+        handles.append(model.register_forward_hook(post, always_call=True, prepend=True))
+        for path, name in names.items():
+            m = modules[path]
+            if isinstance(m, torch.jit.ScriptModule):  # takes no hooks: its time stays its parent's
+                continue
+            handles.append(m.register_forward_pre_hook(pre(name)))
+            handles.append(m.register_forward_hook(post, always_call=True))
         with _loss_scoped(model):
             yield names
     finally:

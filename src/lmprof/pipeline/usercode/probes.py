@@ -80,7 +80,9 @@ class Probes:
     def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True, phases: bool = True):
         self.model = model
         self.mode = mode
-        self.blocks = blocks  # False under torch.compile: hooks would force a recompilation
+        # TorchScript modules refuse hooks: neither blocks nor the forward phase can be scoped in them
+        self.hookable = model is not None and not isinstance(model, torch.jit.ScriptModule)
+        self.blocks = blocks and self.hookable  # False under torch.compile: hooks would force a recompilation
         # False when lmprof's own step places the phase scopes (lmprof train / infer): hooks would nest twice.
         self.phases = phases
         self.scopes = ScopeStack()
@@ -99,7 +101,7 @@ class Probes:
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
-            if self.mode == "train" and self.phases:
+            if self.mode == "train" and self.phases and self.hookable:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))

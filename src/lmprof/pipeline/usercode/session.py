@@ -204,6 +204,10 @@ class Session:
         self.model = model
         self.optimizers = list(optimizers or [])
         self.compiled = compiled
+        if isinstance(model, torch.jit.ScriptModule):
+            self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
+                              "its forward is not split into blocks (operators, phases after the forward, and the "
+                              "step's figures are measured as usual)")
         p = next(model.parameters(), None)
         self.device = resolve_device(str(p.device) if p is not None else "cpu")
         if compiled and self.watch is None and not self.spec.driven:
@@ -221,6 +225,7 @@ class Session:
         """Call ``fn`` once the session ends (triggers remove their hooks there)."""
         self._on_done.append(fn)
 
+    @guarded
     def begin(self) -> None:
         """Mark step 0's start (``lmprof.profile``): with no warm-up, the first step is then timed."""
         if self.spec.mode == "infer":
@@ -493,7 +498,8 @@ class Session:
             self.aside += 1  # under the user's profiler: not counted (see _stepped_aside)
             self._gen = {"aside": True}
             return
-        if self.model is not None and not self._infer_handles and not self.spec.driven:
+        if (self.model is not None and not self._infer_handles and not self.spec.driven
+                and not isinstance(self.model, torch.jit.ScriptModule)):
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
         w, s = self.warmup, self.clean_steps
