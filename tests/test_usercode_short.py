@@ -157,3 +157,18 @@ def test_steps_0_accepted_by_profile(tmp_path: Path) -> None:
 def test_negative_steps_refused(tmp_path: Path) -> None:
     proc = _run_cli(tmp_path, THREE_STEPS, "--steps", "-1")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be >= 0, got -1"]
+
+
+@pytest.mark.parametrize("flags", [["--steps", "-1"], ["--warmup", "-2"], ["--log-to", "nope"], []])
+def test_refusals_are_said_before_torch_is_imported(tmp_path: Path, flags: list[str]) -> None:
+    """A bad count, an unknown tracker or a missing script: one line, exit 2, in a fraction of a second,
+    since nothing of torch is imported to say it (it was 2.4 s)."""
+    script = str(tmp_path / ("missing.py" if not flags else "lesson.py"))
+    if flags:
+        write(tmp_path, "lesson.py", THREE_STEPS)
+    code = ("import sys\nfrom lmprof.cli.main import main\n"
+            f"rc = main(['run', *{flags!r}, {script!r}])\n"
+            "print(rc, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("lmprof: error:"), proc.stderr

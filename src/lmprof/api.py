@@ -165,7 +165,8 @@ def profile(
     stderr (``verbose=False``: quiet). ``prof.run`` / ``prof.folder`` hold the result.
     """
     from lmprof.pipeline.usercode.context import Profile
-    from lmprof.pipeline.usercode.session import SessionSpec, check_counts
+    from lmprof.pipeline.usercode.guard import check_counts
+    from lmprof.pipeline.usercode.session import SessionSpec
 
     check_counts(warmup, steps, profile_steps, flags=False)
     from lmprof.pipeline.usercode.guard import check_out

@@ -34,20 +34,14 @@ def run(
     timed steps, then a profiled window attributed per block, written as a run folder. The script's
     stdout is left alone (the summary goes to stderr) and its exit code is kept."""
     from lmprof.errors import ConfigError
-    from lmprof.pipeline.usercode.guard import check_out
+    from lmprof.pipeline.usercode.guard import check_counts, check_out, check_target
     from lmprof.printable import printable
-    from lmprof.pipeline.usercode.script import check_target, run_script
-    from lmprof.pipeline.usercode.session import SessionSpec
 
-    from lmprof.measure.native_logs import set_verbose
-
-    set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
     args = list(argv or [])
     if not args:
         raise ConfigError("give a script to run (lmprof run train.py [its args]) or -m package.module")
     target, script_args = args[0], args[1:]
-    from lmprof.pipeline.usercode.session import check_counts
-
+    # what the user gave is checked before torch is imported: a refusal is one quick line
     check_counts(warmup, steps, profile_steps, flags=True)
     check_target(target, module)
     if log_to:  # an unknown tracker or a missing package is said before the script starts
@@ -58,6 +52,11 @@ def run(
                               "with lmprof export RUN --to TRACKER")
         check_trackers(log_to)
     out_dir = check_out(out)  # before the script starts; absolute, so a script's os.chdir() changes nothing
+    from lmprof.measure.native_logs import set_verbose
+    from lmprof.pipeline.usercode.script import run_script
+    from lmprof.pipeline.usercode.session import SessionSpec
+
+    set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
     if nproc > 1:
         from lmprof.pipeline.usercode.ranks import launch_script
 

@@ -136,7 +136,7 @@ class ScriptSweepSpec(Checked):
     @field_validator("script")
     @classmethod
     def _script(cls, v: str) -> str:
-        from lmprof.pipeline.usercode.script import check_target
+        from lmprof.pipeline.usercode.guard import check_target
 
         try:
             check_target(v, module=False)  # the rule `lmprof run` applies, said before anything runs

@@ -109,3 +109,46 @@ def guarded(fn: F) -> F:
             return None
 
     return wrapper  # type: ignore[return-value]
+
+
+# Checks of what the user gave, made before the script starts (and before torch is imported, so a
+# refusal is one line in a fraction of a second).
+def check_counts(warmup: int | None, steps: int | None, profile_steps: int | None, *, flags: bool) -> None:
+    """Refuse counts the protocol cannot run, in one line naming the option (``--steps`` on the
+    command line, ``steps`` in the Python API). ``steps`` may be 0: no clean window, times from the
+    profiled steps (marked rough)."""
+    from lmprof.errors import ConfigError
+
+    def name(option: str) -> str:
+        return "--" + option.replace("_", "-") if flags else option
+
+    if steps is not None and steps < 0:
+        raise ConfigError(f"{name('steps')} must be >= 0, got {steps}")
+    if profile_steps is not None and profile_steps <= 0:
+        raise ConfigError(f"{name('profile_steps')} must be positive, got {profile_steps}")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"{name('warmup')} must be >= 0, got {warmup}")
+
+
+def check_target(target: str, module: bool) -> None:
+    """ConfigError (one line, exit 2) unless ``target`` runs as ``python target`` / ``python -m target``
+    would: a file, a folder or zip with ``__main__.py``, or an importable module."""
+    if module:
+        import importlib.util
+
+        sys.path.insert(0, os.getcwd())  # as python -m looks it up
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as exc:  # a parent package that is missing, or a bad name
+            raise ConfigError(f"no module named {printable(target)!r} ({exc})") from None
+        finally:
+            sys.path.remove(os.getcwd())
+        if spec is None:
+            raise ConfigError(f"no module named {printable(target)!r}")
+        return
+    path = Path(target)
+    if path.is_dir():
+        if not (path / "__main__.py").is_file():
+            raise ConfigError(f"{printable(target)} is a folder without __main__.py: give a script")
+    elif not path.is_file():
+        raise ConfigError(f"no such script: {printable(target)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmprof.errors import ConfigError
 from lmprof.pipeline.usercode.ending import TermHandler, exit_now
-from lmprof.printable import printable
+from lmprof.pipeline.usercode.guard import check_target
 from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
 from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
 
@@ -52,30 +52,6 @@ def _exit_code(exc: SystemExit) -> int:
         return code
     print(code, file=sys.stderr)  # sys.exit("message") prints the message and exits 1, as python does
     return 1
-
-
-def check_target(target: str, module: bool) -> None:
-    """ConfigError (one line, exit 2) unless ``target`` runs as ``python target`` / ``python -m target``
-    would: a file, a folder or zip with ``__main__.py``, or an importable module."""
-    if module:
-        import importlib.util
-
-        sys.path.insert(0, os.getcwd())  # as python -m looks it up
-        try:
-            spec = importlib.util.find_spec(target)
-        except (ImportError, ValueError) as exc:  # a parent package that is missing, or a bad name
-            raise ConfigError(f"no module named {printable(target)!r} ({exc})") from None
-        finally:
-            sys.path.remove(os.getcwd())
-        if spec is None:
-            raise ConfigError(f"no module named {printable(target)!r}")
-        return
-    path = Path(target)
-    if path.is_dir():
-        if not (path / "__main__.py").is_file():
-            raise ConfigError(f"{printable(target)} is a folder without __main__.py: give a script")
-    elif not path.is_file():
-        raise ConfigError(f"no such script: {printable(target)}")
 
 
 def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:

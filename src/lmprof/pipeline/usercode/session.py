@@ -82,23 +82,6 @@ class SessionSpec:
                 p if self.profile_steps is None else self.profile_steps)
 
 
-def check_counts(warmup: int | None, steps: int | None, profile_steps: int | None, *, flags: bool) -> None:
-    """Refuse counts the protocol cannot run, in one line naming the option (``--steps`` on the
-    command line, ``steps`` in the Python API). ``steps`` may be 0: no clean window, times from the
-    profiled steps (marked rough)."""
-    from lmprof.errors import ConfigError
-
-    def name(option: str) -> str:
-        return "--" + option.replace("_", "-") if flags else option
-
-    if steps is not None and steps < 0:
-        raise ConfigError(f"{name('steps')} must be >= 0, got {steps}")
-    if profile_steps is not None and profile_steps <= 0:
-        raise ConfigError(f"{name('profile_steps')} must be positive, got {profile_steps}")
-    if warmup is not None and warmup < 0:
-        raise ConfigError(f"{name('warmup')} must be >= 0, got {warmup}")
-
-
 @dataclass
 class Known:
     """What a driver knows of its workload (lmprof train / infer); a user's script leaves it None
