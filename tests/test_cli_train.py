@@ -52,3 +52,20 @@ def test_bf16_autocast_on_cpu(cli, tmp_path):
                          "--warmup", "1", "--profile-steps", "1", "--device", "cpu", "--out", tmp_path)
     assert code == 0, err
     assert "bf16" in out
+
+
+@pytest.mark.parametrize("args", [["train", "--batch-size", "0"], ["train", "--preset", "huge"],
+                                  ["infer", "--new-tokens", "-1"], ["train", "--out", "/dev/null/x"],
+                                  ["memory", "--preset", "tiny", "--device", "cpu"], ["memory", "--model", "nope"]])
+def test_refusals_and_estimates_import_no_torch(args):
+    """A bad value is said before torch is imported (one line in a quarter of a second, not 2 s), and
+    ``lmprof memory`` estimates without torch at all (the estimate is torch-free)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom lmprof.cli.main import main\n"
+            f"rc = main({args!r})\nprint('RESULT', rc, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert result and result[0].split()[2] == "False", (proc.stdout[-500:], proc.stderr[-500:])
+    assert result[0].split()[1] == ("0" if args[0] == "memory" and "--preset" in args else "2"), proc.stderr

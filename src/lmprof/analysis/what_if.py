@@ -185,7 +185,7 @@ def _model(query: RooflineQuery) -> tuple[str, ModelShape, int]:
 
         entry = resolve_model(query.model)
         return entry.name, entry.shape, min(entry.shape.block_size, 2048)
-    from lmprof.workloads.gpt import preset as gpt_preset  # imports torch: only when a preset is asked for
+    from lmprof.workloads.gpt_config import preset as gpt_preset
 
     cfg = gpt_preset(query.preset, n_layer=query.n_layer, n_head=query.n_head, n_embd=query.n_embd)
     return query.preset, cfg.shape(), cfg.block_size

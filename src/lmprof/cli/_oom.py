@@ -99,7 +99,7 @@ def gpt_fit(cfg: TrainConfig | InferConfig, device_kind: str) -> Fit | None:
     def fit(budget: int) -> str | None:
         from lmprof.estimate.memory import MemoryEstimate, estimate_memory, largest_fitting_batch
         from lmprof.config import DEFAULT_SEQ_LEN
-        from lmprof.workloads.gpt import preset
+        from lmprof.workloads.gpt_config import preset
 
         gcfg = preset(cfg.preset, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                       block_size=cfg.block_size, vocab_size=cfg.vocab_size, attention=cfg.attention)

@@ -50,8 +50,6 @@ def infer(
     quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
     from lmprof.config import build, load_yaml
     from lmprof.config import InferConfig
-    from lmprof.pipeline.infer import run_inference
-    from lmprof.show.summary import render
 
     from lmprof.errors import ConfigError
 
@@ -74,6 +72,10 @@ def infer(
         from lmprof.trackers.export import check_trackers
 
         check_trackers(log_to)
+    # what the user gave was checked above, before torch is imported: a refusal is one quick line
+    from lmprof.pipeline.infer import run_inference
+    from lmprof.show.summary import render
+
     from lmprof.cli._oom import gpt_fit, oom_guard
 
     from lmprof.hardware.devices import resolve_device

@@ -167,7 +167,7 @@ def memory(
     from lmprof.estimate.fit import SHARDS, estimate_plan
     from lmprof.estimate.memory import ATTENTIONS, MODES, MemoryEstimate, largest_fitting_batch
     from lmprof.config import choice
-    from lmprof.workloads.gpt import preset as make_preset
+    from lmprof.workloads.gpt_config import preset as make_preset
 
     for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--new-tokens", new_tokens),
                         ("--n-layer", n_layer), ("--n-head", n_head), ("--n-embd", n_embd),

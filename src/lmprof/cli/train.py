@@ -50,8 +50,6 @@ def train(
 
     quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
     from lmprof.config import TrainConfig, build, load_yaml
-    from lmprof.pipeline.train import run_training
-    from lmprof.show.summary import render
 
     values = merged(
         load_yaml(config),
@@ -68,6 +66,10 @@ def train(
         from lmprof.trackers.export import check_trackers
 
         check_trackers(log_to)
+    # what the user gave was checked above, before torch is imported: a refusal is one quick line
+    from lmprof.pipeline.train import run_training
+    from lmprof.show.summary import render
+
     from lmprof.pipeline.distributed import is_distributed, world
 
     if is_distributed():  # a rank under torchrun: rank 0 reports unless the launcher will

@@ -105,7 +105,7 @@ class ModelEntry(Checked):
         """
         if self.hf_config is not None:
             return {"hf_config": self.hf_config, **({"n_layer": self.n_layer} if self.n_layer is not None else {})}
-        from lmprof.workloads.gpt import PRESETS  # lazy: imports torch
+        from lmprof.workloads.gpt_config import PRESETS
 
         base = PRESETS[self.preset or "tiny"]
         out: dict[str, Any] = {"preset": self.preset or "tiny"}
@@ -319,7 +319,7 @@ class SweepSpec(Checked):
     @field_validator("models")
     @classmethod
     def _known_presets(cls, v: list[ModelEntry]) -> list[ModelEntry]:
-        from lmprof.workloads.gpt import PRESETS  # lazy: imports torch
+        from lmprof.workloads.gpt_config import PRESETS
 
         for i, m in enumerate(v):
             if m.preset is not None and m.preset not in PRESETS:

@@ -16,7 +16,8 @@ from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
 from lmprof.workloads.data import CharDataset, SyntheticBatches
 from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
-from lmprof.workloads.gpt import GPT, GPTConfig, preset
+from lmprof.workloads.gpt import GPT
+from lmprof.workloads.gpt_config import GPTConfig, preset
 from lmprof.workloads.hf_interface import attention_implementation, training_dropout
 from lmprof.workloads.inference import InferWorkload
 from lmprof.workloads.precision import TORCH_DTYPES
