@@ -159,7 +159,8 @@ def test_negative_steps_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be >= 0, got -1"]
 
 
-@pytest.mark.parametrize("flags", [["--steps", "-1"], ["--warmup", "-2"], ["--log-to", "nope"], []])
+@pytest.mark.parametrize("flags", [["--steps", "-1"], ["--warmup", "-2"], ["--log-to", "nope"], ["--nproc", "0"],
+                                   ["--nproc", "-1"], []])
 def test_refusals_are_said_before_torch_is_imported(tmp_path: Path, flags: list[str]) -> None:
     """A bad count, an unknown tracker or a missing script: one line, exit 2, in a fraction of a second,
     since nothing of torch is imported to say it (it was 2.4 s)."""

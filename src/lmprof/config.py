@@ -63,6 +63,17 @@ def choice(value: str, options: tuple[_Name, ...], message: str) -> _Name:
 _Count = TypeVar("_Count", int, int | None)  # a required or an optional whole number
 
 
+MAX_RANKS = 4096  # --nproc: more ranks than any one launch lmprof supports
+
+
+def check_nproc(nproc: int) -> None:
+    """ConfigError unless ``--nproc`` is a rank count lmprof launches (``lmprof run`` checks it so too)."""
+    try:
+        _bounded("--nproc", nproc, 1, MAX_RANKS)
+    except ValueError as exc:
+        raise ConfigError(f"--nproc {exc}") from None
+
+
 def _bounded(name: str, v: _Count, low: int, high: int) -> _Count:
     if v is not None and not low <= v <= high:
         got = f"{v:,}" if abs(v) < 10**30 else f"a {len(str(abs(v)))}-digit number"
@@ -201,7 +212,7 @@ class TrainConfig(ModelSpec, MeasureSpec):
     @field_validator("nproc")
     @classmethod
     def _nproc(cls, v: int) -> int:
-        return _bounded("--nproc (ranks)", v, 1, 4096)
+        return _bounded("--nproc (ranks)", v, 1, MAX_RANKS)
 
     @field_validator("data")
     @classmethod

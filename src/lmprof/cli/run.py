@@ -43,6 +43,9 @@ def run(
     target, script_args = args[0], args[1:]
     # what the user gave is checked before torch is imported: a refusal is one quick line
     check_counts(warmup, steps, profile_steps, flags=True)
+    from lmprof.config import check_nproc
+
+    check_nproc(nproc)
     check_target(target, module)
     if log_to:  # an unknown tracker or a missing package is said before the script starts
         from lmprof.trackers.export import check_trackers
