@@ -297,10 +297,13 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
         flight = f", x{est.in_flight} micro-batches" if est.in_flight > 1 else ""
         echo(f"  activations saved for backward, per layer (x{layers}{flight}) then once "
              "(Korthikanti et al. 2022, adapted):")
-        for it in est.items:
-            if it.bytes:
-                where = "layer" if it.per_layer else "once"
-                echo(f"    {it.block:<13}{it.what:<34}{it.formula:<22}{_fmt(it.bytes):>11}  {where}")
+        shown = [it for it in est.items if it.bytes]
+        # columns as wide as their longest entry (an MoE's descriptions ran into its formulas)
+        wb, ww, wf = (max([n, *(len(x) for x in col)]) + 1 for n, col in (
+            (12, [it.block for it in shown]), (33, [it.what for it in shown]), (21, [it.formula for it in shown])))
+        for it in shown:
+            where = "layer" if it.per_layer else "once"
+            echo(f"    {it.block:<{wb}}{it.what:<{ww}}{it.formula:<{wf}}{_fmt(it.bytes):>11}  {where}")
     echo("")
     echo("  candidate peaks: " + ", ".join(f"{k} {_fmt(v)}" for k, v in est.moments.items()))
     echo("")
