@@ -185,3 +185,28 @@ def test_a_model_with_an_unknown_loss_type_is_left_alone(capfd: pytest.CaptureFi
     with module_scopes(model):
         assert "_loss_function" not in vars(model)
     assert "loss_type" not in capfd.readouterr().err
+
+
+def test_gradient_clipping_is_its_own_step_row(tmp_path: Path) -> None:
+    """A loop that clips (nanoGPT, the HF Trainer and Lightning do by default) gets a grad_clip row: the
+    clip's own operators (the norms) run inside its range, and clip_grad_norm_ is the user's again after."""
+    before = torch.nn.utils.clip_grad_norm_
+    model = _gpt2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 128, (B, T))
+    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=2, report=False,
+                        verbose=False) as prof:
+        for _ in range(6):
+            model(input_ids=x, labels=x).loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    assert torch.nn.utils.clip_grad_norm_ is before
+    assert prof.folder is not None
+    ranges = _ranges(prof.folder)
+    assert len(ranges["lmprof:grad_clip"]) == 2 + 1  # the profiled steps and the figures step
+    norms = [r for name, rs in ranges.items() if name in ("aten::linalg_vector_norm", "aten::norm") for r in rs]
+    assert norms and all(_inside(r, ranges["lmprof:grad_clip"]) for r in norms)
+    rows = {(b.name, b.phase) for b in Run.load(prof.folder).blocks}
+    assert ("grad_clip", "step") in rows, sorted(rows)

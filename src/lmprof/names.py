@@ -51,9 +51,11 @@ STEP = "step"
 PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
 
 # Parts of a training step that are rows on their own (phase ``step``).
-LEAF_PARTS: tuple[str, ...] = ("data", "optimizer", "zero_grad")
+# grad_clip: torch.nn.utils.clip_grad_norm_ / clip_grad_value_ in a user's loop (nanoGPT, the HF
+# Trainer and Lightning clip by default), timed where the loop calls them.
+LEAF_PARTS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad")
 # Scopes a training step is made of, in order.
-STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "zero_grad")
+STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "grad_clip", "optimizer", "zero_grad")
 # Scopes an inference run is made of.
 INFER_PARTS: tuple[str, ...] = INFER_PHASES
 
@@ -77,7 +79,7 @@ ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 # Rows of a phase that are not sub-blocks of a layer, in display order after the blocks.
 PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
 # Step rows in display order after the blocks.
-STEP_ROWS: tuple[str, ...] = ("data", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
+STEP_ROWS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 
 
 def folded(block: str) -> str:

@@ -83,7 +83,8 @@ def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> st
     forward -> freed in backward: activations (saved for backward); freed in forward: temporaries;
     alive after backward: outputs (logits and loss the caller holds). backward -> freed in
     zero_grad or alive at the end: grads; freed in backward: temporaries. optimizer -> alive at the
-    end: optimizer state (first step); freed in optimizer: temporaries. prefill/decode -> freed in
+    end: optimizer state (first step); freed in optimizer: temporaries. grad_clip -> freed in it:
+    temporaries (the norms). prefill/decode -> freed in
     the same phase: temporaries, else outputs. Anything else (data, outside any phase): other.
     """
     if alloc_phase == "forward":
@@ -102,6 +103,8 @@ def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> st
         if not freed:
             return "optimizer"
         return "temporaries" if free_phase == "optimizer" else "other"
+    if alloc_phase == "grad_clip":
+        return "temporaries" if freed and free_phase == "grad_clip" else "other"
     if alloc_phase in INFER_PARTS:
         return "temporaries" if freed and free_phase == alloc_phase else "outputs"
     return "other"

@@ -18,6 +18,7 @@ user's code runs untouched.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable
 
 import torch
@@ -107,6 +108,8 @@ class Probes:
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
         if self.mode == "train" and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+            for name in ("clip_grad_norm_", "clip_grad_value_"):  # looked up at call time by nanoGPT,
+                self._patch(torch.nn.utils, name, self._wrap_clip(getattr(torch.nn.utils, name)))  # accelerate, Lightning
             owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
             for obj in owners:
                 self._patch(obj, "zero_grad", self._wrap_zero_grad(obj.zero_grad), instance=True)
@@ -155,6 +158,17 @@ class Probes:
                 return original(*args, **kwargs)
 
         return backward
+
+    def _wrap_clip(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def clip(*args: Any, **kwargs: Any) -> Any:
+            if self.scopes.is_open("grad_clip"):  # clip_grad_norm_ calling a clip of its own
+                return original(*args, **kwargs)
+            self._end_forward()
+            with self.scopes.around("grad_clip"):
+                return original(*args, **kwargs)
+
+        return clip
 
     def _wrap_zero_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def zero_grad(*args: Any, **kwargs: Any) -> Any:
