@@ -71,19 +71,26 @@ def test_loss_scope_keeps_the_result_and_does_not_nest_in_itself() -> None:
     assert names.count("lmprof:model_glue") == 1
 
 
-def test_user_training_loop_rows_nest_in_their_phases(tmp_path: Path) -> None:
+def _train_gpt2(out: Path, clip: bool = False) -> Path:
+    """Six steps of a tiny GPT-2 under lmprof.profile (two profiled); the run folder."""
     model = _gpt2()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, 128, (B, T))
-    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=2, report=False,
-                        verbose=False) as prof:
+    with lmprof.profile(model, out=out, warmup=1, steps=2, profile_steps=2, report=False, verbose=False) as prof:
         for _ in range(6):
             model(input_ids=x, labels=x).loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
             prof.step()
     assert prof.folder is not None
-    ranges = _ranges(prof.folder)
+    return prof.folder
+
+
+def test_user_training_loop_rows_nest_in_their_phases(tmp_path: Path) -> None:
+    folder = _train_gpt2(tmp_path)
+    ranges = _ranges(folder)
     forward = ranges["lmprof:forward"]
     assert ranges["lmprof:model_glue"] and all(_inside(r, forward) for r in ranges["lmprof:model_glue"])
     # transformers computes the loss inside the model's forward: its operators run in a loss range
@@ -91,7 +98,7 @@ def test_user_training_loop_rows_nest_in_their_phases(tmp_path: Path) -> None:
     ce = ranges["aten::cross_entropy_loss"]
     inner = [r for r in ranges["lmprof:loss"] if any(_inside(c, [r]) for c in ce)]
     assert len(inner) == len(ce) and all(_inside(r, ranges["lmprof:model_glue"]) for r in inner)
-    run = Run.load(prof.folder)
+    run = Run.load(folder)
     rows = {(b.name, b.phase) for b in run.blocks}
     assert {("model_glue", "forward"), ("loss", "forward"), ("loss", "backward"),
             ("autograd_engine", "backward")} <= rows, sorted(rows)
@@ -191,22 +198,11 @@ def test_gradient_clipping_is_its_own_step_row(tmp_path: Path) -> None:
     """A loop that clips (nanoGPT, the HF Trainer and Lightning do by default) gets a grad_clip row: the
     clip's own operators (the norms) run inside its range, and clip_grad_norm_ is the user's again after."""
     before = torch.nn.utils.clip_grad_norm_
-    model = _gpt2()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, 128, (B, T))
-    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=2, report=False,
-                        verbose=False) as prof:
-        for _ in range(6):
-            model(input_ids=x, labels=x).loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            prof.step()
+    folder = _train_gpt2(tmp_path, clip=True)
     assert torch.nn.utils.clip_grad_norm_ is before
-    assert prof.folder is not None
-    ranges = _ranges(prof.folder)
+    ranges = _ranges(folder)
     assert len(ranges["lmprof:grad_clip"]) == 2 + 1  # the profiled steps and the figures step
     norms = [r for name, rs in ranges.items() if name in ("aten::linalg_vector_norm", "aten::norm") for r in rs]
     assert norms and all(_inside(r, ranges["lmprof:grad_clip"]) for r in norms)
-    rows = {(b.name, b.phase) for b in Run.load(prof.folder).blocks}
+    rows = {(b.name, b.phase) for b in Run.load(folder).blocks}
     assert ("grad_clip", "step") in rows, sorted(rows)
