@@ -104,15 +104,6 @@ class ModelSpec(Checked):
     def _dims(cls, v: int | None, info: ValidationInfo) -> int | None:
         return _bounded(info.field_name or "size", v, 1, MAX_SIZE)
 
-    @field_validator("preset")
-    @classmethod
-    def _preset(cls, v: str) -> str:
-        from lmprof.workloads.gpt_config import PRESETS  # torch-free: refused before torch is imported
-
-        if v not in PRESETS:
-            raise ValueError(f"unknown preset {v!r}: choose one of {', '.join(PRESETS)}")
-        return v
-
     def label(self) -> str:
         """A short name for run folders: the HF model or the preset."""
         return (self.hf or self.hf_config or self.preset).replace("/", "_").strip("._") or "model"

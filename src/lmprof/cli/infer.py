@@ -72,6 +72,10 @@ def infer(
         from lmprof.trackers.export import check_trackers
 
         check_trackers(log_to)
+    if not (cfg.hf or cfg.hf_config):
+        from lmprof.workloads.gpt_config import check_preset
+
+        check_preset(cfg.preset)
     # what the user gave was checked above, before torch is imported: a refusal is one quick line
     from lmprof.pipeline.infer import run_inference
     from lmprof.show.summary import render

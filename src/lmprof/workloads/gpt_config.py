@@ -65,9 +65,14 @@ PRESETS: dict[str, GPTConfig] = {
 }
 
 
-def preset(name: str, **overrides: Any) -> GPTConfig:
-    """A preset config with overrides applied and validated."""
+def check_preset(name: str) -> None:
+    """ConfigError unless ``name`` is a preset (the CLI asks before torch is imported)."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+
+
+def preset(name: str, **overrides: Any) -> GPTConfig:
+    """A preset config with overrides applied and validated."""
+    check_preset(name)
     clean = {k: v for k, v in overrides.items() if v is not None}
     return replace(PRESETS[name], **clean).validate()
