@@ -53,3 +53,12 @@ def no_measuring(monkeypatch):
 
     monkeypatch.setattr(train, "run_training", boom)
     monkeypatch.setattr(infer, "run_inference", boom)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs the stopwatch stage on the files that say ``mark.stopwatch`` (it greps for it):
+    a stopwatch test marked any other way would silently not run there."""
+    for item in items:
+        if item.get_closest_marker("stopwatch") is not None and "mark.stopwatch" not in item.path.read_text():
+            raise pytest.UsageError(f"{item.nodeid}: mark stopwatch tests with @pytest.mark.stopwatch in their own "
+                                    "file, where make test's stopwatch stage finds them")
