@@ -28,7 +28,11 @@ $(VENV)/.uv: requirements/uv.lock
 # The lock first, then torch (its dependencies are already there at the locked versions), then lmprof.
 $(VENV)/.run: $(VENV)/.uv requirements/run.lock $(SOURCES)
 	$(UV_INSTALL) --require-hashes --no-deps -r requirements/run.lock
-	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_SPEC)
+	@# torch without its dependencies (they are in run.lock, at the locked versions): pip resolving
+	@# them again took 9 of its 19 s. A build that needs more (CUDA's nvidia-* wheels) fails pip check
+	@# and is installed again the full way, dependencies and all.
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_SPEC)
+	$(PY) -m pip check >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check $(TORCH_SPEC)
 	$(UV_INSTALL) --no-deps --no-build-isolation -e .
 	@# lmprof's own sources, for the same reason (a later edit only makes its .pyc stale: ignored)
 	$(PY) -m compileall -q src
