@@ -61,8 +61,12 @@ def _extra_work(kind: str) -> Callable[[], None]:
 
 def _retaken(measure: Callable[[], tuple[dict[str, float], dict[str, float]]], block: str) -> None:
     """Check one measurement (lmprof's blocks, the stopwatch's); a failure takes another, twice."""
+    from lmprof.measure.profiler_cost import event_cost
+
     failures = []
-    for _ in range(3):
+    for attempt in range(3):
+        if attempt:  # a retry is a new run, as a user's re-run in a new process: the profiler's cost too
+            event_cost(refresh=True)
         try:
             _check(*measure(), block)
             return
