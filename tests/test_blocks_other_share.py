@@ -70,8 +70,12 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _family_run(model_type: str, work: Path, i: int) -> Run:
     """The family's i-th run (each a fresh training run into its own folder)."""
+    from lmprof.measure.profiler_cost import event_cost
+
     runs = _RUNS.setdefault(model_type, [])
     while len(runs) <= i:
+        if runs:  # a retry is a new run: the profiler's cost (cached per process) is measured again too
+            event_cost(refresh=True)
         out = work / f"{model_type}-runs{len(runs)}"
         if model_type == "nanogpt":
             runs.append(_run_nanogpt(out))

@@ -163,7 +163,11 @@ def test_work_in_the_models_own_forward_is_model_glue(tmp_path: Path) -> None:
     to the model's own stopwatch around that work (most samples from lmprof's clean steps, profiler
     off). A busy machine gets three attempts, as the doubling tests do."""
     errors = []
+    from lmprof.measure.profiler_cost import event_cost
+
     for attempt in range(3):
+        if attempt:  # a retry is a new run: the profiler's cost is measured again too
+            event_cost(refresh=True)
         model = _GlueModel()
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x = torch.randn(32, 64)
