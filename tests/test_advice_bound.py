@@ -145,3 +145,9 @@ def test_framework_overhead_fires_on_the_glue_and_engine_share(glue_ms: float, e
             "blocks[model_glue+autograd_engine].pct": pytest.approx((glue_ms + engine_ms) / 10)}
         assert "compiled autograd" in " ".join(rec.actions)
         assert ("model_glue" in rec.why.partition("(rests on")[0]) is bool(glue_ms)
+
+
+def test_framework_overhead_of_a_generation_does_not_suggest_compiled_autograd() -> None:
+    rows = [b("attn.qkv", "decode", 300), b("model_glue", "decode", 250)]
+    rec = {r.rule: r for r in advise(run_of("infer", rows, {"profiled_e2e_latency": 1000.0}, []))}["framework_overhead"]
+    assert "compiled autograd" not in " ".join(rec.actions) and "torch.compile" in " ".join(rec.actions)

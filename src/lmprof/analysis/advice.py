@@ -375,8 +375,9 @@ def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendat
     actions = ["Use a larger batch (or longer sequences): this time is per call, not per token, so its share shrinks."]
     if not run.config.get("compile"):
         actions.append("torch.compile the model: the forward's own code (mask building, position ids, output "
-                       "objects) becomes part of one graph; compiled autograd "
-                       "(torch._dynamo.config.compiled_autograd = True) does the same for the backward's engine.")
+                       "objects) becomes part of one graph"
+                       + ("; compiled autograd (torch._dynamo.config.compiled_autograd = True) does the same for "
+                          "the backward's engine." if engine else "."))
     parts = [f"the model's own forward outside its modules ({names.MODEL_GLUE}) {glue:.1f}%" if glue else "",
              f"the autograd engine between backward nodes ({names.AUTOGRAD_ENGINE}) {engine:.1f}%" if engine else ""]
     what = " and ".join(p for p in parts if p)
