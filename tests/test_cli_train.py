@@ -56,7 +56,9 @@ def test_bf16_autocast_on_cpu(cli, tmp_path):
 
 @pytest.mark.parametrize("args", [["train", "--batch-size", "0"], ["train", "--preset", "huge"],
                                   ["infer", "--new-tokens", "-1"], ["train", "--out", "/dev/null/x"],
-                                  ["memory", "--preset", "tiny", "--device", "cpu"], ["memory", "--model", "nope"]])
+                                  ["memory", "--preset", "tiny", "--device", "cpu"], ["memory", "--model", "nope"],
+                                  ["train", "--device", "tpu"], ["infer", "--device", "cuda:x"],
+                                  ["calibrate", "--device", "nope"]])
 def test_refusals_and_estimates_import_no_torch(args):
     """A bad value is said before torch is imported (one line in a quarter of a second, not 2 s), and
     ``lmprof memory`` estimates without torch at all (the estimate is torch-free)."""

@@ -6,10 +6,11 @@ from typing import Any, Literal, TypeVar
 
 import math
 import os
+import re
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from lmprof.errors import ConfigError, DataError
+from lmprof.errors import ConfigError, DataError, DeviceError
 from lmprof.safeyaml import load_file
 
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -61,6 +62,19 @@ def choice(value: str, options: tuple[_Name, ...], message: str) -> _Name:
 
 
 _Count = TypeVar("_Count", int, int | None)  # a required or an optional whole number
+
+
+_DEVICE_SPEC = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
+
+
+def check_device_spec(spec: str | None) -> str:
+    """``spec`` lowercased, or DeviceError unless it reads auto, cpu, cuda, cuda:N or mps. Torch-free, so
+    a mistyped device is refused before torch is imported; whether the device is present is
+    :func:`lmprof.hardware.devices.resolve_device`'s question."""
+    s = (spec or "auto").strip().lower()
+    if not _DEVICE_SPEC.fullmatch(s):
+        raise DeviceError(f"unknown device {s!r}: use auto, cpu, cuda, cuda:N or mps")
+    return s
 
 
 MAX_RANKS = 4096  # --nproc: more ranks than any one launch lmprof supports
@@ -127,6 +141,15 @@ class MeasureSpec(Checked):
     plots: bool = True  # per-run PNGs (roofline, memory timeline); sweeps turn them off
     seed: int = 0
     force: bool = False  # run even when the steps asked for would take longer than lmprof.pipeline.budget allows
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        try:
+            check_device_spec(v)
+        except DeviceError as exc:
+            raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("seed")
     @classmethod

@@ -26,6 +26,9 @@ def calibrate(
     A calibration whose repeats disagree (p90/p10 above 1.25x) or that ran while other processes kept
     the machine busy is refused: printed with its spread, not saved, exit code 1.
     """
+    from lmprof.config import check_device_spec
+
+    check_device_spec(device)  # a mistyped device is said before torch is imported
     from lmprof.cli.common import console
     from lmprof.errors import ConfigError
     from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration, disturbed_reason

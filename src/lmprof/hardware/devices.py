@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from lmprof.config import check_device_spec
 from lmprof.errors import DeviceError
 
 # Short names users type for a device they do not have at hand (roofline / memory fit checks).
@@ -52,7 +53,7 @@ def resolve_device(spec: str = "auto") -> Device:
 
     ``auto`` picks the best device present: CUDA, then MPS, then CPU.
     """
-    spec = (spec or "auto").strip().lower()
+    spec = check_device_spec(spec)
     if spec == "auto":
         spec = "cuda" if _cuda_available() else "mps" if _mps_available() else "cpu"
     try:
