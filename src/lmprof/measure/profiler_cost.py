@@ -95,8 +95,9 @@ def _range_durations_us(prof: profile, name: str) -> list[float]:
 def measure_event_cost(n: int = 1000, repeats: int = 5) -> EventCost:
     """Per-event profiler cost on the CPU, from ``repeats`` alternating timings of ``n`` events.
 
-    Takes about 0.15 s (1000 events: twice as many took twice as long for a spread no narrower than the repeats vary). Runs the profiler with the same activities lmprof's profiled
-    phase uses on CPU (CPU operators, no shapes, no stacks).
+    Takes about 0.15 s: twice as many events took twice as long, for a spread no narrower than the
+    repeats vary by. Runs the profiler with the same activities lmprof's profiled phase uses on CPU
+    (CPU operators, no shapes, no stacks).
     """
     a, b = torch.ones(1), torch.ones(1)
     _loop_ops(n, a, b), _loop_scopes(n)  # warm the dispatcher and the allocator

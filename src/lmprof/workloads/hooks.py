@@ -231,6 +231,11 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
     return names
 
 
+def takes_hooks(module: torch.nn.Module) -> bool:
+    """False for a TorchScript module: it refuses forward hooks (so no scope can be placed in it)."""
+    return not isinstance(module, torch.jit.ScriptModule)
+
+
 def attention_core_name(model: torch.nn.Module) -> str:
     """attn.sdpa when the model runs fused attention, else attn.core (scores + softmax + AV)."""
     impl = attention_implementation(model)
@@ -326,7 +331,7 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
         handles.append(model.register_forward_hook(post, always_call=True, prepend=True))
         for path, name in names.items():
             m = modules[path]
-            if isinstance(m, torch.jit.ScriptModule):  # takes no hooks: its time stays its parent's
+            if not takes_hooks(m):  # its time stays its parent's
                 continue
             handles.append(m.register_forward_pre_hook(pre(name)))
             handles.append(m.register_forward_hook(post, always_call=True))

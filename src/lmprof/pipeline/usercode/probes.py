@@ -25,7 +25,7 @@ import torch
 
 from lmprof.names import SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
-from lmprof.workloads.hooks import module_scopes
+from lmprof.workloads.hooks import module_scopes, takes_hooks
 
 
 def _scopes_itself(model: torch.nn.Module) -> bool:
@@ -82,7 +82,7 @@ class Probes:
         self.model = model
         self.mode = mode
         # TorchScript modules refuse hooks: neither blocks nor the forward phase can be scoped in them
-        self.hookable = model is not None and not isinstance(model, torch.jit.ScriptModule)
+        self.hookable = model is not None and takes_hooks(model)
         self.blocks = blocks and self.hookable  # False under torch.compile: hooks would force a recompilation
         # False when lmprof's own step places the phase scopes (lmprof train / infer): hooks would nest twice.
         self.phases = phases

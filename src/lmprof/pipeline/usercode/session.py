@@ -42,6 +42,7 @@ from lmprof.pipeline.usercode.ending import StopAgain
 from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.figures_step import FiguresStep, StepFigures
 from lmprof.pipeline.usercode.probes import Probes
+from lmprof.workloads.hooks import takes_hooks
 
 Mode = Literal["train", "infer"]
 DEFAULTS: dict[str, tuple[int, int, int]] = {"train": (3, 10, 3), "infer": (1, 5, 1)}  # as lmprof train / infer
@@ -187,7 +188,7 @@ class Session:
         self.model = model
         self.optimizers = list(optimizers or [])
         self.compiled = compiled
-        if isinstance(model, torch.jit.ScriptModule):
+        if not takes_hooks(model):
             self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
                               "its forward is not split into blocks (operators, phases after the forward, and the "
                               "step's figures are measured as usual)")
@@ -482,7 +483,7 @@ class Session:
             self._gen = {"aside": True}
             return
         if (self.model is not None and not self._infer_handles and not self.spec.driven
-                and not isinstance(self.model, torch.jit.ScriptModule)):
+                and takes_hooks(self.model)):
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
         w, s = self.warmup, self.clean_steps
