@@ -9,7 +9,10 @@ import pytest
 from export_fixtures import make_run, write_run, write_sweep
 from lmprof.cli.main import main
 
-mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+from lazy_imports import Lazy, missing  # noqa: E402
+
+pytestmark = missing("mlflow", "the mlflow extra is not installed")
+mlflow = Lazy("mlflow")  # imported by the test that runs, not by every worker's collection
 
 
 @pytest.fixture(autouse=True)

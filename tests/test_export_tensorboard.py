@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from export_fixtures import make_run, png_bytes, write_run, write_sweep
 from lmprof.cli.main import main
 
-pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from lazy_imports import missing  # noqa: E402
+
+pytestmark = missing("tensorboard", "the tensorboard extra is not installed")
 
 
-def _load(logdir: Path) -> EventAccumulator:
+def _load(logdir: Path) -> Any:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
     acc.Reload()
     return acc

@@ -17,8 +17,10 @@ import pytest
 from export_fixtures import make_run, write_run
 from lmprof.cli.main import main
 
-pytest.importorskip("wandb", reason="the wandb extra is not installed")
-from wandb.proto import wandb_internal_pb2  # noqa: E402
+from lazy_imports import Lazy, missing  # noqa: E402
+
+pytestmark = missing("wandb", "the wandb extra is not installed")
+wandb_internal_pb2 = Lazy("wandb.proto.wandb_internal_pb2")  # imported when a test reads records
 
 _BLOCK, _HEADER = 32768, 7
 

@@ -10,34 +10,42 @@ from pathlib import Path
 import pytest
 import torch
 
-pl = pytest.importorskip("pytorch_lightning", reason="the lightning extra is not installed")
+from lazy_imports import Lazy, missing
+from lmprof.record.run import Run
 
-from lmprof.integrations import LightningCallback  # noqa: E402
-from lmprof.record.run import Run  # noqa: E402
-transformers = pytest.importorskip("transformers")
+pytestmark = [missing("pytorch_lightning", "the lightning extra is not installed"),
+              missing("transformers", "transformers is not installed")]
+pl = Lazy("pytorch_lightning")  # imported by the test that runs, not by every worker's collection
 
 N_LAYER, ACCUM, BATCH, SEQ = 2, 2, 4, 32
 
 
-class TinyGPT(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        # GPT-2's architecture from a config, random weights (offline), as in the Trainer callback's test.
-        config = transformers.GPT2Config(n_layer=N_LAYER, n_head=2, n_embd=32, vocab_size=128, n_positions=SEQ)
-        self.model = transformers.GPT2LMHeadModel(config)
+def TinyGPT() -> "pl.LightningModule":
+    import transformers
 
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        (x,) = batch
-        return self.model(input_ids=x, labels=x).loss
+    class TinyGPT(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            # GPT-2's architecture from a config, random weights (offline), as in the Trainer callback's test.
+            config = transformers.GPT2Config(n_layer=N_LAYER, n_head=2, n_embd=32, vocab_size=128, n_positions=SEQ)
+            self.model = transformers.GPT2LMHeadModel(config)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            (x,) = batch
+            return self.model(input_ids=x, labels=x).loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    return TinyGPT()
 
 
 def test_lightning_callback_writes_a_run_folder(tmp_path: Path) -> None:
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randint(0, 128, (16 * ACCUM * BATCH, SEQ)))
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH)
+    from lmprof.integrations import LightningCallback
+
     cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=4, profile_steps=2, verbose=False, report=False)
     trainer = pl.Trainer(max_steps=13, accelerator="cpu", devices=1, accumulate_grad_batches=ACCUM, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -61,6 +69,8 @@ def test_lightning_callback_writes_a_run_folder(tmp_path: Path) -> None:
 
 def test_stop_after_stops_the_trainer(tmp_path: Path) -> None:
     data = torch.utils.data.TensorDataset(torch.randint(0, 128, (40 * BATCH, SEQ)))
+    from lmprof.integrations import LightningCallback
+
     cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=2, profile_steps=1, stop_after=True,
                            verbose=False, report=False)
     trainer = pl.Trainer(max_steps=40, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,

@@ -23,9 +23,11 @@ from export_fixtures import write_run
 from lmprof.cli.main import main
 from lmprof.record.run import Run
 
-pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
-mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from lazy_imports import Lazy, missing  # noqa: E402
+
+pytestmark = [missing("tensorboard", "the tensorboard extra is not installed"),
+              missing("mlflow", "the mlflow extra is not installed")]
+mlflow = Lazy("mlflow")  # imported by the test that runs, not by every worker's collection
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = """
@@ -45,6 +47,8 @@ def _file_store(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _scalars(logdir: Path) -> dict[str, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: acc.Scalars(tag)[0].value for tag in acc.Tags()["scalars"]}

@@ -101,7 +101,7 @@ def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path) -> None:
 
 
 def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path) -> None:
-    proc = _run_cli(tmp_path, THREE_STEPS)
+    proc = _run_cli(tmp_path, THREE_STEPS, "--plots")  # the PNGs without the report: asked for
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "done 2"
     assert "nothing measured" not in proc.stderr
@@ -114,6 +114,8 @@ def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path) -
     assert run.metrics["step_time"].n == 1
     assert "at least 17 steps" in _first_call_note(run)
     assert run.value("memory.peak") and run.value("flops.model_per_step")  # counted with FlopCounterMode
+    folder = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert run.files.get("memory_timeline") == "memory.png" and (folder / "memory.png").stat().st_size > 5000
 
 
 def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Path) -> None:
@@ -124,6 +126,9 @@ def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Pa
     assert not any(n.startswith("first call") for n in run.notes)
     assert any("the operators and blocks come from the figures step" in n for n in run.notes)
     assert run.blocks and run.ops
+    # --no-report and no --plots: no PNG drawn (matplotlib costs most of a second a run)
+    folder = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert "memory_timeline" not in run.files and not list(folder.glob("*.png"))
 
 
 @pytest.mark.parametrize("warmup", ["0", "2"])

@@ -24,6 +24,7 @@ def run(
     out: str = typer.Option("runs", help="Folder that receives the run folder"),
     stop_after: bool = typer.Option(False, "--stop-after", help="End the script once the run is written"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
+    plots: Optional[bool] = typer.Option(None, "--plots/--no-plots", help="Draw roofline.png and memory.png [default: with the report or --log-to]"),
     nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "once the script ends (repeatable; offline: docs/trackers.md)"),
@@ -69,6 +70,7 @@ def run(
     label = target.rsplit(".", 1)[-1] if module else label
     spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
                        out=out_dir, label=label, report=report, stop_after=stop_after,
+                       plots=plots if plots is not None else report or bool(log_to),
                        config={"script": printable(f"-m {target}" if module else target),
                                "script_args": [printable(a) for a in script_args]})
     from lmprof.pipeline.distributed import world

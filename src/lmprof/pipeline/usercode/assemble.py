@@ -131,7 +131,7 @@ def _facts(session: Any, run: Run) -> Facts:
         memory=step.memory if step else None, counted=counted,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else (step.cache_bytes if step else None),
         energy=session.energy, energy_steps=len(session.gens) if infer else len(session.samples),
-        tokens_per_step=known.tokens_per_step, plots=session.spec.plots)
+        tokens_per_step=known.tokens_per_step, plots=session.spec.draws_plots())
 
 
 def _observed(session: Any, run: Run) -> Known:

@@ -69,13 +69,17 @@ class SessionSpec:
     verbose: bool = True  # print the summary (to stderr) when the run is written
     energy: str = "auto"  # the energy meter over the clean window (as lmprof train's --energy)
     tdp_w: float | None = None
-    plots: bool = True
+    plots: bool | None = None  # roofline.png and memory.png; None: drawn when the report is written
     config: dict[str, Any] = field(default_factory=dict)  # extra facts for run.json's config
     # lmprof's own loop drives the session (lmprof train / infer): its step places its own phase
     # scopes; the figures step is the last warm-up step (the driver counts one more for it); lmprof's
     # own failures are raised (there is no user program to protect); finish() does not save (the
     # caller does); the energy window gets the extra steps a meter needs.
     driven: bool = False
+
+    def draws_plots(self) -> bool:
+        """Whether this run draws its PNGs: drawing them costs most of a second (matplotlib)."""
+        return self.report if self.plots is None else self.plots
 
     def counts(self) -> tuple[int, int, int]:
         w, s, p = DEFAULTS[self.mode]

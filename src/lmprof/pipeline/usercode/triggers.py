@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import functools
 import gc
-import warnings
 from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from lmprof.pipeline.usercode.guard import guarded
 from lmprof.pipeline.usercode.session import Session
 
 
 def _live_objects() -> list[Any]:
-    # isinstance() on some lazily deprecated module attributes warns (torch.distributed.reduce_op)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [o for o in gc.get_objects() if isinstance(o, (torch.nn.Module, torch.optim.Optimizer))]
+    # One pass over every object the collector tracks: half a million in a process that has
+    # transformers loaded, about 0.1 s a pass, so the optimizers and the modules come from the same one.
+    # The type, not isinstance(): isinstance() asks an object for its __class__, which a weakref.proxy
+    # to a dead object answers with ReferenceError, and some lazily deprecated module attributes with
+    # a warning (torch.distributed.reduce_op).
+    wanted = (torch.nn.Module, torch.optim.Optimizer)
+    return [o for o in gc.get_objects() if issubclass(type(o), wanted)]
 
 
 def _n_params(opt: torch.optim.Optimizer) -> int:
@@ -47,22 +50,49 @@ def _unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
     return module, compiled or getattr(module, "_compiled_call_impl", None) is not None
 
 
-def find_model(opt: torch.optim.Optimizer) -> tuple[torch.nn.Module | None, bool]:
-    """The module whose parameters ``opt`` holds (see module doc), and whether it is compiled."""
+def _holders(opt: torch.optim.Optimizer, live: list[Any]) -> tuple[torch.nn.Module | None, bool]:
+    """The outermost module holding the most of ``opt``'s parameters, and whether another module holds
+    some of them without being inside it (a second model sharing them, or a dead one not yet collected)."""
     wanted = {id(p) for g in opt.param_groups for p in g["params"]}
     best: tuple[tuple[int, int], torch.nn.Module] | None = None
-    for obj in _live_objects():
+    holders: list[torch.nn.Module] = []
+    for obj in live:
         if not isinstance(obj, torch.nn.Module):
             continue
         covered = sum(1 for p in obj.parameters() if id(p) in wanted)
         if not covered:
             continue
+        holders.append(obj)
         key = (covered, sum(1 for _ in obj.modules()))  # ties: the outermost (most submodules)
         if best is None or key > best[0]:
             best = (key, obj)
     if best is None:
         return None, False
-    return _unwrap(best[1])
+    inside = {id(m) for m in best[1].modules()}
+    return best[1], any(id(m) not in inside for m in holders)
+
+
+def _choice(stepped: torch.optim.Optimizer, live: list[Any]) -> tuple[list[torch.optim.Optimizer], torch.nn.Module | None, bool]:
+    """The optimizers whose steps run the hooks (largest first), the model of the largest, and whether
+    the scan was ambiguous. Only optimizers whose step runs these hooks count: a wrapper (accelerate's
+    AcceleratedOptimizer) shares the inner optimizer's groups but steps through it."""
+    opts = [o for o in live if isinstance(o, torch.optim.Optimizer) and getattr(type(o).step, "hooked", False)]
+    if not any(o is stepped for o in opts):
+        opts.append(stepped)
+    opts.sort(key=_n_params, reverse=True)
+    model, shared = _holders(opts[0], live)
+    return opts, model, len(opts) > 1 or shared
+
+
+def _in_session(fn: Any) -> Any:
+    """A trigger's hook, guarded as the session's own methods are: it runs inside the user's
+    ``optimizer.step()``, so nothing it raises may reach it (the session ends, with one line)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return guarded(lambda _session: fn(self, *args, **kwargs))(self.session)
+
+    return wrapper
 
 
 class OptimizerTrigger:
@@ -87,10 +117,12 @@ class OptimizerTrigger:
             h.remove()
         self._handles.clear()
 
+    @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if opt is self.chosen or not self.boundaries:
             self.session.optimizer_begin()
 
+    @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.boundaries:
             self.session.optimizer_end()
@@ -104,16 +136,15 @@ class OptimizerTrigger:
             self.session.boundary()
 
     def _choose(self, stepped: torch.optim.Optimizer) -> None:
-        # Only optimizers whose step runs these hooks count: a wrapper (accelerate's AcceleratedOptimizer)
-        # shares the inner optimizer's groups but steps through it.
-        gc.collect()  # optimizers of code that already finished must not be counted
-        opts = [o for o in _live_objects() if isinstance(o, torch.optim.Optimizer)
-                and getattr(type(o).step, "hooked", False)] or [stepped]
-        if stepped not in opts:
-            opts.append(stepped)
-        opts.sort(key=_n_params, reverse=True)
+        opts, model, ambiguous = _choice(stepped, _live_objects())
+        if ambiguous:
+            # Optimizers and models of code that already finished must not be counted: a reference
+            # cycle keeps them alive until a collection (0.15-0.3 s), paid only when they could matter.
+            del opts, model  # (held here, they would survive it)
+            gc.collect()
+            opts, model, _ = _choice(stepped, _live_objects())
         self.chosen = opts[0]
-        model, compiled = find_model(self.chosen)
+        model, compiled = (None, False) if model is None else _unwrap(model)
         s = self.session
         if model is None:
             s.notes.append("no nn.Module holds the optimizer's parameters: no block scopes, forward shows as 'other'")
