@@ -25,13 +25,15 @@ $(VENV)/.uv: requirements/uv.lock
 	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements/uv.lock
 	@touch $@
 
-# The lock first, then torch (its dependencies are already there at the locked versions), then lmprof.
+# The lock and torch (its dependencies are in the lock), then lmprof.
 $(VENV)/.run: $(VENV)/.uv requirements/run.lock $(SOURCES)
-	$(UV_INSTALL) --require-hashes --no-deps -r requirements/run.lock
-	@# torch without its dependencies (they are in run.lock, at the locked versions): pip resolving
-	@# them again took 9 of its 19 s. A build that needs more (CUDA's nvidia-* wheels) fails pip check
-	@# and is installed again the full way, dependencies and all.
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_SPEC)
+	@# The lock (uv) and torch (pip, without its dependencies: they are in run.lock, at the locked
+	@# versions; pip resolving them again took 9 of its 19 s) at once: they write different packages,
+	@# and pip unpacks torch on one core while uv compiles the lock's bytecode. A build that needs more
+	@# (CUDA's nvidia-* wheels) fails pip check and is installed again the full way, dependencies and all.
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements/run.lock & uv=$$!; \
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_SPEC); torch=$$?; \
+	wait $$uv && test $$torch -eq 0
 	$(PY) -m pip check >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check $(TORCH_SPEC)
 	$(UV_INSTALL) --no-deps --no-build-isolation -e .
 	@# lmprof's own sources, for the same reason (a later edit only makes its .pyc stale: ignored)
@@ -53,7 +55,7 @@ demo: setup-run
 	$(VENV)/bin/lmprof train --out runs
 
 # The checks and the suite, with the tools at the locked versions (so a new mypy or ruff release
-# cannot fail a submission that did not change).
+# cannot fail a submission that did not change): scripts/check.sh says how they share the 2 cores.
 # worksteal: a worker that runs out of tests takes some of the other's, so one long test at the end
 # of a worker's share does not leave the second core idle (217 s -> 211 s of the parallel part).
 # The stopwatch tests (lmprof's step time vs the script's own, profiler off) run after the rest, alone:
@@ -61,9 +63,7 @@ demo: setup-run
 # stage collects only the files that mark a test stopwatch (collecting every file imports Lightning,
 # mlflow, wandb and hypothesis: 12.8 s of a 40 s stage, against 3.7 s).
 STOPWATCH_FILES = $(shell grep -l 'mark\.stopwatch' tests/test_*.py)
-check = $(1)/bin/ruff check src tests benchmarks && $(1)/bin/lint-imports && $(1)/bin/mypy src/lmprof \
-        && $(1)/bin/python -m pytest -n 2 --dist worksteal -m "not stopwatch" $(2) \
-        && $(1)/bin/python -m pytest -p no:xdist -m stopwatch $(3)
+check = bash scripts/check.sh $(1) "$(2)" "$(3)"
 
 test: setup
 	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"

@@ -501,7 +501,10 @@ def _start_train(tmp_path: Path, steps: int) -> subprocess.Popen[bytes]:
     cfg = _cli_train_config(tmp_path)
     return subprocess.Popen([sys.executable, "-m", "lmprof", "train", *TINY, "-b", "1", "--steps", str(steps),
                              "--force", "-c", str(cfg), "--out", str(tmp_path / "runs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                            # SIGINT as a terminal gives it, even when the suite was started in the
+                            # background (a shell then passes it on ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(pred, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:

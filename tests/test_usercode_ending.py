@@ -48,7 +48,14 @@ def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     flags = [a for a in args if a.startswith("--")]
     own = [a for a in args if not a.startswith("--")]
     return subprocess.run([sys.executable, "-m", "lmprof", "run", "--out", str(tmp_path / "runs"), *FAST, *flags,
-                           str(script), *own], capture_output=True, text=True, timeout=120, env=_env())
+                           str(script), *own], capture_output=True, text=True, timeout=120, env=_env(),
+                          preexec_fn=sigint_default)
+
+
+def sigint_default() -> None:
+    # A shell that starts the suite in the background (`make test &`) passes SIGINT on ignored, and
+    # Python then keeps it ignored: the script's own SIGINT would do nothing, with or without lmprof.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def folders(tmp_path: Path) -> list[Path]:
