@@ -11,9 +11,16 @@ os.environ.setdefault("LMPROF_CACHE_DIR", os.path.join(os.path.dirname(__file__)
 os.environ.setdefault("LMPROF_NO_QUICK_CALIBRATION", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-torch.set_num_threads(1)
+
+def pytest_configure(config: pytest.Config) -> None:
+    # torch only where tests run: xdist's controller process runs none, and importing torch there
+    # (1.5 s) delayed the start of both workers.
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -38,6 +38,12 @@ def test_yaml_config_and_text_data(cli, tmp_path):
     assert code == 0, err
     assert "attn.sdpa" in out and "loss" in out
     assert "run folder:" in out
+    # the report is on (the default), so the run's PNGs are drawn for it; with --no-report, none
+    folder = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert {"memory.png", "report.html"} <= {p.name for p in folder.iterdir()}  # (no roofline: no CPU peak here)
+    code, _, err = cli("train", "--config", cfg, "--out", tmp_path / "quiet", "--no-report")
+    assert code == 0, err
+    assert not list((tmp_path / "quiet").glob("*/*.png"))
 
 
 def test_unknown_yaml_key_is_an_error(cli, tmp_path):

@@ -138,7 +138,9 @@ class MeasureSpec(Checked):
     energy: EnergyMode = "auto"
     tdp_w: float | None = None  # rated power for --energy estimate
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
-    plots: bool = True  # per-run PNGs (roofline, memory timeline); sweeps turn them off
+    # per-run PNGs (roofline, memory timeline): most of a second of matplotlib, so off unless asked;
+    # the CLI asks with the report, --log-to or --plots (cli.common.plots_wanted)
+    plots: bool = False
     seed: int = 0
     force: bool = False  # run even when the steps asked for would take longer than lmprof.pipeline.budget allows
 
