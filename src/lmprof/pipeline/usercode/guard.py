@@ -95,20 +95,26 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self, "failed", False) or getattr(self, "pid", os.getpid()) != os.getpid():
-            return None  # failed already, or a forked child: the session is its parent's
-        try:
-            return fn(self, *args, **kwargs)
-        except Exception as exc:
-            if getattr(getattr(self, "spec", None), "driven", False):
-                self.abandon()  # lmprof's own loop: nothing of the user's to protect, the error goes on
-                raise
-            if os.environ.get("LMPROF_DEBUG"):
-                traceback.print_exc(file=sys.stderr)
-            self.fail(exc)
-            return None
+        return run_guarded(self, fn, self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def run_guarded(session: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` for ``session`` as :func:`guarded` does (for hooks that are not the session's own
+    methods, such as the optimizer-step trigger's)."""
+    if getattr(session, "failed", False) or getattr(session, "pid", os.getpid()) != os.getpid():
+        return None  # failed already, or a forked child: the session is its parent's
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        if getattr(getattr(session, "spec", None), "driven", False):
+            session.abandon()  # lmprof's own loop: nothing of the user's to protect, the error goes on
+            raise
+        if os.environ.get("LMPROF_DEBUG"):
+            traceback.print_exc(file=sys.stderr)
+        session.fail(exc)
+        return None
 
 
 # Checks of what the user gave, made before the script starts (and before torch is imported, so a

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from lmprof.pipeline.usercode.guard import guarded
+from lmprof.pipeline.usercode.guard import run_guarded
 from lmprof.pipeline.usercode.session import Session
 
 
@@ -90,7 +90,7 @@ def _in_session(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return guarded(lambda _session: fn(self, *args, **kwargs))(self.session)
+        return run_guarded(self.session, fn, self, *args, **kwargs)
 
     return wrapper
 
