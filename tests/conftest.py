@@ -10,7 +10,15 @@ os.environ.setdefault("LMPROF_CACHE_DIR", os.path.join(os.path.dirname(__file__)
 # tests/test_quick_calibration.py turns it back on with a cache of its own.
 os.environ.setdefault("LMPROF_NO_QUICK_CALIBRATION", "1")
 
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
+
+# pytest rewrites each test file's asserts (4.3 s of a worker's 8.5 s collection) and caches the result
+# beside it, unless bytecode writing is off, as PYTHONDONTWRITEBYTECODE turns it off on CI machines.
+# On for this process only (the tests' subprocesses keep the environment's setting): xdist's second
+# worker then reads what the first one wrote, and the stopwatch stage what both did.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
