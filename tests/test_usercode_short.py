@@ -29,6 +29,8 @@ def test_manual_forward_decode_loop_names_the_cause(capsys: pytest.CaptureFixtur
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+from types import SimpleNamespace  # noqa: E402
+
 from lmprof.record.run import Run  # noqa: E402
 from tests.test_usercode import _env, write  # noqa: E402
 
@@ -57,11 +59,18 @@ print("done", step)
 """
 
 
-def _run_cli(tmp_path: Path, body: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    script = write(tmp_path, "lesson.py", body)
-    return subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report",
-                           "--out", str(tmp_path / "runs"), *flags, str(script)],
-                          capture_output=True, text=True, timeout=180, env=_env())
+@pytest.fixture
+def run_cli(cli):
+    """``lmprof run --no-report`` of a lesson script, through the CLI's own code in this process (a fresh
+    process costs 3-4 s of imports each; what needs one, signals, forks, fd-level output, native log
+    lines, is tested in test_usercode_ending, test_native_logs and test_usercode)."""
+
+    def run(tmp_path: Path, body: str, *flags: str) -> SimpleNamespace:
+        script = write(tmp_path, "lesson.py", body)
+        code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), *flags, str(script))
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
+    return run
 
 
 def _the_run(tmp_path: Path) -> Run:
@@ -76,9 +85,9 @@ def _first_call_note(run: Run) -> str:
     return notes[0]
 
 
-def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path) -> None:
+def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path, run_cli) -> None:
     pytest.importorskip("transformers")
-    proc = _run_cli(tmp_path, ONE_GENERATE, "--infer")
+    proc = run_cli(tmp_path, ONE_GENERATE, "--infer")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "tokens 18"  # the script's own output, unchanged
     assert "nothing measured" not in proc.stderr
@@ -100,8 +109,8 @@ def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path) -> None:
     assert run.metrics["profiler_overhead"].value is None
 
 
-def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path) -> None:
-    proc = _run_cli(tmp_path, THREE_STEPS, "--plots")  # the PNGs without the report: asked for
+def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path, run_cli) -> None:
+    proc = run_cli(tmp_path, THREE_STEPS, "--plots")  # the PNGs without the report: asked for
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "done 2"
     assert "nothing measured" not in proc.stderr
@@ -118,8 +127,8 @@ def test_three_training_steps_give_blocks_operators_and_memory(tmp_path: Path) -
     assert run.files.get("memory_timeline") == "memory.png" and (folder / "memory.png").stat().st_size > 5000
 
 
-def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Path) -> None:
-    proc = _run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"))
+def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Path, run_cli) -> None:
+    proc = run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"))
     assert proc.returncode == 0, proc.stderr
     run = _the_run(tmp_path)
     assert run.metrics["step_time"].n == 3  # steps 4-6 of the clean window, which did not complete
@@ -132,8 +141,8 @@ def test_six_steps_get_clean_times_and_blocks_from_the_figures_step(tmp_path: Pa
 
 
 @pytest.mark.parametrize("warmup", ["0", "2"])
-def test_steps_0_is_accepted(tmp_path: Path, warmup: str) -> None:
-    proc = _run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"), "--steps", "0", "--warmup", warmup,
+def test_steps_0_is_accepted(tmp_path: Path, warmup: str, run_cli) -> None:
+    proc = run_cli(tmp_path, THREE_STEPS.replace("range(3)", "range(6)"), "--steps", "0", "--warmup", warmup,
                     "--profile-steps", "2")
     assert proc.returncode == 0, proc.stderr
     assert "nothing measured" not in proc.stderr
@@ -159,8 +168,8 @@ def test_steps_0_accepted_by_profile(tmp_path: Path) -> None:
     assert prof.run is not None and prof.run.blocks and prof.run.value("step_time")
 
 
-def test_negative_steps_refused(tmp_path: Path) -> None:
-    proc = _run_cli(tmp_path, THREE_STEPS, "--steps", "-1")
+def test_negative_steps_refused(tmp_path: Path, run_cli) -> None:
+    proc = run_cli(tmp_path, THREE_STEPS, "--steps", "-1")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be >= 0, got -1"]
 
 
