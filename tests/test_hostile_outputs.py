@@ -25,6 +25,7 @@ from lmprof.atomic import WriteError, atomic_path, write_bytes
 from lmprof.errors import DataError
 from lmprof.record.store import DB_NAME, Store
 from sweep_fakes import _run, fake_sweep
+from tests.test_usercode_ending import sigint_default
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
@@ -501,10 +502,7 @@ def _start_train(tmp_path: Path, steps: int) -> subprocess.Popen[bytes]:
     cfg = _cli_train_config(tmp_path)
     return subprocess.Popen([sys.executable, "-m", "lmprof", "train", *TINY, "-b", "1", "--steps", str(steps),
                              "--force", "-c", str(cfg), "--out", str(tmp_path / "runs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
-                            # SIGINT as a terminal gives it, even when the suite was started in the
-                            # background (a shell then passes it on ignored)
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, preexec_fn=sigint_default)
 
 
 def _wait_for(pred, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:

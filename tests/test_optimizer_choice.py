@@ -40,7 +40,7 @@ def _choose(stepped: torch.optim.Optimizer) -> tuple[OptimizerTrigger, FakeSessi
 
 
 @pytest.fixture
-def collections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def collect_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts lmprof's calls of gc.collect (the real collection still runs)."""
     calls: list[int] = []
     real = gc.collect
@@ -62,7 +62,7 @@ def _leave_a_cycle(n: int) -> None:
     old.me = [old, opt]  # type: ignore[assignment]  # the cycle
 
 
-def test_one_optimizer_one_model_needs_no_collection(collections, monkeypatch):
+def test_one_optimizer_one_model_needs_no_collection(collect_calls, monkeypatch):
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # A script's process, without the optimizers and models other tests left alive in this worker
@@ -72,10 +72,10 @@ def test_one_optimizer_one_model_needs_no_collection(collections, monkeypatch):
     trigger, session = _choose(opt)
     assert trigger.chosen is opt
     assert session.attached[0][0] is model  # the outermost, not one of its Linear layers
-    assert collections == []
+    assert collect_calls == []
 
 
-def test_the_largest_of_two_optimizers_is_chosen_and_named(collections):
+def test_the_largest_of_two_optimizers_is_chosen_and_named(collect_calls):
     gen = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
     disc = torch.nn.Sequential(torch.nn.Linear(16, 1))
     g_opt, d_opt = torch.optim.Adam(gen.parameters()), torch.optim.SGD(disc.parameters(), lr=0.1)
@@ -83,7 +83,7 @@ def test_the_largest_of_two_optimizers_is_chosen_and_named(collections):
     trigger, session = _choose(d_opt)
     assert trigger.chosen is g_opt and session.attached[0][0] is gen
     assert any("2 optimizers" in n and "Adam" in n for n in session.notes), session.notes
-    assert len(collections) == 1  # two candidates: leftovers could matter, so the collector ran
+    assert len(collect_calls) == 1  # two candidates: leftovers could matter, so the collector ran
 
 
 def test_an_optimizer_of_finished_code_is_not_counted():

@@ -14,10 +14,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-from lmprof.names import FORWARD_BLOCKS, IDLE, PHASE_ROWS
-from lmprof.names import MODE_PHASES as PHASES
 
 from lmprof.atomic import atomic_path
+from lmprof.names import FORWARD_BLOCKS, IDLE, PHASE_ROWS
+from lmprof.names import MODE_PHASES as PHASES
 from lmprof.record.catalogue import throughput
 from lmprof.show.literal import literal_text
 
