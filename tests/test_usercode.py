@@ -454,7 +454,7 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
         dist.destroy_process_group()
     """)
     proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--nproc", "2", "--no-report", "--steps", "3",
-                           "--warmup", "1", "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script), "8"],
+                           "--warmup", "2", "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script), "8"],
                           capture_output=True, text=True, timeout=280, env=_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("done") == 2  # both ranks' own output, untouched (lines may interleave)
@@ -463,6 +463,9 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     run = Run.load(folder)
     assert run.value("world_size") == 2 and [r["rank"] for r in run.tables["ranks"]] == [0, 1]
     assert (folder / "rank1" / "trace.json.gz").is_file()
+    # --no-report reaches the ranks: no PNG drawn there either (--warmup 2: a figures step, so memory
+    # was recorded and memory.png could have been)
+    assert Run.load(folder / "rank0").value("memory.peak") and not list(folder.glob("**/*.png"))
     assert any(b.name == "allreduce" for b in Run.load(folder / "rank0").blocks)
     check_blocks(Run.load(folder / "rank1"), ("forward", "backward"), "step_time")
 

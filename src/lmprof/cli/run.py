@@ -61,16 +61,18 @@ def run(
     from lmprof.pipeline.usercode.session import SessionSpec
 
     set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
+    draw = plots if plots is not None else report or bool(log_to)
     if nproc > 1:
         from lmprof.pipeline.usercode.ranks import launch_script
 
         return launch_script(target, script_args, module=module, nproc=nproc, out=str(out_dir), report=report, infer=infer,
-                             steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after)
+                             steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after,
+                             plots=draw)
     label = Path(target).resolve().name if Path(target).is_dir() else Path(target).stem
     label = target.rsplit(".", 1)[-1] if module else label
     spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
                        out=out_dir, label=label, report=report, stop_after=stop_after,
-                       plots=plots if plots is not None else report or bool(log_to),
+                       plots=draw,
                        config={"script": printable(f"-m {target}" if module else target),
                                "script_args": [printable(a) for a in script_args]})
     from lmprof.pipeline.distributed import world

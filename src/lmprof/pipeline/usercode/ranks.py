@@ -20,7 +20,7 @@ from lmprof.pipeline.usercode.guard import safe_name
 
 def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,
                   infer: bool, steps: int | None, warmup: int | None, profile_steps: int | None,
-                  stop_after: bool) -> int:
+                  stop_after: bool, plots: bool = False) -> int:
     """Run the script on ``nproc`` ranks; return torchrun's exit code (the script's, as ranks keep it)."""
     label = safe_name(target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
     run_dir = run_folder(out, "infer" if infer else "train", label, resolve_device("auto"))
@@ -31,6 +31,7 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
             argv += [flag, str(value)]
     argv += ["--infer"] if infer else []
     argv += ["--stop-after"] if stop_after else []
+    argv += ["--plots" if plots else "--no-plots"]  # a rank writes no report: the launcher decided
     argv += ["-m", target] if module else [target]
     argv += script_args
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(dist.DEFAULT_TIMEOUT_S))
