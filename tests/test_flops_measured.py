@@ -65,14 +65,35 @@ def test_inference_phases_match_analytic(tiny, mode):
     assert measured.total("backward") == 0
 
 
-def test_sdpa_op_without_formula_is_listed_not_zeroed():
+def test_cpu_sdpa_is_counted_with_torchs_attention_formulas():
+    """The CPU build runs SDPA as aten._scaled_dot_product_flash_attention_for_cpu, which torch's
+    FlopCounterMode has no formula for: lmprof counts it as torch counts the CUDA flash op. Truth: the
+    hand formulas (forward: QK^T and PV, 2 matmuls of 2*B*H*T*T*D; backward: torch's flash-backward
+    count, 5 of them, the scores recomputed) and plain FlopCounterMode on the math path's matmuls."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lmprof.measure.flops import flop_counter
+
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=11, attention="sdpa"))
-    counts = count_gpt_flops(model, batch=1, seq_len=8, mode="train")
-    compute = counts.compute_uncounted()
-    # The CPU build dispatches SDPA to an op FlopCounterMode has no formula for.
-    assert any("scaled_dot_product" in u.name for u in compute), [u.name for u in counts.uncounted]
-    assert all("attn.sdpa" in u.blocks for u in compute if "scaled_dot_product" in u.name)
+    B, H, T, D = 1, 2, 8, 16
+    model = GPT(GPTConfig(n_layer=1, n_head=H, n_embd=H * D, block_size=16, vocab_size=11, attention="sdpa"))
+    counts = count_gpt_flops(model, batch=B, seq_len=T, mode="train")
+    assert not counts.compute_uncounted(), [u.name for u in counts.uncounted]
+    assert counts.block("attn.sdpa", "forward") == 2 * (2 * B * H * T * T * D)
+    assert counts.block("attn.sdpa", "backward") == 5 * (2 * B * H * T * T * D)
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    with flop_counter() as fused:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    with FlopCounterMode(display=False) as math:
+        (torch.softmax(q @ k.transpose(-1, -2), -1) @ v).sum()
+    assert math.get_total_flops() == 2 * (2 * B * H * T * T * D)
+    assert fused.get_total_flops() == math.get_total_flops() + counts.block("attn.sdpa", "backward")
+
+
+def test_a_compute_op_without_formula_is_listed_not_zeroed():
+    a, x = torch.randn(4, 8), torch.randn(8)
+    counts = count_flops(lambda: torch.mv(a, x))
+    assert [u.name for u in counts.compute_uncounted()] == ["aten.mv"]
     assert "uncounted compute ops" in counts.summary()
 
 

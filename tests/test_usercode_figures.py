@@ -118,6 +118,44 @@ def test_undescribed_model_gets_flops_counted_and_says_so(tmp_path: Path) -> Non
     assert run.value("mbu") is None and run.metrics["mbu"].note  # no byte model: n/a with the reason
 
 
+class SdpaNet(torch.nn.Module):
+    """Attention through ``F.scaled_dot_product_attention``, as nanoGPT writes it: on a CPU torch runs
+    it as an op FlopCounterMode has no formula for."""
+
+    H, D = 4, 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (p.view(b, t, self.H, self.D).transpose(1, 2) for p in self.qkv(x).split(32, -1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, 32))
+
+
+def test_undescribed_model_with_sdpa_counts_its_attention(tmp_path: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = SdpaNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 16, 32)
+    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False, verbose=False) as prof:
+        for _ in range(5):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    run = Run.load(prof.folder)  # type: ignore[arg-type]
+    with FlopCounterMode(display=False) as fc:  # torch alone: the linears' matmuls, attention as 0
+        SdpaNet()(x).pow(2).mean().backward()
+    # By hand: QK^T and PV forward (2 matmuls of 2*B*H*T*T*D), and torch's flash-backward count (5).
+    one = 2 * 2 * SdpaNet.H * 16 * 16 * SdpaNet.D
+    assert run.value("flops.model_per_step") == fc.get_total_flops() + 2 * one + 5 * one
+
+
 def test_generate_gets_prefill_decode_flops_kv_cache_and_mbu(tmp_path: Path) -> None:
     from lmprof.measure.flops import count_causal_lm_flops
 

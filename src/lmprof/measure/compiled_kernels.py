@@ -46,12 +46,14 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._logging._internal import trace_log
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import flop_registry
 
 from lmprof import names
+from lmprof.measure.flops import formulas
 from lmprof.trace.compiled import runs_as_op
 from lmprof.workloads import gpt as gpt_module
 
+# The FLOP formulas lmprof counts with (torch's, and the CPU attention ops'), for weighing a kernel's nodes.
+_FORMULAS = formulas()
 # One frame of a Python stack trace as FX node meta stores it.
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
@@ -140,7 +142,7 @@ def node_info(node: torch.fx.Node) -> NodeInfo:
     val = node.meta.get("val")
     flops = 0.0
     packet = getattr(target, "overloadpacket", None)
-    formula = flop_registry.get(packet) if packet is not None else None
+    formula = _FORMULAS.get(packet) if packet is not None else None
     if formula is not None:
         def fake(a: Any) -> Any:
             return a.meta.get("val") if isinstance(a, torch.fx.Node) else a

@@ -18,9 +18,14 @@ Two attributions are made in the same run:
   scope attribution is the one to use.
 
 Ops that ran but have no FLOP formula are listed, never silently zero: ``compute`` ones (names that
-look like matmul, convolution or attention, e.g. ``aten._scaled_dot_product_flash_attention_for_cpu``,
-which the CPU build dispatches SDPA to) make the count incomplete; ``other`` ones are elementwise,
+look like matmul, convolution or attention) make the count incomplete; ``other`` ones are elementwise,
 normalisation and reduction ops, which FlopCounterMode does not count by design.
+
+Every counter lmprof makes (:func:`flop_counter`, :func:`formulas`) adds one pair of formulas to
+torch's: the CPU build runs SDPA as ``aten._scaled_dot_product_flash_attention_for_cpu`` (and its
+backward), which FlopCounterMode has none for, so a model using ``F.scaled_dot_product_attention``
+counted its attention as 0 FLOPs on a CPU. Those ops take query, key and value (after grad_out, in
+backward) first, as the CUDA flash op does, and are counted with torch's own SDPA formulas.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from lmprof.errors import ConfigError
 from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
@@ -152,9 +157,31 @@ def module_block(path: str, mapping: Iterable[tuple[str, str]] = GPT_MODULE_BLOC
     return None
 
 
-def _formulas() -> dict[Any, Callable[..., int]]:
-    # The registry FlopCounterMode builds for itself (raw formulas wrapped to take shapes).
-    return FlopCounterMode(display=False).flop_registry
+def _cpu_sdpa(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return int(sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+
+
+def _cpu_sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
+                       **kwargs: Any) -> int:
+    return int(sdpa_backward_flop_count(grad_out, query, key, value))  # type: ignore[no-untyped-call]  # likewise
+
+
+# FlopCounterMode wraps these to take shapes (custom_mapping), as torch's own formulas are.
+_CPU_ATTENTION: dict[Any, Callable[..., int]] = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward,
+}
+
+
+def flop_counter() -> FlopCounterMode:
+    """torch's FlopCounterMode with the CPU attention formulas added (see the module docstring)."""
+    return FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+
+
+def formulas() -> dict[Any, Callable[..., int]]:
+    """op overload packet -> FLOPs of one call (its args and kwargs as the op gets them, ``out_val``):
+    the registry :func:`flop_counter` counts with."""
+    return flop_counter().flop_registry
 
 
 def _op_base(func: Any) -> str:
@@ -227,7 +254,7 @@ class _BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torc
     def __init__(self, tracker: _ScopeTracker) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
         self.tracker = tracker
-        self.formulas = _formulas()
+        self.formulas = formulas()
         self.by_block: dict[tuple[str, str], int] = defaultdict(int)
         self.by_op: dict[tuple[str, str], int] = defaultdict(int)
         self.uncounted: dict[str, UncountedOp] = {}
@@ -275,7 +302,7 @@ def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredF
     counter = _BlockCounter(tracker)
     # One FlopCounterMode over forward and backward (its module hooks for backward are installed during
     # forward); the backward share is the difference between the counts after and before backward.
-    modules = FlopCounterMode(display=False)
+    modules = flop_counter()
     with scopes_enabled(True), modules:
         with tracker, counter:
             result = step()
@@ -387,7 +414,7 @@ class StepFlops:
     """
 
     def __init__(self) -> None:
-        self._mode = FlopCounterMode(display=False)
+        self._mode = flop_counter()
         self.marks: list[int] = []
         self._on = False
 
@@ -422,14 +449,14 @@ def count_causal_lm_flops(model: torch.nn.Module, ids: torch.Tensor) -> PhaseFlo
     The decode step feeds the first token back on the prefill's cache, so it attends to T + 1
     positions. Measured (torch's own counter), never estimated.
     """
-    with FlopCounterMode(display=False) as fc:
+    with flop_counter() as fc:
         model(input_ids=ids, labels=ids).loss.backward()
     train = fc.get_total_flops()
     with torch.no_grad():
-        with FlopCounterMode(display=False) as fc:
+        with flop_counter() as fc:
             out = model(input_ids=ids, use_cache=True)
         prefill = fc.get_total_flops()
-        with FlopCounterMode(display=False) as fc:
+        with flop_counter() as fc:
             keyword, cache = require_cache(model, out)
             model(input_ids=ids[:, :1], use_cache=True, **{keyword: cache})
         decode = fc.get_total_flops()
