@@ -219,8 +219,10 @@ def matches_unprofiled(profiled: Callable[[], tuple[Run, float]], unprofiled: Ca
         except AssertionError as exc:  # profiled()'s own same-steps check: also noise-prone, also retaken
             seen.append(" ".join(str(exc).split())[:120])
             continue
-        ref = statistics.median(before + unprofiled())
-        seen.append(f"{clean:.2f} vs {ref:.2f} ms")
+        plain_steps = before + unprofiled()
+        ref = statistics.median(plain_steps)
+        # the un-profiled steps too: whether a failure is a bias of lmprof's or a machine's spread
+        seen.append(f"{clean:.2f} vs {ref:.2f} ms (un-profiled {min(plain_steps):.1f}-{max(plain_steps):.1f})")
         if abs(clean - ref) / ref < TOL:
             return run
     raise AssertionError(f"lmprof's clean figure vs the script's own un-profiled one, each attempt: {seen}")
