@@ -106,11 +106,16 @@ def _facts(session: Any, run: Run) -> Facts:
     step = session.figures_step.result() if session.figures_step is not None else None
     shape = session._shape() if model is not None else None  # noqa: SLF001 - looked up once, in the session
     counted = None
-    where = f"warm-up {'generation' if infer else 'step'} {session.figures_at}, before the timed windows"
-    if step is not None and step.flops:
+    where = f"warm-up {'generation' if infer else 'step'} {session.flops_at}, before the timed windows"
+    if session.flops_counted:  # counted on a step of its own (training only)
+        counted = CountedFlops(where=where, step=session.flops_counted)
+    elif step is not None and step.flops:
         counted = (CountedFlops(where=where, prefill=step.prefill_flops,
                                 decode=step.flops - step.prefill_flops if step.prefill_flops else None)
                    if infer else CountedFlops(where=where, step=step.flops))
+    elif shape is None and not session.compiled and session.flops_apart:
+        run.notes.append(f"no FLOP count: it is taken on warm-up step {session.flops_at} (apart from the figures "
+                         "step, so that the profile has no FlopCounterMode in it), and this run ended before it")
     elif shape is None and not session.compiled:
         run.notes.append("no FLOP count: it is taken on a warm-up step, and this run had "
                          f"{'none' if session.warmup == 0 else 'none lmprof saw begin'} (raise --warmup)")

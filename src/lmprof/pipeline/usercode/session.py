@@ -32,6 +32,7 @@ import torch
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.compile_events import MEASURED, CompileWatch
 from lmprof.measure.compile_events import baseline as compile_baseline
+from lmprof.measure.flops import StepFlops
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.noise import Snapshot, snapshot
@@ -165,6 +166,10 @@ class Session:
         self.pid = os.getpid()
         self.forked_in_window = False
         self.figures_step: FiguresStep | None = None  # the last warm-up step: memory and FLOPs
+        # Training, a model lmprof has no formulas for, a warm-up step after the figures step: FLOPs are
+        # counted there, so the figures step's recording has no FlopCounterMode in it (see _count_apart).
+        self.flops_step: StepFlops | None = None
+        self.flops_counted: int | None = None
         self._figures_give_way: GiveWay | None = None
         self.kineto_ran = False  # lmprof started a profiler in this process (figures step or window)
         self.step_figures: StepFigures | None = None
@@ -331,6 +336,25 @@ class Session:
         w = self.warmup
         return w if (self.compiled or self.spec.driven) else min(2, w)
 
+    @property
+    def flops_apart(self) -> bool:
+        """Whether FLOPs are counted on the warm-up step after the figures step instead of in it: in
+        training, where there is one. FlopCounterMode's Python cost per operator would otherwise be in
+        the figures step's recording, which is the run's profile when the script ends before lmprof's
+        window (a short script): small operators looked several times their size."""
+        return self.spec.mode == "train" and not self.spec.driven and 0 < self.figures_at < self.warmup
+
+    @property
+    def flops_at(self) -> int:
+        """Which warm-up step FLOPs are counted on (for a model lmprof has no formulas for)."""
+        return self.figures_at + 1 if self.flops_apart else self.figures_at
+
+    def _count_apart(self) -> bool:
+        """Whether the step starting now is the one that counts FLOPs on its own."""
+        return (self.flops_apart and self.k + 1 == self.flops_at and self.model is not None
+                and self.flops_step is None and not self.compiled and self._shape() is None
+                and not user_profiler_active())
+
     def _stepped_aside(self, busy: bool) -> bool:
         """Whether the step ending now ran under the user's own profiler (on at its start or at its
         end): it is not counted, so no clean step is timed under a profiler and lmprof never opens
@@ -365,7 +389,7 @@ class Session:
                                   "or FLOP count was taken (lmprof never runs a profiler inside yours)")
                 return
             assert self.device is not None
-            describe = self._shape() is None and not self.compiled
+            describe = self._shape() is None and not self.compiled and not self.flops_apart
             # On CUDA the step's allocation history goes into the run folder (memory_snapshot.pickle).
             snapshot_dir = self._folder() if self.device.kind == "cuda" else None
             self.figures_step = FiguresStep(self.model, self.optimizers, self.device, self.spec.mode,
@@ -376,16 +400,25 @@ class Session:
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
             self._figures_give_way.install()
             self._kind = "figures"
+        if self._count_apart():
+            self.flops_step = StepFlops()
+            self.flops_step.start()
+            self._kind = "counting"
         if self.spec.mode == "train":
             self._mark()  # after the figures step's profiler started: its start is not in the step's time
 
     def _figures_end(self) -> None:
+        self._flops_end()
         if self.figures_step is not None and self.figures_step.active:
             self._sync()
             self.figures_step.stop()
         if self._figures_give_way is not None:  # only the figures step's: the window's stays while it runs
             self._figures_give_way.remove()
             self._figures_give_way = None
+
+    def _flops_end(self) -> None:
+        if self.flops_step is not None and self.flops_counted is None:
+            self.flops_counted = self.flops_step.stop()
 
     @guarded
     def _user_profiler_in_figures_step(self) -> None:
@@ -652,6 +685,7 @@ class Session:
         "profiled": "under lmprof's profiler (its overhead included)",
         "warm-up": "during warm-up (caches, allocator and kernel choice still settling)",
         "figures": "while lmprof recorded memory (and counted FLOPs where it has no formulas) during warm-up",
+        "counting": "while lmprof counted FLOPs with FlopCounterMode during warm-up",
         "first": "on the very first call (allocation, kernel choice and any compilation included)",
     }
 
@@ -713,6 +747,10 @@ class Session:
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
+        if self.flops_step is not None and self.flops_counted is None:  # ended inside its step: no count
+            with contextlib.suppress(Exception):
+                self.flops_step.stop()
+            self.flops_counted = 0
         if self.figures_step is not None and self.figures_step.active:
             with contextlib.suppress(Exception):
                 self.figures_step.abort()
