@@ -75,7 +75,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)
-    else:
+    elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
