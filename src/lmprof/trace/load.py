@@ -289,9 +289,7 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
     in-process (rare: it needs ``}, {`` inside a string right where a read ends). A worker that dies
     (killed for memory, ...) also makes the load run again in-process.
     """
-    import multiprocessing
-    from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
     merged = Merger()
     pending: deque[tuple[Future[Chunk], bool]] = deque()
@@ -306,10 +304,16 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
             raise _Rollback from None
 
     pool: Executor
+    ends: tuple[type[BaseException], ...] = (_Rollback,)  # a bad guess, or (processes) a worker that died
     if scan.NATIVE:  # read at call time: the one switch read_chunk obeys too
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lmprof-trace")
-    else:
+    else:  # multiprocessing only here: importing it cost every `lmprof analyze` 12 ms
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        ends = (_Rollback, BrokenProcessPool)
     with pool:
 
         def submit(view: memoryview, exact: bool) -> None:
@@ -321,7 +325,7 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
             meta_json = _split(p, submit)
             while pending:
                 collect(pending.popleft())
-        except (_Rollback, BrokenProcessPool):
+        except ends:
             # a bad guess, or a worker that died (killed for memory, ...): decode in-process instead
             for fut, _ in pending:
                 fut.cancel()
