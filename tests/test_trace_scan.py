@@ -260,3 +260,19 @@ def test_escaped_names_decode_like_msgspec():
     assert _same_or_refused(raw)
     ch = scan.scan_chunk(raw)
     assert ch is not None and ch.names == ['say "hi"\n\ttab/\\slash']
+
+
+@native
+def test_input_shapes_are_read_where_an_args_key_says_so():
+    """The C reader notes an "Input Dims" args key while it scans (no search of the buffer holding the
+    GIL): shapes equal msgspec's whether the key is in an operator's args, only in a name or a string
+    value, or in the args of an event that is no operator."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2,
+          "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
+    as_name = {"ph": "X", "cat": "cpu_op", "name": '"Input Dims"', "ts": 3, "dur": 1, "args": {"note": '"Input Dims"'}}
+    elsewhere = {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 5, "args": {"Input Dims": [[1]]}}
+    for events, shapes in (([op], 1), ([as_name], 0), ([as_name, elsewhere], 0), ([as_name, op], 1)):
+        raw = json.dumps(events).encode()
+        assert _same_or_refused(raw), events
+        ch = scan.scan_chunk(raw)
+        assert ch is not None and len(ch.shape_rows) == shapes, events

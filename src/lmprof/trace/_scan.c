@@ -13,7 +13,7 @@
  * tests/test_trace_scan.py compares both paths on real traces and on mutated ones.
  *
  * scan(buffer) -> None | (n_events, x_columns, flow_columns, x_names, x_cats, flow_phs, flow_cats,
- *                         odd_ids, memory_spans)
+ *                         odd_ids, memory_spans, has_shapes)
  *   x_columns    19 bytearrays, one row per "ph": "X" event in file order: name, cat (int32 codes into
  *                x_names / x_cats), pid, tid (int64), ts, dur (float64), correlation, External id,
  *                Sequence number, stream, device (int64, -1 when absent or null), registers per
@@ -26,6 +26,10 @@
  *   odd_ids      (column, row, raw) for id fields written as strings; their cell holds 0 and the
  *                caller applies decode.py's rules (column numbers: see ODD_* below)
  *   memory_spans (offset, length) of each "[memory]" instant event ("ph" i or I)
+ *   has_shapes   whether an event's args has an "Input Dims" key (record_shapes): only then does the
+ *                caller decode the operators' args for their shapes. Found here, during the scan
+ *                without the GIL; a search of the buffer in Python held the GIL the other
+ *                decoding threads wanted (30% of the load's GIL time on the 1.3 M-event trace).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -157,6 +161,7 @@ typedef struct {
     Table names, xcats, phs, flcats;
     Buf odd; /* int32 column, int64 row, Py_ssize_t offset, Py_ssize_t length */
     Buf mem; /* Py_ssize_t offset, Py_ssize_t length */
+    int shapes; /* an args object had an "Input Dims" key */
 } Scanner;
 
 
@@ -530,6 +535,7 @@ static int read_args(Scanner *s, Args *a) {
             else
                 r = read_double(s, &a->hw[which - 5], NAN);
         } else {
+            if (n == 10 && memcmp(s->base + off, "Input Dims", 10) == 0) s->shapes = 1;
             r = skip_value(s, 2);
         }
         if (r != OK) return r;
@@ -823,8 +829,8 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         int ok = 1;
         for (int i = 0; i < 8; i++) ok = ok && parts[i] != NULL;
         if (ok) {
-            out = Py_BuildValue("(nNNNNNNNN)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
-                                parts[5], parts[6], parts[7]);
+            out = Py_BuildValue("(nNNNNNNNNO)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
+                                parts[5], parts[6], parts[7], s.shapes ? Py_True : Py_False);
         } else {
             for (int i = 0; i < 8; i++) Py_XDECREF(parts[i]);
         }
@@ -842,7 +848,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever scan()'s result changes shape, so a stale build is never used (scan.py checks it). */
-#define SCAN_ABI 2
+#define SCAN_ABI 3
 
 PyMODINIT_FUNC PyInit__scan(void) {
     for (int k = 0; k < 11; k++) ARG_LENS[k] = strlen(ARG_KEYS[k]);

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from types import ModuleType
 
 import msgspec
@@ -21,7 +20,7 @@ import numpy as np
 
 from lmprof.trace import decode as dec
 
-_ABI = 2  # the result shape this module reads; _scan.c's SCAN_ABI
+_ABI = 3  # the result shape this module reads; _scan.c's SCAN_ABI
 
 
 def _load() -> ModuleType | None:
@@ -55,9 +54,6 @@ _ODD = (
 )
 _ARGS_LIST = msgspec.json.Decoder(list[dec.Args | None])
 _SHAPES_LIST = msgspec.json.Decoder(list[dec.Shapes | None])
-# The C reader refuses keys with escapes, so in a list it accepted an "Input Dims" key is spelled so:
-# without it (no record_shapes) no operator's args need decoding at all.
-_HAS_SHAPES = re.compile(rb'"Input Dims"')
 _TEXT = msgspec.json.Decoder(str)
 
 
@@ -77,7 +73,7 @@ def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
     got = _scan.scan(payload)
     if got is None:
         return None
-    n_raw, x_raw, fl_raw, names_raw, xcats_raw, phs_raw, flcats_raw, odd, spans = got
+    n_raw, x_raw, fl_raw, names_raw, xcats_raw, phs_raw, flcats_raw, odd, spans, has_shapes = got
     try:
         names, xcats, phs, flcats = (_texts(t) for t in (names_raw, xcats_raw, phs_raw, flcats_raw))
         ch = dec.Chunk(n_raw=n_raw, names=names, cats=xcats + flcats, phs=phs)
@@ -87,7 +83,7 @@ def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
             ch.x = x
             args_at = (np.frombuffer(x_raw[-2], dtype=np.int64), np.frombuffer(x_raw[-1], dtype=np.int64))
             hw = [np.frombuffer(x_raw[_HW_AT + i], dtype=np.float64) for i in range(len(dec.HW_FIELDS))]
-            _sparse_args(ch, view, args_at, hw, names, xcats)
+            _sparse_args(ch, view, args_at, hw, names, xcats, has_shapes)
         fl = {k: np.frombuffer(fl_raw[i], dtype=t) for i, (k, t) in enumerate(_FL_COLUMNS)}
         if fl["id"].size:
             fl["cat"] = fl["cat"] + np.int32(len(xcats))  # flow categories follow the X ones
@@ -122,9 +118,11 @@ def _sparse_args(
     hw: list[np.ndarray],
     names: list[str],
     cats: list[str],
+    has_shapes: bool,
 ) -> None:
-    """Collective parameters (decoded from the events that can carry them) and kernel resources
-    (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values)."""
+    """Collective parameters (decoded from the events that can carry them), kernel resources
+    (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values) and,
+    when the C reader saw an "Input Dims" key (record_shapes), the operators' input shapes."""
     name_codes, cat_codes = ch.x["name"], ch.x["cat"]
     comm_codes = [c for c, n in enumerate(names) if dec.may_carry_comms(n)]
     rows = np.flatnonzero(np.isin(name_codes, comm_codes)).tolist()
@@ -136,28 +134,11 @@ def _sparse_args(
     dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
     ch.hw_rows = dev_idx.astype(np.int64)
     ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
-    if _has_shapes(view):
+    if has_shapes:
         op_rows = np.flatnonzero(np.isin(cat_codes, dec.shape_cat_codes(cats))).tolist()
         off, n = args_at
         parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[op_rows].tolist(), n[op_rows].tolist())]
         dec.add_shapes(ch, op_rows, _SHAPES_LIST.decode(b"[" + b",".join(parts) + b"]"))
-
-
-def _has_shapes(view: memoryview) -> bool:
-    """Whether an "Input Dims" key is in the list: ``find`` on the bytes under the view when it
-    starts where they start (a worker's copy, or the loader's buffer), 1.4-1.6x the speed of a regex
-    search (which holds the GIL the other decoding threads want); else the regex."""
-    obj = view.obj
-    if isinstance(obj, (bytes, bytearray)) and view.nbytes <= len(obj) and _same_start(view, obj):
-        return obj.find(b'"Input Dims"', 0, view.nbytes) >= 0
-    return _HAS_SHAPES.search(view) is not None
-
-
-def _same_start(view: memoryview, obj: bytes | bytearray) -> bool:
-    if view.nbytes == 0 or not view.c_contiguous:
-        return False
-    a, b = np.frombuffer(view, dtype=np.uint8), np.frombuffer(obj, dtype=np.uint8)
-    return bool(a.ctypes.data == b.ctypes.data)
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
