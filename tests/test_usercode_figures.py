@@ -95,20 +95,24 @@ class Net(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-def test_undescribed_model_gets_flops_counted_and_says_so(tmp_path: Path) -> None:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    torch.manual_seed(0)
-    model = Net()
+def _profiled_sgd(model: torch.nn.Module, x: torch.Tensor, tmp_path: Path) -> Run:
+    """Five SGD steps of ``model`` on ``x`` under lmprof.profile (warm-up 1: FLOPs counted in the figures step)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 32)
     with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False, verbose=False) as prof:
         for _ in range(5):
             model(x).pow(2).mean().backward()
             opt.step()
             opt.zero_grad()
             prof.step()
-    run = Run.load(prof.folder)  # type: ignore[arg-type]
+    return Run.load(prof.folder)  # type: ignore[arg-type]
+
+
+def test_undescribed_model_gets_flops_counted_and_says_so(tmp_path: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 32)
+    run = _profiled_sgd(Net(), x, tmp_path)
     with FlopCounterMode(display=False) as fc:
         Net()(x).pow(2).mean().backward()
     assert run.value("flops.model_per_step") == fc.get_total_flops()
@@ -139,16 +143,8 @@ def test_undescribed_model_with_sdpa_counts_its_attention(tmp_path: Path) -> Non
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
-    model = SdpaNet()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(2, 16, 32)
-    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False, verbose=False) as prof:
-        for _ in range(5):
-            model(x).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
-    run = Run.load(prof.folder)  # type: ignore[arg-type]
+    run = _profiled_sgd(SdpaNet(), x, tmp_path)
     with FlopCounterMode(display=False) as fc:  # torch alone: the linears' matmuls, attention as 0
         SdpaNet()(x).pow(2).mean().backward()
     # By hand: QK^T and PV forward (2 matmuls of 2*B*H*T*T*D), and torch's flash-backward count (5).
