@@ -115,7 +115,7 @@ def _facts(session: Any, run: Run) -> Facts:
                    if infer else CountedFlops(where=where, step=step.flops))
     elif shape is None and not session.compiled and session.flops_apart:
         run.notes.append(f"no FLOP count: it is taken on warm-up step {session.flops_at} (apart from the figures "
-                         "step, so that the profile has no FlopCounterMode in it), and this run ended before it")
+                         "step, so that the profile has no FlopCounterMode in it), and this run ended before that step did")
     elif shape is None and not session.compiled:
         run.notes.append("no FLOP count: it is taken on a warm-up step, and this run had "
                          f"{'none' if session.warmup == 0 else 'none lmprof saw begin'} (raise --warmup)")
