@@ -107,3 +107,29 @@ def test_profile_inside_users_profiler(tmp_path: Path) -> None:
     assert prof.run is None and "lmprof steps aside" in (prof.message or "")
     names = {e.key for e in user.key_averages()}
     assert "aten::addmm" in names and not any(n.startswith(("lmprof:", "ProfilerStep")) for n in names)
+
+
+def test_users_profiler_starting_in_the_flops_step_stops_the_count(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """At the defaults, a model lmprof has no formulas for gets its FLOPs counted on warm-up step 3. The
+    user's profiler starting then stops the count (FlopCounterMode is no profiler, but its cost per
+    operator would be in the user's profile): inside the user's block no dispatch mode is on, and the
+    user's table and trace are those of plain python."""
+    own = OWN.replace("with profile(activities=[ProfilerActivity.CPU]) as prof:\n",
+                      "with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
+                      "    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack\n"
+                      "    print('dispatch modes in my profile:', len(_get_current_dispatch_mode_stack()), file=sys.stderr)\n")
+    script = write(tmp_path, "own.py", own)
+    assert plain(script, 2, 20, tmp_path / "plain.json") == 0
+    reference = capsys.readouterr()
+    code = main(["run", "--out", str(tmp_path / "runs"), "--no-report", str(script), "2", "20", str(tmp_path / "mine.json")])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "dispatch modes in my profile: 0" in reference.err and "dispatch modes in my profile: 0" in captured.err
+    assert table_ops(captured.out) == table_ops(reference.out)
+    assert trace_ops(tmp_path / "mine.json") == trace_ops(tmp_path / "plain.json")
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").is_file()]
+    run = Run.load(folder)
+    no_count = [n for n in run.notes if n.startswith("no FLOP count")]
+    assert len(no_count) == 1 and "your own torch.profiler started during warm-up step 3" in no_count[0], run.notes
+    assert run.value("flops.model_per_step") is None and run.value("memory.peak")  # the figures step (2) was before

@@ -113,6 +113,8 @@ def _facts(session: Any, run: Run) -> Facts:
         counted = (CountedFlops(where=where, prefill=step.prefill_flops,
                                 decode=step.flops - step.prefill_flops if step.prefill_flops else None)
                    if infer else CountedFlops(where=where, step=step.flops))
+    elif any(n.startswith("no FLOP count") for n in session.notes):
+        pass  # the session said why already (your own profiler started in the counting step)
     elif shape is None and not session.compiled and session.flops_apart:
         run.notes.append(f"no FLOP count: it is taken on warm-up step {session.flops_at} (apart from the figures "
                          "step, so that the profile has no FlopCounterMode in it), and this run ended before that step did")

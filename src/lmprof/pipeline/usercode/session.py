@@ -170,6 +170,7 @@ class Session:
         # counted there, so the figures step's recording has no FlopCounterMode in it (see _count_apart).
         self.flops_step: StepFlops | None = None
         self.flops_counted: int | None = None
+        self._flops_give_way: GiveWay | None = None
         self._figures_give_way: GiveWay | None = None
         self.kineto_ran = False  # lmprof started a profiler in this process (figures step or window)
         self.step_figures: StepFigures | None = None
@@ -403,6 +404,9 @@ class Session:
         if self._count_apart():
             self.flops_step = StepFlops()
             self.flops_step.start()
+            # FlopCounterMode is no profiler, but its cost per operator would be in the user's profile
+            self._flops_give_way = GiveWay(self._user_profiler_in_flops_step)
+            self._flops_give_way.install()
             self._kind = "counting"
         if self.spec.mode == "train":
             self._mark()  # after the figures step's profiler started: its start is not in the step's time
@@ -417,8 +421,24 @@ class Session:
             self._figures_give_way = None
 
     def _flops_end(self) -> None:
+        if self._flops_give_way is not None:
+            self._flops_give_way.remove()
+            self._flops_give_way = None
         if self.flops_step is not None and self.flops_counted is None:
             self.flops_counted = self.flops_step.stop()
+
+    @guarded
+    def _user_profiler_in_flops_step(self) -> None:
+        """The user's profiler starts inside the step that counts FLOPs: the count stops, unused."""
+        if self._flops_give_way is not None:
+            self._flops_give_way.remove()
+            self._flops_give_way = None
+        if self.flops_step is not None and self.flops_counted is None:
+            self.flops_step.stop()
+            self.flops_counted = 0
+            self.notes.append(f"no FLOP count: your own torch.profiler started during warm-up step {self.flops_at}, "
+                              "which counts them: lmprof stopped counting (FlopCounterMode's cost per operator "
+                              "would have been in your profile)")
 
     @guarded
     def _user_profiler_in_figures_step(self) -> None:
@@ -747,6 +767,10 @@ class Session:
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
+        if self._flops_give_way is not None:
+            with contextlib.suppress(Exception):
+                self._flops_give_way.remove()
+            self._flops_give_way = None
         if self.flops_step is not None and self.flops_counted is None:  # ended inside its step: no count
             with contextlib.suppress(Exception):
                 self.flops_step.stop()
