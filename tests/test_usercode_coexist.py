@@ -109,20 +109,25 @@ def test_profile_inside_users_profiler(tmp_path: Path) -> None:
     assert "aten::addmm" in names and not any(n.startswith(("lmprof:", "ProfilerStep")) for n in names)
 
 
-def test_users_profiler_starting_in_the_flops_step_stops_the_count(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("before,why", [
+    (2, "your own torch.profiler started during warm-up step 3"),  # it starts in the counting step
+    (1, "your own torch.profiler was running when warm-up step 3"),  # it starts in the figures step, runs on
+])
+def test_users_profiler_in_the_flops_step_stops_the_count(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          before: int, why: str) -> None:
     """At the defaults, a model lmprof has no formulas for gets its FLOPs counted on warm-up step 3. The
-    user's profiler starting then stops the count (FlopCounterMode is no profiler, but its cost per
-    operator would be in the user's profile): inside the user's block no dispatch mode is on, and the
-    user's table and trace are those of plain python."""
+    user's profiler starting then, or running when it begins, stops the count (FlopCounterMode is no
+    profiler, but its cost per operator would be in the user's profile): inside the user's block no
+    dispatch mode is on, and the user's table and trace are those of plain python."""
     own = OWN.replace("with profile(activities=[ProfilerActivity.CPU]) as prof:\n",
                       "with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
                       "    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack\n"
                       "    print('dispatch modes in my profile:', len(_get_current_dispatch_mode_stack()), file=sys.stderr)\n")
     script = write(tmp_path, "own.py", own)
-    assert plain(script, 2, 20, tmp_path / "plain.json") == 0
+    assert plain(script, before, 20, tmp_path / "plain.json") == 0
     reference = capsys.readouterr()
-    code = main(["run", "--out", str(tmp_path / "runs"), "--no-report", str(script), "2", "20", str(tmp_path / "mine.json")])
+    code = main(["run", "--out", str(tmp_path / "runs"), "--no-report", str(script), str(before), "20",
+                 str(tmp_path / "mine.json")])
     captured = capsys.readouterr()
     assert code == 0
     assert "dispatch modes in my profile: 0" in reference.err and "dispatch modes in my profile: 0" in captured.err
@@ -131,5 +136,12 @@ def test_users_profiler_starting_in_the_flops_step_stops_the_count(tmp_path: Pat
     (folder,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").is_file()]
     run = Run.load(folder)
     no_count = [n for n in run.notes if n.startswith("no FLOP count")]
-    assert len(no_count) == 1 and "your own torch.profiler started during warm-up step 3" in no_count[0], run.notes
-    assert run.value("flops.model_per_step") is None and run.value("memory.peak")  # the figures step (2) was before
+    assert len(no_count) == 1 and why in no_count[0], run.notes
+    assert run.value("flops.model_per_step") is None
+    if before == 2:
+        assert run.value("memory.peak")  # the figures step (2) was before the user's profiler
+    else:  # it gave way to the user's profiler: one note says so, and no other says why there is no memory
+        assert run.value("memory.peak") is None
+        assert [n for n in run.notes if "memory" in n and n.startswith(("no memory", "your own"))] == [
+            "your own torch.profiler started during the figures step (a warm-up step): lmprof stopped its memory "
+            "recording (two profilers cannot run at once): no memory measurement"]

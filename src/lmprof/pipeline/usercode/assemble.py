@@ -127,7 +127,7 @@ def _facts(session: Any, run: Run) -> Facts:
     if step is not None and step.memory is None and session.figures_step.memory_error:
         run.notes.append(f"no memory measurement: the figures step's recording could not be read back "
                          f"({session.figures_step.memory_error})")
-    if step is None:
+    if step is None and not any("during the figures step" in n for n in session.notes):  # else said why
         run.notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
                          "lmprof saw begin (raise --warmup)")
     known = session.known or _observed(session, run)  # lmprof train / infer describe their workload

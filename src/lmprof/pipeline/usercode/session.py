@@ -353,8 +353,7 @@ class Session:
     def _count_apart(self) -> bool:
         """Whether the step starting now is the one that counts FLOPs on its own."""
         return (self.flops_apart and self.k + 1 == self.flops_at and self.model is not None
-                and self.flops_step is None and not self.compiled and self._shape() is None
-                and not user_profiler_active())
+                and self.flops_step is None and not self.compiled and self._shape() is None)
 
     def _stepped_aside(self, busy: bool) -> bool:
         """Whether the step ending now ran under the user's own profiler (on at its start or at its
@@ -401,7 +400,11 @@ class Session:
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
             self._figures_give_way.install()
             self._kind = "figures"
-        if self._count_apart():
+        if self._count_apart() and user_profiler_active():
+            self.notes.append(f"no FLOP count: your own torch.profiler was running when warm-up step {self.flops_at}, "
+                              "which counts them, began (FlopCounterMode's cost per operator would have been in "
+                              "your profile)")
+        elif self._count_apart():
             self.flops_step = StepFlops()
             self.flops_step.start()
             # FlopCounterMode is no profiler, but its cost per operator would be in the user's profile
@@ -443,6 +446,7 @@ class Session:
     @guarded
     def _user_profiler_in_figures_step(self) -> None:
         """The user's profiler starts inside the figures step: lmprof's stops first, keeping nothing."""
+        counting = self.figures_step is not None and self.figures_step.flops is not None
         if self.figures_step is not None:
             self.figures_step.abort()
             self.figures_step = None
@@ -450,7 +454,8 @@ class Session:
             self._figures_give_way.remove()
             self._figures_give_way = None
         self.notes.append("your own torch.profiler started during the figures step (a warm-up step): lmprof stopped "
-                          "its memory recording (two profilers cannot run at once): no memory or FLOP count")
+                          "its memory recording (two profilers cannot run at once): no memory "
+                          f"{'or FLOP count' if counting else 'measurement'}")
         self._kind = None
 
     def _shape(self) -> Any:
