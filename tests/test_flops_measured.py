@@ -111,3 +111,24 @@ def test_module_block_mapping():
     assert module_block("transformer.h.11.mlp.c_proj") == "mlp.proj"
     assert module_block("GPT.lm_head") == "lm_head"
     assert module_block("GPT.transformer.h.0.attn") is None
+
+
+@pytest.mark.parametrize("op,backward", [
+    ("_scaled_dot_product_flash_attention_for_cpu", False),
+    ("_scaled_dot_product_flash_attention_for_cpu_backward", True),
+    ("_scaled_dot_product_attention_math_for_mps", False),  # Apple MPS: its backward is autograd's matmuls
+    ("_scaled_dot_product_fused_attention_overrideable", False),
+    ("_scaled_dot_product_fused_attention_overrideable_backward", True),
+])
+def test_sdpa_ops_off_cuda_get_the_hand_formula(op, backward):
+    """Each op SDPA runs as off CUDA, with grouped-query shapes (8 query heads on 2 key/value heads):
+    forward 2 matmuls of 2*B*Hq*Tq*Tk*D, backward 5, as torch counts the CUDA flash op."""
+    from lmprof.measure.flops import formulas
+
+    B, Hq, Hkv, Tq, Tk, D = 2, 8, 2, 5, 7, 16
+    q = torch.empty(B, Hq, Tq, D, device="meta")
+    k, v = (torch.empty(B, Hkv, Tk, D, device="meta") for _ in range(2))
+    formula = formulas()[getattr(torch.ops.aten, op)]
+    args = (torch.empty(B, Hq, Tq, D, device="meta"), q, k, v) if backward else (q, k, v)
+    one = 2 * B * Hq * Tq * Tk * D
+    assert formula(*args, out_val=None) == (5 if backward else 2) * one

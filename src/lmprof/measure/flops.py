@@ -21,11 +21,14 @@ Ops that ran but have no FLOP formula are listed, never silently zero: ``compute
 look like matmul, convolution or attention) make the count incomplete; ``other`` ones are elementwise,
 normalisation and reduction ops, which FlopCounterMode does not count by design.
 
-Every counter lmprof makes (:func:`flop_counter`, :func:`formulas`) adds one pair of formulas to
-torch's: the CPU build runs SDPA as ``aten._scaled_dot_product_flash_attention_for_cpu`` (and its
-backward), which FlopCounterMode has none for, so a model using ``F.scaled_dot_product_attention``
-counted its attention as 0 FLOPs on a CPU. Those ops take query, key and value (after grad_out, in
-backward) first, as the CUDA flash op does, and are counted with torch's own SDPA formulas.
+Every counter lmprof makes (:func:`flop_counter`, :func:`formulas`) adds formulas to torch's for the
+ops SDPA runs as off CUDA: ``aten._scaled_dot_product_flash_attention_for_cpu`` (and its backward) on
+a CPU, ``aten._scaled_dot_product_attention_math_for_mps`` on Apple MPS (its backward is autograd's,
+through ops torch counts) and ``aten._scaled_dot_product_fused_attention_overrideable`` (and its
+backward) on other devices. FlopCounterMode has none for them, so a model using
+``F.scaled_dot_product_attention`` counted its attention as 0 FLOPs there. They take query, key and
+value (after grad_out, in backward) first, as the CUDA flash op does, and are counted with torch's
+own SDPA formulas.
 """
 from __future__ import annotations
 
@@ -157,25 +160,29 @@ def module_block(path: str, mapping: Iterable[tuple[str, str]] = GPT_MODULE_BLOC
     return None
 
 
-def _cpu_sdpa(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+def _sdpa(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     return int(sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
 
-def _cpu_sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
-                       **kwargs: Any) -> int:
+def _sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
+                   **kwargs: Any) -> int:
     return int(sdpa_backward_flop_count(grad_out, query, key, value))  # type: ignore[no-untyped-call]  # likewise
 
 
 # FlopCounterMode wraps these to take shapes (custom_mapping), as torch's own formulas are.
-_CPU_ATTENTION: dict[Any, Callable[..., int]] = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward,
+_aten = torch.ops.aten
+_SDPA_OFF_CUDA: dict[Any, Callable[..., int]] = {
+    _aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward,
+    _aten._scaled_dot_product_attention_math_for_mps: _sdpa,
+    _aten._scaled_dot_product_fused_attention_overrideable: _sdpa,
+    _aten._scaled_dot_product_fused_attention_overrideable_backward: _sdpa_backward,
 }
 
 
 def flop_counter() -> FlopCounterMode:
-    """torch's FlopCounterMode with the CPU attention formulas added (see the module docstring)."""
-    return FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+    """torch's FlopCounterMode with the formulas of SDPA's ops off CUDA added (see the module docstring)."""
+    return FlopCounterMode(display=False, custom_mapping=_SDPA_OFF_CUDA)
 
 
 def formulas() -> dict[Any, Callable[..., int]]:
