@@ -400,17 +400,8 @@ class Session:
             self._figures_give_way = GiveWay(self._user_profiler_in_figures_step)  # after lmprof's own profiler started
             self._figures_give_way.install()
             self._kind = "figures"
-        if self._count_apart() and user_profiler_active():
-            self.notes.append(f"no FLOP count: your own torch.profiler was running when warm-up step {self.flops_at}, "
-                              "which counts them, began (FlopCounterMode's cost per operator would have been in "
-                              "your profile)")
-        elif self._count_apart():
-            self.flops_step = StepFlops()
-            self.flops_step.start()
-            # FlopCounterMode is no profiler, but its cost per operator would be in the user's profile
-            self._flops_give_way = GiveWay(self._user_profiler_in_flops_step)
-            self._flops_give_way.install()
-            self._kind = "counting"
+        if self._count_apart():
+            self._start_counting()
         if self.spec.mode == "train":
             self._mark()  # after the figures step's profiler started: its start is not in the step's time
 
@@ -423,22 +414,34 @@ class Session:
             self._figures_give_way.remove()
             self._figures_give_way = None
 
-    def _flops_end(self) -> None:
+    def _start_counting(self) -> None:
+        """The step that counts FLOPs begins (FlopCounterMode is no profiler, but its cost per operator
+        would be in the user's profile: it gives way to theirs as the figures step does)."""
+        if user_profiler_active():
+            self.notes.append(f"no FLOP count: your own torch.profiler was running when warm-up step {self.flops_at}, "
+                              "which counts them, began (FlopCounterMode's cost per operator would have been in "
+                              "your profile)")
+            return
+        self.flops_step = StepFlops()
+        self.flops_step.start()
+        self._flops_give_way = GiveWay(self._user_profiler_in_flops_step)
+        self._flops_give_way.install()
+        self._kind = "counting"
+
+    def _flops_end(self, keep: bool = True) -> None:
+        """End the step that counts FLOPs: its give-way removed, its count kept (``keep``) or dropped."""
         if self._flops_give_way is not None:
             self._flops_give_way.remove()
             self._flops_give_way = None
         if self.flops_step is not None and self.flops_counted is None:
-            self.flops_counted = self.flops_step.stop()
+            counted = self.flops_step.stop()
+            self.flops_counted = counted if keep else 0
 
     @guarded
     def _user_profiler_in_flops_step(self) -> None:
         """The user's profiler starts inside the step that counts FLOPs: the count stops, unused."""
-        if self._flops_give_way is not None:
-            self._flops_give_way.remove()
-            self._flops_give_way = None
         if self.flops_step is not None and self.flops_counted is None:
-            self.flops_step.stop()
-            self.flops_counted = 0
+            self._flops_end(keep=False)
             self.notes.append(f"no FLOP count: your own torch.profiler started during warm-up step {self.flops_at}, "
                               "which counts them: lmprof stopped counting (FlopCounterMode's cost per operator "
                               "would have been in your profile)")
@@ -772,14 +775,8 @@ class Session:
 
     def _teardown(self) -> None:
         """Remove every hook and patch lmprof placed; each part runs even when another one fails."""
-        if self._flops_give_way is not None:
-            with contextlib.suppress(Exception):
-                self._flops_give_way.remove()
-            self._flops_give_way = None
-        if self.flops_step is not None and self.flops_counted is None:  # ended inside its step: no count
-            with contextlib.suppress(Exception):
-                self.flops_step.stop()
-            self.flops_counted = 0
+        with contextlib.suppress(Exception):
+            self._flops_end(keep=False)  # ended inside its step: no count
         if self.figures_step is not None and self.figures_step.active:
             with contextlib.suppress(Exception):
                 self.figures_step.abort()
