@@ -109,12 +109,19 @@ def test_profile_inside_users_profiler(tmp_path: Path) -> None:
     assert "aten::addmm" in names and not any(n.startswith(("lmprof:", "ProfilerStep")) for n in names)
 
 
-@pytest.mark.parametrize("before,why", [
-    (2, "your own torch.profiler started during warm-up step 3"),  # it starts in the counting step
-    (1, "your own torch.profiler was running when warm-up step 3"),  # it starts in the figures step, runs on
+GAVE_WAY = ("your own torch.profiler started during the figures step (a warm-up step): lmprof stopped its memory "
+            "recording (two profilers cannot run at once): no memory measurement")
+RAN = ("your own torch.profiler ran during the figures step (a warm-up step): no memory measurement was taken "
+       "(lmprof never runs a profiler inside yours)")
+
+
+@pytest.mark.parametrize("before,why,memory_note", [
+    (2, "your own torch.profiler started during warm-up step 3", None),  # it starts in the counting step
+    (1, "your own torch.profiler was running when warm-up step 3", GAVE_WAY),  # starts in the figures step
+    (0, "your own torch.profiler was running when warm-up step 3", RAN),  # running as the figures step begins
 ])
 def test_users_profiler_in_the_flops_step_stops_the_count(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          before: int, why: str) -> None:
+                                                          before: int, why: str, memory_note: str | None) -> None:
     """At the defaults, a model lmprof has no formulas for gets its FLOPs counted on warm-up step 3. The
     user's profiler starting then, or running when it begins, stops the count (FlopCounterMode is no
     profiler, but its cost per operator would be in the user's profile): inside the user's block no
@@ -138,10 +145,8 @@ def test_users_profiler_in_the_flops_step_stops_the_count(tmp_path: Path, capsys
     no_count = [n for n in run.notes if n.startswith("no FLOP count")]
     assert len(no_count) == 1 and why in no_count[0], run.notes
     assert run.value("flops.model_per_step") is None
-    if before == 2:
+    if memory_note is None:
         assert run.value("memory.peak")  # the figures step (2) was before the user's profiler
     else:  # it gave way to the user's profiler: one note says so, and no other says why there is no memory
         assert run.value("memory.peak") is None
-        assert [n for n in run.notes if "memory" in n and n.startswith(("no memory", "your own"))] == [
-            "your own torch.profiler started during the figures step (a warm-up step): lmprof stopped its memory "
-            "recording (two profilers cannot run at once): no memory measurement"]
+        assert [n for n in run.notes if "memory" in n and n.startswith(("no memory", "your own"))] == [memory_note]

@@ -113,8 +113,8 @@ def _facts(session: Any, run: Run) -> Facts:
         counted = (CountedFlops(where=where, prefill=step.prefill_flops,
                                 decode=step.flops - step.prefill_flops if step.prefill_flops else None)
                    if infer else CountedFlops(where=where, step=step.flops))
-    elif any(n.startswith("no FLOP count") for n in session.notes):
-        pass  # the session said why already (your own profiler started in the counting step)
+    elif session.flops_gave_way:
+        pass  # the session said why already (your own profiler ran in the counting step)
     elif shape is None and not session.compiled and session.flops_apart:
         run.notes.append(f"no FLOP count: it is taken on warm-up step {session.flops_at} (apart from the figures "
                          "step, so that the profile has no FlopCounterMode in it), and this run ended before that step did")
@@ -127,7 +127,7 @@ def _facts(session: Any, run: Run) -> Facts:
     if step is not None and step.memory is None and session.figures_step.memory_error:
         run.notes.append(f"no memory measurement: the figures step's recording could not be read back "
                          f"({session.figures_step.memory_error})")
-    if step is None and not any("during the figures step" in n for n in session.notes):  # else said why
+    if step is None and not session.figures_gave_way:  # else the session said why
         run.notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
                          "lmprof saw begin (raise --warmup)")
     known = session.known or _observed(session, run)  # lmprof train / infer describe their workload

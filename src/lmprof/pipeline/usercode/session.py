@@ -171,6 +171,8 @@ class Session:
         self.flops_step: StepFlops | None = None
         self.flops_counted: int | None = None
         self._flops_give_way: GiveWay | None = None
+        # the user's own profiler kept the figures step / the FLOP count from being taken (a note says so)
+        self.figures_gave_way = self.flops_gave_way = False
         self._figures_give_way: GiveWay | None = None
         self.kineto_ran = False  # lmprof started a profiler in this process (figures step or window)
         self.step_figures: StepFigures | None = None
@@ -385,8 +387,10 @@ class Session:
         self._kind = "first" if self.k == 0 else "warm-up"
         if self.k + 1 == self.figures_at and self.figures_step is None and self.model is not None:
             if user_profiler_active():
+                self.figures_gave_way = True
                 self.notes.append("your own torch.profiler ran during the figures step (a warm-up step): no memory "
-                                  "or FLOP count was taken (lmprof never runs a profiler inside yours)")
+                                  f"{'measurement' if self.flops_apart else 'or FLOP count'} was taken (lmprof never "
+                                  "runs a profiler inside yours)")
                 return
             assert self.device is not None
             describe = self._shape() is None and not self.compiled and not self.flops_apart
@@ -418,6 +422,7 @@ class Session:
         """The step that counts FLOPs begins (FlopCounterMode is no profiler, but its cost per operator
         would be in the user's profile: it gives way to theirs as the figures step does)."""
         if user_profiler_active():
+            self.flops_gave_way = True
             self.notes.append(f"no FLOP count: your own torch.profiler was running when warm-up step {self.flops_at}, "
                               "which counts them, began (FlopCounterMode's cost per operator would have been in "
                               "your profile)")
@@ -442,6 +447,7 @@ class Session:
         """The user's profiler starts inside the step that counts FLOPs: the count stops, unused."""
         if self.flops_step is not None and self.flops_counted is None:
             self._flops_end(keep=False)
+            self.flops_gave_way = True
             self.notes.append(f"no FLOP count: your own torch.profiler started during warm-up step {self.flops_at}, "
                               "which counts them: lmprof stopped counting (FlopCounterMode's cost per operator "
                               "would have been in your profile)")
@@ -450,6 +456,7 @@ class Session:
     def _user_profiler_in_figures_step(self) -> None:
         """The user's profiler starts inside the figures step: lmprof's stops first, keeping nothing."""
         counting = self.figures_step is not None and self.figures_step.flops is not None
+        self.figures_gave_way = True
         if self.figures_step is not None:
             self.figures_step.abort()
             self.figures_step = None
