@@ -26,7 +26,11 @@ _BLOCK, _HEADER = 32768, 7
 
 
 def read_records(path: Path) -> list[Any]:
-    """Every Record in a .wandb file (LevelDB log framing: crc32c, length, type; FULL/FIRST/MIDDLE/LAST)."""
+    """Every whole Record in a .wandb file (LevelDB log framing: crc32c, length, type; FULL/FIRST/MIDDLE/LAST).
+
+    A record the writer has not finished (a torn tail, as when wandb-core is still flushing) is left out,
+    so the callers' poll for the closing 'exit' record reads it on a later pass.
+    """
     data = path.read_bytes()
     assert data[:4] == b":W&B"
     records, pos, pending = [], _HEADER, b""
@@ -36,6 +40,8 @@ def read_records(path: Path) -> list[Any]:
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + _HEADER])
+        if pos + _HEADER + length > len(data):  # wandb-core is still writing this record: read it next time
+            break
         chunk = data[pos + _HEADER:pos + _HEADER + length]
         pos += _HEADER + length
         if kind == 0 and length == 0:
@@ -96,3 +102,19 @@ def test_offline_run_equals_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     art = next(r.artifact for r in records if r.WhichOneof("record_type") == "artifact"
                and r.artifact.type == "lmprof-run")
     assert {"report.html", "trace.json.gz", "run.json"} <= {e.path for e in art.manifest.contents}
+
+
+def test_reader_leaves_out_a_torn_tail(tmp_path: Path) -> None:
+    """The poll above reads a file wandb-core may be writing: a record cut anywhere is left for later."""
+    recs = [wandb_internal_pb2.Record(num=i) for i in range(1, 4)]
+    recs[1].history.item.add(key="x", value_json="1" * 40)
+    body = b"".join(struct.pack("<IHB", 0, len(r.SerializeToString()), 1) + r.SerializeToString() for r in recs)
+    whole = b":W&B" + b"\0\0\0" + body
+    path = tmp_path / "run-x.wandb"
+    ends = []
+    for cut in range(len(whole) - len(body), len(whole) + 1):
+        path.write_bytes(whole[:cut])
+        got = read_records(path)
+        assert got == recs[:len(got)]  # a prefix of the records, never a parse error
+        ends.append(len(got))
+    assert ends[0] == 0 and ends[-1] == 3 and sorted(ends) == ends
