@@ -81,6 +81,21 @@ def test_real_traces_chunk_by_chunk(path, monkeypatch):
     assert seen and all(seen)  # real traces are plain: none refused
 
 
+def test_kept_views_stay_as_handed_out(monkeypatch):
+    """A worker thread decodes the splitter's view after the splitter has gone on: every view kept
+    to the end still holds the bytes it held when handed out, and together they are the trace's events."""
+    import lmprof.trace.read as read_mod
+
+    monkeypatch.setattr(read_mod, "READ_BYTES", 64 << 10)
+    path = DATA / "gpu_2rank_rank0.json.gz"
+    kept: list[tuple[memoryview, bytes]] = []
+    _split(path, lambda view, exact: kept.append((view, bytes(view))))
+    assert len(kept) > 10
+    assert all(bytes(view) == at_hand for view, at_hand in kept)
+    events = [e for _, raw in kept for e in json.loads(raw)]
+    assert events == json.loads(gzip.open(path).read())["traceEvents"]
+
+
 def _events() -> list[dict[str, Any]]:
     evs = json.loads(gzip.open(DATA / "gpu_2rank_rank0.json.gz").read())["traceEvents"]
     evs += json.loads(gzip.open(DATA / "cpu_ops_only.json.gz").read())["traceEvents"][:3000]  # record_shapes

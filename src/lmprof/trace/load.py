@@ -317,7 +317,10 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
     with pool:
 
         def submit(view: memoryview, exact: bool) -> None:
-            pending.append((pool.submit(read_chunk, bytes(view), exact), exact))
+            # a thread reads the splitter's view as it is (the splitter never writes to it again);
+            # a process needs bytes to pickle
+            payload = view if scan.NATIVE else bytes(view)
+            pending.append((pool.submit(read_chunk, payload, exact), exact))
             while len(pending) > workers * _IN_FLIGHT_PER_WORKER:
                 collect(pending.popleft())
 

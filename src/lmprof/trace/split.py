@@ -216,16 +216,24 @@ class Splitter:
 
         ``exact``: the cut is known to end an event (bracket scan), so the decoder may skip the
         events it cannot read instead of failing; a guessed cut must decode strictly or not at all.
+
+        Once ``on_events`` returns, the view it was given is its own: the splitter goes on in a new
+        buffer and never writes to that one again, so a consumer may keep the view (a worker thread
+        decoding it later) without copying it. Copying each run cost the main thread a copy of the
+        whole file while the workers waited on it.
         """
         buf = self.buf
+        rest = buf[end:]  # the comma (or closing bracket) at ``end`` stays as the next first byte
         first, last = buf[0], buf[end]
         buf[0], buf[end] = _OPEN_BRACKET, _CLOSE_BRACKET
+        view = memoryview(buf)[: end + 1]
         try:
-            with memoryview(buf) as view:
-                self.on_events(view[: end + 1], exact)
-        finally:
+            self.on_events(view, exact)
+        except BaseException:
+            view.release()  # the exact scan may read this buffer again, and the next read grow it
             buf[0], buf[end] = first, last
-        self.buf = buf[end:]  # the comma (or closing bracket) at ``end`` stays as the next first byte
+            raise
+        self.buf = rest
 
     def _events_exact(self, final: bool) -> None:
         buf = self.buf
