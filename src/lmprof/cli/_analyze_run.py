@@ -26,7 +26,7 @@ def run_analyze(
     prints one line (``typer.echo`` from the typer command)."""
     # heavy imports here, so `lmprof --help` stays fast
     if path.is_file():
-        from lmprof.trace.snapshot import looks_like_snapshot
+        from lmprof.trace.read import looks_like_snapshot
 
         if looks_like_snapshot(path):
             _snapshot(path, json_out, top, echo, other=[o for o, v in (("--diff", diff), ("--annotate", annotate),

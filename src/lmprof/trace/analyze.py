@@ -20,6 +20,7 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load
+from lmprof.trace.groups import distinct
 from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
@@ -134,7 +135,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
                 idle=idle_causes(table, sel),
                 launches=launch_stats(table, sel.rows),
                 kernels=kernel_breakdown(table, sel.rows, top),
-                device_ids=sorted(int(d) for d in np.unique(dev_ids[dev_ids >= 0])),
+                device_ids=sorted(int(d) for d in distinct(dev_ids[dev_ids >= 0])),
                 communication=collectives(table, sel.rows),
                 hardware=hardware_use(table, sel.rows),
             )

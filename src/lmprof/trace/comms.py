@@ -25,6 +25,7 @@ from lmprof.trace import kinds
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
+from lmprof.trace.groups import median
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
@@ -180,9 +181,9 @@ def _groups(calls: list[Collective]) -> list[CollectiveGroup]:
         t = np.array([c.time_us for c in cs])
         alg = [c.algbw_gbps for c in cs if c.algbw_gbps is not None]
         bus = [c.busbw_gbps for c in cs if c.busbw_gbps is not None]
-        out.append(CollectiveGroup(kind, dtype, n, msg, len(cs), float(t.sum()), float(np.median(t)),
-                                   float(np.median(alg)) if alg else None,
-                                   float(np.median(bus)) if bus else None))  # fmt: skip
+        out.append(CollectiveGroup(kind, dtype, n, msg, len(cs), float(t.sum()), median(t),
+                                   median(alg) if alg else None,
+                                   median(bus) if bus else None))  # fmt: skip
     out.sort(key=lambda g: -g.total_us)
     return out
 

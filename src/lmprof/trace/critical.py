@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.groups import factorize
+from lmprof.trace.groups import distinct, factorize, median
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
@@ -370,7 +370,7 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     steps = profiler_steps(table)
     if steps.empty:
         return None
-    if np.unique(steps["step"]).size >= 2:
+    if distinct(steps["step"]).size >= 2:
         steps = steps.take(steps["ts"] < steps["ts"].max())
     steps = steps.take(slice(0, _MAX_STEPS_WALKED))
     ev = table.event_cols
@@ -402,7 +402,7 @@ def critical_path(table: TraceTable, dev_rows: np.ndarray | None) -> CriticalPat
     total = sum(p.step_us for p in paths)
     sums = {k: sum(p.segments_us[k] for p in paths) for k in SEGMENTS}
     pct = {k: 100.0 * v / total if total > 0 else 0.0 for k, v in sums.items()}
-    med = float(np.median([p.step_us for p in paths])) / 1e3
+    med = median([p.step_us for p in paths]) / 1e3
     top_name, top_path = _top_kernel(ix, dev_rows, np.concatenate([np.empty(0, dtype=np.int64), *on_path_all]))
 
     def what_if(change: str, removed_us: float) -> WhatIf:

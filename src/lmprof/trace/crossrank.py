@@ -30,6 +30,7 @@ import numpy as np
 
 from lmprof.trace.comms import Communication, call_keys, matched_by_seq
 from lmprof.trace.critical import CriticalPath
+from lmprof.trace.groups import median
 
 CLOCK_NOTE = (
     "ranks' trace clocks are taken to agree (one host or synchronised clocks): "
@@ -108,8 +109,8 @@ def cross_rank_path(per_rank: list[tuple[int, CriticalPath | None, Communication
     return CrossRankPath(
         rows=sorted(rows, key=lambda x: (x.step, x.rank)),
         steps=steps,
-        step_ms=float(np.median(longest)) / 1e3 if longest else 0.0,
-        balanced_step_ms=float(np.median(balanced)) / 1e3 if balanced else 0.0,
+        step_ms=median(longest) / 1e3 if longest else 0.0,
+        balanced_step_ms=median(balanced) / 1e3 if balanced else 0.0,
         matched_by="sequence number" if by_seq else "order",
         collectives_linked=len(linked),
     )

@@ -17,6 +17,7 @@ from lmprof.trace import kinds
 from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
+from lmprof.trace.groups import percentile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -197,4 +198,4 @@ def launch_stats(table: TraceTable, device_rows: np.ndarray) -> LaunchStats:
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if len(values) else None
+    return percentile(values, q) if len(values) else None

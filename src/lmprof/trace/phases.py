@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmprof.trace import kinds
+from lmprof.trace.groups import distinct
 from lmprof.trace.autograd import backward_node_mask
 from lmprof.trace.intervals import union
 from lmprof.trace.load import TraceTable
@@ -72,7 +73,7 @@ def phase_split(table: TraceTable) -> Phases | None:
     else:
         h = np.flatnonzero(host)
         first, last = float(ts[h].min()), float(end[h].max())
-        step_ends = np.unique(end[opt[_is_step(table, opt)]])
+        step_ends = distinct(end[opt[_is_step(table, opt)]])
         if step_ends.size:
             source = "Optimizer.step"
             s0 = np.concatenate([[first], step_ends[:-1]])

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lmprof.trace.groups import median
+
 if TYPE_CHECKING:
     from lmprof.trace.analyze import TraceReport
 
@@ -75,7 +77,7 @@ def compare_ranks(rows: list[RankRow]) -> RankComparison:
             break
     vals = np.array(values, dtype=float)
     slow, fast = int(np.argmax(vals)), int(np.argmin(vals))
-    med = float(np.median(vals))
+    med = median(vals)
     comm = [r.communication_total_us for r in rows]
     cmin: float | None = None  # no communication figures when a rank lacks them
     cmax: float | None = None

@@ -101,3 +101,17 @@ def gzip_size(path: Path) -> int:
             return 0
         f.seek(-4, os.SEEK_END)
         return int.from_bytes(f.read(4), "little")
+
+
+def looks_like_snapshot(path: Path) -> bool:
+    """A pickle (protocol 2 or later) by its first bytes, or a ``.pickle`` / ``.pkl`` name: a CUDA memory
+    snapshot for :mod:`lmprof.trace.snapshot`. Here, not there, so that telling a trace from a snapshot
+    imports neither pickle nor the snapshot reader (``lmprof analyze`` of a trace pays no start-up for it)."""
+    if path.name.endswith((".pickle", ".pkl")):
+        return True
+    try:
+        with open_regular(path) as f:
+            head = f.read(2)
+    except DataError:
+        return False
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5

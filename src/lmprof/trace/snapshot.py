@@ -46,18 +46,6 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("uses persistent ids, which a snapshot never does")
 
 
-def looks_like_snapshot(path: Path) -> bool:
-    """A pickle (protocol 2 or later) by its first bytes, or a ``.pickle`` / ``.pkl`` name."""
-    if path.name.endswith((".pickle", ".pkl")):
-        return True
-    try:
-        with open_regular(path) as f:
-            head = f.read(2)
-    except DataError:
-        return False
-    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-
-
 def read_snapshot(path: Path) -> dict[str, Any]:
     """The snapshot's dict, unpickled with no code run; DataError for anything else."""
     with open_regular(path) as f:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmprof.trace import kinds
+from lmprof.trace.groups import distinct, median, percentile
 from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 
@@ -22,7 +23,7 @@ def profiler_steps(table: TraceTable) -> Frame:
         rows = np.flatnonzero(host & named)
         ev = table.event_cols
         labels, codes = ev.labels("name"), ev["name"]  # every row here has a name (code >= 0)
-        step_of = {c: kinds.step_number(str(labels[c])) for c in np.unique(codes[rows]).tolist()}
+        step_of = {c: kinds.step_number(str(labels[c])) for c in distinct(codes[rows]).tolist()}
         numbers = np.array([step_of[c] for c in codes[rows].tolist()], dtype=np.int64)
         rows.setflags(write=False)
         numbers.setflags(write=False)
@@ -71,9 +72,9 @@ def step_stats(table: TraceTable) -> StepStats | None:
     t0 = float(steps["ts"][0])
     return StepStats(
         count=len(ms),
-        median_ms=float(np.median(ms)),
-        p10_ms=float(np.percentile(ms, 10)),
-        p90_ms=float(np.percentile(ms, 90)),
+        median_ms=median(ms),
+        p10_ms=percentile(ms, 10),
+        p90_ms=percentile(ms, 90),
         mean_ms=float(ms.mean()),
         min_ms=float(ms.min()),
         max_ms=float(ms.max()),

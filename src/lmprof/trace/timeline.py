@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmprof.trace import kinds
+from lmprof.trace.groups import distinct, median
 from lmprof.trace.intervals import Sweep, sweep, union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
@@ -65,7 +66,7 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     steps = profiler_steps(table)
     keep = np.ones(len(dev), dtype=bool)
     rule = "all device events"
-    if np.unique(steps["step"]).size >= 2:
+    if distinct(steps["step"]).size >= 2:
         rt = launch_columns(table, dev, ["runtime"])["runtime"]
         launch = np.where(rt >= 0, ts[np.maximum(rt, 0)], np.inf)
         if include_last_step:
@@ -254,5 +255,5 @@ def idle_causes(table: TraceTable, sel: DeviceSelection) -> IdleCauses:
         host_bound_gaps=int(host.sum()),
         other_gaps=int(other.sum()),
         largest_gap_us=float(length.max()),
-        median_gap_us=float(np.median(length)),
+        median_gap_us=median(length),
     )
