@@ -299,3 +299,39 @@ def test_terminal_name_folding():
     assert (fmt_us(12.345), fmt_us(12_345.0), fmt_us(12_345_678.0), fmt_us(None)) == (
         "12.35 us", "12.345 ms", "12.346 s", "n/a"
     )
+
+
+class _InOrder:
+    """A stand-in for ThreadPoolExecutor that runs each task at once, in the caller's thread."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __enter__(self) -> "_InOrder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn, *args, **kwargs):
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as the executor would
+            done.set_exception(exc)
+        return done
+
+
+@pytest.mark.parametrize("name", ["v100_train_rank0", "gpu_2rank_rank0", "amd_mi250_train", "cpu_ops_only"])
+def test_two_threads_give_the_one_thread_report(name, monkeypatch):
+    """analyze_table shares its analyses between two threads: the report is the one that running
+    them one after another in a single thread gives, to the byte."""
+    import lmprof.trace.analyze as analyze_mod
+
+    path = DATA / f"{name}.json.gz"
+    threaded = json.dumps(analyze_table(load_trace(path)).__dict__, default=str, sort_keys=True)
+    monkeypatch.setattr(analyze_mod, "ThreadPoolExecutor", _InOrder)
+    in_order = json.dumps(analyze_table(load_trace(path)).__dict__, default=str, sort_keys=True)
+    assert threaded == in_order

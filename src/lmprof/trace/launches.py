@@ -9,7 +9,7 @@ some Kineto versions fill it with the correlation id instead, so nesting is what
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -27,11 +27,29 @@ def launching_calls(table: TraceTable, device_rows: np.ndarray | None = None) ->
     """Row of the runtime call that launched each device row (same correlation id), or -1.
 
     When several runtime events share a correlation id (a runtime call and the driver call inside
-    it), the runtime one wins, then the earliest.
+    it), the runtime one wins, then the earliest. For every device row (``device_rows`` None) the
+    answer is kept in the table's cache (read-only).
     """
-    ev = table.event_cols
     if device_rows is None:
-        device_rows = np.flatnonzero(kinds.device_mask(table))
+        cached = table.cache.get("launching_calls")
+        if cached is None:
+            cached = table.cache["launching_calls"] = _launching_calls(table, _device_rows(table))
+            cached.setflags(write=False)
+        return cached
+    return _launching_calls(table, device_rows)
+
+
+def _device_rows(table: TraceTable) -> np.ndarray:
+    """The device events' rows, ascending (cached, read-only)."""
+    cached = table.cache.get("device_rows")
+    if cached is None:
+        cached = table.cache["device_rows"] = np.flatnonzero(kinds.device_mask(table))
+        cached.setflags(write=False)
+    return cached
+
+
+def _launching_calls(table: TraceTable, device_rows: np.ndarray) -> np.ndarray:
+    ev = table.event_cols
     corr = ev["correlation"]
     rt = np.flatnonzero(kinds.runtime_mask(table) & (corr >= 0))
     out = np.full(len(device_rows), -1, dtype=np.int64)
@@ -70,8 +88,8 @@ def launch_links(table: TraceTable) -> Frame:
     if cached is not None:
         return cached
     ts = table.event_cols["ts"]
-    dev = np.flatnonzero(kinds.device_mask(table))
-    rt = launching_calls(table, dev)
+    dev = _device_rows(table)
+    rt = launching_calls(table)  # for every device row, in order: dev's
     op = enclosing(table, rt, kinds.op_mask(table))
     ann = enclosing(table, rt, kinds.annotation_mask(table))
     delay = np.full(len(dev), np.nan)
@@ -98,8 +116,13 @@ def kernel_launches(table: TraceTable) -> pd.DataFrame:
 def launch_columns(table: TraceTable, rows: np.ndarray, columns: list[str]) -> dict[str, np.ndarray]:
     """Columns of :func:`launch_links` for the device ``rows`` (like pandas' ``.loc[rows, columns]``
     on :func:`kernel_launches`; KeyError for a row that is not a device event), by a binary search
-    of the sorted event rows."""
-    links = launch_links(table)
+    of the sorted event rows. Asked for the ``runtime`` column alone, it does not wait for the
+    nesting of host events that the ``op`` and ``annotation`` columns need."""
+    links: Any
+    if "launch_links" not in table.cache and set(columns) <= {"event", "runtime"}:
+        links = {"event": _device_rows(table), "runtime": launching_calls(table)}
+    else:
+        links = launch_links(table)
     rows = np.asarray(rows, dtype=np.int64)
     index = links["event"]
     pos = np.minimum(np.searchsorted(index, rows), max(len(index) - 1, 0))
