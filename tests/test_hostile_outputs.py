@@ -534,3 +534,17 @@ def test_signal_during_a_real_run(tmp_path, sig, code):
         assert f"kept {left[0]}" in lines[0], lines[0]
     else:
         assert "nothing kept" in lines[0], lines[0]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose every write fails: ENOSPC)")
+@pytest.mark.parametrize("args", [["analyze", "TRACE", "--json"], ["analyze", "TRACE"], ["--help"]],
+                         ids=["analyze-json-fast-path", "analyze-table-typer", "help"])
+def test_standard_output_on_a_full_disk_is_one_line(args):
+    """`lmprof ... > file` on a full disk: one line on stderr and exit 2, not a traceback (nor the
+    interpreter's own report when its last flush fails too)."""
+    trace = str(Path(__file__).parent / "data" / "traces" / "cpu_only_tiny.json.gz")
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "lmprof", *[trace if a == "TRACE" else a for a in args]],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == ["lmprof: error: cannot write to standard output: No space left on device"]

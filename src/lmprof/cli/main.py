@@ -8,7 +8,9 @@ modules are imported only when typer parses the command line.
 """
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -37,9 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     from lmprof.cli._fast import fast_analyze_args
 
     fast = fast_analyze_args(sys.argv[1:] if argv is None else list(argv))
-    if fast is not None:
-        return _run_fast(fast, argv)
-    return _run_typer(argv)
+    try:
+        if fast is not None:
+            return _run_fast(fast, argv)
+        return _run_typer(argv)
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM:
+            raise
+        where = f"cannot write {exc.filename}" if exc.filename else "cannot write to standard output"
+        print(f"lmprof: error: {where}: {exc.strerror}", file=sys.stderr)
+        if argv is None:
+            # what could not be written is still buffered: the interpreter's final flush would fail
+            # again and print a traceback-like report, so leave without it
+            try:
+                sys.stderr.flush()
+            finally:
+                os._exit(2)
+        return 2
+
+
+# A full disk (or quota, or file size limit) under a file lmprof writes without its own message
+# (standard output redirected to a file, the terminal's report): one line, not a traceback.
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 def _run_fast(kwargs: dict[str, object], argv: list[str] | None) -> int:
@@ -61,7 +82,22 @@ def _run_fast(kwargs: dict[str, object], argv: list[str] | None) -> int:
     except MemoryError:
         print("lmprof: error: out of memory (Python could not allocate more): try smaller sizes", file=sys.stderr)
         return _exit(2, argv)
+    if argv is None and code == 0:
+        _leave_now()
     return _exit(code, argv)
+
+
+def _leave_now() -> None:
+    """End a finished console-script ``analyze --json`` at once: its report is written and flushed,
+    and tearing the interpreter down (freeing every module, array and cached table) took 20 ms, a
+    fortieth of analysing a 270 MB trace. A stream that cannot be flushed returns instead, so the
+    interpreter's own exit reports it as always."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(0)
 
 
 def _run_typer(argv: list[str] | None) -> int:
