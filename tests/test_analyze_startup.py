@@ -110,3 +110,19 @@ def test_json_text_shows_bytes_that_are_not_utf8_as_replacement_characters() -> 
 
     name = os.fsdecode(b"a\xffb")
     assert json.loads(json_text({name: [name, 1.5, None]})) == {"a\ufffdb": ["a\ufffdb", 1.5, None]}
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_analyze_keeps_numpys_blas_to_one_thread_unless_told(preset: str | None) -> None:
+    """numpy's OpenBLAS worker spins ~0.1 s of CPU after numpy is imported (analyze never calls BLAS):
+    the command asks for one thread, and a user's own OPENBLAS_NUM_THREADS is kept."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    code = ("import os, sys\nfrom lmprof.cli.main import main\n"
+            f"assert main(['analyze', {str(TINY)!r}, '--json']) == 0\n"
+            "print('BLAS', os.environ.get('OPENBLAS_NUM_THREADS'), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert f"BLAS {preset or '1'}" in out.stderr.splitlines()

@@ -38,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and on the console script, exits with) the process exit code."""
     from lmprof.cli._fast import fast_analyze_args
 
-    fast = fast_analyze_args(sys.argv[1:] if argv is None else list(argv))
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["analyze"]:
+        # numpy's OpenBLAS starts a worker thread per extra core when numpy is imported, and an idle
+        # worker spins about 0.1 s of CPU before it sleeps; analyze never calls BLAS, and on two
+        # cores that spin is taken from the trace reader. A user's own setting is kept.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    fast = fast_analyze_args(args)
     try:
         if fast is not None:
             return _run_fast(fast, argv)
