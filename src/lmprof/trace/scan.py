@@ -11,6 +11,8 @@ shapes are kept.
 """
 from __future__ import annotations
 
+import functools
+
 import importlib
 import os
 from types import ModuleType
@@ -124,14 +126,12 @@ def _sparse_args(
     (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values) and,
     when the C reader saw an "Input Dims" key (record_shapes), the operators' input shapes."""
     name_codes, cat_codes = ch.x["name"], ch.x["cat"]
-    comm_codes = [c for c, n in enumerate(names) if dec.may_carry_comms(n)]
-    rows = np.flatnonzero(np.isin(name_codes, comm_codes)).tolist()
+    rows = _rows_coded(name_codes, [_may_carry_comms(n) for n in names]).tolist()
     for i, a in zip(rows, _args(view, args_at, rows)):
         if a.collective is not None:
             ch.comm_rows.append(i)
             ch.comm_values.append(dec.comm_fields(a))
-    device_codes = [c for c, k in enumerate(cats) if k.lower() in dec.HW_CATS]
-    dev_idx = np.flatnonzero(np.isin(cat_codes, device_codes))
+    dev_idx = _rows_coded(cat_codes, [k.lower() in dec.HW_CATS for k in cats])
     ch.hw_rows = dev_idx.astype(np.int64)
     ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
     if has_shapes:
@@ -139,6 +139,19 @@ def _sparse_args(
         off, n = args_at
         parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[op_rows].tolist(), n[op_rows].tolist())]
         dec.add_shapes(ch, op_rows, _SHAPES_LIST.decode(b"[" + b",".join(parts) + b"]"))
+
+
+def _rows_coded(codes: np.ndarray, wanted: list[bool]) -> np.ndarray:
+    """Rows whose code (an index into the chunk's own list of texts) is wanted: a table lookup,
+    a fraction of ``np.isin``'s cost on the few hundred codes of a chunk."""
+    if not any(wanted):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.array(wanted, dtype=bool)[codes])
+
+
+# Each chunk names its events anew (a few hundred distinct names, the same from chunk to chunk):
+# the answer for a name is kept, for as many names as a large trace has, not for a hostile file's.
+_may_carry_comms = functools.lru_cache(maxsize=1 << 14)(dec.may_carry_comms)
 
 
 def _odd_ids(ch: dec.Chunk, odd: list[tuple[int, int, bytes]]) -> None:
