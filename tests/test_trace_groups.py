@@ -51,8 +51,9 @@ def test_analyze_does_not_import_numpy_ma(tmp_path):
     from pathlib import Path
 
     trace = Path(__file__).parent / "data" / "traces" / "v100_train_rank0.json.gz"
-    code = ("import sys, runpy; sys.argv = ['lmprof', 'analyze', sys.argv[1], '--json']\n"
-            "try:\n    runpy.run_module('lmprof', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    # main() called with its arguments returns (the console script leaves at once when done)
+    code = ("import sys\nfrom lmprof.cli.main import main\n"
+            "assert main(['analyze', sys.argv[1], '--json']) == 0\n"
             "print('numpy.ma' in sys.modules, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
