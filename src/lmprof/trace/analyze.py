@@ -15,7 +15,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
@@ -24,7 +24,6 @@ from lmprof.trace import kinds, load, nesting
 from lmprof.trace.groups import distinct
 from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.critical import CriticalPath, critical_path
-from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
@@ -33,7 +32,6 @@ from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
-from lmprof.trace.ranks import RankComparison, compare_ranks, rank_row
 from lmprof.trace.steps import StepStats, profiler_steps, step_stats
 from lmprof.trace.timeline import (
     IdleCauses,
@@ -44,6 +42,10 @@ from lmprof.trace.timeline import (
     select_device,
     temporal_breakdown,
 )
+
+if TYPE_CHECKING:
+    from lmprof.trace.crossrank import CrossRankPath
+    from lmprof.trace.ranks import RankComparison
 
 SCHEMA = "lmprof.analyze/1"
 NO_DEVICE = "no device activity in trace"
@@ -245,6 +247,10 @@ def combine(reports: list[TraceReport]) -> Report:
         raise DataError(f"several traces claim rank {dup[0]}: give one trace per rank")
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
+    # only a multi-rank report needs these: a single trace's analysis does not import them
+    from lmprof.trace.crossrank import cross_rank_path
+    from lmprof.trace.ranks import compare_ranks, rank_row
+
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]
     comms = [(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)]
     matched = match_ranks(comms)
