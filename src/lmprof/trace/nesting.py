@@ -218,7 +218,17 @@ def depth(table: TraceTable) -> np.ndarray:
 
 
 def self_time(table: TraceTable) -> np.ndarray:
-    """Duration minus the durations of direct children on the same thread (never below 0), us."""
+    """Duration minus the durations of direct children on the same thread (never below 0), us.
+
+    Kept in the table's cache (read-only): the operator and annotation tables both ask."""
+    cached = table.cache.get("self_time")
+    if cached is None:
+        cached = table.cache["self_time"] = _self_time(table)
+        cached.setflags(write=False)
+    return cached
+
+
+def _self_time(table: TraceTable) -> np.ndarray:
     par = parents(table)
     dur = np.maximum(table.event_cols["dur"], 0.0)
     child = par >= 0
