@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lmprof.cli.main import main
+from lmprof.errors import DataError
 from lmprof.trace import kinds
 from lmprof.trace.analyze import analyze_path, analyze_table, find_traces
 from lmprof.trace.load import load_trace
@@ -335,3 +336,17 @@ def test_two_threads_give_the_one_thread_report(name, monkeypatch):
     monkeypatch.setattr(analyze_mod, "ThreadPoolExecutor", _InOrder)
     in_order = json.dumps(analyze_table(load_trace(path)).__dict__, default=str, sort_keys=True)
     assert threaded == in_order
+
+
+@pytest.mark.parametrize("where", ["annotation_breakdown", "kernel_breakdown", "critical_path"])
+def test_an_analysis_that_fails_in_either_thread_fails_the_call_and_nothing_hangs(where, monkeypatch):
+    """A failing analysis (in the second thread, or in the first with host analyses still queued)
+    reaches the caller as itself, and analyze_table returns instead of waiting on the queue."""
+    import lmprof.trace.analyze as analyze_mod
+
+    def boom(*args, **kwargs):
+        raise DataError(f"{where} failed")
+
+    monkeypatch.setattr(analyze_mod, where, boom)
+    with pytest.raises(DataError, match=f"{where} failed"):
+        analyze_table(load_trace(DATA / "v100_train_rank0.json.gz"))
