@@ -148,3 +148,29 @@ def test_missing_module_and_package_folder(tmp_path: Path, monkeypatch: pytest.M
     assert captured.out == "main of ['x'] 42\n"
     (tmp_path / "empty").mkdir()
     assert main(["run", "--out", "runs", str(tmp_path / "empty")]) == 2
+
+
+def test_the_scripts_traceback_is_the_one_python_prints(tmp_path: Path) -> None:
+    """An uncaught (chained) exception of the script: the same traceback as `python script.py`
+    prints, from the script's first frame, with no frame of lmprof's or runpy's."""
+    import subprocess
+    import sys
+
+    script = write(tmp_path, "boom.py", """
+        def inner():
+            raise ValueError("inner")
+        try:
+            inner()
+        except ValueError as exc:
+            raise KeyError("outer") from exc
+        """)
+    plain_run = subprocess.run([sys.executable, script.name], cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120)
+    under = subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report", "--out", "runs", script.name],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain_run.returncode == under.returncode == 1
+    # python names the script by its absolute path (its __file__); under lmprof, as typed
+    expected = plain_run.stderr.replace(str(script), script.name).splitlines()
+    got = under.stderr.splitlines()
+    assert got[: len(expected)] == expected, under.stderr
+    assert "lmprof" not in "\n".join(got[: len(expected)]) and "runpy" not in under.stderr

@@ -54,6 +54,18 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+def print_as_python_would(exc: BaseException) -> None:
+    """The script's uncaught exception on stderr as ``python script.py`` prints it: from the
+    script's own first frame, without the frames of lmprof and runpy that ran it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
+_RUNNER_FILES = {__file__, runpy.__file__, "<frozen runpy>"}
+
+
 def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:
     """Run ``target`` (a path, or a module name with ``module``) under a session; never raises for
     what the script does."""
@@ -93,11 +105,11 @@ def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = F
     except SystemExit as exc:
         code = _exit_code(exc)
         reason = f"the script exited (code {code})"
-    except KeyboardInterrupt:  # as python: the traceback, then death by SIGINT (the caller, once lmprof has spoken)
-        traceback.print_exc()
+    except KeyboardInterrupt as exc:  # as python: the traceback, then death by SIGINT (the caller, once lmprof has spoken)
+        print_as_python_would(exc)
         code, reason, signum = 130, "the script was interrupted (SIGINT)", signal.SIGINT
     except BaseException as exc:  # the script's own error: show it as python would, keep going
-        traceback.print_exc()
+        print_as_python_would(exc)
         code, reason = 1, f"the script raised {type(exc).__name__}"
     finally:
         term.remove()
