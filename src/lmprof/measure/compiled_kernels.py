@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -111,11 +112,13 @@ def _handle(name: str) -> int:
 
 @dataclass
 class NodeInfo:
-    """What a kernel's post-grad FX node weighs: its source stack and its FLOPs and output bytes."""
+    """What a kernel's post-grad FX node weighs: its source stack and its FLOPs and output bytes.
+    ``name``: the node's name in its graph (one node may be an origin of several kernels)."""
 
     stack: str
     flops: float
     bytes: float
+    name: str = ""
 
 
 def _hint(x: Any) -> float:
@@ -149,7 +152,7 @@ def node_info(node: torch.fx.Node) -> NodeInfo:
         with contextlib.suppress(Exception):  # a formula that cannot read these args weighs nothing
             flops = _hint(formula(*tree_map(fake, node.args), **tree_map(fake, node.kwargs), out_val=val))
     is_view = bool(getattr(target, "is_view", False))
-    return NodeInfo(str(node.meta.get("stack_trace") or ""), flops, 0.0 if is_view else _out_bytes(val))
+    return NodeInfo(str(node.meta.get("stack_trace") or ""), flops, 0.0 if is_view else _out_bytes(val), node.name)
 
 
 def _weighed(blocks: list[str], nodes: list[NodeInfo], source: str) -> dict[str, Any]:
@@ -182,11 +185,18 @@ def graph_kernels(stacks: dict[str, list[str]], source: str | None = None,
     """
     source = source or inspect.getsourcefile(gpt_module) or ""
     order = {b: i for i, b in enumerate(names.FORWARD_BLOCKS)}
+    # An op inductor calls (a matmul, SDPA) is computed by that extern call; a generated kernel that
+    # also lists it among its origins (a fused pointwise kernel reading its outputs:
+    # cpp_fused__scaled_dot_product_flash_attention_for_cpu_backward_sum_... on the CPU) does not
+    # compute it again, so its FLOPs are counted once, in the call.
+    called = {n.name for k, ns in (nodes or {}).items() if _base_name(k)[1] for n in ns if n.name}
     out = []
     for name in sorted(stacks, key=_handle):
         base, extern = _base_name(name)
         blocks: list[str] = []
         kernel_nodes = (nodes or {}).get(name, [])
+        if not extern:
+            kernel_nodes = [dataclasses.replace(n, flops=0.0) if n.name in called else n for n in kernel_nodes]
         for stack in [*stacks[name], *(n.stack for n in kernel_nodes)]:
             b = block_of_stack(stack, source)
             if b is not None and b not in blocks:
@@ -244,6 +254,14 @@ class KernelRecorder:
             {"trace.provenance_tracking_level": 1, "cpp.enable_kernel_profile": True,
              # a cached graph skips code generation, and with it the provenance record: compile afresh
              "fx_graph_cache": False, "autotune_local_cache": False}))
+        # inductor resets its provenance record around a forward compile but not around the backward
+        # one, compiled later at the first backward: a second recording in one process got the
+        # kernels of every earlier backward graph too (36 kernels for 18), and lost its blocks
+        from torch._inductor import debug as inductor_debug
+
+        reset = getattr(inductor_debug, "reset_provenance_globals", None)
+        if reset is not None:
+            self._stack.enter_context(reset())
         trace_log.addHandler(self._handler)
         self._stack.callback(trace_log.removeHandler, self._handler)
         return self
