@@ -171,7 +171,7 @@ def test_nodes_weigh_their_flops_and_output_bytes_by_hand():
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from lmprof.measure.compiled_kernels import NodeInfo, _weighed, node_info
+    from lmprof.measure.compiled_kernels import NodeInfo, _weighed, graph_kernels, node_info
 
     def f(a, b):
         return (a @ b).relu().view(-1)
@@ -192,6 +192,15 @@ def test_nodes_weigh_their_flops_and_output_bytes_by_hand():
     by_flops = _weighed(["mlp.fc", "mlp.act"], [NodeInfo(fc, 30, 100), NodeInfo(act, 10, 300)], src)
     assert (by_flops["basis"], by_flops["shares"]) == ("flops", [0.75, 0.25])
 
+    # An op run by an extern call that a generated kernel also lists among its origins (inductor's
+    # cpp_fused__scaled_dot_product_flash_attention_for_cpu_backward_... on the CPU): its FLOPs
+    # count once, in the call; the generated kernel is weighed by the bytes of what it writes.
+    fc_mm = NodeInfo(fc, 64, 100, "mm_1")
+    kernels = graph_kernels({"extern_kernels.mm:0": [fc], "cpp_fused_mm_gelu_1:1": [fc, act]}, src,
+                            nodes={"extern_kernels.mm:0": [fc_mm], "cpp_fused_mm_gelu_1:1": [fc_mm, NodeInfo(act, 0, 300, "gelu")]})
+    call, fused = kernels
+    assert (call["extern"], call["flops"], call["basis"]) == (True, [64], "flops")
+    assert (fused["extern"], fused["flops"], fused["basis"], fused["shares"]) == (False, [0.0, 0.0], "bytes", [0.25, 0.75])
 
 def test_device_clock_splits_a_fused_kernels_device_time(tmp_path):
     """GPU clock: the device kernel launched from inside a fused extern call is split 3:1."""
