@@ -241,3 +241,24 @@ def test_a_fallback_op_runs_as_an_aten_op_under_the_graph_call(tmp_path, extern)
                                  ("forward", "attn.proj"): 10, ("forward", "compiled_call"): 70 - 54,
                                  ("forward", "other"): 80 - 70, ("step", "other"): 100 - 80})
     assert extern_op_name(sdpa) == "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def test_a_recording_starts_from_an_empty_provenance_record():
+    """inductor clears its kernel provenance around a forward compile but not around the backward one
+    (compiled at the first backward): a second compiled run in one process saw the first run's
+    backward kernels too (36 for 18) and lost its blocks. The recorder starts empty and puts back what
+    was there."""
+    from torch._inductor import debug as inductor_debug
+
+    from lmprof.measure.compiled_kernels import KernelRecorder
+
+    inductor_debug._inductor_kernel_stack_trace["cpp_fused_stale_0"] = ["an earlier run's kernel"]
+    inductor_debug._inductor_triton_kernel_to_post_grad_node_info["cpp_fused_stale_0"] = ["mm_9"]
+    try:
+        with KernelRecorder():
+            assert inductor_debug._inductor_kernel_stack_trace == {}
+            assert inductor_debug._inductor_triton_kernel_to_post_grad_node_info == {}
+        assert "cpp_fused_stale_0" in inductor_debug._inductor_kernel_stack_trace
+    finally:
+        inductor_debug._inductor_kernel_stack_trace.pop("cpp_fused_stale_0", None)
+        inductor_debug._inductor_triton_kernel_to_post_grad_node_info.pop("cpp_fused_stale_0", None)

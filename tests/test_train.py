@@ -159,13 +159,6 @@ def test_compiled_model_profiles_without_recompiling(tmp_path, request):
     assert run.value("compile.per_step") == 0
     # The first step (stopwatch) paid for compiling: far longer than a steady clean step.
     assert run.value("compile.time") > 5 * run.value("step_time")
-    # Profiled again in this process: inductor's record of the backward graph's kernels used to keep
-    # the first run's too (36 kernels for 18), and the blocks were lost.
-    torch._dynamo.reset()
-    again, _ = run_training(cfg, out_dir=tmp_path / "again")
-    graphs_again = json.loads((tmp_path / "again" / "compiled_kernels.json").read_text())["graphs"]
-    assert [len(g["kernels"]) for g in graphs_again] == [len(g["kernels"]) for g in graphs]
-    assert {b.name for b in again.blocks if b.phase == "backward"} >= {"attn.qkv", "attn.sdpa", "mlp.fc", "ln_1"}
     torch._dynamo.reset()
 
 
