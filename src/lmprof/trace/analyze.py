@@ -21,11 +21,11 @@ import numpy as np
 
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load, nesting
-from lmprof.trace.groups import distinct
 from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
+from lmprof.trace.groups import distinct
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_links, launch_stats, launching_calls
 from lmprof.trace.load import TraceTable, load_trace

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from lmprof.trace import kinds
+from lmprof.trace.groups import median
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
-from lmprof.trace.groups import median
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,

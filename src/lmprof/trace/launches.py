@@ -9,15 +9,15 @@ some Kineto versions fill it with the correlation id instead, so nesting is what
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lmprof.trace import kinds
 from lmprof.trace.frame import Frame
+from lmprof.trace.groups import percentile
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
-from lmprof.trace.groups import percentile
 
 if TYPE_CHECKING:
     import pandas as pd

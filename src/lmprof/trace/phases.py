@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.groups import distinct
 from lmprof.trace.autograd import backward_node_mask
+from lmprof.trace.groups import distinct
 from lmprof.trace.intervals import union
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps

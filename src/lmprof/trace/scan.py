@@ -12,7 +12,6 @@ shapes are kept.
 from __future__ import annotations
 
 import functools
-
 import importlib
 import os
 from types import ModuleType

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.groups import distinct, median, percentile
 from lmprof.trace.frame import Frame
+from lmprof.trace.groups import distinct, median, percentile
 from lmprof.trace.load import TraceTable
 
 
