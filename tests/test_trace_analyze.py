@@ -12,7 +12,7 @@ import pytest
 from lmprof.cli.main import main
 from lmprof.errors import DataError
 from lmprof.trace import kinds
-from lmprof.trace.analyze import analyze_path, analyze_table, find_traces
+from lmprof.trace.analyze import analyze_path, analyze_table, find_traces, json_ready
 from lmprof.trace.load import load_trace
 from lmprof.trace.timeline import select_device
 
@@ -332,9 +332,9 @@ def test_two_threads_give_the_one_thread_report(name, monkeypatch):
     import lmprof.trace.analyze as analyze_mod
 
     path = DATA / f"{name}.json.gz"
-    threaded = json.dumps(analyze_table(load_trace(path)).__dict__, default=str, sort_keys=True)
+    threaded = repr(analyze_table(load_trace(path)))
     monkeypatch.setattr(analyze_mod, "ThreadPoolExecutor", _InOrder)
-    in_order = json.dumps(analyze_table(load_trace(path)).__dict__, default=str, sort_keys=True)
+    in_order = repr(analyze_table(load_trace(path)))
     assert threaded == in_order
 
 
@@ -350,3 +350,25 @@ def test_an_analysis_that_fails_in_either_thread_fails_the_call_and_nothing_hang
     monkeypatch.setattr(analyze_mod, where, boom)
     with pytest.raises(DataError, match=f"{where} failed"):
         analyze_table(load_trace(DATA / "v100_train_rank0.json.gz"))
+
+
+def test_result_records_are_frozen_and_become_plain_dicts():
+    """The analyses' results (msgspec Structs since their dataclasses cost 38 ms of start-up) stay
+    immutable, and as_dict turns a nested report into dicts and lists all the way down."""
+    from lmprof.trace.records import as_dict
+
+    report = analyze_table(load_trace(DATA / "v100_train_rank0.json.gz"))
+    with pytest.raises(AttributeError):
+        report.events = 0  # type: ignore[misc]
+    plain = as_dict(report)
+    assert plain["events"] == report.events and plain["device"]["window"]["start_us"] == report.device.window.start_us
+
+    def only_plain(x):
+        if isinstance(x, dict):
+            return all(isinstance(k, str) and only_plain(v) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return all(only_plain(v) for v in x)
+        return x is None or isinstance(x, (str, int, float, bool, np.integer, np.floating))
+
+    assert only_plain(plain)
+    assert json.loads(json.dumps(json_ready(plain)))["operators"] == json_ready(plain)["operators"]

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from lmprof.analysis.trace_facts import TraceAnalysis, TraceFacts, analyze_run_trace, trace_analysis
 from lmprof.record.run import Run
 from lmprof.show.html import Absent, Bullets, Cell, Details, Para, cell_value, table
+from lmprof.trace.records import is_record, record_items
 
 
 @dataclass
@@ -111,6 +112,8 @@ def _flatten(obj: Any, prefix: str, out: list[tuple[str, Any]], depth: int) -> N
         return
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         items: Iterable[tuple[str, Any]] = ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    elif is_record(obj):
+        items = record_items(obj)
     elif hasattr(obj, "model_dump"):
         items = obj.model_dump().items()
     elif isinstance(obj, Mapping):

@@ -7,16 +7,15 @@ from the trace; times are microseconds (``*_us``) except step durations (``*_ms`
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import stat
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+import msgspec
 import numpy as np
 
 from lmprof.errors import DataError
@@ -42,6 +41,7 @@ from lmprof.trace.timeline import (
     select_device,
     temporal_breakdown,
 )
+from lmprof.trace.records import Record, as_dict
 
 if TYPE_CHECKING:
     from lmprof.trace.crossrank import CrossRankPath
@@ -53,8 +53,7 @@ TIME_UNITS = "microseconds in *_us fields, milliseconds in *_ms fields; percenta
 RUN_TRACE = "trace.json.gz"
 
 
-@dataclass(frozen=True)
-class DeviceReport:
+class DeviceReport(Record, frozen=True):
     """Everything about the device timeline of one rank."""
 
     window: Window
@@ -68,8 +67,7 @@ class DeviceReport:
     hardware: HardwareUse  # occupancy, tensor-core share, copy bandwidth of the window
 
 
-@dataclass(frozen=True)
-class TraceReport:
+class TraceReport(Record, frozen=True):
     """The analysis of one trace (one rank)."""
 
     path: str
@@ -88,11 +86,10 @@ class TraceReport:
     modules: Annotations | None = None  # nn.Module tree; None without module events (with_modules + with_stack)
     op_flops: OpFlops | None = None  # per-op FLOPs / bytes from input shapes; None without record_shapes
     device_name: str | None = None  # the trace's deviceProperties[0].name (peaks are looked up by it)
-    notes: list[str] = dataclasses.field(default_factory=list)  # what loading skipped or repaired
+    notes: list[str] = msgspec.field(default_factory=list)  # what loading skipped or repaired
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(Record, frozen=True):
     """One or many traces; ``ranks`` compares them when there are several."""
 
     traces: list[TraceReport]
@@ -103,11 +100,11 @@ class Report:
     cross_rank: CrossRankPath | None = None
     schema: str = SCHEMA
     source: str = "measured"  # every figure is read from the trace(s)
-    notes: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict: floats rounded to ns (3 decimals of us), NaN as null."""
-        d = dataclasses.asdict(self)
+        d = as_dict(self)
         head = {"schema": d.pop("schema"), "source": d.pop("source"), "time_units": TIME_UNITS}
         return _clean({**head, **d})
 

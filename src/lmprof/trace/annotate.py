@@ -33,6 +33,7 @@ from lmprof.trace.analyze import Report, TraceReport, analyze_table, combine, fi
 from lmprof.trace.annotations import dead_windows
 from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.read import chunks
+from lmprof.trace.records import as_dict
 from lmprof.trace.split import Splitter
 from lmprof.trace.steps import profiler_steps
 from lmprof.trace.timeline import GAP_CAUSES, idle_gaps, select_device
@@ -91,9 +92,7 @@ def _longest(length: np.ndarray) -> np.ndarray:
 
 
 def _report_args(report: TraceReport) -> dict[str, Any]:
-    import dataclasses
-
-    return {k: v for k, v in dataclasses.asdict(report).items() if k != "path"}
+    return {k: v for k, v in as_dict(report).items() if k != "path"}
 
 
 def _steps(table: TraceTable, report: TraceReport) -> Iterator[dict[str, Any]]:

@@ -8,7 +8,6 @@ so the same name under two parents is two rows. ``ProfilerStep#N`` ranges are on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,14 +15,14 @@ from lmprof.trace import groups, kinds
 from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing, parents, self_time
+from lmprof.trace.records import Record
 
 SEP = " > "
 MODULE_PREFIX = "nn.Module: "
 STEP_NAME = "ProfilerStep#*"
 
 
-@dataclass(frozen=True)
-class AnnotationRow:
+class AnnotationRow(Record, frozen=True):
     """All calls of one annotation path; times in microseconds, summed over the calls."""
 
     path: str  # enclosing annotation names and this one, joined by " > "
@@ -39,8 +38,7 @@ class AnnotationRow:
     first_op: str | None  # the operator that most often comes first
 
 
-@dataclass(frozen=True)
-class Annotations:
+class Annotations(Record, frozen=True):
     """Every user annotation of a trace, parents before their children."""
 
     count: int  # annotation ranges in the trace

@@ -15,7 +15,6 @@ device, which includes time spent waiting for the other ranks: see :func:`match_
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from typing import Any
 
@@ -26,6 +25,7 @@ from lmprof.trace.groups import median
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
+from lmprof.trace.records import Record
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
@@ -76,8 +76,7 @@ def kind_from_kernel(name: str) -> str:
     return "unknown"
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(Record, frozen=True):
     """One collective call (one communication kernel). Bytes and bandwidths None when unknown."""
 
     row: int  # the kernel's row in the events table
@@ -93,8 +92,7 @@ class Collective:
     busbw_gbps: float | None
 
 
-@dataclass(frozen=True)
-class CollectiveGroup:
+class CollectiveGroup(Record, frozen=True):
     """Collectives of one kind, dtype, group size and message size."""
 
     kind: str
@@ -108,8 +106,7 @@ class CollectiveGroup:
     busbw_median_gbps: float | None
 
 
-@dataclass(frozen=True)
-class Communication:
+class Communication(Record, frozen=True):
     """All collectives of one rank's device window."""
 
     collectives: int
@@ -188,8 +185,7 @@ def _groups(calls: list[Collective]) -> list[CollectiveGroup]:
     return out
 
 
-@dataclass(frozen=True)
-class RankComm:
+class RankComm(Record, frozen=True):
     """One rank's matched collectives: time waiting for the slowest rank vs transferring."""
 
     rank: int
@@ -200,8 +196,7 @@ class RankComm:
     wait_pct: float | None
 
 
-@dataclass(frozen=True)
-class CommMatch:
+class CommMatch(Record, frozen=True):
     """Collectives matched across ranks, and per rank the wait / transfer split.
 
     Matching key: (process group, kind, sequence number) when every rank recorded sequence numbers,

@@ -38,8 +38,8 @@ time twice as fast (half its time on the path), the data loader off the path (``
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from lmprof.trace import kinds
@@ -48,6 +48,7 @@ from lmprof.trace.intervals import union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps
+from lmprof.trace.records import Record
 
 SEGMENTS = (
     "cpu", "launch_call", "data_loader", "launch_latency", "computation", "communication", "memory",
@@ -59,8 +60,7 @@ _MAX_WALK = 1_000_000  # steps of one walk; a bound that only a corrupt trace (a
 _SHORT_RUN = 32  # runs shorter than this are added up in Python (numpy's fixed cost is larger)
 
 
-@dataclass(frozen=True)
-class StepPath:
+class StepPath(Record, frozen=True):
     """The critical path of one step: microseconds per segment kind (they sum to ``step_us``).
 
     ``step_us`` runs from the ProfilerStep's start to its end or to the end of the last device
@@ -73,11 +73,10 @@ class StepPath:
     kernels_on_path: int
     # communication kernels on the path: (events-table row, start us, us of it on the path); read
     # by :mod:`lmprof.trace.crossrank` to follow the path to the rank a collective waited for
-    collectives: list[tuple[int, float, float]] = field(default_factory=list)
+    collectives: list[tuple[int, float, float]] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class WhatIf:
+class WhatIf(Record, frozen=True):
     """Step time estimated if something changed; optimistic (see the module docstring)."""
 
     change: str
@@ -85,8 +84,7 @@ class WhatIf:
     saving_pct: float  # of the measured median step
 
 
-@dataclass(frozen=True)
-class CriticalPath:
+class CriticalPath(Record, frozen=True):
     """Critical paths of the steps whose device work the window covers."""
 
     steps: list[StepPath]

@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from lmprof.trace import kinds
 from lmprof.trace.load import TraceTable
+from lmprof.trace.records import Record
 
 # Tensor-core kernels by name (case-insensitive): cuBLAS/cuDNN MMA shapes (h884, s1688, h16816, i8816,
 # s16832: volta_h884gemm_*, turing_fp16_s1688gemm_*, ampere_fp16_s16816gemm_*), SASS-level names
@@ -43,8 +43,7 @@ def copy_kind(name: str) -> str:
     return " ".join(p for p in m.groups() if p) if m else name.strip()[:60]
 
 
-@dataclass(frozen=True)
-class CopyRow:
+class CopyRow(Record, frozen=True):
     """One kind of memcpy / memset."""
 
     kind: str
@@ -54,8 +53,7 @@ class CopyRow:
     achieved_gbps: float | None  # bytes / time, 1 GB/s = 1e9 B/s
 
 
-@dataclass(frozen=True)
-class HardwareUse:
+class HardwareUse(Record, frozen=True):
     """Resource use of the window's kernels and copies. ``None`` where the trace has no such args."""
 
     kernels: int  # kernels (category kernel) in the window

@@ -4,9 +4,9 @@ Times are float microseconds. Zero-length intervals add nothing to any total.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from lmprof.trace.records import Record
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,8 +31,7 @@ def total(starts: np.ndarray, ends: np.ndarray) -> float:
     return float((e - s).sum())
 
 
-@dataclass(frozen=True)
-class Sweep:
+class Sweep(Record, frozen=True):
     """Consecutive segments ``[start[i], start[i] + length[i])`` with the set of labels active.
 
     ``state`` is a bit mask: bit ``k`` set when at least one interval with label ``k`` covers the

@@ -1,17 +1,16 @@
 """Top kernels by device time and top CPU operators by self time."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from lmprof.trace import kinds
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import self_time
+from lmprof.trace.records import Record
 
 
-@dataclass(frozen=True)
-class KernelRow:
+class KernelRow(Record, frozen=True):
     """One kernel name (all its launches), microseconds."""
 
     name: str
@@ -23,8 +22,7 @@ class KernelRow:
     share_pct: float  # of the summed duration of all device events in the window
 
 
-@dataclass(frozen=True)
-class KernelBreakdown:
+class KernelBreakdown(Record, frozen=True):
     """Device events grouped by name; durations are summed, so overlapping streams add up here."""
 
     count: int
@@ -65,8 +63,7 @@ def kernel_breakdown(table: TraceTable, rows: np.ndarray, top: int = 10) -> Kern
     return KernelBreakdown(count=len(rows), total_us=total, by_type_us=by_type, top=out)
 
 
-@dataclass(frozen=True)
-class OperatorRow:
+class OperatorRow(Record, frozen=True):
     """One CPU operator name (all its calls), microseconds."""
 
     name: str
@@ -77,8 +74,7 @@ class OperatorRow:
     share_pct: float  # of the self time of all CPU operators
 
 
-@dataclass(frozen=True)
-class OperatorBreakdown:
+class OperatorBreakdown(Record, frozen=True):
     """CPU operators (category cpu_op) grouped by name."""
 
     count: int

@@ -8,7 +8,6 @@ some Kineto versions fill it with the correlation id instead, so nesting is what
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from lmprof.trace.frame import Frame
 from lmprof.trace.groups import percentile
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing
+from lmprof.trace.records import Record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,8 +134,7 @@ def launch_columns(table: TraceTable, rows: np.ndarray, columns: list[str]) -> d
     return {c: links[c][pos] for c in columns}
 
 
-@dataclass(frozen=True)
-class LaunchStats:
+class LaunchStats(Record, frozen=True):
     """How kernels were launched. Times in microseconds; every figure measured from the trace.
 
     Kernels launched one by one (each by its own runtime call) and kernels launched by a CUDA/HIP

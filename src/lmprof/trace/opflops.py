@@ -27,7 +27,6 @@ FLOP/s and bytes/s are count over that time. Placing an operator against a devic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -36,6 +35,7 @@ from lmprof.trace import kinds
 from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents
+from lmprof.trace.records import Record
 
 Dims = tuple[int, ...]
 Counter = Callable[[list[Any]], "tuple[int, Dims] | None"]  # tensor dims -> (FLOPs, output dims)
@@ -155,8 +155,7 @@ COUNTERS: dict[str, Counter] = {
 }
 
 
-@dataclass(frozen=True)
-class OpCost:
+class OpCost(Record, frozen=True):
     """One operator call's FLOPs, least bytes and compute dtype (None: unknown width or dtype)."""
 
     flops: int
@@ -194,8 +193,7 @@ def op_cost(name: str, dims: tuple[Any, ...], types: tuple[str, ...]) -> OpCost 
     return OpCost(flops, nbytes, TYPE_DTYPE.get(first) if first else None)
 
 
-@dataclass(frozen=True)
-class OpFlopsRow:
+class OpFlopsRow(Record, frozen=True):
     """One operator with one set of input shapes, over all its calls."""
 
     name: str
@@ -211,8 +209,7 @@ class OpFlopsRow:
     nested: bool  # inside another counted operator (aten::mm in aten::matmul): left out of totals
 
 
-@dataclass(frozen=True)
-class OpFlops:
+class OpFlops(Record, frozen=True):
     """Per-op FLOPs and bytes of a trace recorded with ``record_shapes``."""
 
     time_source: str  # "device" (kernels each op launched) or "cpu" (op durations, CPU-only trace)

@@ -10,7 +10,6 @@ allocators'; device bytes CUDA's, HIP's and PrivateUse1's. Rows sum over the eve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from lmprof.trace import groups, kinds
 from lmprof.trace.frame import Frame
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents
+from lmprof.trace.records import Record
 
 # c10::DeviceType codes as Kineto writes them in "Device Type"
 CPU_TYPES = (0, 2, 5)  # CPU, MKLDNN, IDEEP
@@ -26,8 +26,7 @@ _TYPE_NAMES = {0: "cpu", 1: "cuda", 2: "mkldnn", 5: "ideep", 6: "hip", 20: "priv
 TIMELINE_POINTS = 200
 
 
-@dataclass(frozen=True)
-class MemoryOpRow:
+class MemoryOpRow(Record, frozen=True):
     """All events of one operator / annotation name; bytes summed over its events."""
 
     name: str
@@ -40,8 +39,7 @@ class MemoryOpRow:
     self_device_bytes: int
 
 
-@dataclass(frozen=True)
-class MemoryDevice:
+class MemoryDevice(Record, frozen=True):
     """One allocator (device type and index) over the trace."""
 
     device: str  # "cpu", "cuda:0", ...
@@ -57,8 +55,7 @@ class MemoryDevice:
     timeline_bytes: list[int]
 
 
-@dataclass(frozen=True)
-class MemoryReport:
+class MemoryReport(Record, frozen=True):
     """Memory figures of a trace recorded with ``profile_memory=True``."""
 
     events: int  # allocator events

@@ -16,7 +16,6 @@ later and is not moved.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,14 +25,14 @@ from lmprof.trace.groups import distinct
 from lmprof.trace.intervals import union
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps
+from lmprof.trace.records import Record
 
 PHASES = ("forward", "backward", "optimizer", "data", "other")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 DATA_PREFIX = "enumerate(DataLoader)#"
 
 
-@dataclass(frozen=True)
-class PhaseStep:
+class PhaseStep(Record, frozen=True):
     """One step split into phases, microseconds."""
 
     step: int | None  # the ProfilerStep number; None for iterations cut at Optimizer.step
@@ -42,8 +41,7 @@ class PhaseStep:
     phases_us: dict[str, float]  # every name of PHASES; they sum to step_us
 
 
-@dataclass(frozen=True)
-class Phases:
+class Phases(Record, frozen=True):
     """The phase split of every step, and its sum over the steps."""
 
     source: str  # "ProfilerStep" | "Optimizer.step" | "whole trace"

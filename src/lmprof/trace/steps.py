@@ -1,7 +1,6 @@
 """``ProfilerStep#N`` annotations: one per ``prof.step()`` iteration, recorded on the host."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -9,6 +8,7 @@ from lmprof.trace import kinds
 from lmprof.trace.frame import Frame
 from lmprof.trace.groups import distinct, median, percentile
 from lmprof.trace.load import TraceTable
+from lmprof.trace.records import Record
 
 
 def profiler_steps(table: TraceTable) -> Frame:
@@ -40,8 +40,7 @@ def profiler_steps(table: TraceTable) -> Frame:
     )
 
 
-@dataclass(frozen=True)
-class StepRow:
+class StepRow(Record, frozen=True):
     """One ProfilerStep."""
 
     step: int
@@ -49,8 +48,7 @@ class StepRow:
     dur_ms: float
 
 
-@dataclass(frozen=True)
-class StepStats:
+class StepStats(Record, frozen=True):
     """Duration of the profiled steps, in milliseconds; measured from ProfilerStep annotations."""
 
     count: int

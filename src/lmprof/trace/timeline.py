@@ -13,7 +13,6 @@ Definitions follow HolisticTraceAnalysis (HTA) so the figures can be compared:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,12 +22,12 @@ from lmprof.trace.intervals import Sweep, sweep, union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import profiler_steps
+from lmprof.trace.records import Record
 
 _C, _M, _K = 1 << kinds.COMPUTE, 1 << kinds.COMMUNICATION, 1 << kinds.MEMORY
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(Record, frozen=True):
     """Which device events the device figures cover."""
 
     start_us: float  # trace clock, microseconds
@@ -41,8 +40,7 @@ class Window:
     rule: str
 
 
-@dataclass(frozen=True)
-class DeviceSelection:
+class DeviceSelection(Record, frozen=True):
     """Rows of the selected device events (sorted by start) and the window they span."""
 
     rows: np.ndarray
@@ -100,8 +98,7 @@ def device_sweep(table: TraceTable, rows: np.ndarray) -> Sweep:
     return sweep(ts, ts + dur[dur > 0], kinds.kernel_types(table, rows), 3)
 
 
-@dataclass(frozen=True)
-class Temporal:
+class Temporal(Record, frozen=True):
     """Where the device time went, microseconds over the window; each instant counted once.
 
     compute + communication + memory + idle = span. ``non_compute_us`` is HTA's non-compute time
@@ -123,8 +120,7 @@ class Temporal:
     regions_us: dict[str, float]
 
 
-@dataclass(frozen=True)
-class Overlap:
+class Overlap(Record, frozen=True):
     """HTA's communication/computation overlap: share of communication time with compute running."""
 
     communication_total_us: float  # union of communication kernels, overlapped or not
@@ -171,8 +167,7 @@ def temporal_breakdown(table: TraceTable, sel: DeviceSelection) -> tuple[Tempora
     return temporal, overlap
 
 
-@dataclass(frozen=True)
-class IdleCauses:
+class IdleCauses(Record, frozen=True):
     """Idle gaps of the device inside the window and what each waited for (microseconds).
 
     Every gap is given one cause, first rule that holds:
