@@ -28,6 +28,8 @@ def as_dict(obj: Any) -> Any:
     if isinstance(obj, list):
         return [as_dict(v) for v in obj]
     if isinstance(obj, tuple):
+        if hasattr(obj, "_fields"):  # a namedtuple keeps its type, as dataclasses.asdict keeps it
+            return type(obj)(*(as_dict(v) for v in obj))
         return tuple(as_dict(v) for v in obj)
     if isinstance(obj, dict):
         return {as_dict(k): as_dict(v) for k, v in obj.items()}
