@@ -372,3 +372,27 @@ def test_result_records_are_frozen_and_become_plain_dicts():
 
     assert only_plain(plain)
     assert json.loads(json.dumps(json_ready(plain)))["operators"] == json_ready(plain)["operators"]
+
+
+def test_as_dict_recurses_like_dataclasses_asdict():
+    """Records, dataclasses (the multi-rank results), lists, tuples, namedtuples and dicts, nested."""
+    import dataclasses
+    from collections import namedtuple
+
+    from lmprof.trace.records import Record, as_dict
+
+    Pair = namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Old:
+        v: list
+
+    class New(Record, frozen=True):
+        x: int
+        items: list
+        more: dict
+
+    obj = New(1, [Pair(2, New(3, [], {})), (4, Old([5]))], {"k": Old([])})
+    assert as_dict(obj) == {"x": 1, "items": [Pair(2, {"x": 3, "items": [], "more": {}}), (4, {"v": [5]})],
+                            "more": {"k": {"v": []}}}
+    assert type(as_dict(obj)["items"][0]) is Pair
