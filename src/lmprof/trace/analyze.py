@@ -31,6 +31,7 @@ from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
+from lmprof.trace.records import Record, as_dict
 from lmprof.trace.steps import StepStats, profiler_steps, step_stats
 from lmprof.trace.timeline import (
     IdleCauses,
@@ -41,7 +42,6 @@ from lmprof.trace.timeline import (
     select_device,
     temporal_breakdown,
 )
-from lmprof.trace.records import Record, as_dict
 
 if TYPE_CHECKING:
     from lmprof.trace.crossrank import CrossRankPath
@@ -131,11 +131,13 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         host_figures: dict[str, Any] = {}
         side_done = pool.submit(_drain, host_tasks, host_figures)
         try:
+            # these two need only the launching calls: they run while the nesting is still going
+            early = (temporal_breakdown(table, sel), idle_causes(table, sel)) if sel is not None else None
+            nested.result()
+            launch_links(table)  # each kernel's enclosing operator: the analyses below read it
             device = None
-            if sel is not None:
-                temporal, overlap = temporal_breakdown(table, sel)
-                idle = idle_causes(table, sel)
-                nested.result()  # what follows needs each kernel's enclosing operator
+            if sel is not None and early is not None:
+                (temporal, overlap), idle = early
                 dev_ids = ev["device"][sel.rows]
                 device = DeviceReport(
                     window=sel.window,
@@ -148,8 +150,6 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
                     communication=collectives(table, sel.rows),
                     hardware=hardware_use(table, sel.rows),
                 )
-            nested.result()
-            launch_links(table)
             _drain(host_tasks, host_figures)
         except BaseException:
             host_tasks.clear()  # the other thread stops after its current analysis

@@ -47,8 +47,8 @@ from lmprof.trace.groups import distinct, factorize, median
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
-from lmprof.trace.steps import profiler_steps
 from lmprof.trace.records import Record
+from lmprof.trace.steps import profiler_steps
 
 SEGMENTS = (
     "cpu", "launch_call", "data_loader", "launch_latency", "computation", "communication", "memory",

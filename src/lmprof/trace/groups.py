@@ -37,10 +37,10 @@ def median(values: Any) -> float:
     Not ``np.median`` itself: it asks ``np.ma.isMaskedArray`` of its result, which imports numpy.ma
     (8 ms of ``lmprof analyze``'s start-up) for arrays that are never masked.
     """
-    a = np.asarray(values, dtype=np.float64).ravel()
-    n = a.size
-    if n == 0 or np.isnan(a).any():
+    a = _numbers(values)
+    if a is None:
         return math.nan
+    n = a.size
     k = n // 2
     if n % 2:
         return float(np.partition(a, k)[k])
@@ -52,10 +52,10 @@ def percentile(values: Any, q: float) -> float:
     """``float(np.percentile(values, q))`` (numpy's default 'linear' method, its arithmetic) for a 1-d
     sequence of numbers; NaN if any value is NaN or there are none. Not numpy's own for the reason
     :func:`median` gives (``np.percentile`` imports numpy.ma through ``np.unique``)."""
-    a = np.asarray(values, dtype=np.float64).ravel()
-    n = a.size
-    if n == 0 or np.isnan(a).any():
+    a = _numbers(values)
+    if a is None:
         return math.nan
+    n = a.size
     at = (n - 1) * (q / 100)
     lo = min(max(math.floor(at), 0), n - 1)
     hi = min(lo + 1, n - 1)
@@ -63,6 +63,13 @@ def percentile(values: Any, q: float) -> float:
     x, y, t = part[lo], part[hi], at - lo
     d = y - x
     return float(y - d * (1 - t)) if t >= 0.5 else float(x + d * t)
+
+
+def _numbers(values: Any) -> np.ndarray | None:
+    """``values`` as a flat float64 array, or None when there are none or any is NaN (numpy's
+    median and percentiles are NaN then)."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    return None if a.size == 0 or np.isnan(a).any() else a
 
 
 def group_by(keys: np.ndarray, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:

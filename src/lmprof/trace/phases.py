@@ -24,8 +24,8 @@ from lmprof.trace.autograd import backward_node_mask
 from lmprof.trace.groups import distinct
 from lmprof.trace.intervals import union
 from lmprof.trace.load import TraceTable
-from lmprof.trace.steps import profiler_steps
 from lmprof.trace.records import Record
+from lmprof.trace.steps import profiler_steps
 
 PHASES = ("forward", "backward", "optimizer", "data", "other")
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")

@@ -21,8 +21,8 @@ from lmprof.trace.groups import distinct, median
 from lmprof.trace.intervals import Sweep, sweep, union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
-from lmprof.trace.steps import profiler_steps
 from lmprof.trace.records import Record
+from lmprof.trace.steps import profiler_steps
 
 _C, _M, _K = 1 << kinds.COMPUTE, 1 << kinds.COMMUNICATION, 1 << kinds.MEMORY
 
