@@ -10,11 +10,15 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 TORCH_SPEC ?= torch==2.13.0
-# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (as on
-# this project's CI machines) Python never writes one either, so every process (each test's
-# subprocess, each sweep point) compiled pandas, transformers, rich, ... from source again:
-# seconds of CPU per process that imports them (7.6 s against 2.6 s user time to import the stack).
-UV_INSTALL := $(UV) pip install --python $(PY) --quiet --compile-bytecode
+# Bytecode is written as modules are first imported, not at install time: compiling every module of
+# every locked package (--compile-bytecode, pip's default for torch) took 30 of the 44 s of a fresh
+# `make setup`, mostly for modules no command imports. Where PYTHONDONTWRITEBYTECODE is set (as on
+# this project's CI machines) Python would never write a .pyc, and every process (each test's
+# subprocess, each sweep point) would compile pandas, transformers, rich, ... from source again
+# (7.6 s against 2.6 s user time to import the stack): make's commands run without it, so the first
+# process to import a module writes its .pyc (atomically: concurrent writers replace one another).
+unexport PYTHONDONTWRITEBYTECODE
+UV_INSTALL := $(UV) pip install --python $(PY) --quiet
 # Everything the editable install is built from: a change to any of them re-runs the install.
 SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c src/lmprof/trace/_nest.c
 
@@ -29,15 +33,13 @@ $(VENV)/.uv: requirements/uv.lock
 $(VENV)/.run: $(VENV)/.uv requirements/run.lock $(SOURCES)
 	@# The lock (uv) and torch (pip, without its dependencies: they are in run.lock, at the locked
 	@# versions; pip resolving them again took 9 of its 19 s) at once: they write different packages,
-	@# and pip unpacks torch on one core while uv compiles the lock's bytecode. A build that needs more
+	@# and pip unpacks torch on one core while uv links the lock's packages. A build that needs more
 	@# (CUDA's nvidia-* wheels) fails pip check and is installed again the full way, dependencies and all.
 	$(UV_INSTALL) --require-hashes --no-deps -r requirements/run.lock & uv=$$!; \
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_SPEC); torch=$$?; \
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps $(TORCH_SPEC); torch=$$?; \
 	wait $$uv && test $$torch -eq 0
 	$(PY) -m pip check >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check $(TORCH_SPEC)
 	$(UV_INSTALL) --no-deps --no-build-isolation -e .
-	@# lmprof's own sources, for the same reason (a later edit only makes its .pyc stale: ignored)
-	$(PY) -m compileall -q src
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.run requirements/dev.lock
