@@ -226,14 +226,18 @@ def test_static_cache_decodes_the_same_logits_as_the_dynamic_one(attention):
 
 
 @pytest.mark.slow
-def test_compiled_infer_with_inductor_gives_eager_logits_and_named_blocks(tmp_path):
+def test_compiled_infer_with_inductor_gives_eager_tokens_and_named_blocks(tmp_path):
     """Inductor for real (one layer): decode and prefill compile once each; the compiled static-cache
-    decode gives the eager decode's logits; decode and prefill time is in named blocks, no 'a+b' rows."""
+    generation gives the eager run's tokens; decode and prefill time is in named blocks, no 'a+b' rows.
+
+    The truth is the eager run of the same seed and sizes, not a second compile of the decoder here:
+    lmprof compiles with kernel profiling on and the graph cache off (measure/compiled_kernels.py), so
+    a compile outside the run would build every kernel again (6 s of g++ on 2 cores). That the static
+    cache gives the dynamic cache's logits is checked eagerly, step by step, in
+    test_static_cache_decodes_the_same_logits_as_the_dynamic_one."""
     import torch._dynamo
 
-    from lmprof.workloads.decoding import GPTDecoder
-    from lmprof.workloads.gpt import GPT, preset
-
+    eager, _ = run_inference(small_cfg(n_layer=1, new_tokens=6), out_dir=tmp_path / "e")
     torch._dynamo.reset()
     run, _ = run_inference(small_cfg(n_layer=1, new_tokens=6, compile=True), out_dir=tmp_path / "c")
     kinds = sorted((r["function"], r["kind"]) for r in run.tables["compile"])
@@ -242,22 +246,7 @@ def test_compiled_infer_with_inductor_gives_eager_logits_and_named_blocks(tmp_pa
         rows = [b for b in run.blocks if b.phase == phase]
         assert not any("+" in b.name for b in rows)
         assert {"attn.qkv", "mlp.fc", "lm_head"} <= {b.name for b in rows}
-    torch.manual_seed(0)
-    model = GPT(preset("tiny", n_layer=1)).eval()
-    prompt = torch.randint(65, (2, 8))
-    compiled = GPTDecoder(model)
-    compiled.compile()
-    # the run's sizes (batch 2, cache of 8 + 6 - 1 positions): inductor's graph cache serves the graphs
-    # the run compiled, instead of compiling kernels for a second cache length (cold machine: 35 s)
-    max_len = 8 + 6 - 1
-    with torch.inference_mode():
-        want = GPTDecoder(model).start(prompt, max_len)
-        got = compiled.start(prompt, max_len)
-        want_step = GPTDecoder(model)
-        want_step.start(prompt, max_len)
-        step = want_step.step(want.argmax(-1, keepdim=True))
-        got_step = compiled.step(got.argmax(-1, keepdim=True))
-    assert torch.allclose(want, got, atol=1e-4) and torch.allclose(step, got_step, atol=1e-4)
+    assert run.tables["generation"] == eager.tables["generation"]
     torch._dynamo.reset()
 
 
