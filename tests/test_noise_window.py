@@ -133,7 +133,10 @@ def _loop(out: Path, disturb_at: int | None) -> Run:
     torch.manual_seed(0)
     model = _Mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(32, 64)
+    # about 6 ms a step: the slow limit's margin (half a clean median) then stays above the
+    # millisecond a shared VM's scheduler can take from any one step (at 0.7 ms a quiet run was
+    # flagged for a 2.2 ms profiled step)
+    x = torch.randn(2048, 64)
     slowest = 0.0
     with lmprof.profile(model, out=out, warmup=2, steps=12, profile_steps=3, report=False, verbose=False) as prof:
         for i in range(20):
