@@ -14,6 +14,7 @@ import os
 import pkgutil
 import sys
 
+from lmprof import gc_hold
 from lmprof.errors import LmprofError
 
 _NOT_VERBS = {"app", "main", "common"}
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     from lmprof.cli._fast import fast_analyze_args
 
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:  # the console command, a process of lmprof's own (never a caller's, never a test's)
+        gc_hold.hold()
     if args[:1] == ["analyze"]:
         # numpy's OpenBLAS starts a worker thread per extra core when numpy is imported, and an idle
         # worker spins about 0.1 s of CPU before it sleeps; analyze never calls BLAS, and on two

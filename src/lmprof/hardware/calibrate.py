@@ -556,7 +556,10 @@ def calibrate(
     """
     import torch
 
+    from lmprof import gc_hold
     from lmprof.hardware.devices import resolve_device
+
+    gc_hold.release()  # measured as any Python process would run it (lmprof/gc_hold.py)
 
     dev = resolve_device(device)
     wanted = [normalize_dtype(d) for d in dtypes]

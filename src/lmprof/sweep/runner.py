@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Iterator, Protocol
 
+from lmprof import gc_hold
 from lmprof.atomic import write_text
 from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
@@ -270,6 +271,8 @@ def run_sweep(
     """
     out = Path(out)
     check_output_dir(out, "--out")
+    # a sweep can run for hours: its runner collects garbage as any process does (lmprof/gc_hold.py)
+    gc_hold.release()
     listener = listener or QuietListener()
     executor = executor or LocalExecutor()  # an unknown LMPROF_SWEEP_START is said before anything runs
     plan = spec.expand()

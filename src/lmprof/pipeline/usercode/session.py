@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal
 
 import torch
 
+from lmprof import gc_hold
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.compile_events import MEASURED, CompileWatch
 from lmprof.measure.compile_events import baseline as compile_baseline
@@ -124,6 +125,9 @@ class Session:
     """Counts steps and runs the measurement protocol at each boundary."""
 
     def __init__(self, spec: SessionSpec, clock: Callable[[], float] = time.perf_counter):
+        # the console command's start-up is over: nothing is measured, and no user code runs, with the
+        # collector held off (lmprof/gc_hold.py)
+        gc_hold.release()
         self.spec = spec
         self.warmup, self.steps, self.profile_steps = spec.counts()
         # --steps 0: one untimed step still separates the figures step's profiler from the window's.
