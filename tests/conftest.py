@@ -75,10 +75,26 @@ def no_measuring(monkeypatch):
     monkeypatch.setattr(infer, "run_inference", boom)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection built (torch, transformers, lmprof and the test modules: it lives until
+    the worker exits), so the collector stops walking it at each full collection: seven in-process test
+    files took 36.7-38.5 s of CPU instead of 40.7-41.0 s. What the tests themselves create is collected
+    as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs the stopwatch stage on the files that say ``mark.stopwatch`` (it greps for it):
-    a stopwatch test marked any other way would silently not run there."""
+    a stopwatch test marked any other way would silently not run there.
+
+    The ``slow`` tests run first. xdist's worksteal hands each worker a contiguous share and lets an idle
+    worker take the far end of the other's: with the long tests at the front, what is left to share at
+    the end is short, and no worker waits out another's 30-second compile test alone."""
     for item in items:
         if item.get_closest_marker("stopwatch") is not None and "mark.stopwatch" not in item.path.read_text():
             raise pytest.UsageError(f"{item.nodeid}: mark stopwatch tests with @pytest.mark.stopwatch in their own "
                                     "file, where make test's stopwatch stage finds them")
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise

@@ -110,6 +110,7 @@ def _run_nanogpt(out: Path) -> Run:
 # now. What is left is the loop between the phases (1.5-3.5%) and under 0.5% in the forward; quiet
 # machine, one round each: OPT 1.9%, Falcon 2.0%, Mixtral 2.0%, nanoGPT 3.5%.
 @pytest.mark.parametrize("model_type", [*TINY, "nanogpt"])
+@pytest.mark.slow
 def test_attention_core_residual_rows_and_other_under_5_percent(model_type: str, work: Path) -> None:
     run = _family_run(model_type, work, 0)
     names = {b.name for b in run.blocks}

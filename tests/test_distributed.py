@@ -20,6 +20,7 @@ def ddp_run(tmp_path_factory):
     return run, out
 
 
+@pytest.mark.slow
 def test_both_ranks_recorded(ddp_run):
     run, folder = ddp_run
     for r in (0, 1):
@@ -50,6 +51,7 @@ def test_allreduce_is_its_own_block(ddp_run):
     assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=0.1)
 
 
+@pytest.mark.slow
 def test_crashed_rank_is_named_and_nothing_hangs(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("LMPROF_FAKE_RANK_CRASH", "1")
     code, _, err = cli("train", "--nproc", "2", "--n-layer", "1", "--steps", "1", "--warmup", "0",
@@ -75,6 +77,7 @@ def test_analyze_reads_every_rank_of_the_run(ddp_run, cli):
     assert len(report["traces"]) == 2 and report["ranks"]["slowest_rank"] in (0, 1)
 
 
+@pytest.mark.slow
 def test_hugging_face_model_under_ddp(tmp_path):
     pytest.importorskip("transformers")
     cfg = TrainConfig(hf_config="tiny-gpt2", batch_size=2, seq_len=16, steps=1, warmup=1, profile_steps=1,
@@ -85,6 +88,7 @@ def test_hugging_face_model_under_ddp(tmp_path):
     assert any(b.name == "allreduce" for b in run.blocks)
 
 
+@pytest.mark.slow
 def test_fsdp_shards_show_as_gather_and_reduce_blocks(tmp_path):
     cfg = TrainConfig(preset="tiny", n_layer=1, batch_size=2, seq_len=16, steps=1, warmup=1, profile_steps=1,
                       device="cpu", energy="off", nproc=2, parallel="fsdp", plots=False)
@@ -134,6 +138,7 @@ def test_a_rank_without_its_time_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.slow
 def test_a_timed_out_torchrun_stops_its_ranks(tmp_path):
     """torchrun puts each rank in a session of its own: killing torchrun alone on a timeout left the
     ranks running. run_torchrun stops torchrun with SIGTERM, which stops the ranks first."""

@@ -219,6 +219,7 @@ def test_sweep_progress_line_with_markup_label(capsys):
     assert "m[/] b1" in out and "failed [/] here" in out
 
 
+@pytest.mark.slow
 def test_plots_draw_dollar_names_literally(cli, tmp_path):
     """A model named like mathtext: `lmprof plots` draws every plot, the texts keep parse_math off."""
     import lmprof.show.sweep_plots as sp

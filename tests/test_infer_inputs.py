@@ -42,6 +42,7 @@ def test_tokenizer_must_be_a_local_folder(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("name", ["gpt2", "qwen2.5-0.5b"])
+@pytest.mark.slow
 def test_n_layer_is_honoured_with_hf_config(name: str) -> None:
     model = _load_hf(ModelSpec(hf_config=name, n_layer=1), torch.float32, 0).model
     assert model.config.num_hidden_layers == 1

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lmprof.measure.native_logs import (VERBOSE_ENV, drop_native_lines, is_native_line, native_logs_dropped,
                                         quiet_process)
 
@@ -66,6 +68,7 @@ TINY = ["--preset", "tiny", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
         "--steps", "1", "--profile-steps", "1", "--energy", "off", "--no-report"]
 
 
+@pytest.mark.slow
 def test_train_prints_no_native_lines(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lmprof", "train", *TINY, "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env(), timeout=300)
@@ -74,6 +77,7 @@ def test_train_prints_no_native_lines(tmp_path):
     assert done.stdout.startswith("lmprof train — ")  # lmprof's header is the first thing printed
 
 
+@pytest.mark.slow
 def test_verbose_brings_them_back(tmp_path):
     args = ["--preset", "tiny", "--prompt-len", "4",
             "--new-tokens", "2", "--steps", "1", "--warmup", "0", "--energy", "off", "--no-report"]
@@ -99,6 +103,7 @@ with profile(activities=[ProfilerActivity.CPU]):   # the user's own, after lmpro
 """
 
 
+@pytest.mark.slow
 def test_a_users_own_profiler_keeps_its_lines_under_lmprof_run(tmp_path):
     script = tmp_path / "own.py"
     script.write_text(USER_SCRIPT)
@@ -113,6 +118,7 @@ def test_a_users_own_profiler_keeps_its_lines_under_lmprof_run(tmp_path):
     assert [ln.rsplit("] ", 1)[-1] for ln in lines] == ["profiler_start", "profiler_stop"], done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_figures_steps_memory_recording_prints_no_allocator_warning_under_lmprof_run(tmp_path):
     # Three steps at the defaults: step 2 is the figures step, recorded with memory events; the first
     # free of a block allocated before it started made c10 warn in the middle of the user's step.

@@ -72,6 +72,7 @@ def _metric(out: Path, point_id: object, key: str) -> float | None:
 
 
 # -- Hugging Face configs --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sweep_over_a_tiny_hf_config(tmp_path: Path) -> None:
     tf = pytest.importorskip("transformers")
     cfg = tf.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=128)
@@ -135,6 +136,7 @@ def _received(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_sweep_over_a_user_script_records_failures_and_resumes(tmp_path: Path) -> None:
     spec = load_spec(_script_spec(tmp_path))
     out = tmp_path / "sweep"

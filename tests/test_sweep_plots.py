@@ -21,6 +21,7 @@ def fake(tmp_path_factory):
     return fake_sweep(tmp_path_factory.mktemp("fake-sweep"))
 
 
+@pytest.mark.slow
 def test_every_plot_is_written_when_every_figure_exists(fake):
     results = make_plots(fake)
     assert {r.name for r in results} == ALL

@@ -1,6 +1,7 @@
 """Sweeps on a local Ray instance: results flow back into the same store; failures stay per point."""
 from __future__ import annotations
 
+import pytest
 
 from lazy_imports import Lazy, missing
 from lmprof.record.store import load_results
@@ -8,7 +9,7 @@ from lmprof.sweep.ray_executor import RayExecutor, resources_for
 from lmprof.sweep.runner import run_sweep
 from lmprof.sweep.spec import SweepSpec
 
-pytestmark = missing("ray", "ray is not installed")
+pytestmark = [missing("ray", "ray is not installed"), pytest.mark.slow]
 ray = Lazy("ray")  # imported by the test that runs, not by every worker's collection
 
 

@@ -76,6 +76,7 @@ def test_the_store_has_every_ok_run_with_its_figures(finished):
     assert blocks >= 2  # forward and backward rows of the ok training run
 
 
+@pytest.mark.slow
 def test_plots_for_a_small_finished_sweep(finished, tmp_path):
     out, _ = finished
     results = {r.name: r for r in make_plots(out, tmp_path)}
@@ -117,6 +118,7 @@ def _statuses(db: Path) -> dict[str, tuple[str, str, int]]:
         conn.close()
 
 
+@pytest.mark.slow
 def test_killed_midway_then_resumed_loses_nothing(tmp_path):
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump({**FAST, "models": [MINI], "modes": ["train"], "batch_sizes": [1, 2]}))

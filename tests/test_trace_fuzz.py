@@ -124,6 +124,7 @@ def _write(folder: Path, i: int) -> tuple[str, Path]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_fuzzed_traces_load_or_fail_cleanly(tmp_path):
     outcomes = {"analysed": 0, "noted": 0, "refused": 0}
     for i in range(CASES):
@@ -144,6 +145,7 @@ def test_fuzzed_traces_load_or_fail_cleanly(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_fuzzed_traces_through_the_cli(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     for i in range(6):

@@ -71,6 +71,7 @@ def _lmprof_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_run_log_to_tensorboard_and_mlflow_equals_run_json(tmp_path: Path) -> None:
     proc = _lmprof_run(tmp_path, "--log-to", "tensorboard", "--log-to", "mlflow")
     assert proc.returncode == 5, proc.stderr  # the script's own exit code
@@ -90,6 +91,7 @@ def test_run_log_to_tensorboard_and_mlflow_equals_run_json(tmp_path: Path) -> No
     assert "logged to tensorboard" in proc.stderr and "logged to mlflow" in proc.stderr
 
 
+@pytest.mark.slow
 def test_run_tracker_failure_is_one_line_and_keeps_the_exit_code(tmp_path: Path) -> None:
     (tmp_path / "tensorboard").write_text("a file where the log folder would go")
     proc = _lmprof_run(tmp_path, "--log-to", "tensorboard")

@@ -83,6 +83,7 @@ def test_ops_table_matches_profiler_counts(tiny_run):
     assert ops["aten::addmm"].calls == 16
 
 
+@pytest.mark.slow
 def test_compiled_model_profiles_without_recompiling(tmp_path, request):
     """torch.compile: sub-block scopes stay off (a flag flip would force a recompile in the
     profiled phase); compiled kernels' time goes to their blocks, fused kernels split among theirs.

@@ -422,6 +422,7 @@ def test_profile_context_manager(tmp_path: Path) -> None:
     assert "zero_grad" not in vars(opt) and not model._forward_hooks and not model._forward_pre_hooks
 
 
+@pytest.mark.slow
 def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
     script = write(tmp_path, "t.py", """
         import sys, torch
@@ -446,6 +447,7 @@ def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
 # Python's finalization once its run is written (distributed.end_rank_process), so gloo's threads are
 # never joined; this test checks the launch and, through the exit code and the script's output, that
 # the ranks end as the script would.
+@pytest.mark.slow
 def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     script = write(tmp_path, "ddp.py", """
         import atexit, sys, torch, torch.distributed as dist

@@ -51,6 +51,11 @@ def test_profile_of_a_model_that_recompiles_every_step_says_so(tmp_path: Path) -
 def test_lmprof_run_counts_the_compilation_before_the_model_was_found(tmp_path: Path) -> None:
     """Under lmprof run the session finds the model at the first optimizer step, after that step
     compiled it: the first compilation still counts (the process is the script's)."""
+    import torch._dynamo
+
+    # dynamo's caches are the worker's: a Linear compiled by an earlier test would make this one a
+    # recompilation (the code object is torch's, shared by every Linear)
+    torch._dynamo.reset()
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
         import torch

@@ -64,6 +64,7 @@ def folders(tmp_path: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("sig", ["TERM", "INT"])
+@pytest.mark.slow
 def test_signal_writes_what_was_measured_then_dies_of_it(tmp_path: Path, sig: str) -> None:
     """The signal after step 5: in the profiled window, one of two profiled steps complete."""
     proc = run_cli(tmp_path, sig, "100")
@@ -76,6 +77,7 @@ def test_signal_writes_what_was_measured_then_dies_of_it(tmp_path: Path, sig: st
     assert Run.load(folder).metrics["step_time"].n == 2
 
 
+@pytest.mark.slow
 def test_forked_child_does_nothing_and_does_not_hang(tmp_path: Path) -> None:
     """Forks after step 5 (inside lmprof's profiled window: 1 warm-up + 2 clean + 1 + 2 profiled) and
     after step 9 (the window is over, but the profiler ran in this process), in one script."""
@@ -86,6 +88,7 @@ def test_forked_child_does_nothing_and_does_not_hang(tmp_path: Path) -> None:
     assert Run.load(folder).blocks
 
 
+@pytest.mark.slow
 def test_stop_after_ends_a_loop_with_bare_except(tmp_path: Path) -> None:
     proc = run_cli(tmp_path, "--stop-after", "plain", "1000")
     assert proc.returncode == 0, proc.stderr[-2000:]
