@@ -90,11 +90,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """`make test` runs the stopwatch stage on the files that say ``mark.stopwatch`` (it greps for it):
     a stopwatch test marked any other way would silently not run there.
 
-    The ``slow`` tests run first. xdist's worksteal hands each worker a contiguous share and lets an idle
-    worker take the far end of the other's: with the long tests at the front, what is left to share at
-    the end is short, and no worker waits out another's 30-second compile test alone."""
+    Under xdist the files with ``slow`` tests run first. Its worksteal hands each worker a contiguous
+    share and lets an idle worker take the far end of the other's: with the long tests at the front,
+    what is left to share at the end is short, and no worker waits out another's 30-second compile
+    test alone."""
     for item in items:
         if item.get_closest_marker("stopwatch") is not None and "mark.stopwatch" not in item.path.read_text():
             raise pytest.UsageError(f"{item.nodeid}: mark stopwatch tests with @pytest.mark.stopwatch in their own "
                                     "file, where make test's stopwatch stage finds them")
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
+    if hasattr(config, "workerinput"):  # xdist's workers only: the stopwatch stage keeps file order, where
+        # the compiled stopwatch test (its inductor compile pool still starting up after it) comes after
+        # the noise-window tests, whose quiet runs must see a quiet machine
+        # whole files, in their own order: a module-scoped fixture is built once only while its file's
+        # tests run together
+        slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+        items.sort(key=lambda item: item.path not in slow_files)  # stable: file order otherwise
