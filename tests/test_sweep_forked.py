@@ -42,3 +42,16 @@ def test_the_start_method_is_checked(monkeypatch):
     assert LocalExecutor().start == SUBPROCESS
     monkeypatch.delenv(START_ENV)
     assert LocalExecutor().start == FORKSERVER
+
+
+def test_forked_workers_collect_with_the_servers_imports_frozen():
+    """The server imported torch and lmprof's pipeline with the collector held, then froze them: a
+    worker forked from it collects as any process does, without walking those objects (exit code 0
+    says what the worker saw: collection on, and torch's objects among the frozen)."""
+    ctx = forked._server()
+    check = ("import gc, os, sys\n"
+             "os._exit(0 if gc.isenabled() and gc.get_freeze_count() > 100_000 and 'torch' in sys.modules else 3)")
+    proc = ctx.Process(target=exec, args=(check,))  # type: ignore[attr-defined]
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0

@@ -29,8 +29,9 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-# Imported once in the server: what every worker would otherwise import for itself.
-PRELOAD = ["torch", "torch._dynamo", "lmprof.sweep.worker", "lmprof.pipeline.train", "lmprof.pipeline.infer"]
+# Imported once in the server: what every worker would otherwise import for itself (torch, dynamo and
+# lmprof's pipeline, then frozen: see the module).
+PRELOAD = ["lmprof.sweep.server_imports"]
 _context: BaseContext | None = None
 
 

@@ -199,4 +199,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from lmprof import gc_hold
+
+    gc_hold.hold()  # a process of lmprof's own: released when the run's session starts (lmprof/gc_hold.py)
     sys.exit(main(sys.argv[1:]))
