@@ -78,3 +78,19 @@ def test_hold_and_release() -> None:
         assert not gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_verb_that_measures_nothing_gets_the_collector_back_before_it_runs(tmp_path: Path) -> None:
+    """What the console command does after its hold: ``report``, ``results``, ... get collection back
+    before their command (plots make cycles only the collector frees); ``train`` keeps it held into its
+    command, through torch's import, until its session starts."""
+    try:
+        gc_hold.hold()
+        assert main(["results", str(tmp_path / "nothing")]) == 2
+        assert gc.isenabled() and not gc_hold.held()
+        gc_hold.hold()
+        assert main(["train", "--no-such-option"]) == 2  # refused before any session
+        assert gc_hold.held() and not gc.isenabled()
+    finally:
+        gc_hold.release()
+    assert gc.isenabled()

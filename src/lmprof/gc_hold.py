@@ -8,9 +8,10 @@ took 1.8-2.1 s instead of 3.0-3.2 s (``python -c "import torch, torch._dynamo"``
 Only the console command holds it (:func:`hold`), never ``lmprof.profile()`` or a callback inside
 the user's own process. It is released (:func:`release`) before anything is measured and before any
 user code runs: what start-up built is frozen (``gc.freeze``: it lives until exit anyway, and the
-collector no longer walks it) and collection is on, as in any Python process. A command that only
-reads records and traces (``analyze``, ``report``, ...) ends without releasing it: it runs no user
-code and builds few reference cycles.
+collector no longer walks it) and collection is on, as in any Python process. Verbs that measure
+nothing get it back before their command runs (``lmprof/cli/main.py``); only ``lmprof analyze PATH
+--json``, which runs no user code, draws nothing and builds few reference cycles, keeps it held to the
+end.
 """
 from __future__ import annotations
 

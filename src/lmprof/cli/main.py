@@ -18,6 +18,11 @@ from lmprof import gc_hold
 from lmprof.errors import LmprofError
 
 _NOT_VERBS = {"app", "main", "common"}
+# Verbs that import torch (and dynamo) inside their command: the collector stays held through those
+# imports and is released where measuring begins (lmprof/gc_hold.py). Every other verb gets it back
+# before its command runs: plotting makes reference cycles (a figure and its canvas) that only the
+# collector frees.
+_HELD_INTO_THE_COMMAND = {"train", "infer", "run", "calibrate", "sweep"}
 
 
 def _register_verbs() -> None:
@@ -140,6 +145,9 @@ def _run_typer(argv: list[str] | None) -> int:
     from lmprof.cli.common import Interrupted
 
     _register_verbs()
+    verb = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    if verb not in _HELD_INTO_THE_COMMAND:
+        gc_hold.release()
     try:
         result = app(args=argv, standalone_mode=False, prog_name="lmprof")
     except LmprofError as exc:
