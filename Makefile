@@ -67,8 +67,13 @@ demo: setup-run
 STOPWATCH_FILES = $(shell grep -l 'mark\.stopwatch' tests/test_*.py)
 check = bash scripts/check.sh $(1) "$(2)" "$(3)"
 
-test: setup
-	@bash scripts/ensure_chromium.sh || echo "chromium unavailable: the browser test will say why it is skipped"
+# Chromium (the report's browser test) is looked for, or installed with apt-get on a fresh machine,
+# beside the set-up rather than after it: apt-get and pip's unpacking of torch wait on different things.
+test:
+	@log=$$(mktemp); bash scripts/ensure_chromium.sh >"$$log" 2>&1 & chromium=$$!; \
+	$(MAKE) --no-print-directory setup; rc=$$?; \
+	wait $$chromium || echo "chromium unavailable: the browser test will say why it is skipped"; \
+	cat "$$log"; rm -f "$$log"; exit $$rc
 	$(call check,$(VENV),tests,$(or $(STOPWATCH_FILES),tests))
 
 # Maintainers: the newest (test-latest) and oldest (test-oldest) versions pyproject.toml allows, each in
