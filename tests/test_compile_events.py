@@ -94,3 +94,30 @@ def test_short_reason_keeps_the_heading_and_the_explanation():
     text = "Failed to trace builtin operator\n  Explanation: Dynamo does not know print\n  Hint: avoid it\n"
     assert short_reason(text) == "Failed to trace builtin operator: Dynamo does not know print"
     assert short_reason(None) == ""
+
+
+def test_a_record_dynamo_dropped_cannot_hide_a_new_one(monkeypatch):
+    """Dynamo keeps its records in a bounded deque (64 by default): a record dropped from it is freed,
+    and a new record may be allocated at its address. A baseline of ids alone then took the new record
+    for an old one and lost it (a run under `lmprof run` once showed no compilation at all, in a test
+    worker that had compiled many frames before). The baseline holds the records themselves. Dynamo's
+    records are stood in for, so that the freed one's memory is what the new one is given."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from lmprof.measure import compile_events
+
+    def record(name: str) -> SimpleNamespace:
+        return SimpleNamespace(compile_id="0/0", duration_us=10, entire_frame_compile_time_s=None, is_forward=True,
+                               co_name=name, co_filename="f.py", co_firstlineno=1, restart_reasons=None,
+                               recompile_reason=None)
+
+    kept = [record("before")]
+    fake = SimpleNamespace(get_compilation_metrics=lambda: list(kept), counters={"graph_break": Counter()},
+                           set_compilation_metrics_limit=lambda n: None)
+    monkeypatch.setattr(compile_events, "_dynamo_utils", lambda: fake)
+    since = compile_events.baseline(load=True)
+    kept.clear()  # dynamo dropped it
+    kept.append(record("new"))
+    report = CompileWatch.start(since=since).finish()
+    assert [e.function for e in report.events] == ["new"], report.events

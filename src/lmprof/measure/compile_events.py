@@ -49,7 +49,9 @@ def short_reason(text: str | None) -> str:
     return f"{head}: {expl.removeprefix('Explanation:').strip()}" if expl else head
 
 
-Baseline = tuple[set[int], Counter[str]]
+# Dynamo's records as they were (the objects themselves, held: a record dynamo drops from its bounded
+# deque is freed, and a new record could take its address, and so its id) and the graph-break counts.
+Baseline = tuple[list[Any], Counter[str]]
 
 
 def baseline(load: bool = False) -> Baseline:
@@ -58,9 +60,9 @@ def baseline(load: bool = False) -> Baseline:
     import sys
 
     if not load and "torch._dynamo.utils" not in sys.modules:
-        return set(), Counter()
+        return [], Counter()
     utils = _dynamo_utils()
-    return {id(m) for m in utils.get_compilation_metrics()}, Counter(utils.counters["graph_break"])
+    return list(utils.get_compilation_metrics()), Counter(utils.counters["graph_break"])
 
 
 @dataclass
@@ -128,7 +130,7 @@ class CompileWatch:
     events: list[CompileEvent] = field(default_factory=list)
     steps: dict[str, int] = field(default_factory=dict)
     first_call_s: float | None = None
-    _seen: set[int] = field(default_factory=set)
+    _seen: dict[int, Any] = field(default_factory=dict)  # id -> the record, held so its id stays its own
     _breaks_before: Counter[str] = field(default_factory=Counter)
     _kernels: KernelRecorder | None = None
 
@@ -143,7 +145,8 @@ class CompileWatch:
         dynamo_utils = _dynamo_utils()
         dynamo_utils.set_compilation_metrics_limit(_RECORDS_KEPT)
         watch = cls(current=phase)
-        watch._seen, watch._breaks_before = since if since is not None else baseline(load=True)
+        records, watch._breaks_before = since if since is not None else baseline(load=True)
+        watch._seen = {id(m): m for m in records}
         # Open for the whole run: a recompilation in the profiled phase must name its kernels too.
         watch._kernels = KernelRecorder().__enter__()
         return watch
@@ -155,7 +158,7 @@ class CompileWatch:
     def _harvest(self) -> None:
         for m in _dynamo_utils().get_compilation_metrics():
             if id(m) not in self._seen:
-                self._seen.add(id(m))
+                self._seen[id(m)] = m
                 self.events.append(_event(m, self.current))
 
     def phase(self, name: str) -> None:
