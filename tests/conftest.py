@@ -9,6 +9,11 @@ os.environ.setdefault("LMPROF_CACHE_DIR", os.path.join(os.path.dirname(__file__)
 # and leave a file in the shared cache above, making runs depend on the tests before them;
 # tests/test_quick_calibration.py turns it back on with a cache of its own.
 os.environ.setdefault("LMPROF_NO_QUICK_CALIBRATION", "1")
+# Inductor checks each vector ISA the CPU reports by building and loading a probe library with it: six
+# g++ runs and 6.6 s of CPU in the first test that compiles. The check guards against a compiler that
+# cannot build for an ISA the CPU has; the tests trust the CPU's own list (cpuid), as inductor does
+# for the ISA it then picks.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import sys  # noqa: E402
 
