@@ -38,10 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Collection imports torch, transformers and every test module (and compiles their bytecode, on a
     # fresh clone): without the collector walking the growing heap meanwhile, a cold collection took
-    # 9.3-10.3 s of CPU instead of 12.2-12.4 s. pytest_collection_finish turns it back on.
-    import gc
+    # 9.3-10.3 s of CPU instead of 12.2-12.4 s. pytest_collection_finish releases it, frozen, as the
+    # lmprof command does after its own start-up.
+    from lmprof import gc_hold
 
-    gc.disable()
+    gc_hold.hold()
     import torch
 
     torch.set_num_threads(1)
@@ -93,9 +94,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     as before: collection, held off since pytest_configure, is on again from here."""
     import gc
 
-    gc.collect()
-    gc.freeze()
-    gc.enable()
+    from lmprof import gc_hold
+
+    gc.collect()  # collection's own garbage is not frozen with the rest
+    gc_hold.release()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

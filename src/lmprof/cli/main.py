@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if fast is not None:
             return _run_fast(fast, argv)
-        return _run_typer(argv)
+        return _run_typer(argv, args)
     except OSError as exc:
         if exc.errno not in _NO_ROOM:
             raise
@@ -138,15 +138,14 @@ def _leave_now() -> None:
     os._exit(0)
 
 
-def _run_typer(argv: list[str] | None) -> int:
+def _run_typer(argv: list[str] | None, args: list[str]) -> int:
     import typer
 
     from lmprof.cli.app import app
     from lmprof.cli.common import Interrupted
 
     _register_verbs()
-    verb = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
-    if verb not in _HELD_INTO_THE_COMMAND:
+    if next((a for a in args if not a.startswith("-")), None) not in _HELD_INTO_THE_COMMAND:
         gc_hold.release()
     try:
         result = app(args=argv, standalone_mode=False, prog_name="lmprof")
