@@ -31,6 +31,9 @@ fi
 "$UV" pip compile pyproject.toml requirements/build.in "${args[@]}" --extra hf -o "$out/run.lock"
 "$UV" pip compile pyproject.toml requirements/build.in "${args[@]}" --extra dev --extra hf --extra parquet \
     -o "$out/dev.lock"
-# From stdin, so the lock names no temporary file (it would change on every run).
-echo "uv==$("$UV" --version | awk '{print $2}')" | "$UV" pip compile - --generate-hashes --no-header --quiet -o "$out/uv.lock"
+# From stdin, so the lock names no temporary file (it would change on every run). pip stays at the
+# version Python 3.11's ensurepip brings (the Makefile makes the venv without it): the one torch's
+# install has always been tested with.
+printf 'uv==%s\npip==23.2.1\n' "$("$UV" --version | awk '{print $2}')" |
+    "$UV" pip compile - --generate-hashes --no-header --quiet -o "$out/uv.lock"
 echo "locks written: $out/{run,dev,uv}.lock"
