@@ -94,3 +94,16 @@ def test_a_verb_that_measures_nothing_gets_the_collector_back_before_it_runs(tmp
     finally:
         gc_hold.release()
     assert gc.isenabled()
+
+
+def test_the_torchrun_agent_runs_with_the_collector_on_and_its_imports_frozen() -> None:
+    from lmprof.pipeline.distributed import torchrun_command
+
+    assert torchrun_command(2, ["train"])[1:3] == ["-m", "lmprof.pipeline.torchrun_agent"]
+    probe = ("import gc, json, lmprof.pipeline.torchrun_agent as a, torch.distributed.run as r; "
+             "print(json.dumps([gc.isenabled(), gc.get_freeze_count(), a.main is r.main]))")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    enabled, frozen, same_main = json.loads(done.stdout)
+    assert enabled is True and frozen > 100_000 and same_main is True

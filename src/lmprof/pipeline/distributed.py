@@ -112,7 +112,7 @@ def end_rank_process(code: int) -> None:
 
 def torchrun_command(nproc: int, lmprof_argv: Sequence[str]) -> list[str]:
     """The command line that runs ``lmprof <lmprof_argv>`` on ``nproc`` local ranks."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    return [sys.executable, "-m", "lmprof.pipeline.torchrun_agent", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "lmprof", *lmprof_argv]
 
 
