@@ -131,13 +131,15 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         host_figures: dict[str, Any] = {}
         side_done = pool.submit(_drain, host_tasks, host_figures)
         try:
-            # these two need only the launching calls: they run while the nesting is still going
-            early = (temporal_breakdown(table, sel), idle_causes(table, sel)) if sel is not None else None
+            # these need only the launching calls (hardware use not even those): they run while the
+            # nesting is still going
+            early = (temporal_breakdown(table, sel), idle_causes(table, sel),
+                     hardware_use(table, sel.rows)) if sel is not None else None
             nested.result()
             launch_links(table)  # each kernel's enclosing operator: the analyses below read it
             device = None
             if sel is not None and early is not None:
-                (temporal, overlap), idle = early
+                (temporal, overlap), idle, hardware = early
                 dev_ids = ev["device"][sel.rows]
                 device = DeviceReport(
                     window=sel.window,
@@ -148,7 +150,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
                     kernels=kernel_breakdown(table, sel.rows, top),
                     device_ids=sorted(int(d) for d in distinct(dev_ids[dev_ids >= 0])),
                     communication=collectives(table, sel.rows),
-                    hardware=hardware_use(table, sel.rows),
+                    hardware=hardware,
                 )
             _drain(host_tasks, host_figures)
         except BaseException:
