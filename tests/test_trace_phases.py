@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -76,3 +79,20 @@ def test_cli_shows_phases(stepped: Path, capsys) -> None:
     assert set(doc["total_us"]) == set(PHASES) and len(doc["steps"]) == 3
     assert main(["analyze", str(stepped)]) == 0
     assert "Phases per step" in capsys.readouterr().out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 400)), max_size=40),
+       st.integers(-50, 1100), st.integers(0, 600), st.booleans())
+def test_a_steps_window_cuts_the_same_intervals_as_scanning_them_all(spans, a, width, shuffle):
+    """The bisection that finds a step's intervals gives what clipping every interval gives (the truth
+    here: _clip over all of them), long intervals that start steps earlier included."""
+    from lmprof.trace.phases import _clip, _Windowed
+
+    spans = sorted(spans) if not shuffle else spans
+    ts = np.array([float(s) for s, _ in spans])
+    end = ts + np.array([float(d) for _, d in spans])
+    rows = np.arange(len(spans))
+    got = _Windowed(ts, end, rows).clip(float(a), float(a + width))
+    want = _clip(ts, end, float(a), float(a + width))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
