@@ -153,7 +153,8 @@ def test_a_timed_out_torchrun_stops_its_ranks(tmp_path):
     script.write_text("import os, pathlib, time\n"
                       f"pathlib.Path({str(tmp_path)!r}, 'started' + os.environ['RANK']).touch()\n"
                       "time.sleep(300)\n")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    # the agent lmprof launches (torchrun_command), so its stopping of the ranks is what is tested
+    cmd = [sys.executable, "-m", "lmprof.pipeline.torchrun_agent", "--standalone", "--nproc-per-node=2", str(script)]
     with pytest.raises(subprocess.TimeoutExpired):
         run_torchrun(cmd, dict(os.environ), timeout_s=8, capture=True)
     assert (tmp_path / "started0").exists() and (tmp_path / "started1").exists()  # the ranks had started
