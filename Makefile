@@ -29,9 +29,9 @@ SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c src/lmprof/trace/_ne
 # version the venv would have had) and uv. A system without such a pip gets the usual venv.
 $(VENV)/.uv: requirements/uv.lock
 	@test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
-	@$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1 || \
-	    $(PYTHON) -m venv $(VENV)
-	@if $(PY) -m pip --version >/dev/null 2>&1; then pip="$(PY) -m pip"; else pip="$(PYTHON) -m pip --python $(PY)"; fi; \
+	@if $(PY) -m pip --version >/dev/null 2>&1; then pip="$(PY) -m pip"; \
+	elif $(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1; then pip="$(PYTHON) -m pip --python $(PY)"; \
+	else $(PYTHON) -m venv $(VENV) || exit 1; pip="$(PY) -m pip"; fi; \
 	echo "$$pip install -r requirements/uv.lock"; \
 	$$pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements/uv.lock
 	@touch $@
