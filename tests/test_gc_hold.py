@@ -16,6 +16,7 @@ import torch
 import lmprof
 from lmprof import gc_hold
 from lmprof.cli.main import main
+from tiny_loops import sgd_steps
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -48,14 +49,9 @@ def test_in_the_callers_process_the_collector_is_left_alone(tmp_path: Path) -> N
     frozen = gc.get_freeze_count()
     assert gc.isenabled() and not gc_hold.held()
     model = torch.nn.Linear(4, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with lmprof.profile(model, warmup=1, steps=2, profile_steps=1, out=tmp_path / "p", verbose=False,
                         report=False) as prof:
-        for _ in range(5):
-            model(torch.randn(2, 4)).sum().backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
+        sgd_steps(model, prof)
     assert main(["results", str(tmp_path / "p")]) in (0, 2)  # main([...]) in-process: no hold either
     # nothing frozen by lmprof (a freeze would take in every object created since); frozen objects
     # freed meanwhile leave the count

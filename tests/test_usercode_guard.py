@@ -13,6 +13,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.record.run import Run
+from tiny_loops import sgd_steps
 from tests.test_usercode import write
 
 SCRIPT = """
@@ -111,15 +112,10 @@ def test_profile_label_and_class_name_cannot_leave_out(tmp_path: Path) -> None:
     cls = type("evil/../../name", (torch.nn.Linear,), {})
     for label in ("../../x", None):
         model = cls(4, 4)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         out = tmp_path / "a" / "b" / "runs"
         with lmprof.profile(model, out=out, label=label, warmup=0, steps=2, profile_steps=1, report=False,
                             verbose=False) as prof:
-            for _ in range(5):
-                model(torch.randn(2, 4)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-                prof.step()
+            sgd_steps(model, prof)
         assert prof.folder is not None and prof.folder.parent == out
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_dir()) == sorted(["a", "b", "runs", *(p.name for p in out.iterdir())])
 
