@@ -7,6 +7,10 @@
 #   make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" demo
 PYTHON ?= python3
 VENV   ?= .venv
+# make cannot name targets with spaces: a VENV holding one became several targets and venvs.
+ifneq ($(words $(VENV)),1)
+$(error VENV must be one path without spaces (make cannot name targets with them), not '$(VENV)')
+endif
 PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 TORCH_SPEC ?= torch==2.13.0
@@ -28,6 +32,7 @@ SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c src/lmprof/trace/_ne
 # --python): ensurepip took 4.4 s of a 17.6 s set-up, against 0.2 s. uv.lock then brings pip (at the
 # version the venv would have had) and uv. A system without such a pip gets the usual venv.
 $(VENV)/.uv: requirements/uv.lock
+	@$(PYTHON) scripts/venv_path_ok.py '$(VENV)'
 	@test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
 	@if $(PY) -m pip --version >/dev/null 2>&1; then pip="$(PY) -m pip"; \
 	elif $(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1; then pip="$(PYTHON) -m pip --python $(PY)"; \
