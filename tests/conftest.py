@@ -112,10 +112,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("stopwatch") is not None and "mark.stopwatch" not in item.path.read_text():
             raise pytest.UsageError(f"{item.nodeid}: mark stopwatch tests with @pytest.mark.stopwatch in their own "
                                     "file, where make test's stopwatch stage finds them")
-    if hasattr(config, "workerinput"):  # xdist's workers only: the stopwatch stage keeps file order, where
-        # the compiled stopwatch test (its inductor compile pool still starting up after it) comes after
-        # the noise-window tests, whose quiet runs must see a quiet machine
-        # whole files, in their own order: a module-scoped fixture is built once only while its file's
-        # tests run together
+    # xdist's workers only: the stopwatch stage keeps file order, where the compiled stopwatch test (its
+    # inductor compile pool still starting up after it) comes after the noise-window tests, whose quiet
+    # runs must see a quiet machine. Whole files move, in their own order: a module-scoped fixture is
+    # built once only while its file's tests run together.
+    if hasattr(config, "workerinput"):
         slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
         items.sort(key=lambda item: item.path not in slow_files)  # stable: file order otherwise
