@@ -65,7 +65,8 @@ from lmprof.errors import DataError
 from lmprof.trace.columns import Merger, empty_comms, empty_hw, empty_shapes, frames, memory_frame
 from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.frame import Frame
-from lmprof.trace.read import chunks, gzip_size, open_regular
+from lmprof.trace import read
+from lmprof.trace.read import gzip_size, open_regular, open_stream
 from lmprof.trace import scan
 from lmprof.trace.scan import read_chunk
 from lmprof.trace.split import Splitter
@@ -339,8 +340,9 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
 def _split(p: Path, on_events: Callable[[memoryview, bool], None]) -> bytes:
     """Feed the file through a :class:`Splitter`; returns the top-level JSON without its events."""
     splitter = Splitter(p, on_events, bad_guess=DECODE_ERRORS)
-    for chunk in chunks(p):
-        splitter.feed(chunk)
+    with open_stream(p) as stream:
+        while splitter.fill(stream, read.READ_BYTES):
+            pass
     return splitter.finish()
 
 

@@ -1,15 +1,19 @@
 """Bytes of a trace file: opened only if it is a regular file, gunzipped transparently, in pieces.
 
-The file is never held whole: :func:`chunks` yields at most about :data:`READ_BYTES` decoded bytes at
-a time, so a highly compressed trace never inflates at once.
+The file is never held whole: :func:`open_stream` gives a stream whose ``readinto`` fills a caller's
+buffer with at most its size of decoded bytes, so a highly compressed trace never inflates at once,
+and a plain file's bytes go from the kernel straight into the caller's buffer (one copy, made
+without holding the GIL).
 """
 from __future__ import annotations
 
+import io
 import os
 import stat
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Protocol
 
 from lmprof.errors import DataError
 
@@ -18,21 +22,22 @@ GZIP_IN = 1 << 20  # compressed bytes read per gunzip step
 
 
 
-def chunks(path: Path) -> Iterator[bytes]:
-    """Yield the decoded bytes of ``path`` in pieces of at most ~READ_BYTES; gunzips transparently."""
+class Stream(Protocol):
+    """What :func:`open_stream` gives: ``readinto`` fills ``b`` with the next decoded bytes."""
+
+    def readinto(self, b: memoryview | bytearray, /) -> int: ...
+
+
+@contextmanager
+def open_stream(path: Path) -> Iterator[Stream]:
+    """The decoded bytes of ``path`` as a :class:`Stream`; gunzips transparently."""
     f = open_regular(path)
     with f:
-        head = f.read(2)
-        if head != b"\x1f\x8b":
-            yield head + f.read(max(READ_BYTES - 2, 0))
-            while block := f.read(READ_BYTES):
-                yield block
-            return
-        f.seek(0)
-        yield from _gunzip(f, path)
+        head = f.peek(2)[:2]
+        yield _Gunzip(f, path) if head == b"\x1f\x8b" else f
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path) -> io.BufferedReader:
     """Open ``path`` for reading only if it is a regular file; else DataError naming what it is.
 
     The type is checked on the open descriptor (opened non-blocking), so a FIFO, a device such as
@@ -70,28 +75,42 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _gunzip(f: Any, path: Path) -> Iterator[bytes]:
-    d = zlib.decompressobj(wbits=31)
-    data = b""
-    try:
-        while True:
-            if not data:
-                data = f.read(GZIP_IN)
-                if not data:
+class _Gunzip:
+    """A gzip file (concatenated members allowed, junk after the last ignored as gzip(1) does) as a
+    :class:`Stream`: each ``readinto`` inflates at most the buffer's size."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f, self.path = f, path
+        self.d = zlib.decompressobj(wbits=31)
+        self.data = b""
+        self.done = False
+
+    def readinto(self, b: memoryview | bytearray, /) -> int:
+        while not self.done:
+            if not self.data:
+                self.data = self.f.read(GZIP_IN)
+                if not self.data:
+                    self.done = True
+                    if not self.d.eof:
+                        raise DataError(
+                            f"{self.path}: gzip data is truncated (the file ends before the compressed stream does)"
+                        )
                     break
-            if d.eof:
-                if data[:2] != b"\x1f\x8b":
-                    break  # padding or junk after the last gzip member: ignored, as gzip(1) does
-                d = zlib.decompressobj(wbits=31)  # concatenated gzip members
-            # max_length bounds each piece, so a highly compressed trace never inflates at once
-            out = d.decompress(data, READ_BYTES)
+            if self.d.eof:
+                if self.data[:2] != b"\x1f\x8b":
+                    self.done = True  # padding or junk after the last gzip member: ignored
+                    break
+                self.d = zlib.decompressobj(wbits=31)  # concatenated gzip members
+            try:
+                # max_length bounds each piece, so a highly compressed trace never inflates at once
+                out = self.d.decompress(self.data, len(b))
+            except zlib.error as exc:
+                raise DataError(f"{self.path}: gzip data is corrupt ({exc})") from None
+            self.data = self.d.unused_data if self.d.eof else self.d.unconsumed_tail
             if out:
-                yield out
-            data = d.unused_data if d.eof else d.unconsumed_tail
-    except zlib.error as exc:
-        raise DataError(f"{path}: gzip data is corrupt ({exc})") from None
-    if not d.eof:
-        raise DataError(f"{path}: gzip data is truncated (the file ends before the compressed stream does)")
+                b[: len(out)] = out
+                return len(out)
+        return 0
 
 
 def gzip_size(path: Path) -> int:
