@@ -313,3 +313,68 @@ def test_input_shapes_are_read_where_an_args_key_says_so():
         assert _same_or_refused(raw), events
         ch = scan.scan_chunk(raw)
         assert ch is not None and len(ch.shape_rows) == shapes, events
+
+
+# Keys one byte away from those the reader takes whole or looks up by length and first byte
+_LOOKALIKE_KEYS = ["p", "phx", "Ph", "nam", "names", "nme", "pidd", "tsx", "t", "du", "durr", "i", "args2", "arg",
+                   "cat ", " cat"]  # fmt: skip
+_LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E"]
+_SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t")]
+
+
+@native
+@pytest.mark.parametrize("seed", range(3))
+def test_keys_taken_whole_are_exactly_the_keys(seed):
+    """The reader takes a key whole when its bytes match the key that followed the previous one last
+    time (one word compared), and looks args keys up by length and first byte. Keys in shuffled
+    orders, lookalike keys one byte off, odd spacing, and events cut short right after a key: equal
+    to msgspec wherever the reader accepts, and most lists accepted."""
+    rng = random.Random(seed)
+    accepted = 0
+    for _ in range(400):
+        events = []
+        for _ in range(rng.randrange(1, 12)):
+            e: dict[str, Any] = {"ph": "X", "name": rng.choice(["a", "ab", "aten::mm", "k" * 9]), "cat": "kernel",
+                                 "pid": rng.randrange(5), "tid": 7, "ts": rng.randrange(10**16) / 10,
+                                 "dur": 1.5, "args": {"External id": 3, "Ev Idx": 4, "stream": 7, "bytes": 8}}
+            for _ in range(rng.randrange(3)):
+                e[rng.choice(_LOOKALIKE_KEYS)] = rng.choice([1, "x", None, [2]])
+            for _ in range(rng.randrange(3)):
+                e["args"][rng.choice(_LOOKALIKE_ARGS)] = rng.choice([1, "x", None])
+            keys = list(e)
+            if rng.random() < 0.5:
+                rng.shuffle(keys)
+            events.append({k: e[k] for k in keys})
+        item, key = rng.choice(_SEPARATORS)
+        raw = "[" + item.join(json.dumps(e, separators=(item, key)) for e in events) + "]"
+        if rng.random() < 0.2:  # cut right after a key, or a byte later: fewer than a word left
+            cut = raw.rfind('"', 0, len(raw) - 2)
+            raw = raw[: cut + rng.randrange(1, 3)]
+        accepted += _same_or_refused(raw.encode())
+    assert accepted > 250
+
+
+@native
+@pytest.mark.parametrize(
+    "token",
+    ["12345678", "1234567812345678", "1234567812345678901", "12345678123456789012", "0.00000000123456789",
+     "0.1234567812345678", "1.00000000000000000001", "98765432.1", "87654321e-3", "12345678.87654321e2",
+     "-1712195495519695.8", "1712195495519695", "0.000000012345678", "10000000000000000000000",
+     "999999999999.99999999", "123456789012.12345678", "12345678901.123456789", "1234567890123.12345678"],
+)  # fmt: skip
+def test_long_digit_runs_are_read_eight_at_a_time_exactly(token):
+    """Digits are read a word at a time while eight of them follow: at and around 8, 16 and 19
+    digits, in fractions after leading zeros, and before an exponent, the double is Python's."""
+    got = scan.scan_chunk(b'[{"ph":"X","ts":%s,"dur":1}]' % token.encode())
+    assert got is not None and got.x["ts"].tolist() == [float(token)]
+
+
+@native
+def test_a_name_at_the_end_of_the_buffer_has_the_same_code():
+    """A short name is hashed as one masked word when a word can be read there, else byte by byte
+    (the end of the buffer is nearer): the same name must get the same code either way."""
+    for name in ["a", "ab", "abcdefg", "abcdefgh", "abcdefghi"]:
+        raw = json.dumps([{"ph": "X", "name": name}, {"ph": "X", "cat": "c", "name": name}],
+                         separators=(",", ":")).encode()
+        got = scan.scan_chunk(raw)
+        assert got is not None and got.names == [name] and got.x["name"].tolist() == [0, 0], name

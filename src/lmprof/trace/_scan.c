@@ -38,6 +38,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && (defined(__GNUC__) || defined(__clang__))
+/* p[0] is a loaded word's lowest byte (the first special byte of a word is at ctz / 8), and words
+ * are read whole where the bytes allow */
+#define LITTLE_ENDIAN_CTZ 1
+#endif
+
 #define MAX_DEPTH 64
 #define OK 0
 #define REFUSE 1  /* not the fast path's input: the caller decodes it with msgspec */
@@ -88,7 +94,8 @@ typedef struct {
     size_t n;
 } Table;
 
-static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+/* ``end``: where the readable bytes stop (a last word may be read whole below it). */
+static uint64_t hash_bytes(const uint8_t *s, size_t n, const uint8_t *end) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     while (n >= 8) {
         uint64_t w;
@@ -99,7 +106,14 @@ static uint64_t hash_bytes(const uint8_t *s, size_t n) {
         n -= 8;
     }
     uint64_t w = 0;
-    memcpy(&w, s, n);
+#ifdef LITTLE_ENDIAN_CTZ
+    /* a whole word, masked: copying the n bytes into a word stalled the load that read it back */
+    if (n && end - s >= 8) {
+        memcpy(&w, s, 8);
+        w &= (1ull << (8 * n)) - 1;
+    } else
+#endif
+        for (size_t i = 0; i < n; i++) w |= (uint64_t)s[i] << (8 * i);
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 29;
     return h;
@@ -122,9 +136,9 @@ static int table_grow(Table *t) {
 }
 
 /* the code of base[off:off+n] in t (a new one when unseen), or -1 when out of memory */
-static int32_t intern(Table *t, const uint8_t *base, Py_ssize_t off, Py_ssize_t n) {
+static int32_t intern(Table *t, const uint8_t *base, const uint8_t *end, Py_ssize_t off, Py_ssize_t n) {
     if ((t->n + 1) * 2 > t->cap && table_grow(t) != OK) return -1;
-    uint64_t h = hash_bytes(base + off, (size_t)n);
+    uint64_t h = hash_bytes(base + off, (size_t)n, end);
     const uint64_t *hs = (const uint64_t *)t->hash.data;
     const Py_ssize_t *offs = (const Py_ssize_t *)t->off.data, *lens = (const Py_ssize_t *)t->len.data;
     size_t i = h & (t->cap - 1);
@@ -162,6 +176,7 @@ typedef struct {
     Buf odd; /* int32 column, int64 row, Py_ssize_t offset, Py_ssize_t length */
     Buf mem; /* Py_ssize_t offset, Py_ssize_t length */
     int shapes; /* an args object had an "Input Dims" key */
+    int8_t next_key[16]; /* by event key (K_START first): the known key that followed it last, or -1 */
 } Scanner;
 
 
@@ -169,12 +184,15 @@ static inline void skip_ws(Scanner *s) {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
 }
 
-static inline int plain8(uint64_t w) {
+/* The high bit of each byte of w that is a quote, a backslash, a control or a non-ASCII byte: the
+ * classic has-zero-byte test on w^'"' and w^'\\', has-less-than-0x20, and the high bits. A borrow
+ * only runs upwards, so the lowest flagged byte is always a true one (bytes above it may be false). */
+static inline uint64_t special8(uint64_t w) {
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
     uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-    /* the classic has-zero-byte test on w^'"' and w^'\\', has-less-than-0x20, and the high bits */
-    return ((((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & high) == 0;
+    return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w) & high;
 }
+
 
 /* A string at s->p (which is '"'): its raw body as [*off, *off + *n); *esc when it holds escapes.
  * Refuses control characters, \u escapes and invalid UTF-8 (Python's strict rules). */
@@ -186,7 +204,13 @@ static int read_string(Scanner *s, Py_ssize_t *off, Py_ssize_t *n, int *esc) {
         while (end - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
-            if (!plain8(w)) break;
+            uint64_t m = special8(w);
+            if (m) {
+#ifdef LITTLE_ENDIAN_CTZ
+                p += __builtin_ctzll(m) >> 3; /* straight to it: most strings are short keys */
+#endif
+                break;
+            }
             p += 8;
         }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
@@ -235,6 +259,21 @@ typedef struct {
     const uint8_t *start, *stop;
 } Number;
 
+#ifdef LITTLE_ENDIAN_CTZ
+/* Eight ASCII digits in one word, and their value (p[0] most significant): the well-known SWAR
+ * conversion (three multiplies instead of eight dependent steps). Timestamps have 16 or more digits. */
+static inline int eight_digits(uint64_t w) {
+    return (((w + 0x4646464646464646ull) | (w - 0x3030303030303030ull)) & 0x8080808080808080ull) == 0;
+}
+
+static inline uint64_t eight_digits_value(uint64_t w) {
+    w -= 0x3030303030303030ull;
+    w = w * 10 + (w >> 8); /* pairs of digits */
+    return (((w & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+            (((w >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >> 32;
+}
+#endif
+
 /* A JSON number at s->p, by the grammar -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 static int read_number(Scanner *s, Number *num) {
     const uint8_t *p = s->p, *end = s->end;
@@ -253,6 +292,16 @@ static int read_number(Scanner *s, Number *num) {
     if (*p == '0') {
         p++;
     } else {
+#ifdef LITTLE_ENDIAN_CTZ
+        while (digits <= 11 && end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!eight_digits(w)) break;
+            num->mant = num->mant * 100000000ull + eight_digits_value(w);
+            digits += 8;
+            p += 8;
+        }
+#endif
         while (p < end && *p >= '0' && *p <= '9') {
             if (digits < 19) {
                 num->mant = num->mant * 10 + (uint64_t)(*p - '0');
@@ -267,6 +316,17 @@ static int read_number(Scanner *s, Number *num) {
         num->is_int = 0;
         p++;
         if (p >= end || *p < '0' || *p > '9') return REFUSE;
+#ifdef LITTLE_ENDIAN_CTZ
+        while (num->mant != 0 && digits <= 11 && end - p >= 8) { /* leading zeros: the loop below */
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!eight_digits(w)) break;
+            num->mant = num->mant * 100000000ull + eight_digits_value(w);
+            num->exp10 -= 8;
+            digits += 8;
+            p += 8;
+        }
+#endif
         while (p < end && *p >= '0' && *p <= '9') {
             if (num->mant == 0 && *p == '0') {
                 num->exp10--; /* leading zeros of a fraction are not significant */
@@ -383,17 +443,22 @@ static int after_member(Scanner *s, uint8_t close) {
     return REFUSE;
 }
 
+/* The colon after a key, and the space around it. */
+static int after_key(Scanner *s) {
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return REFUSE;
+    s->p++;
+    skip_ws(s);
+    return s->p < s->end ? OK : REFUSE;
+}
+
 /* An object key and its colon: the key's raw body; keys with escapes are refused (msgspec decides). */
 static int read_key(Scanner *s, Py_ssize_t *off, Py_ssize_t *n) {
     int esc, r;
     if (s->p >= s->end || *s->p != '"') return REFUSE;
     if ((r = read_string(s, off, n, &esc)) != OK) return r;
     if (esc) return REFUSE;
-    skip_ws(s);
-    if (s->p >= s->end || *s->p != ':') return REFUSE;
-    s->p++;
-    skip_ws(s);
-    return s->p < s->end ? OK : REFUSE;
+    return after_key(s);
 }
 
 static int expect_literal(Scanner *s, const char *lit, size_t n) {
@@ -501,7 +566,29 @@ static const char *const ARG_KEYS[11] = {"correlation",   "External id",  "Seque
                                          "device",        "registers per thread", "shared memory",
                                          "blocks per SM", "warps per SM", "est. achieved occupancy %",
                                          "bytes"};
-static size_t ARG_LENS[11];
+#define ARG_SHAPES 11 /* "Input Dims": noted, its value skipped */
+/* By a key's length and first byte, the one ARG_KEYS entry (or ARG_SHAPES) it can be, plus one; 0
+ * for none. No two of them share both, so a key is compared with at most one candidate. */
+static int8_t ARG_BY_LEN_FIRST[32][256];
+
+static int arg_keys_init(void) {
+    for (int k = 0; k <= ARG_SHAPES; k++) {
+        const char *key = k < ARG_SHAPES ? ARG_KEYS[k] : "Input Dims";
+        int8_t *slot = &ARG_BY_LEN_FIRST[strlen(key)][(uint8_t)key[0]];
+        if (*slot) return -1; /* two keys alike in both: the table cannot tell them apart */
+        *slot = (int8_t)(k + 1);
+    }
+    return 0;
+}
+
+/* The ARG_KEYS index of a raw key, ARG_SHAPES, or -1 for any other key. */
+static int arg_of(const uint8_t *k, Py_ssize_t n) {
+    if (n <= 0 || n >= 32) return -1;
+    int c = ARG_BY_LEN_FIRST[n][k[0]] - 1;
+    if (c < 0) return -1;
+    const char *key = c < ARG_SHAPES ? ARG_KEYS[c] : "Input Dims";
+    return memcmp(k, key, (size_t)n) == 0 ? c : -1;
+}
 
 static void args_init(Args *a) {
     for (int k = 0; k < 5; k++) {
@@ -524,10 +611,8 @@ static int read_args(Scanner *s, Args *a) {
         Py_ssize_t off, n;
         int r;
         if ((r = read_key(s, &off, &n)) != OK) return r;
-        int which = -1;
-        for (int k = 0; k < 11 && which < 0; k++)
-            if ((size_t)n == ARG_LENS[k] && memcmp(s->base + off, ARG_KEYS[k], (size_t)n) == 0) which = k;
-        if (which >= 0) {
+        int which = arg_of(s->base + off, n);
+        if (which >= 0 && which < ARG_SHAPES) {
             if (seen & (1u << which)) return REFUSE; /* duplicate key */
             seen |= 1u << which;
             if (which < 5)
@@ -535,7 +620,7 @@ static int read_args(Scanner *s, Args *a) {
             else
                 r = read_double(s, &a->hw[which - 5], NAN);
         } else {
-            if (n == 10 && memcmp(s->base + off, "Input Dims", 10) == 0) s->shapes = 1;
+            if (which == ARG_SHAPES) s->shapes = 1;
             r = skip_value(s, 2);
         }
         if (r != OK) return r;
@@ -543,7 +628,26 @@ static int read_args(Scanner *s, Args *a) {
     }
 }
 
-enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
+enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER, K_START };
+
+/* Each known key quoted ("ph"), as the low bytes of a word: a key is taken whole when the bytes at
+ * the reader match it, which also proves it plain (ASCII, no escape), as read_string would find. */
+static const char *const KEY_NAMES[K_OTHER] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args"};
+static uint64_t KEY_WORD[K_OTHER], KEY_MASK[K_OTHER];
+static int KEY_LEN[K_OTHER];
+
+static void key_words_init(void) {
+    for (int k = 0; k < K_OTHER; k++) {
+        uint8_t w[8] = {0};
+        size_t n = strlen(KEY_NAMES[k]) + 2; /* at most 8: "args" */
+        w[0] = '"';
+        memcpy(w + 1, KEY_NAMES[k], n - 2);
+        w[n - 1] = '"';
+        memcpy(&KEY_WORD[k], w, 8);
+        KEY_MASK[k] = n == 8 ? ~0ull : (1ull << (8 * n)) - 1;
+        KEY_LEN[k] = (int)n;
+    }
+}
 
 static int key_of(const uint8_t *k, Py_ssize_t n) {
     switch (n) {
@@ -564,6 +668,28 @@ static int key_of(const uint8_t *k, Py_ssize_t n) {
         break;
     }
     return K_OTHER;
+}
+
+/* The next member's key, as K_*: first tried as the key that followed the previous one last time
+ * (Kineto writes every event's keys in one order, so this is nearly always it: one word compared
+ * instead of a string read and a lookup), else read and looked up. */
+static int next_key(Scanner *s, int prev) {
+#ifdef LITTLE_ENDIAN_CTZ
+    int g = s->next_key[prev];
+    if (g >= 0 && s->end - s->p >= 8) {
+        uint64_t w;
+        memcpy(&w, s->p, 8);
+        if ((w & KEY_MASK[g]) == KEY_WORD[g]) {
+            s->p += KEY_LEN[g];
+            return after_key(s) == OK ? g : -1;
+        }
+    }
+#endif
+    Py_ssize_t koff, kn;
+    if (read_key(s, &koff, &kn) != OK) return -1;
+    int key = key_of(s->base + koff, kn);
+    s->next_key[prev] = (int8_t)(key == K_OTHER ? -1 : key);
+    return key;
 }
 
 static int put_odd(Scanner *s, int32_t col, int64_t row, Py_ssize_t off, Py_ssize_t n) {
@@ -590,10 +716,11 @@ static int read_event(Scanner *s) {
     if (s->p < s->end && *s->p == '}') {
         s->p++;
     } else {
+        int prev = K_START;
         for (;;) {
-            Py_ssize_t koff, kn;
-            if ((r = read_key(s, &koff, &kn)) != OK) return r;
-            int key = key_of(s->base + koff, kn);
+            int key = next_key(s, prev);
+            if (key < 0) return REFUSE;
+            prev = key;
             if (key != K_OTHER) {
                 if (seen & (1u << key)) return REFUSE; /* duplicate key: msgspec decides */
                 seen |= 1u << key;
@@ -658,8 +785,8 @@ static int read_event(Scanner *s) {
     const uint8_t *ph = s->base + ph_off;
     if (ph_n == 1 && ph[0] == 'X') {
         int64_t row = (int64_t)(s->x[X_PID].len / sizeof(int64_t));
-        int32_t nc = intern(&s->names, s->base, name_off, name_n);
-        int32_t cc = intern(&s->xcats, s->base, cat_off, cat_n);
+        int32_t nc = intern(&s->names, s->base, s->end, name_off, name_n);
+        int32_t cc = intern(&s->xcats, s->base, s->end, cat_off, cat_n);
         if (nc < 0 || cc < 0) return NOMEM;
         PUT(s->x[X_NAME], int32_t, nc);
         PUT(s->x[X_CAT], int32_t, cc);
@@ -678,8 +805,8 @@ static int read_event(Scanner *s) {
         if (tid_text && put_odd(s, ODD_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
     } else if (ph_n == 1 && (ph[0] == 's' || ph[0] == 't' || ph[0] == 'f')) {
         int64_t row = (int64_t)(s->fl[F_ID].len / sizeof(int64_t));
-        int32_t pc = intern(&s->phs, s->base, ph_off, ph_n);
-        int32_t cc = intern(&s->flcats, s->base, cat_off, cat_n);
+        int32_t pc = intern(&s->phs, s->base, s->end, ph_off, ph_n);
+        int32_t cc = intern(&s->flcats, s->base, s->end, cat_off, cat_n);
         if (pc < 0 || cc < 0) return NOMEM;
         PUT(s->fl[F_ID], int64_t, id);
         PUT(s->fl[F_PH], int32_t, pc);
@@ -849,6 +976,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
     Scanner s;
     memset(&s, 0, sizeof s);
+    memset(s.next_key, -1, sizeof s.next_key);
     s.base = (const uint8_t *)view.buf;
     s.p = s.base;
     s.end = s.base + view.len;
@@ -893,7 +1021,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, me
 #define SCAN_ABI 3
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    for (int k = 0; k < 11; k++) ARG_LENS[k] = strlen(ARG_KEYS[k]);
+    if (arg_keys_init() != 0) {
+        PyErr_SetString(PyExc_ImportError, "lmprof.trace._scan: ambiguous args key table");
+        return NULL; /* lmprof then reads traces with msgspec alone */
+    }
+    key_words_init();
     if (PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "ABI", SCAN_ABI) != 0) {
