@@ -126,3 +126,21 @@ def test_analyze_keeps_numpys_blas_to_one_thread_unless_told(preset: str | None)
             "print('BLAS', os.environ.get('OPENBLAS_NUM_THREADS'), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert f"BLAS {preset or '1'}" in out.stderr.splitlines()
+
+
+def test_the_heap_is_tuned_only_in_lmprofs_own_analyze_process() -> None:
+    """The console command puts every thread on one glibc heap arena, where the analyses reuse what
+    the decoding threads freed, and then the loader keeps that memory (no malloc_trim); a caller's
+    process (``main(argv)``, a library call) keeps glibc's defaults. Both give the same table."""
+    import platform
+
+    code = ("import sys\nfrom lmprof.trace import heap, load\n"
+            "plain = load.load_trace(sys.argv[1], workers=2)\n"
+            "assert not heap._one_arena\n"
+            "heap.tune_for_analyze()\n"
+            "tuned = load.load_trace(sys.argv[1], workers=2)\n"
+            "same = all((plain.event_cols[c] == tuned.event_cols[c]).all() for c in plain.event_cols)\n"
+            "print('ARENA', heap._one_arena, same)")
+    out = subprocess.run([sys.executable, "-c", code, str(GPU)], capture_output=True, text=True, check=True)
+    glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert f"ARENA {glibc} True" in out.stdout

@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         # cores that spin is taken from the trace reader. A user's own setting is kept.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         if argv is None:
-            _heap_for_large_arrays()
+            from lmprof.trace.heap import tune_for_analyze
+
+            tune_for_analyze()
     fast = fast_analyze_args(args)
     try:
         if fast is not None:
@@ -101,28 +103,6 @@ def _run_fast(kwargs: dict[str, object], argv: list[str] | None) -> int:
     if argv is None and code == 0:
         _leave_now()
     return _exit(code, argv)
-
-
-def _heap_for_large_arrays() -> None:
-    """glibc only: serve large blocks from the heap and keep freed memory for reuse (``mallopt``).
-
-    Loading a trace allocates and frees hundreds of MB in blocks of MBs (read buffers, column blocks,
-    the final columns). By default each is mapped afresh and given back on free, so every page is
-    faulted in and zeroed again: a tenth of loading a 270 MB trace (0.465 -> 0.418 s; page faults
-    47k -> 37k). The loader still gives freed memory back when it is done (``malloc_trim``). Only for
-    the ``analyze`` console command: a process of lmprof's own, never a user's."""
-    if sys.platform != "linux":
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-        libc.mallopt(m_mmap_threshold, 256 << 20)
-        libc.mallopt(m_trim_threshold, 1 << 30)
-        libc.mallopt(m_top_pad, 64 << 20)
-    except (OSError, AttributeError):  # not glibc (musl, ...): its defaults stay
-        pass
 
 
 def _leave_now() -> None:

@@ -67,7 +67,7 @@ from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.frame import Frame
 from lmprof.trace import read
 from lmprof.trace.read import gzip_size, open_regular, open_stream
-from lmprof.trace import scan
+from lmprof.trace import heap, scan
 from lmprof.trace.scan import read_chunk
 from lmprof.trace.split import Splitter
 
@@ -224,25 +224,8 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
         decoded = merged, _split(p, lambda view, exact: merged.add(read_chunk(view, exact)))
     table = _table(p, *decoded)
     del decoded
-    _give_back_freed_memory()
+    heap.after_load()
     return table
-
-
-def _give_back_freed_memory() -> None:
-    """Return the heap memory decoding freed to the OS (glibc only; a few ms).
-
-    Decoding leaves tens of MB of freed small blocks in malloc's arenas (one per decoding thread),
-    which glibc keeps mapped; analysis then allocates on top, so the peak resident size is higher by
-    that much (about 12 MiB on the 259 MB benchmark trace) unless it is given back.
-    """
-    if sys.platform != "linux":
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
-        pass
 
 
 # Files below this size are decoded in-process: starting workers costs more than it saves.
