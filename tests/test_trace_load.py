@@ -245,7 +245,57 @@ def test_cpp_names_do_not_fool_the_cut_guess(tmp_path, monkeypatch):
     monkeypatch.setattr(read_mod, "READ_BYTES", 997)
     real = load_mod._decode_parallel
     outcomes = []
-    monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n: outcomes.append(r := real(p, n)) or r)
+    monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n, size: outcomes.append(r := real(p, n, size)) or r)
     t = load_trace(path, workers=2)
     assert outcomes and outcomes[0] is not None  # no guess failed
     assert len(t.events) == 400 and set(t.events["name"].astype(str)) == {name}
+
+
+@pytest.mark.parametrize("dense_first", [True, False])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_columns_planned_from_the_file_size_hold_every_event(tmp_path, monkeypatch, dense_first, workers):
+    """Once its first block is full, each column takes the rows the file is expected to hold in one
+    block (planned from the bytes per event so far). Whether the plan is short (small events first)
+    or far too large (large events first), the table is the trace's own events, in time order:
+    checked against json.loads and a stable sort by ts."""
+    import lmprof.trace.columns as columns_mod
+
+    monkeypatch.setattr(columns_mod, "_FIRST_BLOCK", 16)
+    monkeypatch.setattr(read_mod, "READ_BYTES", 400)
+    small = [{"ph": "X", "name": f"k{i % 7}", "ts": (i * 7919) % 1000, "dur": 1, "pid": 1, "tid": i % 3}
+             for i in range(300)]
+    big = [{"ph": "X", "name": "long" * 20, "ts": 1000 + (i * 31) % 97, "dur": 2, "pid": 2, "tid": 0,
+            "args": {"note": "x" * 200, "External id": i}} for i in range(60)]
+    events = small + big if dense_first else big + small
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(path, workers=workers)
+    want = sorted(events, key=lambda e: e["ts"])  # sorted() is stable, as the loader's sort
+    ev = t.event_cols
+    assert ev.labels("name")[ev["name"]].tolist() == [e["name"] for e in want]
+    assert ev["ts"].tolist() == [float(e["ts"]) for e in want]
+    assert ev["tid"].tolist() == [e["tid"] for e in want]
+    assert ev["external_id"].tolist() == [e.get("args", {}).get("External id", -1) for e in want]
+
+
+def test_a_plan_the_address_space_refuses_falls_back_to_doubling(tmp_path, monkeypatch):
+    """A gzip trailer can claim 4 GiB for a small file: under a tight ``ulimit -v`` the planned block
+    may be refused (MemoryError); the column then grows block by doubling block as before."""
+    import lmprof.trace.columns as columns_mod
+
+    monkeypatch.setattr(columns_mod, "_FIRST_BLOCK", 16)
+    monkeypatch.setattr(read_mod, "READ_BYTES", 400)
+    real_empty = np.empty
+
+    def refusing(shape, *args, **kwargs):
+        if isinstance(shape, int) and shape > 10_000:
+            raise MemoryError
+        return real_empty(shape, *args, **kwargs)
+
+    monkeypatch.setattr(columns_mod.np, "empty", refusing)
+    monkeypatch.setattr(load_mod, "_json_size", lambda p: 4 << 30)
+    events = [{"ph": "X", "name": "a", "ts": i, "dur": 1} for i in range(500)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(path, workers=1)
+    assert t.event_cols["ts"].tolist() == [float(i) for i in range(500)]

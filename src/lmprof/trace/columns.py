@@ -30,13 +30,14 @@ class _Column:
     doubled the peak resident memory. Large blocks are mapped on their own and given back on free.
     """
 
-    __slots__ = ("dtype", "blocks", "fill", "rows")
+    __slots__ = ("dtype", "blocks", "fill", "rows", "expect")
 
     def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
         self.blocks: list[np.ndarray] = []
         self.fill = 0  # rows used in the last block
         self.rows = 0
+        self.expect = 0  # rows the whole column is expected to reach (0: unknown)
 
     def add(self, arr: np.ndarray) -> None:
         i, n = 0, len(arr)
@@ -45,7 +46,18 @@ class _Column:
                 # doubling: a column never holds more than about a third of its size unused (a fixed
                 # 1 M-row second block left a 440 k-row flow table 60% empty)
                 size = min(max(_FIRST_BLOCK, self.rows), _BLOCK)
-                self.blocks.append(np.empty(size, dtype=self.dtype))
+                if self.blocks and self.expect > self.rows + size:
+                    # the rest of the expected rows in one block: once sorted into place and freed,
+                    # it is one hole the next column's sorted copy fits in, where a column of
+                    # doubling blocks left holes too small for it and every copy took fresh pages.
+                    # Rows never written cost no memory (pages are only faulted in when touched).
+                    try:
+                        self.blocks.append(np.empty(self.expect - self.rows, dtype=self.dtype))
+                    except MemoryError:  # address space refused (ulimit -v): grow as without the plan
+                        self.expect = 0
+                        self.blocks.append(np.empty(size, dtype=self.dtype))
+                else:
+                    self.blocks.append(np.empty(size, dtype=self.dtype))
                 self.fill = 0
             block = self.blocks[-1]
             k = min(n - i, len(block) - self.fill)
@@ -78,6 +90,10 @@ class _Columns:
     def __init__(self, dtypes: dict[str, Any]) -> None:
         self.cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
 
+    def expect(self, rows: int) -> None:
+        for c in self.cols.values():
+            c.expect = rows
+
     def add(self, name: str, arr: np.ndarray) -> None:
         self.cols[name].add(arr)
 
@@ -85,10 +101,22 @@ class _Columns:
         return self.cols[name].take(inverse)
 
 
-class Merger:
-    """Appends chunks in file order, mapping their local codes to trace-wide ones."""
+# Bytes per event below which no trace goes on average (Kineto writes 150-300): the most rows the
+# expectation below will ever plan for, so a small first chunk of tiny events cannot make it huge.
+_MIN_EVENT_BYTES = 100
 
-    def __init__(self) -> None:
+
+class Merger:
+    """Appends chunks in file order, mapping their local codes to trace-wide ones.
+
+    ``expect_bytes``: the size of the JSON being read (0: unknown). With it, the columns expect as
+    many rows as the chunks so far have per byte (with a tenth more), which lets each column grow in
+    one large block (see :meth:`_Column.add`).
+    """
+
+    def __init__(self, expect_bytes: int = 0) -> None:
+        self.expect_bytes = expect_bytes
+        self.seen_bytes = 0
         i64, f64, i32 = np.int64, np.float64, np.int32
         self.x = _Columns(
             {"name": i32, "cat": i32, "pid": i64, "tid": i64, "ts": f64, "dur": f64, **{k: i64 for k in ARG_COLUMNS}}
@@ -118,6 +146,12 @@ class Merger:
 
     def add(self, ch: Chunk) -> None:
         self.n_raw += ch.n_raw
+        self.seen_bytes += ch.nbytes
+        if self.expect_bytes and self.seen_bytes:
+            scale = self.expect_bytes / self.seen_bytes
+            for cols, added in ((self.x, len(ch.x.get("ts", ()))), (self.fl, len(ch.fl.get("ts", ())))):
+                rows = next(iter(cols.cols.values())).rows + added
+                cols.expect(min(int(rows * scale * 1.1), self.expect_bytes // _MIN_EVENT_BYTES))
         self.skipped += ch.skipped
         self.repaired_utf8 += ch.repaired_utf8
         if self.first_problem is None:

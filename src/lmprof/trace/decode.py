@@ -127,6 +127,7 @@ class Chunk:
     """
 
     n_raw: int = 0  # events decoded
+    nbytes: int = 0  # bytes of the JSON list they were decoded from
     skipped: int = 0  # list items that could not be read as events
     repaired_utf8: int = 0  # events read after replacing invalid UTF-8
     first_problem: str | None = None

@@ -218,9 +218,10 @@ def load_trace(path: str | Path, workers: int | None = None) -> TraceTable:
     """
     p = Path(path)
     n = decode_workers(p, workers)
-    decoded = _decode_parallel(p, n) if n > 1 else None  # None also when a guessed cut was wrong
+    size = _json_size(p)
+    decoded = _decode_parallel(p, n, size) if n > 1 else None  # None also when a guessed cut was wrong
     if decoded is None:
-        merged = Merger()
+        merged = Merger(size)
         decoded = merged, _split(p, lambda view, exact: merged.add(read_chunk(view, exact)))
     table = _table(p, *decoded)
     del decoded
@@ -248,10 +249,7 @@ def decode_workers(path: Path, requested: int | None = None) -> int:
     env = os.environ.get("LMPROF_TRACE_WORKERS", "").strip()
     if env.isdigit():
         return max(1, int(env))
-    try:
-        size = max(path.stat().st_size, gzip_size(path))
-    except OSError:
-        return 1
+    size = _json_size(path)
     if size < PARALLEL_MIN_BYTES:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -262,7 +260,16 @@ class _Rollback(Exception):
     """A guessed cut decoded badly in a worker: the order-dependent fallback must run instead."""
 
 
-def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
+def _json_size(p: Path) -> int:
+    """About how many bytes of JSON ``p`` holds: a gzip file's trailer records it (modulo 4 GiB,
+    hence never less than the file), else the file's size; 0 when it cannot be told."""
+    try:
+        return max(p.stat().st_size, gzip_size(p))
+    except (OSError, DataError):
+        return 0
+
+
+def _decode_parallel(p: Path, workers: int, size: int = 0) -> tuple[Merger, bytes] | None:
     """Decode chunks in worker threads (with the compiled reader) or processes, merged in file
     order, and the top-level JSON without its events; None when a guessed cut was wrong.
 
@@ -275,7 +282,7 @@ def _decode_parallel(p: Path, workers: int) -> tuple[Merger, bytes] | None:
     """
     from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
-    merged = Merger()
+    merged = Merger(size)
     pending: deque[tuple[Future[Chunk], bool]] = deque()
 
     def collect(item: tuple[Future[Chunk], bool]) -> None:

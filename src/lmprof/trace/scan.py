@@ -60,11 +60,11 @@ _TEXT = msgspec.json.Decoder(str)
 
 def read_chunk(payload: bytes | memoryview, exact: bool) -> dec.Chunk:
     """Decode one JSON list of events: the compiled fast path when it accepts the list, else msgspec."""
-    if NATIVE:
-        ch = scan_chunk(payload)
-        if ch is not None:
-            return ch
-    return dec.decode_chunk(payload, exact)
+    ch = scan_chunk(payload) if NATIVE else None
+    if ch is None:
+        ch = dec.decode_chunk(payload, exact)
+    ch.nbytes = len(payload)
+    return ch
 
 
 def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
