@@ -299,3 +299,19 @@ def test_a_plan_the_address_space_refuses_falls_back_to_doubling(tmp_path, monke
     path.write_text(json.dumps({"traceEvents": events}))
     t = load_trace(path, workers=1)
     assert t.event_cols["ts"].tolist() == [float(i) for i in range(500)]
+
+
+@pytest.mark.parametrize("read_bytes", [997, 2 << 20])
+def test_events_after_long_metadata_are_found(tmp_path, monkeypatch, read_bytes):
+    """The traceEvents list is searched for in a window doubled from 64 KiB: metadata of 300 KB
+    before it (with the key's own text as a decoy inside a string and a nested traceEvents key)
+    still gives every event and the metadata."""
+    monkeypatch.setattr(read_mod, "READ_BYTES", read_bytes)
+    meta = [{"id": i, "name": 'decoy "traceEvents": [', "traceEvents": [i]} for i in range(5000)]
+    events = [{"ph": "X", "name": f"e{i}", "ts": i, "dur": 1} for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"deviceProperties": meta, "traceEvents": events}))
+    assert path.stat().st_size > 300_000
+    t = load_trace(path, workers=1)
+    assert t.event_cols["ts"].tolist() == [float(i) for i in range(50)]
+    assert t.meta["deviceProperties"] == meta

@@ -267,16 +267,17 @@ def hw_frame(rows: np.ndarray, values: dict[str, list[np.ndarray]], keep: np.nda
 
     Rows of device events without any of them (no registers and no bytes) are dropped.
     """
-    order = np.argsort(rows[keep], kind="stable")
-    cols: dict[str, np.ndarray] = {"row": rows[keep][order]}
+    full: dict[str, np.ndarray] = {}
     for f in HW_FIELDS:
         parts = values.get(f, [])
         col = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
         if col.size != rows.size:  # a chunk lost its values: keep the frame consistent
             col = np.full(rows.size, np.nan)
-        cols[f] = col[keep][order]
-    out = Frame(cols)
-    return out.take(~np.isnan(out["registers"]) | ~np.isnan(out["nbytes"]))
+        full[f] = col
+    # the rows kept, in table order: one gather per column
+    kept = np.flatnonzero(keep & (~np.isnan(full["registers"]) | ~np.isnan(full["nbytes"])))
+    kept = kept[np.argsort(rows[kept], kind="stable")]
+    return Frame({"row": rows[kept], **{f: full[f][kept] for f in HW_FIELDS}})
 
 
 _MEMORY_COLUMNS = ("device_type", "device_id", "bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
