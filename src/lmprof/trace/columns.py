@@ -46,10 +46,11 @@ class _Column:
                 # doubling: a column never holds more than about a third of its size unused (a fixed
                 # 1 M-row second block left a 440 k-row flow table 60% empty)
                 size = min(max(_FIRST_BLOCK, self.rows), _BLOCK)
-                if self.blocks and self.expect > self.rows + size:
-                    # the rest of the expected rows in one block: once sorted into place and freed,
-                    # it is one hole the next column's sorted copy fits in, where a column of
-                    # doubling blocks left holes too small for it and every copy took fresh pages.
+                if self.expect > self.rows + size:
+                    # the rest of the expected rows in one block (usually the whole column in its
+                    # first): once sorted into place and freed, it is one hole the next column's
+                    # sorted copy fits in, where doubling blocks left holes too small for it and
+                    # every copy took fresh pages; a column needing no sort is the block itself.
                     # Rows never written cost no memory (pages are only faulted in when touched).
                     try:
                         self.blocks.append(np.empty(self.expect - self.rows, dtype=self.dtype))
@@ -68,6 +69,10 @@ class _Column:
 
     def take(self, inverse: np.ndarray | None = None) -> np.ndarray:
         """The whole column (rows moved to ``inverse[i]`` when given); frees the blocks as it goes."""
+        if inverse is None and len(self.blocks) == 1:  # in one block already: no copy
+            out = self.blocks.pop()[: self.fill]
+            self.rows = self.fill = 0
+            return out
         out = np.empty(self.rows, dtype=self.dtype)
         start = 0
         while self.blocks:
