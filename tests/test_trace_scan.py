@@ -319,7 +319,7 @@ def test_input_shapes_are_read_where_an_args_key_says_so():
 _LOOKALIKE_KEYS = ["p", "phx", "Ph", "nam", "names", "nme", "pidd", "tsx", "t", "du", "durr", "i", "args2", "arg",
                    "cat ", " cat"]  # fmt: skip
 _LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E"]
-_SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t")]
+_SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t"), (", ", ":  ")]
 
 
 @native

@@ -680,7 +680,13 @@ static int next_key(Scanner *s, int prev) {
         uint64_t w;
         memcpy(&w, s->p, 8);
         if ((w & KEY_MASK[g]) == KEY_WORD[g]) {
-            s->p += KEY_LEN[g];
+            const uint8_t *q = s->p + KEY_LEN[g];
+            /* and the usual ": " with the value right after it (bytes up to ' ' are space or invalid) */
+            if (q[0] == ':' && q + 2 < s->end && q[1] == ' ' && q[2] > ' ') {
+                s->p = q + 2;
+                return g;
+            }
+            s->p = q;
             return after_key(s) == OK ? g : -1;
         }
     }
