@@ -56,24 +56,18 @@ def _parents(table: TraceTable) -> np.ndarray:
         return out
     # per thread, by start; the longer first on equal starts so the container precedes the contained.
     # Temporaries are dropped as soon as possible: this is the analyses' largest working set.
-    pid = ev["pid"][rows]
-    tid = ev["tid"][rows]
+    thread = thread_keys(ev["pid"][rows], ev["tid"][rows])
     ts = ev["ts"][rows]
     neg_dur = -np.maximum(ev["dur"][rows], 0.0)
-    order = thread_order(pid, tid, ts, neg_dur)
-    rows, ts = rows[order], ts[order]
+    order = _thread_order(thread, ts, neg_dur)
+    rows, ts, thread = rows[order], ts[order], thread[order]
     end = ts - neg_dur[order]
-    del neg_dur
-    pid, tid = pid[order], tid[order]
-    del order
+    del neg_dur, order
     new_thread = np.empty(len(rows), dtype=bool)
     new_thread[0] = False
-    np.not_equal(pid[1:], pid[:-1], out=new_thread[1:])
-    new_thread[1:] |= tid[1:] != tid[:-1]
-    del pid, tid
-    thread = np.cumsum(new_thread, dtype=np.int32)
-    del new_thread
-    out[rows] = sorted_parents(ts, end, thread, rows)
+    np.not_equal(thread[1:], thread[:-1], out=new_thread[1:])
+    del thread
+    out[rows] = sorted_parents(ts, end, np.cumsum(new_thread, dtype=np.int32), rows)
     return out
 
 
@@ -86,6 +80,21 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
     (a stable sort of sorted data is one pass). Only the events that share a start are then sorted
     by duration, and the thread, numbered (pid, tid) in sorted order, is a small integer key.
     """
+    return _thread_order(thread_keys(pid, tid), ts, neg_dur)
+
+
+def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Each event's thread as a small integer, numbered in (pid, tid) order (16 bits when they fit)."""
+    key = factorize(pid, sort=True).astype(np.int64, copy=False)
+    tid_code = factorize(tid, sort=True)
+    key *= int(tid_code.max(initial=0)) + 1  # in place: these are full-length arrays
+    key += tid_code
+    if key.size and key.max() < 2**16:
+        return key.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
+    return key
+
+
+def _thread_order(thread: np.ndarray, ts: np.ndarray, neg_dur: np.ndarray) -> np.ndarray:
     order = np.argsort(ts, kind="stable")
     t = ts[order]
     same = np.flatnonzero(t[1:] == t[:-1])  # i and i + 1 start together
@@ -95,11 +104,7 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
         sub = np.flatnonzero(tied)
         group = np.cumsum(np.concatenate([[True], t[1:] != t[:-1]]))[sub]
         order[sub] = order[sub][np.lexsort((neg_dur[order[sub]], group))]
-    pid_code = factorize(pid, sort=True).astype(np.int64)
-    tid_code = factorize(tid, sort=True).astype(np.int64)
-    thread = pid_code * (int(tid_code.max(initial=0)) + 1) + tid_code
-    if thread.size and thread.max() < 2**16:
-        thread = thread.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
+    del t
     return order[np.argsort(thread[order], kind="stable")]
 
 
@@ -120,7 +125,11 @@ def sorted_parents(
             np.cumsum(new, dtype=np.int32), _END_SLACK_US, _NATIVE_STEPS_PER_EVENT * n + 1024, pos,
         )
         if done:
-            return np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+            root = pos < 0
+            np.maximum(pos, 0, out=pos)  # in place: full-length temporaries are this step's peak
+            got = rows[pos]
+            got[root] = -1
+            return got
     return _jump_parents(start, end, thread, rows)
 
 
