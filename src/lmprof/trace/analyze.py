@@ -212,7 +212,7 @@ def host_span(table: TraceTable) -> float:
     if not host.any():
         return 0.0
     ts = ev["ts"][host]
-    return float((ts + np.maximum(ev["dur"][host], 0.0)).max() - ts.min())
+    return float((ts + table.durations()[host]).max() - ts.min())
 
 
 def device_name(table: TraceTable) -> str | None:

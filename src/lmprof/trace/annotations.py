@@ -69,7 +69,7 @@ def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations 
     if rows.size == 0:
         return None
     ts = ev["ts"]
-    dur = np.maximum(ev["dur"], 0.0)
+    dur = table.durations()
     codes = ev["name"]
     cats = ev.labels("name")
     labels = np.array([_label(str(n)) for n in cats] + [""], dtype=object)

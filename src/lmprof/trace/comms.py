@@ -132,7 +132,7 @@ def collectives(table: TraceTable, rows: np.ndarray) -> Communication | None:
     is_param_op[p_rows[named]] = True
     around = enclosing(table, rt, is_param_op)
     labels, codes = ev.labels("name"), ev["name"]
-    ts, dur = ev["ts"], np.maximum(ev["dur"], 0.0)
+    ts, dur = ev["ts"], table.durations()
     # an event's parameters: its first row in the table (rows are sorted)
     first_of: dict[int, int] = {}
     for i, r in enumerate(p_rows.tolist()):

@@ -75,8 +75,7 @@ class HardwareUse(Record, frozen=True):
 
 def hardware_use(table: TraceTable, rows: np.ndarray) -> HardwareUse:
     """Resource use over the device ``rows`` (the window)."""
-    ev = table.event_cols
-    dur = np.maximum(ev["dur"], 0.0)
+    dur = table.durations()
     is_kernel = kinds.kernel_mask(table)[rows]
     k_rows = rows[is_kernel]
     hw = table.hw_cols

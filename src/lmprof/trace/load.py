@@ -144,6 +144,16 @@ class TraceTable:
             got = self.cache["names"] = ev.labels("name")[ev["name"]]
         return got
 
+    def durations(self) -> np.ndarray:
+        """Every event's duration in microseconds, a negative one read as 0 (read-only), built once:
+        five analyses each built this full-length array for themselves."""
+        got = self.cache.get("durations")
+        if got is None:
+            got = np.maximum(self.event_cols["dur"], 0.0)
+            got.setflags(write=False)
+            self.cache["durations"] = got
+        return got
+
     def keep_events(self, keep: np.ndarray) -> None:
         """Keep only the events where the boolean mask ``keep`` is True (no pandas involved)."""
         self.event_cols = self.event_cols.take(keep)

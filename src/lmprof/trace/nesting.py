@@ -239,7 +239,7 @@ def self_time(table: TraceTable) -> np.ndarray:
 
 def _self_time(table: TraceTable) -> np.ndarray:
     par = parents(table)
-    dur = np.maximum(table.event_cols["dur"], 0.0)
+    dur = table.durations()
     child = par >= 0
     children = np.bincount(par[child], weights=dur[child], minlength=len(par))
     return np.maximum(dur - children, 0.0)
