@@ -113,7 +113,7 @@ class _Index:
         self.ts = ev["ts"]
         # whole-table arrays are views or made once: this index is the analysis' peak of memory
         self.raw_dur = ev["dur"]
-        self.end = self.ts + table.durations()
+        self.end = table.ends()
         self.tid = ev["tid"]
         self.pid = ev["pid"]
         dev_rows = dev_rows[self.raw_dur[dev_rows] > 0]

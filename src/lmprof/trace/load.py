@@ -146,12 +146,21 @@ class TraceTable:
 
     def durations(self) -> np.ndarray:
         """Every event's duration in microseconds, a negative one read as 0 (read-only), built once:
-        five analyses each built this full-length array for themselves."""
+        five analyses each built this full-length array for themselves (and three the ends)."""
         got = self.cache.get("durations")
         if got is None:
             got = np.maximum(self.event_cols["dur"], 0.0)
             got.setflags(write=False)
             self.cache["durations"] = got
+        return got
+
+    def ends(self) -> np.ndarray:
+        """Every event's end, ``ts`` plus :meth:`durations` (read-only), built once."""
+        got = self.cache.get("ends")
+        if got is None:
+            got = self.event_cols["ts"] + self.durations()
+            got.setflags(write=False)
+            self.cache["ends"] = got
         return got
 
     def keep_events(self, keep: np.ndarray) -> None:

@@ -75,7 +75,7 @@ def per_event_bytes(table: TraceTable) -> dict[str, np.ndarray]:
     n = len(ev)
     host = kinds.host_mask(table)
     ts = ev["ts"]
-    end = ts + np.maximum(ev["dur"], 0.0)
+    end = table.ends()
     mts = mem["ts"]
     dtype = mem["device_type"]
     nbytes = mem["bytes"]
@@ -143,7 +143,7 @@ def memory_report(table: TraceTable, top: int = 10) -> MemoryReport | None:
     # allocator events inside no host event at all (torch lists them as a "[memory]" row)
     host = kinds.host_mask(table)
     ts = ev["ts"][host]
-    end = ts + np.maximum(ev["dur"][host], 0.0)
+    end = table.ends()[host]
     inside = _covered(mem["ts"], ts, end)
     cpu = np.isin(mem["device_type"], CPU_TYPES)
     outside = int(mem["bytes"][cpu & ~inside].sum())

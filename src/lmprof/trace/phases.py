@@ -54,7 +54,7 @@ def phase_split(table: TraceTable) -> Phases | None:
     """Phases of each step; None when the trace has neither backward nodes nor an optimizer step."""
     ev = table.event_cols
     ts = ev["ts"]
-    end = ts + np.maximum(ev["dur"], 0.0)
+    end = table.ends()
     host = kinds.host_mask(table)
     ann = kinds.annotation_mask(table) | kinds.op_mask(table)
     opt = np.flatnonzero(ann & kinds.name_mask(table, lambda n: n.startswith(OPTIMIZER_PREFIXES)))
