@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from lmprof.trace.groups import distinct, median, percentile
+from lmprof.trace.groups import distinct, median, pair_codes, percentile
 
 _FLOATS = hnp.arrays(np.float64, st.integers(1, 60),
                      elements=st.floats(-1e12, 1e12, allow_nan=False, allow_subnormal=False))
@@ -58,3 +58,23 @@ def test_analyze_does_not_import_numpy_ma(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == "False"
+
+
+_IDS = st.one_of(st.integers(-3, 3), st.integers(-(2**63), 2**63 - 1))
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(_IDS, _IDS), max_size=80), st.booleans())
+def test_pair_codes_number_pairs_in_pair_order(pairs, many):
+    """(pid, tid) threads as one small code: equal pairs share a code, and codes follow the pairs'
+    order (Python's tuple order, by hand), whatever the ids (negative text-id codes, int64 extremes).
+    ``many`` adds enough distinct pairs that the codes no longer fit 16 bits."""
+    if many:
+        pairs = pairs + [(i, -i) for i in range(300)] + [(7, j) for j in range(300)]
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    got = pair_codes(a, b)
+    assert got.shape == a.shape
+    by_pair = sorted(range(len(pairs)), key=lambda i: pairs[i])
+    for x, y in zip(by_pair, by_pair[1:]):  # in pair order: equal codes for equal pairs, else rising
+        assert got[x] == got[y] if pairs[x] == pairs[y] else got[x] < got[y]

@@ -43,7 +43,7 @@ import msgspec
 import numpy as np
 
 from lmprof.trace import kinds
-from lmprof.trace.groups import distinct, factorize, median
+from lmprof.trace.groups import distinct, median, pair_codes
 from lmprof.trace.intervals import union
 from lmprof.trace.launches import launch_columns
 from lmprof.trace.load import TraceTable
@@ -136,7 +136,8 @@ class _Index:
         stream = ev["stream"][order]
         lane = np.where(stream >= 0, stream, self.tid[order])
         wait, nxt, nxt_end = _waits(start, end, self.pid[order], lane, call_end, launched)
-        self.wait, self.next, self.next_end = wait.tolist(), nxt.tolist(), nxt_end.tolist()
+        # the end of the event waited for is dev_ends[next[k]]: no list of its own (114k floats)
+        self.wait, self.next = wait.tolist(), nxt.tolist()
         # Runs: an event that waited for a device event (stream or cross-stream) adds its own time
         # (end - start) and the gap before it (start - that event's end) to the path, then the walk
         # moves on, with nothing depending on the step, as long as the step's start t0 is before
@@ -169,15 +170,15 @@ class _Index:
         out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         if rows.size == 0:
             return out
-        # threads numbered in order of first appearance, then one stable sort of those small numbers
-        pid_code = factorize(self.pid[rows]).astype(np.int64)
-        thread = pid_code * (1 << 32) + factorize(self.tid[rows])
-        rows = rows[np.argsort(thread, kind="stable")]
-        pid, tid = self.pid[rows], self.tid[rows]
-        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
+        # threads as small numbers, then one stable sort of those (each thread's rows keep their order)
+        thread = pair_codes(self.pid[rows], self.tid[rows])
+        order = np.argsort(thread, kind="stable")
+        rows, thread = rows[order], thread[order]
+        del order
+        cut = np.flatnonzero(thread[1:] != thread[:-1]) + 1
         for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), rows.size]):
             sel = rows[lo:hi]
-            out[(int(pid[lo]), int(tid[lo]))] = union(self.ts[sel], self.end[sel])
+            out[(int(self.pid[sel[0]]), int(self.tid[sel[0]]))] = union(self.ts[sel], self.end[sel])
         return out
 
     @staticmethod
@@ -221,9 +222,11 @@ def _waits(
     cross = np.minimum(np.searchsorted(end, limit, side="right") - 1, me - 1)
     cross_end = np.where(cross >= 0, end[np.maximum(cross, 0)], -np.inf)
     # same stream: the same search inside each stream's events (end order kept by a stable sort)
-    grouped = np.lexsort((lane, pid))
-    g_pid, g_lane, g_end, g_lim = pid[grouped], lane[grouped], end[grouped], limit[grouped]
-    cut = np.flatnonzero((g_pid[1:] != g_pid[:-1]) | (g_lane[1:] != g_lane[:-1])) + 1
+    stream = pair_codes(pid, lane)
+    grouped = np.argsort(stream, kind="stable")  # by (pid, lane), end order kept within each
+    g_stream, g_end, g_lim = stream[grouped], end[grouped], limit[grouped]
+    del stream
+    cut = np.flatnonzero(g_stream[1:] != g_stream[:-1]) + 1
     lows, highs = [0, *cut.tolist()], [*cut.tolist(), n]
     first = np.repeat(lows, np.diff([*lows, n]))  # each stream's first position
     p = np.empty(n, dtype=np.int64)
@@ -261,7 +264,7 @@ def _walk(
         mode, kernel = "device", last_device
     # the lists the device steps read, as locals (the loop runs once per kernel on the path)
     starts, call_start, call_end, type_names = ix.start, ix.call_start, ix.call_end, ix.type_names
-    waits, nexts, next_ends, run_until = ix.wait, ix.next, ix.next_end, ix.run_until
+    waits, nexts, run_until, dev_ends = ix.wait, ix.next, ix.run_until, ix.dev_ends
 
     def host(a: float, b: float, th: tuple[int, int]) -> None:
         a = max(a, t0)
@@ -321,7 +324,7 @@ def _walk(
             break
         wait = waits[k]
         if wait == _STREAM or wait == _CROSS:
-            t = next_ends[k]
+            t = dev_ends[nexts[k]]
             seg["device_wait" if wait == _STREAM else "cross_stream"] += start - max(t, t0)
             kernel = nexts[k]
         elif wait == _LAUNCH:

@@ -102,6 +102,19 @@ def factorize(values: np.ndarray, sort: bool = False) -> np.ndarray:
     return group_by(values, sort)[1]
 
 
+def pair_codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Each row's (first, second) pair as a small integer, numbered in pair order (16 bits when the
+    codes fit: numpy sorts those stably by radix, in one pass). For threads as (pid, tid): one
+    short key where two int64 columns were gathered, reordered and compared."""
+    key = factorize(first, sort=True).astype(np.int64, copy=False)
+    second_code = factorize(second, sort=True)
+    key *= int(second_code.max(initial=0)) + 1  # in place: these are full-length arrays
+    key += second_code
+    if key.size and key.max() < 2**16:
+        return key.astype(np.uint16)
+    return key
+
+
 def _bounds(group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows sorted by group (stable: each group's rows keep their order) and each group's slice."""
     order = np.argsort(group, kind="stable")

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import numpy as np
 
-from lmprof.trace.groups import factorize
+from lmprof.trace.groups import pair_codes
 from lmprof.trace.kinds import host_mask
 from lmprof.trace.load import TraceTable
 
@@ -56,7 +56,7 @@ def _parents(table: TraceTable) -> np.ndarray:
         return out
     # per thread, by start; the longer first on equal starts so the container precedes the contained.
     # Temporaries are dropped as soon as possible: this is the analyses' largest working set.
-    thread = thread_keys(ev["pid"][rows], ev["tid"][rows])
+    thread = pair_codes(ev["pid"][rows], ev["tid"][rows])
     ts = ev["ts"][rows]
     neg_dur = -np.maximum(ev["dur"][rows], 0.0)
     order = _thread_order(thread, ts, neg_dur)
@@ -80,18 +80,7 @@ def thread_order(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, neg_dur: np.n
     (a stable sort of sorted data is one pass). Only the events that share a start are then sorted
     by duration, and the thread, numbered (pid, tid) in sorted order, is a small integer key.
     """
-    return _thread_order(thread_keys(pid, tid), ts, neg_dur)
-
-
-def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Each event's thread as a small integer, numbered in (pid, tid) order (16 bits when they fit)."""
-    key = factorize(pid, sort=True).astype(np.int64, copy=False)
-    tid_code = factorize(tid, sort=True)
-    key *= int(tid_code.max(initial=0)) + 1  # in place: these are full-length arrays
-    key += tid_code
-    if key.size and key.max() < 2**16:
-        return key.astype(np.uint16)  # numpy sorts 16-bit integers stably by radix, in one pass
-    return key
+    return _thread_order(pair_codes(pid, tid), ts, neg_dur)
 
 
 def _thread_order(thread: np.ndarray, ts: np.ndarray, neg_dur: np.ndarray) -> np.ndarray:
