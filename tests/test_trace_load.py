@@ -245,7 +245,7 @@ def test_cpp_names_do_not_fool_the_cut_guess(tmp_path, monkeypatch):
     monkeypatch.setattr(read_mod, "READ_BYTES", 997)
     real = load_mod._decode_parallel
     outcomes = []
-    monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n, size: outcomes.append(r := real(p, n, size)) or r)
+    monkeypatch.setattr(load_mod, "_decode_parallel", lambda p, n, size, flows: outcomes.append(r := real(p, n, size, flows)) or r)
     t = load_trace(path, workers=2)
     assert outcomes and outcomes[0] is not None  # no guess failed
     assert len(t.events) == 400 and set(t.events["name"].astype(str)) == {name}
@@ -315,3 +315,18 @@ def test_events_after_long_metadata_are_found(tmp_path, monkeypatch, read_bytes)
     t = load_trace(path, workers=1)
     assert t.event_cols["ts"].tolist() == [float(i) for i in range(50)]
     assert t.meta["deviceProperties"] == meta
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("native", [True, False])
+def test_flows_can_be_left_out(monkeypatch, workers, native):
+    """``flows=False`` (what ``lmprof analyze`` loads with): the same events, every event still
+    counted, and an empty flow table with the usual columns."""
+    monkeypatch.setattr(scan_mod, "NATIVE", native and scan_mod.NATIVE)
+    path = DATA / "a100_alexnet_cuda_sync.json.gz"
+    full, lean = load_trace(path, workers=workers), load_trace(path, workers=workers, flows=False)
+    assert len(full.flows) == 500 and len(lean.flows) == 0
+    assert list(lean.flows.columns) == ["id", "ph", "cat", "pid", "tid", "ts"]
+    for col in COLUMNS:
+        assert np.array_equal(full.events[col].astype(str), lean.events[col].astype(str)), col
+    assert full.notes == lean.notes and full.meta == lean.meta

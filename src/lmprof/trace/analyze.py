@@ -327,7 +327,7 @@ def analyze_path(
     ok = False
     try:
         for i, f in enumerate(files):
-            table = load_trace(f)
+            table = load_trace(f, flows=False)  # no analysis reads them
             rep = analyze_table(table, top=top, include_last_step=include_last_step)
             reports.append(rep)
             if exporter is not None:

@@ -180,7 +180,7 @@ def annotate_path(
         raise ConfigError(f"--annotate takes one trace, {path} holds {len(files)}: annotate each rank's trace alone")
     out = Path(out)
     check_not_input(out, [files[0], path], what="--annotate")
-    table = load_trace(files[0])
+    table = load_trace(files[0], flows=False)  # no analysis reads them
     rep = analyze_table(table, top=top, include_last_step=include_last_step)
     added = write_annotated(files[0], out, finding_events(table, rep, include_last_step))
     return combine([rep]), added

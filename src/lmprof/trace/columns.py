@@ -116,11 +116,13 @@ class Merger:
 
     ``expect_bytes``: the size of the JSON being read (0: unknown). With it, the columns expect as
     many rows as the chunks so far have per byte (with a tenth more), which lets each column grow in
-    one large block (see :meth:`_Column.add`).
+    one large block (see :meth:`_Column.add`). ``flows``: keep the flow events (else they are read,
+    counted in ``n_raw`` and dropped).
     """
 
-    def __init__(self, expect_bytes: int = 0) -> None:
+    def __init__(self, expect_bytes: int = 0, flows: bool = True) -> None:
         self.expect_bytes = expect_bytes
+        self.keep_flows = flows
         self.seen_bytes = 0
         i64, f64, i32 = np.int64, np.float64, np.int32
         self.x = _Columns(
@@ -183,7 +185,7 @@ class Merger:
                 self.hw_raw.append(base + ch.hw_rows)
                 for f in HW_FIELDS:
                     self.hw_cols[f].append(ch.hw_cols[f])
-        if ch.fl:
+        if ch.fl and self.keep_flows:
             self._append(self.fl, ch.fl, {"ph": self._remap(self.phs, ch.phs), "cat": cats}, ch.fl_coded)
         self.memory += ch.memory
 
