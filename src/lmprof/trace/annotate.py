@@ -32,7 +32,6 @@ from lmprof.outdir import check_not_input
 from lmprof.trace.analyze import Report, TraceReport, analyze_table, combine, find_traces, json_ready
 from lmprof.trace.annotations import dead_windows
 from lmprof.trace.load import TraceTable, load_trace
-from lmprof.trace import read
 from lmprof.trace.read import open_stream
 from lmprof.trace.records import as_dict
 from lmprof.trace.split import Splitter
@@ -153,8 +152,7 @@ def _copy(source: Path, f: IO[bytes], events: Iterator[dict[str, Any]]) -> int:
 
     splitter = Splitter(source, on_events)
     with open_stream(source) as stream:
-        while splitter.fill(stream, read.READ_BYTES):
-            pass
+        splitter.read_all(stream)
     rest = splitter.finish()[len(splitter.prefix):]  # from the list's closing "]" to the end
     if state["emits"] == 0:
         f.write(splitter.prefix)

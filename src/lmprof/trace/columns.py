@@ -95,6 +95,11 @@ class _Columns:
     def __init__(self, dtypes: dict[str, Any]) -> None:
         self.cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
 
+    @property
+    def rows(self) -> int:
+        """Rows added so far (every column has as many)."""
+        return next(iter(self.cols.values())).rows
+
     def expect(self, rows: int) -> None:
         for c in self.cols.values():
             c.expect = rows
@@ -157,8 +162,7 @@ class Merger:
         if self.expect_bytes and self.seen_bytes:
             scale = self.expect_bytes / self.seen_bytes
             for cols, added in ((self.x, len(ch.x.get("ts", ()))), (self.fl, len(ch.fl.get("ts", ())))):
-                rows = next(iter(cols.cols.values())).rows + added
-                cols.expect(min(int(rows * scale * 1.1), self.expect_bytes // _MIN_EVENT_BYTES))
+                cols.expect(min(int((cols.rows + added) * scale * 1.1), self.expect_bytes // _MIN_EVENT_BYTES))
         self.skipped += ch.skipped
         self.repaired_utf8 += ch.repaired_utf8
         if self.first_problem is None:
@@ -167,7 +171,7 @@ class Merger:
             self.out_of_range[k] = self.out_of_range.get(k, 0) + n
         cats = self._remap(self.cats, ch.cats)
         if ch.x:
-            base = self.x.cols["pid"].rows
+            base = self.x.rows
             self._append(self.x, ch.x, {"name": self._remap(self.names, ch.names), "cat": cats}, ch.x_coded)
             self.comm_raw += [base + r for r in ch.comm_rows]
             self.comm_values += ch.comm_values

@@ -66,7 +66,6 @@ from lmprof.errors import DataError
 from lmprof.trace.columns import Merger, empty_comms, empty_hw, empty_shapes, frames, memory_frame
 from lmprof.trace.decode import DECODE_ERRORS, Chunk, describe
 from lmprof.trace.frame import Frame
-from lmprof.trace import read
 from lmprof.trace.read import gzip_size, open_regular, open_stream
 from lmprof.trace import heap, scan
 from lmprof.trace.scan import read_chunk
@@ -355,8 +354,7 @@ def _split(p: Path, on_events: Callable[[memoryview, bool], None]) -> bytes:
     """Feed the file through a :class:`Splitter`; returns the top-level JSON without its events."""
     splitter = Splitter(p, on_events, bad_guess=DECODE_ERRORS)
     with open_stream(p) as stream:
-        while splitter.fill(stream, read.READ_BYTES):
-            pass
+        splitter.read_all(stream)
     return splitter.finish()
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from lmprof.errors import DataError
+from lmprof.trace import read
 from lmprof.trace.read import Stream
 
 _STRUCTURAL = np.zeros(256, dtype=bool)
@@ -122,6 +123,11 @@ class Splitter:
         self.seen_bytes = 0
         self.exact_at = 0  # buffer length from which the next exact scan runs
         self.prefix_at = 0  # same for the prefix scan
+
+    def read_all(self, stream: Stream) -> None:
+        """Read ``stream`` to its end, :data:`lmprof.trace.read.READ_BYTES` at a time."""
+        while self.fill(stream, read.READ_BYTES):
+            pass
 
     def fill(self, stream: Stream, size: int) -> bool:
         """Read up to ``size`` more bytes from ``stream`` straight in after the held ones; False at
