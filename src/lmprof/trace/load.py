@@ -240,8 +240,8 @@ def load_trace(path: str | Path, workers: int | None = None, *, flows: bool = Tr
     ``lmprof analyze`` leaves them out: 17 MB less on the 259 MB benchmark trace.
     """
     p = Path(path)
-    n = decode_workers(p, workers)
     size = _json_size(p)
+    n = decode_workers(p, workers, size)
     decoded = _decode_parallel(p, n, size, flows) if n > 1 else None  # None also when a guessed cut was wrong
     if decoded is None:
         merged = Merger(size, flows)
@@ -257,13 +257,14 @@ PARALLEL_MIN_BYTES = 64 << 20
 _IN_FLIGHT_PER_WORKER = 4  # chunks queued per worker: bounds memory, keeps workers busy (2 left them idle)
 
 
-def decode_workers(path: Path, requested: int | None = None) -> int:
+def decode_workers(path: Path, requested: int | None = None, size: int | None = None) -> int:
     """How many threads (compiled reader) or processes (msgspec) decode ``path``: 1 for small files
     (by their decompressed size when gzipped), else the usable cores (at most 4).
 
     ``requested`` (``load_trace(workers=...)``), else ``LMPROF_TRACE_WORKERS``, overrides the size
     rule (1 turns parallel decoding off). Without the compiled reader, parallel decoding needs the
-    ``fork`` start method (Linux); elsewhere chunks are then always decoded in-process.
+    ``fork`` start method (Linux); elsewhere chunks are then always decoded in-process. ``size``:
+    the JSON's size when the caller has it already (see :func:`_json_size`).
     """
     if sys.platform != "linux" and not scan.NATIVE:
         return 1
@@ -272,7 +273,8 @@ def decode_workers(path: Path, requested: int | None = None) -> int:
     env = os.environ.get("LMPROF_TRACE_WORKERS", "").strip()
     if env.isdigit():
         return max(1, int(env))
-    size = _json_size(path)
+    if size is None:
+        size = _json_size(path)
     if size < PARALLEL_MIN_BYTES:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
