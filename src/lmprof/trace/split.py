@@ -26,6 +26,7 @@ _WS = b" \t\r\n"
 # about 1 GB (measured: docs/reliability-traces.md).
 MAX_HELD_BYTES = 16 << 20
 _PREFIX_WINDOW = 64 << 10  # bytes of the first window searched for the traceEvents list
+_FIRST_READ = 64 << 10  # bytes of the first piece read (see Splitter.read_all)
 
 
 def _outside_strings(a: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,9 +126,12 @@ class Splitter:
         self.prefix_at = 0  # same for the prefix scan
 
     def read_all(self, stream: Stream) -> None:
-        """Read ``stream`` to its end, :data:`lmprof.trace.read.READ_BYTES` at a time."""
-        while self.fill(stream, read.READ_BYTES):
-            pass
+        """Read ``stream`` to its end in pieces doubling from 64 KiB to
+        :data:`lmprof.trace.read.READ_BYTES`: each piece's buffer is allocated whole before the read,
+        so a small trace read in 2 MiB pieces paid for 2 MiB buffers it did not fill."""
+        size = min(_FIRST_READ, read.READ_BYTES)
+        while self.fill(stream, size):
+            size = min(2 * size, read.READ_BYTES)
 
     def fill(self, stream: Stream, size: int) -> bool:
         """Read up to ``size`` more bytes from ``stream`` straight in after the held ones; False at
