@@ -194,3 +194,11 @@ def test_terminal_summary_marks_timed_figures() -> None:
     assert "12 ms [first call]" in row
     text = render_text(make_run("b", 12.0, noisy=True))
     assert "12 ms [noisy]" in text and "977 KiB [noisy]" not in text
+
+
+def test_hostile_env_values_stay_one_short_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = save(make_run("a", env={"hostname": "[bold]x[/bold] | y\nz" * 1000}), tmp_path)
+    b = save(make_run("b", env={"hostname": "h"}), tmp_path)
+    assert main(["compare", a, b, "--no-trace", "--format", "markdown"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "env.hostname" in x)
+    assert len(line) < 300 and "\\|" in line and "[bold]x[/bold]" in line  # shown as text, pipes escaped

@@ -231,6 +231,15 @@ INFORMATIONAL_ENV: dict[str, str] = {
 # Configuration a comparison is usually about (eager vs compiled, fp32 vs bf16): listed, never refused.
 CONFIG_KEYS = ("dtype", "compile", "compile_mode", "attention", "batch_size", "seq_len", "new_tokens", "optimizer")
 _UNRECORDED = "—"
+# A recorded fact is shown at most this long: a record may come from anyone, and one line stays one line.
+_SHOWN_CHARS = 80
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return _UNRECORDED
+    text = " ".join(str(value).split())
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
 
 
 def _device_kind(device: object) -> str:
@@ -260,13 +269,12 @@ def env_differences(runs: Sequence[Run]) -> list[EnvDifference]:
             blocking, why = False, INFORMATIONAL_ENV.get(key, "listed for the record")
         if not recorded:
             why = f"not recorded by every run ({why})"
-        found.append(EnvDifference(f"env.{key}", tuple(_UNRECORDED if v is None else str(v) for v in raw),
-                                   blocking, why))
+        found.append(EnvDifference(f"env.{_shown(key)}", tuple(_shown(v) for v in raw), blocking, why))
     for key in CONFIG_KEYS:
         raw = [r.config.get(key) for r in runs]
         if len({repr(v) for v in raw}) > 1:
-            found.append(EnvDifference(f"config.{key}", tuple(_UNRECORDED if v is None else str(v) for v in raw),
-                                       False, "configuration: what the comparison is about"))
+            found.append(EnvDifference(f"config.{key}", tuple(_shown(v) for v in raw), False,
+                                       "configuration: what the comparison is about"))
     return sorted(found, key=lambda d: not d.blocking)
 
 
