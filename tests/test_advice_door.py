@@ -58,6 +58,7 @@ DOOR_CONFIGS = {
     "the Lightning Trainer": {"source": "LightningCallback", "model_name": "Net", "dtype": "fp32"},
     "lmprof run": {"source": "user code", "script": "train.py", "dtype": "fp32"},
     "lmprof.profile()": {"source": "lmprof.profile", "dtype": "fp32"},
+    "lmprof.profile_training()": {"source": "lmprof.profile_training", "dtype": "fp32"},
 }
 
 
@@ -122,12 +123,20 @@ def test_each_door_gets_its_own_knobs(door: str) -> None:
         assert f'"{precision.group(1)}"' in allowed.split("_PRECISION_INPUT_STR = Literal[", 1)[1].split("]", 1)[0]
         assert "torch.compile(model)" in text and "LightningCallback(steps=" in text
     else:  # the user's own code
-        assert "torch.compile(model)" in text and "torch.bfloat16" in text
+        assert "torch.compile(model)" in text and ("torch.bfloat16" in text or 'dtype="bf16"' in text)
         if door == "lmprof run":
             steps = re.findall(r"lmprof run (--[a-z-]+) N (--[a-z-]+) N", text)
             assert steps and set(steps[0]) <= _options("run")
-        else:
+        elif door == "lmprof.profile()":
             assert "lmprof.profile(model, steps=" in text
+        else:  # the function's own arguments
+            import inspect
+
+            import lmprof
+
+            params = inspect.signature(lmprof.profile_training).parameters
+            named = set(re.findall(r"lmprof\.profile_training\(\.\.\., ([a-z_]+)=", text))
+            assert named == {"dtype", "steps"} and named <= set(params) and "warmup" in params
 
 
 def test_lmprof_infer_flags_exist() -> None:

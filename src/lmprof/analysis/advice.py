@@ -157,7 +157,7 @@ _OWN_CODE = dict(
     fused_optimizer="torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
 )
 # config["source"] as each way writes it (integrations/, api.py, pipeline/usercode/assemble.py);
-# lmprof train / infer write none.
+# lmprof train / infer write none (a sweep point of theirs neither).
 DOORS: dict[str, Door] = {
     "TrainerCallback": Door(
         "the Hugging Face Trainer", bf16="TrainingArguments(bf16=True)", compile="TrainingArguments(torch_compile=True)",
@@ -173,6 +173,15 @@ DOORS: dict[str, Door] = {
         fused_optimizer="in configure_optimizers: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
         cuda_graphs='model = torch.compile(model, mode="reduce-overhead") before trainer.fit(model)'),
     "lmprof.profile": Door("lmprof.profile()", steps="lmprof.profile(model, steps=..., warmup=...)", **_OWN_CODE),
+    "lmprof.profile_training": Door(
+        "lmprof.profile_training()", bf16='lmprof.profile_training(..., dtype="bf16")',
+        compile="model = torch.compile(model) before lmprof.profile_training", batch="larger batches in what you pass",
+        steps="lmprof.profile_training(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"],
+        fused_optimizer="the optimizer you pass: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere"),
+    "lmprof.profile_inference": Door(
+        "lmprof.profile_inference()", bf16="model.to(torch.bfloat16) before lmprof.profile_inference",
+        compile="model = torch.compile(model) before lmprof.profile_inference", batch="more rows in input_ids",
+        steps="lmprof.profile_inference(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"], fused_optimizer=""),
     "user code": Door("lmprof run", steps="lmprof run --steps N --warmup N", **_OWN_CODE),
     "train": Door("lmprof train", bf16="--dtype bf16", compile="--compile", batch="--batch-size, --seq-len",
                   steps="--steps and --warmup", sdpa="--attention sdpa (scaled_dot_product_attention)",
