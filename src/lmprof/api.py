@@ -89,8 +89,8 @@ def profile_training(
     )
     folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-train-"))
     check_output_dir(folder, "out_dir")  # before measuring: a bad folder must not cost a finished run
-    config = {"model_name": type(model).__name__, "dtype": dtype, "steps": steps, "warmup": warmup,
-              "profile_steps": profile_steps, "device_resolved": str(dev)}
+    config = {"source": "lmprof.profile_training", "model_name": type(model).__name__, "dtype": dtype, "steps": steps,
+              "warmup": warmup, "profile_steps": profile_steps, "device_resolved": str(dev)}
     run = measure_training(work, spec, folder, config)
     run.save(folder)
     return run
@@ -135,7 +135,7 @@ def profile_inference(
     spec = build(MeasureSpec, dict(warmup=warmup, steps=steps, profile_steps=profile_steps, energy="off"))
     folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="lmprof-infer-"))
     check_output_dir(folder, "out_dir")  # before measuring: a bad folder must not cost a finished run
-    config = {"model_name": type(model).__name__, "batch_size": input_ids.size(0), "seq_len": input_ids.size(1),
+    config = {"source": "lmprof.profile_inference", "model_name": type(model).__name__, "batch_size": input_ids.size(0), "seq_len": input_ids.size(1),
               "new_tokens": new_tokens, "kv_cache": kv_cache, "steps": steps, "warmup": warmup,
               "profile_steps": profile_steps, "device_resolved": str(dev)}
     run = measure_inference(work, spec, folder, config)

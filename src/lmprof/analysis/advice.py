@@ -6,6 +6,13 @@ its threshold, and the :class:`Recommendation` it returns carries those figures 
 :class:`Evidence` (key, value, unit, threshold, comparison). A rule whose figures are missing stays
 silent: no advice without evidence.
 
+Advice names the knob of the way the run was made (:func:`door_of`): ``lmprof train``'s and
+``lmprof infer``'s flags, the Hugging Face Trainer's and Lightning's own arguments, or the line of
+the user's own code for a script under ``lmprof run`` or ``lmprof.profile()``. It cites only blocks
+the run has, gives phase advice on the phase that holds the time, and on a run marked noisy says
+so on every recommendation that rests on its timing (a roofline "overhead-bound" label, which rests
+on a block's time, is not trusted there: the block is judged by its intensity).
+
 Thresholds are the named constants below; docs/reports.md lists every rule with its threshold.
 Pure functions: no I/O, no torch.
 """
@@ -16,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from lmprof import names
+from lmprof.analysis.marks import NOISY, run_marks
 from lmprof.record.run import Run
 
 # -- thresholds (documented in docs/reports.md) -------------------------------------------------
@@ -53,6 +61,10 @@ MEMORY_BOUND_MIN_PCT = 50.0
 #: Without a roofline table (no peak known), a matmul block below this intensity (FLOP/byte) counts
 #: as memory-bound: every CPU and GPU ridge point lmprof knows lies above it.
 MEMORY_BOUND_MAX_INTENSITY = 4.0
+#: Phase advice (memory-bound, low MFU of a generation's prefill) only for a phase holding at least
+#: this share (%) of the run's block time: advice on a phase that takes 3% of a generation can win
+#: at most 3%.
+PHASE_SHARE_MIN_PCT = 20.0
 #: Device idle while the host waits in synchronising calls (%, from trace analysis).
 SYNC_IDLE_MIN_PCT = 5.0
 #: The optimizer step takes more than this share of the training step (%).
@@ -115,6 +127,91 @@ def _num(x: float) -> str:
     if abs(x) >= 100:
         return f"{x:,.0f}"
     return f"{x:.3g}"
+
+
+# -- the door that made the run, and its knobs ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Door:
+    """How a run was made, and how a user of that way turns each knob the advice names."""
+
+    name: str
+    bf16: str  # compute in bf16
+    compile: str  # torch.compile the model
+    batch: str  # more sequences (or tokens) per step
+    steps: str  # more timed steps and warm-up
+    sdpa: str  # the fused attention kernel
+    fused_optimizer: str  # a multi-tensor optimizer step
+    cuda_graphs: str = 'in your code: torch.compile(model, mode="reduce-overhead")'  # CUDA graphs
+
+
+_HF_SDPA = ('attn_implementation="sdpa" (or "flash_attention_2" on a supported GPU) when the model is built '
+            "(from_pretrained / from_config)")
+_OWN_CODE = dict(
+    bf16="in your code: model.to(torch.bfloat16), or the forward under "
+         "torch.autocast(device_type, dtype=torch.bfloat16)",
+    compile="in your code: model = torch.compile(model)",
+    batch="your loop's batch size (and sequence length)",
+    sdpa="in your code: torch.nn.functional.scaled_dot_product_attention, or " + _HF_SDPA + " for a Hugging Face model",
+    fused_optimizer="torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
+)
+# config["source"] as each way writes it (integrations/, api.py, pipeline/usercode/assemble.py);
+# lmprof train / infer write none (a sweep point of theirs neither).
+DOORS: dict[str, Door] = {
+    "TrainerCallback": Door(
+        "the Hugging Face Trainer", bf16="TrainingArguments(bf16=True)", compile="TrainingArguments(torch_compile=True)",
+        batch="TrainingArguments(per_device_train_batch_size=...)",
+        steps="TrainerCallback(steps=..., warmup=...)", sdpa=_HF_SDPA,
+        fused_optimizer='TrainingArguments(optim="adamw_torch_fused")',
+        cuda_graphs='TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead")'),
+    "LightningCallback": Door(
+        "the Lightning Trainer", bf16='Trainer(precision="bf16-mixed")',
+        compile="model = torch.compile(model) before trainer.fit(model)",
+        batch="the batch_size of your DataLoader", steps="LightningCallback(steps=..., warmup=...)",
+        sdpa=_OWN_CODE["sdpa"],
+        fused_optimizer="in configure_optimizers: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
+        cuda_graphs='model = torch.compile(model, mode="reduce-overhead") before trainer.fit(model)'),
+    "lmprof.profile": Door("lmprof.profile()", steps="lmprof.profile(model, steps=..., warmup=...)", **_OWN_CODE),
+    "lmprof.profile_training": Door(
+        "lmprof.profile_training()", bf16='lmprof.profile_training(..., dtype="bf16")',
+        compile="model = torch.compile(model) before lmprof.profile_training", batch="larger batches in what you pass",
+        steps="lmprof.profile_training(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"],
+        fused_optimizer="the optimizer you pass: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere"),
+    "lmprof.profile_inference": Door(
+        "lmprof.profile_inference()", bf16="model.to(torch.bfloat16) before lmprof.profile_inference",
+        compile="model = torch.compile(model) before lmprof.profile_inference", batch="more rows in input_ids",
+        steps="lmprof.profile_inference(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"], fused_optimizer=""),
+    "user code": Door("lmprof run", steps="lmprof run --steps N --warmup N", **_OWN_CODE),
+    "train": Door("lmprof train", bf16="--dtype bf16", compile="--compile", batch="--batch-size, --seq-len",
+                  steps="--steps and --warmup", sdpa="--attention sdpa (scaled_dot_product_attention)",
+                  fused_optimizer="in your own training code: torch.optim.AdamW(..., fused=True) on CUDA, "
+                                  "foreach=True elsewhere",
+                  cuda_graphs="--compile --compile-mode reduce-overhead"),
+    "infer": Door("lmprof infer", bf16="--dtype bf16", compile="--compile", batch="--batch-size",
+                  steps="--steps and --warmup", sdpa="--attention sdpa (scaled_dot_product_attention)",
+                  fused_optimizer="",
+                  cuda_graphs="--compile --compile-mode reduce-overhead"),
+}
+
+
+def door_of(run: Run) -> Door:
+    """The way the run was made, from run.json's ``config.source`` (none: ``lmprof train`` / ``infer``)."""
+    source = run.config.get("source")
+    if isinstance(source, str) and source in DOORS:
+        door = DOORS[source]
+    elif source is None:
+        door = DOORS[run.mode]
+        if run.config.get("hf") or run.config.get("hf_config"):  # --attention is the built-in GPT's
+            door = replace(door, sdpa=_HF_SDPA)
+    else:  # a way this lmprof does not know (a newer one): the user's own code
+        door = Door(str(source)[:60], steps="more steps and warm-up", **_OWN_CODE)
+    return door
+
+
+def _narrow(run: Run) -> bool:
+    """The run already computes in 16 bits (as far as its config says)."""
+    return str(run.config.get("dtype") or "").lower() in ("bf16", "fp16", "bfloat16", "float16")
 
 
 # -- figures the rules read --------------------------------------------------------------------
@@ -181,7 +278,7 @@ def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendati
     return Recommendation(
         rule="profiler_overhead", title="Block times are not trustworthy at this profiler overhead", why=why,
         actions=("Trust the block shares (%) more than their milliseconds.",
-                 "Re-run with more --steps and --warmup on an otherwise idle machine.",
+                 f"Re-run with more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
                  "Fewer, longer steps (larger batch) reduce the per-op cost of profiling."),
         evidence=(Evidence("profiler_overhead", v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
     )
@@ -195,10 +292,7 @@ def rule_attention_unfused(run: Run, trace: Mapping[str, float]) -> Recommendati
     if share is None or share < ATTN_UNFUSED_MIN_PCT:
         return None
     present = [n for n in UNFUSED_ATTENTION_BLOCKS if any(b.name == n for b in run.blocks)]
-    if run.config.get("hf"):
-        action = "Load the model with attn_implementation=\"sdpa\" (or \"flash_attention_2\" on a supported GPU)."
-    else:
-        action = "Re-run with --attention sdpa (torch.nn.functional.scaled_dot_product_attention)."
+    action = f"Use the fused attention kernel: {door_of(run).sdpa}."
     return Recommendation(
         rule="attention_unfused", title="Attention is written out: try the fused kernel",
         why=(f"{' + '.join(present)} take {share:.1f}% of the profiled step. A fused attention kernel "
@@ -225,6 +319,8 @@ class PhaseBound:
     memory_share: float  # % of the matmul blocks' time in memory-bound ones
     intensity: float  # FLOP/byte of the phase's matmul blocks together
     source: str  # "roofline" (lmprof's table) or "intensity" (no peak: FLOP/byte alone)
+    time_share: float = 100.0  # % of the run's block time (every phase) in this phase
+    blocks: tuple[str, ...] = MATMUL_BLOCKS  # the matmul blocks the phase has
 
 
 def matmul_phase_share(run: Run, phases: Sequence[str]) -> float | None:
@@ -236,8 +332,41 @@ def matmul_phase_share(run: Run, phases: Sequence[str]) -> float | None:
     return 100.0 * sum(b.time_ms for b in rows if b.name in MATMUL_BLOCKS) / total
 
 
+def present_matmul_blocks(run: Run, phases: Sequence[str]) -> tuple[str, ...]:
+    """The matmul blocks the run has in ``phases``, in MATMUL_BLOCKS order (evidence cites only these)."""
+    have = {b.name for b in run.blocks if b.phase in phases}
+    return tuple(n for n in MATMUL_BLOCKS if n in have)
+
+
+def phase_time_share(run: Run, phases: Sequence[str]) -> float | None:
+    """Share (%) of the run's block time (every phase, the step's own parts included) in ``phases``."""
+    total = sum(b.time_ms for b in run.blocks)
+    return 100.0 * sum(b.time_ms for b in run.blocks if b.phase in phases) / total if total > 0 else None
+
+
 def _phases(run: Run) -> list[tuple[str, ...]]:
     return [("prefill",), ("decode",)] if run.mode == "infer" else [("forward", "backward")]
+
+
+def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
+    """A roofline row's bound as far as the run's figures support it.
+
+    "overhead-bound" says the block's measured time is far under the roof at its intensity: on a run
+    marked noisy that time is not to be trusted, so the block is judged by its intensity alone against
+    the ridge of the run's peaks (without them, :data:`MEMORY_BOUND_MAX_INTENSITY`), and the label
+    says so. Every other label, and any label of a steady run, is the row's own.
+    """
+    bound = str(row.get("bound") or "unknown")
+    if bound != "overhead-bound" or not run.noisy:
+        return bound
+    prefix = "" if run.mode == "train" else f"{row.get('phase')}."
+    peak, bw = run.value(f"{prefix}peak.flops"), run.value(f"{prefix}peak.bandwidth")
+    ridge = peak / bw if peak and bw else MEMORY_BOUND_MAX_INTENSITY
+    intensity = row.get("intensity")
+    if not isinstance(intensity, (int, float)) or isinstance(intensity, bool):
+        return f"unknown ({NOISY} run: its time cannot say overhead-bound)"
+    by_intensity = "compute-bound" if intensity >= ridge else "memory-bound"
+    return f"{by_intensity} (by intensity; {NOISY} run: its time cannot say overhead-bound)"
 
 
 def phase_bounds(run: Run) -> list[PhaseBound]:
@@ -253,7 +382,8 @@ def phase_bounds(run: Run) -> list[PhaseBound]:
             continue
         with_costs = [b for b in mm if b.flops and b.bytes]
         if roof:
-            memory = sum(b.time_ms for b in mm if roof.get((b.name, b.phase), {}).get("bound") == "memory-bound")
+            memory = sum(b.time_ms for b in mm
+                         if roofline_bound(run, roof.get((b.name, b.phase), {})).startswith("memory-bound"))
             source = "roofline"
         elif with_costs:
             memory = sum(b.time_ms for b in with_costs if (b.flops or 0) / (b.bytes or 1) < MEMORY_BOUND_MAX_INTENSITY)
@@ -262,25 +392,32 @@ def phase_bounds(run: Run) -> list[PhaseBound]:
             continue
         flops, nbytes = sum(b.flops or 0 for b in with_costs), sum(b.bytes or 0 for b in with_costs)
         out.append(PhaseBound("+".join(phases) if len(phases) > 1 else phases[0], 100.0 * mm_ms / total,
-                              100.0 * memory / mm_ms, flops / nbytes if nbytes else float("nan"), source))
+                              100.0 * memory / mm_ms, flops / nbytes if nbytes else float("nan"), source,
+                              phase_time_share(run, phases) or 0.0, present_matmul_blocks(run, phases)))
     return out
 
 
 def _memory_bound_phases(run: Run) -> list[PhaseBound]:
+    """Phases whose matmul blocks dominate them and wait on memory, among those holding the time."""
     return [p for p in phase_bounds(run)
-            if p.matmul_share >= MATMUL_SHARE_MIN_PCT and p.memory_share >= MEMORY_BOUND_MIN_PCT]
+            if p.matmul_share >= MATMUL_SHARE_MIN_PCT and p.memory_share >= MEMORY_BOUND_MIN_PCT
+            and p.time_share >= PHASE_SHARE_MIN_PCT]
 
 
 def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-    """Matmul blocks dominate a phase and lmprof's roofline puts them under the bandwidth roof."""
+    """Matmul blocks dominate the phase that holds the time, and lmprof's roofline puts them under the
+    bandwidth roof."""
     found = _memory_bound_phases(run)
     if not found:
         return None
-    p = max(found, key=lambda x: x.matmul_share)
+    p = max(found, key=lambda x: x.time_share)
+    door = door_of(run)
     prefix = "" if run.mode == "train" else f"{p.phase}."
     mbu = run.value(f"{prefix}mbu")
+    what = "generation" if run.mode == "infer" else "step"
     evidence = [
-        Evidence(f"blocks[{'+'.join(MATMUL_BLOCKS)}] share of {p.phase}", p.matmul_share, "%", MATMUL_SHARE_MIN_PCT, ">="),
+        Evidence(f"{p.phase} share of the {what}'s block time", p.time_share, "%", PHASE_SHARE_MIN_PCT, ">="),
+        Evidence(f"blocks[{'+'.join(p.blocks)}] share of {p.phase}", p.matmul_share, "%", MATMUL_SHARE_MIN_PCT, ">="),
         Evidence(f"roofline memory-bound share of {p.phase} matmul time" if p.source == "roofline"
                  else f"{p.phase} matmul time below {MEMORY_BOUND_MAX_INTENSITY:g} FLOP/byte", p.memory_share, "%",
                  MEMORY_BOUND_MIN_PCT, ">="),
@@ -290,38 +427,44 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         evidence.append(Evidence(f"{prefix}mbu", mbu, "%", None, "present"))
     actions = []
     if p.phase == "decode":
-        actions += ["Decode more sequences at once (--batch-size): each weight read from memory then serves every "
+        actions += [f"Decode more sequences at once ({door.batch}): each weight read from memory then serves every "
                     "sequence in the batch, so FLOP/byte grows with the batch until the step turns compute-bound "
                     "(`lmprof roofline --phase decode --sweep-batch 1,8,32,128` shows where).",
-                    "Store the weights in fewer bytes (bf16/fp16, or int8/int4 weight-only quantisation): decode time "
-                    "is mostly reading them (`lmprof roofline --phase decode --weights int4`).",
+                    "Store the weights in fewer bytes"
+                    + ("" if _narrow(run) else f" (bf16/fp16: {door.bf16})")
+                    + ", or int8/int4 weight-only quantisation: decode time is mostly reading them "
+                    "(`lmprof roofline --phase decode --weights int4`).",
                     "For long contexts keep the KV cache in lower precision (fp8/int8; `lmprof roofline --kv-dtype fp8`) "
                     "or use grouped-query attention: the cache is read in full at every token."]
     else:
-        actions += ["Process more tokens per step (--batch-size, --seq-len): FLOP/byte of the matmuls grows with the "
-                    "tokens that share each weight read.",
-                    "Use a narrower dtype (--dtype bf16) so each weight and activation moves fewer bytes."]
+        actions.append(f"Process more tokens per step ({door.batch}): FLOP/byte of the matmuls grows with the "
+                       "tokens that share each weight read.")
+        if not _narrow(run):
+            actions.append(f"Compute in a narrower dtype ({door.bf16}) so each weight and activation moves fewer bytes.")
     actions.append("Fusing or compiling small operators will not help much here: the time is in the matmuls, "
                    "waiting on memory.")
     mbu_text = f", {mbu:.1f}% of the peak bandwidth ({prefix}mbu)" if mbu is not None else ""
+    others = [f"{o.phase} ({o.time_share:.0f}% of the {what}) is memory-bound too" for o in found if o is not p]
     return Recommendation(
         rule="memory_bound", title=f"The {p.phase} step is memory-bound: its matmuls wait on memory",
-        why=(f"Matmul blocks take {p.matmul_share:.1f}% of the {p.phase} time at {p.intensity:.3g} FLOP/byte, and "
-             f"{p.memory_share:.0f}% of that time is in blocks "
+        why=(f"The {p.phase} holds {p.time_share:.0f}% of the {what}'s time. Its matmul blocks take "
+             f"{p.matmul_share:.1f}% of it at {p.intensity:.3g} FLOP/byte, and {p.memory_share:.0f}% of that time is "
+             "in blocks "
              + ("lmprof's roofline puts under the bandwidth roof" if p.source == "roofline"
                 else f"below {MEMORY_BOUND_MAX_INTENSITY:g} FLOP/byte (no peak known, intensity alone)")
              + f"{mbu_text}: they are limited by reading weights (and the KV cache), not by arithmetic."),
-        actions=tuple(actions), evidence=tuple(evidence),
+        actions=tuple(actions), evidence=tuple(evidence), notes=tuple(others),
     )
 
 
 def rule_overhead_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Many short operators (or an idle device): launch/dispatch overhead dominates the step."""
-    steps = ["Use a larger batch (or longer sequences) so each operator does more work."]
+    door = door_of(run)
+    steps = [f"Use a larger batch or longer sequences ({door.batch}) so each operator does more work."]
     if not run.config.get("compile"):
-        steps.append("Try --compile (torch.compile fuses small ops into fewer kernels).")
+        steps.append(f"Compile the model with torch.compile ({door.compile}): torch.compile fuses small ops into fewer kernels.")
     if run.env.device.startswith("cuda") and not trace.get("graph_launches"):  # not already on CUDA graphs
-        steps.append("CUDA graphs (torch.compile mode=\"reduce-overhead\") remove the per-launch host cost.")
+        steps.append(f"CUDA graphs remove the per-launch host cost ({door.cuda_graphs}).")
     actions = tuple(steps)
     idle = trace.get("device_idle_pct")
     idle_key = "trace.device_idle_pct"
@@ -372,10 +515,12 @@ def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendat
     engine = block_share(run, (names.AUTOGRAD_ENGINE,)) or 0.0
     if glue + engine < FRAMEWORK_OVERHEAD_MIN_PCT:
         return None
-    actions = ["Use a larger batch (or longer sequences): this time is per call, not per token, so its share shrinks."]
+    door = door_of(run)
+    actions = [f"Use a larger batch or longer sequences ({door.batch}): this time is per call, not per token, so its "
+               "share shrinks."]
     if not run.config.get("compile"):
-        actions.append("torch.compile the model: the forward's own code (mask building, position ids, output "
-                       "objects) becomes part of one graph"
+        actions.append(f"Compile the model with torch.compile ({door.compile}): the forward's own code (mask building, position ids, "
+                       "output objects) becomes part of one graph"
                        + ("; compiled autograd (torch._dynamo.config.compiled_autograd = True) does the same for "
                           "the backward's engine." if engine else "."))
     parts = [f"the model's own forward outside its modules ({names.MODEL_GLUE}) {glue:.1f}%" if glue else "",
@@ -393,24 +538,33 @@ def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendat
 def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
     key = "prefill.mfu" if run.mode == "infer" else "mfu"
+    phases = ("prefill",) if run.mode == "infer" else ("forward", "backward")
     mfu = run.value(key)
-    share = matmul_phase_share(run, ("prefill",) if run.mode == "infer" else ("forward", "backward"))
+    share = matmul_phase_share(run, phases)
     if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
         return None
     if any(p.phase != "decode" for p in _memory_bound_phases(run)):
         return None  # memory-bound advice covers it: more FLOP/s cannot come from the compute side
-    actions = ["Use bf16 (--dtype bf16) so matmuls run on the fast units; on fp32 CUDA enable TF32."]
+    where = "prefill" if run.mode == "infer" else "step"
+    evidence = [Evidence(key, mfu, "%", LOW_MFU_PCT, "<"),
+                Evidence(f"blocks[{'+'.join(present_matmul_blocks(run, phases))}] share of {where}", share, "%",
+                         MATMUL_SHARE_MIN_PCT, ">=")]
+    if run.mode == "infer":  # a prefill of a few tokens before many decode steps is not where the time goes
+        held = phase_time_share(run, phases)
+        if held is None or held < PHASE_SHARE_MIN_PCT:
+            return None
+        evidence.append(Evidence("prefill share of the generation's block time", held, "%", PHASE_SHARE_MIN_PCT, ">="))
+    door = door_of(run)
+    actions = [] if _narrow(run) else [f"Compute in bf16 ({door.bf16}) so matmuls run on the fast units; on fp32 "
+                                       "CUDA enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True)."]
     if not run.config.get("compile"):
-        actions.append("Try --compile to fuse the element-wise work around the matmuls.")
-    actions.append("Grow the batch or width: small matmuls cannot fill the device.")
+        actions.append(f"Compile the model with torch.compile ({door.compile}) to fuse the element-wise work around the matmuls.")
+    actions.append(f"Grow the batch ({door.batch}) or the model's width: small matmuls cannot fill the device.")
     return Recommendation(
         rule="low_mfu", title="Low MFU on a matmul-dominated step",
-        why=(f"The matmul blocks take {share:.1f}% of the {'prefill' if run.mode == 'infer' else 'step'}, yet the "
-             f"model reaches {mfu:.1f}% of the device's peak FLOP/s ({key})."),
-        actions=tuple(actions),
-        evidence=(Evidence(key, mfu, "%", LOW_MFU_PCT, "<"),
-                  Evidence(f"blocks[{'+'.join(MATMUL_BLOCKS)}] share of {'prefill' if run.mode == 'infer' else 'step'}",
-                           share, "%", MATMUL_SHARE_MIN_PCT, ">=")),
+        why=(f"The matmul blocks take {share:.1f}% of the {where}, yet the model reaches {mfu:.1f}% of the device's "
+             f"peak FLOP/s ({key})."),
+        actions=tuple(actions), evidence=tuple(evidence),
     )
 
 
@@ -442,8 +596,7 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
         rule="optimizer_share", title="The optimizer step is a large part of the step",
         why=(f"{opt} takes {share:.1f}% of the profiled step. A per-parameter loop launches several small "
              "ops for every parameter tensor."),
-        actions=("Use torch.optim.AdamW(..., fused=True) on CUDA, or foreach=True elsewhere, to update all "
-                 "parameters in a few multi-tensor kernels.",
+        actions=(f"Update all parameters in a few multi-tensor kernels: {door_of(run).fused_optimizer}.",
                  "A larger batch amortises the optimizer over more tokens."),
         evidence=(Evidence("blocks[optimizer].pct", share, "%", OPTIMIZER_SHARE_MAX_PCT, ">"),),
     )
@@ -465,7 +618,7 @@ def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation
     # Only activations (and the KV cache) grow with the batch: scale those, keep the rest fixed.
     per_batch = run.value("memory.activations") or run.value("memory.kv_cache") or run.value("kv_cache")
     batch = run.config.get("batch_size")
-    suggestion = "Increase --batch-size until peak memory nears the device's capacity; re-profile."
+    suggestion = f"Increase the batch ({door_of(run).batch}) until peak memory nears the device's capacity; re-profile."
     if per_batch and isinstance(batch, int) and per_batch > 0:
         factor = (MEMORY_PLAN_FRACTION * capacity - (peak - per_batch)) / per_batch
         if factor >= 2:
@@ -492,7 +645,7 @@ def rule_noisy_timing(run: Run, trace: Mapping[str, float]) -> Recommendation | 
             rule="noisy_timing", title="The timing is noisy",
             why=(f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences "
                  "smaller than that between runs are not meaningful."),
-            actions=("Run more --steps (and --warmup) on an otherwise idle machine.",
+            actions=(f"Run more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
                      "Pin threads/clocks where you can; compare medians, not single steps."),
             evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),),
         )
@@ -533,20 +686,33 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# Rules whose evidence rests on the run's timing (block shares, times per call, MFU, idle time): on a
+# run marked noisy each says so. The others are about the noise itself, memory or compilations.
+TIMING_RULES = frozenset({"attention_unfused", "memory_bound", "overhead_bound", "framework_overhead", "low_mfu",
+                          "host_sync", "optimizer_share"})
+
+
 def advise(run: Run, trace: Mapping[str, float] | None = None) -> list[Recommendation]:
     """Every recommendation whose rule fires on ``run``, in rule order.
 
     ``trace`` holds optional figures from trace analysis: ``device_idle_pct`` and ``sync_idle_pct``
     (percent of the device timeline) and ``ops_per_step`` (every CPU operator call per profiled
-    step). Rules needing a figure that is absent do not fire.
+    step). Rules needing a figure that is absent do not fire. On a run marked noisy (or timed on
+    its first calls only) every recommendation of :data:`TIMING_RULES` carries a note saying so.
     """
     facts = dict(trace or {})
+    caveats = run_marks(run)
     out = []
     for rule in RULES:
         rec = rule(run, facts)
         if rec is not None:
             # Guard the contract: a recommendation without evidence is a bug in its rule.
             assert rec.evidence, f"rule {rec.rule} fired without evidence"
+            if caveats and rec.rule in TIMING_RULES:
+                rec = replace(rec, title=f"{rec.title} (on {'; '.join(c.split(':', 1)[0] for c in caveats)} timings)",
+                              notes=(*rec.notes, *(f"This run's timings are not clean ({c}): the figures behind this "
+                                                   "advice rest on them; confirm on a clean run before acting on it."
+                                                   for c in caveats)))
             # Every recommendation names the figures it rests on, in its own text too.
             rests = "; ".join(e.describe() for e in rec.evidence)
             out.append(replace(rec, why=f"{rec.why} (rests on: {rests})"))

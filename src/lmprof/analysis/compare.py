@@ -9,7 +9,10 @@ examples above are a speedup of 2.0.
 :func:`compare_runs` is a pure function of the :class:`~lmprof.record.run.Run` objects (plus,
 optionally, operator/kernel counts read from their traces by :func:`trace_counts`). It refuses runs
 of different models, and training next to inference, unless told otherwise: such ratios compare
-workloads, not configurations.
+workloads, not configurations. It lists where the runs' environments differ (:func:`env_differences`)
+and refuses the differences that change what executes the step (another device, torch, thread count
+on a CPU) unless told otherwise: such ratios compare machines, not code. Figures resting on the timing
+of a noisy run or on a first call carry those marks (:mod:`lmprof.analysis.marks`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
+from lmprof.analysis.marks import marks as figure_marks, run_marks
 from lmprof.errors import LmprofError
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
 from lmprof.record.catalogue import Group as Group, group_of, lookup, ranked
@@ -58,6 +62,14 @@ class MetricRow:
     ratios: tuple[float | None, ...]
     higher_is_better: bool | None
     notes: tuple[str | None, ...] = ()
+    # Per run, what makes the figure less than a clean median there ("noisy", "first call"; analysis/marks.py).
+    marks: tuple[tuple[str, ...], ...] = ()
+
+    def ratio_marks(self, i: int) -> tuple[str, ...]:
+        """The marks a ratio of run ``i`` against A rests on: either run's, each once."""
+        if not self.marks:
+            return ()
+        return tuple(dict.fromkeys((*self.marks[0], *self.marks[i])))
 
     @property
     def speedups(self) -> tuple[float | None, ...]:
@@ -105,6 +117,20 @@ class TraceCounts:
 
 
 @dataclass(frozen=True)
+class EnvDifference:
+    """One fact of ``env`` (or of the configuration) that is not the same in every run.
+
+    ``blocking``: the difference changes what executes the step, so ratios would compare machines or
+    libraries rather than code; compare and the gate refuse it unless told otherwise.
+    """
+
+    key: str  # "env.threads", "config.dtype"
+    values: tuple[str, ...]  # per run, as recorded ("—" where a run does not record it)
+    blocking: bool
+    why: str
+
+
+@dataclass(frozen=True)
 class Comparison:
     """The result of :func:`compare_runs`."""
 
@@ -121,6 +147,10 @@ class Comparison:
     kernels: tuple[CountRow, ...]
     kernel_totals: tuple[float, ...] | None
     warnings: tuple[str, ...] = field(default=())
+    # Where the runs' environments and configurations differ, blocking ones first.
+    env: tuple[EnvDifference, ...] = field(default=())
+    # Per run: "noisy: <reason>" / "first call: <note>" when its timed figures carry that mark.
+    run_marks: tuple[tuple[str, ...], ...] = field(default=())
 
     def group(self, name: Group) -> list[MetricRow]:
         """The metric rows of one group, in display order."""
@@ -170,9 +200,97 @@ def model_differences(a: Run, b: Run) -> list[str]:
     return diffs
 
 
+# Facts of ``env`` that decide what executes the step: a difference in one makes ratios compare
+# machines or libraries instead of code. ``device`` is compared by kind (cuda:0 and cuda:1 are alike
+# when their names agree).
+BLOCKING_ENV: dict[str, str] = {
+    "device": "another kind of device runs the step",
+    "device_name": "another device model runs the step",
+    "gpu_capability": "another GPU generation runs the step",
+    "gpu_sm_count": "a GPU (or MIG slice) with another number of SMs runs the step",
+    "gpu_memory_bytes": "a GPU (or MIG slice) of another size runs the step",
+    "torch": "another torch version: other kernels and dispatch costs",
+    "cuda": "another CUDA version: other kernels",
+}
+# ...and on a CPU run, where the host's cores are the device.
+BLOCKING_ON_CPU: dict[str, str] = {
+    "cpu": "another CPU model runs the step",
+    "threads": "another number of threads runs each operator",
+}
+# Why the other facts are only listed: none changes what executes the step.
+INFORMATIONAL_ENV: dict[str, str] = {
+    "lmprof": "another lmprof version; the record's schema is the same, so its figures mean the same",
+    "python": "another Python version; the step runs in torch's kernels",
+    "os": "another OS release",
+    "hostname": "another machine; its device, CPU model and threads are compared on their own",
+    "driver": "another GPU driver",
+    "cpu_count": "another number of cores on the machine; the threads the run used are compared on their own",
+    "cpu_on_gpu": "another host CPU; the step runs on the GPU",
+    "threads_on_gpu": "another number of host threads; the step runs on the GPU",
+}
+# Configuration a comparison is usually about (eager vs compiled, fp32 vs bf16): listed, never refused.
+CONFIG_KEYS = ("dtype", "compile", "compile_mode", "attention", "batch_size", "seq_len", "new_tokens", "optimizer")
+_UNRECORDED = "—"
+# A recorded fact is shown at most this long: a record may come from anyone, and one line stays one line.
+_SHOWN_CHARS = 80
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return _UNRECORDED
+    text = " ".join(str(value).split())
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
+
+
+def _device_kind(device: object) -> str:
+    return str(device).split(":", 1)[0]
+
+
+def env_differences(runs: Sequence[Run]) -> list[EnvDifference]:
+    """Where the runs' ``env`` and configuration differ: blocking differences first (:data:`BLOCKING_ENV`,
+    :data:`BLOCKING_ON_CPU`), then the informational ones. A fact some run does not record is listed,
+    never blocking: there is nothing to say it differs."""
+    envs = [r.env.model_dump() for r in runs]
+    on_cpu = any(_device_kind(e.get("device")) == "cpu" for e in envs)
+    found: list[EnvDifference] = []
+    for key in dict.fromkeys(k for e in envs for k in e):
+        raw = [e.get(key) for e in envs]
+        if len({repr(v) for v in raw}) == 1:
+            continue
+        recorded = all(v is not None for v in raw)
+        if key == "device" and len({_device_kind(v) for v in raw}) == 1:
+            blocking, why = False, "another device of the same kind"
+        elif key in BLOCKING_ENV:
+            blocking, why = recorded, BLOCKING_ENV[key]
+        elif key in BLOCKING_ON_CPU:
+            blocking = recorded and on_cpu
+            why = BLOCKING_ON_CPU[key] if on_cpu else INFORMATIONAL_ENV[f"{key}_on_gpu"]
+        else:
+            blocking, why = False, INFORMATIONAL_ENV.get(key, "listed for the record")
+        if not recorded:
+            why = f"not recorded by every run ({why})"
+        found.append(EnvDifference(f"env.{_shown(key)}", tuple(_shown(v) for v in raw), blocking, why))
+    for key in CONFIG_KEYS:
+        raw = [r.config.get(key) for r in runs]
+        if len({repr(v) for v in raw}) > 1:
+            found.append(EnvDifference(f"config.{key}", tuple(_shown(v) for v in raw), False,
+                                       "configuration: what the comparison is about"))
+    return sorted(found, key=lambda d: not d.blocking)
+
+
+def describe_env_difference(d: EnvDifference) -> str:
+    """'env.threads: 1 vs 2 (another number of threads runs each operator)'."""
+    return f"{d.key}: {' vs '.join(d.values)} ({d.why})"
+
+
 def check_comparable(runs: Sequence[Run], *, allow_different_models: bool = False,
-                     allow_mixed_modes: bool = False) -> list[str]:
-    """Raise :class:`LmprofError` for runs that should not be compared; return warnings for forced ones."""
+                     allow_mixed_modes: bool = False, allow_env_diff: bool = False) -> list[str]:
+    """Raise :class:`LmprofError` for runs that should not be compared; return warnings for forced ones.
+
+    Refused: runs of different models (unless ``allow_different_models``), training next to inference
+    (unless ``allow_mixed_modes``), and runs whose environments differ in what executes the step
+    (unless ``allow_env_diff``; :func:`env_differences` lists every difference).
+    """
     if len(runs) < 2:
         raise LmprofError(f"compare needs at least two runs, got {len(runs)}")
     for run in runs:
@@ -194,6 +312,11 @@ def check_comparable(runs: Sequence[Run], *, allow_different_models: bool = Fals
             if not allow_different_models:
                 raise LmprofError(f"{msg}: use --force to compare anyway")
             warnings.append(msg)
+    blocking = [d for d in env_differences(runs) if d.blocking]
+    if blocking and not allow_env_diff:
+        listed = "; ".join(describe_env_difference(d) for d in blocking)
+        raise LmprofError(f"the runs ran in different environments: {listed}. Their ratios would compare the "
+                          "environments, not the code (use --allow-env-diff to compare anyway)")
     return warnings
 
 
@@ -265,6 +388,8 @@ def metric_rows(runs: Sequence[Run]) -> list[MetricRow]:
             sources=tuple(None if m is None else m.source for m in ms), ratios=_ratios(values),
             higher_is_better=higher_is_better(key, unit),
             notes=tuple(None if m is None else (m.note if m.value is None else None) for m in ms),
+            marks=tuple(figure_marks(r, key, unit) if m is not None and m.value is not None else ()
+                        for r, m in zip(runs, ms)),
         ))
     return rows
 
@@ -368,17 +493,19 @@ def compare_runs(
     *,
     allow_different_models: bool = False,
     allow_mixed_modes: bool = False,
+    allow_env_diff: bool = False,
     trace_counts: Sequence[TraceCounts | None] | None = None,
 ) -> Comparison:
     """Compare ``runs`` (the first is the baseline A); ratios are each run / A.
 
     Raises :class:`LmprofError` for fewer than two runs, runs of different models (unless
-    ``allow_different_models``) or train next to infer (unless ``allow_mixed_modes``).
+    ``allow_different_models``), train next to infer (unless ``allow_mixed_modes``) or runs whose
+    environments differ in what executes the step (unless ``allow_env_diff``).
     ``trace_counts`` (one per run, from :func:`trace_counts`) gives complete operator counts and
     kernel counts; without it operator counts come from each run's recorded top operators.
     """
     warnings = check_comparable(runs, allow_different_models=allow_different_models,
-                                allow_mixed_modes=allow_mixed_modes)
+                                allow_mixed_modes=allow_mixed_modes, allow_env_diff=allow_env_diff)
     labels = tuple(chr(ord("A") + i) if i < 26 else f"R{i}" for i in range(len(runs)))
     tc = list(trace_counts) if trace_counts is not None else [None] * len(runs)
     if len(tc) != len(runs):
@@ -410,6 +537,8 @@ def compare_runs(
         kernels=tuple(count_rows(kernel_counts)) if kernel_counts else (),
         kernel_totals=tuple(sum(c.values()) for c in kernel_counts) if kernel_counts else None,
         warnings=tuple(warnings),
+        env=tuple(env_differences(runs)),
+        run_marks=tuple(tuple(run_marks(r)) for r in runs),
     )
 
 

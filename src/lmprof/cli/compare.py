@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, List, Sequence
 
 import typer
 
+from lmprof.analysis.gate import FORM
 from lmprof.cli.app import app
 from lmprof.cli.common import console
 
@@ -27,11 +28,15 @@ _TOP_COUNT_ROWS = 25
 def compare(
     runs: List[Path] = typer.Argument(..., help="Run folders; the first is the baseline A"),
     force: bool = typer.Option(False, "--force", help="Compare runs of different models, or train with infer"),
+    allow_env_diff: bool = typer.Option(False, "--allow-env-diff", help="Compare runs whose environments differ in "
+                                        "what executes the step (device, torch, CUDA; CPU model and threads on a "
+                                        "CPU); the differences are listed first either way"),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of tables"),
     no_trace: bool = typer.Option(False, "--no-trace", help="Do not read traces (op counts from ops.csv only)"),
-    fail_on: List[str] = typer.Option([], "--fail-on", help="Gate rule, e.g. 'step_time>+5%' or "
-                                      "'tokens_per_s<-5%' (repeatable): exit 1 on a regression beyond both runs' "
-                                      "spread, 3 when too noisy to decide (docs/ci-gate.md)"),
+    fail_on: List[str] = typer.Option([], "--fail-on", help=f"Gate rule {FORM}; the sign is required "
+                                      "(repeatable): exit 1 on a regression beyond both runs' spread, 3 when it "
+                                      "cannot be decided (noisy, first call, overlapping spreads), 2 on bad input "
+                                      "(docs/ci-gate.md)"),
     fmt: str = typer.Option("text", "--format", help="text or markdown (a CI job summary / PR comment)"),
 ) -> None:
     """Compare runs side by side: figures, per-block times, operator and kernel counts; ratios are B/A."""
@@ -52,9 +57,10 @@ def compare(
             raise ConfigError(f"--fail-on compares exactly two runs (BASE NEW), got {len(runs)}")
     loaded = [Run.load(p) for p in runs]
     if fail_on:
-        gate_result = gate(loaded[0], loaded[1], conditions, force=force)
+        gate_result = gate(loaded[0], loaded[1], conditions, force=force, allow_env_diff=allow_env_diff)
     counts = None if no_trace or fmt == "markdown" else [trace_counts(r) for r in loaded]
-    result = compare_runs(loaded, allow_different_models=force, allow_mixed_modes=force, trace_counts=counts)
+    result = compare_runs(loaded, allow_different_models=force, allow_mixed_modes=force,
+                          allow_env_diff=allow_env_diff, trace_counts=counts)
     if json_out:
         data = result.to_dict()
         if gate_result is not None:
@@ -78,15 +84,20 @@ def render_gate(g: "GateResult") -> None:
     """Print the gate's verdict per rule and overall (the last line a CI log shows)."""
     from rich.table import Table
 
-    from lmprof.show.gate_view import CHECK_HEADER, check_rows
+    from lmprof.show.gate_view import CHECK_HEADER, check_rows, gate_notes
 
     t = Table(title="Performance gate (B against A)", title_justify="left", show_edge=False)
-    for h in CHECK_HEADER:
+    for h in CHECK_HEADER[:-1]:  # the why of each rule follows the table, whole: a CI log is read there
         t.add_column(h, overflow="fold")
-    for row in check_rows(g.checks):
-        t.add_row(*row)
+    rows = check_rows(g.checks)
+    for row in rows:
+        t.add_row(*[Text(c) for c in row[:-1]])
     console.print()
     console.print(t)
+    for row in rows:
+        console.print(f"{row[0]}: {row[-1]}", markup=False, soft_wrap=True)
+    for line in gate_notes(g):
+        console.print(line, markup=False, soft_wrap=True)
     word = {"pass": "pass", "fail": "FAIL", "undecided": "cannot decide"}[g.verdict]
     failed = [c.condition.metric for c in g.checks if c.verdict == g.verdict and g.verdict != "pass"]
     console.print(f"gate: {word}" + (f" ({', '.join(failed)})" if failed else "") + f" — exit {g.exit_code}",
@@ -94,9 +105,17 @@ def render_gate(g: "GateResult") -> None:
 
 
 def render(c: "Comparison", folders: Sequence[str]) -> None:
-    """Print the comparison's tables to the console."""
-    for label, rid, desc, folder in zip(c.labels, c.run_ids, c.descriptions, folders):
+    """Print the comparison's tables to the console: the runs, where their environments differ and what
+    marks their timings carry first, then the figures."""
+    from lmprof.show.gate_view import env_lines
+
+    for i, (label, rid, desc, folder) in enumerate(zip(c.labels, c.run_ids, c.descriptions, folders)):
         console.print(f"[bold]{escape(label)}[/bold] {escape(rid)}  ({escape(desc)})  {escape(folder)}", markup=True)
+        for mark in c.run_marks[i] if c.run_marks else ():
+            console.print(f"  [bold red]{escape(mark.split(':', 1)[0].upper())}[/bold red]:{escape(mark.split(':', 1)[1])}",
+                          markup=True)
+    for line in env_lines(c):
+        console.print(line, markup=False)
     for w in c.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", markup=True)
     console.print("X/A = X's value / A's value; 'X vs A' = how many times better or worse X is "
@@ -120,12 +139,12 @@ def render(c: "Comparison", folders: Sequence[str]) -> None:
         console.print(_count_table(c, list(c.kernels), c.kernel_totals, "Kernel launches per step (trace)"))
 
 
-def _fmt_ratio(r: float | None, higher_is_better: bool | None) -> Text:
+def _fmt_ratio(r: float | None, higher_is_better: bool | None, marks: Sequence[str] = ()) -> Text:
     if r is None:
         return Text("")
     text = f"{r:.2f}x"
-    if higher_is_better is None or abs(r - 1) <= _NEUTRAL_BAND:
-        return Text(text)
+    if higher_is_better is None or abs(r - 1) <= _NEUTRAL_BAND or marks:
+        return Text(text)  # a ratio resting on a noisy or first-call figure is not coloured as a finding
     good = (r > 1) == higher_is_better
     return Text(text, style="green" if good else "red")
 
@@ -135,6 +154,8 @@ def _metric_table(c: "Comparison", rows: Sequence["MetricRow"], title: str) -> "
 
     from lmprof.show.format import number
 
+    from lmprof.analysis.marks import tag
+
     t = Table(title=title, title_justify="left", show_edge=False)
     t.add_column("figure")
     for label in c.labels:
@@ -143,28 +164,35 @@ def _metric_table(c: "Comparison", rows: Sequence["MetricRow"], title: str) -> "
         t.add_column(f"{label}/A", justify="right")
         t.add_column(f"{label} vs A", justify="right")
     for m in rows:
-        cells = ["n/a" if v is None else number(v, m.unit) for v in m.values]
-        pairs = [x for r, s in zip(m.ratios[1:], m.speedups[1:]) for x in (_fmt_ratio(r, m.higher_is_better), _verdict(s))]
-        t.add_row(m.key, *cells, *pairs)
+        marks = m.marks or tuple(() for _ in m.values)
+        cells = [Text("n/a" if v is None else number(v, m.unit) + tag(k)) for v, k in zip(m.values, marks)]
+        pairs = [x for i, (r, s) in enumerate(zip(m.ratios[1:], m.speedups[1:]), 1)
+                 for x in (_fmt_ratio(r, m.higher_is_better, m.ratio_marks(i)), Text(_verdict(s, m.ratio_marks(i))))]
+        t.add_row(Text(m.key), *cells, *pairs)
     return t
 
 
-def _verdict(speedup: float | None) -> str:
+def _verdict(speedup: float | None, marks: Sequence[str] = ()) -> str:
+    from lmprof.analysis.marks import tag
+
     if speedup is None:
         return ""
     if abs(speedup - 1) <= _NEUTRAL_BAND:
-        return "same"
-    return f"{speedup:.2f}x better" if speedup > 1 else f"{1 / speedup:.2f}x worse"
+        return "same" + tag(marks)
+    return (f"{speedup:.2f}x better" if speedup > 1 else f"{1 / speedup:.2f}x worse") + tag(marks)
 
 
 def _block_table(c: "Comparison", rows: Sequence["BlockRow"], title: str) -> "Table":
     from rich.table import Table
 
+    from lmprof.analysis.marks import tag
+
     t = Table(title=title, title_justify="left", show_edge=False)
     t.add_column("block")
     t.add_column("phase")
-    for label in c.labels:
-        t.add_column(label, justify="right")
+    for i, label in enumerate(c.labels):  # block times are timings: a run's marks head its column
+        t.add_column(Text(label + tag([m.split(":", 1)[0] for m in c.run_marks[i]] if c.run_marks else [])),
+                     justify="right")
     for label in c.labels[1:]:
         t.add_column(f"{label}/A", justify="right")
     # Operators (eager) or compiled kernels per step, per block: what a compiled run fused away.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -69,6 +69,9 @@ class MetricSpec:
     also: tuple[Source, ...] = ()
     also_when: str = ""
     spread: bool = False  # the median of repeated samples: p10, p90 and n are set
+    # Rests on a measured time, so a noisy run's noise and a first-call timing hold for it too
+    # (analysis/marks.py); None: as ``spread`` says (every figure with a spread is a timing).
+    timed: bool | None = None
     condition: str | None = None
     summary: int | None = None  # rank in the terminal summary's figures table
     card: int | None = None  # rank among the report's headline cards
@@ -84,6 +87,12 @@ class MetricSpec:
     def family(self) -> bool:
         """True for a pattern entry such as ``energy.domain.<domain>``."""
         return "<" in self.name
+
+    @property
+    def rests_on_time(self) -> bool:
+        """Whether the figure is (or is computed from) a measured time: a timing, throughput, utilisation,
+        energy over the timed window. Sizes, counts, estimates and peaks are not."""
+        return self.spread if self.timed is None else self.timed
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -118,14 +127,14 @@ def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dic
     return [
         _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
            f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mfu", {})),
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("mfu", {})),
         _m(f"{p}hfu", "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
            f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
-           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("hfu", {})),
+           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("hfu", {})),
         _m(f"{p}mbu", "%", "derived",
            f"{prefix} bandwidth use (MBU)" if prefix else "MBU",
            f"minimum bytes per {what} / time / peak bandwidth; n/a for counted FLOPs (no byte count)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", **r.get("mbu", {})),
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("mbu", {})),
         _m(f"{p}flops.model_per_step", "FLOP", "estimated", f"{prefix or 'step'} model FLOPs",
            f"FLOPs the model mathematically needs per {what} (PaLM's 6N + 12·L·d·T per training token; "
            "see docs/flops-and-roofline.md)", modes, "compute", None, also=("measured",), also_when=COUNTED,
@@ -138,7 +147,7 @@ def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dic
            None, condition=DESCRIBED),
         _m(f"{p}flops.achieved", "FLOP/s", "derived", f"{prefix or 'step'} achieved FLOP/s",
            f"model FLOPs per {what} / its measured time", modes, "compute", True,
-           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("flops.achieved", {})),
+           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("flops.achieved", {})),
         _m(f"{p}peak.flops", "FLOP/s", "estimated", "device peak FLOP/s",
            "the device's peak at the compute dtype: the peak table, CPU cores x clock, or a calibration",
            modes, "compute", None, also=("measured",), also_when=CALIBRATED,
@@ -191,7 +200,8 @@ def _energy(estimated: bool) -> list[MetricSpec]:
            "one meter domain over the window (e.g. energy.domain.gpu:0, energy.domain.cpu)", BOTH, "energy",
            False, condition=METERED if not estimated else cond),
     ]
-    return out
+    # Metered over the timed window (or rated power x its time): all but the idle baseline rest on that time.
+    return [replace(m, timed=not m.name.endswith(".power.idle")) for m in out]
 
 
 _TRAIN_COSTS: dict[str, dict[str, object]] = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
@@ -240,7 +250,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
        "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150),
     _m("profiler_overhead", "%", "derived", "profiler overhead",
        "(profiled median - clean median) / clean median; n/a when no clean time was taken", BOTH, "headline",
-       None, summary=160, card=100, compare=40),
+       None, timed=True, summary=160, card=100, compare=40),
     _m("loss", "nats/token", "measured", "loss", "the training loss of the last profiled step", TRAIN, "headline",
        None, condition="lmprof train (the step returns its loss)", summary=170, card=110, compare=140, view=80),
     _m("params", "count", "measured", "parameters", "sum of numel over model.parameters()", BOTH, "headline", None,
@@ -249,14 +259,14 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m("world_size", "count", "measured", "ranks", "number of ranks that ran", BOTH, "other", None,
        condition=DISTRIBUTED, summary=190),
     _m("slowest_rank", "rank", "measured", "slowest rank", "rank with the highest median clean step (generation)",
-       BOTH, "other", None, condition=DISTRIBUTED, summary=200),
+       BOTH, "other", None, condition=DISTRIBUTED, summary=200, timed=True),
     _m("straggler", "%", "derived", "straggler gap",
        "(slowest rank's median - fastest rank's) / fastest rank's", BOTH, "other", None,
-       condition=DISTRIBUTED, summary=210),
+       condition=DISTRIBUTED, summary=210, timed=True),
     _m("tokens_per_s.global", "tokens/s", "derived", "global throughput", "sum over ranks of each rank's tokens_per_s",
-       TRAIN, "other", True, condition=DISTRIBUTED, summary=220),
+       TRAIN, "other", True, condition=DISTRIBUTED, summary=220, timed=True),
     _m("decode_tokens_per_s.global", "tokens/s", "derived", "global decode throughput",
-       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230),
+       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230, timed=True),
     # -- memory -------------------------------------------------------------------------------------
     _m("memory.peak", "B", "measured", "peak memory",
        "peak allocated bytes of one warm-up step (CUDA allocator; on CPU model bytes + the step's net allocations)",
@@ -299,10 +309,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     # -- compilation ----------------------------------------------------------------------------------
     _m("compile.time", "ms", "measured", "first call (compilation included)",
        "the first step or generation by stopwatch, compilation included", BOTH, "other", False,
-       condition=f"{COMPILED}, with at least one warm-up step", summary=390),
+       condition=f"{COMPILED}, with at least one warm-up step", summary=390, timed=True),
     _m("compile.dynamo_time", "ms", "measured", "dynamo compile time",
        "sum of dynamo's own compile time over every frame and backward graph", BOTH, "other", False,
-       condition=COMPILED, summary=400),
+       condition=COMPILED, summary=400, timed=True),
     _m("compile.compilations", "count", "measured", "compilations", "frames compiled, backward graphs included",
        BOTH, "other", None, condition=COMPILED),
     _m("compile.recompiles", "count", "measured", "recompilations", "compilations caused by a failed guard", BOTH,

@@ -1,6 +1,7 @@
 """Formatting figures for people: units kept, n/a spelled out, sizes in binary units."""
 from __future__ import annotations
 
+from lmprof.analysis.marks import first_call_note
 from lmprof.record.run import Metric, Run
 from lmprof.units import si
 
@@ -68,9 +69,9 @@ def config_line(run: Run) -> str:
         if c.get(key):
             parts.append(str(c[key]))
     parts.append("compiled" if c.get("compile") else "eager")
-    timing = run.metrics.get("e2e_latency" if run.mode == "infer" else "step_time")
-    if timing is not None and (timing.note or "").startswith("first call"):
+    if first_call_note(run) is not None:
         # A script too short for the protocol: say what was timed, not the windows it never reached.
+        timing = run.metrics["e2e_latency" if run.mode == "infer" else "step_time"]
         unit = "generation" if run.mode == "infer" else "step"
         parts.append(f"first call: {timing.n or 0} {unit}(s) timed roughly, no clean window")
     else:

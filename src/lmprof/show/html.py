@@ -185,6 +185,8 @@ class Card:
     key: str
     source: str | None = None
     note: str | None = None
+    # What makes the figure less than a clean median: "noisy run", "first call, not a clean median".
+    marks: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import io
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from lmprof.analysis.advice import RULES, Recommendation, advise
+from lmprof.analysis.advice import RULES, Recommendation, advise, roofline_bound
+from lmprof.analysis.marks import FIRST_CALL, NOISY, marks, tag
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
@@ -39,6 +40,8 @@ PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868
                 "step": "#9a9a9a"}
 TOP_OPS = 15
 Part = Any  # one of the part kinds of lmprof.show.html
+# How a headline card says what its figure rests on (analysis/marks.py).
+CARD_MARKS = {FIRST_CALL: "first call, not a clean median", NOISY: "noisy run: not to be trusted as it stands"}
 # Tables shown in their own sections; any other run table goes under "Other tables".
 _OWN_TABLES = {"energy", "memory", "roofline", "attribution"}
 
@@ -58,7 +61,11 @@ def _headline_card(run: Run, slot: Sequence[MetricSpec]) -> Card:
     m = run.metrics[key]
     if m.value is None:
         return Card(label, None, f"n/a: {m.note or 'no reason recorded'}", key=key, source=m.source)
-    return Card(label, metric_value(m), metric_spread(m), key=key, source=m.source, note=m.note)
+    found = marks(run, key, m.unit)
+    if FIRST_CALL in found:  # a label's "(clean median)" is exactly what a first call is not
+        label = label.split(" (", 1)[0]
+    shown = [CARD_MARKS[k] for k in found]
+    return Card(label, metric_value(m), metric_spread(m), key=key, source=m.source, note=m.note, marks=shown)
 
 
 def metrics_table(run: Run, keys: Sequence[str]) -> Table:
@@ -66,7 +73,7 @@ def metrics_table(run: Run, keys: Sequence[str]) -> Table:
     rows = []
     for k in keys:
         m = run.metrics[k]
-        value = Cell("n/a", "na") if m.value is None else metric_value(m)
+        value = Cell("n/a", "na") if m.value is None else metric_value(m) + tag(marks(run, k, m.unit))
         rows.append([Cell(k, "code"), value, metric_spread(m), Cell(m.source or "", "badge"),
                      Cell(m.note or "", "note")])
     return table(["figure", "value", "p10 – p90", "source", "note"], rows, num=(1, 2), cls="metrics")
@@ -204,7 +211,8 @@ def compute_parts(run: Run, used: Embedder) -> list[Part]:
     plots = _pngs(run, lambda role, name: "roofline" in role or "roofline" in name, used)
     parts += plots
     if run.tables.get("roofline"):
-        rows = run.tables["roofline"]
+        # A noisy run's time cannot call a block overhead-bound: the bound shown is what its figures support.
+        rows = [{**r, "bound": roofline_bound(run, r)} if "bound" in r else r for r in run.tables["roofline"]]
         parts.append(Details(f"Roofline points ({len(rows)} blocks)", [generic_table(rows)]))
     if not parts:
         return [Absent("MFU, FLOPs and the roofline were " + NOT_RECORDED)]

@@ -8,6 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from lmprof.analysis.advice import roofline_bound
+from lmprof.analysis.marks import marks, tag
 from lmprof.record.catalogue import ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
@@ -28,7 +30,7 @@ def metrics_table(run: Run) -> Table:
     for k in keys:
         m = run.metrics[k]
         label = k + (f" [{len(_notes(run, keys[: keys.index(k) + 1]))}]" if m.note else "")
-        t.add_row(label, metric_value(m), metric_spread(m), m.source)
+        t.add_row(Text(label), Text(metric_value(m) + tag(marks(run, k, m.unit))), metric_spread(m), m.source)
     hidden = len(run.metrics) - len(keys)
     if hidden:
         t.caption = f"{hidden} more figures in run.json"
@@ -115,7 +117,7 @@ def roofline_table(run: Run, top: int = 8) -> Table | None:
         frac = r.get("roof_fraction")
         t.add_row(Text(r["name"]), r["phase"], number(r["flops"], "FLOP"), f"{r['intensity']:.3g}",
                   number(r["achieved_flops_per_s"], "FLOP/s") if r.get("achieved_flops_per_s") else "",
-                  _of_roof(frac), r["bound"])
+                  _of_roof(frac), Text(roofline_bound(run, r)))
     return t
 
 
