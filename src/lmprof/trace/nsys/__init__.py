@@ -1,0 +1,39 @@
+"""Nsight Systems exports as lmprof traces: ``lmprof analyze report.sqlite`` (or ``report.nsys-rep``).
+
+A reader of its own, beside the Kineto JSON reader: it fills the same table
+(:class:`~lmprof.trace.load.TraceTable`), so every analysis runs unchanged. See
+:mod:`lmprof.trace.nsys.build` for what each export table becomes, :mod:`lmprof.trace.nsys.names`
+for the naming rules (NVTX, emit_nvtx, steps) and :mod:`lmprof.trace.nsys.rep` for ``.nsys-rep``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmprof.trace.load import TraceTable
+from lmprof.trace.nsys.build import FORMAT, load_export
+from lmprof.trace.nsys.read import looks_like_sqlite
+from lmprof.trace.nsys.rep import exported, is_report
+
+__all__ = ["FORMAT", "is_nsys", "is_nsys_table", "load_nsys"]
+
+
+def is_nsys(path: Path) -> bool:
+    """A file this reader takes: an SQLite file (by its header) or an Nsight Systems report (by name)."""
+    return is_report(path) or looks_like_sqlite(path)
+
+
+def is_nsys_table(table: TraceTable) -> bool:
+    """A table loaded from an Nsight Systems export."""
+    return table.meta.get("format") == FORMAT
+
+
+def load_nsys(path: str | Path) -> list[TraceTable]:
+    """The tables of an export, one per process (a ``.nsys-rep`` exported by ``nsys`` first)."""
+    p = Path(path)
+    if is_report(p) and not looks_like_sqlite(p):
+        with exported(p) as sqlite:
+            tables = load_export(sqlite)
+        for t in tables:
+            t.path = t.path.replace(str(sqlite), str(p))
+        return tables
+    return load_export(p)
