@@ -8,8 +8,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from lmprof.analysis.block_flops import BlockFlops
 from lmprof.analysis.op_roofline import OpRoofline
-from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+from lmprof.trace.analyze import CycleRanks, DeviceReport, Report, TraceReport
 from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
 from lmprof.trace.snapshot import SnapshotReport
@@ -20,19 +21,29 @@ _MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
 
 
-def render(report: Report, console: Console | None = None, rooflines: list[OpRoofline | None] | None = None) -> None:
+def render(
+    report: Report,
+    console: Console | None = None,
+    rooflines: list[OpRoofline | None] | None = None,
+    block_flops: list[BlockFlops | None] | None = None,
+) -> None:
     """Print the report as tables; several traces get a rank comparison first. ``rooflines``: each
-    trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known."""
+    trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known;
+    ``block_flops``: each trace's FLOPs per block (``--model``)."""
     con = console or Console(highlight=False)
     for note in report.notes:
         con.print(f"note: {escape(note)}")
     if report.ranks is not None:
         _ranks(con, report)
+    for cyc in report.cycles or []:
+        if cyc.ranks is not None:
+            _ranks(con, cyc, f"cycle {cyc.cycle}: ")
     if len(report.traces) > _DETAILED_RANKS:
         con.print(f"{len(report.traces)} traces: per-rank details with --json")
         return
     for i, tr in enumerate(report.traces):
-        _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None)
+        _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None,
+               block_flops[i] if block_flops and i < len(block_flops) else None)
 
 
 def short_name(name: str, limit: int = _MAX_NAME) -> str:
@@ -78,8 +89,9 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
-def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None) -> None:
+def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None, flops: BlockFlops | None = None) -> None:
     rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
+    rank += "" if tr.cycle is None else f"cycle {tr.cycle}, "
     con.print(
         f"\n[bold]{escape(tr.path)}[/bold]  {rank}{tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
@@ -90,6 +102,7 @@ def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None) -> Non
         con.print(f"device: {tr.device_note}")
     else:
         _device(con, tr.device)
+    _blocks(con, tr, flops)
     _operators(con, tr)
     _op_flops(con, tr, roof)
     _annotations(con, tr.annotations, "annotation")
@@ -216,7 +229,7 @@ def _hardware(con: Console, dev: DeviceReport) -> None:
     tab.add_column("source", justify="left")
     res = f"{hw.with_resources:,}/{hw.kernels:,} kernels"
     if hw.with_resources:
-        tab.add_row("est. achieved occupancy", f"{_num(hw.occupancy_pct)}%", res)
+        tab.add_row("est. achieved occupancy", _pct(hw.occupancy_pct), res)
         tab.add_row("kernel time below 25% occupancy", _pct(hw.low_occupancy_time_pct), "measured (CUPTI)")
         tab.add_row("blocks per SM", _num(hw.blocks_per_sm), "measured (CUPTI)")
         tab.add_row("kernel time with < 1 block per SM", _pct(hw.small_grid_time_pct), "measured (CUPTI)")
@@ -233,6 +246,36 @@ def _hardware(con: Console, dev: DeviceReport) -> None:
     con.print(tab)
     if hw.copies:
         con.print("copy bandwidth: achieved only; the link's peak is n/a (the trace does not record the link)")
+
+
+def _blocks(con: Console, tr: TraceReport, flops: BlockFlops | None) -> None:
+    b = tr.blocks
+    if b is None:
+        return
+    tab = Table(title=f"Blocks (map: {escape(b.source)}; {b.ranges:,} ranges; device: summed kernel time inside; "
+                      "self: not in an inner block)", title_justify="left")
+    tab.add_column("block", justify="left", overflow="ellipsis", min_width=16)
+    # with FLOPs the kernel counts and shares make way (both in --json)
+    for col in ["calls", "device", "self", "FLOPs", "FLOP/s"] if flops else ["calls", "kernels", "device", "self", "share"]:
+        _column(tab, col)
+    for i, r in enumerate(b.rows[:_MAX_ROWS]):
+        cells: list[str | Text] = [_cell("  " * r.depth + r.block), f"{r.calls:,}"]
+        cells += [fmt_us(r.device_us), fmt_us(r.self_device_us)] if flops else [f"{r.kernels:,}", fmt_us(r.device_us),
+                                                                                 fmt_us(r.self_device_us)]
+        if flops is not None:
+            f = flops.rows[i]
+            cells += ["n/a" if f.flops is None else si(f.flops, "FLOP"),
+                      "n/a" if f.achieved_flops_per_s is None else si(f.achieved_flops_per_s, "FLOP/s")]
+        else:
+            cells.append(_pct(r.device_pct))
+        tab.add_row(*cells)
+    con.print(tab)
+    if len(b.rows) > _MAX_ROWS:
+        con.print(f"{len(b.rows) - _MAX_ROWS} more block rows with --json")
+    con.print(f"outside every block: {b.unattributed_events:,} device events, {fmt_us(b.unattributed_us)}")
+    if flops is not None:
+        con.print(f"FLOPs: estimated for {escape(flops.model)} at batch {flops.batch}, sequence {flops.seq_len} "
+                  "(lmprof's formulas); FLOP/s: FLOPs over the block's summed kernel time")
 
 
 def _operators(con: Console, tr: TraceReport) -> None:
@@ -414,11 +457,11 @@ def _critical(con: Console, tr: TraceReport) -> None:
         con.print("note: no device work linked to launch calls: the path stays on the host")
 
 
-def _ranks(con: Console, report: Report) -> None:
+def _ranks(con: Console, report: Report | CycleRanks, prefix: str = "") -> None:
     rc = report.ranks
     assert rc is not None
     tab = Table(
-        title=f"Ranks ({len(rc.ranks)}): median step, device window, compute, all communication, idle",
+        title=f"{prefix}Ranks ({len(rc.ranks)}): median step, device window, compute, all communication, idle",
         title_justify="left",
     )
     for col in ("rank", "step", "window", "compute", "comm", "idle", "idle%"):
@@ -459,7 +502,7 @@ def _ranks(con: Console, report: Report) -> None:
     _cross_rank(con, report)
 
 
-def _cross_rank(con: Console, report: Report) -> None:
+def _cross_rank(con: Console, report: Report | CycleRanks) -> None:
     x = report.cross_rank
     if x is None:
         return

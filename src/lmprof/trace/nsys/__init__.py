@@ -18,8 +18,9 @@ __all__ = ["FORMAT", "is_nsys", "is_nsys_table", "load_nsys"]
 
 
 def is_nsys(path: Path) -> bool:
-    """A file this reader takes: an SQLite file (by its header) or an Nsight Systems report (by name)."""
-    return is_report(path) or looks_like_sqlite(path)
+    """A file this reader takes: an SQLite file (by its header or its ``.sqlite`` name, so that a
+    damaged one is told apart from a JSON trace) or an Nsight Systems report (by name)."""
+    return is_report(path) or path.name.lower().endswith((".sqlite", ".sqlite3")) or looks_like_sqlite(path)
 
 
 def is_nsys_table(table: TraceTable) -> bool:
