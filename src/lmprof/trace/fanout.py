@@ -12,7 +12,8 @@ Where the work runs:
 
 * in this process, one file after another: one file, few or small files, or ``workers=1``;
 * in local worker processes (the default for folders of at least :data:`PARALLEL_MIN_BYTES` of
-  traces, or ``workers=N``), started by a fork server so that no thread of the caller is forked;
+  traces, or ``workers=N``): forked from this process when it runs no other thread, else started
+  by a fork server (see :func:`_start_method`);
 * on Ray (``ray="local"`` starts a Ray on this machine, an address joins a cluster: ``"auto"``,
   ``"ray://host:10001"``): one task per file. Every node must read the files at the same path (a
   shared filesystem), as Ray sweeps write their run folders.
@@ -116,6 +117,8 @@ def analyze_files(
         results = _on_ray(files, job, ray, ray_init or {})
     else:
         n = pool_size(files, workers)
+        if n > 1 and _start_method() != "fork" and not _main_importable():
+            n = 1  # the workers could not start: analyse here, one file after another
         results = (analyze_one(str(f), job) for f in files) if n <= 1 else _in_processes(files, job, n)
     reports: list[Any] = []
     for per_file in results:
@@ -144,15 +147,38 @@ def _worker_start() -> None:
     os.environ.setdefault("LMPROF_TRACE_WORKERS", "1")
 
 
+def _start_method() -> str:
+    """``fork`` when this process runs no other thread (a fork copies only the calling thread, so a
+    lock another thread held would stay locked in the child): the workers start at once with what
+    is imported here. Otherwise a fork server (a fresh process that forks the workers), which
+    imports the main module again (a script calling this needs ``if __name__ == "__main__":``)."""
+    import multiprocessing
+    import threading
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _main_importable() -> bool:
+    """Whether a fork server or a spawned worker can import this process's main module again (a
+    program read from standard input cannot)."""
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
 def _in_processes(files: list[Path], job: Job, n: int) -> Iterator[list[Result]]:
     import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["lmprof.trace.analyze"])
+    ctx = multiprocessing.get_context(_start_method())
+    if ctx.get_start_method() == "forkserver":  # what every worker imports, once in the server (if none runs yet)
+        ctx.set_forkserver_preload(["lmprof.trace.analyze"] + (["lmprof.trace.export", "pandas", "pyarrow.parquet"]
+                                                               if job.export else []))
     pending: deque[tuple[Path, Future[list[Result]]]] = deque()
     todo = deque(files)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
