@@ -81,6 +81,15 @@ def test_kernel_and_copy_totals_equal_sql_sums(path):
         assert dev.launches.linked + dev.launches.graph_kernels == linked
 
 
+def test_json_has_the_kineto_schema(capsys):
+    from test_trace_analyze import _check_schema
+
+    assert main(["analyze", str(MFU), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    _check_schema(doc)
+    assert all(t["blocks"] is None for t in doc["traces"])  # no preset's markers, no map
+
+
 def test_nccl_kernels_are_communication_and_ranks_are_matched():
     rep = analyze_path(MFU)
     for tr in rep.traces:
@@ -232,6 +241,9 @@ def test_block_flops_with_model(tmp_path, capsys):
     assert main(["analyze", str(path), "--model", "gpt2", "--batch", "4", "--seq-len", "64", "--json",
                  "--include-last-step"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    from test_trace_analyze import _check_units
+
+    _check_units(doc)  # every float named with its unit, block rows and FLOPs included
     got = {r["path"]: r for r in doc["traces"][0]["block_flops"]["rows"]}
     assert got["forward > layer > attn.sdpa"]["flops"] == pytest.approx(rows["forward > layer > attn.sdpa"][1].flops,
                                                                          rel=1e-6)

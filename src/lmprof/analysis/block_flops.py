@@ -30,11 +30,13 @@ _MODEL_WIDE = ("embedding", "ln_f", "lm_head", "loss")  # run once per pass, not
 
 @dataclass(frozen=True)
 class BlockFlopsRow:
+    """One block path's FLOPs (counts, rounded to whole FLOPs) and rate."""
+
     path: str
-    flops: float | None  # estimated; None when the formulas do not know the block
+    flops: int | None  # estimated; None when the formulas do not know the block
     achieved_flops_per_s: float | None  # derived: flops / device time
-    forward_flops_per_call: float | None
-    backward_flops_per_call: float | None
+    forward_flops_per_call: int | None
+    backward_flops_per_call: int | None
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ def per_call_costs(shape: ModelShape, batch: int, seq_len: int) -> dict[str, dic
     return out
 
 
+def _whole(x: float | None) -> int | None:
+    return None if x is None else round(x)
+
+
 def block_flops(blocks: BlockBreakdown, model: str, shape: ModelShape, batch: int, seq_len: int) -> BlockFlops:
     """FLOPs and FLOP/s of every block row (see the module docstring)."""
     costs = per_call_costs(shape, batch, seq_len)
@@ -75,10 +81,11 @@ def block_flops(blocks: BlockBreakdown, model: str, shape: ModelShape, batch: in
     for r in blocks.rows:
         c = costs.get(r.block, {})
         fwd, bwd = c.get(FORWARD), c.get(BACKWARD)
+        per_call = (_whole(fwd), _whole(bwd))
         if not c or (r.forward_calls and fwd is None) or (r.backward_calls and bwd is None):
-            rows.append(BlockFlopsRow(r.path, None, None, fwd, bwd))
+            rows.append(BlockFlopsRow(r.path, None, None, *per_call))
             continue
         flops = r.forward_calls * (fwd or 0.0) + r.backward_calls * (bwd or 0.0)
         rate = flops / (r.device_us * 1e-6) if r.device_us > 0 else None
-        rows.append(BlockFlopsRow(r.path, flops, rate, fwd, bwd))
+        rows.append(BlockFlopsRow(r.path, round(flops), rate, *per_call))
     return BlockFlops(model=model, batch=batch, seq_len=seq_len, rows=rows)

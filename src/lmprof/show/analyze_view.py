@@ -13,12 +13,14 @@ from lmprof.analysis.op_roofline import OpRoofline
 from lmprof.trace.analyze import CycleRanks, DeviceReport, Report, TraceReport
 from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
+from lmprof.trace.ranks import RankComparison, RankRow
 from lmprof.trace.snapshot import SnapshotReport
 from lmprof.units import si
 
 _MAX_NAME = 72
 _MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
+_RANK_ROWS = 16  # beyond this many ranks the table shows the slowest and the fastest
 
 
 def render(
@@ -466,7 +468,7 @@ def _ranks(con: Console, report: Report | CycleRanks, prefix: str = "") -> None:
     )
     for col in ("rank", "step", "window", "compute", "comm", "idle", "idle%"):
         tab.add_column(col, justify="right", no_wrap=True)
-    for r in rc.ranks:
+    for r in _some_ranks(rc):
         tab.add_row(
             str(r.rank),
             "n/a" if r.step_ms is None else f"{r.step_ms:.3f} ms",
@@ -477,6 +479,9 @@ def _ranks(con: Console, report: Report | CycleRanks, prefix: str = "") -> None:
             _pct(r.idle_pct),
         )
     con.print(tab)
+    if len(rc.ranks) > _RANK_ROWS:
+        con.print(f"the {_RANK_ROWS // 2} slowest and fastest of {len(rc.ranks):,} ranks by {rc.measure}; "
+                  "every rank with --json")
     by = {"step_ms": "median step time", "span_us": "device window", "host_span_us": "host span"}[rc.measure]
     con.print(
         f"slowest rank {rc.slowest_rank}: {_pct(rc.slowest_over_fastest_pct)} slower than the fastest "
@@ -491,15 +496,31 @@ def _ranks(con: Console, report: Report | CycleRanks, prefix: str = "") -> None:
         )
         for col in ("rank", "time", "waiting", "transferring", "waiting %"):
             tab.add_column(col, justify="right", no_wrap=True)
-        for c in cm.ranks:
+        shown = cm.ranks
+        if len(shown) > _RANK_ROWS:  # the ranks that waited most
+            most = {c.rank for c in sorted(shown, key=lambda c: (-c.wait_us, c.rank))[:_RANK_ROWS]}
+            shown = [c for c in shown if c.rank in most]
+        for c in shown:
             tab.add_row(str(c.rank), fmt_us(c.time_us), fmt_us(c.wait_us), fmt_us(c.transfer_us), _pct(c.wait_pct))
         con.print(tab)
+        if len(shown) < len(cm.ranks):
+            con.print(f"the {len(shown)} of {len(cm.ranks):,} ranks that waited longest; every rank with --json")
     if rc.communication_skew_us is not None:
         con.print(
             f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "
             f"({_pct(rc.communication_skew_pct)} of the mean)"
         )
     _cross_rank(con, report)
+
+
+def _some_ranks(rc: RankComparison) -> list[RankRow]:
+    """Every rank, or with many the slowest and the fastest by the comparison's measure, in rank order."""
+    if len(rc.ranks) <= _RANK_ROWS:
+        return rc.ranks
+    value = {r.rank: getattr(r, rc.measure) or 0.0 for r in rc.ranks}
+    by = sorted(rc.ranks, key=lambda r: (value[r.rank], r.rank))
+    keep = {r.rank for r in by[: _RANK_ROWS // 2] + by[-(_RANK_ROWS // 2):]}
+    return [r for r in rc.ranks if r.rank in keep]
 
 
 def _cross_rank(con: Console, report: Report | CycleRanks) -> None:
@@ -513,12 +534,14 @@ def _cross_rank(con: Console, report: Report | CycleRanks) -> None:
     )
     for col in ("step", "rank", "path", "waiting for other ranks", "waited for"):
         tab.add_column(col, justify="left" if col == "waited for" else "right", no_wrap=True)
-    for r in x.rows:
+    for r in x.rows[:_MAX_ROWS]:
         waited = ", ".join(f"rank {q}: {fmt_us(us)}" for q, us in sorted(r.waited_for.items(), key=lambda kv: -kv[1]))
         share = 100.0 * r.rank_wait_us / r.path_us if r.path_us > 0 else None
         tab.add_row(str(r.step), str(r.rank), fmt_us(r.path_us), f"{fmt_us(r.rank_wait_us)} ({_pct(share)})",
                     waited or "-")  # fmt: skip
     con.print(tab)
+    if len(x.rows) > _MAX_ROWS:
+        con.print(f"{len(x.rows) - _MAX_ROWS:,} more rows with --json")
     for s in x.steps:
         if s.critical_rank is not None:
             con.print(f"step {s.step}: the job's path runs through rank {s.critical_rank} (the others waited for it)")
