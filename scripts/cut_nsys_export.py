@@ -26,8 +26,19 @@ NVTX_DEFINITIONS = (33, 75)  # category and domain names: kept whatever their ti
 
 
 def cut(src: Path, dst: Path, from_ms: float, span_ms: float) -> None:
-    if dst.exists():
-        dst.unlink()
+    """Write the cut beside ``dst`` and rename it into place (a failed cut leaves nothing)."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    if tmp.exists():
+        tmp.unlink()
+    try:
+        _cut(src, tmp, from_ms, span_ms)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _cut(src: Path, dst: Path, from_ms: float, span_ms: float) -> None:
     out = sqlite3.connect(dst)
     out.execute("ATTACH DATABASE ? AS src", (f"file:{os.path.abspath(src)}?mode=ro",))
     tables = [r[0] for r in out.execute("SELECT name FROM src.sqlite_master WHERE type = 'table'")]
