@@ -13,7 +13,7 @@ import stat
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import msgspec
 import numpy as np
@@ -23,7 +23,6 @@ from lmprof.trace import kinds, load, nesting
 from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
 from lmprof.trace.blocks import BlockBreakdown, BlockMap, block_breakdown, preset_for
 from lmprof.trace.critical import CriticalPath, critical_path
-from lmprof.trace.crossrank import CrossRankPath, cross_rank_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
 from lmprof.trace.groups import distinct
@@ -34,7 +33,6 @@ from lmprof.trace.nsys import is_nsys, is_nsys_table, load_nsys
 from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
-from lmprof.trace.ranks import RankComparison, RankRow, compare_ranks
 from lmprof.trace.records import Record, as_dict
 from lmprof.trace.steps import StepStats, profiler_steps, step_stats
 from lmprof.trace.timeline import (
@@ -46,6 +44,10 @@ from lmprof.trace.timeline import (
     select_device,
     temporal_breakdown,
 )
+
+if TYPE_CHECKING:  # only a multi-rank report needs these: a single trace's analysis does not import them
+    from lmprof.trace.crossrank import CrossRankPath
+    from lmprof.trace.ranks import RankComparison, RankRow
 
 SCHEMA = "lmprof.analyze/1"
 NO_DEVICE = "no device activity in trace"
@@ -286,6 +288,8 @@ def analyze_tables(
 
 def rank_row(report: TraceReport, rank: int) -> RankRow:
     """Headline figures of one rank's report."""
+    from lmprof.trace.ranks import RankRow
+
     dev = report.device
     t = dev.temporal if dev else None
     return RankRow(
@@ -369,6 +373,9 @@ def _ranks_report(reports: list[TraceReport]) -> Report:
     elif len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
         raise DataError(f"several traces claim rank {dup[0]}: give one trace per rank")
+    from lmprof.trace.crossrank import cross_rank_path
+    from lmprof.trace.ranks import compare_ranks
+
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]

@@ -36,11 +36,11 @@ import numpy as np
 from lmprof.errors import DataError
 from lmprof.trace.frame import Frame, str_labels
 from lmprof.trace.load import TraceTable
+from lmprof.trace.nsys import FORMAT
 from lmprof.trace.nsys import names as nm
 from lmprof.trace.nsys.read import Export
 from lmprof.trace.nsys.schema import DRIVER_CLASS, KERNEL, MEMCPY, MEMSET, NVTX, NVTX_RANGE_TYPES, RUNTIME, SOURCES
 
-FORMAT = "nsys-sqlite"
 CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", nm.OPERATOR, nm.ANNOTATION)
 _CAT = {c: i for i, c in enumerate(CATS)}
 _DEVICE_CATS = frozenset({_CAT["kernel"], _CAT["gpu_memcpy"], _CAT["gpu_memset"]})

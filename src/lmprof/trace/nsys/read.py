@@ -19,19 +19,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from lmprof.errors import DataError
+from lmprof.trace.nsys import looks_like_sqlite
 from lmprof.trace.nsys.schema import EVENT_TABLES, GPU_INFO, STRINGS, Source
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH = 1 << 16  # rows per fetch: bounds the Python tuples alive at once
-
-
-def looks_like_sqlite(path: Path) -> bool:
-    """The file starts with SQLite's header (its suffix does not matter)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 def _quoted(name: str) -> str:

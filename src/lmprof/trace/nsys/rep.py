@@ -16,13 +16,7 @@ from typing import Iterator
 
 from lmprof.errors import DataError
 
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_TIMEOUT_S = 3600.0  # a report of several GB exports in minutes; a hung exporter is stopped
-
-
-def is_report(path: Path) -> bool:
-    """A file named like an Nsight Systems report (``.nsys-rep``, or ``.qdrep`` before 2021.3)."""
-    return path.name.lower().endswith(REPORT_SUFFIXES)
 
 
 def how_to_export(path: Path) -> str:
