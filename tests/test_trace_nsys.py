@@ -133,6 +133,8 @@ def test_names_follow_kineto():
     assert nvtx_event("Train step 7")[0] == "ProfilerStep#7"
     assert nvtx_event("a, b, c") == ("a, b, c", "user_annotation", -1)
     assert runtime_name("cudaStreamGetCaptureInfo_v2_v11030") == "cudaStreamGetCaptureInfo_v2"
+    # a hostile name: a million ", " pieces are read in one pass (a regex tried at every comma was quadratic)
+    assert nvtx_event("x" + ", y" * 1_000_000)[1] == "user_annotation"
 
 
 # ------------------------------------------------------------------- llm.c's markers, event by event

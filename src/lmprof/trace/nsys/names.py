@@ -30,6 +30,7 @@ _EMIT_SUFFIX = re.compile(
     r"(?:, input_op_ids = \[.*?\])?\Z",
     re.DOTALL,
 )
+_MARKERS = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
 _STEP = re.compile(r"(?:ProfilerStep#|(?:train(?:ing)?[ _])?step[ _#]?|iteration[ _#]?)(\d{1,18})", re.IGNORECASE)
 _API_VERSION = re.compile(r"_v\d+\Z")
 _BACKWARD_NODE = "autograd::engine::evaluate_function: "
@@ -43,15 +44,19 @@ MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed
 
 
 def split_emit_nvtx(name: str) -> tuple[str, int, bool]:
-    """(name without torch's emit_nvtx suffix, its ``seq`` or -1, whether it had the suffix)."""
-    cut = name.find(", ")
-    while cut > 0:
-        m = _EMIT_SUFFIX.match(name, cut)
-        if m is not None and m.end() > cut:
-            seq = m.group("seq")
-            return name[:cut], int(seq) if seq is not None else -1, True
-        cut = name.find(", ", cut + 2)
-    return name, -1, False
+    """(name without torch's emit_nvtx suffix, its ``seq`` or -1, whether it had the suffix).
+
+    The suffix starts at the first of its markers (found by ``str.find``: linear in the name, so a
+    hostile name of a million commas costs one pass) and must run to the end of the name."""
+    found = [i for i in (name.find(m) for m in _MARKERS) if i > 0]
+    if not found:
+        return name, -1, False
+    cut = min(found)
+    m = _EMIT_SUFFIX.match(name, cut)
+    if m is None or m.end() == cut:
+        return name, -1, False
+    seq = m.group("seq")
+    return name[:cut], int(seq) if seq is not None else -1, True
 
 
 def is_scope_name(name: str) -> bool:
