@@ -121,3 +121,12 @@ def test_a_bad_rank_fails_in_one_line_from_a_worker(rank_folder, tmp_path, capsy
     assert main(["analyze", str(folder), "--workers", "2", "--json"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lmprof: error: ") and "rank99.json" in err and err.count("\n") == 1
+
+
+def test_ray_missing_is_one_line(rank_folder, monkeypatch, capsys):
+    from lmprof.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(["analyze", str(rank_folder), "--ray", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray" in err and err.count("\n") == 1
