@@ -19,11 +19,11 @@ from lmprof.trace.timeline import select_device
 DATA = Path(__file__).parent / "data" / "traces"
 
 # The documented --json schema (docs/trace-analysis.md): exact key sets.
-TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives", "cross_rank"}
+TOP = {"schema", "source", "time_units", "traces", "ranks", "notes", "collectives", "cross_rank", "cycles"}
 TRACE = {
     "path", "rank", "events", "host_span_us", "device", "device_note", "unsupported_device_events", "operators",
     "steps", "notes", "critical_path", "annotations", "memory", "phases", "modules", "op_flops", "device_name",
-    "op_roofline",
+    "op_roofline", "blocks", "process", "start_us", "end_us", "cycle",
 }  # fmt: skip
 CRITICAL = {"steps", "step_ms", "segments_pct", "top_kernel", "what_if", "linked"}
 CRITICAL_STEP = {"step", "step_us", "segments_us", "kernels_on_path", "collectives"}

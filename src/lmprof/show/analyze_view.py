@@ -8,31 +8,44 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from lmprof.analysis.block_flops import BlockFlops
 from lmprof.analysis.op_roofline import OpRoofline
-from lmprof.trace.analyze import DeviceReport, Report, TraceReport
+from lmprof.trace.analyze import CycleRanks, DeviceReport, Report, TraceReport
 from lmprof.trace.annotations import Annotations
 from lmprof.trace.diff import KINDS, DiffReport
+from lmprof.trace.ranks import RankComparison, RankRow
 from lmprof.trace.snapshot import SnapshotReport
 from lmprof.units import si
 
 _MAX_NAME = 72
 _MAX_ROWS = 40  # annotation rows shown; all of them in --json
 _DETAILED_RANKS = 4  # beyond this many traces only the rank table is printed
+_RANK_ROWS = 16  # beyond this many ranks the table shows the slowest and the fastest
 
 
-def render(report: Report, console: Console | None = None, rooflines: list[OpRoofline | None] | None = None) -> None:
+def render(
+    report: Report,
+    console: Console | None = None,
+    rooflines: list[OpRoofline | None] | None = None,
+    block_flops: list[BlockFlops | None] | None = None,
+) -> None:
     """Print the report as tables; several traces get a rank comparison first. ``rooflines``: each
-    trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known."""
+    trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known;
+    ``block_flops``: each trace's FLOPs per block (``--model``)."""
     con = console or Console(highlight=False)
     for note in report.notes:
         con.print(f"note: {escape(note)}")
     if report.ranks is not None:
         _ranks(con, report)
+    for cyc in report.cycles or []:
+        if cyc.ranks is not None:
+            _ranks(con, cyc, f"cycle {cyc.cycle}: ")
     if len(report.traces) > _DETAILED_RANKS:
         con.print(f"{len(report.traces)} traces: per-rank details with --json")
         return
     for i, tr in enumerate(report.traces):
-        _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None)
+        _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None,
+               block_flops[i] if block_flops and i < len(block_flops) else None)
 
 
 def short_name(name: str, limit: int = _MAX_NAME) -> str:
@@ -78,8 +91,9 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
-def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None) -> None:
+def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None, flops: BlockFlops | None = None) -> None:
     rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
+    rank += "" if tr.cycle is None else f"cycle {tr.cycle}, "
     con.print(
         f"\n[bold]{escape(tr.path)}[/bold]  {rank}{tr.events:,} events, "
         f"host span {fmt_us(tr.host_span_us)}"
@@ -90,6 +104,7 @@ def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None) -> Non
         con.print(f"device: {tr.device_note}")
     else:
         _device(con, tr.device)
+    _blocks(con, tr, flops)
     _operators(con, tr)
     _op_flops(con, tr, roof)
     _annotations(con, tr.annotations, "annotation")
@@ -216,7 +231,7 @@ def _hardware(con: Console, dev: DeviceReport) -> None:
     tab.add_column("source", justify="left")
     res = f"{hw.with_resources:,}/{hw.kernels:,} kernels"
     if hw.with_resources:
-        tab.add_row("est. achieved occupancy", f"{_num(hw.occupancy_pct)}%", res)
+        tab.add_row("est. achieved occupancy", _pct(hw.occupancy_pct), res)
         tab.add_row("kernel time below 25% occupancy", _pct(hw.low_occupancy_time_pct), "measured (CUPTI)")
         tab.add_row("blocks per SM", _num(hw.blocks_per_sm), "measured (CUPTI)")
         tab.add_row("kernel time with < 1 block per SM", _pct(hw.small_grid_time_pct), "measured (CUPTI)")
@@ -233,6 +248,36 @@ def _hardware(con: Console, dev: DeviceReport) -> None:
     con.print(tab)
     if hw.copies:
         con.print("copy bandwidth: achieved only; the link's peak is n/a (the trace does not record the link)")
+
+
+def _blocks(con: Console, tr: TraceReport, flops: BlockFlops | None) -> None:
+    b = tr.blocks
+    if b is None:
+        return
+    tab = Table(title=f"Blocks (map: {escape(b.source)}; {b.ranges:,} ranges; device: summed kernel time inside; "
+                      "self: not in an inner block)", title_justify="left")
+    tab.add_column("block", justify="left", overflow="ellipsis", min_width=16)
+    # with FLOPs the kernel counts and shares make way (both in --json)
+    for col in ["calls", "device", "self", "FLOPs", "FLOP/s"] if flops else ["calls", "kernels", "device", "self", "share"]:
+        _column(tab, col)
+    for i, r in enumerate(b.rows[:_MAX_ROWS]):
+        cells: list[str | Text] = [_cell("  " * r.depth + r.block), f"{r.calls:,}"]
+        cells += [fmt_us(r.device_us), fmt_us(r.self_device_us)] if flops else [f"{r.kernels:,}", fmt_us(r.device_us),
+                                                                                 fmt_us(r.self_device_us)]
+        if flops is not None:
+            f = flops.rows[i]
+            cells += ["n/a" if f.flops is None else si(f.flops, "FLOP"),
+                      "n/a" if f.achieved_flops_per_s is None else si(f.achieved_flops_per_s, "FLOP/s")]
+        else:
+            cells.append(_pct(r.device_pct))
+        tab.add_row(*cells)
+    con.print(tab)
+    if len(b.rows) > _MAX_ROWS:
+        con.print(f"{len(b.rows) - _MAX_ROWS} more block rows with --json")
+    con.print(f"outside every block: {b.unattributed_events:,} device events, {fmt_us(b.unattributed_us)}")
+    if flops is not None:
+        con.print(f"FLOPs: estimated for {escape(flops.model)} at batch {flops.batch}, sequence {flops.seq_len} "
+                  "(lmprof's formulas); FLOP/s: FLOPs over the block's summed kernel time")
 
 
 def _operators(con: Console, tr: TraceReport) -> None:
@@ -414,16 +459,16 @@ def _critical(con: Console, tr: TraceReport) -> None:
         con.print("note: no device work linked to launch calls: the path stays on the host")
 
 
-def _ranks(con: Console, report: Report) -> None:
+def _ranks(con: Console, report: Report | CycleRanks, prefix: str = "") -> None:
     rc = report.ranks
     assert rc is not None
     tab = Table(
-        title=f"Ranks ({len(rc.ranks)}): median step, device window, compute, all communication, idle",
+        title=f"{prefix}Ranks ({len(rc.ranks)}): median step, device window, compute, all communication, idle",
         title_justify="left",
     )
     for col in ("rank", "step", "window", "compute", "comm", "idle", "idle%"):
         tab.add_column(col, justify="right", no_wrap=True)
-    for r in rc.ranks:
+    for r in _some_ranks(rc):
         tab.add_row(
             str(r.rank),
             "n/a" if r.step_ms is None else f"{r.step_ms:.3f} ms",
@@ -434,6 +479,9 @@ def _ranks(con: Console, report: Report) -> None:
             _pct(r.idle_pct),
         )
     con.print(tab)
+    if len(rc.ranks) > _RANK_ROWS:
+        con.print(f"the {_RANK_ROWS // 2} slowest and fastest of {len(rc.ranks):,} ranks by {rc.measure}; "
+                  "every rank with --json")
     by = {"step_ms": "median step time", "span_us": "device window", "host_span_us": "host span"}[rc.measure]
     con.print(
         f"slowest rank {rc.slowest_rank}: {_pct(rc.slowest_over_fastest_pct)} slower than the fastest "
@@ -448,9 +496,15 @@ def _ranks(con: Console, report: Report) -> None:
         )
         for col in ("rank", "time", "waiting", "transferring", "waiting %"):
             tab.add_column(col, justify="right", no_wrap=True)
-        for c in cm.ranks:
+        shown = cm.ranks
+        if len(shown) > _RANK_ROWS:  # the ranks that waited most
+            most = {c.rank for c in sorted(shown, key=lambda c: (-c.wait_us, c.rank))[:_RANK_ROWS]}
+            shown = [c for c in shown if c.rank in most]
+        for c in shown:
             tab.add_row(str(c.rank), fmt_us(c.time_us), fmt_us(c.wait_us), fmt_us(c.transfer_us), _pct(c.wait_pct))
         con.print(tab)
+        if len(shown) < len(cm.ranks):
+            con.print(f"the {len(shown)} of {len(cm.ranks):,} ranks that waited longest; every rank with --json")
     if rc.communication_skew_us is not None:
         con.print(
             f"communication time skew: {fmt_us(rc.communication_skew_us)} between ranks "
@@ -459,7 +513,17 @@ def _ranks(con: Console, report: Report) -> None:
     _cross_rank(con, report)
 
 
-def _cross_rank(con: Console, report: Report) -> None:
+def _some_ranks(rc: RankComparison) -> list[RankRow]:
+    """Every rank, or with many the slowest and the fastest by the comparison's measure, in rank order."""
+    if len(rc.ranks) <= _RANK_ROWS:
+        return rc.ranks
+    value = {r.rank: getattr(r, rc.measure) or 0.0 for r in rc.ranks}
+    by = sorted(rc.ranks, key=lambda r: (value[r.rank], r.rank))
+    keep = {r.rank for r in by[: _RANK_ROWS // 2] + by[-(_RANK_ROWS // 2):]}
+    return [r for r in rc.ranks if r.rank in keep]
+
+
+def _cross_rank(con: Console, report: Report | CycleRanks) -> None:
     x = report.cross_rank
     if x is None:
         return
@@ -470,12 +534,14 @@ def _cross_rank(con: Console, report: Report) -> None:
     )
     for col in ("step", "rank", "path", "waiting for other ranks", "waited for"):
         tab.add_column(col, justify="left" if col == "waited for" else "right", no_wrap=True)
-    for r in x.rows:
+    for r in x.rows[:_MAX_ROWS]:
         waited = ", ".join(f"rank {q}: {fmt_us(us)}" for q, us in sorted(r.waited_for.items(), key=lambda kv: -kv[1]))
         share = 100.0 * r.rank_wait_us / r.path_us if r.path_us > 0 else None
         tab.add_row(str(r.step), str(r.rank), fmt_us(r.path_us), f"{fmt_us(r.rank_wait_us)} ({_pct(share)})",
                     waited or "-")  # fmt: skip
     con.print(tab)
+    if len(x.rows) > _MAX_ROWS:
+        con.print(f"{len(x.rows) - _MAX_ROWS:,} more rows with --json")
     for s in x.steps:
         if s.critical_rank is not None:
             con.print(f"step {s.step}: the job's path runs through rank {s.critical_rank} (the others waited for it)")

@@ -21,6 +21,7 @@ import numpy as np
 from lmprof.errors import DataError
 from lmprof.trace import kinds, load, nesting
 from lmprof.trace.annotations import Annotations, annotation_breakdown, module_breakdown
+from lmprof.trace.blocks import BlockBreakdown, BlockMap, block_breakdown, preset_for
 from lmprof.trace.critical import CriticalPath, critical_path
 from lmprof.trace.hardware import HardwareUse, hardware_use
 from lmprof.trace.comms import CommMatch, Communication, collectives, match_ranks
@@ -28,6 +29,7 @@ from lmprof.trace.groups import distinct
 from lmprof.trace.kernels import KernelBreakdown, OperatorBreakdown, kernel_breakdown, operator_breakdown
 from lmprof.trace.launches import LaunchStats, launch_links, launch_stats, launching_calls
 from lmprof.trace.load import TraceTable, load_trace
+from lmprof.trace.nsys import is_nsys, is_nsys_table, load_nsys
 from lmprof.trace.opflops import OpFlops, op_flops
 from lmprof.trace.opmemory import MemoryReport, memory_report
 from lmprof.trace.phases import Phases, phase_split
@@ -43,9 +45,9 @@ from lmprof.trace.timeline import (
     temporal_breakdown,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # only a multi-rank report needs these: a single trace's analysis does not import them
     from lmprof.trace.crossrank import CrossRankPath
-    from lmprof.trace.ranks import RankComparison
+    from lmprof.trace.ranks import RankComparison, RankRow
 
 SCHEMA = "lmprof.analyze/1"
 NO_DEVICE = "no device activity in trace"
@@ -87,6 +89,20 @@ class TraceReport(Record, frozen=True):
     op_flops: OpFlops | None = None  # per-op FLOPs / bytes from input shapes; None without record_shapes
     device_name: str | None = None  # the trace's deviceProperties[0].name (peaks are looked up by it)
     notes: list[str] = msgspec.field(default_factory=list)  # what loading skipped or repaired
+    blocks: BlockBreakdown | None = None  # device time per block from named ranges; None without a block map
+    process: int | None = None  # the host process most host events belong to (None: no host events)
+    start_us: float | None = None  # first event's start, on the trace's clock (plus baseTimeNanoseconds)
+    end_us: float | None = None  # last event's end, same clock
+    cycle: int | None = None  # 1, 2, ...: its place among traces of the same process (profiler cycles)
+
+
+class CycleRanks(Record, frozen=True):
+    """The ranks of one profiler cycle compared (see :func:`combine`)."""
+
+    cycle: int
+    ranks: RankComparison | None
+    collectives: CommMatch | None = None
+    cross_rank: CrossRankPath | None = None
 
 
 class Report(Record, frozen=True):
@@ -98,6 +114,8 @@ class Report(Record, frozen=True):
     collectives: CommMatch | None = None
     # the ranks' critical paths linked through their collectives (None: fewer than 2 such ranks)
     cross_rank: CrossRankPath | None = None
+    # traces of several processes with several profiler cycles each: ranks compared per cycle
+    cycles: list[CycleRanks] | None = None
     schema: str = SCHEMA
     source: str = "measured"  # every figure is read from the trace(s)
     notes: list[str] = msgspec.field(default_factory=list)
@@ -109,8 +127,13 @@ class Report(Record, frozen=True):
         return _clean({**head, **d})
 
 
-def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool = False) -> TraceReport:
+def analyze_table(
+    table: TraceTable, *, top: int = 10, include_last_step: bool = False, blocks: BlockMap | None = None
+) -> TraceReport:
     """All analyses of one trace. Pure function of the table.
+
+    ``blocks``: the block map for :attr:`TraceReport.blocks` (:mod:`lmprof.trace.blocks`); without
+    one, an Nsight Systems export gets the first built-in preset its NVTX ranges match, if any.
 
     Two threads share the work (most of it is in numpy, which lets the other thread run meanwhile):
     a second thread nests the host events (:func:`nesting.parents`) while this one links kernels to
@@ -153,6 +176,8 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
                     hardware=hardware,
                 )
             _drain(host_tasks, host_figures)
+            bmap = blocks if blocks is not None else preset_for(table) if is_nsys_table(table) else None
+            block_rows = block_breakdown(table, sel, bmap, include_last_step) if bmap else None
         except BaseException:
             host_tasks.clear()  # the other thread stops after its current analysis
             raise
@@ -167,6 +192,7 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
             device_note = f"no supported device activity in trace: {what}; host figures only"
         else:
             notes.append(f"{what}: left out of the device figures")
+    start_us, end_us = _clock_span(table)
     return TraceReport(
         path=table.path,
         rank=table.rank,
@@ -177,8 +203,35 @@ def analyze_table(table: TraceTable, *, top: int = 10, include_last_step: bool =
         critical_path=critical,
         device_name=device_name(table),
         notes=notes,
+        blocks=block_rows,
+        process=host_process(table),
+        start_us=start_us,
+        end_us=end_us,
         **host_figures,
     )
+
+
+def host_process(table: TraceTable) -> int | None:
+    """The process id most host events carry (the Nsight Systems export's process); None without any."""
+    if table.meta.get("process") is not None:
+        return int(table.meta["process"])
+    pid = table.event_cols["pid"][kinds.host_mask(table)]
+    pid = pid[pid >= 0]  # text ids ("Spans") have negative codes
+    if pid.size == 0:
+        return None
+    values, counts = np.unique(pid, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _clock_span(table: TraceTable) -> tuple[float | None, float | None]:
+    """The trace's first start and last end, offset by baseTimeNanoseconds when the trace has it
+    (Kineto writes times relative to it), so that traces of one process compare."""
+    ts = table.event_cols["ts"]
+    if ts.size == 0:
+        return None, None
+    base = table.meta.get("baseTimeNanoseconds")
+    offset = base / 1e3 if isinstance(base, int) and not isinstance(base, bool) and 0 <= base < 2**63 else 0.0
+    return float(ts.min()) + offset, float(table.ends().max()) + offset
 
 
 def _host_tasks(table: TraceTable, top: int) -> list[tuple[str, Callable[[], Any]]]:
@@ -225,31 +278,106 @@ def device_name(table: TraceTable) -> str | None:
     return None
 
 
-def analyze_tables(tables: Iterable[TraceTable], *, top: int = 10, include_last_step: bool = False) -> Report:
+def analyze_tables(
+    tables: Iterable[TraceTable], *, top: int = 10, include_last_step: bool = False, blocks: BlockMap | None = None
+) -> Report:
     """Analyse each table; with several, compare them as the ranks of one job."""
-    reports = [analyze_table(t, top=top, include_last_step=include_last_step) for t in tables]
+    reports = [analyze_table(t, top=top, include_last_step=include_last_step, blocks=blocks) for t in tables]
     return combine(reports)
 
 
+def rank_row(report: TraceReport, rank: int) -> RankRow:
+    """Headline figures of one rank's report."""
+    from lmprof.trace.ranks import RankRow
+
+    dev = report.device
+    t = dev.temporal if dev else None
+    return RankRow(
+        rank=rank,
+        step_ms=report.steps.median_ms if report.steps else None,
+        steps=report.steps.count if report.steps else 0,
+        span_us=t.span_us if t else None,
+        compute_us=t.compute_us if t else None,
+        communication_us=t.communication_us if t else None,
+        communication_total_us=dev.overlap.communication_total_us if dev else None,
+        memory_us=t.memory_us if t else None,
+        idle_us=t.idle_us if t else None,
+        idle_pct=t.idle_pct if t else None,
+        host_span_us=report.host_span_us,
+    )
+
+
 def combine(reports: list[TraceReport]) -> Report:
-    """Wrap per-trace reports into a :class:`Report`, comparing ranks when there are several."""
+    """Wrap per-trace reports into a :class:`Report`, comparing ranks when there are several.
+
+    Traces are ranks only where they say so: several traces of one process (same
+    ``distributedInfo`` rank, or none, and same host process id) one after another in time are
+    successive profiler cycles (``tensorboard_trace_handler`` writes one file per cycle), numbered
+    in ``cycle`` and never compared as ranks. With several processes that each have several cycles,
+    the ranks are compared per cycle (``Report.cycles``).
+    """
+    cycles = _cycles(reports)
+    if cycles is None:
+        return _ranks_report(reports)
+    reports = [msgspec.structs.replace(r, cycle=c) for r, c in zip(reports, cycles)]
+    processes = {(r.rank, r.process) for r in reports}
+    if len(processes) == 1:
+        note = (f"{len(reports)} traces of one process (pid {reports[0].process}): successive profiler cycles "
+                "(tensorboard_trace_handler writes one file per cycle), analysed per cycle, not compared as ranks")
+        return Report(traces=reports, ranks=None, notes=[note])
+    note = (f"{len(reports)} traces of {len(processes)} processes, up to {max(cycles)} profiler cycles each "
+            "(one file per cycle): ranks compared within each cycle")
+    per_cycle = []
+    for c in sorted(set(cycles)):
+        mine = _ranks_report([r for r in reports if r.cycle == c])
+        per_cycle.append(CycleRanks(cycle=c, ranks=mine.ranks, collectives=mine.collectives,
+                                    cross_rank=mine.cross_rank))
+    order = sorted(range(len(reports)), key=lambda i: (reports[i].cycle or 0, reports[i].rank or 0))
+    return Report(traces=[reports[i] for i in order], ranks=None, cycles=per_cycle, notes=[note])
+
+
+def _cycles(reports: list[TraceReport]) -> list[int] | None:
+    """Each trace's cycle number within its process, or None when no process has two traces that
+    follow one another in time (two traces of one process that overlap are not cycles)."""
+    if len(reports) < 2:
+        return None
+    by_process: dict[tuple[int | None, int | None], list[int]] = {}
+    for i, r in enumerate(reports):
+        if r.process is not None:
+            by_process.setdefault((r.rank, r.process), []).append(i)
+    out = [1] * len(reports)
+    found = False
+    for members in by_process.values():
+        if len(members) < 2:
+            continue
+        spans = sorted(members, key=lambda i: (reports[i].start_us or 0.0, i))
+        for a, b in zip(spans, spans[1:]):
+            ra, rb = reports[a], reports[b]
+            if ra.start_us is None or ra.end_us is None or rb.start_us is None or rb.start_us < ra.end_us:
+                return None  # overlapping traces of one process: the same trace twice, not cycles
+        for k, i in enumerate(spans):
+            out[i] = k + 1
+        found = True
+    return out if found else None
+
+
+def _ranks_report(reports: list[TraceReport]) -> Report:
     notes: list[str] = []
     if len(reports) < 2:
         return Report(traces=reports, ranks=None, notes=notes)
     found = [r.rank for r in reports]
     ranks: list[int] = [r for r in found if r is not None]
     if len(ranks) < len(found):
-        notes.append("some traces have no distributedInfo rank: ranks numbered by file order")
+        notes.append("some traces have no distributedInfo rank: ranks numbered by file order (an export's processes by id)")
         ranks = list(range(len(reports)))
     elif len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
         raise DataError(f"several traces claim rank {dup[0]}: give one trace per rank")
+    from lmprof.trace.crossrank import cross_rank_path
+    from lmprof.trace.ranks import compare_ranks
+
     order = sorted(range(len(reports)), key=lambda i: ranks[i])
     reports = [reports[i] for i in order]
-    # only a multi-rank report needs these: a single trace's analysis does not import them
-    from lmprof.trace.crossrank import cross_rank_path
-    from lmprof.trace.ranks import compare_ranks, rank_row
-
     rows = [rank_row(reports[k], ranks[i]) for k, i in enumerate(order)]
     comms = [(ranks[i], r.device.communication if r.device else None) for r, i in zip(reports, order)]
     matched = match_ranks(comms)
@@ -258,6 +386,7 @@ def combine(reports: list[TraceReport]) -> Report:
 
 
 _RANK_DIR = re.compile(r"rank(\d{1,7})")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 
 
 def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
@@ -265,7 +394,8 @@ def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
 
     Only regular files are taken (a FIFO or a device is refused before anything opens it). In a
     distributed run folder, only ``rank<N>/`` folders count; others are left out with a note
-    appended to ``notes``.
+    appended to ``notes``. A folder's traces are its Kineto JSON files and Nsight Systems exports
+    (``.sqlite``, ``.nsys-rep`` unless the same name's ``.sqlite`` is there too).
     """
     p = Path(path)
     try:
@@ -299,24 +429,48 @@ def find_traces(path: str | Path, notes: list[str] | None = None) -> list[Path]:
         files = sorted(
             f
             for f in p.iterdir()
-            if f.is_file() and f.name.endswith((".json", ".json.gz")) and f.name != "run.json"
+            if f.is_file() and f.name.lower().endswith(TRACE_SUFFIXES) and f.name != "run.json"
         )
     except OSError as exc:
         raise DataError(f"cannot list {p}: {exc.strerror}") from None
+    exported = {f.name.lower().rsplit(".", 1)[0] for f in files if f.name.lower().endswith(".sqlite")}
+    files = [f for f in files if not (f.name.lower().endswith((".nsys-rep", ".qdrep"))
+                                      and f.name.lower().rsplit(".", 1)[0] in exported)]
     if not files:
-        raise DataError(f"no trace files (*.json, *.json.gz) in {p}")
+        raise DataError(f"no trace files (*.json, *.json.gz, *.sqlite, *.nsys-rep) in {p}")
     return files
 
 
+def load_tables(path: str | Path) -> list[TraceTable]:
+    """The tables of one trace file, by what the file is: a Kineto JSON trace gives one, an Nsight
+    Systems export (SQLite, or ``.nsys-rep`` through ``nsys``) one per process. Flow events are not
+    kept (no analysis reads them)."""
+    p = Path(path)
+    if is_nsys(p):
+        return load_nsys(p)
+    return [load_trace(p, flows=False)]
+
+
 def analyze_path(
-    path: str | Path, *, top: int = 10, include_last_step: bool = False, export: str | Path | None = None
+    path: str | Path,
+    *,
+    top: int = 10,
+    include_last_step: bool = False,
+    export: str | Path | None = None,
+    blocks: BlockMap | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
 ) -> Report:
-    """Load and analyse the trace(s) at ``path``, one at a time so only one table is in memory.
+    """Load and analyse the trace(s) at ``path``, one at a time per worker, so that only one table
+    per worker is in memory (:mod:`lmprof.trace.fanout`: in this process, in local processes by
+    default for large folders, ``workers`` to choose, or on Ray with ``ray`` set to an address or
+    ``"local"``). The report is the same whichever runs it.
 
     ``export``: a folder to write the SQL-ready Parquet tables to (:mod:`lmprof.trace.export`);
     it is checked before any trace is read, and the files appear only when every trace succeeded.
     """
-    reports = []
+    from lmprof.trace.fanout import analyze_files
+
     notes: list[str] = []
     files = find_traces(path, notes)
     exporter = None
@@ -326,16 +480,8 @@ def analyze_path(
         exporter = Exporter(Path(export))
     ok = False
     try:
-        for i, f in enumerate(files):
-            table = load_trace(f, flows=False)  # no analysis reads them
-            rep = analyze_table(table, top=top, include_last_step=include_last_step)
-            reports.append(rep)
-            if exporter is not None:
-                sel = select_device(table, include_last_step)
-                comm = rep.device.communication if rep.device is not None else None
-                exporter.add(table, table.rank if table.rank is not None else i, sel.rows if sel else None,
-                             comm, rep.critical_path)
-            del table
+        reports = analyze_files(files, top=top, include_last_step=include_last_step, blocks=blocks,
+                                exporter=exporter, workers=workers, ray=ray)
         report = combine(reports)
         ok = True
     finally:

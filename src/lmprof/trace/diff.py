@@ -19,7 +19,7 @@ from lmprof.errors import DataError
 from lmprof.trace import kinds
 from lmprof.trace.annotations import annotation_breakdown
 from lmprof.trace.kernels import kernel_breakdown, operator_breakdown
-from lmprof.trace.load import TraceTable, load_trace
+from lmprof.trace.load import TraceTable
 from lmprof.trace.steps import step_stats
 
 KINDS = ("annotation", "operator", "kernel")
@@ -116,12 +116,15 @@ def diff_tables(before: TraceTable, after: TraceTable, top: int = 10) -> DiffRep
 
 def diff_paths(before: str | Path, after: str | Path, top: int = 10) -> DiffReport:
     """Load and compare two single traces (a trace file or a run folder holding one trace)."""
-    from lmprof.trace.analyze import find_traces
+    from lmprof.trace.analyze import find_traces, load_tables
 
     tables = []
     for p in (before, after):
         files = find_traces(p)
         if len(files) != 1:
             raise DataError(f"{p}: --diff compares two single traces; this holds {len(files)}")
-        tables.append(load_trace(files[0]))
+        loaded = load_tables(files[0])  # an Nsight Systems export holds one table per process
+        if len(loaded) != 1:
+            raise DataError(f"{p}: --diff compares two single traces; this export holds {len(loaded)} processes")
+        tables.append(loaded[0])
     return diff_tables(tables[0], tables[1], top)

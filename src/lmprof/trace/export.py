@@ -259,8 +259,12 @@ class Exporter:
     ) -> None:
         """Append one trace (``rank``: its rank, or its position when it has none) and, from its
         analysis, its collectives and critical path."""
+        self.add_tables({**trace_tables(table, rank, window_rows), **analysis_tables(rank, comm, critical)})
+
+    def add_tables(self, tables: dict[str, Any]) -> None:
+        """Append one trace's tables, already made (by :func:`trace_tables` and :func:`analysis_tables`,
+        in a worker process): one row group of each file."""
         pq = _pa().parquet
-        tables = {**trace_tables(table, rank, window_rows), **analysis_tables(rank, comm, critical)}
         for name, t in tables.items():
             writer = self._writers.get(name)
             if writer is None:

@@ -1,15 +1,14 @@
-"""Compare the ranks of one distributed job: who is slowest, by how much, and communication skew."""
+"""Compare the ranks of one distributed job: who is slowest, by how much, and communication skew.
+
+Reads rank rows only (:func:`lmprof.trace.analyze.rank_row` makes them from a trace's report), so
+it imports nothing of the analysis facade.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from lmprof.trace.groups import median
-
-if TYPE_CHECKING:
-    from lmprof.trace.analyze import TraceReport
 
 
 @dataclass(frozen=True)
@@ -48,25 +47,6 @@ class RankComparison:
     communication_max_us: float | None
     communication_skew_us: float | None
     communication_skew_pct: float | None
-
-
-def rank_row(report: TraceReport, rank: int) -> RankRow:
-    """Headline figures of one rank's report."""
-    dev = report.device
-    t = dev.temporal if dev else None
-    return RankRow(
-        rank=rank,
-        step_ms=report.steps.median_ms if report.steps else None,
-        steps=report.steps.count if report.steps else 0,
-        span_us=t.span_us if t else None,
-        compute_us=t.compute_us if t else None,
-        communication_us=t.communication_us if t else None,
-        communication_total_us=dev.overlap.communication_total_us if dev else None,
-        memory_us=t.memory_us if t else None,
-        idle_us=t.idle_us if t else None,
-        idle_pct=t.idle_pct if t else None,
-        host_span_us=report.host_span_us,
-    )
 
 
 def compare_ranks(rows: list[RankRow]) -> RankComparison:

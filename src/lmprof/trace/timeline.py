@@ -61,20 +61,14 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
         return None
     ev = table.event_cols
     ts = ev["ts"]
-    steps = profiler_steps(table)
     keep = np.ones(len(dev), dtype=bool)
     rule = "all device events"
-    if distinct(steps["step"]).size >= 2:
+    cut = launch_cutoff(table, include_last_step)
+    if cut is not None:
         rt = launch_columns(table, dev, ["runtime"])["runtime"]
         launch = np.where(rt >= 0, ts[np.maximum(rt, 0)], np.inf)
-        if include_last_step:
-            cutoff = float((steps["ts"] + steps["dur"]).max())
-            keep = launch <= cutoff
-            rule = "up to end of last ProfilerStep"
-        else:
-            cutoff = float(steps["ts"].max())
-            keep = launch < cutoff
-            rule = "before last ProfilerStep"
+        keep = before_cutoff(launch, cut, include_last_step)
+        rule = "up to end of last ProfilerStep" if include_last_step else "before last ProfilerStep"
     if not keep.any():
         # HTA would report nothing; analysing all device work is more useful than "no device activity"
         keep = np.ones(len(dev), dtype=bool)
@@ -84,6 +78,20 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     end = float((ts[rows] + np.maximum(ev["dur"][rows], 0.0)).max())
     window = Window(start, end, end - start, int(rows.size), int(dev.size - rows.size), rule)
     return DeviceSelection(rows=rows, window=window)
+
+
+def launch_cutoff(table: TraceTable, include_last_step: bool = False) -> float | None:
+    """The host time the window rule of :func:`select_device` cuts at: the last ProfilerStep's start
+    (its end with ``include_last_step``); None with fewer than two steps (no cut)."""
+    steps = profiler_steps(table)
+    if distinct(steps["step"]).size < 2:
+        return None
+    return float((steps["ts"] + steps["dur"]).max()) if include_last_step else float(steps["ts"].max())
+
+
+def before_cutoff(host_ts: np.ndarray, cutoff: float, include_last_step: bool = False) -> np.ndarray:
+    """Which host times the rule keeps: before the cut-off (no later than it with ``include_last_step``)."""
+    return host_ts <= cutoff if include_last_step else host_ts < cutoff
 
 
 def device_sweep(table: TraceTable, rows: np.ndarray) -> Sweep:
