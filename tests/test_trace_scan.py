@@ -32,7 +32,8 @@ def _view(ch: dec.Chunk) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n_raw": ch.n_raw, "skipped": ch.skipped, "repaired": ch.repaired_utf8, "problem": ch.first_problem,
         "out_of_range": dict(sorted(ch.out_of_range.items())), "comms": (ch.comm_rows, ch.comm_values),
-        "memory": ch.memory, "shapes": (ch.shape_rows, ch.shape_values),
+        "memory": ch.memory,
+        "shapes": (ch.shape_rows.tolist(), [ch.shape_values[c] for c in ch.shape_codes.tolist()]),
     }  # fmt: skip
     for key, table, coded in (("x", ch.x, ch.x_coded), ("fl", ch.fl, ch.fl_coded)):
         cols: dict[str, Any] = {}
@@ -301,24 +302,36 @@ def test_escaped_names_decode_like_msgspec():
 
 @native
 def test_input_shapes_are_read_where_an_args_key_says_so():
-    """The C reader notes an "Input Dims" args key while it scans (no search of the buffer holding the
-    GIL): shapes equal msgspec's whether the key is in an operator's args, only in a name or a string
-    value, or in the args of an event that is no operator."""
+    """The C reader takes "Input Dims" and "Input type" as args keys and hands over each distinct raw
+    value once: shapes equal msgspec's whether the key is in an operator's args, only in a name or a
+    string value, or in the args of an event that is no operator; a null or absent "Input type" is
+    no dtypes, a null "Input Dims" no shapes; equal shapes written with other spacing share a code."""
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2,
           "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
     as_name = {"ph": "X", "cat": "cpu_op", "name": '"Input Dims"', "ts": 3, "dur": 1, "args": {"note": '"Input Dims"'}}
     elsewhere = {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 5, "args": {"Input Dims": [[1]]}}
-    for events, shapes in (([op], 1), ([as_name], 0), ([as_name, elsewhere], 0), ([as_name, op], 1)):
+    kernel = {**op, "cat": "kernel"}
+    no_types = {**op, "args": {"Input Dims": [[2, 3], [3, 4]]}}
+    null_types = {**op, "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": None}}
+    null_dims = {**op, "args": {"Input Dims": None, "Input type": ["float"]}}
+    for events, shapes in (([op], 1), ([as_name], 0), ([as_name, elsewhere], 0), ([as_name, op], 1), ([kernel], 0),
+                           ([op, no_types, null_types, null_dims, op], 4)):
         raw = json.dumps(events).encode()
         assert _same_or_refused(raw), events
         ch = scan.scan_chunk(raw)
         assert ch is not None and len(ch.shape_rows) == shapes, events
+    spaced = b'[' + json.dumps(op).encode() + b', ' + json.dumps(op, separators=(",", ":")).encode() + b']'
+    assert _same_or_refused(spaced)
+    ch = scan.scan_chunk(spaced)
+    assert ch is not None and ch.shape_codes.tolist() == [0, 0]
+    assert ch.shape_values == [(((2, 3), (3, 4)), ("float", "float"))]
 
 
-# Keys one byte away from those the reader takes whole or looks up by length and first byte
+# Keys one byte away from those the reader takes whole or looks up by length and last byte
 _LOOKALIKE_KEYS = ["p", "phx", "Ph", "nam", "names", "nme", "pidd", "tsx", "t", "du", "durr", "i", "args2", "arg",
                    "cat ", " cat"]  # fmt: skip
-_LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E"]
+_LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E",
+                   "Input typo", "input type", "Input Dim", "Input types", "xnput Dims", "Input Dimss", "s", "e"]
 _SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t"), (", ", ":  ")]
 
 
@@ -326,7 +339,7 @@ _SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t"), (", "
 @pytest.mark.parametrize("seed", range(3))
 def test_keys_taken_whole_are_exactly_the_keys(seed):
     """The reader takes a key whole when its bytes match the key that followed the previous one last
-    time (one word compared), and looks args keys up by length and first byte. Keys in shuffled
+    time (one word compared), and looks args keys up by length and last byte. Keys in shuffled
     orders, lookalike keys one byte off, odd spacing, and events cut short right after a key: equal
     to msgspec wherever the reader accepts, and most lists accepted."""
     rng = random.Random(seed)
@@ -334,9 +347,12 @@ def test_keys_taken_whole_are_exactly_the_keys(seed):
     for _ in range(400):
         events = []
         for _ in range(rng.randrange(1, 12)):
-            e: dict[str, Any] = {"ph": "X", "name": rng.choice(["a", "ab", "aten::mm", "k" * 9]), "cat": "kernel",
+            e: dict[str, Any] = {"ph": "X", "name": rng.choice(["a", "ab", "aten::mm", "k" * 9]),
+                                 "cat": rng.choice(["kernel", "cpu_op"]),
                                  "pid": rng.randrange(5), "tid": 7, "ts": rng.randrange(10**16) / 10,
                                  "dur": 1.5, "args": {"External id": 3, "Ev Idx": 4, "stream": 7, "bytes": 8}}
+            if rng.random() < 0.5:
+                e["args"].update({"Input Dims": [[2, 3], [3, rng.randrange(1, 4)]], "Input type": ["float", "float"]})
             for _ in range(rng.randrange(3)):
                 e[rng.choice(_LOOKALIKE_KEYS)] = rng.choice([1, "x", None, [2]])
             for _ in range(rng.randrange(3)):

@@ -13,7 +13,7 @@
  * tests/test_trace_scan.py compares both paths on real traces and on mutated ones.
  *
  * scan(buffer) -> None | (n_events, x_columns, flow_columns, x_names, x_cats, flow_phs, flow_cats,
- *                         odd_ids, memory_spans, has_shapes)
+ *                         odd_ids, memory_spans, shape_columns, shape_dims, shape_types)
  *   x_columns    19 bytearrays, one row per "ph": "X" event in file order: name, cat (int32 codes into
  *                x_names / x_cats), pid, tid (int64), ts, dur (float64), correlation, External id,
  *                Sequence number, stream, device (int64, -1 when absent or null), registers per
@@ -26,10 +26,14 @@
  *   odd_ids      (column, row, raw) for id fields written as strings; their cell holds 0 and the
  *                caller applies decode.py's rules (column numbers: see ODD_* below)
  *   memory_spans (offset, length) of each "[memory]" instant event ("ph" i or I)
- *   has_shapes   whether an event's args has an "Input Dims" key (record_shapes): only then does the
- *                caller decode the operators' args for their shapes. Found here, during the scan
- *                without the GIL; a search of the buffer in Python held the GIL the other
- *                decoding threads wanted (30% of the load's GIL time on the 1.3 M-event trace).
+ *   shape_columns 3 bytearrays, one row per "ph": "X" event whose args has an "Input Dims" that is
+ *                not null (record_shapes): its X row (int64), the code of its "Input Dims" value in
+ *                shape_dims and of its "Input type" value in shape_types (int32, -1 when absent or
+ *                null)
+ *   shape_dims, shape_types  the distinct raw values (the JSON text of each, validated) in code order
+ *                The caller decodes each distinct value once, not each operator's: equal shapes
+ *                repeat from layer to layer and step to step, and decoding every operator's shapes
+ *                in Python took more than half of loading a record_shapes trace (issue 46).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -172,10 +176,10 @@ typedef struct {
     Py_ssize_t n_events;
     Buf x[N_X];
     Buf fl[6];
-    Table names, xcats, phs, flcats;
+    Table names, xcats, phs, flcats, dims, types;
+    Buf shape[3]; /* per X row with shapes: row (int64), dims code, types code (int32) */
     Buf odd; /* int32 column, int64 row, Py_ssize_t offset, Py_ssize_t length */
     Buf mem; /* Py_ssize_t offset, Py_ssize_t length */
-    int shapes; /* an args object had an "Input Dims" key */
     int8_t next_key[16]; /* by event key (K_START first): the known key that followed it last, or -1 */
 } Scanner;
 
@@ -559,35 +563,38 @@ typedef struct {
     int text[5];
     Py_ssize_t toff[5], tn[5];
     double hw[6];
+    Py_ssize_t voff[2], vn[2]; /* "Input Dims", "Input type": the raw value, vn -1 when absent or null */
 } Args;
 
-/* the id args (int | str | None), then what CUPTI reports per kernel and copy (numbers or null) */
-static const char *const ARG_KEYS[11] = {"correlation",   "External id",  "Sequence number", "stream",
-                                         "device",        "registers per thread", "shared memory",
-                                         "blocks per SM", "warps per SM", "est. achieved occupancy %",
-                                         "bytes"};
-#define ARG_SHAPES 11 /* "Input Dims": noted, its value skipped */
-/* By a key's length and first byte, the one ARG_KEYS entry (or ARG_SHAPES) it can be, plus one; 0
- * for none. No two of them share both, so a key is compared with at most one candidate. */
-static int8_t ARG_BY_LEN_FIRST[32][256];
+/* the id args (int | str | None), then what CUPTI reports per kernel and copy (numbers or null), then
+ * an operator's input shapes and dtypes (record_shapes: any JSON, kept as raw text) */
+#define N_ARG_KEYS 13
+#define ARG_DIMS 11
+static const char *const ARG_KEYS[N_ARG_KEYS] = {
+    "correlation",   "External id",  "Sequence number", "stream", "device", "registers per thread", "shared memory",
+    "blocks per SM", "warps per SM", "est. achieved occupancy %", "bytes", "Input Dims", "Input type"};
+/* By a key's length and last byte, the one ARG_KEYS entry it can be, plus one; 0 for none. No two of
+ * them share both ("Input Dims" and "Input type" share their length and first byte), so a key is
+ * compared with at most one candidate. */
+static int8_t ARG_BY_LEN_LAST[32][256];
 
 static int arg_keys_init(void) {
-    for (int k = 0; k <= ARG_SHAPES; k++) {
-        const char *key = k < ARG_SHAPES ? ARG_KEYS[k] : "Input Dims";
-        int8_t *slot = &ARG_BY_LEN_FIRST[strlen(key)][(uint8_t)key[0]];
+    for (int k = 0; k < N_ARG_KEYS; k++) {
+        size_t n = strlen(ARG_KEYS[k]);
+        if (n >= 32) return -1;
+        int8_t *slot = &ARG_BY_LEN_LAST[n][(uint8_t)ARG_KEYS[k][n - 1]];
         if (*slot) return -1; /* two keys alike in both: the table cannot tell them apart */
         *slot = (int8_t)(k + 1);
     }
     return 0;
 }
 
-/* The ARG_KEYS index of a raw key, ARG_SHAPES, or -1 for any other key. */
+/* The ARG_KEYS index of a raw key, or -1 for any other key. */
 static int arg_of(const uint8_t *k, Py_ssize_t n) {
     if (n <= 0 || n >= 32) return -1;
-    int c = ARG_BY_LEN_FIRST[n][k[0]] - 1;
+    int c = ARG_BY_LEN_LAST[n][k[n - 1]] - 1;
     if (c < 0) return -1;
-    const char *key = c < ARG_SHAPES ? ARG_KEYS[c] : "Input Dims";
-    return memcmp(k, key, (size_t)n) == 0 ? c : -1;
+    return memcmp(k, ARG_KEYS[c], (size_t)n) == 0 ? c : -1;
 }
 
 static void args_init(Args *a) {
@@ -596,6 +603,7 @@ static void args_init(Args *a) {
         a->text[k] = 0;
     }
     for (int k = 0; k < 6; k++) a->hw[k] = NAN;
+    a->vn[0] = a->vn[1] = -1;
 }
 
 static int read_args(Scanner *s, Args *a) {
@@ -612,16 +620,23 @@ static int read_args(Scanner *s, Args *a) {
         int r;
         if ((r = read_key(s, &off, &n)) != OK) return r;
         int which = arg_of(s->base + off, n);
-        if (which >= 0 && which < ARG_SHAPES) {
+        if (which >= 0) {
             if (seen & (1u << which)) return REFUSE; /* duplicate key */
             seen |= 1u << which;
-            if (which < 5)
-                r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
-            else
-                r = read_double(s, &a->hw[which - 5], NAN);
-        } else {
-            if (which == ARG_SHAPES) s->shapes = 1;
+        }
+        if (which < 0) {
             r = skip_value(s, 2);
+        } else if (which < 5) {
+            r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
+        } else if (which < ARG_DIMS) {
+            r = read_double(s, &a->hw[which - 5], NAN);
+        } else if (is_null(s)) {
+            r = OK; /* as absent */
+        } else {
+            const uint8_t *v0 = s->p;
+            r = skip_value(s, 2);
+            a->voff[which - ARG_DIMS] = v0 - s->base;
+            a->vn[which - ARG_DIMS] = s->p - v0;
         }
         if (r != OK) return r;
         if ((r = after_member(s, '}')) != MORE) return r;
@@ -809,6 +824,14 @@ static int read_event(Scanner *s) {
         PUT(s->x[X_ARGS_LEN], int64_t, (int64_t)args_n);
         if (pid_text && put_odd(s, ODD_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
         if (tid_text && put_odd(s, ODD_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
+        if (args.vn[0] >= 0) {
+            int32_t dc = intern(&s->dims, s->base, s->end, args.voff[0], args.vn[0]);
+            int32_t tc = args.vn[1] >= 0 ? intern(&s->types, s->base, s->end, args.voff[1], args.vn[1]) : 0;
+            if (dc < 0 || tc < 0) return NOMEM;
+            PUT(s->shape[0], int64_t, row);
+            PUT(s->shape[1], int32_t, dc);
+            PUT(s->shape[2], int32_t, args.vn[1] >= 0 ? tc : -1);
+        }
     } else if (ph_n == 1 && (ph[0] == 's' || ph[0] == 't' || ph[0] == 'f')) {
         int64_t row = (int64_t)(s->fl[F_ID].len / sizeof(int64_t));
         int32_t pc = intern(&s->phs, s->base, s->end, ph_off, ph_n);
@@ -972,6 +995,9 @@ static void scanner_free(Scanner *s) {
     table_free(&s->xcats);
     table_free(&s->phs);
     table_free(&s->flcats);
+    table_free(&s->dims);
+    table_free(&s->types);
+    for (int i = 0; i < 3; i++) free(s->shape[i].data);
     free(s->odd.data);
     free(s->mem.data);
 }
@@ -999,16 +1025,17 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         out = Py_None;
         Py_INCREF(out);
     } else {
-        PyObject *parts[8] = {columns(s.x, N_X),         columns(s.fl, 6),          bytes_list(&s.names, s.base),
-                              bytes_list(&s.xcats, s.base), bytes_list(&s.phs, s.base), bytes_list(&s.flcats, s.base),
-                              odd_list(&s.odd, s.base),  span_list(&s.mem)};
+        PyObject *parts[11] = {columns(s.x, N_X),         columns(s.fl, 6),          bytes_list(&s.names, s.base),
+                               bytes_list(&s.xcats, s.base), bytes_list(&s.phs, s.base), bytes_list(&s.flcats, s.base),
+                               odd_list(&s.odd, s.base),  span_list(&s.mem),       columns(s.shape, 3),
+                               bytes_list(&s.dims, s.base), bytes_list(&s.types, s.base)};
         int ok = 1;
-        for (int i = 0; i < 8; i++) ok = ok && parts[i] != NULL;
+        for (int i = 0; i < 11; i++) ok = ok && parts[i] != NULL;
         if (ok) {
-            out = Py_BuildValue("(nNNNNNNNNO)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
-                                parts[5], parts[6], parts[7], s.shapes ? Py_True : Py_False);
+            out = Py_BuildValue("(nNNNNNNNNNNN)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
+                                parts[5], parts[6], parts[7], parts[8], parts[9], parts[10]);
         } else {
-            for (int i = 0; i < 8; i++) Py_XDECREF(parts[i]);
+            for (int i = 0; i < 11; i++) Py_XDECREF(parts[i]);
         }
     }
     scanner_free(&s);
@@ -1024,7 +1051,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever scan()'s result changes shape, so a stale build is never used (scan.py checks it). */
-#define SCAN_ABI 3
+#define SCAN_ABI 4
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (arg_keys_init() != 0) {

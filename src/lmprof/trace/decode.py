@@ -8,6 +8,7 @@ nothing else, chunks can be decoded in worker processes and merged in file order
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable
@@ -49,16 +50,10 @@ class Args(msgspec.Struct, gc=False):
     ev_idx: Any = msgspec.field(default=None, name="Ev Idx")
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-    # operator input shapes and dtypes (record_shapes=True); kept for operator events only
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_types: Any = msgspec.field(default=None, name="Input type")
-
-
-class Shapes(msgspec.Struct, gc=False):
-    """Just the shape args of an operator event: what the C reader's caller decodes (scan.py)."""
-
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_types: Any = msgspec.field(default=None, name="Input type")
+    # operator input shapes and dtypes (record_shapes=True), kept as their raw JSON: each distinct
+    # one is decoded once (parse_shapes), not each operator's; kept for operator events only
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
 
 
 NO_ARGS = Args()
@@ -141,8 +136,11 @@ class Chunk:
     fl_coded: dict[str, Coded] = field(default_factory=dict)
     comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
     comm_values: list[tuple[Any, ...]] = field(default_factory=list)
-    shape_rows: list[int] = field(default_factory=list)  # operator rows with input shapes
-    shape_values: list[tuple[Any, Any]] = field(default_factory=list)  # (dims, types), see shape_fields
+    # operator rows with input shapes, and the code of each one's (dims, types) in shape_values (the
+    # distinct ones, in order of first appearance; see shape_fields)
+    shape_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    shape_codes: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    shape_values: list[tuple[Any, Any]] = field(default_factory=list)
     hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     hw_cols: dict[str, np.ndarray] = field(default_factory=dict)  # float64, see hw_values
     memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
@@ -216,8 +214,17 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
     ch.hw_rows = dev_idx.astype(np.int64)
     dev_args = [args[i] for i in dev_idx.tolist()]
     ch.hw_cols = hw_columns(dev_args)
-    op_rows = np.flatnonzero(np.isin(cat_codes, shape_cat_codes(list(cats)))).tolist()
-    add_shapes(ch, op_rows, [args[i] for i in op_rows])
+    raw_pairs: dict[tuple[bytes, bytes | None], int] = {}
+    rows, pairs = [], []
+    for i in np.flatnonzero(np.isin(cat_codes, shape_cat_codes(list(cats)))).tolist():
+        dims = bytes(args[i].input_dims)
+        if dims and dims != b"null":  # absent or null: no shapes
+            types = bytes(args[i].input_types)
+            rows.append(i)
+            pairs.append(raw_pairs.setdefault((dims, types if types and types != b"null" else None), len(raw_pairs)))
+    if rows:
+        keys = list(raw_pairs)
+        add_shapes(ch, np.array(rows, dtype=np.int64), np.array(pairs, dtype=np.int64), keys.__getitem__)
 
 
 def shape_cat_codes(cats: list[Any]) -> list[int]:
@@ -225,14 +232,50 @@ def shape_cat_codes(cats: list[Any]) -> list[int]:
     return [c for c, k in enumerate(cats) if isinstance(k, str) and k.lower() in SHAPE_CATS]
 
 
-def add_shapes(ch: Chunk, rows: list[int], args: list[Any]) -> None:
-    """Keep the input shapes of the operator rows that have them (``args``: Args or Shapes, same fields)."""
-    for i, a in zip(rows, args):
-        if a is not None and a.input_dims is not None:
-            got = shape_fields(a.input_dims, a.input_types)
-            if got is not None:
-                ch.shape_rows.append(i)
-                ch.shape_values.append(got)
+def add_shapes(
+    ch: Chunk, rows: np.ndarray, pairs: np.ndarray, raw: Callable[[int], tuple[bytes, bytes | None]]
+) -> None:
+    """Keep the input shapes of operator ``rows``: row i's ``"Input Dims"`` and ``"Input type"`` are
+    the raw JSON ``raw(pairs[i])`` (types None when absent). Each distinct pair is decoded once
+    (:func:`parse_shapes`), and equal shapes get one code, numbered in order of first appearance:
+    both readers call this, so they give the same codes."""
+    if not rows.size:
+        return
+    uniq, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+    values: dict[tuple[Any, Any], int] = {}
+    local = np.full(len(uniq), -1, dtype=np.int32)
+    for u in np.argsort(first, kind="stable").tolist():
+        got = parse_shapes(*raw(int(uniq[u])))
+        if got is not None:
+            local[u] = values.setdefault(got, len(values))
+    codes = local[inverse.reshape(-1)]
+    keep = codes >= 0
+    ch.shape_rows, ch.shape_codes, ch.shape_values = rows[keep], codes[keep], list(values)
+
+
+_ANY = msgspec.json.Decoder()
+_CACHED_RAW = 4096  # bytes of raw shapes above which a pair is decoded without being kept in the cache
+
+
+def parse_shapes(dims: bytes, types: bytes | None) -> tuple[Any, Any] | None:
+    """One operator's shapes from the raw JSON of its ``"Input Dims"`` and ``"Input type"`` (None:
+    absent): :func:`shape_fields` of the decoded values, or None when unusable or undecodable.
+
+    Equal raw text recurs from layer to layer and step to step, so the answer is kept (across
+    chunks and threads, for as many pairs as real traces have), and equal shapes are one tuple."""
+    if len(dims) + len(types or b"") > _CACHED_RAW:  # a hostile file's: not kept
+        return _parse_shapes(dims, types)
+    return _parse_shapes_cached(dims, types)
+
+
+def _parse_shapes(dims: bytes, types: bytes | None) -> tuple[Any, Any] | None:
+    try:
+        return shape_fields(_ANY.decode(dims), None if types is None else _ANY.decode(types))
+    except DECODE_ERRORS:  # e.g. invalid UTF-8, which msgspec does not check in a raw value
+        return None
+
+
+_parse_shapes_cached = functools.lru_cache(maxsize=1 << 14)(_parse_shapes)
 
 
 def _dims(x: Any) -> tuple[int, ...] | None:

@@ -34,7 +34,8 @@ file order: ts (float64 us), pid, tid, device_type (0 CPU, 1 CUDA, ...), device_
 for a free), addr, ev_idx, total_allocated, total_reserved (int64, -1 when absent or odd; bytes 0).
 ``TraceTable.shapes`` holds the input shapes of the CPU operators that have them (``record_shapes``):
 ``row`` into ``events``, ``dims`` (per input: a tuple of sizes, a tuple of them for a tensor list, or
-None) and ``types`` (dtype names), see :func:`lmprof.trace.decode.shape_fields`.
+None) and ``types`` (dtype names), see :func:`lmprof.trace.decode.shape_fields`, and ``shape`` (int64,
+one code per distinct (dims, types) pair).
 ``TraceTable.flows`` holds flow events (``ph`` s/t/f) with columns id, ph, cat, pid, tid, ts (none when
 loaded with ``flows=False``).
 ``TraceTable.meta`` keeps the top-level fields (distributedInfo, deviceProperties, ...).
