@@ -55,6 +55,13 @@ def analyze(
         "...; `lmprof roofline --list-devices`). Default: the trace's deviceProperties name, when known.",
         show_default=False,
     ),
+    sort: str = typer.Option(
+        "inclusive",
+        "--sort",
+        help="Rank the memory table of a profile_memory=True trace by inclusive bytes (an operator's and "
+        "everything it called, as torch's cpu_memory_usage) or self bytes (what it allocated itself): "
+        "inclusive or self. --json holds both rankings (memory.top, memory.top_self).",
+    ),
 ) -> None:
     """Analyse a torch.profiler trace: device time, idle causes, launches, top kernels/ops, ranks.
 
@@ -63,4 +70,4 @@ def analyze(
     """
     # the work is in a module without typer, which the fast path of lmprof.cli.main calls too
     run_analyze(path, json_out=json_out, top=top, export=export, diff=diff, include_last_step=include_last_step,
-                annotate=annotate, device=device, echo=typer.echo)
+                annotate=annotate, device=device, sort=sort, echo=typer.echo)
