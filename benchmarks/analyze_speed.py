@@ -125,7 +125,7 @@ def measure(path: Path, workers: int | None = None) -> dict:
     """Load + analyze ``path`` in this process; return seconds and peak-RSS deltas (MiB)."""
     from lmprof.trace.analyze import analyze_tables
     from lmprof.trace.load import decode_workers, load_trace
-    from lmprof.trace.scan import NATIVE
+    from lmprof.trace.kineto.scan import NATIVE
 
     base = _rss_kib()
     c0 = time.process_time()

@@ -178,8 +178,8 @@ def test_cli_table_on_a_cpu_trace(recorded, capsys) -> None:
 def test_distinct_shapes_are_bounded(tmp_path, monkeypatch) -> None:
     """A trace of all-different shapes cannot grow the table without limit: beyond the cap, new
     shapes are left out with a note, by both readers alike."""
-    import lmprof.trace.columns as columns
-    from lmprof.trace import scan
+    import lmprof.trace.kineto.columns as columns
+    from lmprof.trace.kineto import scan
 
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i, "dur": 1, "pid": 1, "tid": 1,
                "args": {"Input Dims": [[i + 1, 2], [2, 3]], "Input type": ["float", "float"]}} for i in range(50)]
@@ -232,7 +232,7 @@ def test_real_trace_op_flops_equal_a_hand_count(monkeypatch) -> None:
     import gzip
     from pathlib import Path
 
-    from lmprof.trace import scan
+    from lmprof.trace.kineto import scan
 
     path = Path(__file__).parent / "data" / "traces" / "gpu_2rank_rank0.json.gz"
     ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"]

@@ -1,4 +1,4 @@
-"""The compiled event reader (lmprof.trace._scan) against the msgspec decoder it stands in for.
+"""The compiled event reader (lmprof.trace.kineto._scan) against the msgspec decoder it stands in for.
 
 The C reader is a fast path: for every list it accepts, its Chunk must equal the msgspec path's
 (decode.decode_chunk) exactly; everything else it must refuse. Checked chunk by chunk on every real
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmprof.trace import decode as dec
-from lmprof.trace import scan
-from lmprof.trace.columns import hw_frame
-from lmprof.trace.load import _split
+from lmprof.trace.kineto import decode as dec
+from lmprof.trace.kineto import scan
+from lmprof.trace.kineto.columns import hw_frame
+from lmprof.trace.kineto.load import _split
 
 DATA = Path(__file__).parent / "data" / "traces"
 native = pytest.mark.skipif(scan._scan is None, reason="the C reader is not built (no compiler at install)")
@@ -66,7 +66,7 @@ def test_the_reader_is_built_where_a_compiler_is():
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None or not Path(sysconfig.get_paths()["include"], "Python.h").exists():
         pytest.skip(f"no C compiler ({cc}) or Python headers here: traces are read by msgspec alone")
-    assert scan._scan is not None, "lmprof.trace._scan is missing or stale: rerun `make setup`"
+    assert scan._scan is not None, "lmprof.trace.kineto._scan is missing or stale: rerun `make setup`"
     assert scan.NATIVE or scan.os.environ.get("LMPROF_TRACE_NATIVE") == "0"
 
 

@@ -1,6 +1,6 @@
 """The trace's columns, built from decoded chunks: growing blocks, trace-wide codes, typed frames.
 
-:class:`Merger` appends :class:`~lmprof.trace.decode.Chunk` s in file order, mapping their local
+:class:`Merger` appends :class:`~lmprof.trace.kineto.decode.Chunk` s in file order, mapping their local
 codes (names, categories, phases, text ids) to trace-wide ones; :func:`frames` then sorts the events
 by time and returns the :class:`~lmprof.trace.frame.Frame` s of :class:`~lmprof.trace.load.TraceTable` (events, flows, and the
 sparse tables of collective parameters, kernel resources and allocator events).
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
+from lmprof.trace.kineto.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
 from lmprof.trace.frame import Frame, str_labels
 
 # Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond

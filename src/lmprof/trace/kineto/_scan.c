@@ -1,5 +1,5 @@
 /*
- * lmprof.trace._scan: a one-pass reader of a JSON list of Kineto / Chrome trace events into columns.
+ * lmprof.trace.kineto._scan: a one-pass reader of a JSON list of Kineto / Chrome trace events into columns.
  *
  * Why it exists: decoding every event into a Python object (msgspec) and then reading the objects
  * back into numpy columns costs about 4 CPU seconds for a 259 MB trace; issue 19 asks for the whole
@@ -917,7 +917,7 @@ static PyBufferProcs column_as_buffer = {column_getbuffer, NULL};
 
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "lmprof.trace._scan.Column",
+    .tp_name = "lmprof.trace.kineto._scan.Column",
     .tp_doc = "One scanned column's bytes (buffer protocol).",
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = column_dealloc,
@@ -1055,7 +1055,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, me
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (arg_keys_init() != 0) {
-        PyErr_SetString(PyExc_ImportError, "lmprof.trace._scan: ambiguous args key table");
+        PyErr_SetString(PyExc_ImportError, "lmprof.trace.kineto._scan: ambiguous args key table");
         return NULL; /* lmprof then reads traces with msgspec alone */
     }
     key_words_init();

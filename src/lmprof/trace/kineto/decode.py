@@ -4,7 +4,7 @@ msgspec decodes the events into small typed structs (:class:`_Event`, :class:`_A
 (``ph: X``) events, flow events and the allocator's ``[memory]`` instants then become numpy columns
 with names, categories and text ids coded locally (:class:`Chunk`). Because a chunk depends on
 nothing else, chunks can be decoded in worker processes and merged in file order
-(:mod:`lmprof.trace.columns`). An event that cannot be read costs only itself (:func:`decode_chunk`).
+(:mod:`lmprof.trace.kineto.columns`). An event that cannot be read costs only itself (:func:`decode_chunk`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 import msgspec
 import numpy as np
 
-from lmprof.trace.split import list_items
+from lmprof.trace.kineto.split import list_items
 
 class Args(msgspec.Struct, gc=False):
     """The args an event may carry that lmprof reads (others are skipped by the decoder)."""

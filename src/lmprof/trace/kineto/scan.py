@@ -1,9 +1,9 @@
 """The compiled fast path for decoding a run of trace events, with msgspec as the rule and fallback.
 
-``lmprof.trace._scan`` (C, built at install; see ``_scan.c``) reads a JSON list of events straight
+``lmprof.trace.kineto._scan`` (C, built at install; see ``_scan.c``) reads a JSON list of events straight
 into columns when every event in it is plain, and refuses anything else. :func:`read_chunk` uses it
-when it is built and it accepts the list, else :func:`lmprof.trace.decode.decode_chunk` (msgspec);
-both give the same :class:`~lmprof.trace.decode.Chunk` for every list the fast path accepts
+when it is built and it accepts the list, else :func:`lmprof.trace.kineto.decode.decode_chunk` (msgspec);
+both give the same :class:`~lmprof.trace.kineto.decode.Chunk` for every list the fast path accepts
 (``tests/test_trace_scan.py`` checks it on real traces and on mutated ones). The few things the C
 reader leaves to Python are decoded here with msgspec's own decoders: the distinct names, ids
 written as text, the args of the events whose collective parameters are kept, and each distinct
@@ -20,14 +20,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from lmprof.trace import decode as dec
+from lmprof.trace.kineto import decode as dec
 
 _ABI = 4  # the result shape this module reads; _scan.c's SCAN_ABI
 
 
 def _load() -> ModuleType | None:
     try:  # built by `pip install` (setup.py); without a compiler lmprof still works, on msgspec alone
-        module = importlib.import_module("lmprof.trace._scan")
+        module = importlib.import_module("lmprof.trace.kineto._scan")
     except ImportError:  # pragma: no cover - depends on the build
         return None
     return module if getattr(module, "ABI", None) == _ABI else None  # a stale build is never used
