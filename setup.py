@@ -15,6 +15,8 @@ setup(
         Extension(
             "lmprof.trace.kineto._scan",
             sources=["src/lmprof/trace/kineto/_scan.c"],
+            # its key table, generated from the event schema (scripts/gen_scan_keys.py)
+            depends=["src/lmprof/trace/kineto/_keys.h"],
             extra_compile_args=["-O3", "-fno-fast-math"],
             optional=True,
         ),

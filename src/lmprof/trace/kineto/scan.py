@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from lmprof.trace.kineto import decode as dec
+from lmprof.trace.kineto import schema
 
 _ABI = 4  # the result shape this module reads; _scan.c's SCAN_ABI
 
@@ -30,7 +31,9 @@ def _load() -> ModuleType | None:
         module = importlib.import_module("lmprof.trace.kineto._scan")
     except ImportError:  # pragma: no cover - depends on the build
         return None
-    return module if getattr(module, "ABI", None) == _ABI else None  # a stale build is never used
+    # a stale build is never used: one with another result shape, or made from another schema
+    fresh = getattr(module, "ABI", None) == _ABI and getattr(module, "SCHEMA", None) == schema.DIGEST
+    return module if fresh else None
 
 
 _scan = _load()
@@ -105,7 +108,7 @@ def _texts(raw: list[bytes]) -> list[str]:
     return [_TEXT.decode(b'"' + r + b'"') if b"\\" in r else r.decode() for r in raw]
 
 
-def _args(view: memoryview, args_at: tuple[np.ndarray, np.ndarray], rows: list[int]) -> list[dec.Args]:
+def _args(view: memoryview, args_at: tuple[np.ndarray, np.ndarray], rows: list[int]) -> list[Any]:
     """The args of the given X rows, decoded by msgspec (absent args read as the defaults)."""
     off, n = args_at
     parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[rows].tolist(), n[rows].tolist())]
@@ -126,7 +129,7 @@ def _sparse_args(
     name_codes, cat_codes = ch.x["name"], ch.x["cat"]
     rows = _rows_coded(name_codes, [_may_carry_comms(n) for n in names]).tolist()
     for i, a in zip(rows, _args(view, args_at, rows)):
-        if a.collective is not None:
+        if dec.carries_comms(a):
             ch.comm_rows.append(i)
             ch.comm_values.append(dec.comm_fields(a))
     dev_idx = _rows_coded(cat_codes, [k.lower() in dec.HW_CATS for k in cats])
