@@ -394,3 +394,22 @@ def test_a_name_at_the_end_of_the_buffer_has_the_same_code():
                          separators=(",", ":")).encode()
         got = scan.scan_chunk(raw)
         assert got is not None and got.names == [name] and got.x["name"].tolist() == [0, 0], name
+
+
+def test_decoded_shapes_are_kept_within_bounds() -> None:
+    """Each distinct shape text is decoded once and kept, but a hostile file cannot grow the cache:
+    long texts are decoded without being kept, and the cache holds a bounded number of pairs; a
+    shape that does not decode (invalid UTF-8, which msgspec does not check in a raw value) is no
+    shape, and the event stays."""
+    dec._parse_shapes_cached.cache_clear()
+    assert dec.parse_shapes(b"[[2, 3]]", b'["float"]') == (((2, 3),), ("float",))
+    assert dec.parse_shapes(b"[[2, 3]]", b'["float"]') is dec.parse_shapes(b"[[2, 3]]", b'["float"]')
+    long = b"[" + b",".join([b"[1]"] * 700) + b"]"  # over the bytes kept (and over MAX_INPUTS)
+    assert len(long) > dec._CACHED_RAW and dec.parse_shapes(long, None) is None
+    assert dec._parse_shapes_cached.cache_info().currsize == 1
+    assert dec._parse_shapes_cached.cache_info().maxsize == dec._CACHED <= 4096
+    assert dec.parse_shapes(b'[["\xff"]]', None) is None
+    raw = b'[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "args": {"Input Dims": [["\xff"]]}}]'
+    ch = dec.decode_chunk(raw, exact=True)
+    assert len(ch.x["ts"]) == 1 and ch.skipped == 0 and ch.shape_rows.size == 0
+    assert scan.scan_chunk(raw) is None  # the C reader refuses invalid UTF-8: msgspec decides
