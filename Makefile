@@ -24,7 +24,7 @@ TORCH_SPEC ?= torch==2.13.0
 unexport PYTHONDONTWRITEBYTECODE
 UV_INSTALL := $(UV) pip install --python $(PY) --quiet
 # Everything the editable install is built from: a change to any of them re-runs the install.
-SOURCES := pyproject.toml setup.py src/lmprof/trace/_scan.c src/lmprof/trace/_nest.c
+SOURCES := pyproject.toml setup.py src/lmprof/trace/kineto/_scan.c src/lmprof/trace/kineto/_keys.h src/lmprof/trace/_nest.c
 
 .PHONY: setup setup-run demo test test-latest test-oldest lock fuzz clean
 

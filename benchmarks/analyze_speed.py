@@ -1,8 +1,15 @@
-"""Speed and memory of ``lmprof analyze`` on a large trace.
+"""Speed and memory of ``lmprof analyze`` on large traces.
 
-Builds a ~270 MB / ~1.3 M-event Kineto trace by repeating a real one (each copy shifted in time and
-with its correlation / External ids / flow ids offset, so links stay within a copy), writes it to a
-temporary folder, then measures in a fresh child process:
+Builds two large Kineto traces by repeating real ones (each copy shifted in time and with its
+correlation / External ids / flow ids offset, so links stay within a copy) in a temporary folder:
+
+* ``generated``: 19 copies of a V100 training trace without shapes (259 MB, 1.3 M events);
+* ``record_shapes``: 12 copies of a real A100 training trace recorded with ``record_shapes=True``
+  (``benchmarks/data/a100_record_shapes_rank0.json.gz``, HTA's test data: 24,000 operators with
+  shapes per copy; 280 MB, 1.3 M events). HTA, TraceLens and the profiler's docs tell users to
+  record shapes, so a speed claim holds only when it holds here too;
+
+then measures each in fresh child processes:
 
 * load seconds      wall time of :func:`lmprof.trace.load.load_trace`
 * analysis seconds  wall time of :func:`lmprof.trace.analyze.analyze_tables` on the loaded table
@@ -26,11 +33,14 @@ temporary folder, then measures in a fresh child process:
                     The largest worker's peak resident size is printed apart (it includes the
                     memory it shares with this process at fork)
 
+and ends with both ``analyze / parse`` ratios, one line each.
+
 Usage::
 
-    .venv/bin/python benchmarks/analyze_speed.py            # plain JSON, 19 copies of v100_train_rank0
-    .venv/bin/python benchmarks/analyze_speed.py --gzip     # also time the same trace gzipped
-    .venv/bin/python benchmarks/analyze_speed.py --copies 2 # quick run
+    .venv/bin/python benchmarks/analyze_speed.py            # both traces, plain JSON
+    .venv/bin/python benchmarks/analyze_speed.py --gzip     # also time each trace gzipped
+    .venv/bin/python benchmarks/analyze_speed.py --copies 2 --shapes-copies 1   # quick run
+    .venv/bin/python benchmarks/analyze_speed.py --only record_shapes --keep-shapes /tmp/shapes.json
     .venv/bin/python benchmarks/analyze_speed.py --keep /tmp/big.json --msgspec   # without the C reader
 """
 from __future__ import annotations
@@ -49,6 +59,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = ROOT / "tests" / "data" / "traces" / "v100_train_rank0.json.gz"
+SHAPES_SOURCE = ROOT / "benchmarks" / "data" / "a100_record_shapes_rank0.json.gz"
 ID_STRIDE = 10_000_000  # offset of correlation / External id / flow id per copy
 
 
@@ -114,7 +125,7 @@ def measure(path: Path, workers: int | None = None) -> dict:
     """Load + analyze ``path`` in this process; return seconds and peak-RSS deltas (MiB)."""
     from lmprof.trace.analyze import analyze_tables
     from lmprof.trace.load import decode_workers, load_trace
-    from lmprof.trace.scan import NATIVE
+    from lmprof.trace.kineto.scan import NATIVE
 
     base = _rss_kib()
     c0 = time.process_time()
@@ -145,6 +156,7 @@ def measure(path: Path, workers: int | None = None) -> dict:
         "peak_rss_mib": round(peak_all / 1024, 1),  # the whole process, imports (torch-free) included
         "rss_before_load_mib": round(base / 1024, 1),
         "table_mib": round(table_mib, 1),
+        "ops_with_shapes": int(len(table.shape_cols)),
         "idle_pct": result.traces[0].device.temporal.idle_pct if result.traces[0].device else None,
     }
 
@@ -193,68 +205,100 @@ def cli_vs_parse(path: Path, repeat: int, env: dict[str, str]) -> tuple[list[flo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the generated trace's seed")
     ap.add_argument("--copies", type=int, default=19)
+    ap.add_argument("--shapes-source", type=Path, default=SHAPES_SOURCE, help="the record_shapes trace's seed")
+    ap.add_argument("--shapes-copies", type=int, default=12)
+    ap.add_argument("--only", choices=("generated", "record_shapes"), help="measure one trace, not both")
     ap.add_argument("--gzip", action="store_true", help="also measure a gzipped copy")
     ap.add_argument("--workers", type=int, default=None,
                     help="decoding threads (C reader) or processes (msgspec) (default: lmprof's choice)")
     ap.add_argument("--msgspec", action="store_true", help="turn the C reader off (LMPROF_TRACE_NATIVE=0)")
     ap.add_argument("--repeat", type=int, default=5, help="fresh child processes per variant (median, range)")
-    ap.add_argument("--keep", type=Path, help="write the built trace here and keep it (reused when present)")
+    ap.add_argument("--keep", type=Path, help="write the generated trace here and keep it (reused when present)")
+    ap.add_argument("--keep-shapes", type=Path, help="the same for the record_shapes trace")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child-process mode
     ap.add_argument("--parse", type=Path, help=argparse.SUPPRESS)  # child-process mode: orjson.loads seconds
+    ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)  # child-process mode: SOURCE COPIES OUT
     args = ap.parse_args()
+    if args.build:
+        source, copies, out = args.build
+        print(json.dumps(build_trace(Path(source), int(copies), Path(out), args.gzip)))
+        return
     if args.parse:
         print(parse_seconds(args.parse))
         return
     if args.measure:
         print(json.dumps(measure(args.measure, args.workers)))
         return
+    traces = [("generated", args.source, args.copies, args.keep),
+              ("record_shapes", args.shapes_source, args.shapes_copies, args.keep_shapes)]
+    ratios: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        variants = [("json", args.keep or Path(tmp) / "big.json", False)]
-        if args.gzip:
-            variants.append(("json.gz", Path(tmp) / "big.json.gz", True))
-        print(f"source: {args.source.name} x {args.copies} copies")
-        for label, path, compress in variants:
-            if label == "json" and args.keep is not None and args.keep.exists():
-                print(f"[{label}] reusing {path} ({path.stat().st_size / 1e6:.0f} MB)")
-            else:
-                t0 = time.perf_counter()
-                size, n = build_trace(args.source, args.copies, path, compress)
-                took = time.perf_counter() - t0
-                print(f"[{label}] built {size / 1e6:.0f} MB, {n:,} trace events in {took:.1f} s")
-            cmd = [sys.executable, __file__, "--measure", str(path)]
-            if args.workers is not None:
-                cmd += ["--workers", str(args.workers)]
-            env = dict(os.environ, **({"LMPROF_TRACE_NATIVE": "0"} if args.msgspec else {}))
-            runs = []
-            for _ in range(max(1, args.repeat)):
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            r = runs[0]
-            print(f"[{label}] {r['reader']}, {r['workers']} decoding worker(s); {len(runs)} runs, median (min-max):")
-            for key, unit in (("load_s", "s"), ("analysis_s", "s"), ("total_s", "s"), ("cpu_s", "s"),
-                              ("workers_cpu_s", "s"), ("peak_extra_load_mib", "MiB"), ("peak_extra_total_mib", "MiB"),
-                              ("worker_peak_rss_mib", "MiB"), ("peak_rss_mib", "MiB"),
-                              ("rss_before_load_mib", "MiB")):
-                vals = sorted(x[key] for x in runs)
-                print(f"  {key:<22} {statistics.median(vals):8.2f} {unit:<3} ({vals[0]:.2f}-{vals[-1]:.2f})")
-            print(f"  table {r['table_mib']:.0f} MiB | {r['events']:,} X events, {r['flows']:,} flow events")
-            cli, parse = cli_vs_parse(path, args.repeat, env)
-            ratio = statistics.median(cli) / statistics.median(parse)
-            print(f"[{label}] whole `lmprof analyze --json` process {statistics.median(cli):.2f} s "
-                  f"({min(cli):.2f}-{max(cli):.2f}) vs orjson.loads {statistics.median(parse):.2f} s "
-                  f"({min(parse):.2f}-{max(parse):.2f}), {len(cli)} runs each, medians:")
-            print(f"  analyze / parse        {ratio:8.3f} x   (goal <= 0.20 x: {'met' if ratio <= 0.2 else 'not met'})")
-            from lmprof.analysis.advice import NOISY_SPREAD_MAX_PCT  # the one noise rule (not in --measure)
+        for name, source, copies, keep in traces:
+            if args.only not in (None, name):
+                continue
+            print(f"{name}: {source.name} x {copies} copies")
+            variants = [("json", keep or Path(tmp) / f"{name}.json", False)]
+            if args.gzip:
+                variants.append(("json.gz", Path(tmp) / f"{name}.json.gz", True))
+            for label, path, compress in variants:
+                ratios.append(f"{name} {label}: " + _run_variant(args, source, copies, label, path, compress,
+                                                               reuse=label == "json" and keep is not None))
+    print("peak extra memory: ru_maxrss (peak RSS) after the step minus RSS before loading, in a child")
+    for line in ratios:
+        print(f"analyze / parse, {line}")
 
-            for what, times in (("the analyze runs", cli), ("the orjson.loads runs", parse)):
-                spread = _spread_pct(times)
-                if spread > NOISY_SPREAD_MAX_PCT:
-                    print(f"  noisy: {what} spread {spread:.0f}% ((p90 - p10) / median; lmprof calls a timing noisy "
-                          f"above {NOISY_SPREAD_MAX_PCT:.0f}%): the machine's speed moved meanwhile, so this ratio "
-                          "is no verdict")
-        print("peak extra memory: ru_maxrss (peak RSS) after the step minus RSS before loading, in a child")
+
+def _run_variant(args: argparse.Namespace, source: Path, copies: int, label: str, path: Path, compress: bool,
+                 reuse: bool) -> str:
+    """Build (or reuse) one trace, print its load / analysis figures and its whole-process ratio;
+    returns the ratio's summary line."""
+    if reuse and path.exists():
+        print(f"[{label}] reusing {path} ({path.stat().st_size / 1e6:.0f} MB)")
+    else:
+        # in a child: Linux keeps a process's peak resident size across fork and exec, so building
+        # the trace here (the seed's events as Python objects) would count in every child's peak
+        t0 = time.perf_counter()
+        cmd = [sys.executable, __file__, "--build", str(source), str(copies), str(path)]
+        out = subprocess.run(cmd + (["--gzip"] if compress else []), capture_output=True, text=True, check=True)
+        size, n = json.loads(out.stdout.strip().splitlines()[-1])
+        took = time.perf_counter() - t0
+        print(f"[{label}] built {size / 1e6:.0f} MB, {n:,} trace events in {took:.1f} s")
+    cmd = [sys.executable, __file__, "--measure", str(path)]
+    if args.workers is not None:
+        cmd += ["--workers", str(args.workers)]
+    env = dict(os.environ, **({"LMPROF_TRACE_NATIVE": "0"} if args.msgspec else {}))
+    runs = []
+    for _ in range(max(1, args.repeat)):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    r = runs[0]
+    print(f"[{label}] {r['reader']}, {r['workers']} decoding worker(s); {len(runs)} runs, median (min-max):")
+    for key, unit in (("load_s", "s"), ("analysis_s", "s"), ("total_s", "s"), ("cpu_s", "s"),
+                      ("workers_cpu_s", "s"), ("peak_extra_load_mib", "MiB"), ("peak_extra_total_mib", "MiB"),
+                      ("worker_peak_rss_mib", "MiB"), ("peak_rss_mib", "MiB"), ("rss_before_load_mib", "MiB")):
+        vals = sorted(x[key] for x in runs)
+        print(f"  {key:<22} {statistics.median(vals):8.2f} {unit:<3} ({vals[0]:.2f}-{vals[-1]:.2f})")
+    print(f"  table {r['table_mib']:.0f} MiB | {r['events']:,} X events, {r['flows']:,} flow events, "
+          f"{r['ops_with_shapes']:,} operators with shapes")
+    cli, parse = cli_vs_parse(path, args.repeat, env)
+    ratio = statistics.median(cli) / statistics.median(parse)
+    print(f"[{label}] whole `lmprof analyze --json` process {statistics.median(cli):.2f} s "
+          f"({min(cli):.2f}-{max(cli):.2f}) vs orjson.loads {statistics.median(parse):.2f} s "
+          f"({min(parse):.2f}-{max(parse):.2f}), {len(cli)} runs each, medians:")
+    verdict = f"{ratio:.3f} x   (goal <= 0.20 x: {'met' if ratio <= 0.2 else 'not met'})"
+    print(f"  analyze / parse        {verdict}")
+    from lmprof.analysis.advice import NOISY_SPREAD_MAX_PCT  # the one noise rule (not in --measure)
+
+    for what, times in (("the analyze runs", cli), ("the orjson.loads runs", parse)):
+        spread = _spread_pct(times)
+        if spread > NOISY_SPREAD_MAX_PCT:
+            print(f"  noisy: {what} spread {spread:.0f}% ((p90 - p10) / median; lmprof calls a timing noisy "
+                  f"above {NOISY_SPREAD_MAX_PCT:.0f}%): the machine's speed moved meanwhile, so this ratio "
+                  "is no verdict")
+            verdict += " (noisy)"
+    return verdict
 
 
 if __name__ == "__main__":

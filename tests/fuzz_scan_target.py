@@ -8,7 +8,7 @@ as the msgspec reader, and it never raises.
 from __future__ import annotations
 
 from lmprof.errors import LmprofError
-from lmprof.trace import decode, scan
+from lmprof.trace.kineto import decode, scan
 
 
 def one_input(data: bytes) -> None:

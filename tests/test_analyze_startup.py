@@ -134,7 +134,7 @@ def test_the_heap_is_tuned_only_in_lmprofs_own_analyze_process() -> None:
     process (``main(argv)``, a library call) keeps glibc's defaults. Both give the same table."""
     import platform
 
-    code = ("import sys\nfrom lmprof.trace import heap, load\n"
+    code = ("import sys\nfrom lmprof.trace.kineto import heap, load\n"
             "plain = load.load_trace(sys.argv[1], workers=2)\n"
             "assert not heap._one_arena\n"
             "heap.tune_for_analyze()\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmprof.errors import LmprofError
-from lmprof.trace import scan as scan_mod
+from lmprof.trace.kineto import scan as scan_mod
 from lmprof.trace.load import load_trace
 
 DATA = Path(__file__).parent / "data" / "traces"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fuzz_scan_target import one_input
-from lmprof.trace import scan as scan_mod
+from lmprof.trace.kineto import scan as scan_mod
 from test_trace_attack_differential import BASE, _mutants
 
 pytestmark = pytest.mark.skipif(not scan_mod.NATIVE, reason="the C reader is not built")

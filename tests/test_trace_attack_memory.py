@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lmprof.trace.split import MAX_HELD_BYTES
+from lmprof.trace.kineto.split import MAX_HELD_BYTES
 
 GIB = 1 << 30
 RSS_LIMIT_KB = 1_000_000  # "about 1 GB extra" at most; lmprof analyze's own baseline is ~200 MB

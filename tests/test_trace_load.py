@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import lmprof.trace.load as load_mod
+import lmprof.trace.kineto.load as load_mod
 import lmprof.trace.read as read_mod
-import lmprof.trace.scan as scan_mod
+import lmprof.trace.kineto.scan as scan_mod
 from lmprof.errors import DataError
 from lmprof.trace.load import load_trace
 
@@ -258,7 +258,7 @@ def test_columns_planned_from_the_file_size_hold_every_event(tmp_path, monkeypat
     block (planned from the bytes per event so far). Whether the plan is short (small events first)
     or far too large (large events first), the table is the trace's own events, in time order:
     checked against json.loads and a stable sort by ts."""
-    import lmprof.trace.columns as columns_mod
+    import lmprof.trace.kineto.columns as columns_mod
 
     monkeypatch.setattr(columns_mod, "_FIRST_BLOCK", 16)
     monkeypatch.setattr(read_mod, "READ_BYTES", 400)
@@ -281,7 +281,7 @@ def test_columns_planned_from_the_file_size_hold_every_event(tmp_path, monkeypat
 def test_a_plan_the_address_space_refuses_falls_back_to_doubling(tmp_path, monkeypatch):
     """A gzip trailer can claim 4 GiB for a small file: under a tight ``ulimit -v`` the planned block
     may be refused (MemoryError); the column then grows block by doubling block as before."""
-    import lmprof.trace.columns as columns_mod
+    import lmprof.trace.kineto.columns as columns_mod
 
     monkeypatch.setattr(columns_mod, "_FIRST_BLOCK", 16)
     monkeypatch.setattr(read_mod, "READ_BYTES", 400)

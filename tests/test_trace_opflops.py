@@ -178,8 +178,8 @@ def test_cli_table_on_a_cpu_trace(recorded, capsys) -> None:
 def test_distinct_shapes_are_bounded(tmp_path, monkeypatch) -> None:
     """A trace of all-different shapes cannot grow the table without limit: beyond the cap, new
     shapes are left out with a note, by both readers alike."""
-    import lmprof.trace.columns as columns
-    from lmprof.trace import scan
+    import lmprof.trace.kineto.columns as columns
+    from lmprof.trace.kineto import scan
 
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i, "dur": 1, "pid": 1, "tid": 1,
                "args": {"Input Dims": [[i + 1, 2], [2, 3]], "Input type": ["float", "float"]}} for i in range(50)]
@@ -221,3 +221,40 @@ def test_device_time_is_the_kernels_each_op_launched() -> None:
                         and r["ts"] + r["dur"] <= op["ts"] + op["dur"]):
                     want += kernels.get(r["args"].get("correlation"), 0.0)
         assert row.time_us == pytest.approx(want, abs=1e-6), row.name
+
+
+def test_real_trace_op_flops_equal_a_hand_count(monkeypatch) -> None:
+    """On a real record_shapes trace (HTA's, recorded on GPUs), by both readers: ``ops_with_shapes``
+    is the number of raw operator events with an "Input Dims" list of at most 64 inputs (beyond, the
+    documented bound: 7 events here, with up to 300), and every fp32 mm / addmm / bmm
+    row has as many calls as raw events of that name, shapes and dtypes, 2·m·k·n FLOPs (times the
+    batch) and 4 bytes per element of its tensor inputs and output, all computed here from the JSON."""
+    import gzip
+    from pathlib import Path
+
+    from lmprof.trace.kineto import scan
+
+    path = Path(__file__).parent / "data" / "traces" / "gpu_2rank_rank0.json.gz"
+    ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") == "cpu_op" and isinstance(e.get("args", {}).get("Input Dims"), list)
+           and len(e["args"]["Input Dims"]) <= 64]
+    for native in (True, False):
+        monkeypatch.setattr(scan, "NATIVE", native and scan._scan is not None)
+        rep = op_flops(load_trace(path, workers=1), top=10_000)
+        assert rep is not None and rep.ops_with_shapes == len(ops)
+        checked = 0
+        for r in rep.rows:
+            if r.name not in ("aten::mm", "aten::addmm", "aten::bmm") or r.dtype != "fp32":
+                continue
+            dims = json.loads(r.shapes)
+            calls = [e for e in ops if e["name"] == r.name and e["args"]["Input Dims"] == dims
+                     and all(t in ("float", "Scalar") for t in e["args"]["Input type"])]
+            a, b = (dims[1], dims[2]) if r.name == "aten::addmm" else (dims[0], dims[1])
+            batch = a[0] if r.name == "aten::bmm" else 1
+            m, k, n = a[-2], a[-1], b[-1]
+            assert r.count == len(calls) > 0
+            assert r.flops == 2 * batch * m * k * n
+            inputs = sum(math.prod(d) for d in dims if d)  # the Scalars are []
+            assert r.bytes == 4 * (inputs + batch * m * n)
+            checked += 1
+        assert checked >= 10

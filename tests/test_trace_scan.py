@@ -1,4 +1,4 @@
-"""The compiled event reader (lmprof.trace._scan) against the msgspec decoder it stands in for.
+"""The compiled event reader (lmprof.trace.kineto._scan) against the msgspec decoder it stands in for.
 
 The C reader is a fast path: for every list it accepts, its Chunk must equal the msgspec path's
 (decode.decode_chunk) exactly; everything else it must refuse. Checked chunk by chunk on every real
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmprof.trace import decode as dec
-from lmprof.trace import scan
-from lmprof.trace.columns import hw_frame
-from lmprof.trace.load import _split
+from lmprof.trace.kineto import decode as dec
+from lmprof.trace.kineto import scan
+from lmprof.trace.kineto.columns import hw_frame
+from lmprof.trace.kineto.load import _split
 
 DATA = Path(__file__).parent / "data" / "traces"
 native = pytest.mark.skipif(scan._scan is None, reason="the C reader is not built (no compiler at install)")
@@ -32,7 +32,8 @@ def _view(ch: dec.Chunk) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n_raw": ch.n_raw, "skipped": ch.skipped, "repaired": ch.repaired_utf8, "problem": ch.first_problem,
         "out_of_range": dict(sorted(ch.out_of_range.items())), "comms": (ch.comm_rows, ch.comm_values),
-        "memory": ch.memory, "shapes": (ch.shape_rows, ch.shape_values),
+        "memory": ch.memory,
+        "shapes": (ch.shape_rows.tolist(), [ch.shape_values[c] for c in ch.shape_codes.tolist()]),
     }  # fmt: skip
     for key, table, coded in (("x", ch.x, ch.x_coded), ("fl", ch.fl, ch.fl_coded)):
         cols: dict[str, Any] = {}
@@ -65,7 +66,7 @@ def test_the_reader_is_built_where_a_compiler_is():
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None or not Path(sysconfig.get_paths()["include"], "Python.h").exists():
         pytest.skip(f"no C compiler ({cc}) or Python headers here: traces are read by msgspec alone")
-    assert scan._scan is not None, "lmprof.trace._scan is missing or stale: rerun `make setup`"
+    assert scan._scan is not None, "lmprof.trace.kineto._scan is missing or stale: rerun `make setup`"
     assert scan.NATIVE or scan.os.environ.get("LMPROF_TRACE_NATIVE") == "0"
 
 
@@ -301,24 +302,36 @@ def test_escaped_names_decode_like_msgspec():
 
 @native
 def test_input_shapes_are_read_where_an_args_key_says_so():
-    """The C reader notes an "Input Dims" args key while it scans (no search of the buffer holding the
-    GIL): shapes equal msgspec's whether the key is in an operator's args, only in a name or a string
-    value, or in the args of an event that is no operator."""
+    """The C reader takes "Input Dims" and "Input type" as args keys and hands over each distinct raw
+    value once: shapes equal msgspec's whether the key is in an operator's args, only in a name or a
+    string value, or in the args of an event that is no operator; a null or absent "Input type" is
+    no dtypes, a null "Input Dims" no shapes; equal shapes written with other spacing share a code."""
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2,
           "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
     as_name = {"ph": "X", "cat": "cpu_op", "name": '"Input Dims"', "ts": 3, "dur": 1, "args": {"note": '"Input Dims"'}}
     elsewhere = {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 5, "args": {"Input Dims": [[1]]}}
-    for events, shapes in (([op], 1), ([as_name], 0), ([as_name, elsewhere], 0), ([as_name, op], 1)):
+    kernel = {**op, "cat": "kernel"}
+    no_types = {**op, "args": {"Input Dims": [[2, 3], [3, 4]]}}
+    null_types = {**op, "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": None}}
+    null_dims = {**op, "args": {"Input Dims": None, "Input type": ["float"]}}
+    for events, shapes in (([op], 1), ([as_name], 0), ([as_name, elsewhere], 0), ([as_name, op], 1), ([kernel], 0),
+                           ([op, no_types, null_types, null_dims, op], 4)):
         raw = json.dumps(events).encode()
         assert _same_or_refused(raw), events
         ch = scan.scan_chunk(raw)
         assert ch is not None and len(ch.shape_rows) == shapes, events
+    spaced = b'[' + json.dumps(op).encode() + b', ' + json.dumps(op, separators=(",", ":")).encode() + b']'
+    assert _same_or_refused(spaced)
+    ch = scan.scan_chunk(spaced)
+    assert ch is not None and ch.shape_codes.tolist() == [0, 0]
+    assert ch.shape_values == [(((2, 3), (3, 4)), ("float", "float"))]
 
 
-# Keys one byte away from those the reader takes whole or looks up by length and first byte
+# Keys one byte away from those the reader takes whole or looks up by length and last byte
 _LOOKALIKE_KEYS = ["p", "phx", "Ph", "nam", "names", "nme", "pidd", "tsx", "t", "du", "durr", "i", "args2", "arg",
                    "cat ", " cat"]  # fmt: skip
-_LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E"]
+_LOOKALIKE_ARGS = ["stroam", "devicx", "External ic", "Ext", "correlatioN", "Input Dimz", "bytez", "b", "E",
+                   "Input typo", "input type", "Input Dim", "Input types", "xnput Dims", "Input Dimss", "s", "e"]
 _SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t"), (", ", ":  ")]
 
 
@@ -326,7 +339,7 @@ _SEPARATORS = [(", ", ": "), (",", ":"), (" , ", " : "), (",\n", ":\n\t"), (", "
 @pytest.mark.parametrize("seed", range(3))
 def test_keys_taken_whole_are_exactly_the_keys(seed):
     """The reader takes a key whole when its bytes match the key that followed the previous one last
-    time (one word compared), and looks args keys up by length and first byte. Keys in shuffled
+    time (one word compared), and looks args keys up by length and last byte. Keys in shuffled
     orders, lookalike keys one byte off, odd spacing, and events cut short right after a key: equal
     to msgspec wherever the reader accepts, and most lists accepted."""
     rng = random.Random(seed)
@@ -334,9 +347,12 @@ def test_keys_taken_whole_are_exactly_the_keys(seed):
     for _ in range(400):
         events = []
         for _ in range(rng.randrange(1, 12)):
-            e: dict[str, Any] = {"ph": "X", "name": rng.choice(["a", "ab", "aten::mm", "k" * 9]), "cat": "kernel",
+            e: dict[str, Any] = {"ph": "X", "name": rng.choice(["a", "ab", "aten::mm", "k" * 9]),
+                                 "cat": rng.choice(["kernel", "cpu_op"]),
                                  "pid": rng.randrange(5), "tid": 7, "ts": rng.randrange(10**16) / 10,
                                  "dur": 1.5, "args": {"External id": 3, "Ev Idx": 4, "stream": 7, "bytes": 8}}
+            if rng.random() < 0.5:
+                e["args"].update({"Input Dims": [[2, 3], [3, rng.randrange(1, 4)]], "Input type": ["float", "float"]})
             for _ in range(rng.randrange(3)):
                 e[rng.choice(_LOOKALIKE_KEYS)] = rng.choice([1, "x", None, [2]])
             for _ in range(rng.randrange(3)):
@@ -378,3 +394,22 @@ def test_a_name_at_the_end_of_the_buffer_has_the_same_code():
                          separators=(",", ":")).encode()
         got = scan.scan_chunk(raw)
         assert got is not None and got.names == [name] and got.x["name"].tolist() == [0, 0], name
+
+
+def test_decoded_shapes_are_kept_within_bounds() -> None:
+    """Each distinct shape text is decoded once and kept, but a hostile file cannot grow the cache:
+    long texts are decoded without being kept, and the cache holds a bounded number of pairs; a
+    shape that does not decode (invalid UTF-8, which msgspec does not check in a raw value) is no
+    shape, and the event stays."""
+    dec._parse_shapes_cached.cache_clear()
+    assert dec.parse_shapes(b"[[2, 3]]", b'["float"]') == (((2, 3),), ("float",))
+    assert dec.parse_shapes(b"[[2, 3]]", b'["float"]') is dec.parse_shapes(b"[[2, 3]]", b'["float"]')
+    long = b"[" + b",".join([b"[1]"] * 700) + b"]"  # over the bytes kept (and over MAX_INPUTS)
+    assert len(long) > dec._CACHED_RAW and dec.parse_shapes(long, None) is None
+    assert dec._parse_shapes_cached.cache_info().currsize == 1
+    assert dec._parse_shapes_cached.cache_info().maxsize == dec._CACHED <= 4096
+    assert dec.parse_shapes(b'[["\xff"]]', None) is None
+    raw = b'[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "args": {"Input Dims": [["\xff"]]}}]'
+    ch = dec.decode_chunk(raw, exact=True)
+    assert len(ch.x["ts"]) == 1 and ch.skipped == 0 and ch.shape_rows.size == 0
+    assert scan.scan_chunk(raw) is None  # the C reader refuses invalid UTF-8: msgspec decides

@@ -26,10 +26,19 @@ def run_analyze(
     seq_len: int | None = None,
     workers: int | None = None,
     ray: str | None = None,
+    sort: str = "inclusive",
     echo: Callable[[str], Any],
 ) -> None:
     """Analyse the trace(s) at ``path`` and print the report (JSON with ``json_out``); ``echo``
-    prints one line (``typer.echo`` from the typer command). ``ray``: "local" or a Ray address."""
+    prints one line (``typer.echo`` from the typer command). ``ray``: "local" or a Ray address.
+    ``sort``: how the memory table is ranked (a key of :data:`lmprof.trace.opmemory.SORTS`; the JSON
+    holds every ranking)."""
+    from lmprof.trace.opmemory import SORTS
+
+    if sort not in SORTS:
+        from lmprof.errors import ConfigError
+
+        raise ConfigError(f"--sort {sort!r}: use one of {', '.join(SORTS)}")
     # heavy imports here, so `lmprof --help` stays fast
     if path.is_file():
         from lmprof.trace.read import looks_like_snapshot
@@ -86,7 +95,7 @@ def run_analyze(
         return
     from lmprof.show.analyze_view import render
 
-    render(report, rooflines=rooflines, block_flops=flops)
+    render(report, rooflines=rooflines, block_flops=flops, memory_sort=sort)
     if added is not None:
         echo(f"annotated trace written to {annotate} ({added:,} lmprof events added; open it in Perfetto)")
     if export is not None:

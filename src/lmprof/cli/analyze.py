@@ -86,6 +86,13 @@ def analyze(
         "...; `lmprof roofline --list-devices`). Default: the trace's deviceProperties name, when known.",
         show_default=False,
     ),
+    sort: str = typer.Option(
+        "inclusive",
+        "--sort",
+        help="Rank the memory table of a profile_memory=True trace by inclusive bytes (an operator's and "
+        "everything it called, as torch's cpu_memory_usage) or self bytes (what it allocated itself): "
+        "inclusive or self. --json holds both rankings (memory.top, memory.top_self).",
+    ),
 ) -> None:
     """Analyse a torch.profiler trace or an Nsight Systems export: device time, idle causes, launches,
     top kernels/ops, blocks, ranks.
@@ -96,4 +103,4 @@ def analyze(
     # the work is in a module without typer, which the fast path of lmprof.cli.main calls too
     run_analyze(path, json_out=json_out, top=top, export=export, diff=diff, include_last_step=include_last_step,
                 annotate=annotate, device=device, blocks=blocks, model=model, batch=batch, seq_len=seq_len,
-                workers=workers, ray=ray_address or ("local" if ray else None), echo=typer.echo)
+                workers=workers, ray=ray_address or ("local" if ray else None), sort=sort, echo=typer.echo)

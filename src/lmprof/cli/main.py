@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         # cores that spin is taken from the trace reader. A user's own setting is kept.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         if argv is None:
-            from lmprof.trace.heap import tune_for_analyze
+            from lmprof.trace.kineto.heap import tune_for_analyze
 
             tune_for_analyze()
     fast = fast_analyze_args(args)

@@ -28,10 +28,12 @@ def render(
     console: Console | None = None,
     rooflines: list[OpRoofline | None] | None = None,
     block_flops: list[BlockFlops | None] | None = None,
+    memory_sort: str = "inclusive",
 ) -> None:
     """Print the report as tables; several traces get a rank comparison first. ``rooflines``: each
     trace's per-op roofline (:func:`lmprof.analysis.op_roofline.op_roofline`), when a device is known;
-    ``block_flops``: each trace's FLOPs per block (``--model``)."""
+    ``block_flops``: each trace's FLOPs per block (``--model``); ``memory_sort``: the memory table's
+    ranking, "inclusive" or "self" (see lmprof.trace.opmemory)."""
     con = console or Console(highlight=False)
     for note in report.notes:
         con.print(f"note: {escape(note)}")
@@ -45,7 +47,7 @@ def render(
         return
     for i, tr in enumerate(report.traces):
         _trace(con, tr, rooflines[i] if rooflines and i < len(rooflines) else None,
-               block_flops[i] if block_flops and i < len(block_flops) else None)
+               block_flops[i] if block_flops and i < len(block_flops) else None, memory_sort)
 
 
 def short_name(name: str, limit: int = _MAX_NAME) -> str:
@@ -91,7 +93,8 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
-def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None, flops: BlockFlops | None = None) -> None:
+def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None, flops: BlockFlops | None = None,
+           memory_sort: str = "inclusive") -> None:
     rank = "" if tr.rank is None else f"rank {tr.rank}, "  # a single-process trace has none: no "rank ?"
     rank += "" if tr.cycle is None else f"cycle {tr.cycle}, "
     con.print(
@@ -109,7 +112,7 @@ def _trace(con: Console, tr: TraceReport, roof: OpRoofline | None = None, flops:
     _op_flops(con, tr, roof)
     _annotations(con, tr.annotations, "annotation")
     _annotations(con, tr.modules, "module")
-    _memory(con, tr)
+    _memory(con, tr, memory_sort)
     _steps(con, tr)
     _phases(con, tr)
     _critical(con, tr)
@@ -355,29 +358,31 @@ def _annotations(con: Console, an: Annotations | None, what: str) -> None:
         con.print(f"{len(an.rows) - _MAX_ROWS} more {what} rows with --json")
 
 
-def _memory(con: Console, tr: TraceReport) -> None:
+def _memory(con: Console, tr: TraceReport, sort: str) -> None:
     mem = tr.memory
     if mem is None:
         return
+    rows, other = (mem.top_self, "inclusive") if sort == "self" else (mem.top, "self")
     for d in mem.devices:
         reserved = "" if d.peak_reserved_bytes is None else f", reserved peak {_bytes(d.peak_reserved_bytes)}"
         con.print(
             f"memory {d.device}: peak allocated {_bytes(d.peak_allocated_bytes)} at {fmt_us(d.peak_at_us)}{reserved}; "
             f"{_bytes(d.allocated_bytes)} allocated, {_bytes(d.freed_bytes)} freed in {d.events:,} events"
         )
-    device = any(r.device_bytes or r.self_device_bytes for r in mem.top)
-    tab = Table(title="Memory by operator / annotation (net: allocated minus freed)",
+    device = any(r.device_bytes or r.self_device_bytes for r in rows)
+    tab = Table(title=f"Memory by operator / annotation, by {sort} bytes (net: allocated minus freed)",
                 title_justify="left")  # fmt: skip
-    cols = ["name", "count", "self cpu", "cpu", "allocated", "freed"] + (["self device", "device"] if device else [])
+    cols = ["name", "count", "self cpu", "cpu incl.", "allocated", "freed"] + (["self device", "device incl."] if device else [])
     for col in cols:
         _column(tab, col, name=col == "name")
-    for r in mem.top:
+    for r in rows:
         cells: list[str | Text] = [_cell(short_name(r.name)), f"{r.count:,}", _sbytes(r.self_cpu_bytes), _sbytes(r.cpu_bytes),
                  _bytes(r.cpu_allocated_bytes), _bytes(r.cpu_freed_bytes)]  # fmt: skip
         if device:
             cells += [_sbytes(r.self_device_bytes), _sbytes(r.device_bytes)]
         tab.add_row(*cells)
     con.print(tab)
+    con.print(f"incl.: the operator's and everything it called; self: its own. By {other} bytes: --sort {other}")
 
 
 def _cell(name: str) -> Text:

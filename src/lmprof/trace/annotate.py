@@ -34,7 +34,7 @@ from lmprof.trace.annotations import dead_windows
 from lmprof.trace.load import TraceTable, load_trace
 from lmprof.trace.read import open_stream
 from lmprof.trace.records import as_dict
-from lmprof.trace.split import Splitter
+from lmprof.trace.kineto.split import Splitter
 from lmprof.trace.steps import profiler_steps
 from lmprof.trace.timeline import GAP_CAUSES, idle_gaps, select_device
 

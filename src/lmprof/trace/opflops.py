@@ -257,21 +257,23 @@ def op_flops(table: TraceTable, top: int = 10) -> OpFlops | None:
     sh = table.shape_cols
     if sh.empty:
         return None
-    codes = table.event_cols["name"]
-    cats = table.event_cols.labels("name")
+    names = table.event_cols.labels("name")
     rows = sh["row"]
-    costs: dict[tuple[int, Any, Any], OpCost | None] = {}  # one formula per distinct (name, shapes)
-    keys: list[tuple[int, Any, Any]] = []
-    for r, d, ty in zip(rows.tolist(), sh["dims"].tolist(), sh["types"].tolist()):
-        key = (int(codes[r]), d, ty)
-        if key not in costs:
-            costs[key] = op_cost(str(cats[key[0]]), d, ty)
-        keys.append(key)
-    hit = np.array([costs[k] is not None for k in keys], dtype=bool)
+    # one formula per distinct (name, shapes): a key per call, numbered by first call (as a dict
+    # filled call by call would be, so the rows of equal time keep that order)
+    name_codes = table.event_cols["name"][rows].astype(np.int64)
+    keys = name_codes * (int(sh["shape"].max()) + 1) + sh["shape"]
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    group = rank[inverse.reshape(-1)]  # each call's key, numbered by first call
+    firsts = first[by_first].tolist()
+    costs = [op_cost(str(names[name_codes[i]]), sh["dims"][i], sh["types"][i]) for i in firsts]
+    hit = np.array([c is not None for c in costs], dtype=bool)[group]
     if not hit.any():
         return OpFlops("cpu", len(rows), 0, 0, 0, 0.0, [])
     counted = rows[hit]
-    ckeys = [k for k, h in zip(keys, hit.tolist()) if h]
     device = _device_time(table, counted)
     source = "cpu" if device is None else "device"
     times = table.event_cols["dur"][counted] if device is None else device[counted]
@@ -287,14 +289,16 @@ def op_flops(table: TraceTable, top: int = 10) -> OpFlops | None:
             break
         nested |= live & is_counted[np.where(live, cur, 0)]
         cur = np.where(live, parent[np.where(live, cur, 0)], -1)
-    groups: dict[tuple[int, Any, Any], list[int]] = {}
-    for i, k in enumerate(ckeys):
-        groups.setdefault(k, []).append(i)
+    # the counted calls of each key, in call order, keys by first call
+    cgroup = group[hit]
+    order = np.argsort(cgroup, kind="stable")
+    starts = np.flatnonzero(np.r_[True, cgroup[order][1:] != cgroup[order][:-1]])
     out: list[OpFlopsRow] = []
     total_flops = total_bytes = 0
     total_time = 0.0
-    for k, idx in groups.items():
-        c = costs[k]
+    for idx in np.split(order, starts[1:]):
+        g = int(cgroup[idx[0]])
+        c = costs[g]
         assert c is not None
         n = len(idx)
         t = float(times[idx].sum())
@@ -305,8 +309,10 @@ def op_flops(table: TraceTable, top: int = 10) -> OpFlops | None:
             total_bytes += (c.bytes or 0) * outer
             total_time += float(times[idx][~nested[idx]].sum())
         secs = t * 1e-6
+        i = firsts[g]
         out.append(OpFlopsRow(
-            name=str(cats[k[0]]), shapes=_shape_text(k[1]), dtype=c.dtype, count=n, flops=c.flops, bytes=c.bytes,
+            name=str(names[name_codes[i]]), shapes=_shape_text(sh["dims"][i]), dtype=c.dtype, count=n, flops=c.flops,
+            bytes=c.bytes,
             time_us=t,
             achieved_flops_per_s=c.flops * n / secs if secs > 0 else None,
             achieved_bytes_per_s=c.bytes * n / secs if secs > 0 and c.bytes is not None else None,

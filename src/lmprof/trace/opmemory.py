@@ -7,6 +7,11 @@ minus those of the host events directly inside it. Like torch, an event that is 
 inside one of the same name (``aten::sum`` calling ``aten::sum``) is merged into it: not counted,
 its children become its parent's. CPU bytes are the CPU, MKLDNN and IDEEP
 allocators'; device bytes CUDA's, HIP's and PrivateUse1's. Rows sum over the events of one name.
+
+Rows are ranked two ways, both kept: by inclusive bytes (``top``, as torch's table sorted by
+``cpu_memory_usage``, the default of ``lmprof analyze``) and by self bytes (``top_self``, where each
+byte is on the one operator that allocated it: ``aten::empty`` rather than the ``aten::randn`` that
+called it). ``lmprof analyze --sort self`` shows the second.
 """
 from __future__ import annotations
 
@@ -61,7 +66,13 @@ class MemoryReport(Record, frozen=True):
     events: int  # allocator events
     outside_bytes: int  # net CPU bytes of allocator events outside every host event (torch's "[memory]" row)
     devices: list[MemoryDevice]
-    top: list[MemoryOpRow]  # by self CPU + device bytes allocated, largest first
+    top: list[MemoryOpRow]  # by inclusive CPU + device bytes (net), largest first (see SORTS)
+    top_self: list[MemoryOpRow]  # by self CPU + device bytes (net), largest first
+
+
+# how rows may be ranked: by the bytes of (CPU, device) that each key names; ties by CPU bytes
+# allocated, then by first appearance
+SORTS = {"inclusive": ("cpu", "device"), "self": ("self_cpu", "self_device")}
 
 
 def per_event_bytes(table: TraceTable) -> dict[str, np.ndarray]:
@@ -124,22 +135,24 @@ def memory_report(table: TraceTable, top: int = 10) -> MemoryReport | None:
     per = per_event_bytes(table)
     named = (kinds.op_mask(table) | kinds.annotation_mask(table)) & per.pop("kept")
     rows = np.flatnonzero(named)
-    # per name, in order of first appearance; then by self bytes, then CPU bytes allocated (stable)
+    # per name, in order of first appearance; then ranked each way of SORTS (stable)
     uniq, g = groups.group_by(ev["name"][rows], sort=False)
     count = groups.group_sizes(g, len(uniq))
     sums = {k: groups.group_isum(g, len(uniq), v[rows]) for k, v in per.items()}
-    rank = np.maximum(sums["self_cpu"], 0) + np.maximum(sums["self_device"], 0)
-    best = np.lexsort((-sums["alloc_cpu"], -rank))[:top]
     cats = ev.labels("name")
-    out = [
-        MemoryOpRow(
-            name=str(cats[int(uniq[i])]) if uniq[i] >= 0 else "", count=int(count[i]), cpu_bytes=int(sums["cpu"][i]),
-            self_cpu_bytes=int(sums["self_cpu"][i]), cpu_allocated_bytes=int(sums["alloc_cpu"][i]),
-            cpu_freed_bytes=int(sums["free_cpu"][i]), device_bytes=int(sums["device"][i]),
-            self_device_bytes=int(sums["self_device"][i]),
-        )  # fmt: skip
-        for i in best.tolist()
-    ]
+
+    def ranked(cpu: str, device: str) -> list[MemoryOpRow]:
+        rank = np.maximum(sums[cpu], 0) + np.maximum(sums[device], 0)
+        return [
+            MemoryOpRow(
+                name=str(cats[int(uniq[i])]) if uniq[i] >= 0 else "", count=int(count[i]),
+                cpu_bytes=int(sums["cpu"][i]), self_cpu_bytes=int(sums["self_cpu"][i]),
+                cpu_allocated_bytes=int(sums["alloc_cpu"][i]), cpu_freed_bytes=int(sums["free_cpu"][i]),
+                device_bytes=int(sums["device"][i]), self_device_bytes=int(sums["self_device"][i]),
+            )  # fmt: skip
+            for i in np.lexsort((-sums["alloc_cpu"], -rank))[:top].tolist()
+        ]
+
     # allocator events inside no host event at all (torch lists them as a "[memory]" row)
     host = kinds.host_mask(table)
     ts = ev["ts"][host]
@@ -147,7 +160,8 @@ def memory_report(table: TraceTable, top: int = 10) -> MemoryReport | None:
     inside = _covered(mem["ts"], ts, end)
     cpu = np.isin(mem["device_type"], CPU_TYPES)
     outside = int(mem["bytes"][cpu & ~inside].sum())
-    return MemoryReport(events=len(mem), outside_bytes=outside, devices=_devices(mem), top=out)
+    return MemoryReport(events=len(mem), outside_bytes=outside, devices=_devices(mem),
+                        top=ranked(*SORTS["inclusive"]), top_self=ranked(*SORTS["self"]))
 
 
 def _covered(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

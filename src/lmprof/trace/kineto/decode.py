@@ -1,13 +1,15 @@
 """Decoding one run of trace events (a JSON list) into columns: a pure function of its bytes.
 
-msgspec decodes the events into small typed structs (:class:`_Event`, :class:`_Args`); complete
+msgspec decodes the events into small typed structs (``_Event``, ``Args``: built from the fields
+of :mod:`lmprof.trace.kineto.schema`); complete
 (``ph: X``) events, flow events and the allocator's ``[memory]`` instants then become numpy columns
 with names, categories and text ids coded locally (:class:`Chunk`). Because a chunk depends on
 nothing else, chunks can be decoded in worker processes and merged in file order
-(:mod:`lmprof.trace.columns`). An event that cannot be read costs only itself (:func:`decode_chunk`).
+(:mod:`lmprof.trace.kineto.columns`). An event that cannot be read costs only itself (:func:`decode_chunk`).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable
@@ -15,73 +17,42 @@ from typing import Any, Callable
 import msgspec
 import numpy as np
 
-from lmprof.trace.split import list_items
-
-class Args(msgspec.Struct, gc=False):
-    """The args an event may carry that lmprof reads (others are skipped by the decoder)."""
-
-    correlation: int | str | None = -1
-    external_id: int | str | None = msgspec.field(default=-1, name="External id")
-    seq: int | str | None = msgspec.field(default=-1, name="Sequence number")
-    stream: int | str | None = -1
-    device: int | str | None = -1
-    # collective parameters (record_param_comms, and NCCL kernels in newer traces); Any: an odd
-    # value here must never cost the event
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    coll_seq: Any = msgspec.field(default=None, name="Seq")
-    # what CUPTI reports per kernel / memcpy (kernel resources and the copy's size)
-    registers: Any = msgspec.field(default=None, name="registers per thread")
-    shared_memory: Any = msgspec.field(default=None, name="shared memory")
-    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
-    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
-    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-    nbytes: Any = msgspec.field(default=None, name="bytes")
-    # allocator events ("[memory]" instants of profile_memory=True)
-    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
-    addr: Any = msgspec.field(default=None, name="Addr")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    ev_idx: Any = msgspec.field(default=None, name="Ev Idx")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-    # operator input shapes and dtypes (record_shapes=True); kept for operator events only
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_types: Any = msgspec.field(default=None, name="Input type")
+from lmprof.trace.kineto import schema
+from lmprof.trace.kineto.split import list_items
 
 
-class Shapes(msgspec.Struct, gc=False):
-    """Just the shape args of an operator event: what the C reader's caller decodes (scan.py)."""
-
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_types: Any = msgspec.field(default=None, name="Input type")
+def _arg(f: schema.Field, kind: Any, default: Any) -> tuple[str, Any, Any]:
+    return f.name, kind, msgspec.field(default=default, name=f.key)
 
 
+# The args an event may carry that lmprof reads (others are skipped by the decoder), built from the
+# schema: ids as int | str | None (-1 when absent); kernel resources, collective parameters and
+# allocator fields as Any (an odd value there must never cost the event); the shapes as their raw
+# JSON (each distinct one is decoded once, parse_shapes).
+Args: Any = msgspec.defstruct(
+    "Args",
+    [_arg(f, int | str | None, -1) for f in schema.ID_ARGS]
+    + [_arg(f, Any, None) for f in schema.NUMBER_ARGS + schema.COMM_ARGS + schema.MEMORY_ARGS]
+    + [_arg(f, msgspec.Raw, msgspec.Raw()) for f in schema.SHAPE_ARGS],
+    gc=False,
+    module=__name__,
+)
 NO_ARGS = Args()
-COMM_FIELDS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "coll_seq")
-HW_FIELDS = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")
-_MEM_FIELDS = ("device_type", "device_id", "mem_bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
+COMM_FIELDS = tuple(f.name for f in schema.COMM_ARGS)
+HW_FIELDS = tuple(f.name for f in schema.NUMBER_ARGS)
+_MEM_FIELDS = tuple(f.name for f in schema.MEMORY_ARGS)
+_DIMS, _TYPES = (attrgetter(f.name) for f in schema.SHAPE_ARGS)
 _MEMORY_EVENT = "[memory]"
 _INSTANT_PHASES = ("i", "I")
 _FLOW_PHASES = ("s", "t", "f")
 
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    name: str | int | float | None = ""
-    cat: str | None = ""
-    pid: int | str | None = 0
-    tid: int | str | None = 0
-    ts: float | str | None = 0.0
-    dur: float | str | None = 0.0
-    id: int | str | None = -1
-    args: Args | None = None
-
-
+# One trace event (its top-level keys: schema.EVENT_FIELDS, "args" the struct above).
+_Event: Any = msgspec.defstruct(
+    "_Event",
+    [(f.key, Args | None if f.key == "args" else f.types, f.default) for f in schema.EVENT_FIELDS],
+    gc=False,
+    module=__name__,
+)
 EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 # What a decoder raises on input it cannot read: bad JSON or types, invalid UTF-8 in a string, and
@@ -89,10 +60,10 @@ _EVENT_DECODER = msgspec.json.Decoder(_Event)
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 MAX_INT = 2**63
 
-_get = {k: attrgetter(k) for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")}
-ARG_COLUMNS = ("correlation", "external_id", "seq", "stream", "device")  # args kept as int64 columns
+_get = {k: attrgetter(k) for k in schema.EVENT_KEYS}
+ARG_COLUMNS = tuple(f.name for f in schema.ID_ARGS)  # args kept as int64 columns
 _get_arg = {k: attrgetter(k) for k in ARG_COLUMNS}
-_get_collective = attrgetter("collective")
+_get_collective = attrgetter(schema.COMM_ARGS[0].name)
 _get_comm_fields = attrgetter(*COMM_FIELDS)
 _get_mem_fields = attrgetter(*_MEM_FIELDS)
 _HW_GETTERS = {f: attrgetter(f) for f in HW_FIELDS}
@@ -141,8 +112,11 @@ class Chunk:
     fl_coded: dict[str, Coded] = field(default_factory=dict)
     comm_rows: list[int] = field(default_factory=list)  # complete-event rows with collective parameters
     comm_values: list[tuple[Any, ...]] = field(default_factory=list)
-    shape_rows: list[int] = field(default_factory=list)  # operator rows with input shapes
-    shape_values: list[tuple[Any, Any]] = field(default_factory=list)  # (dims, types), see shape_fields
+    # operator rows with input shapes, and the code of each one's (dims, types) in shape_values (the
+    # distinct ones, in order of first appearance; see shape_fields)
+    shape_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    shape_codes: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    shape_values: list[tuple[Any, Any]] = field(default_factory=list)
     hw_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     hw_cols: dict[str, np.ndarray] = field(default_factory=dict)  # float64, see hw_values
     memory: list[tuple[Any, ...]] = field(default_factory=list)  # [memory] events: ts, pid, tid + _MEM_FIELDS
@@ -188,7 +162,7 @@ def decode_chunk(payload: bytes | memoryview, exact: bool) -> Chunk:
     return ch
 
 
-def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: dict[Any, int]) -> None:
+def _complete_columns(ch: Chunk, xs: list[Any], names: dict[Any, int], cats: dict[Any, int]) -> None:
     name_codes = _codes(names, list(map(_get["name"], xs)))
     cat_codes = _codes(cats, list(map(_get["cat"], xs)))
     args = list(map(_get["args"], xs))
@@ -208,7 +182,7 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
     # sparse args: only events that can carry them are looked at (by name / category code)
     comm_codes = [c for n, c in names.items() if may_carry_comms(n)]
     for i in np.flatnonzero(np.isin(name_codes, comm_codes)).tolist():
-        if args[i].collective is not None:
+        if carries_comms(args[i]):
             ch.comm_rows.append(i)
             ch.comm_values.append(comm_fields(args[i]))
     device_codes = [c for k, c in cats.items() if isinstance(k, str) and k.lower() in HW_CATS]
@@ -216,8 +190,17 @@ def _complete_columns(ch: Chunk, xs: list[_Event], names: dict[Any, int], cats: 
     ch.hw_rows = dev_idx.astype(np.int64)
     dev_args = [args[i] for i in dev_idx.tolist()]
     ch.hw_cols = hw_columns(dev_args)
-    op_rows = np.flatnonzero(np.isin(cat_codes, shape_cat_codes(list(cats)))).tolist()
-    add_shapes(ch, op_rows, [args[i] for i in op_rows])
+    raw_pairs: dict[tuple[bytes, bytes | None], int] = {}
+    rows, pairs = [], []
+    for i in np.flatnonzero(np.isin(cat_codes, shape_cat_codes(list(cats)))).tolist():
+        dims = bytes(_DIMS(args[i]))
+        if dims and dims != b"null":  # absent or null: no shapes
+            types = bytes(_TYPES(args[i]))
+            rows.append(i)
+            pairs.append(raw_pairs.setdefault((dims, types if types and types != b"null" else None), len(raw_pairs)))
+    if rows:
+        keys = list(raw_pairs)
+        add_shapes(ch, np.array(rows, dtype=np.int64), np.array(pairs, dtype=np.int64), keys.__getitem__)
 
 
 def shape_cat_codes(cats: list[Any]) -> list[int]:
@@ -225,14 +208,55 @@ def shape_cat_codes(cats: list[Any]) -> list[int]:
     return [c for c, k in enumerate(cats) if isinstance(k, str) and k.lower() in SHAPE_CATS]
 
 
-def add_shapes(ch: Chunk, rows: list[int], args: list[Any]) -> None:
-    """Keep the input shapes of the operator rows that have them (``args``: Args or Shapes, same fields)."""
-    for i, a in zip(rows, args):
-        if a is not None and a.input_dims is not None:
-            got = shape_fields(a.input_dims, a.input_types)
-            if got is not None:
-                ch.shape_rows.append(i)
-                ch.shape_values.append(got)
+def add_shapes(
+    ch: Chunk, rows: np.ndarray, pairs: np.ndarray, raw: Callable[[int], tuple[bytes, bytes | None]]
+) -> None:
+    """Keep the input shapes of operator ``rows``: row i's ``"Input Dims"`` and ``"Input type"`` are
+    the raw JSON ``raw(pairs[i])`` (types None when absent). Each distinct pair is decoded once
+    (:func:`parse_shapes`), and equal shapes get one code, numbered in order of first appearance:
+    both readers call this, so they give the same codes."""
+    if not rows.size:
+        return
+    uniq, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+    values: dict[tuple[Any, Any], int] = {}
+    local = np.full(len(uniq), -1, dtype=np.int32)
+    for u in np.argsort(first, kind="stable").tolist():
+        got = parse_shapes(*raw(int(uniq[u])))
+        if got is not None:
+            local[u] = values.setdefault(got, len(values))
+    codes = local[inverse.reshape(-1)]
+    keep = codes >= 0
+    ch.shape_rows, ch.shape_codes, ch.shape_values = rows[keep], codes[keep], list(values)
+
+
+_ANY = msgspec.json.Decoder()
+# The cache of decoded shapes holds at most _CACHED pairs of at most _CACHED_RAW bytes of text: real
+# traces have a few thousand distinct pairs (630 to 2,099 in HTA's, 99% under 500 bytes), and a
+# hostile file of all-different, long shapes costs the cache some tens of MB, not more.
+_CACHED = 4096
+_CACHED_RAW = 2048
+
+
+def parse_shapes(dims: bytes, types: bytes | None) -> tuple[Any, Any] | None:
+    """One operator's shapes from the raw JSON of its ``"Input Dims"`` and ``"Input type"`` (None:
+    absent): :func:`shape_fields` of the decoded values, or None when unusable or undecodable.
+
+    Equal raw text recurs from layer to layer and step to step, so the answer is kept (across
+    chunks and threads, for as many pairs as real traces have: see _CACHED), and equal shapes
+    are one tuple."""
+    if len(dims) + len(types or b"") > _CACHED_RAW:  # a hostile file's: not kept
+        return _parse_shapes(dims, types)
+    return _parse_shapes_cached(dims, types)
+
+
+def _parse_shapes(dims: bytes, types: bytes | None) -> tuple[Any, Any] | None:
+    try:
+        return shape_fields(_ANY.decode(dims), None if types is None else _ANY.decode(types))
+    except DECODE_ERRORS:  # e.g. invalid UTF-8, which msgspec does not check in a raw value
+        return None
+
+
+_parse_shapes_cached = functools.lru_cache(maxsize=_CACHED)(_parse_shapes)
 
 
 def _dims(x: Any) -> tuple[int, ...] | None:
@@ -266,17 +290,22 @@ def shape_fields(dims: Any, types: Any) -> tuple[Any, Any] | None:
     return tuple(out), names
 
 
-def memory_rows(mem: list[_Event]) -> list[tuple[Any, ...]]:
+def memory_rows(mem: list[Any]) -> list[tuple[Any, ...]]:
     """The allocator's events as rows: ts, pid, tid and the memory fields of their args."""
     return [(e.ts, e.pid, e.tid, *_get_mem_fields(e.args or NO_ARGS)) for e in mem]
 
 
-def comm_fields(args: Args) -> tuple[Any, ...]:
+def carries_comms(args: Any) -> bool:
+    """Whether an event's args hold collective parameters (their first field, the collective's name)."""
+    return _get_collective(args) is not None
+
+
+def comm_fields(args: Any) -> tuple[Any, ...]:
     """The collective parameters of one event's args, in COMM_FIELDS order."""
     return tuple(_get_comm_fields(args))
 
 
-def hw_columns(dev_args: list[Args]) -> dict[str, np.ndarray]:
+def hw_columns(dev_args: list[Any]) -> dict[str, np.ndarray]:
     """Kernel resources and copy sizes of device events' args, one column per HW_FIELDS name."""
     return {f: hw_values(list(map(get, dev_args))) for f, get in _HW_GETTERS.items()}
 
@@ -317,13 +346,13 @@ def may_carry_comms(name: Any) -> bool:
     return "record_param_comms" in low or "nccl" in low or "rccl" in low or "comm" in low
 
 
-def _one_by_one(payload: bytes | memoryview, ch: Chunk) -> list[_Event]:
+def _one_by_one(payload: bytes | memoryview, ch: Chunk) -> list[Any]:
     """Decode the items of a JSON list one at a time; skip (and count) those that fail.
 
     Items are found by a bracket scan, so one bad event costs only itself. An item with invalid
     UTF-8 is read again with the bad bytes replaced by U+FFFD (and counted as repaired).
     """
-    out: list[_Event] = []
+    out: list[Any] = []
     for item in list_items(payload):
         try:
             out.append(_EVENT_DECODER.decode(item))

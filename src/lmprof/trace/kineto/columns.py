@@ -1,6 +1,6 @@
 """The trace's columns, built from decoded chunks: growing blocks, trace-wide codes, typed frames.
 
-:class:`Merger` appends :class:`~lmprof.trace.decode.Chunk` s in file order, mapping their local
+:class:`Merger` appends :class:`~lmprof.trace.kineto.decode.Chunk` s in file order, mapping their local
 codes (names, categories, phases, text ids) to trace-wide ones; :func:`frames` then sorts the events
 by time and returns the :class:`~lmprof.trace.frame.Frame` s of :class:`~lmprof.trace.load.TraceTable` (events, flows, and the
 sparse tables of collective parameters, kernel resources and allocator events).
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lmprof.trace.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
+from lmprof.trace.kineto.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
 from lmprof.trace.frame import Frame, str_labels
 
 # Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond
@@ -148,8 +148,8 @@ class Merger:
         self.hw_raw: list[np.ndarray] = []  # raw indices of device events, per chunk
         self.hw_cols: dict[str, list[np.ndarray]] = {f: [] for f in HW_FIELDS}  # per chunk
         self.memory: list[tuple[Any, ...]] = []
-        self.shape_raw: list[int] = []  # raw index of operator events with input shapes
-        self.shape_codes: list[int] = []  # their (dims, types) as a code into self.shape_table
+        self.shape_raw: list[np.ndarray] = []  # raw indices of operator events with input shapes, per chunk
+        self.shape_codes: list[np.ndarray] = []  # their (dims, types) as a code into self.shape_table
         self.shape_table: dict[tuple[Any, Any], int] = {}
         self.shapes_dropped = 0
         self.comms: Frame = empty_comms()  # replaced when the columns are finished
@@ -175,16 +175,8 @@ class Merger:
             self._append(self.x, ch.x, {"name": self._remap(self.names, ch.names), "cat": cats}, ch.x_coded)
             self.comm_raw += [base + r for r in ch.comm_rows]
             self.comm_values += ch.comm_values
-            # distinct shapes are few (one per layer and shape): each is stored once, rows hold codes
-            for r, v in zip(ch.shape_rows, ch.shape_values):
-                code = self.shape_table.get(v)
-                if code is None:
-                    if len(self.shape_table) >= MAX_DISTINCT_SHAPES:
-                        self.shapes_dropped += 1
-                        continue
-                    code = self.shape_table[v] = len(self.shape_table)
-                self.shape_raw.append(base + r)
-                self.shape_codes.append(code)
+            if ch.shape_values:
+                self._add_shapes(base, ch)
             if ch.hw_rows.size:
                 self.hw_raw.append(base + ch.hw_rows)
                 for f in HW_FIELDS:
@@ -192,6 +184,27 @@ class Merger:
         if ch.fl and self.keep_flows:
             self._append(self.fl, ch.fl, {"ph": self._remap(self.phs, ch.phs), "cat": cats}, ch.fl_coded)
         self.memory += ch.memory
+
+    def _add_shapes(self, base: int, ch: Chunk) -> None:
+        """A chunk's input shapes: its distinct ones get trace-wide codes (distinct shapes are few, one
+        per layer and shape: each is stored once, rows hold codes), new ones in order of first
+        appearance until MAX_DISTINCT_SHAPES, after which the rows of new ones are counted and left out."""
+        remap = np.empty(len(ch.shape_values), dtype=np.int64)
+        for j, v in enumerate(ch.shape_values):
+            code = self.shape_table.get(v)
+            if code is None:
+                code = -1 if len(self.shape_table) >= MAX_DISTINCT_SHAPES else len(self.shape_table)
+                if code >= 0:
+                    self.shape_table[v] = code
+            remap[j] = code
+        codes = remap[ch.shape_codes]
+        keep = codes >= 0
+        rows = ch.shape_rows
+        if not keep.all():
+            self.shapes_dropped += int(keep.size - keep.sum())
+            rows, codes = rows[keep], codes[keep]
+        self.shape_raw.append(base + rows)
+        self.shape_codes.append(codes)
 
     def _append(
         self, into: _Columns, cols: dict[str, np.ndarray], recode: dict[str, np.ndarray], coded: dict[str, Coded]
@@ -239,17 +252,19 @@ def empty_shapes() -> Frame:
 
 
 def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any]], keep: np.ndarray) -> Frame:
-    """Operators' input shapes: ``row`` into events, ``dims`` and ``types`` (see decode.shape_fields).
+    """Operators' input shapes: ``row`` into events, ``dims`` and ``types`` (see decode.shape_fields),
+    and ``shape``, the code of the pair (equal shapes, equal codes: grouping needs no tuple hashing).
 
     Equal shapes share one tuple object, so the frame costs a few pointers per row."""
     rows, codes = rows[keep], codes[keep]
     order = np.argsort(rows, kind="stable")
     rows, codes = rows[order], codes[order]
-    dims = np.empty(len(codes), dtype=object)
-    types = np.empty(len(codes), dtype=object)
-    for j, c in enumerate(codes.tolist()):
-        dims[j], types[j] = table[c]
-    return Frame({"row": rows.astype(np.int64), "dims": dims, "types": types})
+    dims_of = np.empty(len(table), dtype=object)
+    types_of = np.empty(len(table), dtype=object)
+    for j, (d, t) in enumerate(table):  # (one by one: numpy would read the tuples as arrays)
+        dims_of[j], types_of[j] = d, t
+    return Frame({"row": rows.astype(np.int64), "dims": dims_of[codes], "types": types_of[codes],
+                  "shape": codes.astype(np.int64)})
 
 
 def empty_comms() -> Frame:
@@ -362,7 +377,8 @@ def frames(b: Merger) -> tuple[Frame, Frame, int]:
     for name in ARG_COLUMNS:
         cols[name] = x.take(name, inverse)
     comm_rows = np.asarray(b.comm_raw, dtype=np.int64)
-    shape_rows = np.asarray(b.shape_raw, dtype=np.int64)
+    shape_rows = np.concatenate(b.shape_raw) if b.shape_raw else np.empty(0, dtype=np.int64)
+    shape_codes = np.concatenate(b.shape_codes) if b.shape_codes else np.empty(0, dtype=np.int64)
     hw_rows = np.concatenate(b.hw_raw) if b.hw_raw else np.empty(0, dtype=np.int64)
     if inverse is not None:
         comm_rows, hw_rows, shape_rows = inverse[comm_rows], inverse[hw_rows], inverse[shape_rows]
@@ -381,7 +397,7 @@ def frames(b: Merger) -> tuple[Frame, Frame, int]:
         shape_keep, shape_rows = keep[shape_rows], new_row[shape_rows]
     b.comms = _comms_frame(comm_rows, b.comm_values, comm_keep)
     b.hw = hw_frame(hw_rows, b.hw_cols, hw_keep)
-    b.shapes = shapes_frame(shape_rows, np.asarray(b.shape_codes, dtype=np.int64), list(b.shape_table), shape_keep)
+    b.shapes = shapes_frame(shape_rows, shape_codes, list(b.shape_table), shape_keep)
     events = Frame(cols, {"name": name_labels, "cat": cat_labels})
     f = b.fl
     ph_codes, ph_labels = _categorical(f.take("ph"), b.phs)

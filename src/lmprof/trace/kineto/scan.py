@@ -1,13 +1,13 @@
 """The compiled fast path for decoding a run of trace events, with msgspec as the rule and fallback.
 
-``lmprof.trace._scan`` (C, built at install; see ``_scan.c``) reads a JSON list of events straight
+``lmprof.trace.kineto._scan`` (C, built at install; see ``_scan.c``) reads a JSON list of events straight
 into columns when every event in it is plain, and refuses anything else. :func:`read_chunk` uses it
-when it is built and it accepts the list, else :func:`lmprof.trace.decode.decode_chunk` (msgspec);
-both give the same :class:`~lmprof.trace.decode.Chunk` for every list the fast path accepts
+when it is built and it accepts the list, else :func:`lmprof.trace.kineto.decode.decode_chunk` (msgspec);
+both give the same :class:`~lmprof.trace.kineto.decode.Chunk` for every list the fast path accepts
 (``tests/test_trace_scan.py`` checks it on real traces and on mutated ones). The few things the C
 reader leaves to Python are decoded here with msgspec's own decoders: the distinct names, ids
-written as text, and the args of the events whose collective parameters, kernel resources or input
-shapes are kept.
+written as text, the args of the events whose collective parameters are kept, and each distinct
+input shape (the C reader hands over every operator's as a code into the distinct raw texts).
 """
 from __future__ import annotations
 
@@ -15,21 +15,25 @@ import functools
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from lmprof.trace import decode as dec
+from lmprof.trace.kineto import decode as dec
+from lmprof.trace.kineto import schema
 
-_ABI = 3  # the result shape this module reads; _scan.c's SCAN_ABI
+_ABI = 4  # the result shape this module reads; _scan.c's SCAN_ABI
 
 
 def _load() -> ModuleType | None:
     try:  # built by `pip install` (setup.py); without a compiler lmprof still works, on msgspec alone
-        module = importlib.import_module("lmprof.trace._scan")
+        module = importlib.import_module("lmprof.trace.kineto._scan")
     except ImportError:  # pragma: no cover - depends on the build
         return None
-    return module if getattr(module, "ABI", None) == _ABI else None  # a stale build is never used
+    # a stale build is never used: one with another result shape, or made from another schema
+    fresh = getattr(module, "ABI", None) == _ABI and getattr(module, "SCHEMA", None) == schema.DIGEST
+    return module if fresh else None
 
 
 _scan = _load()
@@ -54,7 +58,6 @@ _ODD = (
     ("fl", "tid", 0, "tid", True),
 )
 _ARGS_LIST = msgspec.json.Decoder(list[dec.Args | None])
-_SHAPES_LIST = msgspec.json.Decoder(list[dec.Shapes | None])
 _TEXT = msgspec.json.Decoder(str)
 
 
@@ -74,7 +77,7 @@ def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
     got = _scan.scan(payload)
     if got is None:
         return None
-    n_raw, x_raw, fl_raw, names_raw, xcats_raw, phs_raw, flcats_raw, odd, spans, has_shapes = got
+    n_raw, x_raw, fl_raw, names_raw, xcats_raw, phs_raw, flcats_raw, odd, spans, shape_raw, dims, types = got
     try:
         names, xcats, phs, flcats = (_texts(t) for t in (names_raw, xcats_raw, phs_raw, flcats_raw))
         ch = dec.Chunk(n_raw=n_raw, names=names, cats=xcats + flcats, phs=phs)
@@ -84,7 +87,8 @@ def scan_chunk(payload: bytes | memoryview) -> dec.Chunk | None:
             ch.x = x
             args_at = (np.frombuffer(x_raw[-2], dtype=np.int64), np.frombuffer(x_raw[-1], dtype=np.int64))
             hw = [np.frombuffer(x_raw[_HW_AT + i], dtype=np.float64) for i in range(len(dec.HW_FIELDS))]
-            _sparse_args(ch, view, args_at, hw, names, xcats, has_shapes)
+            _sparse_args(ch, view, args_at, hw, names, xcats)
+            _shapes(ch, shape_raw, dims, types, xcats)
         fl = {k: np.frombuffer(fl_raw[i], dtype=t) for i, (k, t) in enumerate(_FL_COLUMNS)}
         if fl["id"].size:
             fl["cat"] = fl["cat"] + np.int32(len(xcats))  # flow categories follow the X ones
@@ -104,7 +108,7 @@ def _texts(raw: list[bytes]) -> list[str]:
     return [_TEXT.decode(b'"' + r + b'"') if b"\\" in r else r.decode() for r in raw]
 
 
-def _args(view: memoryview, args_at: tuple[np.ndarray, np.ndarray], rows: list[int]) -> list[dec.Args]:
+def _args(view: memoryview, args_at: tuple[np.ndarray, np.ndarray], rows: list[int]) -> list[Any]:
     """The args of the given X rows, decoded by msgspec (absent args read as the defaults)."""
     off, n = args_at
     parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[rows].tolist(), n[rows].tolist())]
@@ -119,25 +123,38 @@ def _sparse_args(
     hw: list[np.ndarray],
     names: list[str],
     cats: list[str],
-    has_shapes: bool,
 ) -> None:
-    """Collective parameters (decoded from the events that can carry them), kernel resources
-    (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values) and,
-    when the C reader saw an "Input Dims" key (record_shapes), the operators' input shapes."""
+    """Collective parameters (decoded from the events that can carry them) and kernel resources
+    (read by the C reader as numbers, NaN for absent or null, then the rule of decode.hw_values)."""
     name_codes, cat_codes = ch.x["name"], ch.x["cat"]
     rows = _rows_coded(name_codes, [_may_carry_comms(n) for n in names]).tolist()
     for i, a in zip(rows, _args(view, args_at, rows)):
-        if a.collective is not None:
+        if dec.carries_comms(a):
             ch.comm_rows.append(i)
             ch.comm_values.append(dec.comm_fields(a))
     dev_idx = _rows_coded(cat_codes, [k.lower() in dec.HW_CATS for k in cats])
     ch.hw_rows = dev_idx.astype(np.int64)
     ch.hw_cols = {f: dec.hw_values(col[dev_idx]) for f, col in zip(dec.HW_FIELDS, hw)}
-    if has_shapes:
-        op_rows = np.flatnonzero(np.isin(cat_codes, dec.shape_cat_codes(cats))).tolist()
-        off, n = args_at
-        parts = [view[o : o + k] if o >= 0 else b"null" for o, k in zip(off[op_rows].tolist(), n[op_rows].tolist())]
-        dec.add_shapes(ch, op_rows, _SHAPES_LIST.decode(b"[" + b",".join(parts) + b"]"))
+
+
+def _shapes(ch: dec.Chunk, shape_raw: tuple[Any, ...], dims: list[bytes], types: list[bytes], cats: list[str]) -> None:
+    """The input shapes of the operators (record_shapes): the C reader gives each X row with an
+    "Input Dims" and the codes of its raw dims and types text; only operator rows keep them."""
+    rows = np.frombuffer(shape_raw[0], dtype=np.int64)
+    if not rows.size:
+        return
+    is_op = np.zeros(len(cats), dtype=bool)
+    is_op[dec.shape_cat_codes(cats)] = True
+    keep = is_op[ch.x["cat"][rows]]
+    n_types = len(types) + 1  # a pair is dims code * n_types + types code + 1 (0: no types)
+    pairs = np.frombuffer(shape_raw[1], dtype=np.int32)[keep].astype(np.int64) * n_types
+    pairs += np.frombuffer(shape_raw[2], dtype=np.int32)[keep] + 1
+
+    def raw(pair: int) -> tuple[bytes, bytes | None]:
+        d, t = divmod(pair, n_types)
+        return dims[d], types[t - 1] if t else None
+
+    dec.add_shapes(ch, rows[keep], pairs, raw)
 
 
 def _rows_coded(codes: np.ndarray, wanted: list[bool]) -> np.ndarray:

@@ -1,5 +1,5 @@
 /*
- * lmprof.trace._scan: a one-pass reader of a JSON list of Kineto / Chrome trace events into columns.
+ * lmprof.trace.kineto._scan: a one-pass reader of a JSON list of Kineto / Chrome trace events into columns.
  *
  * Why it exists: decoding every event into a Python object (msgspec) and then reading the objects
  * back into numpy columns costs about 4 CPU seconds for a 259 MB trace; issue 19 asks for the whole
@@ -12,24 +12,29 @@
  * msgspec as before. So it must be at least as strict as msgspec and never differ where it accepts;
  * tests/test_trace_scan.py compares both paths on real traces and on mutated ones.
  *
+ * The keys it knows are generated from the schema (src/lmprof/trace/kineto/schema.py) into _keys.h.
+ *
  * scan(buffer) -> None | (n_events, x_columns, flow_columns, x_names, x_cats, flow_phs, flow_cats,
- *                         odd_ids, memory_spans, has_shapes)
- *   x_columns    19 bytearrays, one row per "ph": "X" event in file order: name, cat (int32 codes into
- *                x_names / x_cats), pid, tid (int64), ts, dur (float64), correlation, External id,
- *                Sequence number, stream, device (int64, -1 when absent or null), registers per
- *                thread, shared memory, blocks per SM, warps per SM, est. achieved occupancy %,
- *                bytes (float64, NaN when absent or null), args offset and length in the buffer
- *                (int64, -1 when the event has no args object)
+ *                         odd_ids, memory_spans, shape_columns, shape_dims, shape_types)
+ *   x_columns    bytearrays, one row per "ph": "X" event in file order: name, cat (int32 codes into
+ *                x_names / x_cats), pid, tid (int64), ts, dur (float64), one per ID_ARGS field of
+ *                schema.py (int64, -1 when absent or null: correlation, External id, ...), one per
+ *                NUMBER_ARGS field (float64, NaN when absent or null: registers per thread, ...),
+ *                args offset and length in the buffer (int64, -1 when the event has no args object)
  *   flow_columns 6 bytearrays, one row per flow event (ph s/t/f): id (int64), ph, cat (int32 codes),
  *                pid, tid (int64), ts (float64)
  *   x_names ...  the distinct raw strings (bytes between the quotes, escapes kept) in code order
  *   odd_ids      (column, row, raw) for id fields written as strings; their cell holds 0 and the
  *                caller applies decode.py's rules (column numbers: see ODD_* below)
  *   memory_spans (offset, length) of each "[memory]" instant event ("ph" i or I)
- *   has_shapes   whether an event's args has an "Input Dims" key (record_shapes): only then does the
- *                caller decode the operators' args for their shapes. Found here, during the scan
- *                without the GIL; a search of the buffer in Python held the GIL the other
- *                decoding threads wanted (30% of the load's GIL time on the 1.3 M-event trace).
+ *   shape_columns 3 bytearrays, one row per "ph": "X" event whose args has an "Input Dims" that is
+ *                not null (record_shapes): its X row (int64), the code of its "Input Dims" value in
+ *                shape_dims and of its "Input type" value in shape_types (int32, -1 when absent or
+ *                null)
+ *   shape_dims, shape_types  the distinct raw values (the JSON text of each, validated) in code order
+ *                The caller decodes each distinct value once, not each operator's: equal shapes
+ *                repeat from layer to layer and step to step, and decoding every operator's shapes
+ *                in Python took more than half of loading a record_shapes trace (issue 46).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +42,15 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_keys.h"
+
+#if N_SHAPE_ARGS != 2
+#error "the reader keeps one operator's shapes as two raw values: \"Input Dims\" and \"Input type\""
+#endif
+#if N_ARG_KEYS > 32 || K_START >= 16
+#error "more keys than the reader's bit sets and tables hold"
+#endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && (defined(__GNUC__) || defined(__clang__))
 /* p[0] is a loaded word's lowest byte (the first special byte of a word is at ctz / 8), and words
@@ -49,7 +63,8 @@
 #define REFUSE 1  /* not the fast path's input: the caller decodes it with msgspec */
 #define NOMEM -1
 
-enum { ODD_PID, ODD_TID, ODD_CORR, ODD_EXT, ODD_SEQ, ODD_STREAM, ODD_DEVICE, ODD_FL_ID, ODD_FL_PID, ODD_FL_TID };
+/* odd_ids column numbers: pid, tid, then one per ID_ARGS field, then the flow events' id, pid, tid */
+enum { ODD_PID, ODD_TID, ODD_ARG0, ODD_FL_ID = ODD_ARG0 + N_ID_ARGS, ODD_FL_PID, ODD_FL_TID };
 
 /* ------------------------------------------------------------------------------ growable buffers */
 
@@ -163,7 +178,7 @@ static void table_free(Table *t) {
 
 /* ------------------------------------------------------------------------------------- scanner */
 
-enum { X_NAME, X_CAT, X_PID, X_TID, X_TS, X_DUR, X_CORR, X_EXT, X_SEQ, X_STREAM, X_DEVICE, X_HW, X_ARGS_OFF = X_HW + 6,
+enum { X_NAME, X_CAT, X_PID, X_TID, X_TS, X_DUR, X_ARG0, X_HW = X_ARG0 + N_ID_ARGS, X_ARGS_OFF = X_HW + N_NUMBER_ARGS,
        X_ARGS_LEN, N_X };
 enum { F_ID, F_PH, F_CAT, F_PID, F_TID, F_TS };
 
@@ -172,10 +187,10 @@ typedef struct {
     Py_ssize_t n_events;
     Buf x[N_X];
     Buf fl[6];
-    Table names, xcats, phs, flcats;
+    Table names, xcats, phs, flcats, dims, types;
+    Buf shape[3]; /* per X row with shapes: row (int64), dims code, types code (int32) */
     Buf odd; /* int32 column, int64 row, Py_ssize_t offset, Py_ssize_t length */
     Buf mem; /* Py_ssize_t offset, Py_ssize_t length */
-    int shapes; /* an args object had an "Input Dims" key */
     int8_t next_key[16]; /* by event key (K_START first): the known key that followed it last, or -1 */
 } Scanner;
 
@@ -554,48 +569,48 @@ static int read_double(Scanner *s, double *out, double if_null) {
     return isfinite(*out) ? OK : REFUSE;
 }
 
+/* One event's known args (ARG_KEYS of _keys.h): the id args (int | str | None), what CUPTI reports
+ * per kernel and copy (numbers or null), and an operator's input shapes and dtypes (record_shapes:
+ * any JSON, kept as raw text). */
 typedef struct {
-    int64_t ids[5];
-    int text[5];
-    Py_ssize_t toff[5], tn[5];
-    double hw[6];
+    int64_t ids[N_ID_ARGS];
+    int text[N_ID_ARGS];
+    Py_ssize_t toff[N_ID_ARGS], tn[N_ID_ARGS];
+    double hw[N_NUMBER_ARGS];
+    Py_ssize_t voff[N_SHAPE_ARGS], vn[N_SHAPE_ARGS]; /* the raw value; vn -1 when absent or null */
 } Args;
 
-/* the id args (int | str | None), then what CUPTI reports per kernel and copy (numbers or null) */
-static const char *const ARG_KEYS[11] = {"correlation",   "External id",  "Sequence number", "stream",
-                                         "device",        "registers per thread", "shared memory",
-                                         "blocks per SM", "warps per SM", "est. achieved occupancy %",
-                                         "bytes"};
-#define ARG_SHAPES 11 /* "Input Dims": noted, its value skipped */
-/* By a key's length and first byte, the one ARG_KEYS entry (or ARG_SHAPES) it can be, plus one; 0
- * for none. No two of them share both, so a key is compared with at most one candidate. */
-static int8_t ARG_BY_LEN_FIRST[32][256];
+/* By a key's length and last byte, the one ARG_KEYS entry it can be, plus one; 0 for none. No two of
+ * them share both ("Input Dims" and "Input type" share their length and first byte; the schema's
+ * generator refuses a table where two would), so a key is compared with at most one candidate. */
+static int8_t ARG_BY_LEN_LAST[MAX_ARG_KEY][256];
 
 static int arg_keys_init(void) {
-    for (int k = 0; k <= ARG_SHAPES; k++) {
-        const char *key = k < ARG_SHAPES ? ARG_KEYS[k] : "Input Dims";
-        int8_t *slot = &ARG_BY_LEN_FIRST[strlen(key)][(uint8_t)key[0]];
+    for (int k = 0; k < N_ARG_KEYS; k++) {
+        size_t n = strlen(ARG_KEYS[k]);
+        if (n == 0 || n >= MAX_ARG_KEY) return -1;
+        int8_t *slot = &ARG_BY_LEN_LAST[n][(uint8_t)ARG_KEYS[k][n - 1]];
         if (*slot) return -1; /* two keys alike in both: the table cannot tell them apart */
         *slot = (int8_t)(k + 1);
     }
     return 0;
 }
 
-/* The ARG_KEYS index of a raw key, ARG_SHAPES, or -1 for any other key. */
+/* The ARG_KEYS index of a raw key, or -1 for any other key. */
 static int arg_of(const uint8_t *k, Py_ssize_t n) {
-    if (n <= 0 || n >= 32) return -1;
-    int c = ARG_BY_LEN_FIRST[n][k[0]] - 1;
+    if (n <= 0 || n >= MAX_ARG_KEY) return -1;
+    int c = ARG_BY_LEN_LAST[n][k[n - 1]] - 1;
     if (c < 0) return -1;
-    const char *key = c < ARG_SHAPES ? ARG_KEYS[c] : "Input Dims";
-    return memcmp(k, key, (size_t)n) == 0 ? c : -1;
+    return memcmp(k, ARG_KEYS[c], (size_t)n) == 0 ? c : -1;
 }
 
 static void args_init(Args *a) {
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < N_ID_ARGS; k++) {
         a->ids[k] = -1;
         a->text[k] = 0;
     }
-    for (int k = 0; k < 6; k++) a->hw[k] = NAN;
+    for (int k = 0; k < N_NUMBER_ARGS; k++) a->hw[k] = NAN;
+    for (int k = 0; k < N_SHAPE_ARGS; k++) a->vn[k] = -1;
 }
 
 static int read_args(Scanner *s, Args *a) {
@@ -612,34 +627,39 @@ static int read_args(Scanner *s, Args *a) {
         int r;
         if ((r = read_key(s, &off, &n)) != OK) return r;
         int which = arg_of(s->base + off, n);
-        if (which >= 0 && which < ARG_SHAPES) {
+        if (which >= 0) {
             if (seen & (1u << which)) return REFUSE; /* duplicate key */
             seen |= 1u << which;
-            if (which < 5)
-                r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
-            else
-                r = read_double(s, &a->hw[which - 5], NAN);
-        } else {
-            if (which == ARG_SHAPES) s->shapes = 1;
+        }
+        if (which < 0) {
             r = skip_value(s, 2);
+        } else if (which < ARG_NUMBER0) {
+            r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
+        } else if (which < ARG_SHAPE0) {
+            r = read_double(s, &a->hw[which - ARG_NUMBER0], NAN);
+        } else if (is_null(s)) {
+            r = OK; /* as absent */
+        } else {
+            const uint8_t *v0 = s->p;
+            r = skip_value(s, 2);
+            a->voff[which - ARG_SHAPE0] = v0 - s->base;
+            a->vn[which - ARG_SHAPE0] = s->p - v0;
         }
         if (r != OK) return r;
         if ((r = after_member(s, '}')) != MORE) return r;
     }
 }
 
-enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER, K_START };
-
-/* Each known key quoted ("ph"), as the low bytes of a word: a key is taken whole when the bytes at
- * the reader match it, which also proves it plain (ASCII, no escape), as read_string would find. */
-static const char *const KEY_NAMES[K_OTHER] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args"};
+/* Each known key (KEY_NAMES of _keys.h) quoted ("ph"), as the low bytes of a word: a key is taken
+ * whole when the bytes at the reader match it, which also proves it plain (ASCII, no escape), as
+ * read_string would find. */
 static uint64_t KEY_WORD[K_OTHER], KEY_MASK[K_OTHER];
 static int KEY_LEN[K_OTHER];
 
 static void key_words_init(void) {
     for (int k = 0; k < K_OTHER; k++) {
         uint8_t w[8] = {0};
-        size_t n = strlen(KEY_NAMES[k]) + 2; /* at most 8: "args" */
+        size_t n = strlen(KEY_NAMES[k]) + 2; /* at most 8 (the schema's generator checks) */
         w[0] = '"';
         memcpy(w + 1, KEY_NAMES[k], n - 2);
         w[n - 1] = '"';
@@ -649,24 +669,10 @@ static void key_words_init(void) {
     }
 }
 
+/* The K_* of a raw key (K_OTHER for any other): rarely asked, next_key takes most keys whole. */
 static int key_of(const uint8_t *k, Py_ssize_t n) {
-    switch (n) {
-    case 2:
-        if (memcmp(k, "ph", 2) == 0) return K_PH;
-        if (memcmp(k, "ts", 2) == 0) return K_TS;
-        if (memcmp(k, "id", 2) == 0) return K_ID;
-        break;
-    case 3:
-        if (memcmp(k, "cat", 3) == 0) return K_CAT;
-        if (memcmp(k, "pid", 3) == 0) return K_PID;
-        if (memcmp(k, "tid", 3) == 0) return K_TID;
-        if (memcmp(k, "dur", 3) == 0) return K_DUR;
-        break;
-    case 4:
-        if (memcmp(k, "name", 4) == 0) return K_NAME;
-        if (memcmp(k, "args", 4) == 0) return K_ARGS;
-        break;
-    }
+    for (int key = 0; key < K_OTHER; key++)
+        if (KEY_LEN[key] == n + 2 && memcmp(k, KEY_NAMES[key], (size_t)n) == 0) return key;
     return K_OTHER;
 }
 
@@ -800,15 +806,23 @@ static int read_event(Scanner *s) {
         PUT(s->x[X_TID], int64_t, tid);
         PUT(s->x[X_TS], double, ts);
         PUT(s->x[X_DUR], double, dur);
-        for (int k = 0; k < 5; k++) {
-            PUT(s->x[X_CORR + k], int64_t, args.ids[k]);
-            if (args.text[k] && put_odd(s, ODD_CORR + k, row, args.toff[k], args.tn[k]) != OK) return NOMEM;
+        for (int k = 0; k < N_ID_ARGS; k++) {
+            PUT(s->x[X_ARG0 + k], int64_t, args.ids[k]);
+            if (args.text[k] && put_odd(s, ODD_ARG0 + k, row, args.toff[k], args.tn[k]) != OK) return NOMEM;
         }
-        for (int k = 0; k < 6; k++) PUT(s->x[X_HW + k], double, args.hw[k]);
+        for (int k = 0; k < N_NUMBER_ARGS; k++) PUT(s->x[X_HW + k], double, args.hw[k]);
         PUT(s->x[X_ARGS_OFF], int64_t, (int64_t)args_off);
         PUT(s->x[X_ARGS_LEN], int64_t, (int64_t)args_n);
         if (pid_text && put_odd(s, ODD_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
         if (tid_text && put_odd(s, ODD_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
+        if (args.vn[0] >= 0) {
+            int32_t dc = intern(&s->dims, s->base, s->end, args.voff[0], args.vn[0]);
+            int32_t tc = args.vn[1] >= 0 ? intern(&s->types, s->base, s->end, args.voff[1], args.vn[1]) : 0;
+            if (dc < 0 || tc < 0) return NOMEM;
+            PUT(s->shape[0], int64_t, row);
+            PUT(s->shape[1], int32_t, dc);
+            PUT(s->shape[2], int32_t, args.vn[1] >= 0 ? tc : -1);
+        }
     } else if (ph_n == 1 && (ph[0] == 's' || ph[0] == 't' || ph[0] == 'f')) {
         int64_t row = (int64_t)(s->fl[F_ID].len / sizeof(int64_t));
         int32_t pc = intern(&s->phs, s->base, s->end, ph_off, ph_n);
@@ -894,7 +908,7 @@ static PyBufferProcs column_as_buffer = {column_getbuffer, NULL};
 
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "lmprof.trace._scan.Column",
+    .tp_name = "lmprof.trace.kineto._scan.Column",
     .tp_doc = "One scanned column's bytes (buffer protocol).",
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = column_dealloc,
@@ -972,6 +986,9 @@ static void scanner_free(Scanner *s) {
     table_free(&s->xcats);
     table_free(&s->phs);
     table_free(&s->flcats);
+    table_free(&s->dims);
+    table_free(&s->types);
+    for (int i = 0; i < 3; i++) free(s->shape[i].data);
     free(s->odd.data);
     free(s->mem.data);
 }
@@ -999,16 +1016,17 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         out = Py_None;
         Py_INCREF(out);
     } else {
-        PyObject *parts[8] = {columns(s.x, N_X),         columns(s.fl, 6),          bytes_list(&s.names, s.base),
-                              bytes_list(&s.xcats, s.base), bytes_list(&s.phs, s.base), bytes_list(&s.flcats, s.base),
-                              odd_list(&s.odd, s.base),  span_list(&s.mem)};
+        PyObject *parts[11] = {columns(s.x, N_X),         columns(s.fl, 6),          bytes_list(&s.names, s.base),
+                               bytes_list(&s.xcats, s.base), bytes_list(&s.phs, s.base), bytes_list(&s.flcats, s.base),
+                               odd_list(&s.odd, s.base),  span_list(&s.mem),       columns(s.shape, 3),
+                               bytes_list(&s.dims, s.base), bytes_list(&s.types, s.base)};
         int ok = 1;
-        for (int i = 0; i < 8; i++) ok = ok && parts[i] != NULL;
+        for (int i = 0; i < 11; i++) ok = ok && parts[i] != NULL;
         if (ok) {
-            out = Py_BuildValue("(nNNNNNNNNO)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
-                                parts[5], parts[6], parts[7], s.shapes ? Py_True : Py_False);
+            out = Py_BuildValue("(nNNNNNNNNNNN)", s.n_events, parts[0], parts[1], parts[2], parts[3], parts[4],
+                                parts[5], parts[6], parts[7], parts[8], parts[9], parts[10]);
         } else {
-            for (int i = 0; i < 8; i++) Py_XDECREF(parts[i]);
+            for (int i = 0; i < 11; i++) Py_XDECREF(parts[i]);
         }
     }
     scanner_free(&s);
@@ -1023,18 +1041,20 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-/* Bumped whenever scan()'s result changes shape, so a stale build is never used (scan.py checks it). */
-#define SCAN_ABI 3
+/* Bumped whenever scan()'s result changes shape other than by the schema (its digest, SCAN_SCHEMA, is
+ * checked too), so a stale build is never used (scan.py checks both). */
+#define SCAN_ABI 4
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (arg_keys_init() != 0) {
-        PyErr_SetString(PyExc_ImportError, "lmprof.trace._scan: ambiguous args key table");
+        PyErr_SetString(PyExc_ImportError, "lmprof.trace.kineto._scan: ambiguous args key table");
         return NULL; /* lmprof then reads traces with msgspec alone */
     }
     key_words_init();
     if (PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "ABI", SCAN_ABI) != 0) {
+    if (m && (PyModule_AddIntConstant(m, "ABI", SCAN_ABI) != 0 ||
+              PyModule_AddStringConstant(m, "SCHEMA", SCAN_SCHEMA) != 0)) {
         Py_DECREF(m);
         return NULL;
     }
