@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from lmprof import safejson
 from lmprof.atomic import write_text
 from lmprof.dtypes import normalize_dtype
 from lmprof.errors import ConfigError, DataError
@@ -198,9 +199,11 @@ def read_calibration(path: str | Path) -> Calibration:
     """Read one calibration file; anything but a well-formed one is a DataError naming what is wrong."""
     path = Path(path)
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
-        raise DataError(f"cannot read calibration {path}: {' '.join(str(exc).split())[:160]}") from None
+        data = safejson.loads(path.read_bytes())
+    except OSError as exc:
+        raise DataError(f"cannot read calibration {path}: {exc.strerror or exc}") from None
+    except safejson.JSONError as exc:  # not JSON, not UTF-8, nested too deeply
+        raise DataError(f"cannot read calibration {path}: {exc}") from None
     if not isinstance(data, dict):
         raise DataError(f"{path} is not an lmprof calibration (not a JSON object)")
     if data.get("schema") != SCHEMA:
