@@ -58,14 +58,16 @@ def calibrate(
     from lmprof.hardware.calibrate import save_calibration
     from lmprof.outdir import check_output_dir
 
-    # Judge the cache folder before measuring: a cache that cannot be written (HOME or
-    # LMPROF_CACHE_DIR pointing at a file or /proc) still gets its result printed, with the reason.
+    # Judge the cache folder before measuring: a calibration is taken to be cached, so a cache that
+    # cannot be written (HOME or LMPROF_CACHE_DIR pointing at a file or /proc) is one line, exit 2,
+    # before the seconds of measuring; --no-save measures and prints without it.
     unsaved = "--no-save" if no_save else None
     if unsaved is None:
         try:
             check_output_dir(cache_dir(), "the calibration cache")
         except LmprofError as exc:
-            unsaved = str(exc)
+            raise ConfigError(f"{exc}; set LMPROF_CACHE_DIR to a writable folder, or measure without saving: "
+                              "--no-save") from None
     what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
     with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
         before = snapshot()
