@@ -31,8 +31,7 @@ def calibrate(
     check_device_spec(device)  # a mistyped device is said before torch is imported
     from lmprof.cli.common import console
     from lmprof.errors import ConfigError
-    from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration, disturbed_reason
-    from lmprof.measure.noise import other_cores, snapshot
+    from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration
     from lmprof.hardware.peaks import load_table
 
     wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
@@ -70,11 +69,8 @@ def calibrate(
                               "--no-save") from None
     what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
     with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
-        before = snapshot()
+        # judged there: the load average and other processes' CPU time over the calibration
         cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=False)
-        after = snapshot()
-    # Other processes' CPU time over the calibration (exact on Linux): the load average lags.
-    cal.disturbed = disturbed_reason(cal, other_cores(before, after))
     if cal.disturbed is not None and unsaved is None:
         unsaved = "refused"
     if unsaved is None:
