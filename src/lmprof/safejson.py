@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from lmprof.errors import DataError
+from lmprof.errors import DataError, LmprofError
 
 #: Levels of nesting (objects and arrays) a document may have. lmprof's own files have at most 6
 #: (a run record's tables), a Hugging Face config.json 4; walking code never nears Python's 1,000.
@@ -43,16 +43,21 @@ def loads(raw: bytes | str) -> Any:
 def load_file(path: str | Path) -> Any:
     """Read and parse a JSON file; an unreadable file is a :class:`JSONError` naming it too."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise JSONError(f"{p} is a directory, not a JSON file") from None
-    except OSError as exc:
-        raise JSONError(f"cannot read {p}: {exc.strerror or exc}") from None
+    raw = read_user_file(p, "JSON", JSONError)
     try:
         return loads(raw)
     except JSONError as exc:
         raise JSONError(f"{p}: {exc}") from None
+
+
+def read_user_file(path: Path, kind: str, error: type[LmprofError]) -> bytes:
+    """The bytes of a file a user named; a folder or an unreadable file is one ``error`` line."""
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise error(f"{path} is a directory, not a {kind} file") from None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _python_loads(raw: bytes | str, first: Exception) -> Any:

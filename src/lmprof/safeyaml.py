@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from lmprof.errors import ConfigError
+from lmprof.safejson import read_user_file
 
 MAX_NODES_ENV = "LMPROF_YAML_MAX_NODES"
 MAX_NODES = 100_000  # values after alias expansion; a real spec or config has a few hundred
@@ -121,12 +122,7 @@ def load_text(text: str, where: str) -> Any:
 def load_file(path: str | Path) -> Any:
     """Read and parse a YAML file; unreadable files and invalid UTF-8 are one ConfigError line."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise ConfigError(f"{p} is a directory, not a YAML file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    raw = read_user_file(p, "YAML", ConfigError)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
