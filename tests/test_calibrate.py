@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from lmprof.hardware.cpu_load import OtherLoad
+
 from lmprof.cli.main import main
 from lmprof.errors import ConfigError
 from lmprof.hardware.calibrate import (
@@ -31,9 +33,9 @@ def isolated(monkeypatch, tmp_path):
         fn()
         return [1e-3, 1e-3, 1e-3]
 
-    monkeypatch.setattr(cal_mod, "_timed", steady)
+    monkeypatch.setattr("lmprof.hardware.ceilings._timed", steady)
     monkeypatch.setattr(cal_mod, "_loadavg", lambda: 0.0)
-    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 0.0)
+    monkeypatch.setattr("lmprof.hardware.cpu_load.other_load", lambda before, after, kind: OtherLoad(0.0, 0.02, 1.0, 0.01, 1, 2))
     return tmp_path / "cache"
 
 
@@ -129,3 +131,42 @@ def test_a_cpu_calibration_is_used_only_with_its_thread_count(isolated):
     assert two.flops_per_s == 100e9
     one = resolve_peak("Some CPU", "cpu", "fp32", threads=1)
     assert one.flops_per_s is None and "taken with 2 thread(s) and this run uses 1" in one.note
+
+
+def test_the_hardware_package_has_no_import_circle():
+    """Issue 49, item 10: calibrate imported quick_bandwidth (inside resolve_peak) and quick_bandwidth
+    imported calibrate. Every import of lmprof.hardware modules, at the top or inside a function, read
+    from the source: the graph they make has no cycle."""
+    import ast
+    from pathlib import Path
+
+    import lmprof.hardware as hw
+
+    folder = Path(hw.__file__).parent
+    names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        edges = set()
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "lmprof.hardware":
+                    edges |= {a.name for a in node.names if a.name in names}
+                elif node.module.startswith("lmprof.hardware."):
+                    edges.add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                edges |= {a.name.split(".")[2] for a in node.names if a.name.startswith("lmprof.hardware.")}
+        graph[name] = edges - {name}
+
+    def cycle_from(start: str, path: list[str]) -> list[str] | None:
+        for nxt in graph.get(path[-1], ()):
+            if nxt == start:
+                return [*path, nxt]
+            if nxt not in path:
+                found = cycle_from(start, [*path, nxt])
+                if found:
+                    return found
+        return None
+
+    assert "quick_bandwidth" in graph["resolve"]  # the graph is read, not empty
+    for name in graph:
+        assert cycle_from(name, [name]) is None, " -> ".join(cycle_from(name, [name]) or [])

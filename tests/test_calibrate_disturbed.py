@@ -8,6 +8,8 @@ from typing import Callable
 
 import pytest
 
+from lmprof.hardware.cpu_load import OtherLoad
+
 from lmprof.estimate.mfu import mfu_metrics
 from lmprof.cli.main import main
 from lmprof.hardware import calibrate as cal_mod
@@ -22,7 +24,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.delenv("LMPROF_PEAKS", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setattr(cal_mod, "_loadavg", lambda: 0.0)
-    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 0.0)
+    monkeypatch.setattr("lmprof.hardware.cpu_load.other_load", lambda before, after, kind: OtherLoad(0.0, 0.02, 1.0, 0.01, 1, 2))
     return tmp_path / "cache"
 
 
@@ -31,7 +33,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, samples: list[float]) -> None:
     def timed(fn: Callable[[], object], sync: Callable[[], None], budget_s: float, max_samples: int = 200) -> list[float]:
         fn()
         return list(samples)
-    monkeypatch.setattr(cal_mod, "_timed", timed)
+    monkeypatch.setattr("lmprof.hardware.ceilings._timed", timed)
 
 
 STEADY = [1e-3, 1.01e-3, 0.99e-3, 1e-3, 1.02e-3, 1e-3]
@@ -66,11 +68,13 @@ def test_busy_load_is_refused(monkeypatch, isolated) -> None:
     assert cal.path is None and cal.disturbed and "load average 7.5 on 2 CPUs" in cal.disturbed
 
 
-def test_other_processes_measured_by_the_caller() -> None:
+def test_other_processes_read_by_the_counters() -> None:
     cal = Calibration(device="cpu", device_name="x", hostname="h", created="c", torch="t", threads=1, seconds=1,
                       cpu_count=2)
-    assert disturbed_reason(cal, other_cores=0.2) is None  # 0.2 of the 1 core left free: under 0.25
-    assert "other processes kept 0.80 of 2 cores busy" in (disturbed_reason(cal, other_cores=0.8) or "")
+    # 0.2 of the 1 core left free: under 0.25
+    assert disturbed_reason(cal, OtherLoad(0.2, 0.02, 1.0, 0.01, 1, 2)) is None
+    reason = disturbed_reason(cal, OtherLoad(0.8, 0.02, 1.0, 0.01, 1, 2)) or ""
+    assert "other processes kept 0.80 +- 0.02 of 2 cores busy" in reason
 
 
 def test_a_busy_cached_calibration_is_not_used_for_mfu(isolated) -> None:
@@ -99,9 +103,9 @@ def test_cli_refuses_a_disturbed_calibration(monkeypatch, isolated, capsys) -> N
 
 def test_cli_refuses_when_other_processes_ran(monkeypatch, isolated, capsys) -> None:
     inject(monkeypatch, STEADY)
-    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 1.5)
+    monkeypatch.setattr("lmprof.hardware.cpu_load.other_load", lambda before, after, kind: OtherLoad(1.5, 0.02, 1.0, 0.01, 1, 2))
     assert main(["calibrate", "--seconds", "0.1", "--sizes", "32", "--dtypes", "fp32"]) == 1
-    assert "other processes kept 1.50" in capsys.readouterr().err
+    assert "other processes kept 1.50 +- 0.02" in capsys.readouterr().err
 
 
 def test_mfu_above_100_pct_is_never_a_figure() -> None:

@@ -410,32 +410,6 @@ def test_claiming_a_run_folder_in_a_read_only_place_is_one_line(tmp_path, monkey
         run_folder(tmp_path, "train", "tiny", _cpu(), batch=1)
 
 
-@pytest.mark.parametrize("where", ["file", "proc", "home-file"])
-def test_calibrate_prints_its_result_when_the_cache_cannot_be_saved(cli, tmp_path, monkeypatch, where):
-    a_file = tmp_path / "not-a-folder"
-    a_file.write_text("x")
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    if where == "file":
-        monkeypatch.setenv("LMPROF_CACHE_DIR", str(a_file))
-    elif where == "proc":
-        monkeypatch.setenv("LMPROF_CACHE_DIR", "/proc/lmprof")
-    else:
-        monkeypatch.delenv("LMPROF_CACHE_DIR", raising=False)
-        monkeypatch.setenv("HOME", str(a_file))
-    # A quiet machine, injected: on a busy one the calibration is refused (tests/test_calibrate_disturbed.py).
-    import lmprof.hardware.calibrate as cal
-
-    monkeypatch.setattr(cal, "_timed", lambda fn, sync, budget_s, max_samples=200: [fn(), 1e-3, 1e-3, 1e-3][1:])
-    monkeypatch.setattr(cal, "_loadavg", lambda: 0.0)
-    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 0.0)
-    code, out, err = cli("calibrate", "--dtypes", "fp32", "--seconds", "0.2", "--sizes", "32")
-    assert code == 0, err
-    assert "GFLOP/s" in out and "GB/s" in out  # the result is printed
-    lines = [ln for ln in out.splitlines() if ln.startswith("not saved: ")]
-    assert len(lines) == 1, out
-    assert ("file, not a folder" in lines[0]) or ("pseudo-filesystem" in lines[0]), lines[0]
-
-
 # == 8. Ctrl-C and SIGTERM ============================================================================
 
 def test_interrupted_run_keeps_what_was_measured_marked_incomplete(tmp_path):

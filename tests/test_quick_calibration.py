@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 
 import pytest
+
+from lmprof.hardware.cpu_load import OtherLoad
 import torch
 
 import lmprof.hardware.calibrate as cal
@@ -36,16 +38,22 @@ def quick_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path / "cache"
 
 
-def inject(monkeypatch: pytest.MonkeyPatch, samples: list[float]) -> list[int]:
-    """Make every copy timing return ``samples`` without copying; returns a list counting the calls."""
+QUIET = OtherLoad(cores=0.0, uncertainty=0.07, window_s=0.3, tick_s=0.01, free=1, cpus=2)
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, samples: list[float], quiet: bool = True) -> list[int]:
+    """Make every copy timing return ``samples`` without copying, on a machine whose CPU-time counters
+    read quiet (``quiet``; else as they are); returns a list counting the calls."""
     calls: list[int] = []
+    if quiet:
+        monkeypatch.setattr("lmprof.hardware.cpu_load.other_load", lambda before, after, kind: QUIET)
 
     def timed(fn, sync, budget_s, max_samples=200):
         calls.append(1)
         assert budget_s <= 0.3  # the quick budget, not a calibration's
         return list(samples)
 
-    monkeypatch.setattr(cal, "_timed", timed)
+    monkeypatch.setattr("lmprof.hardware.ceilings._timed", timed)
     return calls
 
 
@@ -53,7 +61,7 @@ def forbid_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*a, **k):
         raise AssertionError("measured the bandwidth although it should not have")
 
-    monkeypatch.setattr(cal, "measure_bandwidth", boom)
+    monkeypatch.setattr("lmprof.hardware.ceilings.measure_bandwidth", boom)
 
 
 def train(tmp_path: Path, name: str) -> Run:
@@ -133,7 +141,7 @@ def test_a_failing_check_costs_the_run_nothing_but_the_figure(tmp_path, monkeypa
     def broken(*a, **k):
         raise RuntimeError("no memory for the copy")
 
-    monkeypatch.setattr(cal, "measure_bandwidth", broken)
+    monkeypatch.setattr("lmprof.hardware.ceilings.measure_bandwidth", broken)
     run = train(tmp_path, "run")
     assert run.value("mbu") is None
     assert "quick bandwidth check failed (RuntimeError: no memory for the copy)" in run.metrics["mbu"].note
@@ -164,7 +172,8 @@ def test_roofline_and_memory_measure_nothing_but_read_a_cached_check(monkeypatch
     quick = cal.Calibration(device="cpu", device_name=cpu_model(), hostname=socket.gethostname(),
                             created="2026-01-01T00:00:00+00:00", torch="x", threads=torch.get_num_threads(),
                             seconds=0.25, bandwidth={"bytes_per_s": 2e10, "nbytes": COPY_BYTES, "n": 10,
-                                                     "method": "copy (read + write)", "spread": 1.04}, quick=True)
+                                                     "method": "copy (read + write)", "spread": 1.04}, quick=True,
+                            load_check="other processes kept 0.00 +- 0.07 of 2 cores busy over 0.30 s")
     cal.save_calibration(quick, quick_on)
     capsys.readouterr()
     assert main(["roofline", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32"]) == 0
@@ -176,12 +185,13 @@ def test_calibrate_if_missing_does_not_count_a_quick_check(cli, monkeypatch, qui
     quick = cal.Calibration(device="cpu", device_name=cpu_model(), hostname=socket.gethostname(),
                             created="2026-01-01T00:00:00+00:00", torch="x", threads=torch.get_num_threads(),
                             seconds=0.25, bandwidth={"bytes_per_s": 2e10, "nbytes": COPY_BYTES, "n": 10,
-                                                     "method": "copy (read + write)", "spread": 1.04}, quick=True)
+                                                     "method": "copy (read + write)", "spread": 1.04}, quick=True,
+                            load_check="other processes kept 0.00 +- 0.07 of 2 cores busy over 0.30 s")
     path = cal.save_calibration(quick, quick_on)
     # A quiet machine, injected (as tests/test_hostile_outputs.py does): the full calibration then replaces it.
-    monkeypatch.setattr(cal, "_timed", lambda fn, sync, budget_s, max_samples=200: [fn(), 1e-3, 1e-3, 1e-3][1:])
+    monkeypatch.setattr("lmprof.hardware.ceilings._timed", lambda fn, sync, budget_s, max_samples=200: [fn(), 1e-3, 1e-3, 1e-3][1:])
     monkeypatch.setattr(cal, "_loadavg", lambda: 0.0)
-    monkeypatch.setattr("lmprof.measure.noise.other_cores", lambda before, after: 0.0)
+    monkeypatch.setattr("lmprof.hardware.cpu_load.other_load", lambda before, after, kind: QUIET)
     code, out, err = cli("calibrate", "--if-missing", "--dtypes", "fp32", "--seconds", "0.2", "--sizes", "32")
     assert code == 0, err
     assert "already cached" not in out and f"saved {path}" in out
@@ -189,7 +199,8 @@ def test_calibrate_if_missing_does_not_count_a_quick_check(cli, monkeypatch, qui
 
 
 def test_a_real_check(tmp_path, quick_on):
-    """Nothing injected: kept with its figure, or refused on a busy machine with the reason; never a failure."""
+    """Nothing injected: kept with its figure, used for this run only when other processes competed,
+    or refused when the copies disagree, with the reason; never a failure."""
     from lmprof.hardware import quick_bandwidth
 
     with quick_bandwidth.allowed():
@@ -197,6 +208,8 @@ def test_a_real_check(tmp_path, quick_on):
     if peak.bytes_per_s is None:
         assert "quick bandwidth check was disturbed" in peak.note, peak.note
         assert not cache_file(quick_on).exists()
+    elif "DISTURBED" in (peak.bytes_source or ""):
+        assert "not cached" in peak.note and not cache_file(quick_on).exists()
     else:
         record = json.loads(cache_file(quick_on).read_text())
         assert record["quick"] is True and peak.bytes_per_s == record["bandwidth"]["bytes_per_s"]
@@ -216,3 +229,66 @@ def test_an_inference_run_checks_once_for_both_phases(tmp_path, monkeypatch, qui
     for phase in ("prefill", "decode"):
         assert run.value(f"{phase}.mbu") is None and "disturbed" in run.metrics[f"{phase}.mbu"].note
     assert not cache_file(quick_on).exists()
+
+
+# == a check while other processes competed (issue 49, item 3) ========================================
+TICK = 0.01  # the counters' resolution: SC_CLK_TCK = 100
+
+
+def counters_reading(monkeypatch: pytest.MonkeyPatch, other_ticks: int) -> None:
+    """The CPU-time counters around the copy, as the kernel's ticks would read them: a 0.3 s check in
+    which this process used 0.3 s of CPU and other processes ``other_ticks`` ticks, on 2 CPUs and 1
+    thread. The counters resolve (1 CPU kept busy + 1) ticks / 0.3 s = 0.067 cores; the limit is a
+    quarter of the 1 core left free. So 9 ticks (0.30 - 0.067 = 0.233 cores) is quiet, 10 ticks
+    (0.333 - 0.067 = 0.267 cores) is busy: the boundary, worked out from the tick alone."""
+    from lmprof.hardware import cpu_load
+
+    readings = iter([(0.0, 100.0, 50.0), (0.3, 100.0 + 0.3 + other_ticks * TICK, 50.3)] * 10)
+
+    def snapshot(threads=None):
+        wall, machine, own = next(readings)
+        return cpu_load.Snapshot(wall_s=wall, machine_busy_s=machine, own_cpu_s=own, loadavg_1m=None, threads=1,
+                                 cpus=2, tick_s=TICK)
+
+    monkeypatch.setattr(cpu_load, "snapshot", snapshot)
+
+
+def check_once(directory: Path):
+    from lmprof.hardware import quick_bandwidth
+
+    with quick_bandwidth.allowed():
+        check = quick_bandwidth.measure_if_allowed(cpu_model(), 1, directory)
+        peak = cal.resolve_peak(cpu_model(), "cpu", "fp32", directory=directory, threads=1)
+    return check, peak
+
+
+def test_a_check_disturbed_by_other_processes_is_used_marked_and_never_cached(monkeypatch, quick_on):
+    calls = inject(monkeypatch, STEADY, quiet=False)  # steady copies: only the counters tell
+    counters_reading(monkeypatch, other_ticks=10)
+    check, peak = check_once(quick_on)
+    assert check is not None and check.calibration is not None
+    assert check.calibration.disturbed and "other processes kept 0.33 +- 0.07 of 2 cores" in check.calibration.disturbed
+    assert "used for this run only and not cached" in check.note
+    assert peak.bytes_per_s == pytest.approx(by_hand(STEADY), rel=1e-12)  # this run gets the figure...
+    assert "DISTURBED" in (peak.bytes_source or "")  # ...marked
+    assert not cache_file(quick_on).exists()  # ...and no later run does
+    # a later, quiet run measures again, and its figure is cached
+    counters_reading(monkeypatch, other_ticks=9)
+    check, peak = check_once(quick_on)
+    assert len(calls) == 2 and check is not None and check.calibration is not None
+    assert check.calibration.disturbed is None and "cached in" in check.note
+    record = json.loads(cache_file(quick_on).read_text())
+    assert record["load_check"].startswith("other processes kept 0.30 +- 0.07 of 2 cores")
+    assert "DISTURBED" not in (peak.bytes_source or "")
+
+
+def test_a_cached_check_never_judged_for_load_is_measured_again(monkeypatch, quick_on):
+    old = cal.Calibration(device="cpu", device_name=cpu_model(), hostname=socket.gethostname(),
+                          created="2026-01-01T00:00:00+00:00", torch="x", threads=1, seconds=0.25,
+                          bandwidth={"bytes_per_s": 11.2e9, "nbytes": COPY_BYTES, "n": 10,
+                                     "method": "copy (read + write)", "spread": 1.04}, quick=True)
+    path = cal.save_calibration(old, quick_on)  # the issue's 11.2 GB/s, cached by an older lmprof
+    calls = inject(monkeypatch, STEADY)
+    check, peak = check_once(quick_on)
+    assert len(calls) == 1 and peak.bytes_per_s == pytest.approx(by_hand(STEADY), rel=1e-12)
+    assert json.loads(path.read_text())["bandwidth"]["bytes_per_s"] == pytest.approx(by_hand(STEADY), rel=1e-12)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -22,6 +22,27 @@ from lmprof.hardware.devices import Device, resolve_device
 from lmprof.config import MeasureSpec, build
 from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
+
+
+def _check_model(model: object, what: str) -> None:
+    """One ConfigError line unless ``model`` is a torch module (None, a function or a name is said at once,
+    not as an AttributeError from inside lmprof)."""
+    if not isinstance(model, torch.nn.Module):
+        got = "None" if model is None else f"a {type(model).__name__}"
+        raise ConfigError(f"{what} needs the model as a torch.nn.Module, got {got}")
+
+
+def _batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """The batches, cycled when a list or tuple. Running out is one ConfigError line: a StopIteration
+    would escape the caller's call (or end a generator around it silently)."""
+    source = itertools.cycle(batches) if isinstance(batches, (list, tuple)) else batches
+    given = 0
+    for batch in source:
+        given += 1
+        yield batch
+    raise ConfigError("batches is empty: profile_training needs at least one batch" if given == 0 else
+                      f"batches ran out after {given} batch(es): the run takes warm-up, timed and profiled steps "
+                      "and more; pass a list (it is cycled) or an iterator that lasts")
 
 
 def _device_of(model: torch.nn.Module, device: str | None) -> Device:
@@ -78,11 +99,12 @@ def profile_training(
     from lmprof.workloads.training import TrainWorkload
     from lmprof.workloads.hooks import module_scopes
 
+    _check_model(model, "profile_training")
     spec = build(MeasureSpec, dict(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off"))
     dev = _device_of(model, device)
-    source = iter(itertools.cycle(batches)) if isinstance(batches, (list, tuple)) else iter(batches)
-    first = next(source)
-    stream = itertools.chain([first], source)
+    stream = _batches(batches)
+    first = next(stream)
+    stream = itertools.chain([first], stream)
     work = TrainWorkload(
         model=model, optimizer=optimizer, batches=stream, device=dev, loss_fn=loss_fn or _default_loss,
         tokens_per_step=_tokens_in(first), scopes=lambda: module_scopes(model),
@@ -120,6 +142,7 @@ def profile_inference(
     from lmprof.workloads.hf import shape_of
     from lmprof.workloads.hooks import module_scopes
 
+    _check_model(model, "profile_inference")
     if new_tokens <= 0:
         raise ConfigError(f"new_tokens must be positive, got {new_tokens}")
     if input_ids.dim() != 2:
@@ -168,6 +191,7 @@ def profile(
     from lmprof.pipeline.usercode.guard import check_counts
     from lmprof.pipeline.usercode.session import SessionSpec
 
+    _check_model(model, "lmprof.profile")
     check_counts(warmup, steps, profile_steps, flags=False)
     from lmprof.pipeline.usercode.guard import check_out
 

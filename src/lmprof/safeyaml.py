@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from lmprof.errors import ConfigError
+from lmprof.safejson import read_user_file
 
 MAX_NODES_ENV = "LMPROF_YAML_MAX_NODES"
 MAX_NODES = 100_000  # values after alias expansion; a real spec or config has a few hundred
@@ -61,6 +62,35 @@ def expanded_size(obj: Any) -> int:
 # libyaml's safe loader (same safe constructors, ~10x faster: the peak table is read by every run) where
 # PyYAML was built with it, else the pure-Python one.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(f"line {line}: key {short_repr(key, 60)} given twice (first on line {first}); lmprof "
+                         "would keep only the last: remove one")
+
+
+class _Loader(_SAFE_LOADER):  # type: ignore[misc,valid-type]  # CSafeLoader or SafeLoader, both untyped
+    """The safe loader, refusing a mapping that gives one key twice (PyYAML keeps the last silently).
+    Keys merged in with ``<<`` may be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the constructor says so itself
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise _DuplicateKey(key, line, first)
+            seen[key] = line
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep)
+        return mapping
 
 
 def load_text(text: str, where: str) -> Any:
@@ -68,7 +98,9 @@ def load_text(text: str, where: str) -> Any:
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{where}: {len(text):,} characters of YAML, more than the {MAX_BYTES:,} lmprof reads")
     try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader, libyaml's where it exists
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader, libyaml's where it exists
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml's own depth limit (pure Python recurses instead)
             raise ConfigError(f"{where}: YAML nested too deeply") from None
@@ -90,12 +122,7 @@ def load_text(text: str, where: str) -> Any:
 def load_file(path: str | Path) -> Any:
     """Read and parse a YAML file; unreadable files and invalid UTF-8 are one ConfigError line."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise ConfigError(f"{p} is a directory, not a YAML file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    raw = read_user_file(p, "YAML", ConfigError)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

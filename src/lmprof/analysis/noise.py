@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from lmprof.measure.noise import Snapshot, other_cores
+from lmprof.measure.noise import OTHER_CORES_LIMIT, Snapshot, other_load
 from lmprof.record.run import Run
 from lmprof.trace.attribution import Attribution
 
 # p90 / p10 of the timed steps above this: the steps do not agree with each other.
 SPREAD_LIMIT = 1.25
 # Cores other processes kept busy during the timed window, as a share of the cores not in use by
-# this run's threads, above which they competed for the CPU (CPU runs) or the host (GPU runs).
-OTHER_CORES_LIMIT = 0.25
+# this run's threads, above which they competed for the CPU (CPU runs) or the host (GPU runs): the
+# one limit of hardware/cpu_load.py (OTHER_CORES_LIMIT), judged there at the counters' resolution.
 # A profiled step is "much slower" when it exceeds the clean median + the profiler's measured cost
 # by more than SLOW_SPREADS x the clean steps' own upper spread (slowest clean step - median), and by
 # at least SLOW_MIN_SHARE of the clean median; COST_SLACK of the measured cost is allowed on top
@@ -40,9 +40,11 @@ SLOW_MIN_SHARE = 0.5
 COST_SLACK = 0.5
 # ...and never less than this, in ms: on a sub-millisecond step, the hooks and ranges lmprof adds per
 # block cost a fixed fraction of a millisecond the per-event cost does not cover (quiet runs of a
-# 0.45 ms step profiled at 1.1 ms, 1 of 4 flagged), while a disturbance worth naming (another process
-# taking the core for a scheduler slice) costs milliseconds.
-SLOW_MIN_MS = 1.0
+# 0.45 ms step profiled at 1.1 ms, 1 of 4 flagged at a 0.5 ms floor; at this one the limit is
+# 1.2 ms plus the cost), while a disturbance worth naming (another process taking the core for a
+# scheduler slice) costs milliseconds. Below a step: at 1 ms (the floor it replaced), a profiled
+# step twice the quiet one's (1 ms + cost) sat on the limit and was not flagged.
+SLOW_MIN_MS = 0.75
 # Where the profiler's cost was not measured (device clock), its host cost is unknown: only a
 # profiled step more than this share above the clean median (and beyond the spread) is flagged.
 SLOW_MIN_SHARE_UNMEASURED = 1.0
@@ -93,18 +95,29 @@ def spread_reason(samples_ms: list[float], what: str) -> str | None:
 
 
 def load_reason(before: Snapshot, after: Snapshot, device_kind: str) -> str | None:
-    """A sentence when other processes kept the machine busy during the timed window."""
-    others = other_cores(before, after)
+    """A sentence when other processes kept the machine busy during the timed window, beyond what the
+    counters' resolution could misread (hardware/cpu_load.py); None for a window too short to judge
+    (:func:`load_note` says so)."""
+    others = other_load(before, after, device_kind)
     if others is None:
         load = max(x for x in (before.loadavg_1m, after.loadavg_1m, 0.0) if x is not None)
         free = max(before.cpus - before.threads, 1) if device_kind == "cpu" else before.cpus
         if load > before.threads + OTHER_CORES_LIMIT * free:
             return f"1-minute load average {load:.1f} on {before.cpus} cores while this run used {before.threads} thread(s)"
         return None
-    if others > OTHER_CORES_LIMIT * max(before.cpus - (before.threads if device_kind == "cpu" else 0), 1):
-        return (f"other processes kept {others:.2f} of {before.cpus} cores busy during the timed window "
-                f"(this run used {before.threads} thread(s))")
+    if others.busy:
+        return (f"other processes kept {others.reading()} busy during the timed window "
+                f"(this run used {before.threads} thread(s); limit {others.limit:.2g} cores)")
     return None
+
+
+def load_note(before: Snapshot, after: Snapshot, device_kind: str) -> str | None:
+    """The run's note when its timed window is too short for the CPU-time counters to judge the
+    machine's load: said, not guessed (None when it could be judged or no counters exist)."""
+    others = other_load(before, after, device_kind)
+    if others is None or others.judgeable:
+        return None
+    return f"machine load during the timed window: {others.too_short()}"
 
 
 def slow_limit_ms(samples_ms: list[float], cost_ms: float | None) -> float:

@@ -32,7 +32,8 @@ def analyze(
     diff: Path = typer.Option(
         None,
         "--diff",
-        help="Compare this trace (before) with PATH (after): `lmprof analyze --diff BEFORE AFTER`. "
+        help="The trace before a change, compared with the PATH argument, the trace after it: "
+        "`lmprof analyze --diff BEFORE AFTER`. "
         "Per annotation, operator and kernel: count and time deltas, new and vanished names.",
         show_default=False,
     ),

@@ -31,8 +31,7 @@ def calibrate(
     check_device_spec(device)  # a mistyped device is said before torch is imported
     from lmprof.cli.common import console
     from lmprof.errors import ConfigError
-    from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration, disturbed_reason
-    from lmprof.measure.noise import other_cores, snapshot
+    from lmprof.hardware.calibrate import cache_dir, calibrate as run_calibration
     from lmprof.hardware.peaks import load_table
 
     wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
@@ -58,21 +57,20 @@ def calibrate(
     from lmprof.hardware.calibrate import save_calibration
     from lmprof.outdir import check_output_dir
 
-    # Judge the cache folder before measuring: a cache that cannot be written (HOME or
-    # LMPROF_CACHE_DIR pointing at a file or /proc) still gets its result printed, with the reason.
+    # Judge the cache folder before measuring: a calibration is taken to be cached, so a cache that
+    # cannot be written (HOME or LMPROF_CACHE_DIR pointing at a file or /proc) is one line, exit 2,
+    # before the seconds of measuring; --no-save measures and prints without it.
     unsaved = "--no-save" if no_save else None
     if unsaved is None:
         try:
             check_output_dir(cache_dir(), "the calibration cache")
         except LmprofError as exc:
-            unsaved = str(exc)
+            raise ConfigError(f"{exc}; set LMPROF_CACHE_DIR to a writable folder, or measure without saving: "
+                              "--no-save") from None
     what = "calibrating matmuls" + (f" of sizes {sizes}" if sizes else "")
     with oom_guard(what, matmul_fit(), "cpu" if device == "cpu" else device.split(":")[0]):
-        before = snapshot()
+        # judged there: the load average and other processes' CPU time over the calibration
         cal = run_calibration(device, wanted, seconds=seconds, sizes=size_list, save=False)
-        after = snapshot()
-    # Other processes' CPU time over the calibration (exact on Linux): the load average lags.
-    cal.disturbed = disturbed_reason(cal, other_cores(before, after))
     if cal.disturbed is not None and unsaved is None:
         unsaved = "refused"
     if unsaved is None:

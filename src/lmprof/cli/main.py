@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # the console command, a process of lmprof's own (never a caller's, never a test's)
         gc_hold.hold()
+        if next((a for a in args if not a.startswith("-")), None) != "run":  # a user's script keeps Python's own
+            from lmprof.cli import _streams
+
+            _streams.install()  # any encoding, a reader that stops early: the exit code keeps its meaning
     if args[:1] == ["analyze"]:
         # numpy's OpenBLAS starts a worker thread per extra core when numpy is imported, and an idle
         # worker spins about 0.1 s of CPU before it sleeps; analyze never calls BLAS, and on two

@@ -10,7 +10,6 @@ No torch import: this is data, read with pyyaml / json.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from lmprof import safejson
 from lmprof.errors import ConfigError, DataError
 from lmprof.estimate.dropout import Dropout, dropout_from_config
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
@@ -396,10 +396,7 @@ def read_config(path: Path) -> dict[str, Any]:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise DataError(f"no config.json at {path}")
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read {file}: {str(exc).splitlines()[0]}") from None
+    data = safejson.load_file(file)  # one line naming the file: unreadable, not JSON, nested too deeply
     if not isinstance(data, dict):
         raise DataError(f"{file} is not a JSON object")
     return data

@@ -3,17 +3,22 @@
 MBU and the roofline need a bandwidth ceiling, and a CPU's cannot be read off it (its FLOP/s can be
 estimated from /proc/cpuinfo: ``cpu_peak.py``). So when a measured run on CPU (``lmprof train``,
 ``lmprof infer``, ``lmprof run``, ``lmprof.profile()``) resolves its peak and no calibration of this
-host, CPU and thread count is cached, :func:`~lmprof.hardware.calibrate.resolve_peak` measures one
-here, once: :func:`~lmprof.hardware.calibrate.measure_bandwidth` (the copy ``lmprof calibrate``
+host, CPU and thread count is cached, :func:`~lmprof.hardware.resolve.resolve_peak` measures one
+here, once: :func:`~lmprof.hardware.ceilings.measure_bandwidth` (the copy ``lmprof calibrate``
 times) with a :data:`BUDGET_S` budget, about 0.4 s with the buffers' allocation. Rules:
 
 * Only inside :func:`allowed`, which the run's figures enter after its timed and profiled windows
   (``pipeline/figures.py``): nothing measured can disturb a timing, and the "what if" commands
   (``lmprof roofline``, ``lmprof memory``) never measure; they read a cached check like a calibration.
-* A disturbed check is neither kept nor used: copy repeats whose p90/p10 exceeds
-  :data:`~lmprof.hardware.calibrate.SPREAD_LIMIT` (1.25x, the rule ``lmprof calibrate`` applies)
-  leave the figures n/a with that reason. The load average is not judged: just after a run it still
-  counts the run's own work.
+* A disturbed check is never cached. Copy repeats whose p90/p10 exceeds
+  :data:`~lmprof.hardware.calibration.SPREAD_LIMIT` (1.25x, the rule ``lmprof calibrate`` applies)
+  are not used either: the figures are n/a with that reason. Steady copies while other processes
+  kept the CPUs busy (the CPU-time counters read around the copy, beyond their resolution:
+  ``hardware/cpu_load.py``) give a figure that is used for this run only, marked disturbed in its
+  source and notes, and not cached, so a later run measures again (a cache of 11.2 GB/s taken on a
+  busy machine was used by every later run, where quiet copies give 18.7-20.9 GB/s). A cached check
+  that was never judged so (made by an older lmprof) is not used: a run measures again and replaces
+  it. The load average is not judged: just after a run it still counts the run's own work.
 * A kept check is cached like a calibration (same folder, file and format, keyed by host, CPU and
   threads) with ``quick: true``; ``lmprof calibrate`` overwrites it, and it never overwrites a
   calibration (one for another thread count: the check is used for this run only).
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lmprof.errors import DataError
-from lmprof.hardware import calibrate
+from lmprof.hardware import calibration, ceilings
 from lmprof.units import si
 
 OPT_OUT_ENV = "LMPROF_NO_QUICK_CALIBRATION"
@@ -49,7 +54,7 @@ _ALLOWED: ContextVar[dict[tuple[str, int, str], QuickCheck] | None] = ContextVar
 class QuickCheck:
     """The outcome of one quick check: the kept measurement (None: none) and the sentence for the run's notes."""
 
-    calibration: calibrate.Calibration | None
+    calibration: calibration.Calibration | None
     note: str
 
 
@@ -77,7 +82,7 @@ def measure_if_allowed(device_name: str, threads: int | None, directory: str | P
         import torch
 
         threads = torch.get_num_threads()
-    key = (device_name, threads, str(directory or calibrate.cache_dir()))
+    key = (device_name, threads, str(directory or calibration.cache_dir()))
     if key not in done:
         done[key] = _check(device_name, threads, directory)
     return done[key]
@@ -101,35 +106,40 @@ def _check(device_name: str, threads: int, directory: str | Path | None) -> Quic
         if device_name != cpu_model():  # a record made elsewhere: this machine's bandwidth says nothing of it
             return QuickCheck(None, f"no memory bandwidth known for {device_name!r}, which is not this machine's CPU; "
                                     f"{_FIX} on that machine")
-        result = calibrate.measure_bandwidth("cpu", budget_s=BUDGET_S)
-        cal = calibrate.Calibration(
+        result, load = ceilings.watched(lambda: ceilings.measure_bandwidth("cpu", budget_s=BUDGET_S), "cpu", threads)
+        cal = calibration.Calibration(
             device="cpu", device_name=device_name, hostname=socket.gethostname(),
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"), torch=torch.__version__,
-            threads=threads, seconds=BUDGET_S, cpu_count=os.cpu_count(), bandwidth=result, quick=True)
-        disturbed = calibrate.disturbed_reason(cal)  # the copy's spread only: no load average was recorded
+            threads=threads, seconds=BUDGET_S, cpu_count=os.cpu_count(), bandwidth=result, quick=True,
+            load_check=calibration.load_check(load))
+        unsteady = calibration.disturbed_reason(cal)  # the copy's spread (no load average was recorded)
+        cal.disturbed = calibration.disturbed_reason(cal, load)
     except Exception as exc:  # a convenience must never cost the run it follows
         return QuickCheck(None, f"no memory bandwidth known: the quick bandwidth check failed "
                                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); {_FIX}")
-    if disturbed:
-        return QuickCheck(None, f"no memory bandwidth known: the quick bandwidth check was disturbed ({disturbed}), so "
+    if unsteady:
+        return QuickCheck(None, f"no memory bandwidth known: the quick bandwidth check was disturbed ({unsteady}), so "
                                 f"it was not kept; {_FIX} on an idle machine")
-    return QuickCheck(cal, f"bandwidth {si(result['bytes_per_s'], 'B/s')} from this run's quick copy check, "
-                           f"{_save(cal, directory)}")
+    figure = f"bandwidth {si(result['bytes_per_s'], 'B/s')} from this run's quick copy check"
+    if cal.disturbed:
+        return QuickCheck(cal, f"{figure}, DISTURBED ({cal.disturbed}): likely understated (MBU overstated), used for "
+                               f"this run only and not cached, so a later run measures again; {_FIX} on an idle machine")
+    return QuickCheck(cal, f"{figure}, {_save(cal, directory)}")
 
 
-def _save(cal: calibrate.Calibration, directory: str | Path | None) -> str:
+def _save(cal: calibration.Calibration, directory: str | Path | None) -> str:
     """Cache ``cal`` unless a calibration is there; says where it went or why not."""
-    path = calibrate.cache_path(cal.device_name, cal.device, directory, cal.hostname)
+    path = calibration.cache_path(cal.device_name, cal.device, directory, cal.hostname)
     if path.exists():
         try:
-            kept: calibrate.Calibration | None = calibrate.read_calibration(path)
+            kept: calibration.Calibration | None = calibration.read_calibration(path)
         except DataError:
             kept = None
         if kept is None or not kept.quick:
             what = "a file it cannot read" if kept is None else f"a calibration for {kept.threads} thread(s)"
             return f"not cached: {path} holds {what}, which only `lmprof calibrate` replaces"
     try:
-        calibrate.save_calibration(cal, directory)
+        calibration.save_calibration(cal, directory)
     except Exception as exc:  # an unwritable cache costs the next run 0.3 s, not this run its figures
         return f"not cached ({' '.join(str(exc).split())[:160]})"
     return f"cached in {cal.path}"

@@ -77,15 +77,18 @@ class MemoryTimeline:
         return level
 
 
-def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> str:
+def classify(alloc_phase: str | None, free_phase: str | None, freed: bool, same_step: bool = True) -> str:
     """A block's category from the phase that allocated it and the one that freed it.
 
     forward -> freed in backward: activations (saved for backward); freed in forward: temporaries;
     alive after backward: outputs (logits and loss the caller holds). backward -> freed in
     zero_grad or alive at the end: grads; freed in backward: temporaries. optimizer -> alive at the
     end: optimizer state (first step); freed in optimizer: temporaries. grad_clip -> freed in it:
-    temporaries (the norms). prefill/decode -> freed in
-    the same phase: temporaries, else outputs. Anything else (data, outside any phase): other.
+    temporaries (the norms). prefill/decode -> freed within the same step (``same_step``: the
+    same prefill or decode range, not a later one of the same name): temporaries; else it is
+    carried to a later step: kv_cache (the cache a generation grows; with it the few bytes the
+    loop keeps for the next step, the last logits and token). Anything else (data, outside any
+    phase): other.
     """
     if alloc_phase == "forward":
         if freed and free_phase == "forward":
@@ -106,7 +109,7 @@ def classify(alloc_phase: str | None, free_phase: str | None, freed: bool) -> st
     if alloc_phase == "grad_clip":
         return "temporaries" if freed and free_phase == "grad_clip" else "other"
     if alloc_phase in INFER_PARTS:
-        return "temporaries" if freed and free_phase == alloc_phase else "outputs"
+        return "temporaries" if freed and free_phase == alloc_phase and same_step else "kv_cache"
     return "other"
 
 
@@ -147,9 +150,15 @@ def timeline_from_trace(
 
 
 def _phase_at(phases: list[Phase], t_ms: float) -> str | None:
-    for p in phases:
+    k = _phase_index(phases, t_ms)
+    return None if k is None else phases[k].name
+
+
+def _phase_index(phases: list[Phase], t_ms: float) -> int | None:
+    """Which phase range (by position: the 3rd decode step, not just 'decode') holds ``t_ms``."""
+    for k, p in enumerate(phases):
         if p.start_ms <= t_ms <= p.end_ms:
-            return p.name
+            return k
     return None
 
 
@@ -175,9 +184,11 @@ def _build_timeline(
     for i, (_, _, nbytes, _) in enumerate(mem):
         if nbytes > 0:
             j = free_of.get(i)
-            cat_of[i] = classify(
-                _phase_at(phases, times[i]), None if j is None else _phase_at(phases, times[j]), j is not None
-            )
+            where = _phase_index(phases, times[i])
+            freed_where = None if j is None else _phase_index(phases, times[j])
+            cat_of[i] = classify(None if where is None else phases[where].name,
+                                 None if freed_where is None else phases[freed_where].name, j is not None,
+                                 same_step=where == freed_where)
     # Pass 2: running totals per category.
     base_total = sum(baseline.values())
     level = {c: int(baseline.get(c, 0)) for c in CATEGORIES}

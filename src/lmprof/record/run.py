@@ -24,6 +24,7 @@ from typing import Any, Literal, Sequence
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from lmprof import safejson
 from lmprof.atomic import atomic_path, write_bytes, write_text
 from lmprof.errors import DataError
 
@@ -222,9 +223,9 @@ class Run(BaseModel):
         except OSError as exc:
             raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
         try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise DataError(f"{path} is not valid JSON: {' '.join(str(exc).split())[:200]}") from None
+            data = safejson.loads(raw)
+        except safejson.JSONError as exc:
+            raise DataError(f"{path}: {' '.join(str(exc).split())[:240]}") from None
         if not isinstance(data, dict):
             raise DataError(f"{path} is not an lmprof run record: expected a JSON object, got {_json_kind(data)}")
         schema = data.get("schema", "")

@@ -22,7 +22,9 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
+from lmprof import safejson
 from lmprof.errors import DataError
+from lmprof.safeyaml import short_repr
 from lmprof.record.catalogue import metric_column as metric_column, ranked  # metric_column: re-exported
 
 if TYPE_CHECKING:
@@ -315,8 +317,6 @@ class Store:
 
 def _config_difference(old_json: str, new_json: str) -> str:
     """'model_spec.n_embd: 128 -> 256' for the first field that differs between two point configs."""
-    import json
-
     def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
         if isinstance(obj, dict):
             out: dict[str, Any] = {}
@@ -326,8 +326,8 @@ def _config_difference(old_json: str, new_json: str) -> str:
         return {prefix.rstrip("."): obj}
 
     try:
-        old, new = flat(json.loads(old_json)), flat(json.loads(new_json))
-    except ValueError:
+        old, new = flat(safejson.loads(old_json)), flat(safejson.loads(new_json))
+    except (safejson.JSONError, TypeError):
         return "the recorded config is unreadable"
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
@@ -376,6 +376,38 @@ def _connect_existing(path: str | Path) -> tuple[sqlite3.Connection, Path]:
     return conn, p
 
 
+# Columns read as numbers, by table. SQLite keeps whatever a writer put in a column (text stays text in
+# a REAL column), and a store is a file anyone can edit: a value that is not a number is refused with
+# the point and column named, before pandas turns the column into text and a plot fails on it.
+_NUMBER_COLUMNS = {
+    "points": ("batch_size", "seq_len", "compile", "repeat", "n_layer", "n_head", "n_embd", "duration_s",
+               "attempts", "seq"),
+    "metrics": ("value", "p10", "p90", "n"),
+    "blocks": ("time_ms", "profiled_ms", "pct", "calls", "flops", "bytes"),
+}
+
+
+def _check_values(conn: sqlite3.Connection, path: Path) -> None:
+    """One DataError line for the first value of a store that is not what lmprof wrote there: text
+    in a number column, a point's config that is not a JSON object."""
+    for table, cols in _NUMBER_COLUMNS.items():
+        key = "id" if table == "points" else "point_id"
+        odd = " OR ".join(f"typeof({c}) NOT IN ('integer', 'real', 'null')" for c in cols)
+        row = conn.execute(f"SELECT {key}, {', '.join(cols)} FROM {table} WHERE {odd} LIMIT 1").fetchone()
+        if row is not None:
+            col, value = next((c, v) for c, v in zip(cols, row[1:]) if not isinstance(v, (int, float, type(None))))
+            raise DataError(f"{path}: {table}.{col} of point {str(row[0])[:40]!r} holds {short_repr(value, 40)}, not a "
+                            "number: the store was edited or damaged (move it away, or rerun the sweep)")
+    for pid, config in conn.execute("SELECT id, config FROM points"):
+        try:
+            ok = isinstance(safejson.loads(config), dict)
+        except (safejson.JSONError, TypeError):
+            ok = False
+        if not ok:
+            raise DataError(f"{path}: points.config of point {str(pid)[:40]!r} is not a JSON object "
+                            f"({short_repr(config, 40)}): the store was edited or damaged")
+
+
 def load_results(path: str | Path) -> "pd.DataFrame":
     """One row per point of a sweep: status, flattened config, and one column per metric value.
 
@@ -388,6 +420,7 @@ def load_results(path: str | Path) -> "pd.DataFrame":
 
     conn, p = _connect_existing(path)
     try:
+        _check_values(conn, p)
         points = pd.read_sql_query("SELECT * FROM points ORDER BY seq", conn)
         metrics = pd.read_sql_query("SELECT point_id, key, value, unit FROM metrics", conn)
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
@@ -417,15 +450,16 @@ def load_blocks(path: str | Path) -> "pd.DataFrame":
     """The per-block rows of every ``ok`` run, joined with the point's axes (long format)."""
     import pandas as pd
 
-    conn, _ = _connect_existing(path)
+    conn, p = _connect_existing(path)
     cols = ", ".join(f"p.{c}" for c in ("label", *AXIS_COLUMNS, "device_resolved", "device_name"))
     try:
+        _check_values(conn, p)
         df = pd.read_sql_query(
             f"SELECT b.*, {cols} FROM blocks b JOIN points p ON p.id = b.point_id WHERE p.status = 'ok' ORDER BY p.seq",
             conn,
         )
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        raise store_error(db_path(path), exc) from None
+        raise store_error(p, exc) from None
     finally:
         conn.close()
     df["compile"] = df["compile"].astype(bool)

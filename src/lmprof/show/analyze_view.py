@@ -356,6 +356,27 @@ def _annotations(con: Console, an: Annotations | None, what: str) -> None:
     con.print(tab)
     if len(an.rows) > _MAX_ROWS:
         con.print(f"{len(an.rows) - _MAX_ROWS} more {what} rows with --json")
+    _step_dead(con, an)
+
+
+def _step_dead(con: Console, an: Annotations) -> None:
+    """Each ProfilerStep's dead window: which step stalled, where the row above gives a mean and a max."""
+    if not an.steps:
+        return
+    kernels = any(s.to_first_kernel_us is not None for s in an.steps)
+    tab = Table(title="Dead window per ProfilerStep (from its start" + (
+        "; to the first kernel: the first device event its calls launched, late when the device runs behind)"
+        if kernels else ")"), title_justify="left")
+    for col in ["step", "to first operator", "first operator"] + (["to first kernel"] if kernels else []):
+        _column(tab, col, name=col == "first operator")
+    for s in an.steps[:_MAX_ROWS]:
+        cells: list[str | Text] = [f"#{s.step}", fmt_us(s.dead_us), _cell(short_name(s.first_op or "n/a"))]
+        if kernels:
+            cells.append(fmt_us(s.to_first_kernel_us))
+        tab.add_row(*cells)
+    con.print(tab)
+    if len(an.steps) > _MAX_ROWS:
+        con.print(f"{len(an.steps) - _MAX_ROWS} more steps with --json")
 
 
 def _memory(con: Console, tr: TraceReport, sort: str) -> None:

@@ -29,6 +29,8 @@ COLORS = {
     "temporaries": "#c44e52",
     "other": "#a0a0a0",
 }
+# What a category's legend entry says where its name alone would mislead.
+LABELS = {"kv_cache": "KV cache (+ carried logits)"}
 PHASE_SHADE = {"forward": "#e8f3e8", "backward": "#fbeee6", "optimizer": "#eeeaf6", "zero_grad": "#f4f4f4",
                "data": "#f4f4f4", "prefill": "#e8f3e8", "decode": "#fbeee6"}
 
@@ -67,6 +69,18 @@ def _steps(xs: Sequence[float], idx: list[int], tl: "MemoryTimeline", x_end: flo
     return sx, sy
 
 
+def runs_of(spans: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float, int]]:
+    """Consecutive spans of one phase merged: (name, start, end, how many). A generation's 49 decode
+    steps are one run, labelled once ("decode x49"), not 49 labels on top of each other."""
+    out: list[tuple[str, float, float, int]] = []
+    for name, a, b in spans:
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1], max(out[-1][2], b), out[-1][3] + 1)
+        else:
+            out.append((name, a, b, 1))
+    return out
+
+
 def _draw(ax: Any, tl: "MemoryTimeline", xs: Sequence[float], spans: list[tuple[str, float, float]],
           x_end: float, peak_x: float, ymax: float, max_points: int, legend: bool) -> None:
     idx = _thin(len(xs), tl.allocated, max_points)
@@ -75,16 +89,21 @@ def _draw(ax: Any, tl: "MemoryTimeline", xs: Sequence[float], spans: list[tuple[
     width = (x_end - x_start) or 1.0
     for name, a, b in spans:
         ax.axvspan(a, b, color=PHASE_SHADE.get(name, "#f4f4f4"), zorder=0, lw=0)
-        ax.axvline(a, color="#555555", ls="--", lw=0.8, zorder=3)
+    for name, a, b, n in runs_of(spans):
+        ax.axvline(a, color="#555555", ls="--", lw=0.8, zorder=3)  # where a phase begins
         frac = (b - a) / width
         if frac >= 0.015:  # narrower phases are labelled in the other panel
             narrow = frac < 0.08
-            ax.text((a + b) / 2, ymax * 0.985, name, ha="center", va="top", fontsize=8 if narrow else 9,
-                    rotation=90 if narrow else 0, color="#333333", zorder=4)
+            ax.text((a + b) / 2, ymax * 0.985, name if n == 1 else f"{name} \u00d7{n}", ha="center", va="top",
+                    fontsize=8 if narrow else 9, rotation=90 if narrow else 0, color="#333333", zorder=4)
+    for (name, a, _), (prev, _, _) in zip(spans[1:], spans[:-1]):
+        if name == prev:  # a step boundary inside a run of one phase: a faint tick, not a label
+            ax.axvline(a, color="#555555", ls=":", lw=0.4, alpha=0.5, zorder=3)
     shown = [c for c in tl.categories if any(v > 0 for v in sy[c])]
     if sx and shown:
         k = tl.allocated.index(tl.peak) if tl.peak in tl.allocated else None
-        labels = [f"{c} ({(tl.categories[c][k] if k is not None else 0) / MIB:.1f} MiB at peak)" for c in shown]
+        labels = [f"{LABELS.get(c, c)} ({(tl.categories[c][k] if k is not None else 0) / MIB:.1f} MiB at peak)"
+                  for c in shown]
         ax.stackplot(sx, [sy[c] for c in shown], labels=labels, colors=[COLORS.get(c, "#999999") for c in shown],
                      alpha=0.9, zorder=2, lw=0)
     ax.plot([peak_x], [tl.peak / MIB], marker="v", color="black", zorder=5)

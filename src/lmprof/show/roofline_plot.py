@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 from lmprof.estimate.roofline import RooflinePoint
 from lmprof.atomic import atomic_path
 from lmprof.units import si
-from lmprof.show.literal import literal_text
+from lmprof.show.literal import literal_text, plain_log_ticks
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
     from matplotlib.axes import Axes
@@ -76,6 +76,7 @@ def plot_roofline(
     ax = fig.add_subplot(1, 1, 1)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax.xaxis, ax.yaxis)
     ax.set_xlim(xmin, xmax)
     ax.set_ylim(ymin, ymax)
     # The roof: bandwidth slope up to the ridge, then the flat compute ceiling.

@@ -4,7 +4,8 @@ range's start to its first operator.
 
 A range's row is keyed by its path of enclosing annotations on the same thread (``outer > inner``),
 so the same name under two parents is two rows. ``ProfilerStep#N`` ranges are one row,
-``ProfilerStep#*``, so that what runs inside every step shares one path.
+``ProfilerStep#*``, so that what runs inside every step shares one path; each step's own dead
+window is kept too (:class:`StepDead`: a mean and a maximum hide which step stalled).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing, parents, self_time
 from lmprof.trace.records import Record
+from lmprof.trace.steps import step_of
 
 SEP = " > "
 MODULE_PREFIX = "nn.Module: "
@@ -38,16 +40,26 @@ class AnnotationRow(Record, frozen=True):
     first_op: str | None  # the operator that most often comes first
 
 
+class StepDead(Record, frozen=True):
+    """One ``ProfilerStep#N``'s dead window, in microseconds from the step's start."""
+
+    step: int  # N
+    dead_us: float | None  # to the first operator inside it (None: none)
+    first_op: str | None
+    to_first_kernel_us: float | None  # to the first device event launched from it (None: none, or no device work)
+
+
 class Annotations(Record, frozen=True):
     """Every user annotation of a trace, parents before their children."""
 
     count: int  # annotation ranges in the trace
     rows: list[AnnotationRow]
+    steps: list[StepDead] = []  # each ProfilerStep's dead window, in step order (annotations only)
 
 
 def annotation_breakdown(table: TraceTable) -> Annotations | None:
     """The annotation table of one trace, or None when it has no ``user_annotation`` range."""
-    return _ranges(table, kinds.annotation_mask(table), by_tree=False)
+    return _ranges(table, kinds.annotation_mask(table), by_tree=False, steps=True)
 
 
 def module_breakdown(table: TraceTable) -> Annotations | None:
@@ -61,9 +73,10 @@ def module_breakdown(table: TraceTable) -> Annotations | None:
     return _ranges(table, mods, by_tree=True)
 
 
-def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations | None:
+def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool, steps: bool = False) -> Annotations | None:
     """Rows of the ranges in ``amask``, nested among themselves; ``by_tree``: self time is outside
-    child ranges of the mask, else outside every host event directly inside."""
+    child ranges of the mask, else outside every host event directly inside; ``steps``: with each
+    ProfilerStep's own dead window."""
     ev = table.event_cols
     rows = np.flatnonzero(amask)
     if rows.size == 0:
@@ -118,7 +131,55 @@ def _ranges(table: TraceTable, amask: np.ndarray, by_tree: bool) -> Annotations 
             dead_max_us=None if np.isnan(dead_max[i]) else float(dead_max[i]),
             first_op=str(cats[code]) if code >= 0 else None,
         ))  # fmt: skip
-    return Annotations(count=int(rows.size), rows=_tree_order(out))
+    per_step = _step_dead(table, rows, codes[rows], first_ts, first_code) if steps else []
+    return Annotations(count=int(rows.size), rows=_tree_order(out), steps=per_step)
+
+
+def _step_dead(table: TraceTable, rows: np.ndarray, codes: np.ndarray, first_ts: np.ndarray,
+               first_code: np.ndarray) -> list[StepDead]:
+    """Each ProfilerStep range among ``rows`` with its start to its first operator (``first_ts``,
+    the same figure the ``ProfilerStep#*`` row's mean and max summarise) and to the first device
+    event launched from it (its runtime call starts inside the step, as steps.parquet counts)."""
+    cats = table.event_cols.labels("name")
+    lut = np.full(len(cats) + 1, -1, dtype=np.int64)  # name code -> step number (-1: not a step; code -1 too)
+    for c in np.unique(codes[codes >= 0]).tolist():
+        n = kinds.step_number(str(cats[c]))
+        lut[c] = -1 if n is None else n
+    number = lut[codes]
+    at = np.flatnonzero(number >= 0)
+    if at.size == 0:
+        return []
+    ts = table.event_cols["ts"]
+    kernel = _first_kernel_by_step(table)
+    out = []
+    for i in at[np.argsort(ts[rows[at]], kind="stable")].tolist():
+        n, start = int(number[i]), float(ts[rows[i]])
+        op = first_ts[i]
+        k = kernel.get(n)
+        out.append(StepDead(step=n, dead_us=float(op - start) if np.isfinite(op) else None,
+                            first_op=str(cats[first_code[i]]) if first_code[i] >= 0 else None,
+                            to_first_kernel_us=None if k is None else k - start))
+    return out
+
+
+def _first_kernel_by_step(table: TraceTable) -> dict[int, float]:
+    """Per ProfilerStep number, the start of the earliest device event whose runtime call starts in it."""
+    if not kinds.device_mask(table).any():
+        return {}
+    links = launch_links(table)
+    rt, dev = links["runtime"], links["event"]
+    linked = rt >= 0
+    if not linked.any():
+        return {}
+    ts = table.event_cols["ts"]
+    step = step_of(table, ts[rt[linked]])
+    start = ts[dev[linked]]
+    keep = step >= 0
+    step, start = step[keep], start[keep]
+    order = np.lexsort((start, step))  # by step, earliest first
+    step, start = step[order], start[order]
+    first = np.concatenate([[True], step[1:] != step[:-1]]) if step.size else np.zeros(0, dtype=bool)
+    return dict(zip(step[first].tolist(), start[first].tolist()))
 
 
 def _most_common(group: np.ndarray, code: np.ndarray, n: int) -> np.ndarray:

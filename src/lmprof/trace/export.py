@@ -33,7 +33,7 @@ from lmprof.trace.intervals import union
 from lmprof.trace.launches import graph_launched, kernel_launches
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents, self_time
-from lmprof.trace.steps import profiler_steps
+from lmprof.trace.steps import profiler_steps, step_of
 
 TABLES = ("events", "kernels", "launches", "ops", "steps", "collectives", "critical_path")
 
@@ -56,20 +56,6 @@ def check_export_dir(folder: Path) -> Path:
     except OSError as exc:
         raise DataError(f"--export {folder}: cannot create the folder ({exc.strerror})") from None
     return folder
-
-
-def step_of(table: TraceTable, ts: np.ndarray) -> np.ndarray:
-    """Number of the ProfilerStep whose span [start, end) holds each time, or -1."""
-    steps = profiler_steps(table)
-    out = np.full(len(ts), -1, dtype=np.int64)
-    if steps.empty or len(ts) == 0:
-        return out
-    start = steps["ts"]
-    end = start + np.maximum(steps["dur"], 0.0)
-    k = np.searchsorted(start, ts, side="right") - 1
-    ok = (k >= 0) & (ts < end[np.maximum(k, 0)])
-    out[ok] = steps["step"][k[ok]]
-    return out
 
 
 def trace_tables(table: TraceTable, rank: int, window_rows: np.ndarray | None) -> dict[str, Any]:

@@ -40,6 +40,20 @@ def profiler_steps(table: TraceTable) -> Frame:
     )
 
 
+def step_of(table: TraceTable, ts: np.ndarray) -> np.ndarray:
+    """Number of the ProfilerStep whose span [start, end) holds each time, or -1."""
+    steps = profiler_steps(table)
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if steps.empty or len(ts) == 0:
+        return out
+    start = steps["ts"]
+    end = start + np.maximum(steps["dur"], 0.0)
+    k = np.searchsorted(start, ts, side="right") - 1
+    ok = (k >= 0) & (ts < end[np.maximum(k, 0)])
+    out[ok] = steps["step"][k[ok]]
+    return out
+
+
 class StepRow(Record, frozen=True):
     """One ProfilerStep."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lmprof.errors import ConfigError, DataError, LmprofError
+from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
 from lmprof.trackers.content import sweep_points
 
@@ -29,7 +30,26 @@ def tracker_module(to: str) -> ModuleType:
     package, extra = TRACKERS[to]
     if importlib.util.find_spec(package) is None:
         raise ConfigError(f"exporting to {to} needs the {package} package: pip install 'lmprof[{extra}]'")
+    try:  # installed is not importable: a broken install fails here, in one line, not mid-export
+        importlib.import_module(package)
+    except Exception as exc:  # noqa: BLE001 - whatever the package raises while importing
+        msg = " ".join(str(exc).split())[:160]
+        raise ConfigError(f"exporting to {to} needs the {package} package, which is installed but fails to import "
+                          f"({type(exc).__name__}: {msg}): pip install --force-reinstall 'lmprof[{extra}]'") from None
     return importlib.import_module(f"lmprof.trackers.to_{to}")
+
+
+def _check_dest(to: str, dest: str | Path | None) -> None:
+    """A local destination that cannot be written (read-only, a file where a folder belongs) is one line
+    before anything is exported; a tracking URI other than ``file:`` is the tracker's to judge."""
+    text = str(dest if dest is not None else DEFAULT_DEST[to])
+    if text.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        text = unquote(urlparse(text).path)
+    elif "://" in text:
+        return
+    check_output_dir(text, "--dest")
 
 
 def export(run: Run, to: str, dest: str | Path | None = None, *, project: str = "lmprof",
@@ -45,6 +65,7 @@ def export_folder(folder: str | Path, to: str, dest: str | Path | None = None, *
     """Export a run folder, or a sweep folder as one tracker run per point grouped under the sweep's name."""
     path = Path(folder)
     tracker_module(to)  # a missing package is said before any run is read
+    _check_dest(to, dest)
     if (path / "run.json").is_file():
         return [export(Run.load(path), to, dest, project=project)]
     points = sweep_points(path)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lmprof import safejson
 from lmprof.errors import ConfigError, DataError, LmprofError
 from lmprof.estimate.models import known_config, known_models
 from lmprof.estimate.shape import ModelShape
@@ -85,6 +86,8 @@ def config_for(name: str, **overrides: Any) -> Any:
     if path.suffix == ".json" or path.is_dir():
         if not path.exists():
             raise DataError(f"config not found: {path}")
+        # read by lmprof's bounded reader first: transformers' own parser recurses on deep nesting
+        safejson.load_file(path / "config.json" if path.is_dir() else path)
         try:
             cfg = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # truncated JSON, unknown model_type, ...
@@ -128,6 +131,8 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool =
     local = path.exists()
     if local and not (path / "config.json").is_file():
         raise DataError(f"{path} is not a Hugging Face model folder (no config.json)")
+    if local:
+        safejson.load_file(path / "config.json")  # bounded, before transformers' recursive parser
     if not local and not download:
         # Never touch the network at run time unless asked: the hub client can wait a long time.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
