@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from gpu_check_summary import fmt, markdown  # beside this script (sys.path[0] when it runs)
+from gpu_check_summary import brief, fmt, markdown  # beside this script (sys.path[0] when it runs)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "lmprof.gpu_check/1"
@@ -123,7 +123,8 @@ class Shapes:
     overhead: tuple[str, ...]  # benchmarks/overhead.py
     calibrate: tuple[str, ...]
     oom: tuple[str, ...]  # model of the out-of-memory bisection (the fit check's and the probes')
-    small_layers: int  # --n-layer of the re-runs that make small traces
+    small_layers: int
+    timeout_scale: float  # step limits are sized for the GPU; a shared CPU is slower (the budget still bounds)  # --n-layer of the re-runs that make small traces
 
 
 GPU = Shapes(
@@ -139,7 +140,7 @@ GPU = Shapes(
     overhead=("--presets", "tiny,small,gpt2", "--steps", "10"),
     calibrate=("--dtypes", "bf16,tf32", "--seconds", "10"),
     oom=("--preset", "gpt2", "--seq-len", "1024"),
-    small_layers=2,
+    small_layers=2, timeout_scale=1.0,
 )
 REHEARSAL = Shapes(
     train=("--preset", "tiny", "-b", "8", "-t", "64"),
@@ -154,7 +155,7 @@ REHEARSAL = Shapes(
     overhead=("--presets", "tiny", "--steps", "3"),
     calibrate=("--dtypes", "fp32", "--seconds", "2"),
     oom=("--preset", "tiny", "--seq-len", "64"),
-    small_layers=1,
+    small_layers=1, timeout_scale=3.0,
 )
 
 
@@ -319,27 +320,28 @@ class StepRun:
 
     def check(self, name: str, value: Any, unit: str, threshold: str, ok: bool | None, note: str = "",
               cuda_only: bool = False) -> None:
+        """Record a check; ``cuda_only`` makes it n/a on the CPU rehearsal. The helpers below count a
+        missing value as a failure: a figure a check needs that lmprof did not write is a finding."""
         if cuda_only and not self.ctx.cuda:
             ok, note = None, ("not applicable on the CPU rehearsal" + (f"; {note}" if note else ""))
-        if value is None and ok is not None:
-            ok = False  # a figure the check needs is missing: that is a failure, not a pass
         self.rec.checks.append(Check(name, value, unit, threshold, ok, note))
 
     def check_min(self, name: str, value: float | None, minimum: float, unit: str, **kw: Any) -> None:
-        self.check(name, value, unit, f">= {minimum:g} {unit}".strip(), None if value is None else value >= minimum, **kw)
-
-    def check_max(self, name: str, value: float | None, maximum: float, unit: str, **kw: Any) -> None:
-        self.check(name, value, unit, f"<= {maximum:g} {unit}".strip(), None if value is None else value <= maximum, **kw)
+        self.check(name, value, unit, f">= {minimum:g} {unit}".strip(), value is not None and value >= minimum, **kw)
 
     def check_equal(self, name: str, value: Any, expected: Any, unit: str = "", **kw: Any) -> None:
         shown = int(expected) if isinstance(expected, float) and expected.is_integer() else expected
-        self.check(name, value, unit, f"= {shown}", None if value is None else value == expected, **kw)
+        self.check(name, value, unit, f"= {shown}", value is not None and value == expected, **kw)
 
     def check_close(self, name: str, value: float | None, ref: float | None, tol: float, unit: str,
                     **kw: Any) -> None:
-        """``value`` within ``tol`` (a fraction) of the independent ``ref``."""
-        if value is None or not ref:
-            self.check(name, value, unit, f"within {tol:.0%} of {fmt(ref)}", None if value is None else False, **kw)
+        """``value`` within ``tol`` (a fraction) of the independent ``ref``; n/a without a reference."""
+        if not ref:
+            kw["note"] = ("no reference figure here; " + kw.get("note", "")).rstrip("; ")
+            self.check(name, value, unit, f"within {tol:.0%} of a reference", None, **kw)
+            return
+        if value is None:
+            self.check(name, value, unit, f"within {tol:.0%} of {fmt(ref)} {unit}".rstrip(), False, **kw)
             return
         dev = value / ref - 1
         self.check(name, value, unit, f"within {tol:.0%} of {fmt(ref)} {unit}".rstrip(), abs(dev) <= tol,
@@ -436,7 +438,7 @@ class StepRun:
         self.figure(f"{label}: device idle", (dev.get("temporal") or {}).get("idle_pct"), "%", "measured")
         if self.ctx.cuda:
             self.check(f"analyze {label}: kernels found", k, "count", f"> 0 and <= {counts['kernels']} (the file's)",
-                       None if k is None else 0 < k <= counts["kernels"])
+                       k is not None and 0 < k <= counts["kernels"])
         return data
 
 
@@ -820,7 +822,7 @@ def step_oom_boundary(s: StepRun) -> None:
     s.check("bisection found the boundary", res.get("exact"), "", "largest ok + 1 = smallest out of memory",
             res.get("exact") is True)
     s.check("fit check does not promise more than fits", largest, "sequences", f"<= {real}",
-            None if real is None else largest <= real, cuda_only=True)
+            real is not None and largest <= real, cuda_only=True)
     s.check_min("fit check's largest batch / the real one", None if not real else largest / real, 0.85, "",
                 note="conservative by less than 15%", cuda_only=True)
     if real:
@@ -968,8 +970,9 @@ def summary_dict(ctx: Context | None, records: list[StepRecord], args: argparse.
     }
 
 
-def validate_summary(d: Any) -> list[str]:
-    """What is wrong with a summary.json (empty when it follows lmprof.gpu_check/1)."""
+def validate_summary(d: Any, fixed_steps: bool = True) -> list[str]:
+    """What is wrong with a summary.json (empty when it follows lmprof.gpu_check/1); ``fixed_steps``:
+    also that its steps are this script's, in order (False reads the summary of another version)."""
     errs: list[str] = []
     if not isinstance(d, dict):
         return ["not an object"]
@@ -981,7 +984,7 @@ def validate_summary(d: Any) -> list[str]:
             errs.append(f"{key}: expected {typ.__name__}")
     names = [s.name for s in STEPS]
     steps = d.get("steps") or []
-    if [s.get("name") for s in steps if isinstance(s, dict)] != names:
+    if fixed_steps and [s.get("name") for s in steps if isinstance(s, dict)] != names:
         errs.append("steps are not the fixed list, in order")
     for s in steps:
         if not isinstance(s, dict):
@@ -1063,7 +1066,7 @@ def run_step(ctx: Context, step: Step, rec: StepRecord) -> None:
         rec.status, rec.reason = "skipped", f"budget: {left:.0f} s left, the step needs {step.min_s:.0f} s"
         return
     t0 = time.monotonic()
-    s = StepRun(ctx, rec, time.time() + min(step.timeout_s, left))
+    s = StepRun(ctx, rec, time.time() + min(step.timeout_s * ctx.shapes.timeout_scale, left))
     try:
         step.fn(s)
         rec.status = step_status(rec)
@@ -1154,7 +1157,9 @@ def main(argv: list[str] | None = None) -> int:
         for c in bad[:6]:
             print(f"        fail: {c.name}: {c.value} {c.unit} (asked {c.threshold}) {c.note[:100]}", flush=True)
         write_outputs(ctx, records, args, plan=False)
-    counts = ", ".join(f"{n} {st}" for st, n in summary_dict(ctx, records, args, False)["counts"].items() if n)
+    d = summary_dict(ctx, records, args, False)
+    print(brief(d), end="", flush=True)
+    counts = ", ".join(f"{n} {st}" for st, n in d["counts"].items() if n)
     print(f"gpu_check: {counts} in {time.time() - ctx.started:.0f} s; {ctx.out / 'summary.md'}"
           + (f", bundle {ctx.bundle}" if ctx.bundle and ctx.bundle != ctx.out else ""), flush=True)
     return 0 if all(r.status in ("pass", "skipped") for r in records) else 1

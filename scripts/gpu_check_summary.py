@@ -1,9 +1,11 @@
 """The section of docs/gpu-validation.md for one run of scripts/gpu_check.py, from its summary.json.
 
     python scripts/gpu_check_summary.py OUT_DIR_OR_SUMMARY_JSON >> docs/gpu-validation.md
+    python scripts/gpu_check_summary.py --brief OUT_DIR_OR_SUMMARY_JSON     # one row per step
 
-Device, driver, torch and CUDA versions first, then every step with every figure (value, unit, source)
-and every check (value, threshold, result). Values are printed as recorded, with 4 significant digits.
+Device, driver, torch and CUDA versions first, one row per step, then every step with every figure
+(value, unit, source) and every check (value, threshold, result). Numbers are printed with 4
+significant digits (whole numbers from 10,000 up).
 """
 from __future__ import annotations
 
@@ -33,6 +35,20 @@ def cell(text: Any, limit: int = 160) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def brief(d: dict[str, Any]) -> str:
+    """One row per step: status, time, how many checks passed, failed or did not apply, and the failed
+    checks with their values (what the console shows at the end, and a short record)."""
+    lines = ["| step | status | s | checks pass / fail / n/a | failed, or why not run |", "|---|---|---|---|---|"]
+    for step in d.get("steps", []):
+        checks = step.get("checks", [])
+        n = [sum(1 for c in checks if c["ok"] is v) for v in (True, False, None)]
+        why = "; ".join(f"{c['name']}: {fmt(c['value'])} {c['unit']} (asked {c['threshold']})".replace("  ", " ")
+                        for c in checks if c["ok"] is False) or step.get("reason", "")
+        lines.append(f"| {step['name']} | {step['status']} | {fmt(step.get('wall_s'))} | {n[0]} / {n[1]} / {n[2]} "
+                     f"| {cell(why, 300)} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(d: dict[str, Any]) -> str:
     env, setup = d.get("env") or {}, d.get("setup") or {}
     counts = d.get("counts") or {}
@@ -56,6 +72,7 @@ def markdown(d: dict[str, Any]) -> str:
     ]
     if setup:
         lines.append(f"| set-up | {cell(', '.join(f'{k}: {v}' for k, v in setup.items()), 300)} |")
+    lines += ["", brief(d).rstrip("\n")]
     quiet = [s for s in d.get("steps", []) if s["status"] == "skipped" or (s["status"] == "planned" and not s["checks"])]
     for step in d.get("steps", []):
         if step in quiet:
@@ -80,8 +97,10 @@ def markdown(d: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    short = "--brief" in argv
+    argv = [a for a in argv if a != "--brief"]
     if len(argv) != 1:
-        print("usage: python scripts/gpu_check_summary.py OUT_DIR_OR_SUMMARY_JSON", file=sys.stderr)
+        print("usage: python scripts/gpu_check_summary.py [--brief] OUT_DIR_OR_SUMMARY_JSON", file=sys.stderr)
         return 2
     path = Path(argv[0])
     path = path / "summary.json" if path.is_dir() else path
@@ -93,11 +112,11 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from gpu_check import validate_summary
 
-    errors = validate_summary(data)
+    errors = validate_summary(data, fixed_steps=False)
     if errors:
         print(f"gpu_check_summary: {path} is not a gpu_check summary ({'; '.join(errors[:3])})", file=sys.stderr)
         return 2
-    sys.stdout.write(markdown(data))
+    sys.stdout.write(brief(data) if short else markdown(data))
     return 0
 
 
