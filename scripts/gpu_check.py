@@ -1035,6 +1035,14 @@ def write_outputs(ctx: Context, records: list[StepRecord], args: argparse.Namesp
         write_atomic(ctx.bundle / "traces.tar", traces)
 
 
+def save(ctx: Context, records: list[StepRecord], args: argparse.Namespace) -> None:
+    """write_outputs during a run: a full disk or a vanished bundle folder is said, and the check goes on."""
+    try:
+        write_outputs(ctx, records, args, plan=False)
+    except OSError as exc:
+        print(f"gpu_check: could not write the summary or bundle: {exc}", file=sys.stderr, flush=True)
+
+
 def pack(out: Path, traces: bool, leave: Path | None = None) -> bytes:
     """A tar of --out: the small traces alone (traces=True, uncompressed: they are gzip already), or
     everything else under 2 MB a file (run folders without their traces, logs, env, analyze); never
@@ -1136,13 +1144,18 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(ctx, records, args, plan=True)
         return 0
 
-    def on_term(signum: int, _frame: Any) -> None:
+    def on_signal(signum: int, _frame: Any) -> None:
+        # A command runs in a session of its own (so a timeout ends all of it): Ctrl-C does not reach it.
         if ctx.child is not None:
             stop(ctx.child)
-        write_outputs(ctx, records, args, plan=False)
+        running = next((r for r in records if r.status == "planned"), None)
+        if running is not None:
+            running.status, running.reason = "error", f"interrupted by signal {signum} (a command was running)"
+        save(ctx, records, args)
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     print(f"gpu_check: {len(STEPS)} steps on {args.device}, budget {args.budget:.0f} s, out {ctx.out}", flush=True)
     for i, (step, rec) in enumerate(zip(STEPS, records), 1):
         if (args.only and step.name not in args.only) or step.name in args.skip:
@@ -1156,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{rec.reason[:160] if rec.status != 'pass' else f'{len(rec.checks)} checks'}", flush=True)
         for c in bad[:6]:
             print(f"        fail: {c.name}: {c.value} {c.unit} (asked {c.threshold}) {c.note[:100]}", flush=True)
-        write_outputs(ctx, records, args, plan=False)
+        save(ctx, records, args)
     d = summary_dict(ctx, records, args, False)
     print(brief(d), end="", flush=True)
     counts = ", ".join(f"{n} {st}" for st, n in d["counts"].items() if n)
