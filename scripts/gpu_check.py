@@ -458,7 +458,7 @@ def stop(proc: subprocess.Popen[bytes]) -> int | None:
 
 # ----------------------------------------------------------------------------------------------- steps
 VERSIONS_PY = r"""
-import importlib.metadata as md, json, sys
+import importlib, importlib.metadata as md, json, sys
 out = {"python": sys.version.split()[0], "executable": sys.executable}
 try:
     import torch
@@ -477,11 +477,16 @@ for dist in ("triton", "transformers", "numpy", "pandas", "pydantic", "typer", "
         out[dist] = None
 try:
     import lmprof.cli.main
-    from lmprof.trace import scan
     from lmprof.version import __version__
-    out.update(lmprof=__version__, lmprof_path=lmprof.__file__, lmprof_native_reader=bool(scan.NATIVE))
+    out.update(lmprof=__version__, lmprof_path=lmprof.__file__)
 except Exception as exc:
     out["lmprof_error"] = repr(exc)[:300]
+for mod in ("lmprof.trace.kineto.scan", "lmprof.trace.scan"):  # where the C reader's switch lives (it moved)
+    try:
+        out["lmprof_native_reader"] = bool(importlib.import_module(mod).NATIVE)
+        break
+    except Exception:
+        continue
 unmet = []
 try:
     from packaging.requirements import Requirement
