@@ -194,6 +194,9 @@ def load_trace(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"traceEvents": data}
 
 
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # device work in a Kineto trace
+
+
 def trace_counts(path: Path) -> dict[str, Any]:
     """Kernels, graph launches, NCCL kernels and CPU ops of a trace, counted event by event."""
     events = [e for e in load_trace(path).get("traceEvents", []) if isinstance(e, dict)]
@@ -207,14 +210,26 @@ def trace_counts(path: Path) -> dict[str, Any]:
             ops[str(e.get("name"))] = ops.get(str(e.get("name")), 0) + 1
     runtime = [str(e.get("name")) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     names = [str(e.get("name") or "") for e in kernels]
+    # Device work launched inside the profiled steps (its runtime call, found by correlation id, in a
+    # ProfilerStep window), summed: per step, what a device-clock block table must account for.
+    launched = {(e.get("args") or {}).get("correlation"): float(e["ts"]) for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "ts" in e}
+    device_us = 0.0
+    for e in events:
+        if e.get("cat") in DEVICE_CATS:
+            ts = launched.get((e.get("args") or {}).get("correlation"))
+            if ts is not None and any(a <= ts <= b for a, b in steps):
+                device_us += float(e.get("dur") or 0)
     return {
         "events": len(events),
         "kernels": len(kernels),
+        "device_events": sum(1 for e in events if e.get("cat") in DEVICE_CATS),
         "kernels_unnamed": sum(1 for n in names if not n.strip()),
         "kernel_names": len(set(names)),
         "nccl_kernels": sum(1 for n in names if "nccl" in n.lower()),
         "graph_launches": sum(1 for n in runtime if n.startswith("cudaGraphLaunch")),
         "profiler_steps": len(steps),
+        "device_ms_per_step": device_us / 1e3 / len(steps) if steps else None,
         "ops": ops,  # CPU operators inside the profiler steps, by name
     }
 
@@ -394,6 +409,18 @@ class StepRun:
         flagged = [f"{b['name']} ({b['phase']})" for b in blocks if b.get("uncertain")]
         self.figure(f"{pre}blocks off their stopwatch", len(flagged), "count", "measured", ", ".join(flagged[:12]))
 
+    def device_time_adds_up(self, run: dict[str, Any], trace: Path | None, label: str) -> None:
+        """Device-clock blocks (all rows but idle) against the device work the trace file holds per
+        profiled step, summed event by event; one stream, so a sum is the busy time (CUDA only)."""
+        if trace is None or not self.ctx.cuda:
+            self.check(f"{label}: device time in blocks vs the trace file's kernels", None, "ms", "within 2%", None,
+                       cuda_only=True)
+            return
+        busy = sum(float(b.get("profiled_ms") or 0) for b in run.get("blocks", []) if b.get("name") != "idle")
+        self.check_close(f"{label}: device time in blocks vs the trace file's kernels", busy,
+                         trace_counts(trace)["device_ms_per_step"], 0.02, "ms",
+                         note="kernels, copies and memsets launched in the profiled steps, summed")
+
     def keep_trace(self, folder: Path, label: str) -> Path | None:
         """Copy the run's trace to traces/ when under 2 MB; else remember it for small_traces."""
         trace = folder / "trace.json.gz"
@@ -433,12 +460,14 @@ class StepRun:
             return None
         counts = trace_counts(trace)
         k = (dev.get("kernels") or {}).get("count")
-        self.figure(f"{label}: kernels (analyze)", k, "count", "measured", "in the analysed window")
-        self.figure(f"{label}: kernels (trace file)", counts["kernels"], "count", "measured", "events of cat 'kernel'")
+        self.figure(f"{label}: device events (analyze)", k, "count", "measured", "kernels, copies, memsets analysed")
+        self.figure(f"{label}: device events (trace file)", counts["device_events"], "count", "measured",
+                    "events of cat kernel, gpu_memcpy, gpu_memset")
         self.figure(f"{label}: device idle", (dev.get("temporal") or {}).get("idle_pct"), "%", "measured")
         if self.ctx.cuda:
-            self.check(f"analyze {label}: kernels found", k, "count", f"> 0 and <= {counts['kernels']} (the file's)",
-                       k is not None and 0 < k <= counts["kernels"])
+            self.check(f"analyze {label}: device events found", k, "count",
+                       f"> 0 and <= {counts['device_events']} (the file's)",
+                       k is not None and 0 < k <= counts["device_events"])
         return data
 
 
@@ -638,6 +667,7 @@ def step_infer_lesson(s: StepRun) -> None:
         s.check("every kernel named", c["kernels_unnamed"], "count", "= 0 unnamed, > 0 kernels",
                 c["kernels_unnamed"] == 0 and c["kernels"] > 0, cuda_only=True)
     s.blocks_add_up(run, "e2e_latency")
+    s.device_time_adds_up(run, trace, "infer_gpt2")
     check_memory(s, run)
     s.analyze(trace, "infer_gpt2")
 
@@ -674,7 +704,9 @@ def step_train_eager(s: StepRun) -> None:
             s.check_close("snapshot peak vs memory.peak", peak,
                           (run["metrics"].get("memory.peak") or {}).get("value"), 0.02, "B",
                           note="the allocator's history replayed against its peak counter, same step")
-    s.analyze(s.keep_trace(folder, "train_eager"), "train_eager")
+    trace = s.keep_trace(folder, "train_eager")
+    s.device_time_adds_up(run, trace, "train_eager")
+    s.analyze(trace, "train_eager")
 
 
 def nvml_reading(s: StepRun, polling: bool) -> float | None:

@@ -4,6 +4,7 @@ bad --out folders, the markdown for docs/gpu-validation.md, and the OOM bisectio
 Nothing here imports torch or runs lmprof: each subprocess is a bare Python."""
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import subprocess
@@ -154,3 +155,28 @@ def test_hand_flops_and_card_peaks():
     assert drv.hand_model_flops(gpt2, 1, 1) == 6 * 123_653_376 + 12 * 12 * 768
     assert drv.card_peak("NVIDIA H100 PCIe") == 756e12 and drv.card_peak("NVIDIA H200") == 989.4e12
     assert drv.card_peak("NVIDIA H100 80GB HBM3") == 989.4e12 and drv.card_peak("Tesla T4") is None
+
+
+def test_trace_counts_on_a_trace_written_event_by_event(tmp_path):
+    def ev(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args}
+
+    events = [
+        ev("cpu_op", "aten::addmm", 5, 1),  # the profiler's warm-up step: outside every ProfilerStep
+        ev("cuda_runtime", "cudaLaunchKernel", 6, 1, correlation=1), ev("kernel", "warm", 50, 7, correlation=1),
+        ev("user_annotation", "ProfilerStep#1", 100, 100), ev("user_annotation", "ProfilerStep#2", 200, 100),
+        ev("cpu_op", "aten::addmm", 110, 5), ev("cpu_op", "aten::addmm", 210, 5), ev("cpu_op", "aten::mm", 220, 5),
+        ev("cuda_runtime", "cudaLaunchKernel", 111, 2, correlation=2), ev("kernel", "gemm", 150, 30, correlation=2),
+        ev("cuda_runtime", "cudaMemcpyAsync", 211, 2, correlation=3), ev("gpu_memcpy", "Memcpy DtoD", 300, 4, correlation=3),
+        ev("cuda_runtime", "cudaGraphLaunch", 230, 2, correlation=4),
+        ev("kernel", "ncclDevKernel_AllReduce", 310, 6, correlation=4), ev("kernel", "", 320, 1, correlation=9),
+    ]
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    c = drv.trace_counts(path)
+    assert c["ops"] == {"aten::addmm": 2, "aten::mm": 1} and c["profiler_steps"] == 2
+    assert (c["kernels"], c["device_events"], c["kernels_unnamed"], c["nccl_kernels"], c["graph_launches"]) == (4, 5, 1, 1, 1)
+    # launched inside the steps: gemm 30 + memcpy 4 + the graph's all-reduce 6 (the warm-up kernel and the
+    # kernel with no launch are out), over 2 steps, in ms
+    assert c["device_ms_per_step"] == (30 + 4 + 6) / 1e3 / 2
