@@ -1072,12 +1072,21 @@ def write_outputs(ctx: Context, records: list[StepRecord], args: argparse.Namesp
         write_atomic(ctx.bundle / "traces.tar", traces)
 
 
+def say(*args: Any, **kw: Any) -> None:
+    """print, flushed, that survives a closed stdout or stderr (`| head`): the check goes on and its
+    summary is still written."""
+    try:
+        print(*args, **kw, flush=True)
+    except OSError:
+        pass
+
+
 def save(ctx: Context, records: list[StepRecord], args: argparse.Namespace) -> None:
     """write_outputs during a run: a full disk or a vanished bundle folder is said, and the check goes on."""
     try:
         write_outputs(ctx, records, args, plan=False)
     except OSError as exc:
-        print(f"gpu_check: could not write the summary or bundle: {exc}", file=sys.stderr, flush=True)
+        say(f"gpu_check: could not write the summary or bundle: {exc}", file=sys.stderr)
 
 
 def pack(out: Path, traces: bool, leave: Path | None = None) -> bytes:
@@ -1160,21 +1169,21 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args)
     # A fresh folder each time: run folders of an earlier check would be read as this one's.
     if ctx.out.exists() and (not ctx.out.is_dir() or any(ctx.out.iterdir())):
-        print(f"gpu_check: --out {ctx.out} exists and is not an empty folder: give a new one", file=sys.stderr)
+        say(f"gpu_check: --out {ctx.out} exists and is not an empty folder: give a new one", file=sys.stderr)
         return 2
     try:
         ctx.out.mkdir(parents=True, exist_ok=True)
         if ctx.bundle is not None:
             ctx.bundle.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"gpu_check: cannot create {exc.filename}: {exc.strerror}", file=sys.stderr)
+        say(f"gpu_check: cannot create {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     # gpu_check.sh's record of the set-up (which Python, wheels, the build of lmprof, its import, seconds)
     ctx.setup = {k[len(SETUP_PREFIX):].lower(): v for k, v in sorted(os.environ.items()) if k.startswith(SETUP_PREFIX)}
     records = [StepRecord(s.name, s.title, s.needs_cuda, "planned") for s in STEPS]
     if args.plan:
         for i, (step, rec) in enumerate(zip(STEPS, records), 1):
-            print(f"{i:2d}. {step.name:18s} {'CUDA' if step.needs_cuda else 'any ':4s} needs {step.min_s:3.0f} s, "
+            say(f"{i:2d}. {step.name:18s} {'CUDA' if step.needs_cuda else 'any ':4s} needs {step.min_s:3.0f} s, "
                   f"at most {step.timeout_s:3.0f} s  {step.title}")
             for what in step.checks:
                 rec.checks.append(Check(what, None, "", "", None, "planned"))
@@ -1193,7 +1202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"gpu_check: {len(STEPS)} steps on {args.device}, budget {args.budget:.0f} s, out {ctx.out}", flush=True)
+    say(f"gpu_check: {len(STEPS)} steps on {args.device}, budget {args.budget:.0f} s, out {ctx.out}")
     for i, (step, rec) in enumerate(zip(STEPS, records), 1):
         if (args.only and step.name not in args.only) or step.name in args.skip:
             rec.status, rec.reason = "skipped", "not selected (--only/--skip)"
@@ -1202,16 +1211,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run_step(ctx, step, rec)
         bad = [c for c in rec.checks if c.ok is False]
-        print(f"[{i:2d}/{len(STEPS)}] {step.name:18s} {rec.status:8s} {rec.wall_s:7.1f} s  "
-              f"{rec.reason[:160] if rec.status != 'pass' else f'{len(rec.checks)} checks'}", flush=True)
+        say(f"[{i:2d}/{len(STEPS)}] {step.name:18s} {rec.status:8s} {rec.wall_s:7.1f} s  "
+              f"{rec.reason[:160] if rec.status != 'pass' else f'{len(rec.checks)} checks'}")
         for c in bad[:6]:
-            print(f"        fail: {c.name}: {c.value} {c.unit} (asked {c.threshold}) {c.note[:100]}", flush=True)
+            say(f"        fail: {c.name}: {c.value} {c.unit} (asked {c.threshold}) {c.note[:100]}")
         save(ctx, records, args)
     d = summary_dict(ctx, records, args, False)
-    print(brief(d), end="", flush=True)
+    say(brief(d), end="")
     counts = ", ".join(f"{n} {st}" for st, n in d["counts"].items() if n)
-    print(f"gpu_check: {counts} in {time.time() - ctx.started:.0f} s; {ctx.out / 'summary.md'}"
-          + (f", bundle {ctx.bundle}" if ctx.bundle and ctx.bundle != ctx.out else ""), flush=True)
+    say(f"gpu_check: {counts} in {time.time() - ctx.started:.0f} s; {ctx.out / 'summary.md'}"
+          + (f", bundle {ctx.bundle}" if ctx.bundle and ctx.bundle != ctx.out else ""))
     return 0 if all(r.status in ("pass", "skipped") for r in records) else 1
 
 

@@ -180,3 +180,16 @@ def test_trace_counts_on_a_trace_written_event_by_event(tmp_path):
     # launched inside the steps: gemm 30 + memcpy 4 + the graph's all-reduce 6 (the warm-up kernel and the
     # kernel with no launch are out), over 2 steps, in ms
     assert c["device_ms_per_step"] == (30 + 4 + 6) / 1e3 / 2
+
+
+def test_a_closed_stdout_does_not_stop_the_check(tmp_path):
+    # `bash scripts/gpu_check.sh | head -3` closed the pipe: the first progress line after it raised
+    # BrokenPipeError and the check died without its summary
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "gpu_check.py"), "--device", "cpu", "--out", str(tmp_path / "o"),
+                             "--only", "infer_lesson,train_eager", "--lmprof-cmd", "false"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+    assert proc.stdout is not None
+    proc.stdout.close()
+    proc.wait(timeout=60)
+    d = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [s["status"] for s in d["steps"] if s["name"] in ("infer_lesson", "train_eager")] == ["error", "error"]
