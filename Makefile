@@ -26,7 +26,7 @@ UV_INSTALL := $(UV) pip install --python $(PY) --quiet
 # Everything the editable install is built from: a change to any of them re-runs the install.
 SOURCES := pyproject.toml setup.py src/lmprof/trace/kineto/_scan.c src/lmprof/trace/kineto/_keys.h src/lmprof/trace/_nest.c
 
-.PHONY: setup setup-run demo test test-latest test-oldest lock fuzz clean
+.PHONY: setup setup-run demo test test-latest test-oldest lock fuzz gpu-check clean
 
 # The venv is made without pip where the system's pip can install into it from outside (pip >= 22.3,
 # --python): ensurepip took 4.4 s of a 17.6 s set-up, against 0.2 s. uv.lock then brings pip (at the
@@ -109,6 +109,12 @@ lock: $(VENV)/.uv
 # Fuzz the C trace reader under AddressSanitizer for FUZZ_SECONDS (default 60); see scripts/fuzz.sh.
 fuzz: setup
 	bash scripts/fuzz.sh
+
+# The one-shot CUDA validation (issue 51, docs/gpu-validation.md), on a GPU machine; no set-up target:
+# the GPU image reaches no registry, so scripts/gpu_check.sh sets up from the machine's own Python and
+# the wheels of .whl/ (scripts/gpu_wheels.sh). Rehearse on a CPU: make gpu-check GPU_CHECK_ARGS="--device cpu".
+gpu-check:
+	bash scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-oldest runs sweeps-out .pytest_cache
