@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -237,6 +237,10 @@ class WatchAnalyzer:
         if self._spike is not None:
             self._end_spike(self._spike, self.rules.window // 2)
         self._decide_spikes(None)
+        if self._since_fit:  # the samples since the last fit: the recent stretch up to the last step
+            fits = self._fits
+            self._fit(thin=False)
+            self._fits = fits
         return self.alerts
 
     # -- each detector ----------------------------------------------------------------------------------
@@ -264,12 +268,9 @@ class WatchAnalyzer:
 
     def _drift_runs(self, s: np.ndarray, x: np.ndarray, rm: np.ndarray, new: np.ndarray, above: np.ndarray) -> None:
         w, limit = self.rules.window, self._drift_limit
-        if "drift" in self._open and not above[0]:
-            self._close("drift")
-        for a, b in runs(above):
+        for a, b, o in self._stretches("drift", above):
             j0, j1 = int(new[a]), int(new[b])
-            o = self._open.get("drift")
-            if o is None or a > 0:
+            if o is None:
                 # Where the slow stretch began: the first step of the window above the limit from which on
                 # the steps' median is above it too.
                 first = next((i for i in range(j0 - w + 1, j0 + 1)
@@ -284,8 +285,16 @@ class WatchAnalyzer:
             o.worst = max(o.worst, float(rm[j0 - w + 1:j1 - w + 2].max()))
             o.alert.last_step = int(s[j1])
             self._drift_words(o)
+
+    def _stretches(self, kind: str, above: np.ndarray) -> Iterator[tuple[int, int, _Open | None]]:
+        """Each stretch of True in ``above`` (new rows in order) with the open alert of ``kind`` it continues
+        (None: it begins here, the caller opens one); an alert is closed where its stretch ends."""
+        if kind in self._open and not above[0]:
+            self._close(kind)
+        for a, b in runs(above):
+            yield a, b, self._open.get(kind)
             if b < len(above) - 1:
-                self._close("drift")
+                self._close(kind)
 
     def _drift_words(self, o: _Open) -> None:
         a, w = o.alert, self.rules.window
@@ -377,13 +386,9 @@ class WatchAnalyzer:
         new = np.arange(max(first_new, w - 1), len(wait)) - (w - 1)
         if not len(new):
             return
-        above = share[new] >= share_limit
-        if "input_bound" in self._open and not above[0]:
-            self._close("input_bound")
-        for a, b in runs(above):
+        for a, b, o in self._stretches("input_bound", share[new] >= share_limit):
             k0, k1 = int(new[a]), int(new[b])
-            o = self._open.get("input_bound")
-            if o is None or a > 0:
+            if o is None:
                 # The stretch begins at the first step of the first window above whose own wait is above too.
                 waiting = np.flatnonzero(own_share[k0:k0 + w] >= share_limit)
                 first = k0 + (int(waiting[0]) if len(waiting) else 0)
@@ -392,8 +397,6 @@ class WatchAnalyzer:
             o.worst = max(o.worst, float(share[k0:k1 + 1].max()))
             self._input_words(o, float(wsum[k1] / max(int(nknown[k1]), 1)), float(ssum[k1] / w), int(nknown[k1]),
                               int(s[k1 + w - 1]))
-            if b < len(above) - 1:
-                self._close("input_bound")
 
     def _input_words(self, o: _Open, mean_wait: float, mean_step: float, n: int, last: int) -> None:
         a, w, clock = o.alert, self.rules.window, self._wait_clock
@@ -420,24 +423,34 @@ class WatchAnalyzer:
         if not ok.any():
             return
         xs, ys = steps[ok].astype(np.float64), mem[ok]
+        half = self.rules.creep_window // 2
+        # Memory creeps slowly: one fit per half window of samples, the recent stretch and the thinned whole
+        # watch in turn, keeps this to a few µs a step. The samples are taken in the same pieces however the
+        # rows come, so the fits (and the alerts) do not depend on how often the caller feeds.
+        while len(xs):
+            take = half - self._since_fit
+            self._add_samples(xs[:take], ys[:take])
+            xs, ys = xs[take:], ys[take:]
+            if self._since_fit >= half:
+                self._fit(thin=self._fits % 2 == 1)
+
+    def _add_samples(self, xs: np.ndarray, ys: np.ndarray) -> None:
         n = self.rules.creep_window
         self._recent = (np.concatenate([self._recent[0], xs])[-n:], np.concatenate([self._recent[1], ys])[-n:])
         self._thin_add(xs, ys)
         self._since_fit += len(xs)
-        # Memory creeps slowly: one fit per half window of samples, the recent stretch and the thinned whole
-        # watch in turn, keeps this to a few µs a step.
-        if self._since_fit < n // 2:
-            return
+
+    def _fit(self, thin: bool) -> None:
+        n = self.rules.creep_window
         self._since_fit = 0
         self._fits += 1
-        level = self.baseline.memory_bytes or float(np.median(self._recent[1]))
-        thin = self._fits % 2 == 0 and len(self._thin[0]) >= n
-        if not thin and len(self._recent[0]) < n:
+        xs, ys = self._thin if thin else self._recent
+        if len(xs) < n:
             return
-        xs_, ys_ = self._thin if thin else self._recent
-        f = creep_fit(xs_, ys_, level, self.rules.creep_min_share)
-        where = f"{len(xs_)} samples thinned from the whole watch" if thin else f"the last {n} memory samples"
+        level = self.baseline.memory_bytes or float(np.median(self._recent[1]))
+        f = creep_fit(xs, ys, level, self.rules.creep_min_share)
         if f is not None:
+            where = f"{len(xs)} samples thinned from the whole watch" if thin else f"the last {n} memory samples"
             self._creep_alert(where, f)
             self._creep_seen = self._fits
         elif "memory_creep" in self._open and self._fits - self._creep_seen >= 2:

@@ -121,6 +121,10 @@ def watch_chart_png(watch: WatchSection, series: Series) -> bytes | None:
         ax2.fill_between(ms, mlo / gib, mhi / gib, color="#8172b3", alpha=0.25, linewidth=0, step="post")
         ax2.plot(ms, mmean / gib, color="#8172b3", linewidth=1.0, drawstyle="steps-post")
         ax2.set_ylabel(f"memory, {series.memory_label} (GiB)")
+    else:
+        ax2.text(0.5, 0.5, "memory not recorded", transform=ax2.transAxes, ha="center", va="center",
+                 color="#777777")
+        ax2.set_yticks([])
     ax2.set_xlabel("step")
     seen: set[str] = set()
     for a in watch.alerts:

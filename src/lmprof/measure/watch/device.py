@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a CUDA device is used: a CPU watch (and its tests) needs none
+    import torch
 
 NAN = float("nan")
 # Events and pinned slots kept for reuse; more are made when the device falls further behind.
@@ -37,11 +38,15 @@ class CudaTimer:
     """CUDA events on the current stream of one device, pooled; scalars staged in pinned memory."""
 
     def __init__(self, device: torch.device):
+        import torch
+
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
         self._events: list[Any] = []
         self._slots: dict[torch.dtype, list[torch.Tensor]] = {}
 
     def mark(self) -> Any:
+        import torch
+
         if self._events:
             ev = self._events.pop()
         else:
@@ -61,6 +66,8 @@ class CudaTimer:
 
     def stage(self, value: torch.Tensor) -> Any | None:
         """A non-blocking copy of a one-element tensor on this device into pinned host memory."""
+        import torch
+
         if value.device != self.device:
             return None  # another device's stream: the copy would not be ordered before our event
         free = self._slots.setdefault(value.dtype, [])
@@ -120,12 +127,16 @@ class CudaMemory:
     """The caching allocator's current allocated and reserved bytes (its own counters: no sync), and RSS."""
 
     def __init__(self, device: torch.device, rss: ProcRss):
+        import torch
+
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self._rss = rss
         # The nested form skips memory_stats' flattening of ~300 keys into one ordered dict.
         self._nested: Callable[[int], Any] | None = getattr(torch._C, "_cuda_memoryStats", None)
 
     def read(self) -> tuple[float, float, float]:
+        import torch
+
         if self._nested is not None:
             s = self._nested(self.index)
             alloc, reserved = s["allocated_bytes"]["all"]["current"], s["reserved_bytes"]["all"]["current"]
@@ -154,10 +165,15 @@ def period_for(cost_s: float, step_s: float | None, share: float) -> int:
     return max(1, math.ceil(cost_s / (share * step_s)))
 
 
-def device_edges(device: torch.device, rss: ProcRss) -> tuple[DeviceTimer | None, MemoryReader, str | None]:
-    """The timer, memory reader and (when there is no device clock) the reason device_s is n/a."""
-    if device.type == "cuda":
-        return CudaTimer(device), CudaMemory(device, rss), None
-    if device.type == "cpu":
+def device_edges(device: object, rss: ProcRss) -> tuple[DeviceTimer | None, MemoryReader, str | None]:
+    """The timer, memory reader and (when there is no device clock) the reason device_s is n/a, for a
+    ``torch.device`` or its name."""
+    kind = str(device).split(":", 1)[0]
+    if kind == "cuda":
+        import torch
+
+        dev = torch.device(device) if not isinstance(device, torch.device) else device  # type: ignore[call-overload]
+        return CudaTimer(dev), CudaMemory(dev, rss), None
+    if kind == "cpu":
         return None, rss, CPU_DEVICE_TIME
-    return None, rss, f"n/a: device time is read from CUDA events only; not on {device.type}"
+    return None, rss, f"n/a: device time is read from CUDA events only; not on {kind}"

@@ -21,14 +21,14 @@ The protocol drives it (docs/user-code.md, "Watching the whole run"):
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
 
 from lmprof.atomic import WriteError
 from lmprof.measure.watch.device import (
@@ -36,6 +36,9 @@ from lmprof.measure.watch.device import (
 )
 from lmprof.measure.watch.spill import SeriesWriter
 from lmprof.record.watch import SERIES_COLUMNS, Baseline, StepSummary, WatchSection
+
+if TYPE_CHECKING:  # a loss tensor can only come from a program that imported torch: the watch itself needs none
+    import torch
 
 AUTO: Any = object()  # a default that means "what this device has"
 # Reading memory may take this share of a step at most (CUDA's counters cost tens of µs): the watch
@@ -79,7 +82,7 @@ class Watcher:
             raise ValueError("chunk_rows and max_pending must be >= 1, flush_every_s > 0")
         self._writer = SeriesWriter(out_dir)  # ConfigError without pyarrow, before anything runs
         self._rss = ProcRss()
-        auto_timer, auto_mem, note = device_edges(torch.device(device), self._rss)
+        auto_timer, auto_mem, note = device_edges(device, self._rss)
         self._timer: DeviceTimer | None = auto_timer if timer is AUTO else timer
         self._mem: MemoryReader | None = auto_mem if memory is AUTO else memory
         self.device_time = note if timer is AUTO else (None if timer is not None else "n/a: no device clock given")
@@ -219,7 +222,8 @@ class Watcher:
         """(value now, or NaN with a staged copy to read later)."""
         if loss is None:
             return NAN, None
-        if isinstance(loss, torch.Tensor):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
                 return NAN, None
             if loss.device.type == "cpu":
