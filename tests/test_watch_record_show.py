@@ -57,8 +57,8 @@ def test_a_run_without_a_watch_writes_and_reads_as_before(tmp_path):
 
 
 def test_the_watch_section_round_trips_and_travels_with_the_run(tmp_path):
-    run = watched_run(tmp_path / "a")
-    back = Run.load(tmp_path / "a")
+    run = watched_run(tmp_path / "a [x] $y é")
+    back = Run.load(tmp_path / "a [x] $y é")
     assert back.watch == run.watch
     w = back.watch
     assert w.steps == 600 and w.first_step == 17 and w.last_step == 616
@@ -67,7 +67,7 @@ def test_the_watch_section_round_trips_and_travels_with_the_run(tmp_path):
     assert a.kind == "drift" and abs(a.first_step - (17 + 400)) <= 2
     assert w.device_time.startswith("n/a: a CPU run")
     back.save(tmp_path / "b")  # saved elsewhere: the series comes along
-    assert [p.name for p in chunk_files(tmp_path / "b")] == [p.name for p in chunk_files(tmp_path / "a")]
+    assert [p.name for p in chunk_files(tmp_path / "b")] == [p.name for p in chunk_files(tmp_path / "a [x] $y é")]
 
 
 def test_a_record_naming_files_outside_the_folder_does_not_copy_them(tmp_path):

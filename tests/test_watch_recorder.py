@@ -213,6 +213,12 @@ def test_without_pyarrow_the_watch_is_refused_up_front(tmp_path, monkeypatch):
     assert not (tmp_path / "watch").exists()
 
 
+def test_a_file_where_the_watch_folder_belongs_is_one_clear_error(tmp_path):
+    (tmp_path / "watch").write_text("x")
+    with pytest.raises(ConfigError, match="cannot use .*watch for the watch's series"):
+        Watcher(tmp_path / "watch")
+
+
 def test_a_second_watcher_in_the_same_folder_never_overwrites_a_chunk(tmp_path):
     for _ in range(2):
         w = Watcher(tmp_path / "watch")

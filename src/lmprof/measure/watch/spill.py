@@ -28,8 +28,11 @@ class SeriesWriter:
         import pyarrow as pa
 
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        taken = [int(m.group(1)) for p in self.folder.iterdir() if (m := CHUNK_PATTERN.match(p.name))]
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            taken = [int(m.group(1)) for p in self.folder.iterdir() if (m := CHUNK_PATTERN.match(p.name))]
+        except OSError as exc:
+            raise ConfigError(f"cannot use {self.folder} for the watch's series: {exc.strerror or exc}") from None
         self._next = max(taken, default=0) + 1
         self.written: list[Path] = []
         types = {"int64": pa.int64(), "float64": pa.float64()}
