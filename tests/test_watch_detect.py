@@ -221,6 +221,15 @@ def test_the_rank_whose_input_wait_grows_is_named_and_equal_ranks_are_not():
     assert stragglers({0: (steps, waits[0])}, figure="input wait", step_s=step_s) == []
 
 
+def test_a_baseline_of_fewer_than_3_clean_steps_judges_no_step_time_and_says_so():
+    rng = np.random.default_rng(10)
+    x = jitter(rng, 200)
+    x[100:] *= 3
+    an = WatchAnalyzer(Baseline.from_samples([0.01, 0.0101]))
+    an.feed(series(x))
+    assert an.finish() == [] and "fewer than the 3 a spread needs" in an.notes[0]
+
+
 def test_rules_refuse_windows_too_small_to_have_a_median():
     with pytest.raises(ValueError):
         Rules(window=2)

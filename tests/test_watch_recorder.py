@@ -125,6 +125,8 @@ def test_chunks_hold_every_row_once_in_order_and_memory_stays_bounded(tmp_path):
         assert w._cols["step"].size == 64 + 8
     rows = w.take()
     seen += [] if rows is None else list(rows["step"])
+    so_far = w.recorded()
+    assert so_far.steps == 1000 and so_far.last_step == 999 and len(so_far.series) == 1000 // 64
     rec = w.close()
     assert [p.name for p in rec.series] == [p.name for p in chunk_files(tmp_path)][:len(rec.series)]
     got = read_series(chunk_files(tmp_path))

@@ -26,6 +26,8 @@ from lmprof.trace.attribution import Attribution
 
 # p90 / p10 of the timed steps above this: the steps do not agree with each other.
 SPREAD_LIMIT = 1.25
+# Fewer timed steps than this have no spread to judge by.
+MIN_SPREAD_SAMPLES = 3
 # Cores other processes kept busy during the timed window, as a share of the cores not in use by
 # this run's threads, above which they competed for the CPU (CPU runs) or the host (GPU runs).
 OTHER_CORES_LIMIT = 0.25
@@ -83,7 +85,7 @@ def profiled_window(run: Run) -> ProfiledWindow | None:
 
 def spread_reason(samples_ms: list[float], what: str) -> str | None:
     """A sentence when the timed samples spread more than :data:`SPREAD_LIMIT`."""
-    if len(samples_ms) < 3:
+    if len(samples_ms) < MIN_SPREAD_SAMPLES:
         return None
     p10, p90 = np.percentile(samples_ms, [10, 90])
     if p10 > 0 and p90 / p10 > SPREAD_LIMIT:

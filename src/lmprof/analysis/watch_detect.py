@@ -32,7 +32,9 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from lmprof.analysis.noise import FAST_MIN_SHARE, SLOW_SPREADS, step_slow_limit_ms, window_slow_limit_ms
+from lmprof.analysis.noise import (
+    FAST_MIN_SHARE, MIN_SPREAD_SAMPLES, SLOW_SPREADS, step_slow_limit_ms, window_slow_limit_ms,
+)
 from lmprof.record.run import Baseline, Metric, WatchAlert, percentile
 from lmprof.units import si
 
@@ -185,9 +187,13 @@ class WatchAnalyzer:
     rules: Rules = field(default_factory=Rules)
     alerts: list[WatchAlert] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         w = self.rules.window
+        if self.baseline.n < MIN_SPREAD_SAMPLES:
+            self.notes.append(f"no drift or spike judged: the clean window timed {self.baseline.n} step(s), fewer "
+                              f"than the {MIN_SPREAD_SAMPLES} a spread needs (analysis/noise.py)")
         self._med_ms = self.baseline.step_s_median * 1e3
         self._spread_ms = self.baseline.step_s_spread * 1e3
         self._drift_limit = window_slow_limit_ms(self._med_ms, self._spread_ms)
@@ -256,6 +262,8 @@ class WatchAnalyzer:
         return o
 
     def _drift_and_spikes(self, s: np.ndarray, x: np.ndarray, first_new: int) -> None:
+        if self.baseline.n < MIN_SPREAD_SAMPLES:
+            return  # the clean steps' spread is unknown: no limit to judge a step or a window by
         w = self.rules.window
         rm = rolling_median(x, w)  # rm[k]: the median of x[k : k + w], which ends at row k + w - 1
         med_at = np.full(len(x), self._med_ms)

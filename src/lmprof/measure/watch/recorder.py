@@ -16,6 +16,7 @@ The protocol drives it (docs/user-code.md, "Watching the whole run"):
     w.report_loss(loss)           # optional, or step_end(loss=...)
     w.step_end(tokens=..., loss=...)   # at each step boundary (the optimizer step ended)
     rows = w.take()               # complete rows since the last take (detectors, live panel)
+    w.recorded()                  # what is on disk so far (for watch/watch.json when an alert changes)
     recorded = w.close()          # the script ended; abort() on a signal or crash (no waiting)
 """
 from __future__ import annotations
@@ -208,6 +209,14 @@ class Watcher:
             return None
         return StepSummary.from_row(self._cols, self._n - 1)
 
+    def recorded(self) -> Recorded:
+        """What is on disk so far (the chunks spilled up to now), for ``watch/watch.json`` mid-run."""
+        return Recorded(series=list(self._writer.written), steps=self.steps, first_step=self.first_step,
+                        last_step=self._last_step(), device_time=self.device_time, notes=list(dict.fromkeys(self.notes)))
+
+    def _last_step(self) -> int | None:
+        return None if self.first_step is None or not self.steps else self._step - 1
+
     def close(self) -> Recorded:
         """The script ended: wait briefly for the device's last marks, spill everything, stop."""
         return self._finish(wait_s=CLOSE_WAIT_S)
@@ -313,6 +322,4 @@ class Watcher:
         if self.untaken:
             self.notes.append(f"the detectors missed {self.untaken} step(s): take() was not called for more than "
                               f"{self.chunk_rows} steps")
-        return Recorded(series=list(self._writer.written), steps=self.steps, first_step=self.first_step,
-                        last_step=None if self.first_step is None or not self.steps else self._step - 1,
-                        device_time=self.device_time, notes=list(dict.fromkeys(self.notes)))
+        return self.recorded()
