@@ -181,7 +181,7 @@ def test_input_wait_equals_an_injected_sleep(tmp_path):
     w = Watcher(tmp_path / "watch")
     a = np.random.default_rng(0).standard_normal((64, 64))
     w.start(0)
-    for _ in range(5):
+    for _ in range(7):
         time.sleep(0.04)  # the data loader
         w.forward_start()
         for _ in range(20):  # forward, backward, optimizer

@@ -26,6 +26,7 @@ from lmprof.show.literal import literal_text
 
 MAX_POINTS = 2000
 MAX_FILES = 10_000
+MAX_ROWS = 200  # alerts and captures listed; a record may hold any number
 KIND_COLORS = {"drift": "#c44e52", "spike": "#dd8452", "memory_creep": "#8172b3", "input_bound": "#55a868",
                "straggler": "#937860"}
 
@@ -192,8 +193,10 @@ def watch_parts(run: Run, report_dir: Path) -> list[Any]:
     if w.alerts:
         alert_rows: list[list[CellLike]] = [
             [Cell(a.kind.replace("_", " "), "code"), f"{a.first_step}-{a.last_step}" + (" (ongoing)" * a.ongoing),
-             a.message, Cell(evidence_text(a.evidence), "note")] for a in w.alerts]
+             a.message, Cell(evidence_text(a.evidence), "note")] for a in w.alerts[:MAX_ROWS]]
         parts.append(table(["kind", "steps", "what", "evidence"], alert_rows, cls="alerts"))
+        if len(w.alerts) > MAX_ROWS:
+            parts.append(Para(f"{len(w.alerts) - MAX_ROWS:,} more alerts in run.json.", intro=True))
     else:
         parts.append(Absent("no alert: every watched step stayed within the clean steps' noise"))
     if w.alerts_dropped:
@@ -202,7 +205,7 @@ def watch_parts(run: Run, report_dir: Path) -> list[Any]:
     parts.append(Heading("Captured windows"))
     if w.captures:
         rows: list[list[CellLike]] = []
-        for c in w.captures:
+        for c in w.captures[:MAX_ROWS]:
             report = file_inside(run.folder, f"{c.path}/report.html")  # only a report inside the run folder
             where = (Cell(c.path, "link", href=local_href(report, report_dir)) if report is not None
                      and report.is_file() else Cell(c.path, "code"))
