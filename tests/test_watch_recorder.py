@@ -123,6 +123,7 @@ def test_chunks_hold_every_row_once_in_order_and_memory_stays_bounded(tmp_path):
             rows = w.take()
             seen += [] if rows is None else list(rows["step"])
         assert w._cols["step"].size == 64 + 8
+        assert w.latest().step == k  # also right after a spill emptied the buffer
     rows = w.take()
     seen += [] if rows is None else list(rows["step"])
     so_far = w.recorded()

@@ -35,7 +35,7 @@ from numpy.lib.stride_tricks import as_strided
 from lmprof.analysis.noise import (
     FAST_MIN_SHARE, MIN_SPREAD_SAMPLES, SLOW_SPREADS, step_slow_limit_ms, window_slow_limit_ms,
 )
-from lmprof.record.run import Baseline, Metric, WatchAlert, percentile
+from lmprof.record.run import Baseline, Metric, Source, WatchAlert, percentile
 from lmprof.units import si
 
 Columns = Mapping[str, np.ndarray]
@@ -153,12 +153,12 @@ def creep_fit(steps: np.ndarray, mem: np.ndarray, level: float, min_share: float
             "current": float(mem[-1])}
 
 
-def _ms(value: float, n: int | None = None, source: str = "measured", note: str | None = None) -> Metric:
-    return Metric(value=value, unit="ms", source=source, n=n, note=note)  # type: ignore[arg-type]
+def _ms(value: float, n: int | None = None, source: Source = "measured", note: str | None = None) -> Metric:
+    return Metric(value=value, unit="ms", source=source, n=n, note=note)
 
 
-def _fig(value: float, unit: str, source: str = "derived", note: str | None = None) -> Metric:
-    return Metric(value=value, unit=unit, source=source, note=note)  # type: ignore[arg-type]
+def _fig(value: float, unit: str, source: Source = "derived", note: str | None = None) -> Metric:
+    return Metric(value=value, unit=unit, source=source, note=note)
 
 
 # -- the streaming analyzer ------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class WatchAnalyzer:
         self._med_ms = self.baseline.step_s_median * 1e3
         self._spread_ms = self.baseline.step_s_spread * 1e3
         self._drift_limit = window_slow_limit_ms(self._med_ms, self._spread_ms)
-        self._hist = {k: np.empty(0) for k in ("step", "x", "wait", "stepms")}
+        self._hist = {k: np.empty(0) for k in ("step", "x", "wait")}  # the last window - 1 rows
         self._hist_len = w - 1
         self._open: dict[str, _Open] = {}
         self._spike: _Spike | None = None
@@ -229,13 +229,12 @@ class WatchAnalyzer:
         s_all = np.concatenate([h["step"], steps.astype(np.float64)])
         x_all = np.concatenate([h["x"], x])
         w_all = np.concatenate([h["wait"], wait])
-        m_all = np.concatenate([h["stepms"], np.maximum(step_ms - own * 1e3, 0.0)])
         first_new = len(h["x"])
         self._drift_and_spikes(s_all, x_all, first_new)
-        self._input(s_all, w_all, m_all, first_new)
+        self._input(s_all, w_all, x_all, first_new)
         self._memory(steps, rows)
         k = self._hist_len
-        self._hist = {"step": s_all[-k:], "x": x_all[-k:], "wait": w_all[-k:], "stepms": m_all[-k:]}
+        self._hist = {"step": s_all[-k:], "x": x_all[-k:], "wait": w_all[-k:]}
         return self.alerts[before:]
 
     def finish(self) -> list[WatchAlert]:

@@ -98,6 +98,7 @@ class Watcher:
         self._taken = 0  # rows of the buffer handed out by take()
         self._consumer = False  # take() has been called: spilled rows it has not seen wait in _overflow
         self._overflow: list[Rows] = []
+        self._spilled_last: Rows | None = None
         # (row, start mark, end mark, forward mark, staged loss): rows whose device figures are not read yet
         self._pending: deque[tuple[int, Any, Any, Any, Any]] = deque()
         self._on = False
@@ -205,9 +206,9 @@ class Watcher:
 
     def latest(self) -> StepSummary | None:
         """The last step's summary (its device time may still be pending: None then)."""
-        if self._n == 0:
-            return None
-        return StepSummary.from_row(self._cols, self._n - 1)
+        if self._n:
+            return StepSummary.from_row(self._cols, self._n - 1)
+        return None if self._spilled_last is None else StepSummary.from_row(self._spilled_last)
 
     def recorded(self) -> Recorded:
         """What is on disk so far (the chunks spilled up to now), for ``watch/watch.json`` mid-run."""
@@ -293,6 +294,8 @@ class Watcher:
             while sum(len(o["step"]) for o in self._overflow) > self.chunk_rows:
                 self.untaken += len(self._overflow.pop(0)["step"])
         rest = self._n - ready
+        if not rest:  # the buffer empties: keep the last row for latest()
+            self._spilled_last = {k: v[ready - 1:ready].copy() for k, v in self._cols.items()}
         for v in self._cols.values():
             v[:rest] = v[ready:self._n]
         self._pending = deque((i - ready, *more) for i, *more in self._pending)
