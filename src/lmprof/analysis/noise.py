@@ -26,6 +26,8 @@ from lmprof.trace.attribution import Attribution
 
 # p90 / p10 of the timed steps above this: the steps do not agree with each other.
 SPREAD_LIMIT = 1.25
+# Fewer timed steps than this have no spread to judge by.
+MIN_SPREAD_SAMPLES = 3
 # Cores other processes kept busy during the timed window, as a share of the cores not in use by
 # this run's threads, above which they competed for the CPU (CPU runs) or the host (GPU runs): the
 # one limit of hardware/cpu_load.py (OTHER_CORES_LIMIT), judged there at the counters' resolution.
@@ -85,7 +87,7 @@ def profiled_window(run: Run) -> ProfiledWindow | None:
 
 def spread_reason(samples_ms: list[float], what: str) -> str | None:
     """A sentence when the timed samples spread more than :data:`SPREAD_LIMIT`."""
-    if len(samples_ms) < 3:
+    if len(samples_ms) < MIN_SPREAD_SAMPLES:
         return None
     p10, p90 = np.percentile(samples_ms, [10, 90])
     if p10 > 0 and p90 / p10 > SPREAD_LIMIT:
@@ -123,16 +125,29 @@ def load_note(before: Snapshot, after: Snapshot, device_kind: str) -> str | None
 def slow_limit_ms(samples_ms: list[float], cost_ms: float | None) -> float:
     """The longest a profiled step may take before it is 'much slower' than the clean steps."""
     med, top = float(np.median(samples_ms)), max(samples_ms)
-    spread = SLOW_SPREADS * (top - med)
+    return step_slow_limit_ms(med, top - med, cost_ms)
+
+
+def step_slow_limit_ms(median_ms: float, spread_ms: float, cost_ms: float | None) -> float:
+    """:func:`slow_limit_ms` from the clean steps' median and own upper spread (slowest - median), for a
+    caller that keeps those two figures rather than the samples (the whole-run watch: ``cost_ms`` 0)."""
+    spread = SLOW_SPREADS * spread_ms
     if cost_ms is None:
-        return med + max(spread, SLOW_MIN_SHARE_UNMEASURED * med, SLOW_MIN_MS)
-    return med + (1 + COST_SLACK) * cost_ms + max(spread, SLOW_MIN_SHARE * med, SLOW_MIN_MS)
+        return median_ms + max(spread, SLOW_MIN_SHARE_UNMEASURED * median_ms, SLOW_MIN_MS)
+    return median_ms + (1 + COST_SLACK) * cost_ms + max(spread, SLOW_MIN_SHARE * median_ms, SLOW_MIN_MS)
 
 
 def fast_limit_ms(samples_ms: list[float]) -> float:
     """The shortest the profiled window's median may be before it is 'clearly faster' than the clean steps."""
     med, low = float(np.median(samples_ms)), min(samples_ms)
     return min(low - FAST_SPREADS * (med - low), med * (1 - FAST_MIN_SHARE))
+
+
+def window_slow_limit_ms(median_ms: float, spread_ms: float) -> float:
+    """The longest the median of a window of steps may be before the window is 'clearly slower' than the
+    clean steps: :func:`fast_limit_ms` mirrored (above the slowest clean step by FAST_SPREADS x their upper
+    spread, and above their median by at least FAST_MIN_SHARE)."""
+    return max(median_ms + (1 + FAST_SPREADS) * spread_ms, median_ms * (1 + FAST_MIN_SHARE))
 
 
 def window_reasons(samples_ms: list[float], what: str, window: ProfiledWindow | None) -> list[str]:

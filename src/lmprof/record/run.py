@@ -155,6 +155,101 @@ class Env(BaseModel):
     driver: str | None = None
 
 
+# -- the whole-run watch (run.json's ``watch``; record/watch.py has its series files) -----------------
+
+AlertKind = Literal["drift", "spike", "memory_creep", "input_bound", "straggler"]
+RequestKind = Literal["alert", "signal", "file"]
+
+
+class Baseline(BaseModel):
+    """What the clean window measured, that the watched steps are judged against.
+
+    ``step_s_spread`` is the clean steps' own upper spread, slowest clean step minus their median (the
+    spread analysis/noise.py judges a profiled step with).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    step_s_median: float = Field(gt=0)
+    step_s_spread: float = Field(ge=0)
+    n: int = Field(ge=1)
+    memory_bytes: float | None = None  # memory at a clean step's end (allocated on CUDA, RSS on CPU)
+    memory_capacity_bytes: float | None = None  # the device's memory, for "full in N steps"
+    input_wait_s: float | None = None
+    tokens_per_step: float | None = None
+
+    @classmethod
+    def from_samples(cls, step_s: Sequence[float], **figures: Any) -> "Baseline":
+        """The baseline of the clean window's step times (seconds) and its other figures."""
+        xs = [float(x) for x in step_s if math.isfinite(x) and x > 0]
+        if not xs:
+            raise ValueError("a baseline needs at least one timed clean step")
+        med = statistics.median(xs)
+        return cls(step_s_median=med, step_s_spread=max(xs) - med, n=len(xs), **figures)
+
+
+class WatchAlert(BaseModel):
+    """Something the detectors saw, with its step range and the figures behind it (units in each)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: AlertKind
+    first_step: int
+    last_step: int
+    message: str
+    evidence: dict[str, Metric] = Field(default_factory=dict)
+    # The condition still held at the last step the detectors saw.
+    ongoing: bool = False
+
+
+class Growth(BaseModel):
+    """A block or operator that took longer in a captured window than in the baseline window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["block", "operator"]
+    name: str
+    phase: str
+    before_ms: float  # per profiled step in the baseline window (0: absent there)
+    after_ms: float  # per profiled step in the captured window
+    delta_ms: float
+    ratio: float | None  # after / before; None when new
+    status: Literal["new", "grew"]
+    noise_ms: float  # what a delta has to exceed to be more than noise
+    beyond_noise: bool
+
+
+class WatchCapture(BaseModel):
+    """A window profiled by itself while the run was watched."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str  # the child run folder, relative to the run folder
+    first_step: int
+    steps: int
+    requested_by: RequestKind
+    alert: int | None = None  # index into WatchSection.alerts of the alert that asked for it
+    grew: list[Growth] = Field(default_factory=list)  # what grew against the baseline window, largest first
+    note: str | None = None
+
+
+class WatchSection(BaseModel):
+    """run.json's ``watch``: the series files, the baseline, the alerts and the captures."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    series: list[str] = Field(default_factory=list)  # chunk files, relative to the run folder, in step order
+    steps: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    baseline: Baseline | None = None
+    device_time: str | None = None  # None: CUDA events gave device_s; else why device_s is n/a
+    alerts: list[WatchAlert] = Field(default_factory=list)
+    alerts_dropped: dict[str, int] = Field(default_factory=dict)  # kind -> alerts beyond the cap per kind
+    captures: list[WatchCapture] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
 class Run(BaseModel):
     """A complete run record. ``save`` writes the folder; ``load`` reads it back."""
 
@@ -175,6 +270,8 @@ class Run(BaseModel):
     # A run whose timing is not to be trusted as it stands, and why (analysis/noise.py).
     noisy: bool = False
     noise: list[str] = Field(default_factory=list)
+    # The whole-run watch (record/watch.py), absent from runs that were not watched.
+    watch: WatchSection | None = None
     # Where the run's files (trace, plots) were written, so save() elsewhere can bring them along.
     _folder: Path | None = PrivateAttr(default=None)
 
@@ -195,7 +292,9 @@ class Run(BaseModel):
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         if self._folder is not None and self._folder.resolve() != out.resolve():
-            for name in self.files.values():
+            for name in [*self.files.values(), *(self.watch.series if self.watch is not None else [])]:
+                if Path(name).is_absolute() or ".." in Path(name).parts:
+                    continue  # a record names files inside its folder; anything else is not brought along
                 src = self._folder / name
                 if src.is_file() and not (out / name).exists():
                     with atomic_path(out / name) as tmp:
@@ -204,6 +303,8 @@ class Run(BaseModel):
         self.files.setdefault("blocks", "blocks.csv")
         self.files.setdefault("ops", "ops.csv")
         data = self.model_dump(mode="json", by_alias=True)
+        if self.watch is None:
+            del data["watch"]  # an unwatched run's run.json stays as it was before the watch existed
         # The CSVs first, run.json last: a folder with a run.json is a complete run.
         _write_csv(out / "blocks.csv", [b.model_dump() for b in self.blocks], list(Block.model_fields))
         _write_csv(out / "ops.csv", [o.model_dump() for o in self.ops], list(OpStat.model_fields))

@@ -21,6 +21,7 @@ from lmprof.show.html import (
 )
 from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_parts
 from lmprof.show.literal import literal_text
+from lmprof.show.watch_report import watch_parts
 
 
 def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
@@ -327,6 +328,9 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
         Section("memory", "Memory", memory_parts(run, used)),
         Section("energy", "Energy", energy_parts(run)),
         Section("trace-analysis", "Trace analysis", trace_parts(tf)),
+        *([Section("watch", "Whole run", watch_parts(run, rdir),
+                   "Every step after the measured window: step time and memory, what the detectors saw against "
+                   "the clean steps' noise, and the windows captured when they did.")] if run.watch else []),
         Section("notes", "Notes", [notes_part(run)]),
     ]
     # Plots the run listed that no section above claimed still belong in the report.
