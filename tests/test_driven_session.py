@@ -13,7 +13,7 @@ import torch
 
 from lmprof.config import TrainConfig
 from lmprof.hardware.devices import resolve_device
-from lmprof.pipeline import protocol
+from lmprof.pipeline.protocol import folder as protocol
 from lmprof.pipeline.train import measure_training, run_training
 from lmprof.workloads.training import TrainWorkload
 

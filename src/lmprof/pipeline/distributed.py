@@ -21,7 +21,7 @@ import torch
 from lmprof.config import TrainConfig
 from lmprof.errors import DataError, LmprofError
 from lmprof.hardware.devices import resolve_device
-from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.protocol.folder import run_folder
 from lmprof.record.run import Metric, Run
 from lmprof.workloads.builders import train_workload
 

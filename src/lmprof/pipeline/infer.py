@@ -11,7 +11,7 @@ from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.driven import close, driven_session, stopped_on_error
-from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
+from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.usercode.session import Generation as Timed
 from lmprof.pipeline.usercode.session import Known, Session
 from lmprof.record.run import Run

@@ -18,7 +18,7 @@ from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.driven import close, drive_steps, driven_session
-from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
+from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.usercode.session import Known
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS

@@ -9,8 +9,8 @@ import torch
 from lmprof.analysis.block_truth import mark_uncertain
 from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import compress, drop_partial
-from lmprof.pipeline.protocol import add_compile_report, assemble_run, mark_noise, overhead_metrics
-from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
+from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
+from lmprof.pipeline.protocol.finish.figures import CountedFlops, Facts, add_figures
 from lmprof.pipeline.usercode.session import Known
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute

@@ -14,7 +14,7 @@ from typing import Any
 
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
-from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.protocol.folder import run_folder
 from lmprof.pipeline.usercode.guard import safe_name
 
 

@@ -39,7 +39,8 @@ from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.noise import Snapshot, snapshot
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.window import GiveWay, ProfilerWindow, user_profiler_active
-from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.protocol.folder import run_folder
+from lmprof.pipeline.protocol.plan import Phase, PhasePlan
 from lmprof.pipeline.usercode.ending import StopAgain
 from lmprof.pipeline.usercode.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.usercode.figures_step import FiguresStep, StepFigures
@@ -130,11 +131,6 @@ class Session:
         gc_hold.release()
         self.spec = spec
         self.warmup, self.steps, self.profile_steps = spec.counts()
-        # --steps 0: one untimed step still separates the figures step's profiler from the window's.
-        # Stopping kineto's memory recording and starting the next profiler at one boundary corrupted
-        # kineto's memory trace (a segfault or std::bad_alloc when its results were freed, seen in 5 of
-        # 12 runs on a busy CPU); with a step between them, none in many.
-        self.gap = 1 if self.steps == 0 else 0
         self.clock = clock
         self.model: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -245,27 +241,26 @@ class Session:
         return self._last
 
     @property
+    def plan(self) -> PhasePlan:
+        """The phases of this session's steps (counts as they stand: a driver may lengthen the clean window)."""
+        compiled_or_driven = self.compiled or self.spec.driven
+        figures_at = self.warmup if compiled_or_driven else min(2, self.warmup)
+        return PhasePlan.of(self.warmup, self.steps, self.profile_steps, figures_at=figures_at,
+                            flops_apart=self.spec.mode == "train" and not self.spec.driven)
+
+    @property
+    def gap(self) -> int:
+        return self.plan.gap
+
+    @property
     def clean_steps(self) -> int:
         """Steps between warm-up and the profiler's warm-up step: the clean window, or the gap of ``--steps 0``."""
-        return self.steps + self.gap
+        return self.plan.clean_steps
 
     @property
     def needed(self) -> int:
         """Steps (generations) a script needs for the whole protocol."""
-        return self.warmup + self.clean_steps + 1 + self.profile_steps
-
-    @property
-    def phase(self) -> str:
-        w, s, p = self.warmup, self.clean_steps, self.profile_steps
-        if self.done:
-            return "done"
-        if self.k < w:
-            return "warm-up"
-        if self.k < w + s:
-            return "clean"
-        if self.k < w + s + 1 + p:
-            return "profiled"
-        return "done"
+        return self.plan.needed
 
     # -- training ----------------------------------------------------------------------------
     @guarded
@@ -282,30 +277,31 @@ class Session:
         if self.window is None and self._stepped_aside(user_profiler_active()):
             return
         self.k += 1
-        w, s, p = self.warmup, self.clean_steps, self.profile_steps
-        if self.k == 1 and w == 0 and self._last is None:
+        plan = self.plan
+        if self.k == 1 and plan.warmup == 0 and self._last is None:
             self.k = 0  # nothing marked a start (lmprof run): the first optimizer step only marks one
-        if 0 < self.k <= w:
+        phase = plan.phase_of(self.k) if self.k else Phase.WARMUP
+        if phase is Phase.WARMUP and self.k:
             self._rough_step_ended()
-        if self.k < w:
-            self._next_step_starts()
-            return
-        if self.k == w:
+        if plan.warmup_ends(self.k + 1):
             self._warmup_done()
             return
-        if self.k <= w + s:
+        if phase is Phase.WARMUP:
+            self._next_step_starts()
+            return
+        if phase in (Phase.GAP, Phase.CLEAN):
             start = self._last
             now = self._mark()
-            if start is not None and not self.gap:
+            if start is not None and plan.timed(self.k):
                 self.samples.append(now - start)
-            if self.k == w + s:
+            if plan.clean_ends(self.k):
                 self._end_clean()
                 self._start_window()
             return
         self._sync()  # the profiled step's range ends when the device is done, as in lmprof train
         assert self.window is not None and self.probes is not None
         self.probes.step_end()
-        j = self.k - (w + s + 1)  # profiled steps completed
+        j = plan.profiled_index(self.k)  # profiled steps completed
         now = self.clock()
         if j > 0 and self._last is not None:  # timed under the profiler: a rough figure, used only without clean ones
             self.rough.setdefault("profiled", []).append(now - self._last)
@@ -314,16 +310,16 @@ class Session:
             self.probes.forwards = self.probes.backwards = 0
         else:
             self.window.close_step()
-        if j < p:
-            self.window.open_step()
-        else:
+        if plan.window_completes(self.k):
             self._collect()
+        else:
+            self.window.open_step()
 
     def _warmup_done(self) -> None:
         """Warm-up ended: the clean window starts now, or (``--steps 0``) the untimed gap step."""
         self._figures_end()
         self._warm()
-        if not self.gap:
+        if self.plan.clean_begins(self.k + 1):
             self._begin_clean()
         self._mark()
 
@@ -340,8 +336,7 @@ class Session:
         """Which warm-up step is the figures step: the second (the optimizer's state exists, and a
         three-step script reaches it), the only one, or the last for a compiled model (its second
         call may still compile). 0: none."""
-        w = self.warmup
-        return w if (self.compiled or self.spec.driven) else min(2, w)
+        return self.plan.figures_at
 
     @property
     def flops_apart(self) -> bool:
@@ -349,12 +344,12 @@ class Session:
         training, where there is one. FlopCounterMode's Python cost per operator would otherwise be in
         the figures step's recording, which is the run's profile when the script ends before lmprof's
         window (a short script): small operators looked several times their size."""
-        return self.spec.mode == "train" and not self.spec.driven and 0 < self.figures_at < self.warmup
+        return self.plan.flops_apart
 
     @property
     def flops_at(self) -> int:
         """Which warm-up step FLOPs are counted on (for a model lmprof has no formulas for)."""
-        return self.figures_at + 1 if self.flops_apart else self.figures_at
+        return self.plan.flops_at
 
     def _count_apart(self) -> bool:
         """Whether the step starting now is the one that counts FLOPs on its own."""
@@ -562,23 +557,24 @@ class Session:
                 and takes_hooks(self.model)):
             self._infer_handles.append(self.model.register_forward_hook(self._forward_end, with_kwargs=True, always_call=True))
         g = self.k + 1  # the generation starting now
-        w, s = self.warmup, self.clean_steps
+        plan = self.plan
+        phase = plan.phase_of(g)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self._gen = {"g": g, "t0": None, "fwd": [], "shape": shape}
-        if g == w + s + 1:
+        if plan.window_starts(g):
             self._start_window()
-        if g <= w:
+        if phase is Phase.WARMUP:
             self._next_step_starts()
             self._gen["kind"] = self._kind
-        if g == w + 1:
+        if plan.warmup_ends(g):
             self._figures_end()
             self._warm()
-            if not self.gap:
+            if plan.clean_begins(g):
                 self._begin_clean()
         # Every generation is timed; the warm-up and profiled ones only as rough figures (see finish).
         self._gen["t0"] = self._mark()
-        if self.window is not None and g > w + s + 1:
+        if self.window is not None and phase is Phase.PROFILED:
             self.window.open_step()
         if self.probes is not None and self.probes.active:
             self.probes.generation_begin()
@@ -614,33 +610,33 @@ class Session:
         self._gen = None
         if gen.get("aside"):
             return
-        w, s, p = self.warmup, self.clean_steps, self.profile_steps
+        plan = self.plan
         g = gen["g"]
+        phase = plan.phase_of(g)
         t1 = self._mark() if gen["t0"] is not None else None  # before the figures step's recording stops
-        if g <= w:
+        if phase is Phase.WARMUP:
             self._figures_end()
         if t1 is not None and not gen["fwd"]:
             self.generations_without_forward += 1
         if t1 is not None and timed is None and gen["fwd"]:
             timed = self._generation(gen, t1)
         if t1 is not None and timed is not None:
-            if w < g <= w + s:
-                if not self.gap:
-                    self.gens.append(timed)
-            elif g <= w and gen.get("kind"):
+            if phase is Phase.CLEAN:
+                self.gens.append(timed)
+            elif phase is Phase.WARMUP and gen.get("kind"):
                 self.rough_gens.setdefault(gen["kind"], []).append(timed)
-            elif g > w + s + 1:
+            elif phase is Phase.PROFILED:
                 self.rough_gens.setdefault("profiled", []).append(timed)
         self.k += 1
-        if g == w + s:
+        if plan.clean_ends(g):
             self._end_clean()
         if self.probes is not None and self.probes.active:
             self.probes.generation_end()
-            if g == w + s + 1:
+            if phase is Phase.PROFILER_WARMUP:
                 self.probes.forwards = 0
-        if self.window is not None and g > w + s + 1:
+        if self.window is not None and phase is Phase.PROFILED:
             self.window.close_step()
-            if g == w + s + 1 + p:
+            if plan.window_completes(g):
                 self._collect()
 
     def _generation(self, gen: dict[str, Any], t1: float) -> Generation:
