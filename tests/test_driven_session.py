@@ -1,4 +1,4 @@
-"""lmprof train / infer step their workloads through the one session (pipeline/driven.py).
+"""lmprof train / infer step their workloads through the one session (pipeline/protocol/own_loop.py).
 
 A step that fails inside the profiled window, or while the stopwatch pass runs, must end the session
 before the error reaches the caller: the profiler stopped (torch's own flag is the truth), the hooks

@@ -8,6 +8,7 @@ import typer
 
 from lmprof.cli.app import app
 from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
+from lmprof.counts import default_help
 
 
 @app.command()
@@ -17,9 +18,9 @@ def train(
     hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Hugging Face architecture with random weights (gpt2, tiny-llama, ...)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Sequences per step [default: 8]"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-t", help="Tokens per sequence [default: per preset]"),
-    steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10]"),
-    warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3]"),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3]"),
+    steps: Optional[int] = typer.Option(None, help=f"Clean timed steps {default_help('train', 'steps')}"),
+    warmup: Optional[int] = typer.Option(None, help=f"Warm-up steps, not measured {default_help('train', 'warmup')}"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help=f"Steps under the profiler {default_help('train', 'profile_steps')}"),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 (autocast) [default: fp32]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),

@@ -102,7 +102,7 @@ def end_rank_process(code: int) -> None:
     """
     import threading
 
-    from lmprof.pipeline.usercode.ending import exit_now
+    from lmprof.pipeline.protocol.ending import exit_now
 
     for t in threading.enumerate():  # what Python's exit waits for before its atexit handlers
         if t is not threading.main_thread() and not t.daemon:

@@ -17,7 +17,7 @@ from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.noise import Snapshot
 from lmprof.atomic import write_text
-from lmprof.measure.compile_events import CompileReport, CompileWatch
+from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
@@ -100,16 +100,14 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
 COMPILED_KERNELS = "compiled_kernels.json"
 
 
-def add_compile_report(run: Run, watch: CompileWatch | None, out_dir: Path) -> CompileReport | None:
+def add_compile_report(run: Run, report: CompileReport | None, out_dir: Path) -> None:
     """Compilations, recompilations and graph breaks of a compiled run into run.json (tables.compile);
     the compiled graphs' kernels and their blocks into ``compiled_kernels.json``."""
-    if watch is None:
-        return None
-    report = watch.finish()
+    if report is None:
+        return
     run.metrics.update(report.metrics())
     run.tables["compile"] = report.rows()
     run.notes.extend(report.notes())
     if report.kernel_graphs:
         write_text(out_dir / COMPILED_KERNELS, json.dumps({"graphs": report.kernel_graphs}, indent=1))
         run.files["compiled_kernels"] = COMPILED_KERNELS
-    return report
