@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
+from lmprof.cli.common import console, interruptible, log_to_trackers, merged, plots_wanted, write_report
 from lmprof.counts import default_help
 
 
@@ -82,7 +82,7 @@ def train(
         if world()[0] == 0 and run_dir is None:
             render(run, console, folder=str(folder))
             write_report(run, folder, report)
-            _log_to(folder, log_to)
+            log_to_trackers(folder, log_to)
         return
     from lmprof.cli._oom import gpt_fit, oom_guard
 
@@ -94,14 +94,4 @@ def train(
         run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)
-    _log_to(folder, log_to)
-
-
-
-def _log_to(folder: Path, trackers: List[str]) -> None:
-    """``--log-to``: export the written run folder to each tracker."""
-    if trackers:
-        from lmprof.trackers.export import log_to
-
-        for line in log_to(folder, trackers):
-            console.print(line, markup=False)
+    log_to_trackers(folder, log_to)
