@@ -2,15 +2,18 @@
 
 Prints, per family: parameters (lmprof vs the built transformers model), matmul FLOPs for a training
 forward + backward, a prefill and one decode step (lmprof vs FlopCounterMode, eager attention and
-experts), and the bytes of one fp32 CPU training step, B=4, T=48 (lmprof's estimate vs
-lmprof.measure.memory: live tensors for params/grads/optimizer, the allocation timeline for
-activations and peak). Needs transformers; no download.
+experts), and the bytes of one fp32 CPU training step, B=4, T=48 (lmprof's estimate vs the step
+measured as a run's figures step measures it (tests/memory_step.py): live tensors for
+params/grads/optimizer, the allocation timeline for activations and peak). Needs transformers; no
+download.
 
     PYTHONPATH=src python benchmarks/models_vs_measured.py
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import astuple
+from pathlib import Path
 
 import torch
 import transformers as tf
@@ -18,9 +21,11 @@ import transformers as tf
 from lmprof.estimate.flops import FlopConventions, block_costs
 from lmprof.estimate.memory import estimate_memory
 from lmprof.measure.flops import count_causal_lm_flops
-from lmprof.measure.memory import measure_training_memory
 from lmprof.estimate.models import shape_from_config, shrunk_config
 from lmprof.workloads.training import plain_train_step
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from memory_step import measure_step_memory  # noqa: E402
 
 FAMILIES = ["gpt2", "llama-3-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-7b", "gemma-2-2b",
             "phi-3-mini-4k", "pythia-160m", "opt-125m", "falcon-7b", "falcon-40b"]
@@ -64,7 +69,7 @@ def memory_row(name: str) -> str:
     step = plain_train_step(model, opt, lambda: torch.randint(3, 128, (b, t)),
                             lambda m, x: m(input_ids=x, labels=x).loss)
 
-    m = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    m = measure_step_memory(step, model, opt, "cpu", warmup=1)
     est = estimate_memory(shape, batch=b, seq_len=t, mode="train", dtype="fp32", param_dtype="fp32",
                           attention="sdpa", device_kind="cpu")
     cols = [("params", est.params), ("grads", est.grads), ("optimizer", est.optimizer_state),

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import torch
 
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.triggers import OptimizerTrigger
 from lmprof.pipeline.usercode.script import run_script
-from lmprof.pipeline.usercode.session import Session, SessionSpec
-from lmprof.pipeline.usercode.triggers import OptimizerTrigger
 
 SCRIPT = """
 import json, sys, time
@@ -77,7 +78,7 @@ def _hook_cost(n: int = 10_000) -> tuple[float, float]:
     bare, watched = [], []
     for _ in range(7):  # alternated, so a change in machine load hits both
         bare.append(loop())
-        session = Session(SessionSpec(warmup=10**9, verbose=False, report=False))  # stays in warm-up
+        session = Session(Spec(warmup=10**9, verbose=False, report=False))  # stays in warm-up
         OptimizerTrigger(session).install()
         try:
             opt.step()  # the first step finds the model (a one-off gc scan), outside the timed loop
@@ -106,7 +107,7 @@ def main() -> None:
             _plain(script, [str(args.steps), str(out), str(args.width)])
             plain.append(json.loads(out.read_text()))
             out = root / f"lmprof{r}.json"
-            spec = SessionSpec(out=root / "runs", label="bench", verbose=False, report=False)
+            spec = Spec(out=root / "runs", label="bench", verbose=False, report=False)
             result = run_script(str(script), [str(args.steps), str(out), str(args.width)], spec)
             assert result.exit_code == 0 and result.session.run is not None, result.session.message
             watched.append(json.loads(out.read_text()))

@@ -1,4 +1,4 @@
-"""lmprof train / infer step their workloads through the one session (pipeline/driven.py).
+"""lmprof train / infer step their workloads through the one session (pipeline/protocol/own_loop.py).
 
 A step that fails inside the profiled window, or while the stopwatch pass runs, must end the session
 before the error reaches the caller: the profiler stopped (torch's own flag is the truth), the hooks
@@ -13,7 +13,7 @@ import torch
 
 from lmprof.config import TrainConfig
 from lmprof.hardware.devices import resolve_device
-from lmprof.pipeline import protocol
+from lmprof.pipeline.protocol import folder as protocol
 from lmprof.pipeline.train import measure_training, run_training
 from lmprof.workloads.training import TrainWorkload
 

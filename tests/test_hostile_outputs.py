@@ -56,7 +56,7 @@ def _cpu():
 
 
 def test_concurrent_claims_get_distinct_existing_folders(tmp_path):
-    from lmprof.pipeline.protocol import run_folder
+    from lmprof.pipeline.protocol.folder import run_folder
 
     device, barrier, got = _cpu(), threading.Barrier(8), []
 
@@ -76,7 +76,7 @@ def test_concurrent_claims_get_distinct_existing_folders(tmp_path):
 def test_folder_name_has_batch_size_and_device_index(tmp_path):
     from types import SimpleNamespace
 
-    from lmprof.pipeline.protocol import run_folder
+    from lmprof.pipeline.protocol.folder import run_folder
 
     cuda1 = SimpleNamespace(kind="cuda", torch_device=torch.device("cuda", 1))
     cuda0 = SimpleNamespace(kind="cuda", torch_device=torch.device("cuda", 0))
@@ -400,12 +400,12 @@ def test_overlong_name_is_refused_with_the_limit(cli, tmp_path, no_measuring):
 
 
 def test_claiming_a_run_folder_in_a_read_only_place_is_one_line(tmp_path, monkeypatch):
-    from lmprof.pipeline.protocol import run_folder
+    from lmprof.pipeline.protocol.folder import run_folder
 
     def refuse(path, *a):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr("lmprof.pipeline.protocol.os.mkdir", refuse)
+    monkeypatch.setattr("lmprof.pipeline.protocol.folder.os.mkdir", refuse)
     with pytest.raises(WriteError, match="permission denied"):
         run_folder(tmp_path, "train", "tiny", _cpu(), batch=1)
 
@@ -413,7 +413,7 @@ def test_claiming_a_run_folder_in_a_read_only_place_is_one_line(tmp_path, monkey
 # == 8. Ctrl-C and SIGTERM ============================================================================
 
 def test_interrupted_run_keeps_what_was_measured_marked_incomplete(tmp_path):
-    from lmprof.pipeline.protocol import INCOMPLETE, RunInterrupted, incomplete_until_saved
+    from lmprof.pipeline.protocol.folder import INCOMPLETE, RunInterrupted, incomplete_until_saved
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -447,7 +447,7 @@ def test_sigterm_inside_interruptible_is_143_and_ctrl_c_130():
             time.sleep(5)
     assert info.value.code == 143 and "SIGTERM" in str(info.value)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    from lmprof.pipeline.protocol import RunInterrupted
+    from lmprof.pipeline.protocol.folder import RunInterrupted
 
     with pytest.raises(Interrupted) as info:
         with interruptible():
@@ -461,7 +461,7 @@ def test_sigterm_inside_interruptible_is_143_and_ctrl_c_130():
 
 def test_train_interrupted_prints_one_line_and_exits_130(cli, monkeypatch, tmp_path):
     import lmprof.pipeline.train as train
-    from lmprof.pipeline.protocol import RunInterrupted
+    from lmprof.pipeline.protocol.folder import RunInterrupted
 
     def interrupted(cfg, out_dir=None):
         raise RunInterrupted(tmp_path / "runs" / "x", ["trace.json.gz"])

@@ -2,6 +2,8 @@
 plain module; operator counts match what torch.profiler shows; bad input is one line, exit 2."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -153,17 +155,19 @@ class FakeDecoder:
         return None
 
 
-def test_generate_times_prefill_and_each_decode_step_exactly():
+def test_generate_reports_each_forward_after_its_device_sync():
+    """The session's clock times a generation at these calls (tests/test_protocol_timing.py): after the
+    prefill and after each decode step, the device synchronized first, the token already chosen."""
     from lmprof.hardware.devices import resolve_device
     from lmprof.workloads.inference import InferWorkload, generate
 
-    ticks = iter([0.0, 0.030, 1.0, 1.010, 2.0, 2.012, 3.0, 3.011])  # prefill 30 ms, decodes 10/12/11 ms
+    seen: list[str] = []
+    device = SimpleNamespace(synchronize=lambda: seen.append("sync"), torch_device=resolve_device("cpu").torch_device)
     work = InferWorkload(model=torch.nn.Linear(1, 1), decoder=FakeDecoder(), prompt=torch.zeros(2, 5, dtype=torch.long),
-                         new_tokens=4, device=resolve_device("cpu"))
-    g = generate(work, clock=lambda: next(ticks))
-    assert g.prefill_s == pytest.approx(0.030)
-    assert g.decode_s == pytest.approx([0.010, 0.012, 0.011])
-    assert g.tokens.tolist() == [[3, 3, 3, 3], [3, 3, 3, 3]]
+                         new_tokens=4, device=device)  # type: ignore[arg-type]  # a device that logs its syncs
+    tokens = generate(work, on_forward=lambda: seen.append("forward"))
+    assert seen == ["sync"] + ["sync", "forward"] * 4  # one prefill and three decode steps
+    assert tokens.tolist() == [[3, 3, 3, 3], [3, 3, 3, 3]]
 
 
 def test_model_scopes_come_back_after_a_compiled_run(tmp_path):

@@ -9,9 +9,9 @@ import torch
 from lmprof.cli.main import main
 from lmprof.cli.memory import KNOWN_GPUS, device_memory
 from lmprof.errors import ConfigError
-from lmprof.measure.memory import measure_training_memory
 from lmprof.workloads.gpt import GPT, PRESETS
 from lmprof.workloads.training import plain_train_step
+from memory_step import measure_step_memory
 
 GIB = 1024**3
 BUDGET_GB = 0.05  # a small artificial budget the tiny model crosses around batch 16 at seq 64
@@ -43,7 +43,7 @@ def _measured_peak(batch: int) -> int:
     # like lmprof's own step: the logits die with the forward pass
     step = plain_train_step(model, opt, lambda: (x, y), lambda m, xy: m(*xy)[1])
 
-    measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    measured = measure_step_memory(step, model, opt, "cpu", warmup=1)
     assert measured.peak is not None
     return measured.peak
 

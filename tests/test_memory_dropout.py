@@ -49,13 +49,13 @@ def _tiny_gpt2(n_positions: int = 128):
 
 
 def _measured_peak(model, batch: int, seq: int) -> tuple[int, int]:
-    from lmprof.measure.memory import measure_training_memory
     from lmprof.workloads.training import plain_train_step
+    from memory_step import measure_step_memory
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = plain_train_step(model, opt, lambda: torch.randint(0, 1000, (batch, seq)),
                             lambda m, x: m(input_ids=x, labels=x).loss)
-    m = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    m = measure_step_memory(step, model, opt, "cpu", warmup=1)
     return int(m.value("peak")[0] or 0), int(m.value("activations")[0] or 0)
 
 

@@ -13,19 +13,21 @@ import torch
 from torch.profiler import record_function
 
 from lmprof.estimate.memory import estimate_memory, memory_metrics, memory_table
-from lmprof.measure.memory import SNAPSHOT_NAME, measure_inference_memory, measure_training_memory
+from lmprof.measure import memory as measure_memory
+from lmprof.measure.memory import SNAPSHOT_NAME
 from lmprof.measure.memory_timeline import classify, timeline_from_trace
 from lmprof.measure.tensor_bytes import static_memory, tensor_bytes
 from lmprof.show.memory_plot import plot_memory_timeline, timeline_title
 from lmprof.workloads.gpt import GPT, PRESETS, KVCache
 from lmprof.workloads.training import plain_train_step
+from memory_step import measure_step_memory
 
 TINY = PRESETS["tiny"]
 
 
 def _train_step(model: GPT, opt: torch.optim.Optimizer, batch: int, seq: int, vocab: int, like_lmprof: bool = False):
     """A training step that keeps ``logits, loss`` to its end with parts marked by record_function (the
-    other way measure_training_memory reads), or lmprof's plain step (step_scope, only the loss kept)."""
+    other way the figures step reads), or lmprof's plain step (step_scope, only the loss kept)."""
 
     def data() -> tuple[torch.Tensor, torch.Tensor]:
         return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
@@ -55,7 +57,7 @@ def tiny_run() -> dict[str, Any]:
     model = GPT(TINY)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = _train_step(model, opt, 4, 64, TINY.vocab_size)
-    measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    measured = measure_step_memory(step, model, opt, "cpu", warmup=1)
     return {"model": model, "opt": opt, "measured": measured}
 
 
@@ -125,8 +127,8 @@ def test_sdpa_estimate_matches_measured() -> None:
     cfg = replace(TINY, attention="sdpa", n_layer=2)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    step = _train_step(model, opt, 2, 32, cfg.vocab_size, like_lmprof=True)  # measure turns step scopes on
-    m = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    step = _train_step(model, opt, 2, 32, cfg.vocab_size, like_lmprof=True)  # the figures step turns scopes on
+    m = measure_step_memory(step, model, opt, "cpu", warmup=1)
     assert [p.name for p in m.timeline.phases] == ["data", "forward", "backward", "optimizer", "zero_grad"]
     est = estimate_memory(cfg.shape(), batch=2, seq_len=32, attention="sdpa", device_kind="cpu")
     assert abs(m.activations - est.activations) <= 0.01 * est.activations  # the logits died in forward
@@ -134,13 +136,16 @@ def test_sdpa_estimate_matches_measured() -> None:
 
 
 def test_inference_memory_cpu() -> None:
+    """The cache is made inside the generation, as lmprof infer's decoder makes it."""
     torch.manual_seed(0)
     model = GPT(TINY).eval()
-    cache = KVCache(TINY, 2, 40, torch.device("cpu"), torch.float32)
     x = torch.randint(0, TINY.vocab_size, (2, 32))
+    caches: list[KVCache] = []
 
     def run() -> None:
         with torch.inference_mode():
+            cache = KVCache(TINY, 2, 40, torch.device("cpu"), torch.float32)
+            caches.append(cache)
             with record_function("lmprof:prefill"):
                 logits, _ = model(x, cache=cache, pos=0)
             with record_function("lmprof:decode"):
@@ -149,9 +154,9 @@ def test_inference_memory_cpu() -> None:
                     logits, _ = model(tok, cache=cache, pos=32 + i)
                     tok = logits[:, -1].argmax(-1, keepdim=True)
 
-    m = measure_inference_memory(run, model, "cpu", kv_cache=cache)
+    m = measure_step_memory(run, model, None, "cpu", mode="infer")
     est = estimate_memory(TINY.shape(), batch=2, seq_len=32, mode="infer", new_tokens=8, device_kind="cpu")
-    assert m.kv_cache == est.kv_cache == 2 * 4 * 4 * 32 * 40 * 2 * 4
+    assert caches[0].nbytes() == est.kv_cache == 2 * 4 * 4 * 32 * 40 * 2 * 4
     assert m.timeline.peak_phase == "prefill"
     assert abs(m.peak - est.peak) <= 0.02 * est.peak
     assert m.value("grads")[0] is None
@@ -243,14 +248,14 @@ class FakeCuda:
         self.recording = False
 
 
-def test_cuda_path_with_fake_backend(tmp_path: Path) -> None:
+def test_cuda_path_with_fake_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     cfg = replace(TINY, n_layer=1)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     fake = FakeCuda()
-    m = measure_training_memory(_train_step(model, opt, 2, 16, cfg.vocab_size), model, opt, "cuda:0",
-                                out_dir=tmp_path, cuda=fake)
+    monkeypatch.setattr(measure_memory, "TorchCuda", lambda: fake)
+    m = measure_step_memory(_train_step(model, opt, 2, 16, cfg.vocab_size), model, opt, "cuda:0", out_dir=tmp_path)
     assert m.peak == 123_456_789
     assert "max_memory_allocated" in m.peak_source
     assert m.cuda_stats == {"allocated_peak": 123_456_789, "reserved_peak": 150_000_000, "alloc_retries": 0, "ooms": 0}
@@ -263,7 +268,8 @@ def test_cuda_path_with_fake_backend(tmp_path: Path) -> None:
     assert m.timeline.baseline == 50_000_000  # memory_allocated before the step, split into categories
     # No snapshot without an output folder.
     fake2 = FakeCuda()
-    m2 = measure_training_memory(_train_step(model, opt, 2, 16, cfg.vocab_size), model, opt, "cuda", cuda=fake2)
+    monkeypatch.setattr(measure_memory, "TorchCuda", lambda: fake2)
+    m2 = measure_step_memory(_train_step(model, opt, 2, 16, cfg.vocab_size), model, opt, "cuda")
     assert m2.snapshot_path is None and "start_history" not in fake2.calls
 
 

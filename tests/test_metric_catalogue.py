@@ -120,7 +120,7 @@ def test_figures_the_tiny_runs_cannot_reach(folders: dict[str, Path], tmp_path: 
     _check("compile", "infer", compiled)
 
     # A readable meter (one RAPL domain, 10 J over 2 s, 1 W idle), with the units each mode gives it
-    # (pipeline/figures.py: steps and tokens in training, generations and generated tokens in inference).
+    # (pipeline/protocol/finish/figures.py: steps and tokens in training, generations and generated tokens in inference).
     result = EnergyResult(mode="auto", seconds=2.0, idle_seconds=1.0, domains=[DomainEnergy(
         "cpu", "rapl", "counter", "measured", True, 0.001, joules=10.0, seconds=2.0, idle_w=1.0)])
     for mode, units in (("train", {}), ("infer", {"step_unit": "generation", "token_unit": "generated token"})):

@@ -115,8 +115,8 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48, dropout: float | 
     """A measured CPU training step of the family's shrunk instance, with its dropout as transformers
     configures it (GPT-2: 0.1 on embeddings, probabilities and branches; OPT: 0.1 on branches), or
     with every dropout the family has at ``dropout``."""
-    from lmprof.measure.memory import measure_training_memory
     from lmprof.workloads.training import plain_train_step
+    from memory_step import measure_step_memory
 
     cfg = tiny_config(name)
     if dropout is not None:
@@ -131,7 +131,7 @@ def _measured_train_memory(name: str, B: int = 4, T: int = 48, dropout: float | 
 
     step = plain_train_step(model, opt, lambda: torch.randint(3, 128, (B, T)),
                             lambda m, x: m(input_ids=x, labels=x).loss)
-    measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    measured = measure_step_memory(step, model, opt, "cpu", warmup=1)
     return measured, shape_from_config(hc.to_dict()), B, T, dropout_from_config(hc.to_dict())
 
 

@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 import torch
 
-from lmprof.pipeline.usercode import triggers
-from lmprof.pipeline.usercode.triggers import OptimizerTrigger
+from lmprof.pipeline.protocol import triggers
+from lmprof.pipeline.protocol.triggers import OptimizerTrigger
 
 
 class FakeSession:
     def __init__(self) -> None:
-        self.notes: list[str] = []
+        self.observed = SimpleNamespace(notes=[], device=None, optimizers=[])
         self.attached: list[Any] = []
-        self.device: Any = None
+
+    @property
+    def notes(self) -> list[str]:
+        return self.observed.notes
 
     def attach(self, model: torch.nn.Module, optimizers: list[Any], compiled: bool) -> None:
         self.attached.append((model, optimizers, compiled))
@@ -49,7 +52,7 @@ def collect_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(1)
         return real(*a)
 
-    monkeypatch.setattr("lmprof.pipeline.usercode.triggers.gc", SimpleNamespace(collect=counted,
+    monkeypatch.setattr("lmprof.pipeline.protocol.triggers.gc", SimpleNamespace(collect=counted,
                                                                                    get_objects=gc.get_objects))
     return calls
 
@@ -139,13 +142,14 @@ def test_a_dead_weakref_proxy_in_the_process_changes_nothing():
 
 
 def test_a_failure_while_choosing_is_one_line_and_the_users_step_goes_on(tmp_path, monkeypatch, capsys):
-    from lmprof.pipeline.usercode.session import Session, SessionSpec
+    from lmprof.pipeline.protocol.session import Session
+    from lmprof.pipeline.protocol.spec import Spec
 
     def boom() -> list[Any]:
         raise RuntimeError("scan failed")
 
     monkeypatch.setattr(triggers, "_live_objects", boom)
-    session = Session(SessionSpec(out=tmp_path, verbose=False))
+    session = Session(Spec(out=tmp_path, verbose=False))
     trigger = OptimizerTrigger(session)
     trigger.install()
     try:

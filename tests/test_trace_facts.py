@@ -45,3 +45,45 @@ def test_a_run_without_a_trace_says_why(tmp_path):
     run = Run(id="r", mode="train", created="x", env=Env(device="cpu", device_name="cpu", torch="2", python="3", lmprof="0",
                                                     os="linux", cpu="cpu", threads=1), config={})
     assert analyze_run_trace(run) == TraceAnalysis(False, "no trace file in this run")
+
+
+def test_a_typed_report_is_read_field_by_field_and_matches_the_trace():
+    """A real trace's typed report (lmprof.trace.analyze.Report), read as it is, not through to_dict().
+    Truth from the trace file: its kernel starts 45.426 µs after its cuLaunchKernel call starts and runs
+    1.76 µs, shorter than that 47.768 µs call; three cpu_ops; one ProfilerStep of 13336.315805 ms."""
+    from pathlib import Path
+
+    from lmprof.trace.analyze import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / "traces" / "a100_triton_kernel.json.gz")
+    typed, as_json = trace_analysis(report), trace_analysis(report.to_dict())
+    f = typed.facts
+    assert f is not None and f.steps is not None and f.operators is not None and f.device is not None
+    assert (f.steps.count, f.steps.median_ms) == (1, pytest.approx(13336.315805))
+    assert (f.operators.count, f.operators.per_step) == (3, 3.0)
+    assert f.device.launches.delay_median_us == pytest.approx(45.426, abs=1e-3)
+    assert f.device.launches.short_kernels_pct == 100.0 and f.device.launches.linked == 1
+    assert f.device.timeline is not None and f.device.timeline.span_us == pytest.approx(1.76, abs=1e-3)
+    assert f.device.timeline.idle is None  # no idle gap in the window: no idle facts, not zeros
+    assert as_json.facts is not None and as_json.facts.device is not None
+    # the JSON form (floats rounded to ns) gives the same facts
+    assert as_json.facts.device.launches.delay_median_us == pytest.approx(f.device.launches.delay_median_us, abs=1e-3)
+    assert [o.name for o in as_json.facts.operators.top] == [o.name for o in f.operators.top]
+    assert [o.share_pct for o in as_json.facts.operators.top] == pytest.approx([o.share_pct for o in f.operators.top],
+                                                                              abs=1e-3)
+    assert typed.report == report.to_dict()  # what a report shows is the JSON form
+
+
+def test_a_figure_the_report_lacks_stays_missing_never_zero():
+    from lmprof.show.trace_findings import describe_trace
+
+    ta = trace_analysis(_report(temporal={"span_us": 1000.0, "idle_pct": None, "compute_pct": 60.0},
+                                launches={"linked": 5, "launch_delay_median_us": None}))
+    f = ta.facts
+    assert f is not None and f.device is not None and f.device.timeline is not None
+    assert f.device.timeline.idle_pct is None and f.device.timeline.memory_pct is None
+    assert f.device.launches.delay_median_us is None and f.device.launches.short_kernels_pct is None
+    assert "device_idle_pct" not in f.for_advice()  # a rule never reads a missing figure as 0
+    text = " ".join(describe_trace(f))
+    assert "moved memory n/a%" in text and "was idle n/a%" in text and "Median launch delay n/a µs" in text
+    assert "computed 60.0%" in text

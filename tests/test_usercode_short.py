@@ -31,6 +31,7 @@ import sys  # noqa: E402
 
 from types import SimpleNamespace  # noqa: E402
 
+from lmprof.counts import DEFAULT_COUNTS  # noqa: E402
 from lmprof.record.run import Run  # noqa: E402
 from tests.test_usercode import _env, write  # noqa: E402
 
@@ -104,7 +105,8 @@ def test_one_generate_gives_operators_blocks_ttft_tpot(tmp_path: Path, run_cli) 
     assert run.metrics["tpot"].n == 11  # 12 new tokens: a prefill and 11 decode forwards, one sample each
     assert run.metrics["ttft"].note and run.metrics["ttft"].note.startswith("first call")
     note = _first_call_note(run)
-    assert "at least 8 generations" in note and "--warmup 1 --steps 5 --profile-steps 1" in note
+    w, s, p = DEFAULT_COUNTS["infer"]  # the defaults' one table: 1 + 5 + 1 + 3 generations
+    assert f"at least {w + s + 1 + p} generations" in note and f"--warmup {w} --steps {s} --profile-steps {p}" in note
     assert run.value("memory.peak") and run.value("kv_cache")  # the figures step's memory and cache
     assert run.metrics["profiler_overhead"].value is None
 

@@ -61,7 +61,7 @@ def test_a_scripted_submodule_stays_in_its_parents_time(tmp_path: Path) -> None:
 
 def test_a_failure_as_the_session_begins_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from lmprof.pipeline.usercode import figures_step
+    from lmprof.pipeline.protocol.windows import figures as figures_step
 
     def broken(self: object) -> None:
         raise RuntimeError("hooks refused")

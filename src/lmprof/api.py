@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from lmprof.counts import counts_for
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.config import MeasureSpec, build
@@ -81,16 +82,17 @@ def profile_training(
     model: torch.nn.Module,
     batches: Iterable[Any],
     optimizer: torch.optim.Optimizer,
-    steps: int = 10,
+    steps: int | None = None,
     *,
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
-    warmup: int = 3,
-    profile_steps: int = 3,
+    warmup: int | None = None,
+    profile_steps: int | None = None,
     dtype: str = "fp32",
     device: str | None = None,
     out_dir: str | Path | None = None,
 ) -> Run:
-    """Profile ``steps`` training steps of any module; batches are cycled if there are too few.
+    """Profile ``steps`` training steps of any module; batches are cycled if there are too few. Counts
+    left None are lmprof's defaults (``lmprof.counts.DEFAULT_COUNTS``: 3 warm-up, 10 clean, 3 profiled).
 
     ``loss_fn(model, batch)`` defaults to calling ``model(*batch)`` (or ``model(**batch)``) and taking
     ``.loss``, the last scalar of a tuple, or a scalar output.
@@ -100,6 +102,7 @@ def profile_training(
     from lmprof.workloads.hooks import module_scopes
 
     _check_model(model, "profile_training")
+    warmup, steps, profile_steps = counts_for("train", warmup, steps, profile_steps)
     spec = build(MeasureSpec, dict(warmup=warmup, steps=steps, profile_steps=profile_steps, dtype=dtype, energy="off"))
     dev = _device_of(model, device)
     stream = _batches(batches)
@@ -124,14 +127,16 @@ def profile_inference(
     new_tokens: int = 50,
     *,
     kv_cache: bool = True,
-    steps: int = 5,
-    warmup: int = 1,
-    profile_steps: int = 1,
+    steps: int | None = None,
+    warmup: int | None = None,
+    profile_steps: int | None = None,
     tokenizer: Any = None,
     device: str | None = None,
     out_dir: str | Path | None = None,
 ) -> Run:
     """Profile greedy generation of ``new_tokens`` tokens from ``input_ids`` (B, T) with any causal LM.
+    Counts left None are lmprof's defaults (``lmprof.counts.DEFAULT_COUNTS``: 1 warm-up, 5 clean, 3
+    profiled generations).
 
     The model is called as ``model(ids)`` returning logits (or an object with ``.logits``); Hugging
     Face models (``GenerationMixin``) use the KV cache they return.
@@ -143,6 +148,7 @@ def profile_inference(
     from lmprof.workloads.hooks import module_scopes
 
     _check_model(model, "profile_inference")
+    warmup, steps, profile_steps = counts_for("infer", warmup, steps, profile_steps)
     if new_tokens <= 0:
         raise ConfigError(f"new_tokens must be positive, got {new_tokens}")
     if input_ids.dim() != 2:
@@ -182,21 +188,20 @@ def profile(
 
     Call ``prof.step()`` once per training step (or, with ``infer=True``, once per generation: the
     first top-level forward after it is the prefill, later ones decode). Warm-up, clean timed steps
-    and the profiled window follow ``lmprof train``'s protocol (defaults 3/10/3; inference 1/5/1);
+    and the profiled window follow ``lmprof train``'s protocol (``lmprof.counts.DEFAULT_COUNTS``:
+    3/10/3 steps; inference 1/5/3 generations);
     after the window the loop runs unprofiled. The run folder is written under ``out`` when the
     window completes (or, with what was measured, when the block ends) and the summary printed to
     stderr (``verbose=False``: quiet). ``prof.run`` / ``prof.folder`` hold the result.
     """
+    from lmprof.pipeline.protocol.spec import Spec
     from lmprof.pipeline.usercode.context import Profile
-    from lmprof.pipeline.usercode.guard import check_counts
-    from lmprof.pipeline.usercode.session import SessionSpec
+    from lmprof.pipeline.usercode.guard import check_counts, check_out
 
     _check_model(model, "lmprof.profile")
     check_counts(warmup, steps, profile_steps, flags=False)
-    from lmprof.pipeline.usercode.guard import check_out
-
     out = check_out(out, "out")  # now, not at the end of the loop; absolute, so an os.chdir() inside it changes nothing
-    spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
-                       out=out, label=label or type(model).__name__, report=report, verbose=verbose,
-                       config={"source": "lmprof.profile"})
+    spec = Spec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
+                out=out, label=label or type(model).__name__, report=report, verbose=verbose,
+                config={"source": "lmprof.profile"})
     return Profile(model, spec)

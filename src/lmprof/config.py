@@ -10,6 +10,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from lmprof.counts import DEFAULT_COUNTS
 from lmprof.errors import ConfigError, DataError, DeviceError
 from lmprof.safeyaml import load_file
 
@@ -128,9 +129,9 @@ class MeasureSpec(Checked):
 
     model_config = ConfigDict(extra="forbid")
 
-    warmup: int = 3
-    steps: int = 10
-    profile_steps: int = 3
+    warmup: int = DEFAULT_COUNTS["train"].warmup  # the one table of defaults (lmprof/counts.py)
+    steps: int = DEFAULT_COUNTS["train"].steps
+    profile_steps: int = DEFAULT_COUNTS["train"].profile_steps
     device: str = "auto"
     dtype: Dtype = "fp32"
     compile: bool = False
@@ -296,9 +297,9 @@ class InferConfig(ModelSpec, MeasureSpec):
     batch_size: int = 1
     new_tokens: int = 50
     kv_cache: bool = True
-    steps: int = 5
-    warmup: int = 1
-    profile_steps: int = 3  # several generations: per-block medians, and a spread to show
+    steps: int = DEFAULT_COUNTS["infer"].steps
+    warmup: int = DEFAULT_COUNTS["infer"].warmup
+    profile_steps: int = DEFAULT_COUNTS["infer"].profile_steps
     out: str = "runs"
 
     @field_validator("new_tokens")

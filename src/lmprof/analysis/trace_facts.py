@@ -2,13 +2,15 @@
 
 :func:`analyze_run_trace` runs :mod:`lmprof.trace.analyze` on a run's trace (never raising: a report
 must not be lost to its optional trace section); :func:`trace_analysis` reads an analysis result
-(a :class:`~lmprof.trace.analyze.Report` or its ``lmprof.analyze/1`` JSON form). The facts are those
-of the first trace (rank); :meth:`TraceFacts.for_advice` gives the figures
-:func:`lmprof.analysis.advice.advise` reads. Every figure here is read from the trace, or is a
-share of the device timeline computed from two of its figures (``*_pct``).
+(a typed :class:`~lmprof.trace.analyze.Report`, its fields read as they are, or its ``lmprof.analyze/1``
+JSON form). The facts are those of the first trace (rank); :meth:`TraceFacts.for_advice` gives the
+figures :func:`lmprof.analysis.advice.advise` reads. Every figure here is read from the trace, or is
+a share of the device timeline computed from two of its figures (``*_pct``); one the report does not
+have is None (shown as n/a), never 0.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,20 +20,20 @@ from lmprof.record.run import Run
 
 @dataclass(frozen=True)
 class Share:
-    """One named item (operator or kernel) and its share (%) of the time."""
+    """One named item (operator or kernel) and its share (%) of the time (None: not in the report)."""
 
     name: str
-    share_pct: float
+    share_pct: float | None
 
 
 @dataclass(frozen=True)
 class StepFacts:
-    """Profiled steps found in the trace; durations in ms."""
+    """Profiled steps found in the trace; durations in ms (None: the report has no such figure)."""
 
     count: int
-    median_ms: float
-    min_ms: float
-    max_ms: float
+    median_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,10 @@ class IdleFacts:
     """Idle gaps of the device timeline and their causes, as % of the timeline span."""
 
     gaps: int
-    sync_pct: float  # the host sat in a synchronising call
-    host_bound_pct: float  # the host was too slow to launch
-    sync_gaps: int
-    host_bound_gaps: int
+    sync_pct: float | None  # the host sat in a synchronising call
+    host_bound_pct: float | None  # the host was too slow to launch
+    sync_gaps: int | None
+    host_bound_gaps: int | None
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,10 @@ class TimelineFacts:
     """What the device did over its timeline (span in µs, the rest in % of it)."""
 
     span_us: float
-    compute_pct: float
-    memory_pct: float
-    communication_pct: float
-    idle_pct: float
+    compute_pct: float | None
+    memory_pct: float | None
+    communication_pct: float | None
+    idle_pct: float | None
     idle: IdleFacts | None  # None: the analysis found no idle gaps
 
 
@@ -70,11 +72,11 @@ class TimelineFacts:
 class LaunchFacts:
     """Kernel launches: CUDA-graph launches and the delay of kernels launched one by one."""
 
-    graph_launches: int
-    graph_kernels: int
-    linked: int  # kernels linked to the runtime call that launched them
-    delay_median_us: float
-    short_kernels_pct: float  # of linked kernels, those shorter than their launch call
+    graph_launches: int | None
+    graph_kernels: int | None
+    linked: int | None  # kernels linked to the runtime call that launched them
+    delay_median_us: float | None
+    short_kernels_pct: float | None  # of linked kernels, those shorter than their launch call
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ class TraceFacts:
 
     def for_advice(self) -> dict[str, float]:
         """The figures :func:`lmprof.analysis.advice.advise` reads (only those present)."""
-        out: dict[str, float] = {}
-        if self.operators is not None and self.operators.per_step is not None:
+        out: dict[str, float | None] = {}
+        if self.operators is not None:
             out["ops_per_step"] = self.operators.per_step
         dev = self.device
         if dev is not None and dev.timeline is not None:
@@ -108,7 +110,7 @@ class TraceFacts:
                 out["host_bound_idle_pct"] = dev.timeline.idle.host_bound_pct
         if dev is not None and dev.launches.graph_launches:
             out["graph_launches"] = float(dev.launches.graph_launches)
-        return out
+        return {k: v for k, v in out.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -141,50 +143,61 @@ def analyze_run_trace(run: Run) -> TraceAnalysis:
 
 
 def trace_analysis(result: Any) -> TraceAnalysis:
-    """The facts of an analysis result: a ``Report`` (anything with ``to_dict``) or its JSON dict."""
+    """The facts of an analysis result: a typed :class:`~lmprof.trace.analyze.Report`, whose fields are
+    read as they are, or its ``lmprof.analyze/1`` JSON dict. ``report`` keeps the JSON form (what a
+    report shows)."""
     data = result.to_dict() if hasattr(result, "to_dict") else result
-    traces = data.get("traces") if isinstance(data, Mapping) else None
+    traces = _get(result, "traces")
     if not traces:
         return TraceAnalysis(True, None, data)
     return TraceAnalysis(True, None, data, trace_facts(traces[0]), len(traces),
-                         tuple(str(n) for n in data.get("notes") or []))
+                         tuple(str(n) for n in _get(result, "notes") or []))
 
 
-def trace_facts(t: Mapping[str, Any]) -> TraceFacts:
-    """The facts of one trace of an ``lmprof.analyze/1`` report (missing figures read as absent or 0)."""
-    steps = t.get("steps") or {}
-    n_steps = int(steps.get("count") or 0)
-    step_facts = (StepFacts(n_steps, _f(steps, "median_ms"), _f(steps, "min_ms"), _f(steps, "max_ms"))
+def trace_facts(t: Any) -> TraceFacts:
+    """The facts of one trace: a :class:`~lmprof.trace.analyze.TraceReport` or its JSON form. A figure
+    the report does not have (absent, null or NaN) stays None: n/a, never 0."""
+    steps = _get(t, "steps")
+    n_steps = _get(steps, "count") or 0
+    step_facts = (StepFacts(int(n_steps), _get(steps, "median_ms"), _get(steps, "min_ms"), _get(steps, "max_ms"))
                   if n_steps else None)
-    ops = t.get("operators") or {}
-    n_ops = ops.get("count") or 0
-    op_facts = (OperatorFacts(n_ops, n_ops / n_steps if n_steps else None, _shares(ops.get("top")))
+    ops = _get(t, "operators")
+    n_ops = _get(ops, "count") or 0
+    op_facts = (OperatorFacts(int(n_ops), n_ops / n_steps if n_steps else None, _shares(_get(ops, "top")))
                 if n_ops else None)
-    dev = t.get("device")
-    return TraceFacts(step_facts, op_facts, _device_facts(dev) if dev else None, t.get("device_note"))
+    dev = _get(t, "device")
+    return TraceFacts(step_facts, op_facts, _device_facts(dev) if dev else None, _get(t, "device_note"))
 
 
-def _device_facts(dev: Mapping[str, Any]) -> DeviceFacts:
-    tmp, idle, launches = dev.get("temporal") or {}, dev.get("idle") or {}, dev.get("launches") or {}
-    span = float(tmp.get("span_us") or 0.0)
+def _device_facts(dev: Any) -> DeviceFacts:
+    tmp, idle, launches = _get(dev, "temporal"), _get(dev, "idle"), _get(dev, "launches")
+    span = _get(tmp, "span_us")
     timeline = None
     if span:
         gaps = None
-        if idle.get("gaps"):
-            gaps = IdleFacts(idle["gaps"], 100.0 * _f(idle, "sync_us") / span, 100.0 * _f(idle, "host_bound_us") / span,
-                             idle.get("sync_gaps") or 0, idle.get("host_bound_gaps") or 0)
-        timeline = TimelineFacts(span, _f(tmp, "compute_pct"), _f(tmp, "memory_pct"), _f(tmp, "communication_pct"),
-                                 _f(tmp, "idle_pct"), gaps)
-    launch = LaunchFacts(launches.get("graph_launches") or 0, launches.get("graph_kernels") or 0,
-                         launches.get("linked") or 0, _f(launches, "launch_delay_median_us"),
-                         _f(launches, "short_kernels_pct"))
-    return DeviceFacts(timeline, launch, _shares((dev.get("kernels") or {}).get("top")))
+        if _get(idle, "gaps"):
+            gaps = IdleFacts(int(_get(idle, "gaps")), _pct(_get(idle, "sync_us"), span),
+                             _pct(_get(idle, "host_bound_us"), span), _get(idle, "sync_gaps"),
+                             _get(idle, "host_bound_gaps"))
+        timeline = TimelineFacts(float(span), _get(tmp, "compute_pct"), _get(tmp, "memory_pct"),
+                                 _get(tmp, "communication_pct"), _get(tmp, "idle_pct"), gaps)
+    launch = LaunchFacts(_get(launches, "graph_launches"), _get(launches, "graph_kernels"), _get(launches, "linked"),
+                         _get(launches, "launch_delay_median_us"), _get(launches, "short_kernels_pct"))
+    return DeviceFacts(timeline, launch, _shares(_get(_get(dev, "kernels"), "top")))
 
 
-def _f(d: Mapping[str, Any], key: str) -> float:
-    """A figure of the report; absent or null reads as 0 (the report writes NaN as null)."""
-    return float(d.get(key) or 0.0)
+def _get(obj: Any, key: str) -> Any:
+    """A field of a typed record (an attribute) or of its JSON form (a key); None when the object, or
+    the figure, is absent, and for NaN (what the JSON form writes as null)."""
+    if obj is None:
+        return None
+    value = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _pct(part: float | None, whole: float) -> float | None:
+    return 100.0 * part / whole if part is not None else None
 
 
 def _shares(rows: Any) -> tuple[Share, ...]:
-    return tuple(Share(str(r.get("name", "")), _f(r, "share_pct")) for r in rows or [])
+    return tuple(Share(str(_get(r, "name") or ""), _get(r, "share_pct")) for r in rows or [])

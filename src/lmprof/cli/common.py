@@ -74,6 +74,15 @@ def plots_wanted(values: dict[str, Any], flag: bool | None, report: bool, tracke
     return values
 
 
+def log_to_trackers(folder: Path, trackers: list[str]) -> None:
+    """``--log-to``: export the written run folder to each tracker."""
+    if trackers:
+        from lmprof.trackers.export import log_to
+
+        for line in log_to(folder, trackers):
+            console.print(line, markup=False)
+
+
 def write_report(run: Any, folder: Path, enabled: bool = True) -> None:
     """Write report.html into the run folder and print where it is."""
     if not enabled:

@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
+from lmprof.cli.common import console, interruptible, log_to_trackers, merged, plots_wanted, write_report
+from lmprof.counts import default_help
 
 
 @app.command()
@@ -24,9 +25,9 @@ def infer(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Prompts per batch [default: 1]"),
     new_tokens: Optional[int] = typer.Option(None, "--new-tokens", "-n", help="Tokens generated per prompt [default: 50]"),
     kv_cache: Optional[bool] = typer.Option(None, "--kv-cache/--no-kv-cache", help="Use a KV cache [default: on]"),
-    steps: Optional[int] = typer.Option(None, help="Timed generations [default: 5]"),
-    warmup: Optional[int] = typer.Option(None, help="Warm-up generations [default: 1]"),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Generations under the profiler [default: 1]"),
+    steps: Optional[int] = typer.Option(None, help=f"Timed generations {default_help('infer', 'steps')}"),
+    warmup: Optional[int] = typer.Option(None, help=f"Warm-up generations {default_help('infer', 'warmup')}"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help=f"Generations under the profiler {default_help('infer', 'profile_steps')}"),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 weights [default: fp32]"),
     attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
@@ -91,14 +92,4 @@ def infer(
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)
-    _log_to(folder, log_to)
-
-
-
-def _log_to(folder: Path, trackers: List[str]) -> None:
-    """``--log-to``: export the written run folder to each tracker."""
-    if trackers:
-        from lmprof.trackers.export import log_to
-
-        for line in log_to(folder, trackers):
-            console.print(line, markup=False)
+    log_to_trackers(folder, log_to)

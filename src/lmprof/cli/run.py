@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
+from lmprof.counts import default_help
 
 # Options end at the script's name: everything after it is the script's own (its --steps is not ours).
 _SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -18,9 +19,13 @@ def run(
     argv: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments"),
     module: bool = typer.Option(False, "-m", "--module", help="SCRIPT is a module name, run as `python -m` does"),
     infer: bool = typer.Option(False, "--infer", help="Profile Hugging Face generate() calls: prefill vs decode"),
-    steps: Optional[int] = typer.Option(None, help="Clean timed steps, 0 for none [default: 10; --infer: 5 generations]"),
-    warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3; --infer: 1]"),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3; --infer: 1]"),
+    steps: Optional[int] = typer.Option(None, help=f"Clean timed steps, 0 for none {default_help('train', 'steps')}; "
+                                        f"--infer: generations {default_help('infer', 'steps')}"),
+    warmup: Optional[int] = typer.Option(None, help=f"Warm-up steps, not measured {default_help('train', 'warmup')}; "
+                                         f"--infer: {default_help('infer', 'warmup')}"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler "
+                                                f"{default_help('train', 'profile_steps')}; --infer: "
+                                                f"{default_help('infer', 'profile_steps')}"),
     out: str = typer.Option("runs", help="Folder that receives the run folder"),
     stop_after: bool = typer.Option(False, "--stop-after", help="End the script once the run is written"),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
@@ -57,8 +62,8 @@ def run(
         check_trackers(log_to)
     out_dir = check_out(out)  # before the script starts; absolute, so a script's os.chdir() changes nothing
     from lmprof.measure.native_logs import set_verbose
+    from lmprof.pipeline.protocol.spec import Spec
     from lmprof.pipeline.usercode.script import run_script
-    from lmprof.pipeline.usercode.session import SessionSpec
 
     set_verbose(verbose)  # the script's process: only lmprof's own windows are kept quiet, never by log level
     draw = plots if plots is not None else report or bool(log_to)
@@ -70,11 +75,10 @@ def run(
                              plots=draw)
     label = Path(target).resolve().name if Path(target).is_dir() else Path(target).stem
     label = target.rsplit(".", 1)[-1] if module else label
-    spec = SessionSpec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
-                       out=out_dir, label=label, report=report, stop_after=stop_after,
-                       plots=draw,
-                       config={"script": printable(f"-m {target}" if module else target),
-                               "script_args": [printable(a) for a in script_args]})
+    spec = Spec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
+                out=out_dir, label=label, report=report, stop_after=stop_after, plots=draw,
+                config={"script": printable(f"-m {target}" if module else target),
+                        "script_args": [printable(a) for a in script_args]})
     from lmprof.pipeline.distributed import world
 
     rank, _, world_size = world()
@@ -96,7 +100,7 @@ def run(
         for line in log_quietly(folder, log_to):
             print(f"lmprof: logged to {line}", file=sys.stderr)
     if result.signal is not None:  # ended by a signal: end the way it would have without lmprof
-        from lmprof.pipeline.usercode.ending import die_by
+        from lmprof.pipeline.protocol.ending import die_by
 
         die_by(result.signal)
     if world_size > 1:  # a rank: leave without joining gloo's threads (see end_rank_process)

@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, merged, plots_wanted, write_report
+from lmprof.cli.common import console, interruptible, log_to_trackers, merged, plots_wanted, write_report
+from lmprof.counts import default_help
 
 
 @app.command()
@@ -17,9 +18,9 @@ def train(
     hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Hugging Face architecture with random weights (gpt2, tiny-llama, ...)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Sequences per step [default: 8]"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-t", help="Tokens per sequence [default: per preset]"),
-    steps: Optional[int] = typer.Option(None, help="Clean timed steps [default: 10]"),
-    warmup: Optional[int] = typer.Option(None, help="Warm-up steps, not measured [default: 3]"),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Steps under the profiler [default: 3]"),
+    steps: Optional[int] = typer.Option(None, help=f"Clean timed steps {default_help('train', 'steps')}"),
+    warmup: Optional[int] = typer.Option(None, help=f"Warm-up steps, not measured {default_help('train', 'warmup')}"),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help=f"Steps under the profiler {default_help('train', 'profile_steps')}"),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 (autocast) [default: fp32]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
@@ -81,7 +82,7 @@ def train(
         if world()[0] == 0 and run_dir is None:
             render(run, console, folder=str(folder))
             write_report(run, folder, report)
-            _log_to(folder, log_to)
+            log_to_trackers(folder, log_to)
         return
     from lmprof.cli._oom import gpt_fit, oom_guard
 
@@ -93,14 +94,4 @@ def train(
         run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)
-    _log_to(folder, log_to)
-
-
-
-def _log_to(folder: Path, trackers: List[str]) -> None:
-    """``--log-to``: export the written run folder to each tracker."""
-    if trackers:
-        from lmprof.trackers.export import log_to
-
-        for line in log_to(folder, trackers):
-            console.print(line, markup=False)
+    log_to_trackers(folder, log_to)

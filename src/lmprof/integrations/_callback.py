@@ -1,7 +1,8 @@
 """What every framework callback shares: its session's end, its release and its results.
 
-The Hugging Face and Lightning callbacks differ only in how they see the framework's steps; the
-session they drive (pipeline/usercode) and what they hand back are the same, so they live here once.
+The Hugging Face and Lightning callbacks are doors that differ only in how they see the framework's
+steps; the session they drive (pipeline/protocol) and what they hand back are the same, so they live
+here once.
 """
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lmprof.pipeline.usercode import script
-from lmprof.pipeline.usercode.session import Session
+import torch
+
+from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.triggers import OptimizerTrigger, unwrap
 
 
 class SessionCallback:
@@ -19,6 +24,22 @@ class SessionCallback:
 
     session: Session | None = None
     log_to: Sequence[str] = ()
+
+    @staticmethod
+    def _spec(source: str, out: str | Path, warmup: int | None, steps: int | None, profile_steps: int | None,
+              report: bool, verbose: bool) -> Spec:
+        return Spec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out, report=report,
+                    verbose=verbose, config={"source": source})
+
+    def _start(self, spec: Spec, model: torch.nn.Module, optimizers: Sequence[Any]) -> Session:
+        """Watch ``model`` (unwrapped) stepped by ``optimizers`` (unwrapped from the framework's wrappers)."""
+        inner, compiled = unwrap(model)
+        session = self.session = Session(spec)
+        session.attach(inner, [getattr(opt, "optimizer", opt) for opt in optimizers], compiled=compiled)
+        OptimizerTrigger(session, boundaries=False).install()
+        active.register(session)
+        session.begin()
+        return session
 
     def _end_training(self, tensorboard_dir: str | Path | None = None) -> None:
         """The framework's training ended: write what was measured (if the run is not written yet), then
@@ -41,8 +62,7 @@ class SessionCallback:
 
     def _release(self) -> None:
         s = self.session
-        if s is not None and s in script._ACTIVE:  # noqa: SLF001
-            script._ACTIVE.remove(s)  # noqa: SLF001
+        if s is not None and active.release(s):
             if s.message and s.spec.verbose:
                 print(f"lmprof: {s.message}", file=sys.stderr)
 

@@ -15,9 +15,9 @@ from typing import Any
 import transformers
 
 from lmprof.integrations._callback import SessionCallback
-from lmprof.pipeline.usercode import script
-from lmprof.pipeline.usercode.session import Session, SessionSpec
-from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.triggers import unwrap
 
 
 class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: ignore[misc]  # transformers is not followed by mypy
@@ -30,28 +30,20 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
     def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
                  verbose: bool = True, log_to: Sequence[str] = ()):
-        self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
-                                report=report, verbose=verbose, config={"source": "TrainerCallback"})
+        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if script.active_session() is not None:  # lmprof run already watches this process's steps
+        if active.active_session() is not None:  # lmprof run already watches this process's steps
             print("lmprof: TrainerCallback is idle: lmprof run already profiles this script", file=sys.stderr)
             return
         if model is None:
             return
-        inner, compiled = _unwrap(model)
-        self.spec.label = type(inner).__name__
-        self.session = Session(self.spec)
-        self.session.attach(inner, compiled=compiled)
         opt = kwargs.get("optimizer")
-        if opt is not None:
-            self.session.optimizers.append(getattr(opt, "optimizer", opt))  # accelerate wraps it
-        OptimizerTrigger(self.session, boundaries=False).install()
-        script._ACTIVE.append(self.session)  # noqa: SLF001
-        self.session.begin()
+        self.spec.label = type(unwrap(model)[0]).__name__
+        self._start(self.spec, model, [opt] if opt is not None else [])  # accelerate wraps the optimizer
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         s = self.session

@@ -28,9 +28,8 @@ except ImportError:  # the `lightning` bundle ships the same Trainer as lightnin
     from lightning.pytorch import Callback as _LightningBase
 
 from lmprof.integrations._callback import SessionCallback
-from lmprof.pipeline.usercode import script
-from lmprof.pipeline.usercode.session import Session, SessionSpec
-from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.session import Session
 
 
 class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc]  # Lightning is not followed by mypy
@@ -44,8 +43,7 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
                  verbose: bool = True, log_to: Sequence[str] = ()):
         super().__init__()
-        self.spec = SessionSpec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
-                                report=report, verbose=verbose, config={"source": "LightningCallback"})
+        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
@@ -55,7 +53,7 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         self._idle = False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if script.active_session() is not None:  # lmprof run already watches this process's steps
+        if active.active_session() is not None:  # lmprof run already watches this process's steps
             print("lmprof: LightningCallback is idle: lmprof run already profiles this script", file=sys.stderr)
             self._idle = True
             return
@@ -69,19 +67,14 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         self._finding = torch.nn.modules.module.register_module_forward_pre_hook(first_called)
         self._last_step = int(trainer.global_step)
 
-    def _start(self, trainer: Any, pl_module: Any) -> None:
+    def _begin(self, trainer: Any, pl_module: Any) -> None:
         """After the first optimizer step: watch the module it called, and start the protocol."""
         self._stop_finding()
         try:
-            inner, compiled = _unwrap(self._called if self._called is not None else pl_module)
             self.spec.label = type(pl_module).__name__
-            self.session = Session(self.spec)
-            self.session.attach(inner, compiled=compiled)
-            for opt in getattr(trainer, "optimizers", None) or []:
-                self.session.optimizers.append(getattr(opt, "optimizer", opt))  # LightningOptimizer wraps it
-            OptimizerTrigger(self.session, boundaries=False).install()
-            script._ACTIVE.append(self.session)  # noqa: SLF001
-            self.session.begin()
+            # LightningOptimizer wraps each optimizer
+            self._start(self.spec, self._called if self._called is not None else pl_module,
+                        list(getattr(trainer, "optimizers", None) or []))
         except Exception as exc:  # an lmprof failure must not stop the user's training
             print(f"lmprof: LightningCallback disabled: {exc}", file=sys.stderr)
             self.session = None
@@ -101,7 +94,7 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         self._last_step = step
         s = self.session
         if s is None:
-            self._start(trainer, pl_module)
+            self._begin(trainer, pl_module)
             return
         if s.done or s.collected:
             return

@@ -26,8 +26,7 @@ import torch
 
 from lmprof.measure.cuda_memory import CudaBackend, TorchCuda
 from lmprof.measure.memory_timeline import MemoryEvents, MemoryTimeline, timeline_from_trace
-from lmprof.measure.tensor_bytes import StaticMemory, peak_rss_bytes, ranges_bytes, record_grads, static_memory
-from lmprof.workloads.blocks import scopes_enabled
+from lmprof.measure.tensor_bytes import StaticMemory, peak_rss_bytes
 
 SNAPSHOT_NAME = "memory_snapshot.pickle"
 
@@ -100,86 +99,6 @@ class MeasuredMemory:
         }
 
 
-def measure_training_memory(
-    step_fn: Callable[[], object],
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    device: Any,
-    out_dir: str | Path | None = None,
-    snapshot: bool = True,
-    warmup: int = 0,
-    cuda: CudaBackend | None = None,
-    snapshot_entries: int = 100_000,
-) -> MeasuredMemory:
-    """Measure one training step's memory; ``step_fn`` runs the whole step.
-
-    ``step_fn`` should wrap its parts in ``lmprof.workloads.blocks.step_scope("forward")`` (or
-    ``torch.profiler.record_function("lmprof:forward")``), likewise backward, optimizer, zero_grad and
-    data, so the timeline has phases and activations can be read. ``device``: a string,
-    torch.device or lmprof Device.
-    ``warmup`` steps run first, unmeasured (after one, the optimizer state exists: the steady state).
-    On CUDA, with ``out_dir`` and ``snapshot``, writes ``memory_snapshot.pickle`` there.
-    Call it outside any other torch.profiler session.
-    """
-    dev = _torch_device(device)
-    for _ in range(warmup):
-        step_fn()
-    # Step parts written with lmprof.workloads.blocks.step_scope emit their ranges only while scopes
-    # are on; the model's sub-block scopes stay off, they would only add events.
-    with record_grads(model) as grads_seen, scopes_enabled(True, model=False):
-        result = _measure(step_fn, dev, lambda: static_memory(model, optimizer), out_dir, snapshot, cuda,
-                          snapshot_entries)
-    static_after = static_memory(model, optimizer)
-    result.static = static_after
-    result.grads = ranges_bytes(grads_seen.values()) if grads_seen else None
-    return result
-
-
-def measure_inference_memory(
-    run_fn: Callable[[], object],
-    model: torch.nn.Module,
-    device: Any,
-    kv_cache: Any | None = None,
-    out_dir: str | Path | None = None,
-    snapshot: bool = False,
-    cuda: CudaBackend | None = None,
-) -> MeasuredMemory:
-    """Measure one inference run (prefill + decode, wrapped in lmprof:prefill / lmprof:decode).
-
-    ``kv_cache`` is an object with ``nbytes()`` (lmprof's KVCache) allocated before the run; its
-    bytes are part of the baseline.
-    """
-    dev = _torch_device(device)
-    kv = int(kv_cache.nbytes()) if kv_cache is not None else None
-    with scopes_enabled(True, model=False):
-        result = _measure(run_fn, dev, lambda: static_memory(model), out_dir, snapshot, cuda, 100_000,
-                          kv_bytes=kv or 0)
-    result.kv_cache = kv
-    return result
-
-
-def _measure(
-    fn: Callable[[], object],
-    dev: torch.device,
-    static_now: Callable[[], StaticMemory],
-    out_dir: str | Path | None,
-    snapshot: bool,
-    cuda: CudaBackend | None,
-    snapshot_entries: int,
-    kv_bytes: int = 0,
-) -> MeasuredMemory:
-    window = MemoryWindow(dev, static_now, out_dir=out_dir, snapshot=snapshot, cuda=cuda,
-                          snapshot_entries=snapshot_entries, kv_bytes=kv_bytes)
-    window.start()
-    try:
-        fn()
-    except BaseException:
-        window.abort()
-        raise
-    window.stop()
-    return window.result()
-
-
 class MemoryWindow:
     """One step's memory, measured between :meth:`start` and :meth:`stop`.
 
@@ -188,14 +107,12 @@ class MemoryWindow:
     """
 
     def __init__(self, device: Any, static_now: Callable[[], StaticMemory], *, out_dir: str | Path | None = None,
-                 snapshot: bool = False, cuda: CudaBackend | None = None, snapshot_entries: int = 100_000,
-                 kv_bytes: int = 0):
+                 snapshot: bool = False, cuda: CudaBackend | None = None, snapshot_entries: int = 100_000):
         self.dev = _torch_device(device)
         self.static_now = static_now
         self.snapshot_dir = Path(out_dir) if snapshot and out_dir is not None and self.dev.type == "cuda" else None
         self.cu = (cuda or TorchCuda()) if self.dev.type == "cuda" else None
         self.snapshot_entries = snapshot_entries
-        self.kv_bytes = kv_bytes
         self._events: MemoryEvents | None = None
         self._before: StaticMemory | None = None
         self._baseline: dict[str, int] = {}
@@ -206,7 +123,7 @@ class MemoryWindow:
             "params": before.params + before.buffers,
             "optimizer": before.optimizer,
             "grads": before.grads,
-            "kv_cache": self.kv_bytes,
+            "kv_cache": 0,  # a generation's cache is made inside it: it is not in the baseline
         }
         if self.cu is not None:
             self.cu.synchronize(self.dev)

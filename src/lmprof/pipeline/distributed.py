@@ -21,7 +21,7 @@ import torch
 from lmprof.config import TrainConfig
 from lmprof.errors import DataError, LmprofError
 from lmprof.hardware.devices import resolve_device
-from lmprof.pipeline.protocol import run_folder
+from lmprof.pipeline.protocol.folder import run_folder
 from lmprof.record.run import Metric, Run
 from lmprof.workloads.builders import train_workload
 
@@ -102,7 +102,7 @@ def end_rank_process(code: int) -> None:
     """
     import threading
 
-    from lmprof.pipeline.usercode.ending import exit_now
+    from lmprof.pipeline.protocol.ending import exit_now
 
     for t in threading.enumerate():  # what Python's exit waits for before its atexit handlers
         if t is not threading.main_thread() and not t.daemon:

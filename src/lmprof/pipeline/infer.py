@@ -1,5 +1,5 @@
-"""``lmprof infer``: greedy generations stepped through the one measurement session (pipeline/driven.py):
-prefill and decode timed apart, then profiled and attributed per block."""
+"""``lmprof infer``: a door that steps greedy generations through the one measurement session, as its own
+loop (pipeline/protocol/own_loop.py): prefill and decode timed apart, then profiled and attributed per block."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,16 +10,15 @@ import torch
 from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.driven import close, driven_session, stopped_on_error
-from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
-from lmprof.pipeline.usercode.session import Generation as Timed
-from lmprof.pipeline.usercode.session import Known, Session
+from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
+from lmprof.pipeline.protocol.observed import Known
+from lmprof.pipeline.protocol.own_loop import close, drive_generations, own_session
 from lmprof.record.run import Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
 from lmprof.workloads.builders import infer_workload
 from lmprof.workloads.describe import attention_path
-from lmprof.workloads.inference import Generation, InferWorkload, generate
+from lmprof.workloads.inference import InferWorkload, generate
 from lmprof.workloads.precision import dtype_name
 
 
@@ -35,8 +34,10 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     with torch.inference_mode():
         check_duration(lambda: generate(work), spec.warmup + spec.steps + spec.profile_steps,
                        work.device.synchronize, force=spec.force, what="generations")
-        session = driven_session("infer", spec, out_dir, config, work.device, work.model, [], work.notes, known)
-        last = _drive(session, work)
+        session = own_session("infer", spec, out_dir, config, known)
+        session.attach(work.model, [], compiled=spec.compile, device=work.device)
+        session.observed.notes.extend(work.notes)
+        tokens = drive_generations(session, lambda on_forward: generate(work, on_forward=on_forward), work.prompt)
         # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a
         # model scoped by module hooks gets its prefill and decode blocks timed through them.
         model = work.model if work.scopes is not None else None
@@ -45,23 +46,8 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
                                              model=model))
         known.cache_bytes = work.decoder.cache_bytes()
         run = close(session, stopwatch)
-    run.tables["generation"] = [_generation_row(work, last.tokens, i) for i in range(min(B, 4))]
+    run.tables["generation"] = [_generation_row(work, tokens, i) for i in range(min(B, 4))]
     return run
-
-
-def _drive(session: Session, work: InferWorkload) -> Generation:
-    """Generate until the session's profiled window is complete; the last generation."""
-    B, T = work.prompt.size(0), work.prompt.size(1)
-    last: Generation | None = None
-    with stopped_on_error(session):
-        while not (session.collected or session.done):
-            session.generation_begin()
-            last = generate(work, on_prefill=session.prefill_end)
-            session.generation_end(Timed(prefill_s=last.prefill_s, decode_s=last.decode_s,
-                                         e2e_s=last.prefill_s + sum(last.decode_s), batch=B, prompt_len=T,
-                                         forwards=work.new_tokens))
-    assert last is not None
-    return last
 
 
 def _generation_row(work: InferWorkload, tokens: torch.Tensor, i: int) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""``lmprof train``: a training workload stepped through the one measurement session (pipeline/driven.py).
+"""``lmprof train``: a door that steps a training workload through the one measurement session, as its
+own loop (pipeline/protocol/own_loop.py).
 
 :func:`measure_training` is model-agnostic (the built-in GPT, a Hugging Face model or a user's
 module all come in as a :class:`~lmprof.workloads.training.TrainWorkload`); :func:`run_training`
@@ -17,9 +18,9 @@ from lmprof.config import MeasureSpec, TrainConfig
 from lmprof.errors import ConfigError
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.driven import close, drive_steps, driven_session
-from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
-from lmprof.pipeline.usercode.session import Known
+from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
+from lmprof.pipeline.protocol.observed import Known
+from lmprof.pipeline.protocol.own_loop import close, drive_steps, own_session
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
@@ -44,8 +45,9 @@ def measure_training(
         dtype=spec.dtype, param_dtype="fp32", shape=work.shape, batch=work.batch_size, seq_len=work.seq_len,
         attention=work.attention, optimizer=work.optimizer_name, dropout=work.dropout,
         tokens_per_step=work.tokens_per_step)
-    session = driven_session("train", spec, out_dir, config, work.device, work.model, [work.optimizer],
-                             work.notes, known)
+    session = own_session("train", spec, out_dir, config, known)
+    session.attach(work.model, [work.optimizer], compiled=spec.compile, device=work.device)
+    session.observed.notes.extend(work.notes)
     drive_steps(session, step)
     # Attribution's check (analysis/block_truth.py): a stopwatch around each block, eager only; a model
     # scoped by module hooks gets its forward blocks timed.
@@ -90,3 +92,4 @@ def run_config(cfg: TrainConfig, described: dict[str, Any], work: TrainWorkload,
     config = cfg.model_dump()
     config.update(described, seq_len=work.seq_len, device_resolved=str(device))
     return config
+

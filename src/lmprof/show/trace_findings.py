@@ -59,11 +59,11 @@ def describe_trace(facts: TraceFacts) -> list[str]:
     out: list[str] = []
     steps, ops = facts.steps, facts.operators
     if steps is not None:
-        out.append(f"{steps.count} profiled step(s) in the trace: median {steps.median_ms:.3g} ms "
-                   f"(min {steps.min_ms:.3g}, max {steps.max_ms:.3g} ms).")
+        out.append(f"{steps.count} profiled step(s) in the trace: median {_n(steps.median_ms, '.3g')} ms "
+                   f"(min {_n(steps.min_ms, '.3g')}, max {_n(steps.max_ms, '.3g')} ms).")
     if ops is not None:
         per = f" ({ops.per_step:,.0f} per step)" if ops.per_step is not None else ""
-        top = ", ".join(f"{o.name} {o.share_pct:.1f}%" for o in ops.top[:3])
+        top = ", ".join(f"{o.name} {_n(o.share_pct, '.1f')}%" for o in ops.top[:3])
         out.append(f"{ops.count:,} CPU operator calls{per}; most self time: {top}.")
     dev = facts.device
     if dev is None:
@@ -72,25 +72,30 @@ def describe_trace(facts: TraceFacts) -> list[str]:
         return out
     tl, launches = dev.timeline, dev.launches
     if tl is not None:
-        out.append(f"Over {tl.span_us / 1e3:,.1f} ms of device timeline the device computed {tl.compute_pct:.1f}%, "
-                   f"moved memory {tl.memory_pct:.1f}%, communicated {tl.communication_pct:.1f}% "
-                   f"and was idle {tl.idle_pct:.1f}% of the time.")
+        out.append(f"Over {tl.span_us / 1e3:,.1f} ms of device timeline the device computed "
+                   f"{_n(tl.compute_pct, '.1f')}%, moved memory {_n(tl.memory_pct, '.1f')}%, communicated "
+                   f"{_n(tl.communication_pct, '.1f')}% and was idle {_n(tl.idle_pct, '.1f')}% of the time.")
         if tl.idle is not None:
             idle = tl.idle
-            out.append(f"Idle gaps: {idle.gaps}; waiting on a host synchronisation {idle.sync_pct:.1f}% of the timeline "
-                       f"({idle.sync_gaps} gaps), host too slow to launch {idle.host_bound_pct:.1f}% "
-                       f"({idle.host_bound_gaps} gaps).")
+            out.append(f"Idle gaps: {idle.gaps}; waiting on a host synchronisation {_n(idle.sync_pct, '.1f')}% of the "
+                       f"timeline ({_n(idle.sync_gaps, 'd')} gaps), host too slow to launch "
+                       f"{_n(idle.host_bound_pct, '.1f')}% ({_n(idle.host_bound_gaps, 'd')} gaps).")
     if launches.graph_launches:
-        out.append(f"{launches.graph_launches:,} CUDA-graph launch(es) enqueued {launches.graph_kernels:,} "
+        out.append(f"{launches.graph_launches:,} CUDA-graph launch(es) enqueued {_n(launches.graph_kernels, ',')} "
                    "kernels: this workload already uses CUDA graphs.")
     if launches.linked:
-        out.append(f"Median launch delay {launches.delay_median_us:.3g} µs; "
-                   f"{launches.short_kernels_pct:.1f}% of the kernels launched one by one ran shorter "
+        out.append(f"Median launch delay {_n(launches.delay_median_us, '.3g')} µs; "
+                   f"{_n(launches.short_kernels_pct, '.1f')}% of the kernels launched one by one ran shorter "
                    "than the call that launched them.")
     if dev.top_kernels:
         out.append("Top kernels by device time: " + ", ".join(
-            f"{k.name[:60]} {k.share_pct:.1f}%" for k in dev.top_kernels[:3]) + ".")
+            f"{k.name[:60]} {_n(k.share_pct, '.1f')}%" for k in dev.top_kernels[:3]) + ".")
     return out
+
+
+def _n(value: float | None, spec: str) -> str:
+    """A figure of the trace analysis as text; n/a when the analysis has none (never 0)."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def _is_finding(path: str) -> bool:

@@ -65,7 +65,7 @@ def plain_train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, n
                      loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]) -> Callable[[], None]:
     """One plain training step with step-part scopes: data (``next_batch()``), forward (``loss_fn``),
     backward, optimizer, zero_grad. It keeps nothing alive between steps, so a step's bytes are the
-    model's own (what ``lmprof.measure.memory.measure_training_memory`` reads)."""
+    model's own (what a figures step's ``lmprof.measure.memory.MemoryWindow`` reads)."""
 
     def step() -> None:
         with step_scope("data"):

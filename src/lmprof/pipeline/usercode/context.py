@@ -1,4 +1,4 @@
-"""``lmprof.profile(model)``: a session driven by ``prof.step()`` inside the user's own loop."""
+"""``lmprof.profile(model)``: a door whose session is stepped by ``prof.step()`` inside the user's own loop."""
 from __future__ import annotations
 
 import sys
@@ -8,21 +8,22 @@ from typing import Any
 
 import torch
 
-from lmprof.pipeline.usercode import script
-from lmprof.pipeline.usercode.session import Session, SessionSpec
-from lmprof.pipeline.usercode.triggers import OptimizerTrigger, _unwrap
+from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.triggers import OptimizerTrigger, unwrap
 
 
 class Profile:
     """The context manager :func:`lmprof.profile` returns; call :meth:`step` once per step."""
 
-    def __init__(self, model: torch.nn.Module, spec: SessionSpec):
+    def __init__(self, model: torch.nn.Module, spec: Spec):
         self.model = model
         self.session = Session(spec)
         self._used = False
 
     def __enter__(self) -> "Profile":
-        if script.active_session() is not None:
+        if active.active_session() is not None:
             from lmprof.errors import ConfigError
 
             raise ConfigError("an lmprof session is already running in this process (lmprof run?): "
@@ -33,14 +34,14 @@ class Profile:
                 print("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
                       "from warm-up", file=sys.stderr)
         self._used = True
-        inner, compiled = _unwrap(self.model)
+        inner, compiled = unwrap(self.model)
         self.session.attach(inner, compiled=compiled)
         if compiled:
-            self.session.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it: "
+            self.session.observed.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it: "
                                       "its forward is not split into blocks")
         if self.session.spec.mode == "train":
             OptimizerTrigger(self.session, boundaries=False).install()
-        script._ACTIVE.append(self.session)  # noqa: SLF001
+        active.register(self.session)
         self.session.begin()
         return self
 
@@ -50,7 +51,7 @@ class Profile:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        script._ACTIVE.remove(self.session)  # noqa: SLF001
+        active.release(self.session)
         if not self.session.done:
             reason = "the with-block ended" if exc_type is None else f"the loop raised {exc_type.__name__}"
             self.session.finish(reason)

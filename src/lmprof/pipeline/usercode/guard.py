@@ -1,41 +1,22 @@
-"""lmprof never raises into the user's code: bad settings fail before the script starts, later
-failures become one line on stderr.
+"""What the doors into someone else's code check before it starts: bad settings are one line (exit 2),
+never a failure inside the user's program (later failures: pipeline/protocol/guard.py).
 
 * :func:`check_out` runs before the script (``lmprof run``) or the ``with`` block (``lmprof.profile``):
   a file, an unwritable place, a symlink loop or a name that is not UTF-8 is a ConfigError (exit 2),
   and the folder is made absolute so a script that ``os.chdir()``-s still writes where it was asked.
-* :func:`guarded` wraps every entry point lmprof's hooks call inside the user's step: an exception
-  there ends the session (hooks removed, profiler stopped, what was already written kept) and prints
-  one line; the user's step goes on as if lmprof were not there.
-* :func:`safe_name` keeps labels and names taken from the user's code (script names, class names)
-  inside the output folder as one plain path component.
+* :func:`check_counts` and :func:`check_target`: the protocol's counts, the script or module to run.
 """
 from __future__ import annotations
 
 import errno
-import functools
 import os
-import re
 import sys
-import traceback
 from pathlib import Path
-from typing import Any, Callable, TypeVar
 
 from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
+from lmprof.pipeline.protocol.guard import why
 from lmprof.printable import printable
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-MAX_NAME = 60  # a run folder's name also holds a time stamp, the mode and the device: stay far below 255 bytes
-
-
-def safe_name(name: str, fallback: str = "script") -> str:
-    """``name`` as one harmless path component: ASCII letters, digits and ``._+-``, no leading dot,
-    at most MAX_NAME characters (``../../x`` -> ``x``, ``a/b`` -> ``a_b``)."""
-    clean = _UNSAFE.sub("_", name).strip("._")
-    return clean[:MAX_NAME].rstrip("._") or fallback
 
 
 def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:
@@ -62,59 +43,6 @@ def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:
             raise ConfigError(f"{what} {text}: {parent} is a dangling symlink") from None
     check_output_dir(absolute, what)
     return absolute
-
-
-def why(exc: BaseException) -> str:
-    """A failure in a few words: 'disk full', 'permission denied', else its type and message."""
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return "disk full"
-        if exc.strerror:
-            where = f": {exc.filename}" if exc.filename else ""
-            return f"{exc.strerror.lower()}{where}"
-    if isinstance(exc, RecursionError):
-        return "symlink loop"
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
-
-
-def failure_line(exc: BaseException, writing: bool, continues: bool) -> str:
-    """The one line printed when lmprof fails inside the user's program."""
-    what = "could not write the report" if writing else "stopped measuring"
-    tail = "; your script continues" if continues else ""
-    return f"lmprof: {what} ({why(exc)}){tail}"
-
-
-def guarded(fn: F) -> F:
-    """Run a session method so that nothing it raises reaches the caller (the user's step).
-
-    On an exception the session's ``fail`` ends it. In a forked child nothing runs: the session
-    belongs to the process that started it. ``BaseException``-s that are not errors
-    (KeyboardInterrupt, SystemExit, lmprof's own StopScript) go through untouched.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return run_guarded(self, fn, self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def run_guarded(session: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` for ``session`` as :func:`guarded` does (for hooks that are not the session's own
-    methods, such as the optimizer-step trigger's)."""
-    if getattr(session, "failed", False) or getattr(session, "pid", os.getpid()) != os.getpid():
-        return None  # failed already, or a forked child: the session is its parent's
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:
-        if getattr(getattr(session, "spec", None), "driven", False):
-            session.abandon()  # lmprof's own loop: nothing of the user's to protect, the error goes on
-            raise
-        if os.environ.get("LMPROF_DEBUG"):
-            traceback.print_exc(file=sys.stderr)
-        session.fail(exc)
-        return None
 
 
 # Checks of what the user gave, made before the script starts (and before torch is imported, so a

@@ -1,4 +1,4 @@
-"""``lmprof run --nproc N``: the script on N ranks through torchrun, one rank folder each.
+"""``lmprof run --nproc N``: a door that runs the script on N ranks through torchrun, one rank folder each.
 
 The script sets up its own process group and DDP as it would under torchrun; each rank runs
 ``lmprof run --run-dir <run>`` and writes ``<run>/rank<r>``. This (parent) process then assembles
@@ -14,8 +14,8 @@ from typing import Any
 
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
-from lmprof.pipeline.protocol import run_folder
-from lmprof.pipeline.usercode.guard import safe_name
+from lmprof.pipeline.protocol.folder import run_folder
+from lmprof.pipeline.protocol.guard import safe_name
 
 
 def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,

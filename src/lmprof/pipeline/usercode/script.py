@@ -1,4 +1,4 @@
-"""``lmprof run``: run a script (or ``-m`` module) unchanged, in this process, under a session.
+"""``lmprof run``: a door that runs a script (or ``-m`` module) unchanged, in this process, under a session.
 
 The script runs with ``runpy`` as ``__main__`` with ``sys.argv`` set to its own arguments and its
 folder first on ``sys.path``, as ``python script.py`` would. Its exit code is kept: ``sys.exit(n)``
@@ -16,25 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmprof.errors import ConfigError
-from lmprof.pipeline.usercode.ending import TermHandler, exit_now
+from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.driver import Observer
+from lmprof.pipeline.protocol.ending import StopScript, TermHandler, exit_now
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.triggers import GenerateTrigger, OptimizerTrigger
 from lmprof.pipeline.usercode.guard import check_target
-from lmprof.pipeline.usercode.session import Session, SessionSpec, StopScript
-from lmprof.pipeline.usercode.triggers import GenerateTrigger, OptimizerTrigger
-
-_ACTIVE: list[Session] = []  # at most one session per process (the Trainer callback checks this)
-
-
-def _after_fork_in_child() -> None:
-    for s in _ACTIVE:
-        s.forked_in_window = s.kineto_ran  # kineto ran here: its teardown can hang a child, running or not
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def active_session() -> Session | None:
-    """The session ``lmprof run`` or ``lmprof.profile`` has running in this process, if any."""
-    return _ACTIVE[-1] if _ACTIVE else None
 
 
 @dataclass
@@ -66,24 +54,28 @@ def print_as_python_would(exc: BaseException) -> None:
 _RUNNER_FILES = {__file__, runpy.__file__, "<frozen runpy>"}
 
 
-def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = False) -> ScriptResult:
+def _session(spec: Spec) -> Session:
+    # training: nothing tells when the first step began, so the first optimizer step only marks a start
+    return Session(spec, Observer(first_step_marks_start=spec.mode == "train"))
+
+
+def run_script(target: str, args: list[str], spec: Spec, module: bool = False) -> ScriptResult:
     """Run ``target`` (a path, or a module name with ``module``) under a session; never raises for
     what the script does."""
     check_target(target, module)
-    session = Session(spec)
+    session = _session(spec)
     if spec.mode == "infer":
         if not GenerateTrigger(session).install():
             raise ConfigError("--infer marks Hugging Face generate() calls, but transformers is not installed")
     else:
         OptimizerTrigger(session).install()
-        session.warmup = max(session.warmup, 1)  # the first optimizer step only marks a start
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
     if module:
         sys.path.insert(0, os.getcwd())
     elif not Path(target).is_dir():  # run_path puts a folder (or zip) itself first on sys.path, as python does
         sys.path.insert(0, str(Path(target).resolve().parent))
-    _ACTIVE.append(session)
+    active.register(session)
     code, reason, signum = 0, None, None
 
     def on_term(name: str) -> None:
@@ -116,11 +108,11 @@ def run_script(target: str, args: list[str], spec: SessionSpec, module: bool = F
         if session.stop_again is not None:  # the script ended (StopScript or not): nothing left to stop
             session.stop_again.remove()
         sys.argv, sys.path[:] = old_argv, old_path
-        _ACTIVE.remove(session)
+        active.release(session)
     if os.getpid() != session.pid:  # a forked child of the script got here: not its session
         if session.forked_in_window:
             exit_now(code)  # Python's finalization would wait forever in the parent's profiler teardown
-        return ScriptResult(code, Session(spec), signum)
+        return ScriptResult(code, _session(spec), signum)
     if not session.done:
         session.finish(reason)
     elif session.spec.stop_after and reason is None:

@@ -19,9 +19,9 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.pipeline.costs import add_costs
-from lmprof.pipeline.memory import add_memory
-from lmprof.pipeline.protocol import add_energy
+from lmprof.pipeline.protocol.finish.costs import add_costs
+from lmprof.pipeline.protocol.finish.memory import add_memory
+from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.record.run import Metric, Run
 from lmprof.estimate.shape import ModelShape
 

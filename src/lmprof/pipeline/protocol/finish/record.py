@@ -1,16 +1,9 @@
-"""The measurement protocol shared by every entry point (train, infer, the user's own loop).
-
-Warm-up, then a clean window (device synced around each step, no profiler, energy metered over
-exactly those steps), then a profiled window whose trace is attributed per block, then the run
-record: blocks reconciled to the clean step, the overhead metric, the folder it is saved in.
-"""
+"""The parts of a Run every entry point shares: blocks reconciled to the clean step, the profiler's
+overhead, the noise verdict, the compile report, energy."""
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,76 +16,11 @@ from lmprof.measure.energy import energy_metrics
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.noise import Snapshot
-from lmprof.atomic import write_failure, write_text
-from lmprof.measure.compile_events import CompileReport, CompileWatch
+from lmprof.atomic import write_text
+from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
-
-
-
-INCOMPLETE = "INCOMPLETE"
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM during a run; ``folder`` is what was left (marked incomplete) or None."""
-
-    def __init__(self, folder: Path | None, kept: list[str]):
-        super().__init__(str(folder))
-        self.folder = folder
-        self.kept = kept
-
-
-def run_folder(out: str | Path, mode: str, label: str, device: Device, batch: int | None = None) -> Path:
-    """Claim a new folder under ``out`` (created here, exclusively) and return it.
-
-    The name is time stamp, mode, label, batch size and device (with its index), so parallel runs of
-    different configurations differ by name; runs that still collide get ``-2``, ``-3``, ... because
-    the folder is created with a plain ``mkdir`` (fails when it exists), never picked and made later:
-    two processes can never both believe they own one folder.
-    """
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    index = device.torch_device.index if device.torch_device.index is not None else ""
-    parts = [stamp, mode, label] + ([f"b{batch}"] if batch is not None else []) + [f"{device.kind}{index}"]
-    base = Path(out) / "-".join(parts)
-    try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_failure(base.parent, exc) from exc
-    path, i = base, 1
-    while True:
-        try:
-            os.mkdir(path)
-            return path
-        except FileExistsError:
-            i += 1
-            path = base.with_name(f"{base.name}-{i}")
-        except OSError as exc:  # read-only, full, name too long: one line, and nothing measured yet
-            raise write_failure(path, exc) from exc
-
-
-@contextlib.contextmanager
-def incomplete_until_saved(folder: Path) -> Iterator[None]:
-    """Mark ``folder`` INCOMPLETE while a run measures into it; the mark goes when the block ends normally.
-
-    A run interrupted (Ctrl-C, SIGTERM) or failed leaves its folder with the mark, so a folder holding
-    only a trace is never mistaken for a finished run; a folder with nothing measured in it is removed.
-    An interruption comes out as :class:`RunInterrupted` saying what was kept.
-    """
-    marker = folder / INCOMPLETE
-    write_text(marker, "this run was interrupted or failed before its record (run.json) was written\n")
-    try:
-        yield
-    except BaseException as exc:
-        kept = sorted(p.name for p in folder.iterdir() if p.name != INCOMPLETE) if folder.is_dir() else []
-        if not kept:
-            with contextlib.suppress(OSError):
-                marker.unlink()
-                folder.rmdir()
-        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-            raise RunInterrupted(folder if kept else None, kept) from None
-        raise
-    marker.unlink(missing_ok=True)
 
 
 def overhead_metrics(att: Attribution, clean_ms: float, what: str) -> dict[str, Metric]:
@@ -170,19 +98,18 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
     run.noisy, run.noise = bool(reasons), reasons
     run.notes.extend(n for n in [load_note(before, after, device_kind)] if n)
 
+
 COMPILED_KERNELS = "compiled_kernels.json"
 
 
-def add_compile_report(run: Run, watch: CompileWatch | None, out_dir: Path) -> CompileReport | None:
+def add_compile_report(run: Run, report: CompileReport | None, out_dir: Path) -> None:
     """Compilations, recompilations and graph breaks of a compiled run into run.json (tables.compile);
     the compiled graphs' kernels and their blocks into ``compiled_kernels.json``."""
-    if watch is None:
-        return None
-    report = watch.finish()
+    if report is None:
+        return
     run.metrics.update(report.metrics())
     run.tables["compile"] = report.rows()
     run.notes.extend(report.notes())
     if report.kernel_graphs:
         write_text(out_dir / COMPILED_KERNELS, json.dumps({"graphs": report.kernel_graphs}, indent=1))
         run.files["compiled_kernels"] = COMPILED_KERNELS
-    return report

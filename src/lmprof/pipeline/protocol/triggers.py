@@ -4,19 +4,22 @@
   found as the module holding the most of the optimizer's parameters (the outermost one on a tie,
   unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest.
 * Inference: ``transformers``' ``GenerationMixin.generate``, patched on the class while the session
-  runs: each call is a generation, the receiver is the model.
+  runs: each call is a generation, the receiver is the model; a forward hook on the model marks the
+  end of each of its top-level forwards (timing.py: :func:`hook_forward_ends`).
 """
 from __future__ import annotations
 
 import functools
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from lmprof.pipeline.usercode.guard import run_guarded
-from lmprof.pipeline.usercode.session import Session
+from lmprof.pipeline.protocol.guard import run_guarded
+
+if TYPE_CHECKING:
+    from lmprof.pipeline.protocol.session import Session
 
 
 def _live_objects() -> list[Any]:
@@ -33,7 +36,7 @@ def _n_params(opt: torch.optim.Optimizer) -> int:
     return sum(p.numel() for g in opt.param_groups for p in g["params"])
 
 
-def _unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
+def unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
     """The module that really runs, and whether it is compiled (torch.compile or Module.compile)."""
     compiled = False
     while True:
@@ -102,7 +105,7 @@ class OptimizerTrigger:
     the hooks only place the ``optimizer`` scope in the profiled window.
     """
 
-    def __init__(self, session: Session, boundaries: bool = True):
+    def __init__(self, session: "Session", boundaries: bool = True):
         self.session = session
         self.boundaries = boundaries
         self.chosen: torch.optim.Optimizer | None = None
@@ -126,8 +129,8 @@ class OptimizerTrigger:
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.boundaries:
             self.session.optimizer_end()
-            if not any(o is opt for o in self.session.optimizers):
-                self.session.optimizers.append(opt)  # its zero_grad gets a scope in the window
+            if not any(o is opt for o in self.session.observed.optimizers):
+                self.session.observed.optimizers.append(opt)  # its zero_grad gets a scope in the window
             return
         if self.chosen is None:
             self._choose(opt)
@@ -144,20 +147,20 @@ class OptimizerTrigger:
             gc.collect()
             opts, model, _ = _choice(stepped, _live_objects())
         self.chosen = opts[0]
-        model, compiled = (None, False) if model is None else _unwrap(model)
-        s = self.session
+        model, compiled = (None, False) if model is None else unwrap(model)
+        s, notes = self.session, self.session.observed.notes
         if model is None:
-            s.notes.append("no nn.Module holds the optimizer's parameters: no block scopes, forward shows as 'other'")
-            s.device = _device_of_params(self.chosen)
+            notes.append("no nn.Module holds the optimizer's parameters: no block scopes, forward shows as 'other'")
+            s.observed.device = _device_of_params(self.chosen)
         else:
             s.attach(model, [self.chosen], compiled=compiled)
-            s.notes.append(f"model: {type(model).__name__}, the module holding the optimizer's parameters")
+            notes.append(f"model: {type(model).__name__}, the module holding the optimizer's parameters")
         if len(opts) > 1:
             others = ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in opts[1:4])
-            s.notes.append(f"{len(opts)} optimizers: steps are counted on the largest, {type(self.chosen).__name__} "
+            notes.append(f"{len(opts)} optimizers: steps are counted on the largest, {type(self.chosen).__name__} "
                            f"({_n_params(self.chosen):,} params); also present: {others}")
         if compiled:
-            s.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it (they would force "
+            notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it (they would force "
                            "a recompilation): its forward is not split into blocks and shows as step 'other'")
 
 
@@ -171,7 +174,7 @@ def _device_of_params(opt: torch.optim.Optimizer) -> Any:
 class GenerateTrigger:
     """Generations from ``transformers``' ``generate`` (class patched while the session runs)."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: "Session"):
         self.session = session
         self._original: Any = None
         self._cls: Any = None
@@ -206,3 +209,4 @@ class GenerateTrigger:
         if self._cls is not None:
             self._cls.generate = self._original
             self._cls = None
+

@@ -24,6 +24,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 
+class StopScript(BaseException):
+    """Raised into the user's code by ``--stop-after`` once the run is written (not an Exception, so
+    a script's ``except Exception`` does not swallow it)."""
+
+
 def die_by(signum: int) -> None:
     """End this process by ``signum`` with its default action, as an unhandled signal would."""
     sys.stdout.flush()

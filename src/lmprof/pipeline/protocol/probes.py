@@ -1,4 +1,5 @@
-"""Scopes placed in someone else's step while the profiled window runs, without touching their code.
+"""Scopes placed in someone else's step while lmprof records it (the figures step, the profiled window),
+without touching their code.
 
 Phase scopes (what attribution splits a step by):
 
@@ -202,10 +203,6 @@ class Probes:
         for phase in ("prefill", "decode"):
             self.scopes.close(phase)
         self.scopes.open("decode")
-
-    def generation_end(self) -> None:
-        for phase in ("prefill", "decode"):
-            self.scopes.close(phase)
 
     def step_end(self) -> None:
         """The step's boundary: nothing stays open across it."""

@@ -1,9 +1,12 @@
-"""The untimed step that gives a session its memory and (where lmprof has no formulas) FLOP figures.
+"""The figures step: the warm-up step (or generation) that gives a run its memory and, where lmprof has
+no formulas for the model, its FLOP figures.
 
-The last warm-up step (or generation) runs with the allocator's events recorded, the phases scoped,
-and, for a model lmprof cannot describe, torch's FlopCounterMode on. It is never timed: the clean
-window starts after it, so nothing here touches a clock reading. Its results are kept raw; turning
-them into figures waits until the user's call has returned (:meth:`FiguresStep.result`).
+It runs with the allocator's events recorded, the phases scoped, and, for a model lmprof cannot
+describe, torch's FlopCounterMode on. Its time is a rough one (kind ``figures``); nothing here reads
+a clock. Its results are kept raw; turning them into figures waits until the user's call has
+returned (:meth:`FiguresStep.result`). When the script ends before lmprof's profiled window, the
+step's recording is the run's profile (:meth:`FiguresWindow.profile`). It gives way to the user's
+own profiler: not started under it, stopped (keeping nothing) when it starts inside the step.
 """
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ import torch
 from lmprof.hardware.devices import Device
 from lmprof.measure.flops import StepFlops
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
-from lmprof.measure.window import STEP_PREFIX
+from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
-from lmprof.pipeline.usercode.probes import Probes
+from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
+from lmprof.pipeline.protocol.guard import run_guarded, why
+from lmprof.pipeline.protocol.probes import Probes
+from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 
 
@@ -146,8 +152,6 @@ class FiguresStep:
             try:
                 mem = self._memory.result()
             except OSError as exc:  # its recording could not be written (a full disk): a missing figure
-                from lmprof.pipeline.usercode.guard import why
-
                 self.memory_error = why(exc)
         if mem is not None and self._static_after is not None:
             mem.static = self._static_after
@@ -156,3 +160,112 @@ class FiguresStep:
         total = self.flops.stop() if self.flops is not None else None
         prefill = self.flops.marks[0] if self.flops is not None and self.flops.marks else None
         return StepFigures(memory=mem, flops=total or None, prefill_flops=prefill, cache_bytes=self.cache_bytes)
+
+
+class FiguresWindow(Window):
+    """Starts the figures step when its step begins, stops it when any step ends."""
+
+    name = "figures"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        self.step: FiguresStep | None = None
+        self.gave_way = False  # the user's own profiler kept the step from being taken (a note says so)
+        self._give_way: GiveWay | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.step is not None and self.step.active
+
+    def step_begins(self, step: int) -> None:
+        ctx = self.ctx
+        if step != ctx.plan.figures_at or self.step is not None or ctx.observed.model is None:
+            return
+        if user_profiler_active():
+            self.gave_way = True
+            what = "measurement" if ctx.plan.flops_apart else "or FLOP count"
+            ctx.observed.notes.append(f"your own torch.profiler ran during the figures step (a warm-up step): no memory "
+                                      f"{what} was taken (lmprof never runs a profiler inside yours)")
+            return
+        self.start()
+
+    def start(self) -> None:
+        ctx, seen = self.ctx, self.ctx.observed
+        assert seen.device is not None
+        describe = seen.shape() is None and not seen.compiled and not ctx.plan.flops_apart
+        # On CUDA the step's allocation history goes into the run folder (memory_snapshot.pickle).
+        snapshot_dir = ctx.claim_folder() if seen.device.kind == "cuda" else None
+        self.step = FiguresStep(seen.model, seen.optimizers, seen.device, ctx.spec.mode, count_flops=describe,
+                                compiled=seen.compiled, phases=ctx.driver.probes_place_phases,
+                                snapshot_dir=snapshot_dir)
+        ctx.kineto_ran = True
+        self.step.start()
+        self._give_way = GiveWay(lambda: run_guarded(ctx, self._user_profiler_starts))  # after lmprof's own started
+        self._give_way.install()
+
+    def boundary(self) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.step is not None and self.step.active:
+            self.ctx.sync()
+            self.step.stop()
+        self._remove_give_way()
+
+    def abort(self) -> None:
+        if self.step is not None and self.step.active:
+            self.step.abort()
+            self.step = None
+        self._remove_give_way()
+
+    def forward_end(self, output: Any) -> None:
+        if self.step is not None and self.step.active:
+            self.step.forward_end(output)
+
+    def probes(self) -> Probes | None:
+        return self.step.probes if self.step is not None and self.step.active else None
+
+    def _remove_give_way(self) -> None:
+        if self._give_way is not None:
+            self._give_way.remove()
+            self._give_way = None
+
+    def _user_profiler_starts(self) -> None:
+        """The user's profiler starts inside the figures step: lmprof's stops first, keeping nothing."""
+        counting = self.step is not None and self.step.flops is not None
+        self.gave_way = True
+        self.abort()
+        self.ctx.observed.notes.append("your own torch.profiler started during the figures step (a warm-up step): lmprof "
+                                       "stopped its memory recording (two profilers cannot run at once): no memory "
+                                       f"{'or FLOP count' if counting else 'measurement'}")
+        self.ctx.spoil_step()
+
+    def result(self) -> StepFigures | None:
+        """What the step measured (made now, after the user's call returned), None when it did not run."""
+        return self.step.result() if self.step is not None else None
+
+    def profile(self, folder: Path, unit: str) -> ProfiledPhase | None:
+        """The step's recording as the run's profile, when no profiled step completed."""
+        fs = self.step
+        if fs is None:
+            return None
+        path = folder / "trace.json"
+        notes = self.ctx.observed.notes
+        try:
+            if not fs.export_trace(path):
+                return None
+            fs.result()  # reads the exported file, before the run's assembly compresses it
+        except Exception as exc:  # noqa: BLE001 - a missing profile is a missing figure, never a failure
+            notes.append(f"the figures step's trace could not be written ({type(exc).__name__}: {exc})")
+            return None
+        flops = " with FlopCounterMode on (operator times include its Python cost)" if fs.flops is not None else ""
+        notes.append(f"no {unit} of lmprof's profiled window completed: the operators and blocks come from the "
+                     f"figures step (warm-up {unit} {self.ctx.plan.figures_at}, recorded with memory events{flops}), "
+                     "a first call's profile")
+        seen = self.ctx.observed
+        if fs.probes.forwards:
+            seen.input_shape = seen.input_shape or fs.probes.input_shape
+            if self.ctx.spec.mode == "train" and fs.probes.backwards and seen.backwards_per_step is None:
+                seen.backwards_per_step = float(fs.probes.backwards)
+                seen.forwards_per_step = float(fs.probes.forwards)
+        return ProfiledPhase(trace_path=path, ops=[], steps=1)

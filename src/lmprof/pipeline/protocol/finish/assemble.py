@@ -1,0 +1,156 @@
+"""A session's :class:`Measured` record as the Run every door writes: timings, blocks, figures.
+
+The trace is read by lmprof's reader and attributed (compiled kernels named), blocks are reconciled
+to the clean step, the noise verdict and the stopwatch check are marked, and every figure beyond the
+timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, ``lmprof run``,
+``lmprof.profile()`` and the callbacks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from lmprof.analysis.block_truth import mark_uncertain
+from lmprof.measure.profiling import ProfiledPhase, op_table
+from lmprof.measure.window import compress, drop_partial
+from lmprof.pipeline.protocol.finish.figures import Facts, add_figures
+from lmprof.pipeline.protocol.finish.measured import Measured
+from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
+from lmprof.pipeline.protocol.observed import Known
+from lmprof.pipeline.protocol.timing import ROUGH
+from lmprof.record.run import Metric, Run
+from lmprof.trace.attribution import Attribution, attribute
+from lmprof.trace.load import load_trace
+
+# What each inference timing spans: the same for every loop (protocol/timing.py).
+TTFT = "from the generation's start to the end of its first forward (the prefill)"
+E2E = "one whole generation, from its start to its end, device synchronized"
+TPOT = "from the end of one forward to the end of the next (token choice included)"
+
+
+def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
+    """The Run of a finished session; ``stopwatch``: a driver's stopwatch pass, (block, phase) -> ms."""
+    att = _attribution(m)
+    notes = list(m.notes)
+    if att is None:
+        notes.append("no profiled step completed: clean timing only, no block breakdown")
+    metrics = _infer_metrics(m, att) if m.spec.mode == "infer" else _train_metrics(m, att, notes)
+    clean = metrics["e2e_latency" if m.spec.mode == "infer" else "step_time"].value or 0.0
+    if m.facts.params is not None:
+        metrics["params"] = Metric(value=m.facts.params, unit="count", source="measured")
+    empty = Attribution(0, [], [], "cpu")
+    phase = m.profile if (m.profile is not None and att is not None) else ProfiledPhase(m.folder / "trace.json.gz",
+                                                                                      [], 0)
+    run = assemble_run(m.spec.mode, m.device, m.folder, m.config, metrics, att or empty, clean, phase, notes, None)
+    if m.noise is not None:
+        before, after = m.noise
+        mark_noise(run, [s * 1e3 for s in m.timings.seconds()], m.spec.unit, before, after, m.device.kind)
+    if stopwatch is not None:
+        run.blocks = mark_uncertain(run.blocks, stopwatch)
+    if att is None:
+        run.tables.pop("attribution", None)
+        if not (m.folder / "trace.json.gz").is_file():
+            run.files.pop("trace", None)
+    add_compile_report(run, m.compile, m.folder)
+    run.notes.extend(m.figure_notes)
+    add_figures(run, m.folder, _facts(m, run))
+    for result in m.more:  # windows beyond the protocol's own put what they measured into the run
+        result.add_to(run, m.folder)
+    return run
+
+
+def _attribution(m: Measured) -> Attribution | None:
+    profiled = m.profile
+    if profiled is None:
+        return None
+    if not profiled.steps:
+        compress(profiled, m.folder / "trace.json.gz")
+        return None
+    table = load_trace(profiled.trace_path)  # the plain file: read faster than the .gz
+    compress(profiled, m.folder / "trace.json.gz")
+    drop_partial(table, profiled.steps)
+    table.cache.clear()
+    profiled.ops = op_table(table, profiled.steps)
+    att = attribute(table, compiled=m.compile.kernel_graphs if m.compile is not None else ())
+    return att if att.steps else None
+
+
+def _rough(m: Measured) -> str | None:
+    """The timing note of a run whose times are not clean ones (a script too short for the clean window)."""
+    kind = m.timings.first_call
+    return f"first call: includes warm-up costs (timed {ROUGH[kind]}), not a clean timing" if kind else None
+
+
+def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
+    if att is not None:
+        metrics.update(overhead_metrics(att, clean, what))
+        if m.timings.first_call:
+            metrics["profiler_overhead"] = Metric.na("%", f"no clean {what} was timed to compare the profiled one with")
+
+
+def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> dict[str, Metric]:
+    steps = m.timings.steps
+    metrics = {"step_time": Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
+                                                note=_rough(m) or m.step_means)}
+    _overhead(m, metrics, att, metrics["step_time"].value or 0.0, "step")
+    bwd = m.backwards_per_step
+    if bwd is not None and bwd > 1.01:
+        notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
+                     "one optimizer step, all its micro-batches included")
+    known_tokens = m.known.tokens_per_step if m.known is not None else None
+    if known_tokens:
+        metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
+                                            note="batch x sequence length")
+        metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived")
+    elif m.input_shape and len(m.input_shape) == 2:
+        tokens = m.input_shape[0] * m.input_shape[1] * round(bwd or m.forwards_per_step or 1.0)
+        metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
+                                            note="input_ids of the model's first profiled forward x backward passes per step")
+        metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived")
+    return metrics
+
+
+def _infer_metrics(m: Measured, att: Attribution | None) -> dict[str, Metric]:
+    gens, ms, rough = m.timings.gens, 1e3, _rough(m)
+    metrics: dict[str, Metric] = {
+        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=rough or TTFT),
+        "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E),
+    }
+    decode = [d * ms for g in gens for d in g.decode_s]
+    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT)
+                       if decode else Metric.na("ms", "one forward per generation: no decode step"))
+    last = gens[-1]
+    if last.batch and last.prompt_len:
+        metrics["prefill_tokens_per_s"] = Metric.from_samples(
+            [g.batch * g.prompt_len / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s", "derived")
+        if decode:
+            metrics["decode_tokens_per_s"] = Metric.from_samples(
+                [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
+                "derived", note="batch x decode forwards / decode time")
+    _overhead(m, metrics, att, metrics["e2e_latency"].value or 0.0, "generation")
+    m.config.setdefault("new_tokens", last.forwards)
+    return metrics
+
+
+def _facts(m: Measured, run: Run) -> Facts:
+    """What the figures need: the loop owner's description of its workload, or what was observed."""
+    known = m.known or _observed(m, run)
+    return Facts(
+        title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
+        batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
+        kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout, memory=m.memory, counted=m.flops,
+        cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
+        energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots())
+
+
+def _observed(m: Measured, run: Run) -> Known:
+    """What a user's script did not describe, read off the model and the steps the session observed."""
+    infer, facts = m.spec.mode == "infer", m.facts
+    dtype = facts.dtype or "fp32"
+    B, T = m.input_shape if m.input_shape and len(m.input_shape) == 2 else (None, None)
+    new_tokens = m.timings.gens[-1].forwards if infer and m.timings.gens else 0
+    tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
+    shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
+    return Known(
+        title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=dtype, shape=facts.shape,
+        batch=B, seq_len=T, attention=facts.attention, optimizer=facts.optimizer, dropout=facts.dropout,
+        tokens_per_step=int(tokens) if tokens else None, new_tokens=new_tokens)

@@ -1,0 +1,31 @@
+"""Write a run of someone else's loop: its folder saved, report.html, the summary on stderr (stdout is
+the script's own)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.record.run import Run
+
+
+def write(run: Run, folder: Path, spec: Spec) -> None:
+    """Save ``run`` in ``folder``; report.html when ``spec.report``; the summary when ``spec.verbose``."""
+    run.save(folder)
+    if not spec.verbose:
+        if spec.report:
+            from lmprof.show.report import write_run_report
+
+            write_run_report(run, folder)
+        return
+    from rich.console import Console
+
+    from lmprof.show.summary import render
+
+    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 120)
+    render(run, console, folder=str(folder))
+    if spec.report:
+        from lmprof.show.report import write_run_report
+
+        path = write_run_report(run, folder)
+        console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")

@@ -1,0 +1,121 @@
+"""What a session knows of the code it measures: the model, where it runs, and what its steps showed.
+
+A driver that owns its loop (``lmprof train`` / ``infer``) describes its workload up front
+(:class:`Known`); for someone else's loop the same facts are read off the model once the run is
+over (:func:`model_facts`), never inside the user's step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from lmprof.estimate.shape import ModelShape
+from lmprof.hardware.devices import Device, resolve_device
+from lmprof.workloads.hf_interface import attention_implementation
+from lmprof.workloads.hooks import takes_hooks
+
+
+@dataclass
+class Known:
+    """What a driver knows of its workload (lmprof train / infer); a user's script leaves it None
+    and the same facts are read off the model it observes."""
+
+    title: str
+    dtype: str
+    param_dtype: str
+    shape: Any = None
+    batch: int | None = None
+    seq_len: int | None = None
+    attention: Literal["math", "sdpa"] = "math"
+    optimizer: str | None = None
+    dropout: Any = 0.0
+    tokens_per_step: int | None = None
+    new_tokens: int = 0
+    kv_cache: bool = True
+    cache_bytes: int | None = None  # the KV cache after a generation, as the driver's decoder holds it
+
+
+@dataclass
+class Observed:
+    """The model a session watches and what it saw of the steps; filled as the steps run."""
+
+    model: torch.nn.Module | None = None
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    device: Device | None = None
+    compiled: bool = False
+    notes: list[str] = field(default_factory=list)
+    input_shape: tuple[int, ...] | None = None
+    backwards_per_step: float | None = None
+    forwards_per_step: float | None = None
+    generations_without_forward: int = 0  # generations in which the model's hooks saw no forward
+    _shape: ModelShape | None = field(default=None, repr=False)
+    _described: bool = field(default=False, repr=False)
+
+    def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None, compiled: bool,
+               device: Device | None = None) -> None:
+        """The model whose blocks are scoped, and where it runs (``device``, else its parameters')."""
+        self.model, self.optimizers, self.compiled = model, list(optimizers or []), compiled
+        if not takes_hooks(model):
+            self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
+                              "its forward is not split into blocks (operators, phases after the forward, and the "
+                              "step's figures are measured as usual)")
+        p = next(model.parameters(), None)
+        self.device = device or resolve_device(str(p.device) if p is not None else "cpu")
+
+    def shape(self) -> ModelShape | None:
+        """lmprof's description of the model (None when it has none); looked up once."""
+        if not self._described:
+            from lmprof.workloads.describe import describe_module
+
+            self._shape = describe_module(self.model) if self.model is not None else None
+            self._described = True
+        return self._shape
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The model's facts a run records, read once the run is over."""
+
+    name: str
+    params: int | None
+    dtype: str | None
+    model_type: str | None
+    attention_impl: str | None  # what transformers says it runs (eager, sdpa, ...)
+    attention: Literal["math", "sdpa"]  # which of lmprof's formulas describes it
+    dropout: Any
+    shape: ModelShape | None
+    optimizer: str | None
+
+
+def dtype_of(model: torch.nn.Module | None) -> str | None:
+    p = next(model.parameters(), None) if model is not None else None
+    if p is None:
+        return None
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(p.dtype, str(p.dtype))
+
+
+def model_name(model: torch.nn.Module | None) -> str:
+    if model is None:
+        return "unknown model"
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    return name if name else type(model).__name__
+
+
+def model_facts(seen: Observed) -> ModelFacts:
+    """Read the run's facts off the observed model (after the user's call returned)."""
+    from lmprof.workloads.describe import attention_path, dropout_of
+
+    model = seen.model
+    return ModelFacts(
+        name=model_name(model),
+        params=sum(p.numel() for p in model.parameters()) if model is not None else None,
+        dtype=dtype_of(model),
+        model_type=getattr(getattr(model, "config", None), "model_type", None) or None,
+        attention_impl=attention_implementation(model) if model is not None else None,
+        attention=attention_path(model) if model is not None else "math",
+        dropout=dropout_of(model) if model is not None else 0.0,
+        shape=seen.shape() if model is not None else None,
+        optimizer=type(seen.optimizers[0]).__name__.lower() if seen.optimizers else None,
+    )

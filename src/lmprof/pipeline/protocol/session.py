@@ -1,0 +1,298 @@
+"""The measurement protocol's orchestrator: a state machine fed with step boundaries.
+
+Whoever owns the loop calls :meth:`Session.boundary` after each training step, or
+:meth:`~Session.generation_begin` / :meth:`~Session.forward_end` / :meth:`~Session.generation_end`
+around each generation. The session counts steps, asks the plan (plan.py) where each falls, keeps
+each step's time (timing.py), and tells every window (windows/) when a step begins and ends; the
+driver (driver.py) says who owns the loop. :meth:`Session.finish` ends it, whatever ended the loop,
+and hands back what was measured as a :class:`~lmprof.pipeline.protocol.finish.measured.Measured`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from lmprof import gc_hold
+from lmprof.hardware.devices import Device
+from lmprof.pipeline.protocol import messages
+from lmprof.pipeline.protocol.driver import Driver, Observer
+from lmprof.pipeline.protocol.ending import StopAgain, StopScript
+from lmprof.pipeline.protocol.finish.measured import Measured, measured
+from lmprof.pipeline.protocol.folder import run_folder
+from lmprof.pipeline.protocol.giveway import Aside
+from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
+from lmprof.pipeline.protocol.observed import Observed
+from lmprof.pipeline.protocol.plan import Phase, PhasePlan
+from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, hook_forward_ends
+from lmprof.pipeline.protocol.windows import windows_for
+
+
+class Session:
+    """Counts steps and runs the measurement protocol at each boundary."""
+
+    def __init__(self, spec: Spec, driver: Driver | None = None, clock: Callable[[], float] = time.perf_counter):
+        # the console command's start-up is over: nothing is measured, and no user code runs, with the
+        # collector held off (lmprof/gc_hold.py)
+        gc_hold.release()
+        self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.sync)
+        self.counts = self.driver.counts(spec.counts())
+        self.observed, self.timings, self.aside = Observed(), Timings(), Aside()
+        self.windows = windows_for(self)
+        self.plan = self._make_plan()
+        self.raises = self.driver.raises  # lmprof's own failures go on to the caller (guard.py)
+        self.k = 0  # steps counted
+        self.folder: Path | None = None
+        self.measured: Measured | None = None
+        self.run: Any = None  # the Run, when the driver made one
+        self.message: str | None = None  # what happened, when the run ended early
+        self.done = self.collected = self.failed = False  # ended; profiled window complete; lmprof failed
+        self.kineto_ran = False  # lmprof started a profiler in this process (figures step or window)
+        self.forked_in_window = False  # set in a child forked after lmprof's profiler ran
+        self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
+        self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
+        self._finishing = self._ending = False  # finish() runs; it runs because the loop ended
+        self._aside_gen = False  # the running generation runs under the user's own profiler: not counted
+        self._on_done: list[Callable[[], None]] = []
+        self._hooked = False  # a forward hook on the model marks a generation's forwards
+
+    # -- what the windows use (windows/base.py: Context) ------------------------------------------
+    def _make_plan(self) -> PhasePlan:
+        w, s, p = self.counts
+        return PhasePlan.of(w, s, p, figures_at=self.driver.figures_at(w, self.observed.compiled),
+                            flops_apart=self.spec.mode == "train")
+
+    def lengthen(self, steps: int) -> None:
+        self.counts = self.counts._replace(steps=self.counts.steps + steps)
+        self.plan = self._make_plan()
+
+    def claim_folder(self) -> Path:
+        if self.folder is None:
+            assert self.observed.device is not None
+            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, safe_name(self.spec.label),
+                                                          self.observed.device)
+            self.folder.mkdir(parents=True, exist_ok=True)
+        return self.folder
+
+    def sync(self) -> None:
+        if self.observed.device is not None:
+            self.observed.device.synchronize()
+
+    def spoil_step(self) -> None:
+        self.clock.kind = None
+
+    def window_complete(self) -> None:
+        """The profiled window completed: lmprof's hooks go unless a window watches the steps after it;
+        the rest (the trace, the figures, the run) waits for :meth:`finish`, outside the user's step."""
+        self.collected = True
+        if not any(w.steps_after_window and w.active for w in self.windows):
+            self._release_triggers()
+        if self.spec.stop_after:
+            self.finish(None)
+
+    # -- setup -------------------------------------------------------------------------------------
+    def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
+               compiled: bool = False, device: Device | None = None) -> None:
+        """The model whose blocks are scoped, and where it runs (``device``, else its parameters' device)."""
+        self.observed.attach(model, optimizers, compiled, device)
+        self.plan = self._make_plan()
+        for w in self.windows:
+            w.attached()
+
+    def on_done(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once lmprof's hooks go (triggers remove theirs there)."""
+        self._on_done.append(fn)
+
+    @guarded
+    def begin(self) -> None:
+        """Mark step 1's start (``lmprof.profile``, the callbacks, lmprof's own loop)."""
+        if self.spec.mode == "infer":
+            self.generation_begin()
+        else:
+            self._begin(1, fresh=True)
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _begin(self, n: int, fresh: bool) -> None:
+        """Step ``n`` begins: the windows act, then its clock starts (a fresh mark unless the last one,
+        the previous step's end, still stands)."""
+        before = [w.active for w in self.windows]
+        for w in self.windows:
+            w.step_begins(n)
+        fl, fig = self.windows.flops, self.windows.figures
+        self.clock.kind = "counting" if fl.active else "figures" if fig.active else "first" if n == 1 else "warm-up"
+        self.clock.restart(fresh or [w.active for w in self.windows] != before)
+        for w in self.windows:
+            w.clock_started(n)
+
+    def _end(self, n: int, value: float | Generation | None) -> None:
+        """Counted step ``n`` ended, its time ``value`` (None: untimed): kept by what the step was."""
+        self.k = n
+        phase = self.plan.phase_of(n)
+        if value is not None and phase is Phase.CLEAN:
+            self.timings.keep(value, None)
+        elif value is not None and (phase is Phase.PROFILED or (phase is Phase.WARMUP and self.clock.kind)):
+            self.timings.keep(value, "profiled" if phase is Phase.PROFILED else self.clock.kind)
+        for w in self.windows:
+            w.step_ends(n)
+
+    @guarded
+    def boundary(self) -> None:
+        """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
+        if self.done or self.collected:
+            return
+        if self.spec.mode == "infer":
+            self.generation_end()
+            if not self.done:
+                self.generation_begin()
+            return
+        end = self.clock.mark()
+        for w in self.windows:
+            w.boundary()  # lmprof's own recordings in the step stop before asking whether the user's profiler runs
+        if not self.windows.profiled.active:
+            aside, busy = self.aside.at_boundary(self.k, self.plan.warmup)
+            if aside:
+                self.clock.start = None if busy else self.clock.mark()  # the next step starts clean here, or untimed
+                return
+        start = self.clock.start
+        if self.k == 0 and self.plan.warmup == 0 and start is None:
+            self._begin(1, fresh=True)  # nothing marked a start: the first boundary only marks one
+            return
+        self._end(self.k + 1, end - start if start is not None else None)
+        if not (self.collected or self.done):
+            self._begin(self.k + 1, fresh=False)
+
+    @guarded
+    def optimizer_begin(self) -> None:
+        for probes in filter(None, (w.probes() for w in self.windows)):
+            probes.optimizer_begin()
+
+    @guarded
+    def optimizer_end(self) -> None:
+        for probes in filter(None, (w.probes() for w in self.windows)):
+            probes.optimizer_end()
+
+    @guarded
+    def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
+                         kwargs: dict[str, Any] | None = None) -> None:
+        """A generation starts (``generate`` was called, ``prof.step()`` in inference, lmprof's own loop)."""
+        if self.done or self.collected:
+            return
+        if self.observed.model is None and model is not None:
+            self.attach(model)
+        self._aside_gen = not self.windows.profiled.active and self.aside.at_generation_begin(self.k, self.plan.warmup)
+        if self._aside_gen:
+            return
+        model = self.observed.model
+        if self.driver.hooks_forwards and not self._hooked and model is not None:
+            remove = hook_forward_ends(model, self.forward_end)
+            if remove is not None:
+                self.on_done(remove)
+                self._hooked = True
+        ids = (kwargs or {}).get("input_ids", args[0] if args else None)
+        self._begin(self.k + 1, fresh=True)
+        self.clock.generation_begins(ids)
+
+    @guarded
+    def forward_end(self, output: Any = None, ids: Any = None) -> None:
+        """A top-level forward of the running generation ended (a hook saw it, or lmprof's loop said so);
+        ``ids``: its input, whose shape is the prompt's when it is the generation's first forward."""
+        if self.done or not self.clock.forward_ends(ids):
+            return
+        for w in self.windows:
+            w.forward_end(output)
+
+    @guarded
+    def generation_end(self) -> None:
+        """A generation ended."""
+        if self._aside_gen or self.clock.gen is None or self.done or self.collected:
+            self._aside_gen = False
+            return
+        value, self.observed.input_shape = self.clock.generation_ends(self.observed.input_shape)
+        for w in self.windows:
+            w.boundary()
+        if value is None:
+            self.observed.generations_without_forward += 1
+        self._end(self.k + 1, value)
+
+    # -- the end -----------------------------------------------------------------------------------
+    @guarded
+    def finish(self, reason: str | None) -> Measured | None:
+        """End the session: stop what runs, collect what was measured, say what happened.
+
+        ``reason`` is None when the window completed, else what ended the loop early ("the script
+        exited (code 0)", ...). Returns what was measured (None: nothing); the driver has done with it
+        what it does (``lmprof run`` and the like: the run written, :attr:`run`)."""
+        if self.done or self._finishing:
+            return self.measured
+        # Not done until written: a failure below leaves the session to fail(), which says so.
+        self._finishing, self._ending = True, reason is not None
+        if self.collected:
+            reason = None  # the window completed: a whole run, whatever ended the loop afterwards
+        unit, seen = self.spec.unit, self.observed
+        here = messages.where(self.plan, self.k, self.timings.clean, self.windows.profiled.complete, unit)
+        try:
+            profile = self.windows.profiled.export()
+            compiled = self.windows.compile.report()
+        finally:
+            self._teardown()
+        for note in (self.aside.note(unit), None if self.timings.clean else self.timings.fall_back(unit, self.plan)):
+            if note:
+                seen.notes.append(note)
+        if not self.timings.clean:
+            model = type(seen.model).__name__ if seen.model is not None else "the model"
+            self.message = messages.nothing_measured(reason or "the session ended", self.plan, self.k,
+                                                     self.timings.clean, unit, infer=self.spec.mode == "infer",
+                                                     model=model, without_forward=seen.generations_without_forward,
+                                                     aside=self.aside)
+            if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
+                self.folder.rmdir()
+            self.done = True
+            return None
+        folder = self.claim_folder()
+        if profile is None or not profile.steps:
+            profile = self.windows.figures.profile(folder, unit) or profile
+        self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
+                                 lambda facts: self.driver.describe(self.spec, self.counts, facts, seen))
+        self.run = self.driver.finished(self.measured)
+        self.done = True
+        if reason is not None:
+            rough = " (rough first-call timings: see the note)" if self.timings.first_call else ""
+            self.message = f"{reason} {here}: wrote what was measured{rough} to {self.folder}"
+        elif self.spec.stop_after:
+            self.stop_again = StopAgain(f"--stop-after: stopped the script once the run was written to {self.folder}")
+            self.stop_again.install()
+            raise StopScript()
+        return self.measured
+
+    def _teardown(self) -> None:
+        """Stop every window, keeping nothing it still held, and remove every hook; each part runs even
+        when another one fails."""
+        for w in self.windows:
+            with contextlib.suppress(Exception):
+                w.abort()
+        self._release_triggers()
+
+    def _release_triggers(self) -> None:
+        for fn in self._on_done:
+            with contextlib.suppress(Exception):
+                fn()
+        self._on_done.clear()
+
+    def abandon(self) -> None:
+        """lmprof's own loop failed: stop and remove everything; the caller raises the error on."""
+        self.failed = self.done = True
+        self._teardown()
+
+    def fail(self, exc: BaseException) -> None:
+        """lmprof failed inside the user's program: end the session, keep what was written (every
+        file is written atomically, so what is there is whole), and say so in one line."""
+        writing = isinstance(exc, OSError) or self._finishing
+        self.abandon()
+        self.message = None
+        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)

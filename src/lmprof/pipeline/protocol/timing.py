@@ -1,0 +1,178 @@
+"""Every step's time, one clock for every door, kept by where it was taken.
+
+A training step runs from one boundary to the next. A generation runs from its start to its end;
+its prefill from its start to the end of its first forward; each decode step from the end of one
+forward to the end of the next (token choice included). Each mark is the session's clock read
+with the device synchronized, whether the loop is lmprof's own (it reports each forward's end) or
+the user's (a hook on the model sees it), so ``ttft``, ``tpot`` and ``e2e_latency`` mean one thing.
+
+Clean steps are the run's figures. Steps timed elsewhere (warm-up, the figures step, under the
+profiler) are kept apart by kind, and used, marked "first call", only when no clean step was timed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from lmprof.pipeline.protocol.plan import PhasePlan
+from lmprof.workloads.hooks import takes_hooks
+
+# Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
+# plain warm-up steps after the first, the figures step (memory recording on), the very first step.
+ROUGH = {
+    "profiled": "under lmprof's profiler (its overhead included)",
+    "warm-up": "during warm-up (caches, allocator and kernel choice still settling)",
+    "figures": "while lmprof recorded memory (and counted FLOPs where it has no formulas) during warm-up",
+    "counting": "while lmprof counted FLOPs with FlopCounterMode during warm-up",
+    "first": "on the very first call (allocation, kernel choice and any compilation included)",
+}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation's times (seconds) and sizes."""
+
+    prefill_s: float
+    decode_s: list[float]
+    e2e_s: float
+    batch: int | None
+    prompt_len: int | None
+    forwards: int
+
+    @classmethod
+    def from_marks(cls, start: float, forward_ends: list[float], end: float,
+                   shape: tuple[int, ...] | None) -> "Generation":
+        """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``."""
+        return cls(prefill_s=forward_ends[0] - start,
+                   decode_s=[b - a for a, b in zip(forward_ends, forward_ends[1:])], e2e_s=end - start,
+                   batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None,
+                   forwards=len(forward_ends))
+
+
+@dataclass
+class Timings:
+    """Clean times (the run's figures) and rough ones by kind (:data:`ROUGH`)."""
+
+    steps: list[float] = field(default_factory=list)  # clean training steps, seconds
+    gens: list[Generation] = field(default_factory=list)  # clean generations
+    rough_steps: dict[str, list[float]] = field(default_factory=dict)
+    rough_gens: dict[str, list[Generation]] = field(default_factory=dict)
+    first_call: str | None = None  # the run's times are rough ones: the kind they came from
+
+    def keep(self, value: float | Generation, kind: str | None) -> None:
+        """A step's time: clean (``kind`` None) or rough, kept by kind."""
+        if isinstance(value, Generation):
+            (self.gens if kind is None else self.rough_gens.setdefault(kind, [])).append(value)
+        else:
+            (self.steps if kind is None else self.rough_steps.setdefault(kind, [])).append(value)
+
+    @property
+    def clean(self) -> int:
+        """Clean steps (or generations) timed."""
+        return len(self.steps) or len(self.gens)
+
+    def seconds(self) -> list[float]:
+        """Each clean step's (or whole generation's) seconds."""
+        return [g.e2e_s for g in self.gens] or list(self.steps)
+
+    def first(self) -> float | None:
+        """The very first step's (or generation's) seconds, when it was timed."""
+        found = self.rough_steps.get("first") or [g.e2e_s for g in self.rough_gens.get("first", [])]
+        return found[0] if found else None
+
+    def warm(self) -> list[float]:
+        """Warm-up steps' seconds after the first."""
+        out = [t for k, v in self.rough_steps.items() if k != "first" for t in v]
+        return out + [g.e2e_s for k, v in self.rough_gens.items() if k != "first" for g in v]
+
+    def fall_back(self, unit: str, plan: PhasePlan) -> str | None:
+        """No clean step was timed: take the best rough ones instead (:attr:`first_call` says which);
+        the note that says so, or None when nothing was timed at all."""
+        w, s, p = plan.warmup, plan.steps, plan.profile_steps
+        how = "--steps 1" if s == 0 else f"--warmup {w} --steps {s} --profile-steps {p}, or lower them"
+        kind = next((k for k in ROUGH if self.rough_steps.get(k) or self.rough_gens.get(k)), None)
+        if kind is None:
+            return None
+        self.steps, self.gens = list(self.rough_steps.get(kind, [])), list(self.rough_gens.get(kind, []))
+        self.first_call = kind
+        return (f"first call: includes warm-up costs: no clean {unit} was timed, so the {self.clean} {unit}(s) here "
+                f"were timed {ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least "
+                f"{plan.needed} {unit}s ({how})")
+
+
+def _prompt_shape(ids: Any) -> tuple[int, ...] | None:
+    """(batch, prompt length) of a token-id tensor, else None."""
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
+        return tuple(ids.shape)
+    return None
+
+
+@dataclass
+class _Running:
+    """The generation running now: its clock marks and the prompt's shape."""
+
+    start: float
+    shape: tuple[int, ...] | None
+    forwards: list[float] = field(default_factory=list)
+
+
+class StepClock:
+    """The session's clock: every mark is read with the device synchronized; the running step's start
+    and kind (:data:`ROUGH`), and the running generation's marks."""
+
+    def __init__(self, clock: Callable[[], float], sync: Callable[[], None]):
+        self.clock, self.sync = clock, sync
+        self.last: float | None = None  # the last mark
+        self.start: float | None = None  # when the running step began (None: untimed)
+        self.kind: str | None = None  # what the running warm-up step is
+        self.gen: _Running | None = None
+
+    def mark(self) -> float:
+        self.sync()
+        self.last = self.clock()
+        return self.last
+
+    def restart(self, fresh: bool) -> None:
+        """The next step's clock starts: a fresh mark, or the last one (the previous step's end)."""
+        self.start = self.mark() if fresh or self.last is None else self.last
+
+    def generation_begins(self, ids: Any) -> None:
+        """The running step is a generation (``ids``: its prompt, when the loop handed it over)."""
+        assert self.start is not None
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
+        self.gen = _Running(self.start, shape)
+
+    def forward_ends(self, ids: Any) -> bool:
+        """The running generation's forward (on ``ids``) ended: marked; False when none runs."""
+        gen = self.gen
+        if gen is None:
+            return False
+        if gen.shape is None and not gen.forwards:  # the prefill's input: batch x prompt
+            gen.shape = _prompt_shape(ids)
+        gen.forwards.append(self.mark())
+        return True
+
+    def generation_ends(self, shape: tuple[int, ...] | None) -> tuple[Generation | None, tuple[int, ...] | None]:
+        """The running generation ended: its times (None when no forward was seen) and its prompt's
+        shape (``shape`` when it showed none)."""
+        gen, self.gen = self.gen, None
+        end = self.mark()
+        if gen is None or not gen.forwards:
+            return None, shape
+        shape = gen.shape or shape
+        return Generation.from_marks(gen.start, gen.forwards, end, shape), shape
+
+
+def hook_forward_ends(model: torch.nn.Module, on_forward: Callable[[Any, Any], None]) -> Callable[[], None] | None:
+    """A forward hook on ``model`` calls ``on_forward(output, ids)`` as each top-level forward ends (``ids``:
+    its input, the prompt for a generation's first); returns what removes it, None when the model takes
+    no hooks (TorchScript)."""
+    if not takes_hooks(model):
+        return None
+
+    def seen(module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        on_forward(output, kwargs.get("input_ids", args[0] if args else None))
+
+    return model.register_forward_hook(seen, with_kwargs=True, always_call=True).remove

@@ -1,0 +1,38 @@
+"""The windows of the protocol, in the order the session tells them of each step.
+
+A new window is a module here (a :class:`~lmprof.pipeline.protocol.windows.base.Window`), one line in
+:func:`windows_for`, and, when a run asks for it, a field of the spec (protocol/spec.py). Its
+:meth:`~lmprof.pipeline.protocol.windows.base.Window.result`, when not None, goes into the run through
+its own ``add_to(run, folder)`` (finish/assemble.py calls it for every window beyond the five below).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from lmprof.pipeline.protocol.windows.base import Context, Window
+from lmprof.pipeline.protocol.windows.compile import CompileWindow
+from lmprof.pipeline.protocol.windows.figures import FiguresWindow
+from lmprof.pipeline.protocol.windows.flops import FlopsWindow
+from lmprof.pipeline.protocol.windows.meter import MeterWindow
+from lmprof.pipeline.protocol.windows.profiled import ProfiledWindow
+
+
+@dataclass
+class Windows:
+    """The session's windows: the protocol's own five, then any others."""
+
+    compile: CompileWindow
+    figures: FiguresWindow
+    flops: FlopsWindow
+    meter: MeterWindow
+    profiled: ProfiledWindow
+    more: list[Window] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Window]:
+        yield from (self.compile, self.figures, self.flops, self.meter, self.profiled, *self.more)
+
+
+def windows_for(ctx: Context) -> Windows:
+    """The windows of a session (``ctx``): every session runs the five; a spec may ask for more."""
+    return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx))
