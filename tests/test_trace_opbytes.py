@@ -48,6 +48,14 @@ CALLS = [
     ("aten::clamp", [[M, N], [N], [N]], ["float"] * 3, E, F * (2 * E + 2 * N)),
     ("aten::div", [[M, N], [M, N], []], ["float", "float", ""], E, F * 3 * E),
     ("aten::div", [[M, N], [M, N], [M, N]], ["float"] * 3, E, F * 3 * E),  # div.out
+    # the dtype computed in and written: a 0-d double read with a float tensor (a Python number) computes
+    # in float; where's bool condition is no value of its float result
+    ("aten::sub", [[], [M, N], []], ["double", "float", "Scalar"], E, D + F * 2 * E),
+    ("aten::mul", [[], [M, N], [M, N]], ["double", "float", "float"], E, D + F * 2 * E),
+    ("aten::where", [[M, N], [M, N], []], ["bool", "float", "float"], E, E + F * E + F + F * E),
+    ("aten::add_", [[N], [N], []], ["double", "float", "Scalar"], N, D * N + F * N + D * N),  # in place: double
+    ("aten::where", [[E], [E], [E]], ["bool", "long", "long"], E, E + 3 * D * E),
+    ("aten::where", [[E], [], []], ["bool", "Scalar", "Scalar"], E, None),  # its dtype: the numbers' (not recorded)
     # where(condition) is nonzero(), no elementwise select; a call that fits no schema of an operator
     # with out= overloads (four tensors to mul) is not guessed at
     ("aten::where", [[E]], ["bool"], None, None),
@@ -77,6 +85,8 @@ def test_bytes_by_hand_per_call(tmp_path: Path) -> None:
             continue
         row = next(r for k, r in rows.items() if k[:2] == (name, json.dumps(dims).replace(" ", "")))
         assert (row.flops, row.bytes, row.count) == (flops, nbytes, 1), (name, dims)
+        floating = "fp64" if types[0] == "double" and dims[0] else "fp32"
+        assert row.dtype == (None if "long" in types or nbytes is None else floating), (name, dims)
 
 
 @pytest.fixture(scope="module")

@@ -134,6 +134,25 @@ def test_out_calls_as_torch_records_them(tmp_path) -> None:
                 assert rows[0].flops == result.numel()
 
 
+def test_result_dtype_as_torch_promotes(tmp_path) -> None:
+    """Calls whose first tensor is no value of the result's dtype, recorded by torch.profiler: a 0-d
+    double with a float tensor, where's bool condition. The row's dtype is the result's, and its
+    bytes the inputs' and the result's own sizes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x, half = torch.randn(8, 16), torch.tensor(0.5, dtype=torch.float64)
+    calls = [("aten::mul", lambda: torch.mul(half, x), (half, x)), ("aten::where", lambda: torch.where(x > 0, x, x), None)]
+    for name, call, read in calls:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            result = call()
+        path = tmp_path / "promote.json"
+        prof.export_chrome_trace(str(path))
+        (row,) = [r for r in op_flops(load_trace(path), top=100).rows if r.name == name]
+        read = read or (x > 0, x, x)
+        assert row.dtype == "fp32" and result.dtype == torch.float32
+        assert row.bytes == sum(t.numel() * t.element_size() for t in read) + result.numel() * result.element_size()
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     from torch.profiler import ProfilerActivity, profile

@@ -228,8 +228,9 @@ def op_cost(name: str, dims: tuple[Any, ...], types: tuple[str, ...]) -> OpCost 
     describes, a tensor list, shapes that do not fit the operator).
 
     The formula sees the tensors read; bytes are those tensors read once and the output written
-    once, at the width of the tensor written (an out= or in-place one) or else of the first tensor
-    read; None when a width is not known or the call writes more than one tensor."""
+    once, at the width of the tensor written (an out= or in-place one) or else of the dtype it
+    computes in (:func:`_lead_type`); None when a width is not known or the call writes more than
+    one tensor."""
     count = COUNTERS.get(name)
     if count is None:
         return None
@@ -260,15 +261,28 @@ def op_cost(name: str, dims: tuple[Any, ...], types: tuple[str, ...]) -> OpCost 
     if got is None:
         return None
     flops, out = got
-    first = next((k for k in read_types if k in TYPE_BYTES), None)
+    # where's condition (its first input in every overload) is no value of its result
+    skip = 1 if name == "aten::where" else 0
+    lead = _lead_type(tensors[skip:], read_types[skip:])
     if written:  # the output is that tensor: its dtype is recorded, its dims may be stale
         out_width = TYPE_BYTES.get(written[0] or "") if len(written) == 1 else None
     else:
-        out_width = TYPE_BYTES[first] if first else None
+        out_width = TYPE_BYTES[lead] if lead else None
     nbytes: int | None = None
     if tensors and all(w is not None for w in widths) and out_width is not None:
         nbytes = sum(_numel(d) * w for d, w in zip(tensors, widths) if w is not None) + _numel(out) * out_width
-    return OpCost(flops, nbytes, TYPE_DTYPE.get(first) if first else None)
+    return OpCost(flops, nbytes, TYPE_DTYPE.get(lead) if lead else None)
+
+
+def _lead_type(tensors: list[Dims], types: list[str | None]) -> str | None:
+    """The dtype a call computes in (and, unless it writes a given tensor, writes its result in),
+    from the tensors it reads that are values of its result: of the first floating-point one that
+    has dims, else of the first floating-point one, else of the first of a known width. Under
+    torch's type promotion a 0-d tensor (often a Python number: ``aten::mul [[], [m, n]]``, double
+    and float, computes in float) does not change a dimensioned tensor's floating dtype."""
+    floats = [(d, t) for d, t in zip(tensors, types) if t in TYPE_DTYPE]
+    got = next((t for d, t in floats if d), None) or next((t for _, t in floats), None)
+    return got or next((t for t in types if t in TYPE_BYTES), None)
 
 
 class OpFlopsRow(Record, frozen=True):
@@ -276,7 +290,7 @@ class OpFlopsRow(Record, frozen=True):
 
     name: str
     shapes: str  # the recorded input dims, as torch's key_averages(group_by_input_shape=True) shows them
-    dtype: str | None  # compute dtype (fp32, bf16, ...) of its first tensor input
+    dtype: str | None  # compute dtype (fp32, bf16, ...): of its first floating tensor read with dims
     count: int
     flops: int  # per call
     bytes: int | None  # per call, least traffic
