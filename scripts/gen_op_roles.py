@@ -113,22 +113,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only say whether the table is up to date")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "src"))
-    from lmprof.atomic import write_text
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from generated import write_or_check
 
-    text = render()
-    current = TABLE.read_text() if TABLE.exists() else None
-    shown = TABLE.relative_to(ROOT)
-    if args.check:
-        ok = current is not None and without_version(current) == without_version(text)
-        print(f"{shown}: {'up to date' if ok else 'out of date: run without --check'}")
-        return 0 if ok else 1
-    if current != text:
-        write_text(TABLE, text)
-        print(f"wrote {shown}")
-    else:
-        print(f"{shown} is up to date")
-    return 0
+    return write_or_check(TABLE, render(), args.check, same=lambda a, b: without_version(a) == without_version(b))
 
 
 if __name__ == "__main__":
