@@ -21,20 +21,10 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="only say whether the header is up to date")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))  # the schema of this checkout, installed or not
-    from lmprof.atomic import write_text
+    from generated import write_or_check
     from lmprof.trace.kineto.schema import c_header
 
-    text = c_header()
-    current = HEADER.read_text() if HEADER.exists() else None
-    if args.check:
-        print(f"{HEADER.relative_to(ROOT)}: {'up to date' if current == text else 'out of date: run without --check'}")
-        return 0 if current == text else 1
-    if current != text:
-        write_text(HEADER, text)
-        print(f"wrote {HEADER.relative_to(ROOT)}; now rebuild the reader: make setup")
-    else:
-        print(f"{HEADER.relative_to(ROOT)} is up to date")
-    return 0
+    return write_or_check(HEADER, c_header(), args.check, then="; now rebuild the reader: make setup")
 
 
 if __name__ == "__main__":

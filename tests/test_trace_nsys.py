@@ -368,3 +368,20 @@ def test_odd_paths(tmp_path):
     shutil.copy(MFU, tmp_path / "folder" / "r.sqlite")
     (tmp_path / "folder" / "r.nsys-rep").write_bytes(b"\x00")  # its export is there: not read twice
     assert len(analyze_path(tmp_path / "folder").traces) == 2
+
+
+def test_both_readers_fill_the_same_columns():
+    """The id and hardware columns are named once (lmprof.trace.fields): an export's tables have the
+    columns, in the same order, of a Kineto trace's; and the names load neither reader."""
+    import subprocess
+    import sys
+
+    from lmprof.trace.load import load_trace
+
+    kineto = load_trace(Path(__file__).parent / "data" / "traces" / "gpu_2rank_rank0.json.gz")
+    for t in load_nsys(H100):
+        assert t.event_cols.columns == kineto.event_cols.columns
+        assert t.hw_cols.columns == kineto.hw_cols.columns and len(t.hw_cols) > 0
+    code = "import sys, lmprof.trace.fields; print(sorted(m for m in sys.modules if m.startswith('lmprof.trace.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "kineto" not in loaded and "nsys" not in loaded and "lmprof.trace.fields" in loaded

@@ -28,6 +28,15 @@ CASES = [
     ("aten::linear", lambda: (torch.randn(5, 7, 40), torch.randn(56, 40), torch.randn(56)), F.linear),
     ("aten::linear", lambda: (torch.randn(7, 40), torch.randn(56, 40)), F.linear),
 ]
+# what record_shapes writes after the tensors given above: addmm's and baddbmm's beta and alpha, an
+# absent bias (as torch.profiler wrote them in test_trace_shapes_are_kept_as_recorded's trace)
+RECORDED_AFTER = {"aten::addmm": ("Scalar", "Scalar"), "aten::baddbmm": ("Scalar", "Scalar")}
+
+
+def _recorded(name: str, args) -> tuple[tuple, tuple]:
+    """The dims and types record_shapes writes for a call of ``name`` on these fp32 tensors."""
+    after = RECORDED_AFTER.get(name, ("",) if name == "aten::linear" and len(args) == 2 else ())
+    return tuple(tuple(a.shape) for a in args) + ((),) * len(after), ("float",) * len(args) + after
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -36,8 +45,7 @@ def test_matmul_formulas_equal_flop_counter_mode(case) -> None:
     args = make()
     with FlopCounterMode(display=False) as fc:
         fn(*args)
-    types = tuple("float" for _ in args)
-    cost = op_cost(name, tuple(tuple(a.shape) for a in args), types)
+    cost = op_cost(name, *_recorded(name, args))
     assert cost is not None and cost.flops == fc.get_total_flops() > 0
     # least bytes: inputs read once, output written once, 4 bytes each
     out = fn(*args)
@@ -54,14 +62,22 @@ def test_mm_is_2mnk() -> None:
 @pytest.mark.parametrize("q,k,v", [((2, 4, 16, 8), (2, 4, 32, 8), (2, 4, 32, 12)), ((1, 8, 10, 16), (1, 2, 10, 16), (1, 2, 10, 16))])
 def test_attention_equals_torch_formulas(q, k, v) -> None:
     """torch's own sdpa formulas (FlopCounterMode's, GQA included): forward and backward."""
-    t = ("float",) * 3
+    def call(name, tensors):  # the other inputs absent or not tensors, as many as torch's schema has
+        n = len(torch._C._jit_get_schemas_for_operator(name)[0].arguments) - len(tensors)
+        return tuple(tensors) + ((),) * n, ("float",) * len(tensors) + ("",) * n
+
     for name in ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                  "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"):
-        assert op_cost(name, (q, k, v), t).flops == sdpa_flop_count(q, k, v)
+        assert op_cost(name, *call(name, (q, k, v))).flops == sdpa_flop_count(q, k, v)
     out = q[:3] + (v[3],)
     for name in ("aten::_scaled_dot_product_flash_attention_backward",
                  "aten::_scaled_dot_product_efficient_attention_backward"):
-        assert op_cost(name, (out, q, k, v), ("float",) * 4).flops == sdpa_backward_flop_count(out, q, k, v)
+        got = op_cost(name, *call(name, (out, q, k, v)))
+        assert got.flops == sdpa_backward_flop_count(out, q, k, v)
+    # an older torch recorded sdpa without `enable_gqa` (7 inputs, not 8): an operator with no out=
+    # overload reads every tensor it is given, whatever its arity
+    dims, types = call("aten::scaled_dot_product_attention", (q, k, v))
+    assert op_cost("aten::scaled_dot_product_attention", dims[:-1], types[:-1]).flops == sdpa_flop_count(q, k, v)
 
 
 def test_elementwise_is_one_flop_per_output_element() -> None:
@@ -72,6 +88,69 @@ def test_elementwise_is_one_flop_per_output_element() -> None:
 
 def test_every_counter_is_keyed_by_an_aten_name() -> None:
     assert all(n.startswith("aten::") for n in COUNTERS)
+
+
+def test_the_roles_table_is_what_torchs_schemas_give() -> None:
+    """src/lmprof/trace/op_roles.py is scripts/gen_op_roles.py's output for the installed torch (the
+    line naming torch's version aside): rerun the script after adding a counter or changing torch."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_op_roles", root / "scripts" / "gen_op_roles.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.without_version(gen.TABLE.read_text()) == gen.without_version(gen.render()), \
+        "src/lmprof/trace/op_roles.py is stale: run scripts/gen_op_roles.py"
+
+
+def test_out_calls_as_torch_records_them(tmp_path) -> None:
+    """out= calls recorded by torch.profiler (the out tensor sized right, or empty and resized by the
+    call): FLOPs as FlopCounterMode counts them, bytes the inputs read and the result written, from
+    the tensors' own sizes; the out tensor is not read."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a, b, bias, x = torch.randn(24, 40), torch.randn(40, 56), torch.randn(56), torch.randn(8, 16)
+    calls = [  # (operator, call, tensors read, result)
+        ("aten::mm", lambda o: torch.mm(a, b, out=o), (a, b), torch.mm(a, b)),
+        ("aten::addmm", lambda o: torch.addmm(bias, a, b, out=o), (bias, a, b), torch.addmm(bias, a, b)),
+        ("aten::mul", lambda o: torch.mul(x, x, out=o), (x, x), x * x),
+        ("aten::add", lambda o: torch.add(x, x, alpha=2, out=o), (x, x), x + x),
+    ]
+    for name, call, read, result in calls:
+        with FlopCounterMode(display=False) as fc:
+            call(torch.empty_like(result))
+        for out in (torch.empty_like(result), torch.empty(0)):
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                call(out)
+            path = tmp_path / "out.json"
+            prof.export_chrome_trace(str(path))
+            rows = [r for r in op_flops(load_trace(path), top=100).rows if r.name == name]
+            want = sum(t.numel() * t.element_size() for t in read) + result.numel() * result.element_size()
+            assert len(rows) == 1 and rows[0].bytes == want, (name, out.shape)
+            if name in ("aten::mm", "aten::addmm"):
+                assert rows[0].flops == fc.get_total_flops()
+            else:
+                assert rows[0].flops == result.numel()
+
+
+def test_result_dtype_as_torch_promotes(tmp_path) -> None:
+    """Calls whose first tensor is no value of the result's dtype, recorded by torch.profiler: a 0-d
+    double with a float tensor, where's bool condition. The row's dtype is the result's, and its
+    bytes the inputs' and the result's own sizes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x, half = torch.randn(8, 16), torch.tensor(0.5, dtype=torch.float64)
+    calls = [("aten::mul", lambda: torch.mul(half, x), (half, x)), ("aten::where", lambda: torch.where(x > 0, x, x), None)]
+    for name, call, read in calls:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            result = call()
+        path = tmp_path / "promote.json"
+        prof.export_chrome_trace(str(path))
+        (row,) = [r for r in op_flops(load_trace(path), top=100).rows if r.name == name]
+        read = read or (x > 0, x, x)
+        assert row.dtype == "fp32" and result.dtype == torch.float32
+        assert row.bytes == sum(t.numel() * t.element_size() for t in read) + result.numel() * result.element_size()
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """Each operator of a trace on a device's roofline: the trace's per-op FLOPs, bytes and device time
 (:mod:`lmprof.trace.opflops`) joined with the device's peaks, by :func:`lmprof.estimate.roofline.classify`.
 
-The peak FLOP/s is the one of the operator's dtype (fp32 operators use the fp32 rate, not TF32: the
-trace does not say whether TF32 was allowed). Peaks come in as numbers, so this module reads no
+The peak FLOP/s is the one of the operator's dtype, the one it computes in (see
+:func:`lmprof.trace.opflops.op_cost`; fp32 operators use the fp32 rate, not TF32: the trace does not
+say whether TF32 was allowed). Peaks come in as numbers, so this module reads no
 device table; the CLI looks them up (``--device`` or the trace's ``deviceProperties`` name).
 """
 from __future__ import annotations

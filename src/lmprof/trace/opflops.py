@@ -14,8 +14,13 @@ For the common operators the count is a formula over the shapes in ``TraceTable.
 
 A multiply-add is 2 FLOPs and the bias add of addmm/linear is not counted: the conventions of
 ``torch.utils.flop_counter.FlopCounterMode``, which the tests check every formula against on the
-same shapes. Bytes are the least traffic: every tensor input read once and the output written once,
-at the dtypes the trace names. A composite operator (``aten::linear``, ``aten::matmul``) holds the
+same shapes. Bytes are the least traffic: every tensor the call reads, read once, and its result
+written once, at the dtypes the trace names. Which inputs are read comes from torch's operator
+schemas (:mod:`lmprof.trace.op_roles`, generated from them): a trace names ``aten::mul``, not the
+overload, so the overloads that fit the call's input count and types say it. The ``out=`` tensor of
+``mul.out(self, other, *, out)`` (three inputs) is written, not read: the result is written at its
+dtype, with the formula's dims (the recorded ones may be an empty tensor the call resizes).
+A composite operator (``aten::linear``, ``aten::matmul``) holds the
 operator that does the work (``aten::addmm``, ``aten::mm``): both get the count, and totals count
 only the outermost one.
 
@@ -35,6 +40,7 @@ from lmprof.trace import kinds
 from lmprof.trace.launches import launch_links
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import parents
+from lmprof.trace.op_roles import ROLES
 from lmprof.trace.records import Record
 
 Dims = tuple[int, ...]
@@ -155,6 +161,59 @@ COUNTERS: dict[str, Counter] = {
 }
 
 
+# Which inputs of a call are read and which written. A trace names the operator, not its overload:
+# the overloads whose schema (op_roles, generated from torch's) fits the call's inputs give each
+# input its role. An out= tensor (``mul.out``'s last input) is written, not read, and its recorded
+# dims may be the empty tensor torch resizes; an in-place ``self`` is read and written.
+READ, WRITTEN, IN_PLACE, OTHER = "r", "w", "m", "-"
+# overloads no formula above describes: ``where(condition)`` is nonzero(), not an elementwise select
+_NOT_COUNTED = frozenset({("aten::where", "")})
+
+
+def _is_tensor(kind: str) -> bool:
+    """Whether a recorded input type names a tensor's dtype: c10's dtype names (``float``,
+    ``long int``, ``c10::Half``) start lower-case, the profiler's other kinds (``Scalar``,
+    ``ScalarList``, ``TensorList``) upper-case, and an absent value or a string is ``""``."""
+    return kind[:1].islower()
+
+
+def _fits(letter: str, kind: str | None) -> bool:
+    """Whether an input recorded with type ``kind`` can be an argument of role ``letter``."""
+    if kind is None:  # no type recorded for this input: any role
+        return True
+    if letter == OTHER:
+        return not _is_tensor(kind)
+    if letter == WRITTEN:
+        return _is_tensor(kind)  # an out= tensor is always given
+    return kind == "" or _is_tensor(kind)  # read: an optional tensor may be absent
+
+
+def input_roles(name: str, types: tuple[str | None, ...]) -> tuple[str, frozenset[str]] | None:
+    """The role of each input of one call of ``name`` with these recorded input types (one letter
+    per input: ``r`` read, ``w`` written and not read (out=), ``m`` read and written (in place),
+    ``-`` no tensor) and the overloads that fit it; None when two overloads that fit give a
+    recorded tensor different roles, or none fits and the operator has an out= overload.
+
+    When none fits (a trace from a torch whose schema had fewer arguments: ``enable_gqa`` of
+    ``scaled_dot_product_attention`` is recent) an operator without out= overloads writes no input
+    it is given: its tensors are read, and the set of overloads is empty."""
+    overloads = ROLES.get(name, {})
+    got: str | None = None
+    fit = []
+    for overload, letters in overloads.items():
+        if len(letters) != len(types) or not all(_fits(c, k) for c, k in zip(letters, types)):
+            continue
+        # an input recorded as no tensor has no role, whatever the overload's schema says of it
+        roles = "".join(c if k is None or _is_tensor(k) else OTHER for c, k in zip(letters, types))
+        if got is not None and roles != got:
+            return None
+        got = roles
+        fit.append(overload)
+    if got is None and overloads and not any(WRITTEN in letters for letters in overloads.values()):
+        got = "".join(READ if k is None or _is_tensor(k) else OTHER for k in types)
+    return None if got is None else (got, frozenset(fit))
+
+
 class OpCost(Record, frozen=True):
     """One operator call's FLOPs, least bytes and compute dtype (None: unknown width or dtype)."""
 
@@ -165,19 +224,36 @@ class OpCost(Record, frozen=True):
 
 def op_cost(name: str, dims: tuple[Any, ...], types: tuple[str, ...]) -> OpCost | None:
     """FLOPs and bytes of one call of ``name`` with these recorded shapes, or None when no formula
-    applies (an operator not covered, a tensor list, shapes that do not fit the operator)."""
+    applies (an operator not covered, an overload that fits no schema of it or that no formula
+    describes, a tensor list, shapes that do not fit the operator).
+
+    The formula sees the tensors read; bytes are those tensors read once and the output written
+    once, at the width of the tensor written (an out= or in-place one) or else of the dtype it
+    computes in (:func:`_lead_type`); None when a width is not known or the call writes more than
+    one tensor."""
     count = COUNTERS.get(name)
     if count is None:
         return None
+    recorded = tuple(types[i] if i < len(types) else None for i in range(len(dims)))  # None: not recorded
+    found = input_roles(name, recorded)
+    if found is None or any((name, o) in _NOT_COUNTED for o in found[1]):
+        return None
+    roles = found[0]
     tensors: list[Dims] = []
     widths: list[int | None] = []
-    for i, d in enumerate(dims):
-        kind = types[i] if i < len(types) else ""
-        # scalars ("Scalar") and absent optionals ("") are no tensors; a 0-d tensor is (), numel 1
-        if d is None or (d and isinstance(d[0], tuple)) or kind in ("", "Scalar", "ScalarList"):
+    read_types: list[str | None] = []
+    written: list[str | None] = []  # the types of the tensors written
+    for d, kind, role in zip(dims, recorded, roles):
+        # scalars and absent optionals are no tensors (role "-"); a 0-d tensor is (), numel 1
+        if d is None or (d and isinstance(d[0], tuple)) or role == OTHER:
+            continue
+        if role in (WRITTEN, IN_PLACE):
+            written.append(kind)
+        if role == WRITTEN:  # its dims are not read (and may be an empty tensor torch resizes)
             continue
         tensors.append(d)
-        widths.append(TYPE_BYTES.get(kind))
+        read_types.append(kind)
+        widths.append(TYPE_BYTES.get(kind or ""))
     try:
         got = count(tensors)
     except IndexError:  # fewer tensor inputs than the operator takes
@@ -185,12 +261,28 @@ def op_cost(name: str, dims: tuple[Any, ...], types: tuple[str, ...]) -> OpCost 
     if got is None:
         return None
     flops, out = got
-    first = next((types[i] for i, d in enumerate(dims) if i < len(types) and types[i] in TYPE_BYTES), None)
+    # where's condition (its first input in every overload) is no value of its result
+    skip = 1 if name == "aten::where" else 0
+    lead = _lead_type(tensors[skip:], read_types[skip:])
+    if written:  # the output is that tensor: its dtype is recorded, its dims may be stale
+        out_width = TYPE_BYTES.get(written[0] or "") if len(written) == 1 else None
+    else:
+        out_width = TYPE_BYTES[lead] if lead else None
     nbytes: int | None = None
-    if tensors and all(w is not None for w in widths):
-        nbytes = sum(_numel(d) * w for d, w in zip(tensors, widths) if w is not None)
-        nbytes += _numel(out) * (TYPE_BYTES[first] if first else 0)
-    return OpCost(flops, nbytes, TYPE_DTYPE.get(first) if first else None)
+    if tensors and all(w is not None for w in widths) and out_width is not None:
+        nbytes = sum(_numel(d) * w for d, w in zip(tensors, widths) if w is not None) + _numel(out) * out_width
+    return OpCost(flops, nbytes, TYPE_DTYPE.get(lead) if lead else None)
+
+
+def _lead_type(tensors: list[Dims], types: list[str | None]) -> str | None:
+    """The dtype a call computes in (and, unless it writes a given tensor, writes its result in),
+    from the tensors it reads that are values of its result: of the first floating-point one that
+    has dims, else of the first floating-point one, else of the first of a known width. Under
+    torch's type promotion a 0-d tensor (often a Python number: ``aten::mul [[], [m, n]]``, double
+    and float, computes in float) does not change a dimensioned tensor's floating dtype."""
+    floats = [(d, t) for d, t in zip(tensors, types) if t in TYPE_DTYPE]
+    got = next((t for d, t in floats if d), None) or next((t for _, t in floats), None)
+    return got or next((t for t in types if t in TYPE_BYTES), None)
 
 
 class OpFlopsRow(Record, frozen=True):
@@ -198,7 +290,7 @@ class OpFlopsRow(Record, frozen=True):
 
     name: str
     shapes: str  # the recorded input dims, as torch's key_averages(group_by_input_shape=True) shows them
-    dtype: str | None  # compute dtype (fp32, bf16, ...) of its first tensor input
+    dtype: str | None  # compute dtype (fp32, bf16, ...): of its first floating tensor read with dims
     count: int
     flops: int  # per call
     bytes: int | None  # per call, least traffic

@@ -24,6 +24,9 @@ stream        int64      args.stream for device events, -1 when absent
 device        int64      args.device for device events, -1 when absent
 ============  =========  ========================================================================
 
+The names of the id columns (correlation to device) and of ``hw``'s columns below are
+:mod:`lmprof.trace.fields`' (every reader fills them).
+
 Each table below is a Frame (``TraceTable.*_cols``) and a DataFrame of the same name without ``_cols``.
 ``TraceTable.comms`` holds the collective parameters of the few events that carry them (column
 ``row`` into ``events``; collective, in_nelems, out_nelems, dtype, group_size, pg_name, coll_seq).

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import msgspec
 import numpy as np
 
+from lmprof.trace.fields import HW_COLUMNS, ID_COLUMNS
 from lmprof.trace.kineto import schema
 from lmprof.trace.kineto.split import list_items
 
@@ -39,7 +40,7 @@ Args: Any = msgspec.defstruct(
 )
 NO_ARGS = Args()
 COMM_FIELDS = tuple(f.name for f in schema.COMM_ARGS)
-HW_FIELDS = tuple(f.name for f in schema.NUMBER_ARGS)
+HW_FIELDS = HW_COLUMNS  # kernel resources and copy sizes, float64 columns
 _MEM_FIELDS = tuple(f.name for f in schema.MEMORY_ARGS)
 _DIMS, _TYPES = (attrgetter(f.name) for f in schema.SHAPE_ARGS)
 _MEMORY_EVENT = "[memory]"
@@ -61,7 +62,7 @@ DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeErro
 MAX_INT = 2**63
 
 _get = {k: attrgetter(k) for k in schema.EVENT_KEYS}
-ARG_COLUMNS = tuple(f.name for f in schema.ID_ARGS)  # args kept as int64 columns
+ARG_COLUMNS = ID_COLUMNS  # args kept as int64 columns
 _get_arg = {k: attrgetter(k) for k in ARG_COLUMNS}
 _get_collective = attrgetter(schema.COMM_ARGS[0].name)
 _get_comm_fields = attrgetter(*COMM_FIELDS)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
+from lmprof.trace.fields import HW_COLUMNS, ID_COLUMNS
+
 
 class Field(NamedTuple):
     """One JSON key and the name lmprof gives it (a column, a struct attribute)."""
@@ -55,21 +57,29 @@ EVENT_FIELDS: tuple[EventField, ...] = (
 )
 EVENT_KEYS: tuple[str, ...] = tuple(f.key for f in EVENT_FIELDS)
 
-ID_ARGS: tuple[Field, ...] = (
-    Field("correlation", "correlation"),  # runtime call <-> kernel
-    Field("External id", "external_id"),  # cpu op <-> runtime call
-    Field("Sequence number", "seq"),  # forward op <-> backward node
-    Field("stream", "stream"),
-    Field("device", "device"),
-)
-NUMBER_ARGS: tuple[Field, ...] = (
-    Field("registers per thread", "registers"),
-    Field("shared memory", "shared_memory"),
-    Field("blocks per SM", "blocks_per_sm"),
-    Field("warps per SM", "warps_per_sm"),
-    Field("est. achieved occupancy %", "occupancy"),
-    Field("bytes", "nbytes"),  # a copy's or set's size
-)
+
+def _named(keys: tuple[str, ...], names: tuple[str, ...]) -> tuple[Field, ...]:
+    """Args keys paired, in order, with the table's column names they fill (lmprof.trace.fields)."""
+    return tuple(Field(k, n) for k, n in zip(keys, names, strict=True))
+
+
+# the args keys of the table's id columns, in the order of fields.ID_COLUMNS
+ID_ARGS: tuple[Field, ...] = _named((
+    "correlation",  # runtime call <-> kernel
+    "External id",  # cpu op <-> runtime call
+    "Sequence number",  # forward op <-> backward node
+    "stream",
+    "device",
+), ID_COLUMNS)  # fmt: skip
+# the args keys of the table's hardware columns, in the order of fields.HW_COLUMNS
+NUMBER_ARGS: tuple[Field, ...] = _named((
+    "registers per thread",
+    "shared memory",
+    "blocks per SM",
+    "warps per SM",
+    "est. achieved occupancy %",
+    "bytes",  # a copy's or set's size
+), HW_COLUMNS)  # fmt: skip
 SHAPE_ARGS: tuple[Field, ...] = (  # the dims first: an operator has shapes when it has them
     Field("Input Dims", "input_dims"),
     Field("Input type", "input_types"),

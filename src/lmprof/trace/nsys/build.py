@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from lmprof.errors import DataError
+from lmprof.trace.fields import HW_COLUMNS, ID_COLUMNS
 from lmprof.trace.frame import Frame, str_labels
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nsys import FORMAT
@@ -44,8 +45,6 @@ from lmprof.trace.nsys.schema import DRIVER_CLASS, KERNEL, MEMCPY, MEMSET, NVTX,
 CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", nm.OPERATOR, nm.ANNOTATION)
 _CAT = {c: i for i, c in enumerate(CATS)}
 _DEVICE_CATS = frozenset({_CAT["kernel"], _CAT["gpu_memcpy"], _CAT["gpu_memset"]})
-_HW = ("registers", "shared_memory", "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes")  # load.TraceTable.hw_cols
-_ARGS = ("correlation", "external_id", "seq", "stream", "device")  # load.TraceTable's id columns
 # More than this share of names that do not resolve: the export is damaged, not worth a report
 _MAX_UNRESOLVED = 0.1
 
@@ -178,7 +177,7 @@ def _none(n: int) -> np.ndarray:
 
 
 def _args(n: int, **given: np.ndarray) -> dict[str, np.ndarray]:
-    return {a: given.get(a, _none(n)) for a in _ARGS}
+    return {a: given.get(a, _none(n)) for a in ID_COLUMNS}
 
 
 def _process_ids(global_ids: np.ndarray) -> np.ndarray:
@@ -244,7 +243,7 @@ def _device_part(c: dict[str, np.ndarray], names: np.ndarray, cat: str, launch: 
                  hw: dict[str, np.ndarray]) -> _Part:
     n = len(c["start"])
     dev, stream = c["deviceId"], c["streamId"]
-    full = {f: hw.get(f, np.full(n, np.nan)) for f in _HW}
+    full = {f: hw.get(f, np.full(n, np.nan)) for f in HW_COLUMNS}
     return _Part(c["start"], c["end"], names, np.full(n, _CAT[cat], dtype=np.int32), dev.copy(), stream.copy(),
                  _device_process(c["globalPid"], c["correlationId"], launch),
                  _args(n, correlation=c["correlationId"], stream=stream, device=dev), full)
@@ -307,7 +306,7 @@ def _table(p: Path, parts: list[_Part], proc: int, notes: list[str], devices: di
         "ts": start[order] / 1e3,
         "dur": (end - start)[order] / 1e3,
     }
-    for a in _ARGS:
+    for a in ID_COLUMNS:
         cols[a] = np.concatenate([x.args[a][k] for x, k in mine])[order]
     events = Frame(cols, {"name": str_labels(list(labels)), "cat": str_labels(list(CATS))})
     if events.empty:
@@ -337,16 +336,17 @@ def _codes(names: np.ndarray, labels: dict[str, int]) -> np.ndarray:
 def _hw_frame(mine: list[tuple[_Part, np.ndarray]], inverse: np.ndarray) -> Frame:
     """Rows (in the sorted table) of the device events with a register count or a byte count."""
     base = 0
-    rows, cols = [], {f: [] for f in _HW}  # type: ignore[var-annotated]
+    rows, cols = [], {f: [] for f in HW_COLUMNS}  # type: ignore[var-annotated]
     for x, k in mine:
         n = int(k.sum())
         if x.hw:
-            sel = {f: x.hw[f][k] for f in _HW}
+            sel = {f: x.hw[f][k] for f in HW_COLUMNS}
             keep = ~np.isnan(sel["registers"]) | ~np.isnan(sel["nbytes"])
             rows.append(inverse[base + np.flatnonzero(keep)])
-            for f in _HW:
+            for f in HW_COLUMNS:
                 cols[f].append(sel[f][keep])
         base += n
     r = np.concatenate(rows) if rows else _none(0)
     order = np.argsort(r, kind="stable")
-    return Frame({"row": r[order], **{f: (np.concatenate(cols[f]) if cols[f] else np.zeros(0))[order] for f in _HW}})
+    return Frame({"row": r[order],
+                  **{f: (np.concatenate(cols[f]) if cols[f] else np.zeros(0))[order] for f in HW_COLUMNS}})
