@@ -142,7 +142,7 @@ def _step_dead(table: TraceTable, rows: np.ndarray, codes: np.ndarray, first_ts:
     event launched from it (its runtime call starts inside the step, as steps.parquet counts)."""
     cats = table.event_cols.labels("name")
     lut = np.full(len(cats) + 1, -1, dtype=np.int64)  # name code -> step number (-1: not a step; code -1 too)
-    for c in np.unique(codes[codes >= 0]).tolist():
+    for c in groups.distinct(codes[codes >= 0]).tolist():
         n = kinds.step_number(str(cats[c]))
         lut[c] = -1 if n is None else n
     number = lut[codes]
