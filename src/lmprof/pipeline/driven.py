@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal
 
 import torch
 
+from lmprof import progress
 from lmprof.config import MeasureSpec
 from lmprof.hardware.devices import Device
 from lmprof.measure.compile_events import CompileWatch
@@ -45,13 +46,23 @@ def driven_session(
     return session
 
 
+def steps_planned(session: Session) -> int:
+    """The steps a driven session takes: warm-up (the figures step included), clean, the profiler's
+    warm-up step, profiled (a FLOPs step, where one is taken, makes one more: progress says so)."""
+    spec = session.spec
+    return (spec.warmup or 0) + (spec.steps or 0) + 1 + (spec.profile_steps or 0)
+
+
 def drive_steps(session: Session, step: Callable[[], object]) -> None:
     """Run training steps until the session's profiled window is complete."""
     with stopped_on_error(session):
         session.begin()
+        done, planned = 0, steps_planned(session)
         while not (session.collected or session.done):
             step()
             session.boundary()
+            done += 1
+            progress.report("step", done, planned)
 
 
 @contextlib.contextmanager
@@ -69,7 +80,9 @@ def close(session: Session, stopwatch: Callable[[], dict[Any, float]]) -> Run:
     """After the profiled window: the stopwatch pass (``stopwatch()``, attribution's check), then the
     session's end; the Run (not yet saved)."""
     with stopped_on_error(session):
+        progress.report("timing each block (attribution's check)")
         session.stopwatch = stopwatch()
+        progress.report("reading the trace, attributing blocks")
         session.finish(None)
     if session.run is None:  # a driven session raises its failures: this is a protocol bug, said plainly
         raise RuntimeError(f"lmprof's session ended without a run: {session.message}")

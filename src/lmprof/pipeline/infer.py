@@ -10,7 +10,8 @@ import torch
 from lmprof.config import InferConfig, MeasureSpec
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.budget import check_duration
-from lmprof.pipeline.driven import close, driven_session, stopped_on_error
+from lmprof import progress
+from lmprof.pipeline.driven import close, driven_session, steps_planned, stopped_on_error
 from lmprof.pipeline.protocol import incomplete_until_saved, run_folder
 from lmprof.pipeline.usercode.session import Generation as Timed
 from lmprof.pipeline.usercode.session import Known, Session
@@ -53,6 +54,7 @@ def _drive(session: Session, work: InferWorkload) -> Generation:
     """Generate until the session's profiled window is complete; the last generation."""
     B, T = work.prompt.size(0), work.prompt.size(1)
     last: Generation | None = None
+    done, planned = 0, steps_planned(session)
     with stopped_on_error(session):
         while not (session.collected or session.done):
             session.generation_begin()
@@ -60,6 +62,8 @@ def _drive(session: Session, work: InferWorkload) -> Generation:
             session.generation_end(Timed(prefill_s=last.prefill_s, decode_s=last.decode_s,
                                          e2e_s=last.prefill_s + sum(last.decode_s), batch=B, prompt_len=T,
                                          forwards=work.new_tokens))
+            done += 1
+            progress.report("generation", done, planned)
     assert last is not None
     return last
 
