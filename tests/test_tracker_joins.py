@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lmprof.record.run import Run
+from lightning_fixtures import tiny_module
 from mlflow_store import fresh_db, search
 
 from lazy_imports import missing  # noqa: E402
@@ -95,20 +96,6 @@ def test_lightning_mlflow_logger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     from lmprof.integrations import LightningCallback
 
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            (x,) = batch
-            loss = self.net(x).pow(2).mean()
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
     monkeypatch.chdir(tmp_path)
     uri = fresh_db(tmp_path / "store")
     torch.manual_seed(0)
@@ -119,7 +106,7 @@ def test_lightning_mlflow_logger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     trainer = pl.Trainer(max_steps=8, accelerator="cpu", devices=1, logger=logger, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                          callbacks=[cb], log_every_n_steps=1)
-    trainer.fit(Tiny(), loader)
+    trainer.fit(tiny_module(), loader)
     assert "failed" not in capsys.readouterr().err
     run = Run.load(cb.folder)
     df = search(uri, "mine")

@@ -22,6 +22,7 @@ import pytest
 from export_fixtures import write_run
 from lmprof.cli.main import main
 from lmprof.record.run import Run
+from lightning_fixtures import tiny_module
 from mlflow_store import file_store, fresh_db, search
 
 from lazy_imports import Lazy, missing  # noqa: E402
@@ -154,20 +155,6 @@ def test_lightning_callback_logs_into_the_open_mlflow_run_and_tensorboard_logger
 
     from lmprof.integrations import LightningCallback
 
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            (x,) = batch
-            loss = self.net(x).pow(2).mean()
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
     torch.manual_seed(0)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 16)), batch_size=4)
     cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=3, profile_steps=1, verbose=False, report=False,
@@ -180,7 +167,7 @@ def test_lightning_callback_logs_into_the_open_mlflow_run_and_tensorboard_logger
     try:
         with mlflow.start_run(run_name="users-own") as mine:
             mlflow.log_param("lr", 0.01)
-            trainer.fit(Tiny(), loader)
+            trainer.fit(tiny_module(), loader)
             active = mlflow.active_run()
             assert active is not None and active.info.run_id == mine.info.run_id  # left open for the user
     finally:

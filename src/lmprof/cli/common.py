@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -96,10 +97,13 @@ class _Status:
 @contextlib.contextmanager
 def progress_status(what: str, every_s: float = 10.0) -> Iterator[None]:
     """Show ``what`` and how far it has come (:mod:`lmprof.progress`) while the block runs: a live status
-    line on a terminal, plain lines on stderr otherwise, so a CI log is never silent for minutes."""
+    line on a terminal, plain lines on stderr otherwise, so a CI log is never silent for minutes.
+    ``LMPROF_PROGRESS=0`` keeps the plain lines out (the spinner stays)."""
     from lmprof import progress
 
-    if console.is_terminal:
+    if os.environ.get("LMPROF_PROGRESS", "").strip() == "0" and not console.is_terminal:
+        yield
+    elif console.is_terminal:
         with console.status(f"{what}...") as live, progress.listening(_Status(what, live, every_s)):
             yield
     else:  # no opening line: a refusal before the first step stays the one line it is
