@@ -68,12 +68,15 @@ def _eta(seconds: float) -> str:
 class _Status:
     """What a long command shows while it works: its stage, step i/N and an ETA (the mean time of the
     stage's items so far times those left), on the live status line of a terminal or as plain lines on
-    stderr (a log: one line per stage, then at most one each ``every_s`` seconds)."""
+    stderr (a log). In a log, work shorter than ``quiet_s`` prints nothing (a quick run, or one refused
+    or interrupted at once, keeps its one line); after that, a line at each stage and at most one each
+    ``every_s`` seconds within one."""
 
-    def __init__(self, what: str, live: Any, every_s: float):
-        self.what, self.live, self.every_s = what, live, every_s
+    def __init__(self, what: str, live: Any, every_s: float, quiet_s: float = 5.0):
+        self.what, self.live, self.every_s, self.quiet_s = what, live, every_s, quiet_s
         self.stage: str | None = None
-        self.t_stage = self.t_line = self.t_prev = time.monotonic()
+        self.t0 = self.t_stage = self.t_prev = time.monotonic()
+        self.t_line: float | None = None
 
     def __call__(self, event: Any) -> None:
         now = time.monotonic()
@@ -89,7 +92,10 @@ class _Status:
                 text += f", ~{_eta((now - self.t_stage) / event.done * left)} left"
         if self.live is not None:
             self.live.update(text + "...")
-        elif new_stage or now - self.t_line >= self.every_s or event.done == event.total:
+            return
+        if now - self.t0 < self.quiet_s:
+            return
+        if self.t_line is None or new_stage or now - self.t_line >= self.every_s or event.done == event.total:
             self.t_line = now
             print(f"lmprof: {text}", file=sys.stderr, flush=True)
 
