@@ -45,6 +45,7 @@ def fresh_mlflow(monkeypatch: pytest.MonkeyPatch) -> Any:
     mlflow.set_tracking_uri(None)
 
 
+@pytest.mark.slow  # imports the Trainer (transformers, accelerate): seconds where no earlier test did
 def test_hf_trainer_report_to_mlflow_and_tensorboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      fresh_mlflow: Any, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed")
