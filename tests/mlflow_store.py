@@ -12,6 +12,7 @@ import atexit
 import functools
 import gzip
 import shutil
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,17 @@ def _create(db: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()  # creates the tables, migrated
+    _default_artifacts(db, Path("mlruns") / "0")  # no trace of the folder it was made in
+
+
+def _default_artifacts(db: Path, where: Path) -> None:
+    """Point the Default experiment's artifacts (MLflow stores the path it had at creation) at ``where``."""
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (str(where),))
+    finally:
+        con.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +62,7 @@ def fresh_db(folder: Path, name: str = "mlflow.db") -> str:
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / name
     shutil.copyfile(_template(), db)
+    _default_artifacts(db, folder.resolve() / "mlruns" / "0")  # beside the database, never the working folder
     return f"sqlite:///{db}"
 
 
