@@ -1,6 +1,8 @@
 """Sweeps on a local Ray instance: results flow back into the same store; failures stay per point."""
 from __future__ import annotations
 
+import signal
+
 import pandas as pd
 import pytest
 
@@ -26,6 +28,7 @@ def test_ray_sweep_commits_every_point_and_isolates_a_failure(tmp_path):
     s = spec(models=[{"name": "mini", "n_layer": 1, "n_head": 2, "n_embd": 32},
                      {"name": "bad", "n_layer": 1, "n_head": 3, "n_embd": 32}])
     ex = RayExecutor(init_kwargs={"num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 1024 * 1024})
+    before = signal.getsignal(signal.SIGTERM)
     summary = run_sweep(s, tmp_path / "out", executor=ex)
     assert summary.counts == {"ok": 1, "error": 1}
     df = load_results(tmp_path / "out")
@@ -33,6 +36,7 @@ def test_ray_sweep_commits_every_point_and_isolates_a_failure(tmp_path):
     assert by_model == {"mini": "ok", "bad": "error"}
     assert "divisible" in df.loc[df["model"] == "bad", "message"].iloc[0]
     assert not ray.is_initialized()  # the executor shut down the Ray it started
+    assert signal.getsignal(signal.SIGTERM) is before  # and left the process's SIGTERM handler as it was
     # One node of 2 CPUs: each point had the whole node, one at a time (each worker's own start and end,
     # to the store's second), the run on 2 threads as its record says (Ray alone would have run both
     # points at once, on one thread each).

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -84,6 +86,9 @@ class RayExecutor:
     ) -> Iterator[tuple[AnyPoint, Outcome]]:
         ray = _ray()
         started_here = not ray.is_initialized()
+        # ray.init installs its own SIGTERM handler in the driver and leaves it there: the sweep's (SIGTERM
+        # as Ctrl-C, running points put back to pending) and the caller's are restored.
+        on_term = signal.getsignal(signal.SIGTERM) if _main_thread() else None
         if started_here:
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
@@ -91,6 +96,8 @@ class RayExecutor:
             except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
                 raise LmprofError(f"cannot start or reach Ray at {self.address or 'a local instance'}: "
                                   f"{str(exc).splitlines()[0]}") from None
+            finally:
+                _restore(on_term)
         remote = ray.remote(_task)
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
         pending: dict[Any, AnyPoint] = {}
@@ -117,3 +124,13 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             if started_here:
                 ray.shutdown()
+                _restore(on_term)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _restore(handler: Any) -> None:
+    if handler is not None and _main_thread():
+        signal.signal(signal.SIGTERM, handler)
