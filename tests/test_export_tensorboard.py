@@ -36,6 +36,9 @@ def test_scalars_equal_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert scalars["memory.peak_B"] == pytest.approx(123456789.0, rel=1e-7)  # float32 in event files
     assert scalars["params"] == pytest.approx(834432.0)
     assert not any(t.startswith("energy") for t in scalars)
+    # Each block's time a scalar of its own (the fixture's 12.5 ms x 0.25 and x 0.75).
+    assert scalars["blocks/attn.qkv/forward_ms"] == pytest.approx(3.125)
+    assert scalars["blocks/mlp.fc/backward_ms"] == pytest.approx(9.375)
     # Plots: the PNG bytes as written.
     img = acc.Images("plots/roofline")[0]
     assert img.encoded_image_string == png_bytes() and (img.width, img.height) == (3, 2)
@@ -48,6 +51,16 @@ def test_scalars_equal_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # The report and trace beside the events.
     assert (tmp_path / "tb" / "run-a" / "artifacts" / "report.html").is_file()
     assert (tmp_path / "tb" / "run-a" / "artifacts" / "trace.json.gz").is_file()
+
+
+def test_a_second_export_replaces_the_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = write_run(tmp_path / "run-a")
+    for _ in range(2):
+        assert main(["export", str(run_dir), "--to", "tensorboard", "--dest", str(tmp_path / "tb")]) == 0
+    assert "(updated)" in capsys.readouterr().out
+    logdir = tmp_path / "tb" / "run-a"
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
+    assert len(_load(logdir).Scalars("step_time_ms")) == 1  # one point, not one per export
 
 
 def test_sweep_is_one_run_per_point_in_one_group(tmp_path: Path) -> None:
@@ -66,12 +79,18 @@ def test_not_a_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_log_to_on_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lmprof import progress
     from lmprof.record.run import Run
 
     monkeypatch.chdir(tmp_path)  # --log-to writes to the tracker's default destination, ./tensorboard
-    assert main(["train", "--preset", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "2", "--warmup",
-                 "1", "--profile-steps", "1", "--energy", "off", "--no-report", "--out", "runs",
-                 "--log-to", "tensorboard"]) == 0
+    seen: list[progress.Progress] = []
+    with progress.listening(seen.append):
+        assert main(["train", "--preset", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "2", "--warmup",
+                     "1", "--profile-steps", "1", "--energy", "off", "--no-report", "--out", "runs",
+                     "--log-to", "tensorboard"]) == 0
+    # Progress (tests/test_progress.py draws it): warm-up 1 + the figures step + 2 clean + the profiler's
+    # warm-up + 1 profiled, each counted.
+    assert [(e.done, e.total) for e in seen if e.stage == "step"] == [(i, 6) for i in range(1, 7)]
     (run_dir,) = (tmp_path / "runs").iterdir()
     run = Run.load(run_dir)
     acc = _load(tmp_path / "tensorboard" / run.id)

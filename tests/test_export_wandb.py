@@ -93,6 +93,7 @@ def test_offline_run_equals_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert history["tokens_per_s"] == truth.metrics["tokens_per_s"].value
     assert history["mfu_pct"] == 12.25 and history["memory.peak_B"] == 123456789.0
     assert "energy.total_J" not in history
+    assert history["blocks/attn.qkv/forward_ms"] == 3.125 and history["blocks/mlp.fc/backward_ms"] == 9.375
     assert history["blocks"]["_type"] == "table-file" and history["plots/roofline"]["_type"] == "image-file"
     # The table file wandb wrote holds the blocks as run.json has them.
     table = json.loads((wandb_file.parent / "files" / history["blocks"]["path"]).read_text())
@@ -102,6 +103,12 @@ def test_offline_run_equals_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     art = next(r.artifact for r in records if r.WhichOneof("record_type") == "artifact"
                and r.artifact.type == "lmprof-run")
     assert {"report.html", "trace.json.gz", "run.json"} <= {e.path for e in art.manifest.contents}
+    # A second export resumes the same W&B run (offline: another folder with the same id, which
+    # `wandb sync` uploads into the one run).
+    assert main(["export", str(run_dir), "--to", "wandb", "--dest", str(tmp_path / "wb"), "--project", "proj"]) == 0
+    assert "(updated)" in capsys.readouterr().out
+    folders = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and {f.name.rsplit("-", 1)[1] for f in folders} == {run_rec.run_id}
 
 
 def test_reader_leaves_out_a_torn_tail(tmp_path: Path) -> None:

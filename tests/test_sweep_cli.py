@@ -48,6 +48,10 @@ def test_results_table_and_exports(cli, tmp_path):
     assert code == 0, err
     assert "16 points" in out and "14 ok, 1 oom, 1 timeout" in out.replace("\n", " ")
     assert "oom" in out and "out of memory" in out  # the reason of each failed point
+    # The store's noisy flag is a column: the one noisy run of the fake sweep (sweep_fakes.NOISY) is marked.
+    header = next(line for line in out.splitlines() if " status " in line)
+    assert header.split()[:3] == ["id", "status", "noisy"] and out.count("NOISY") == 2  # its row, the count
+    assert "1 NOISY" in out
     csv, parquet = tmp_path / "all.csv", tmp_path / "all.parquet"
     code, out, err = cli("results", tmp_path, "--csv", csv, "--parquet", parquet)
     assert code == 0, err

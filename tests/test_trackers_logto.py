@@ -22,6 +22,8 @@ import pytest
 from export_fixtures import write_run
 from lmprof.cli.main import main
 from lmprof.record.run import Run
+from lightning_fixtures import tiny_module
+from mlflow_store import file_store, fresh_db, search
 
 from lazy_imports import Lazy, missing  # noqa: E402
 
@@ -44,6 +46,7 @@ sys.exit(5)
 def _file_store(monkeypatch: pytest.MonkeyPatch) -> None:
     # MLflow 3 refuses to read a file store without it (lmprof sets it only while it writes one).
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
 def _scalars(logdir: Path) -> dict[str, float]:
@@ -54,18 +57,10 @@ def _scalars(logdir: Path) -> dict[str, float]:
     return {tag: acc.Scalars(tag)[0].value for tag in acc.Tags()["scalars"]}
 
 
-def _search(store: Path, experiment: str) -> Any:
-    mlflow.set_tracking_uri(store.resolve().as_uri())
-    try:
-        return mlflow.search_runs(experiment_names=[experiment])
-    finally:
-        mlflow.set_tracking_uri(None)
-
-
-def _lmprof_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _lmprof_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "t.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run([sys.executable, "-m", "lmprof", "run", "--steps", "3", "--warmup", "1", "--profile-steps",
                            "1", "--no-report", "--out", "runs", *args, str(script), "--lr", "3e-4"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
@@ -73,14 +68,15 @@ def _lmprof_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_run_log_to_tensorboard_and_mlflow_equals_run_json(tmp_path: Path) -> None:
-    proc = _lmprof_run(tmp_path, "--log-to", "tensorboard", "--log-to", "mlflow")
+    uri = fresh_db(tmp_path / "store")  # where MLFLOW_TRACKING_URI points: --log-to mlflow goes there
+    proc = _lmprof_run(tmp_path, "--log-to", "tensorboard", "--log-to", "mlflow", env={"MLFLOW_TRACKING_URI": uri})
     assert proc.returncode == 5, proc.stderr  # the script's own exit code
     assert proc.stdout == "out: ['--lr', '3e-4']\n"  # and its stdout, nothing of lmprof's or a tracker's
     (folder,) = (tmp_path / "runs").iterdir()
     run = Run.load(folder)
     step_ms = run.metrics["step_time"].value
     assert _scalars(tmp_path / "tensorboard" / run.id)["step_time_ms"] == pytest.approx(step_ms, rel=1e-6)
-    df = _search(tmp_path / "mlruns", "lmprof")
+    df = search(uri, "lmprof")
     assert len(df) == 1 and df.loc[0, "tags.mlflow.runName"] == run.id
     assert df.loc[0, "metrics.step_time_ms"] == pytest.approx(step_ms)
     from lmprof.trackers.content import metric_name
@@ -126,6 +122,8 @@ def test_sweep_log_to_is_one_tracker_run_per_point_in_one_group(tmp_path: Path,
 
     monkeypatch.setattr(runner, "LocalExecutor", _FakeExecutor)
     monkeypatch.chdir(tmp_path)
+    uri = fresh_db(tmp_path / "store")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     spec = tmp_path / "s.yaml"
     spec.write_text("models: [tiny]\nbatch_sizes: [1, 2]\ndevices: [cpu]\n")
     assert main(["sweep", str(spec), "--out", "my-sweep", "--log-to", "tensorboard", "--log-to", "mlflow"]) == 0
@@ -134,12 +132,12 @@ def test_sweep_log_to_is_one_tracker_run_per_point_in_one_group(tmp_path: Path,
     truth = {p.parent.name: Run.load(p.parent).metrics["step_time"].value for p in points}
     for pid, ms in truth.items():
         assert _scalars(tmp_path / "tensorboard" / "my-sweep" / pid)["step_time_ms"] == pytest.approx(ms)
-    df = _search(tmp_path / "mlruns", "my-sweep")  # the group: one experiment named after the sweep
+    df = search(uri, "my-sweep")  # the group: one experiment named after the sweep
     got = dict(zip(df["tags.lmprof.run_id"], df["metrics.step_time_ms"]))
     assert got == pytest.approx(truth)
     # A resumed sweep runs nothing new, so it logs nothing again.
     assert main(["sweep", str(spec), "--out", "my-sweep", "--resume", "--log-to", "mlflow"]) == 0
-    assert len(_search(tmp_path / "mlruns", "my-sweep")) == 2
+    assert len(search(uri, "my-sweep")) == 2
 
 
 def test_sweep_unknown_tracker_is_refused_before_any_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,20 +155,6 @@ def test_lightning_callback_logs_into_the_open_mlflow_run_and_tensorboard_logger
 
     from lmprof.integrations import LightningCallback
 
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            (x,) = batch
-            loss = self.net(x).pow(2).mean()
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
     torch.manual_seed(0)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 16)), batch_size=4)
     cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=3, profile_steps=1, verbose=False, report=False,
@@ -183,7 +167,7 @@ def test_lightning_callback_logs_into_the_open_mlflow_run_and_tensorboard_logger
     try:
         with mlflow.start_run(run_name="users-own") as mine:
             mlflow.log_param("lr", 0.01)
-            trainer.fit(Tiny(), loader)
+            trainer.fit(tiny_module(), loader)
             active = mlflow.active_run()
             assert active is not None and active.info.run_id == mine.info.run_id  # left open for the user
     finally:
@@ -191,7 +175,7 @@ def test_lightning_callback_logs_into_the_open_mlflow_run_and_tensorboard_logger
     assert "failed" not in capsys.readouterr().err
     run = Run.load(cb.folder)
     step_ms = run.metrics["step_time"].value
-    df = _search(tmp_path / "mlruns", "Default")
+    df = search(file_store(tmp_path / "mlruns"), "Default")
     assert len(df) == 1 and df.loc[0, "tags.mlflow.runName"] == "users-own"  # no run of lmprof's own
     assert df.loc[0, "metrics.lmprof/step_time_ms"] == pytest.approx(step_ms)
     assert df.loc[0, "params.lr"] == "0.01" and df.loc[0, "tags.lmprof.run_id"] == run.id
@@ -207,13 +191,14 @@ def test_callback_logging_into_the_open_wandb_run(tmp_path: Path, monkeypatch: p
     from test_export_wandb import read_records
 
     from lmprof.trackers.export import log_quietly
+    from lmprof.trackers.joins import Joins
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     folder = write_run(tmp_path / "run-a", step_ms=12.5)
     wb = wandb.init(project="users", name="users-own", dir=str(tmp_path), mode="offline")
     try:
         wb.log({"train_loss": 1.0})
-        (line,) = log_quietly(folder, ["wandb"], open_run=True)
+        (line,) = log_quietly(folder, ["wandb"], joins=Joins())
         assert wandb.run is wb and "the open run" in line
     finally:
         wb.finish()

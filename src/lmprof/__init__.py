@@ -42,4 +42,9 @@ def __getattr__(name: str) -> Any:
         from lmprof.show.summary import render_text
 
         return render_text  # lmprof.summary(run): the terminal summary as plain text
-    raise AttributeError(name)
+    raise AttributeError(f"module 'lmprof' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names plus the lazily loaded API (``dir(lmprof)``, tab completion in a REPL)."""
+    return sorted({n for n in globals() if n.startswith("__")} | set(__all__))

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -55,6 +58,63 @@ def interruptible() -> Iterator[None]:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _eta(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s} s" if s < 90 else f"{s // 60} min {s % 60:02d} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class _Status:
+    """What a long command shows while it works: its stage, step i/N and an ETA (the mean time of the
+    stage's items so far times those left), on the live status line of a terminal or as plain lines on
+    stderr (a log). In a log, work shorter than ``quiet_s`` prints nothing (a quick run, or one refused
+    or interrupted at once, keeps its one line); after that, a line at each stage and at most one each
+    ``every_s`` seconds within one."""
+
+    def __init__(self, what: str, live: Any, every_s: float, quiet_s: float = 5.0):
+        self.what, self.live, self.every_s, self.quiet_s = what, live, every_s, quiet_s
+        self.stage: str | None = None
+        self.t0 = self.t_stage = self.t_prev = time.monotonic()
+        self.t_line: float | None = None
+
+    def __call__(self, event: Any) -> None:
+        now = time.monotonic()
+        new_stage = event.stage != self.stage
+        if new_stage:  # the stage's first item began when the previous report came
+            self.stage, self.t_stage = event.stage, self.t_prev
+        self.t_prev = now
+        text = f"{self.what}: {event.stage}"
+        if event.done is not None and event.total:
+            text += f" {event.done}/{event.total}"
+            left = event.total - event.done
+            if left > 0 and event.done > 0:
+                text += f", ~{_eta((now - self.t_stage) / event.done * left)} left"
+        if self.live is not None:
+            self.live.update(text + "...")
+            return
+        if now - self.t0 < self.quiet_s:
+            return
+        if self.t_line is None or new_stage or now - self.t_line >= self.every_s or event.done == event.total:
+            self.t_line = now
+            print(f"lmprof: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def progress_status(what: str, every_s: float = 10.0) -> Iterator[None]:
+    """Show ``what`` and how far it has come (:mod:`lmprof.progress`) while the block runs: a live status
+    line on a terminal, plain lines on stderr otherwise, so a CI log is never silent for minutes.
+    ``LMPROF_PROGRESS=0`` keeps the plain lines out (the spinner stays)."""
+    from lmprof import progress
+
+    if os.environ.get("LMPROF_PROGRESS", "").strip() == "0" and not console.is_terminal:
+        yield
+    elif console.is_terminal:
+        with console.status(f"{what}...") as live, progress.listening(_Status(what, live, every_s)):
+            yield
+    else:  # no opening line: a refusal before the first step stays the one line it is
+        with progress.listening(_Status(what, None, every_s)):
+            yield
 
 
 def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, log_to_trackers, merged, plots_wanted, write_report
+from lmprof.cli.common import (console, interruptible, log_to_trackers, merged, plots_wanted, progress_status,
+                               write_report)
 from lmprof.counts import default_help
 
 
@@ -88,7 +89,7 @@ def infer(
     kind = resolve_device(cfg.device).kind
     what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
             f" + {cfg.new_tokens} new tokens")
-    with interruptible(), console.status("profiling generation..."), oom_guard(what, gpt_fit(cfg, kind), kind):
+    with interruptible(), progress_status("profiling generation"), oom_guard(what, gpt_fit(cfg, kind), kind):
         run, folder = run_inference(cfg)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)

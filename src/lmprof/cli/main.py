@@ -30,9 +30,18 @@ def _register_verbs() -> None:
     from lmprof.cli.app import app
 
     if not app.registered_callback:
+        import typer
+
+        def _version(value: bool) -> None:
+            if value:
+                from lmprof.version import __version__
+
+                typer.echo(f"lmprof {__version__}")
+                raise typer.Exit(0)
 
         @app.callback()
-        def _root() -> None:
+        def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                               help="Print lmprof's version and exit")) -> None:
             """Profile, explain and compare transformer language models in PyTorch."""
 
     for mod in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
@@ -150,6 +159,8 @@ def _run_typer(argv: list[str] | None, args: list[str]) -> int:
     except MemoryError:
         print("lmprof: error: out of memory (Python could not allocate more): try smaller sizes", file=sys.stderr)
         return _exit(2, argv)
+    except SystemExit as exc:  # typer's --show/--install-completion leave with sys.exit
+        return _exit(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, argv)
     except Exception as exc:
         # typer vendors click in recent versions: recognise its usage errors by shape, not by class.
         if type(exc).__name__ == "NoArgsIsHelpError":

@@ -68,11 +68,15 @@ def results(
     df["dev"] = df["device_resolved"].where(df["device_resolved"].notna(), df["device"])
     figures = [f for f in _FIGURES if f[0] in df.columns and df[f[0]].notna().any()]
     axes = [(c, h) for c, h in _AXES if df[c].nunique(dropna=False) > 1] or [("model", "model")]
+    # The run's own verdict on its timing (run.json "noisy"): its figures are not to be compared as they are.
+    noisy = "noisy" in df.columns and bool(df["noisy"].notna().any())
     failed = bool((df["status"] != "ok").any())
     table = Table(title=f"Sweep {sweep_dir}: {len(df)} points", title_justify="left", box=box.SIMPLE_HEAD,
                   collapse_padding=True, pad_edge=False)
     table.add_column("id", no_wrap=True)
     table.add_column("status", no_wrap=True)
+    if noisy:
+        table.add_column("noisy", no_wrap=True)
     for col, header in axes:
         table.add_column(header, justify="right" if col in ("batch_size", "seq_len") else "left", no_wrap=True,
                          min_width=max(len(header), 4))
@@ -81,7 +85,9 @@ def results(
     for _, r in df.iterrows():
         style = _STYLE.get(r["status"], "white")
         cells = [str(r[c]) if c != "compile" else ("yes" if r[c] else "no") for c, _ in axes]
-        row = [r["id"], Text(str(r["status"]), style=style), *cells, *[_cell(r[col], unit) for col, _, unit in figures]]
+        mark = [("NOISY" if r["noisy"] == 1 else "")] if noisy else []
+        row = [r["id"], Text(str(r["status"]), style=style), *mark, *cells,
+               *[_cell(r[col], unit) for col, _, unit in figures]]
         table.add_row(*row)
     console.print(table)
     fixed = [f"{h} {df[c].iloc[0] if c != 'compile' else ('yes' if df[c].iloc[0] else 'no')}"
@@ -95,3 +101,6 @@ def results(
                           soft_wrap=True)
     counts = df["status"].value_counts()
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if noisy and (df["noisy"] == 1).any():
+        console.print(f"{int((df['noisy'] == 1).sum())} NOISY: timed while the machine was busy; their figures "
+                      "are not comparable with the others as they are")

@@ -29,6 +29,9 @@ def sweep(
                                 help="Kept for old scripts: exit code 1 on a failed point is now the default"),
     executor: str = typer.Option("local", "--executor", help="local (one point after another) or ray (Ray tasks)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (e.g. auto); default: a local Ray"),
+    cpus_per_point: Optional[float] = typer.Option(None, "--cpus-per-point", help="With --executor ray: CPUs each point "
+                                                   "reserves, its thread count [default: a whole node, one point at a "
+                                                   "time on it; docs/sweeps.md]"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export each finished point to tensorboard, mlflow or "
                                      "wandb, one tracker run per point in one group (repeatable; docs/trackers.md)"),
 ) -> None:
@@ -47,10 +50,12 @@ def sweep(
     if executor not in ("local", "ray"):
         raise ConfigError(f"unknown --executor {executor!r}: use local or ray")
     runner_executor = None
+    if cpus_per_point is not None and executor != "ray":
+        raise ConfigError("--cpus-per-point is for --executor ray (the local executor runs one point at a time)")
     if executor == "ray":
         from lmprof.sweep.ray_executor import RayExecutor
 
-        runner_executor = RayExecutor(address)
+        runner_executor = RayExecutor(address, cpus_per_point=cpus_per_point)
     sweep_spec = load_spec(spec)
     if not dry_run:
         check_output_dir(out, "--out")

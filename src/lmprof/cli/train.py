@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import console, interruptible, log_to_trackers, merged, plots_wanted, write_report
+from lmprof.cli.common import (console, interruptible, log_to_trackers, merged, plots_wanted, progress_status,
+                               write_report)
 from lmprof.counts import default_help
 
 
@@ -90,7 +91,7 @@ def train(
 
     kind = resolve_device(cfg.device).kind
     what = f"training {cfg.label()} at batch {cfg.batch_size}" + (f" x {cfg.seq_len} tokens" if cfg.seq_len else "")
-    with interruptible(), console.status("profiling training steps..."), oom_guard(what, gpt_fit(cfg, kind), kind):
+    with interruptible(), progress_status("profiling training steps"), oom_guard(what, gpt_fit(cfg, kind), kind):
         run, folder = run_training(cfg, out_dir=run_dir)
     render(run, console, folder=str(folder))
     write_report(run, folder, report)

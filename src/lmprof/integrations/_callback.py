@@ -41,10 +41,10 @@ class SessionCallback:
         session.begin()
         return session
 
-    def _end_training(self, tensorboard_dir: str | Path | None = None) -> None:
+    def _end_training(self, joins: Any = None) -> None:
         """The framework's training ended: write what was measured (if the run is not written yet), then
-        log the run to the trackers in ``log_to`` — into the run the user's tracker has open when there
-        is one (``tensorboard_dir``: the framework's TensorBoard log folder)."""
+        log the run to the trackers in ``log_to`` — into the runs the user's framework opened
+        (``joins``: a :class:`lmprof.trackers.joins.Joins`) or the run a tracker has open."""
         s = self.session
         if s is None:
             return
@@ -54,9 +54,10 @@ class SessionCallback:
         folder = self.folder
         if self.log_to and folder is not None:
             from lmprof.trackers.export import log_quietly
+            from lmprof.trackers.joins import Joins
 
             # A tracker's failure is one line on stderr inside log_quietly: training has ended normally.
-            for line in log_quietly(folder, self.log_to, open_run=True, tensorboard_dir=tensorboard_dir):
+            for line in log_quietly(folder, self.log_to, joins=joins or Joins()):
                 if s.spec.verbose:
                     print(f"lmprof: logged to {line}", file=sys.stderr)
 

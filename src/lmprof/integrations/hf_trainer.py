@@ -44,6 +44,10 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
         opt = kwargs.get("optimizer")
         self.spec.label = type(unwrap(model)[0]).__name__
         self._start(self.spec, model, [opt] if opt is not None else [])  # accelerate wraps the optimizer
+        if self.log_to:  # the Trainer's reporting callbacks have opened their runs by now (and end them first)
+            from lmprof.trackers import joins
+
+            self._joins = joins.hf_trainer(args)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         s = self.session
@@ -57,6 +61,6 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        # The Trainer's TensorBoard callback writes to args.logging_dir: lmprof's figures join that run.
-        self._end_training(tensorboard_dir=getattr(args, "logging_dir", None))
+        # lmprof's figures join the runs the Trainer's MLflow and TensorBoard callbacks opened.
+        self._end_training(getattr(self, "_joins", None))
 

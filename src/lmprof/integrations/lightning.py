@@ -106,13 +106,9 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_finding()
-        self._end_training(tensorboard_dir=_tensorboard_dir(trainer))
+        if self.log_to:  # lmprof's figures join the runs of the Trainer's loggers
+            from lmprof.trackers import joins
 
-
-
-def _tensorboard_dir(trainer: Any) -> str | None:
-    """The log folder of the Trainer's TensorBoard logger, if it has one (lmprof's figures join that run)."""
-    for logger in getattr(trainer, "loggers", None) or []:
-        if type(logger).__name__ == "TensorBoardLogger":
-            return str(logger.log_dir)
-    return None
+            self._end_training(joins.lightning(trainer))
+        else:
+            self._end_training()

@@ -5,16 +5,29 @@ process as the local executor (so a crash, OOM or hang still kills only that poi
 the outcome; the driver commits it to the SQLite store as each task finishes. Run folders are
 written where the task runs: on one machine, or with a shared filesystem, they land in the sweep
 folder as usual.
+
+CPU share: by default a point reserves a whole node's CPUs (the smallest node's count), so on one
+node points run one at a time with every core, as the local executor runs them: points measured side
+by side compete for cores and memory bandwidth, and their figures are neither comparable with each
+other nor with a local sweep's. ``cpus_per_point`` reserves that many instead (points then run side by
+side where a node has room). Either way the point's thread count is set to its share
+(``OMP_NUM_THREADS`` and ``torch.set_num_threads``), not left to Ray's default of one thread per
+reserved CPU, whatever the node has.
 """
 from __future__ import annotations
 
+import math
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lmprof.errors import LmprofError
+from lmprof.errors import ConfigError, LmprofError
 from lmprof.sweep.runner import Outcome, _now, run_point
 from lmprof.sweep.spec import AnyPoint, parse_point
+from lmprof.sweep.worker import THREADS_ENV
 
 
 def _ray() -> Any:
@@ -25,29 +38,57 @@ def _ray() -> Any:
     return ray
 
 
-def resources_for(point: AnyPoint, cluster_has_gpu: bool) -> dict[str, float]:
-    """What Ray must reserve for a point: a GPU for CUDA points (and for ``auto`` on a cluster with
-    GPUs, where auto will pick one), else one CPU."""
+def resources_for(point: AnyPoint, cluster_has_gpu: bool, cpus: float = 1) -> dict[str, float]:
+    """What Ray must reserve for a point: ``cpus`` CPUs, and a GPU for CUDA points (and for ``auto`` on
+    a cluster with GPUs, where auto will pick one)."""
     wants_gpu = point.device.startswith("cuda") or (point.device == "auto" and cluster_has_gpu)
-    return {"num_gpus": 1, "num_cpus": 1} if wants_gpu else {"num_gpus": 0, "num_cpus": 1}
+    return {"num_gpus": 1 if wants_gpu else 0, "num_cpus": cpus}
 
 
-def _task(point_json: str, run_dir: str, timeout_s: float, python: str) -> Outcome:
+def cpu_share(node_cpus: list[float], asked: float | None) -> float:
+    """The CPUs a point reserves: ``asked``, else the smallest node's (a whole node: one point at a time
+    on it). :class:`ConfigError` when no node has that many."""
+    nodes = [c for c in node_cpus if c > 0]
+    if not nodes:
+        raise ConfigError("the Ray cluster reports no CPUs")
+    if asked is None:
+        return min(nodes)
+    if not (math.isfinite(asked) and asked > 0):
+        raise ConfigError(f"--cpus-per-point must be a positive number, not {asked:g}")
+    if asked > max(nodes):
+        raise ConfigError(f"--cpus-per-point {asked:g}: no Ray node has that many CPUs (the largest has "
+                          f"{max(nodes):g})")
+    return asked
+
+
+def threads_for(cpus: float) -> int:
+    """A point's thread count for its CPU share (at least one)."""
+    return max(1, int(cpus))
+
+
+def _task(point_json: str, run_dir: str, timeout_s: float, python: str, threads: int) -> Outcome:
+    # Ray sets OMP_NUM_THREADS to the reserved CPUs only when the driver did not: the share is said here.
+    os.environ["OMP_NUM_THREADS"] = os.environ[THREADS_ENV] = str(threads)
     return run_point(parse_point(point_json), Path(run_dir), timeout_s, python)
 
 
 class RayExecutor:
     """Submit every point to a Ray cluster (``address``: "auto", "ray://...", or None for a local one)."""
 
-    def __init__(self, address: str | None = None, init_kwargs: dict[str, Any] | None = None):
+    def __init__(self, address: str | None = None, init_kwargs: dict[str, Any] | None = None,
+                 cpus_per_point: float | None = None):
         self.address = address
         self.init_kwargs = init_kwargs or {}
+        self.cpus_per_point = cpus_per_point  # None: a whole node per point (see the module)
 
     def run(
         self, jobs: list[tuple[AnyPoint, Path]], timeout_s: float, python: str, on_start: Callable[[AnyPoint], None]
     ) -> Iterator[tuple[AnyPoint, Outcome]]:
         ray = _ray()
         started_here = not ray.is_initialized()
+        # ray.init installs its own SIGTERM handler in the driver and leaves it there: the sweep's (SIGTERM
+        # as Ctrl-C, running points put back to pending) and the caller's are restored.
+        on_term = signal.getsignal(signal.SIGTERM) if _main_thread() else None
         if started_here:
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
@@ -55,13 +96,17 @@ class RayExecutor:
             except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
                 raise LmprofError(f"cannot start or reach Ray at {self.address or 'a local instance'}: "
                                   f"{str(exc).splitlines()[0]}") from None
+            finally:
+                _restore(on_term)
         remote = ray.remote(_task)
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
         pending: dict[Any, AnyPoint] = {}
         try:
+            nodes = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+            cpus = cpu_share(nodes, self.cpus_per_point)
             for point, run_dir in jobs:
-                ref = remote.options(**resources_for(point, has_gpu)).remote(
-                    point.model_dump_json(), str(run_dir), timeout_s, python or sys.executable)
+                ref = remote.options(**resources_for(point, has_gpu, cpus)).remote(
+                    point.model_dump_json(), str(run_dir), timeout_s, python or sys.executable, threads_for(cpus))
                 pending[ref] = point
                 on_start(point)
             while pending:
@@ -79,3 +124,13 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             if started_here:
                 ray.shutdown()
+                _restore(on_term)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _restore(handler: Any) -> None:
+    if handler is not None and _main_thread():
+        signal.signal(signal.SIGTERM, handler)

@@ -25,7 +25,8 @@ from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, Store
 from lmprof.sweep import forked, worker
 from lmprof.sweep.lock import sweep_lock, wait_point_free
-from lmprof.sweep.spec import AnyPoint, AnySpec, Plan
+from lmprof.sweep.plan import Plan
+from lmprof.sweep.spec import AnyPoint, AnySpec
 
 RUNS_DIR = "runs"
 FORKSERVER = "forkserver"  # each worker forked from a server with torch imported (sweep/forked.py)
@@ -280,7 +281,7 @@ def run_sweep(
         return _run_locked(spec, plan, out, resume, retry_failed, listener, python, executor)
 
 
-def _run_locked(spec: AnySpec, plan: Plan, out: Path, resume: bool, retry_failed: bool,
+def _run_locked(spec: AnySpec, plan: Plan[AnyPoint], out: Path, resume: bool, retry_failed: bool,
                 listener: SweepListener, python: str, executor: "Executor | None") -> SweepSummary:
     from lmprof.record.run import Run
 

@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
@@ -28,8 +28,7 @@ from lmprof.config import Checked
 from lmprof.errors import LmprofError
 from lmprof.safeyaml import short_repr
 
-if TYPE_CHECKING:  # spec imports this module: Plan and matches are imported where they are used
-    from lmprof.sweep.spec import AnyPoint, Plan
+from lmprof.sweep.plan import Plan, matches
 
 Mode = Literal["train", "infer"]
 ArgValue = str | int | float | bool
@@ -246,13 +245,11 @@ class ScriptSweepSpec(Checked):
         """The ``model`` column: ``name``, else the script's file name without its suffix."""
         return self.name or Path(self.script).stem or "script"
 
-    def expand(self) -> "Plan":
+    def expand(self) -> Plan[ScriptPoint]:
         """The product of ``args``, minus excluded points, times ``repeats``, in a stable order."""
-        from lmprof.sweep.spec import Plan, matches
-
         fixed = [arg_text(x) for x in self.fixed_args]
         names = list(self.args)
-        kept: list[AnyPoint] = []
+        kept: list[ScriptPoint] = []
         excluded = 0
         used = [0] * len(self.exclude)
         for combo in itertools.product(*(self.args[n] for n in names)):

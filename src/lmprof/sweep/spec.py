@@ -27,6 +27,7 @@ from lmprof.errors import ConfigError, LmprofError
 from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
+from lmprof.sweep.plan import Plan, matches
 from lmprof.sweep.script import MAX_POINTS, Mode, ScriptPoint, ScriptSweepSpec
 
 AttentionImpl = Literal["math", "sdpa"]
@@ -358,7 +359,7 @@ class SweepSpec(Checked):
         values["model"] = [m.label for m in self.models]
         return values
 
-    def expand(self) -> "Plan":
+    def expand(self) -> Plan[AnyPoint]:
         """The product, minus excluded points, times ``repeats``, in a stable order."""
         entries = {m.label: m for m in self.models}
         resolved = {label: m.resolved() for label, m in entries.items()}
@@ -406,33 +407,6 @@ def parse_point(text: str) -> AnyPoint:
     """A point from its JSON (point.json): a script point has ``script``, any other a ``model_spec``."""
     point: AnyPoint = POINT.validate_json(text)
     return point
-
-
-class Plan(BaseModel):
-    """An expanded spec: the points to run, how many the rules excluded, rules that matched nothing."""
-
-    points: list[AnyPoint]
-    excluded: int
-    unused_rules: list[dict[str, Any]]
-
-
-def matches(rule: dict[str, Any], where: dict[str, Any]) -> bool:
-    """True when every key of ``rule`` matches the point; a list value matches any of its items."""
-    for key, want in rule.items():
-        options = want if isinstance(want, list) else [want]
-        have = where[key]
-        if not any(_same(have, o) for o in options):
-            return False
-    return True
-
-
-def _same(have: Any, want: Any) -> bool:
-    # YAML gives ints/bools already; strings are compared case-insensitively (`CPU` == `cpu`).
-    if isinstance(have, bool) or isinstance(want, bool):
-        return have is want or (isinstance(want, str) and want.lower() == str(have).lower())
-    if isinstance(have, str) and isinstance(want, str):
-        return have.lower() == want.lower()
-    return bool(have == want)
 
 
 def _hint(word: str, choices: Any) -> str:

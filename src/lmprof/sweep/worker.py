@@ -36,6 +36,7 @@ RESULT_PREFIX = "lmprof.sweep: "
 # The runner's pid, set by the runner for each worker it starts (see _exit_with_parent).
 RUNNER_PID_ENV = "LMPROF_SWEEP_RUNNER_PID"
 FAKE_OOM_ENV = "LMPROF_SWEEP_FAKE_OOM"
+THREADS_ENV = "LMPROF_SWEEP_THREADS"  # the point's thread count, where its executor sets one (Ray)
 # CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.
 OOM_TEXT = re.compile(r"out of memory|can'?t allocate memory|cannot allocate memory|\bOOM\b", re.IGNORECASE)
 
@@ -127,12 +128,23 @@ def _fake_oom(point_id: str) -> None:
         raise oom(f"out of memory (simulated by {FAKE_OOM_ENV} for point {point_id})")
 
 
+def _set_threads() -> None:
+    """The thread count an executor gave the point (``THREADS_ENV``, the Ray executor's CPU share): a
+    worker forked from the sweep's server has torch's thread pool sized when the server imported it."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text.isdigit() and int(text) > 0:
+        import torch
+
+        torch.set_num_threads(int(text))
+
+
 def run_point(point_json: Path, run_dir: Path) -> None:
     """Validate the point into a run config and run it, writing the run record into ``run_dir``."""
     from lmprof.config import TrainConfig, build
     from lmprof.sweep.script import ScriptPoint, run_script_point
     from lmprof.sweep.spec import parse_point
 
+    _set_threads()
     point = parse_point(point_json.read_text())
     if isinstance(point, ScriptPoint):  # the user's script, under its own `lmprof run` (sweep/script.py)
         _fake_oom(point.id)

@@ -7,6 +7,7 @@ names, so the unit goes into the name in a form every tracker accepts.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,18 @@ def figures(run: Run) -> list[Figure]:
             continue
         out.append(Figure(key, metric_name(key, m.unit), float(m.value), m.unit, m.source, m.p10, m.p90, m.n))
     return out
+
+
+def _name_part(text: str) -> str:
+    """One level of a tracker name: what no tracker allows, and ``/`` (a level of its own), as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.\- ]", "_", text) or "_"
+
+
+def block_scalars(run: Run) -> list[tuple[str, float]]:
+    """Each block's time as a scalar a dashboard charts across runs: ``blocks/<block>/<phase>_ms``
+    (``time_ms``, the block's share of the clean step), in run.json's order."""
+    return [(f"blocks/{_name_part(b.name)}/{_name_part(b.phase)}_ms", float(b.time_ms))
+            for b in run.blocks if math.isfinite(b.time_ms)]
 
 
 def block_rows(run: Run) -> list[list[Any]]:

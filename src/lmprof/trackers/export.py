@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +18,10 @@ from lmprof.errors import ConfigError, DataError, LmprofError
 from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
 from lmprof.trackers.content import sweep_points
+from lmprof.trackers.joins import Joins
 
 # tracker -> (the package it needs, lmprof's extra that installs it)
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
-DEFAULT_DEST = {"tensorboard": "tensorboard", "mlflow": "mlruns", "wandb": "."}
 
 
 def tracker_module(to: str) -> ModuleType:
@@ -31,18 +32,39 @@ def tracker_module(to: str) -> ModuleType:
     if importlib.util.find_spec(package) is None:
         raise ConfigError(f"exporting to {to} needs the {package} package: pip install 'lmprof[{extra}]'")
     try:  # installed is not importable: a broken install fails here, in one line, not mid-export
-        importlib.import_module(package)
-    except Exception as exc:  # noqa: BLE001 - whatever the package raises while importing
-        msg = " ".join(str(exc).split())[:160]
-        raise ConfigError(f"exporting to {to} needs the {package} package, which is installed but fails to import "
-                          f"({type(exc).__name__}: {msg}): pip install --force-reinstall 'lmprof[{extra}]'") from None
-    return importlib.import_module(f"lmprof.trackers.to_{to}")
+        return importlib.import_module(f"lmprof.trackers.to_{to}")
+    except Exception as exc:  # noqa: BLE001 - a tracker package that is installed but broken
+        raise ConfigError(f"the {package} package is installed but fails to import ({_said(exc)}): "
+                          f"pip install --force-reinstall 'lmprof[{extra}]'") from None
+
+
+def _said(exc: BaseException) -> str:
+    """An exception as a short phrase on one line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+class TrackerError(LmprofError):
+    """A tracker library's own failure during an export; ``reason`` is what it said, in one line."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TrackerError):
+        return exc.reason
+    return str(exc) if isinstance(exc, LmprofError) else _said(exc)
 
 
 def _check_dest(to: str, dest: str | Path | None) -> None:
     """A local destination that cannot be written (read-only, a file where a folder belongs) is one line
     before anything is exported; a tracking URI other than ``file:`` is the tracker's to judge."""
-    text = str(dest if dest is not None else DEFAULT_DEST[to])
+    if dest is None:  # the tracker's default: a folder (TensorBoard, W&B) or MLflow's own tracking URI
+        dest = getattr(tracker_module(to), "DEFAULT_DEST", None)
+        if dest is None:
+            return
+    text = str(dest)
     if text.startswith("file:"):
         from urllib.parse import unquote, urlparse
 
@@ -54,10 +76,20 @@ def _check_dest(to: str, dest: str | Path | None) -> None:
 
 def export(run: Run, to: str, dest: str | Path | None = None, *, project: str = "lmprof",
            group: str | None = None) -> str:
-    """Log one run (loaded from its folder) to tracker ``to``; returns where it went, in words."""
+    """Log one run (loaded from its folder) to tracker ``to``; returns where it went, in words.
+
+    ``dest`` is taken as given (an MLflow URI is not a path: ``sqlite:///x.db``, ``http://host:5000``);
+    None is the tracker's default (docs/trackers.md). The tracker library's own failure (a server
+    that refuses, a folder that cannot be written) is one :class:`LmprofError` line."""
     mod = tracker_module(to)
-    return str(mod.export_run(run, Path(dest if dest is not None else DEFAULT_DEST[to]), project=project,
-                              group=group))
+    where = None if dest is None else os.fspath(dest)
+    try:
+        return str(mod.export_run(run, where, project=project, group=group))
+    except LmprofError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library's own error, said in one line
+        reason = _said(exc)
+        raise TrackerError(f"exporting {run.folder or run.id} to {to} failed ({reason})", reason) from None
 
 
 def export_folder(folder: str | Path, to: str, dest: str | Path | None = None, *,
@@ -76,9 +108,12 @@ def export_folder(folder: str | Path, to: str, dest: str | Path | None = None, *
 
 
 def check_trackers(names: list[str]) -> None:
-    """Refuse unknown trackers or missing packages before a run starts (``--log-to``), not after it."""
+    """Refuse unknown trackers, missing packages and a destination that cannot work (an MLflow server
+    that does not answer) before a run starts (``--log-to``), not after it."""
     for name in names:
-        tracker_module(name)
+        check = getattr(tracker_module(name), "check_default", None)
+        if check is not None:
+            check()
 
 
 def log_to(folder: str | Path, names: list[str]) -> list[str]:
@@ -90,48 +125,49 @@ def log_to(folder: str | Path, names: list[str]) -> list[str]:
     for name in names:
         try:
             done += [f"{name}: {w}" for w in export_folder(folder, name)]
-        except LmprofError:
-            raise
-        except Exception as exc:  # the tracker library's own error: the run itself is safe on disk
-            msg = " ".join(str(exc).split())[:200]
-            raise LmprofError(f"logging to {name} failed ({type(exc).__name__}: {msg}); the run folder "
-                              f"{folder} is kept: lmprof export {folder} --to {name}") from None
+        except Exception as exc:  # noqa: BLE001 - the run itself is safe on disk: say so, and how to retry
+            raise LmprofError(_failed(name, folder, exc)) from None
     return done
 
 
+def _failed(name: str, where: object, exc: BaseException) -> str:
+    return f"logging to {name} failed ({_reason(exc)}); the run folder {where} is kept: lmprof export {where} --to {name}"
+
+
 def _one_line(name: str, where: object, exc: BaseException) -> str:
-    msg = " ".join(str(exc).split())[:200]
-    what = exc.__class__.__name__
-    return (f"lmprof: logging to {name} failed ({what}: {msg}); the run folder {where} is kept: "
-            f"lmprof export {where} --to {name}")
+    return f"lmprof: {_failed(name, where, exc)}"
 
 
 def log_quietly(folder: str | Path, names: Sequence[str], *, group: str | None = None,
-                open_run: bool = False, tensorboard_dir: str | Path | None = None) -> list[str]:
+                joins: Joins | None = None) -> list[str]:
     """Export a run folder to each tracker where a failure must never reach the caller: under
     ``lmprof run``, the framework callbacks and each point of ``lmprof sweep``.
 
     A tracker's failure (any exception, its package missing included) is one line on stderr and the
     next tracker is tried; whatever the tracker libraries print goes to stderr, so the user's stdout
-    stays theirs. With ``open_run`` (the callbacks), a run the user's tracker already has open takes
-    the figures: ``mlflow.active_run()``, ``wandb.run``, or for TensorBoard the log folder the framework
-    writes to (``tensorboard_dir``); without one, a new tracker run at the default destination.
-    ``group`` puts a sweep's points in one group / experiment. Returns what went where, in words.
+    stays theirs. With ``joins`` (the callbacks), the runs the user's framework opened take the
+    figures: its MLflow run by id (or ``mlflow.active_run()``), its TensorBoard log folder, the open
+    W&B run (``wandb.run``); without one, a new tracker run at the default destination. ``group`` puts
+    a sweep's points in one group / experiment. Returns what went where, in words.
     """
     done: list[str] = []
     for name in names:
         try:
             with contextlib.redirect_stdout(sys.stderr):
-                mod = tracker_module(name)
-                run = Run.load(folder)
-                where = None
-                if open_run and name == "tensorboard" and tensorboard_dir is not None:
-                    where = mod.export_into(run, Path(tensorboard_dir))
-                elif open_run and name != "tensorboard":
-                    where = mod.export_open_run(run)
-                if where is None:
-                    where = export(run, name, group=group)
-            done.append(f"{name}: {where}")
+                done.append(f"{name}: {_log_one(Run.load(folder), name, group, joins)}")
         except Exception as exc:  # noqa: BLE001 - the user's program goes on whatever a tracker does
             print(_one_line(name, folder, exc), file=sys.stderr, flush=True)
     return done
+
+
+def _log_one(run: Run, name: str, group: str | None, joins: Joins | None) -> str:
+    mod = tracker_module(name)
+    where = None
+    if joins is not None:
+        if name == "tensorboard" and joins.tensorboard is not None:
+            where = mod.export_into(run, joins.tensorboard)
+        elif name == "mlflow" and joins.mlflow is not None:
+            where = mod.export_into_run(run, joins.mlflow.uri, joins.mlflow.run_id, client=joins.mlflow.client)
+        elif name != "tensorboard":
+            where = mod.export_open_run(run)
+    return str(where) if where is not None else export(run, name, group=group)

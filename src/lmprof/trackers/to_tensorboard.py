@@ -1,10 +1,13 @@
 """TensorBoard: event files written with torch's SummaryWriter, readable by tensorboard's EventAccumulator.
 
 Layout: ``DEST/[GROUP/]RUN_ID/`` holds the events; figures are scalars at step 0 named by
-:func:`~lmprof.trackers.content.metric_name` (unit in the name), the figure and block tables and the
+:func:`~lmprof.trackers.content.metric_name` (unit in the name), each block's time a scalar
+``blocks/<block>/<phase>_ms``, the figure and block tables and the
 config are text (Markdown tables), the config also as HParams, plots as images (the PNG bytes as
 they are), and the report, trace and CSVs are copied into ``artifacts/`` beside the events
-(TensorBoard has no artifact store).
+(TensorBoard has no artifact store). A second export of the same run to the same folder replaces the
+event file the first one wrote (kept in the run folder: :mod:`~lmprof.trackers.ledger`), so each
+scalar stays one point.
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from typing import Any
 
 from lmprof.atomic import atomic_path
 from lmprof.record.run import Run
-from lmprof.trackers.content import BLOCK_COLUMNS, artifacts, block_rows, figures, params, plots
+from lmprof.trackers import ledger
+from lmprof.trackers.content import BLOCK_COLUMNS, artifacts, block_rows, block_scalars, figures, params, plots
+
+DEFAULT_DEST = "tensorboard"
 
 
 def _md_table(header: list[str], rows: list[list[object]]) -> str:
@@ -34,11 +40,21 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def export_run(run: Run, dest: Path, *, project: str, group: str | None) -> str:
+def export_run(run: Run, dest: str | None, *, project: str, group: str | None) -> str:
     """Write ``run`` as TensorBoard events under ``dest/[group/]run.id``; returns the log folder."""
-    logdir = dest / group / run.id if group else dest / run.id
+    root = Path(dest if dest is not None else DEFAULT_DEST)
+    logdir = root / group / run.id if group else root / run.id
+    folder = Path(run.folder) if run.folder is not None else None
+    where = str(logdir.resolve())
+    earlier = ledger.recall(folder, "tensorboard", where) if folder is not None else None
+    before = set(logdir.glob("events.out.tfevents.*"))
     _write(run, logdir, prefix="", hparams=True)
-    return str(logdir)
+    new = sorted(set(logdir.glob("events.out.tfevents.*")) - before)
+    if earlier is not None and new and Path(earlier).name == earlier and earlier not in {p.name for p in new}:
+        (logdir / earlier).unlink(missing_ok=True)
+    if folder is not None and new:
+        ledger.remember(folder, "tensorboard", where, new[-1].name)
+    return str(logdir) + (" (updated)" if earlier is not None else "")
 
 
 def export_into(run: Run, logdir: Path) -> str:
@@ -61,6 +77,8 @@ def _write(run: Run, logdir: Path, *, prefix: str, hparams: bool) -> None:
     try:
         for f in figs:
             writer.add_scalar(f"{prefix}{f.name}", f.value, global_step=0)
+        for name, value in block_scalars(run):
+            writer.add_scalar(f"{prefix}{name}", value, global_step=0)
         writer.add_text(f"{prefix}figures", _md_table(
             ["figure", "logged as", "value", "unit", "source", "p10", "p90", "n"],
             [[f.key, f"{prefix}{f.name}", f.value, f.unit, f.source, f.p10, f.p90, f.n] for f in figs]), global_step=0)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
+from lmprof import progress
 from lmprof.config import MeasureSpec
 from lmprof.counts import Counts
 from lmprof.hardware.devices import Device
@@ -69,24 +70,35 @@ def stopped_on_error(session: Session) -> Iterator[None]:
         raise
 
 
+def steps_planned(session: Session) -> int:
+    """The steps (generations) the session's plan takes to complete its profiled window, for progress
+    lines; the plan may grow (a meter's longer clean window), so it is asked at each step."""
+    return session.plan.needed
+
+
 def drive_steps(session: Session, step: Callable[[], object]) -> None:
     """Run training steps until the session's profiled window is complete."""
     with stopped_on_error(session):
         session.begin()
+        done = 0
         while not (session.collected or session.done):
             step()
             session.boundary()
+            done += 1
+            progress.report("step", done, steps_planned(session))
 
 
 def drive_generations(session: Session, generate: Callable[[Callable[[], None]], Any], prompt: Any) -> Any:
     """Generate until the session's profiled window is complete; ``generate(on_forward)`` calls
     ``on_forward`` as each forward ends. The last generation's result."""
-    last = None
+    last, done = None, 0
     with stopped_on_error(session):
         while not (session.collected or session.done):
             session.generation_begin(None, (prompt,))
             last = generate(session.forward_end)
             session.generation_end()
+            done += 1
+            progress.report("generation", done, steps_planned(session))
     return last
 
 
@@ -94,7 +106,9 @@ def close(session: Session, stopwatch: Callable[[], dict[Any, float]]) -> Run:
     """After the profiled window: the stopwatch pass (``stopwatch()``, attribution's check), then the
     session's end; the Run assembled from what it measured (not yet saved)."""
     with stopped_on_error(session):
+        progress.report("timing each block (attribution's check)")
         times = stopwatch()
+        progress.report("reading the trace, attributing blocks")
         measured = session.finish(None)
         if measured is None:  # lmprof's own loop raises its failures: this is a protocol bug, said plainly
             raise RuntimeError(f"lmprof's session ended without a run: {session.message}")

@@ -1,0 +1,39 @@
+"""What every sweep spec expands to, whatever its points are (a model's or a script's): the plan, and
+how an ``exclude`` rule matches a point. Both kinds of spec (spec.py, script.py) import it; neither
+imports the other's module for it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+P = TypeVar("P", covariant=True)
+
+
+@dataclass(frozen=True)
+class Plan(Generic[P]):
+    """An expanded spec: the points to run, how many the rules excluded, rules that matched nothing."""
+
+    points: Sequence[P]
+    excluded: int
+    unused_rules: list[dict[str, Any]]
+
+
+def matches(rule: dict[str, Any], where: dict[str, Any]) -> bool:
+    """True when every key of ``rule`` matches the point; a list value matches any of its items."""
+    for key, want in rule.items():
+        options = want if isinstance(want, list) else [want]
+        have = where[key]
+        if not any(_same(have, o) for o in options):
+            return False
+    return True
+
+
+def _same(have: Any, want: Any) -> bool:
+    # YAML gives ints/bools already; strings are compared case-insensitively (`CPU` == `cpu`).
+    if isinstance(have, bool) or isinstance(want, bool):
+        return have is want or (isinstance(want, str) and want.lower() == str(have).lower())
+    if isinstance(have, str) and isinstance(want, str):
+        return have.lower() == want.lower()
+    return bool(have == want)

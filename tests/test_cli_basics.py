@@ -1,0 +1,44 @@
+"""What every CLI has: ``--version``, shell completion (typer's), and ``dir(lmprof)`` naming the lazy API."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lmprof
+from lmprof.version import __version__
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def test_version(cli) -> None:
+    for flag in ("--version", "-V"):
+        code, out, err = cli(flag)
+        assert (code, out, err) == (0, f"lmprof {__version__}\n", "")
+
+
+def test_completion_lists_verbs_and_options() -> None:
+    """bash completion as the shell asks for it (click's protocol under typer): verbs, then a verb's options."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "_LMPROF_COMPLETE": "complete_bash"}
+
+    def complete(words: str, cword: int) -> list[str]:
+        proc = subprocess.run([sys.executable, "-m", "lmprof"], env={**env, "COMP_WORDS": words,
+                              "COMP_CWORD": str(cword)}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert complete("lmprof ex", 1) == ["export"]
+    assert "--to" in complete("lmprof export runs/x --", 3)
+
+
+def test_show_completion_prints_a_script(cli) -> None:
+    code, out, _ = cli("--show-completion", "bash")
+    assert code == 0 and "_LMPROF_COMPLETE=complete_bash" in out
+
+
+def test_dir_names_the_lazy_api() -> None:
+    names = dir(lmprof)
+    assert {"profile", "profile_training", "profile_inference", "load_run", "load_results", "summary",
+            "integrations", "__version__"} <= set(names)
+    assert all(hasattr(lmprof, n) for n in lmprof.__all__)
