@@ -32,6 +32,7 @@ def tracker_module(to: str) -> ModuleType:
     if importlib.util.find_spec(package) is None:
         raise ConfigError(f"exporting to {to} needs the {package} package: pip install 'lmprof[{extra}]'")
     try:  # installed is not importable: a broken install fails here, in one line, not mid-export
+        importlib.import_module(package)  # the exporters import it only when they export
         return importlib.import_module(f"lmprof.trackers.to_{to}")
     except Exception as exc:  # noqa: BLE001 - a tracker package that is installed but broken
         raise ConfigError(f"the {package} package is installed but fails to import ({_said(exc)}): "
