@@ -118,7 +118,6 @@ class ModelFacts:
     params_active: int
     param_tensors: int
     largest_tensor: int
-    matmul_weights: int
     buffer_bytes: int
     n_layer: int
     hidden: int
@@ -127,6 +126,9 @@ class ModelFacts:
     layer_kinds: tuple[str, ...]  # the mixers of each layer ("attention", "SSM", "attention+SSM", ...)
     n_experts: int = 0
     top_k: int = 0
+    matmul_weights: int = 0  # read off a prefill (0 when none was counted)
+    param_bytes: int = 0  # the parameters' bytes as built (some modules stay fp32 in a 16-bit model)
+    layer_param_bytes: int = 0  # the largest layer's parameter bytes (ZeRO-3 / FSDP gather one at a time)
     batch: int = 1
     seq_len: int = 1
     context: int = 1  # keys a decode step attends to (the cache after appending its token)
@@ -134,6 +136,7 @@ class ModelFacts:
     cache: tuple[CacheLayer, ...] = ()  # after a prefill of ``seq_len`` tokens, one sequence
     cache_bytes_per_element: int = 4
     prefill_live_peak: int | None = None  # bytes besides the parameters at the prefill's peak (cache included)
+    prefill_live_peak_next: int | None = None  # the same at ``batch + 1`` (affine in the batch)
     train: TrainMemory | None = None
     notes: tuple[str, ...] = ()
     source: Source = "model"
@@ -149,6 +152,13 @@ class ModelFacts:
         """FLOPs of one pass: ``train`` is forward + backward."""
         phases = ("forward", "backward") if phase == "train" else (phase,)
         return float(sum(r.flops for r in self.rows if r.phase in phases))
+
+    def prefill_peak_at(self, batch: int) -> int | None:
+        """The prefill's live peak at another batch size (affine in the batch), None when not read."""
+        a, b = self.prefill_live_peak, self.prefill_live_peak_next
+        if a is None:
+            return None
+        return max(0, a + (batch - self.batch) * ((b if b is not None else a * (self.batch + 1) // self.batch) - a))
 
     # -- cache --------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import yaml
 
 from lmprof.errors import ConfigError, DataError
 from lmprof.estimate.dropout import Dropout, dropout_from_config
+from lmprof.estimate.facts import SOURCE_NOTES, Source
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof can describe, and those it knows it cannot (with the reason).
@@ -33,26 +34,51 @@ _UNSUPPORTED_WHY = {
 }
 # Keys a config of an unknown family must set for the generic (Llama-like) estimate.
 GENERIC_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+# Where configs keep the routed experts and how many a token uses (the describer reads them too).
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "top_k", "moe_top_k", "router_top_k")
+# Fields that make a Llama-like guess wrong by far (the issue's 13 of 18): experts, layers that mix
+# tokens other than by attention, latent attention. A config with any of them never gets the guess.
+_NOT_GENERIC: tuple[tuple[str, str], ...] = (
+    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts|n_shared_experts|"
+     r"num_shared_experts|moe_intermediate_size|num_experts_per_tok)$", "expert"),
+    (r"^(mamba_|ssm_|linear_|conv_L_cache|attn_layer_|hybrid_|layers_block_type|block_types?$|"
+     r"hybrid_override_pattern|full_attn_idxs|short_conv)", "hybrid-layer"),
+    (r"^(kv_lora_rank|q_lora_rank|qk_rope_head_dim)$", "latent-attention"),
+)
+_MIXING_LAYER_TYPES = ("linear_attention", "mamba", "conv", "ssm", "hybrid", "recurrent", "moe", "sparse")
 
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """A resolved model: its shape, where the config came from, and any published parameter counts."""
+    """A resolved model: its shape, where the config came from, and any published parameter counts.
+
+    ``figures`` says where its figures come from: ``formula`` (``shape`` is lmprof's description of a
+    family it knows), ``model`` (``shape`` is None: the describer reads ``config`` off the model,
+    :mod:`lmprof.measure.model_facts`) or ``generic`` (``shape`` is a Llama-like guess, asked for).
+    """
 
     name: str
-    shape: ModelShape
-    source: str
+    shape: ModelShape | None
+    source: str  # where the config came from (a URL, a path)
     published_params: float | None = None
     published_active_params: float | None = None
     warning: str = ""  # set when the shape is a generic estimate of a family lmprof does not model
     published_tolerance: float = 0.01  # relative; wider where the entry's comment says why
     published_active_without_embedding: bool = False  # the authors' active count leaves the input embedding out
+    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
+    figures: Source = "formula"
+    config: dict[str, Any] | None = None  # the config.json, for the describer (figures "model")
 
     def active_params_as_published(self) -> int:
         """lmprof's active count under the authors' convention (without the input embedding where they say so)."""
         s = self.shape
+        assert s is not None, "a formula entry"
         return s.n_params(active=True) - (s.vocab_size * s.n_embd if self.published_active_without_embedding else 0)
-    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
+
+    @property
+    def figures_note(self) -> str:
+        return SOURCE_NOTES[self.figures]
 
 
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -330,6 +356,51 @@ def generic_shape(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     return replace(shape, family=mt)
 
 
+def generic_refusal(cfg: Mapping[str, Any]) -> str | None:
+    """Why a Llama-like guess would be wrong for ``cfg`` (its expert, hybrid-layer or latent-attention
+    fields), or None when the config has none of them."""
+    import re
+
+    for key, value in cfg.items():
+        if value in (None, 0, False, [], ""):
+            continue
+        for rx, what in _NOT_GENERIC:
+            if re.search(rx, str(key)):
+                return f"it has {what} fields ({key})"
+    types = cfg.get("layer_types") or cfg.get("mlp_layer_types")
+    if isinstance(types, list) and any(any(k in str(t) for k in _MIXING_LAYER_TYPES) for t in types):
+        return "it has hybrid-layer fields (layer_types)"
+    return None
+
+
+def generic_entry(entry: ModelEntry, why: str = "") -> ModelEntry:
+    """``entry`` (a family lmprof has no formulas for) as a generic Llama-like guess, marked ``generic``.
+
+    ConfigError when its config has expert, hybrid-layer or latent-attention fields (a guess would be
+    wrong by far) or lacks the generic keys. ``why``: what kept the describer from reading the model.
+    """
+    cfg = entry.config or {}
+    mt = str(cfg.get("model_type") or "(no model_type)")
+    refusal = generic_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"no generic guess for {mt!r}: {refusal}, which a Llama-like guess cannot describe"
+                          + (f" ({why})" if why else ""))
+    shape = generic_shape(cfg, name=entry.name)
+    return replace(entry, shape=shape, figures="generic", warning=(
+        f"{mt!r} figures are a GENERIC Llama-like guess from {', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no "
+        "experts), asked for with --allow-generic" + (f"; the describer could not read the model: {why}" if why
+        else "") + "; check them before relying on them"))
+
+
+def config_positions(cfg: Mapping[str, Any], default: int = 4096) -> int:
+    """The longest sequence a config allows (its max_position_embeddings or kin), else ``default``."""
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
 # -- the shipped table ------------------------------------------------------------------------
 
 
@@ -415,25 +486,30 @@ def resolve_model(spec: str) -> ModelEntry:
     if path.exists() or (looks_like_path and _norm_name(text) not in _table()):
         cfg = read_config(path)
         label = path.name if path.is_dir() else path.parent.name or path.stem
-        if str(cfg.get("model_type") or "") not in SUPPORTED and str(cfg.get("model_type")) not in _UNSUPPORTED_WHY:
-            shape = generic_shape(cfg, name=text)
-            return ModelEntry(name=label, shape=shape, source=str(path), dropout=dropout_from_config(cfg), warning=(
-                f"{shape.family!r} is not a family lmprof models: figures are a generic Llama-like estimate from "
-                f"{', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no experts); check them before relying on them"))
-        return ModelEntry(name=label, shape=shape_from_config(cfg, name=text), source=str(path),
-                          dropout=dropout_from_config(cfg))
+        return _entry(cfg, label, text, str(path))
     table = _table()
     key = _norm_name(text)
     if key not in table:
         raise ConfigError(f"unknown model {spec!r}: use a config.json path, a model folder, or one of "
                           f"{', '.join(table)}")
     e = table[key]
-    return ModelEntry(name=key, shape=shape_from_config(e["config"], name=key), source=str(e["source"]),
-                      published_params=_float(e.get("published_params")),
-                      published_active_params=_float(e.get("published_active_params")),
-                      published_tolerance=float(e.get("published_tolerance", 0.01)),
-                      published_active_without_embedding=bool(e.get("published_active_without_embedding", False)),
-                      dropout=dropout_from_config(e["config"]))
+    return replace(_entry(dict(e["config"]), key, key, str(e["source"])),
+                   published_params=_float(e.get("published_params")),
+                   published_active_params=_float(e.get("published_active_params")),
+                   published_tolerance=float(e.get("published_tolerance", 0.01)),
+                   published_active_without_embedding=bool(e.get("published_active_without_embedding", False)))
+
+
+def _entry(cfg: dict[str, Any], label: str, name: str, where: str) -> ModelEntry:
+    """A config's entry: lmprof's formulas for a family they know, else the describer's (``figures="model"``)."""
+    mt = str(cfg.get("model_type") or "")
+    if mt in SUPPORTED or mt in _UNSUPPORTED_WHY:
+        return ModelEntry(name=label, shape=shape_from_config(cfg, name=name), source=where,
+                          dropout=dropout_from_config(cfg), config=cfg)
+    if not mt:
+        raise ConfigError(f"{where} has no model_type: lmprof cannot tell which model it describes")
+    return ModelEntry(name=label, shape=None, source=where, dropout=dropout_from_config(cfg), figures="model",
+                      config=cfg)
 
 
 def _float(value: Any) -> float | None:

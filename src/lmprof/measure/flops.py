@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from lmprof.errors import ConfigError
-from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
+from lmprof.names import FORWARD_BLOCKS, INFER_PARTS, PHASES, SCOPE_PREFIX, STEP_PARTS
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import require_cache
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from lmprof.workloads.gpt import GPT
 
 UNSCOPED = "(unscoped)"
+_STEP_SCOPES = frozenset({*STEP_PARTS, *INFER_PARTS, *PHASES, "step"})
 _META_KEY = "lmprof_block"
 _COMPUTE_OP = re.compile(r"(mm|matmul|conv|attention|linear|einsum|bilinear|addmv|\bmv\b|\bdot\b|_scaled)", re.I)
 # Ops that move, view, allocate or copy but compute nothing: not worth listing as uncounted.
@@ -226,9 +227,10 @@ class _ScopeTracker(TorchFunctionMode):
         self._exit = torch.ops.profiler._record_function_exit
 
     def current(self) -> str:
-        # Innermost scope naming a canonical block; enclosing step-part scopes (forward, ...) are skipped.
+        # The innermost scope naming a block: step-part scopes (forward, backward, prefill, ...) enclose
+        # blocks and are skipped; a block's own name is canonical or a module's (attn.core, a path).
         for name in reversed(self.stack):
-            if name in FORWARD_BLOCKS:
+            if name not in _STEP_SCOPES:
                 return name
         return self.stack[-1] if self.stack else UNSCOPED
 

@@ -47,18 +47,20 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 class FactsCounter(BlockCounter):
     """FLOPs, bytes and live storages of every op, per (block, phase); see the module docstring."""
 
-    def __init__(self, params: set[int]) -> None:
+    def __init__(self, params: set[int], device: str = "meta") -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init_subclass__ is unannotated
         self.params = params  # storage ids of the parameters (and buffers): never activations
+        self.device = device  # tensors of other devices (inputs made elsewhere) are not counted
         self.weights: dict[tuple[str, str], set[int]] = defaultdict(set)
         self.weight_bytes: dict[tuple[str, str], int] = defaultdict(int)
         self.act_bytes: dict[tuple[str, str], int] = defaultdict(int)
         self.matmul_params: set[int] = set()  # parameter storages read by an op with a FLOP formula
-        # (block, phase, storage id, bytes) of every non-parameter input: cache reads are told apart after the pass.
+        # (block, phase, storage key, bytes) of every non-parameter input: cache reads are told apart after the pass.
         self.reads: list[tuple[str, str, int, int]] = []
-        # Live storages created in the pass: the event log (storage id, +bytes or -bytes) in op order.
+        # Live storages created in the pass: the event log (serial, +bytes or -bytes) in op order; the serial
+        # is the index of the storage's creation event.
         self.events: list[tuple[int, int]] = []
-        self._alive: dict[int, int] = {}
+        self._alive: dict[int, tuple[int, int]] = {}  # storage id -> (serial, bytes) while alive
         self._refs: dict[int, weakref.ref[Any]] = {}
 
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, block: str,
@@ -69,7 +71,7 @@ class FactsCounter(BlockCounter):
         if name not in _NO_TRAFFIC:
             counted = func._overloadpacket in self.formulas
             for t in _tensors((args, kwargs)):
-                if t.device.type != "meta":
+                if t.device.type != self.device:
                     continue
                 sid = _sid(t)
                 if sid in self.params:
@@ -81,55 +83,60 @@ class FactsCounter(BlockCounter):
                 else:
                     nbytes = t.numel() * t.element_size()
                     self.act_bytes[key] += nbytes
-                    self.reads.append((block, phase, sid, nbytes))
-            self.act_bytes[key] += sum(t.numel() * t.element_size() for t in outs if t.device.type == "meta")
+                    self.reads.append((block, phase, self.key_of(sid), nbytes))
+            self.act_bytes[key] += sum(t.numel() * t.element_size() for t in outs if t.device.type == self.device)
         for t in outs:
             self._track(t)
 
+    def key_of(self, sid: int) -> int:
+        """A storage's key for the whole pass: its serial when the pass created it (storage addresses are
+        reused once freed), else ``-1 - sid`` for a storage that existed before (the parameters, a cache)."""
+        alive = self._alive.get(sid)
+        return alive[0] if alive is not None else -1 - sid
+
     def _track(self, t: torch.Tensor) -> None:
-        if t.device.type != "meta":
+        if t.device.type != self.device:
             return
         storage = t.untyped_storage()
         sid = int(storage._cdata)
         if sid in self._alive or sid in self.params:
             return
         nbytes = storage.nbytes()
-        self._alive[sid] = nbytes
-        self.events.append((sid, nbytes))
+        serial = len(self.events)
+        self._alive[sid] = (serial, nbytes)
+        self.events.append((serial, nbytes))
         self._refs[sid] = weakref.ref(storage, self._on_free(sid))
 
     def _on_free(self, sid: int) -> Callable[[object], None]:
         return lambda _ref: self._freed(sid)
 
     def _freed(self, sid: int) -> None:
-        nbytes = self._alive.pop(sid, None)
+        alive = self._alive.pop(sid, None)
         self._refs.pop(sid, None)
-        if nbytes is not None:
-            self.events.append((sid, -nbytes))
+        if alive is not None:
+            self.events.append((alive[0], -alive[1]))
 
     def mark(self) -> int:
         """A position in the event log (to tell forward from backward afterwards)."""
         return len(self.events)
 
-    def peak(self, start: int = 0, end: int | None = None, of: set[int] | None = None) -> tuple[int, int, int]:
-        """(highest live bytes, event index where it was reached, live bytes of storages ``of`` then) over
-        events ``start:end``, counting storages created from ``start`` on."""
+    def peak(self, of: set[int] | None = None) -> tuple[int, int, int]:
+        """(highest live bytes, event index where it was reached, live bytes then of the storages whose
+        keys are in ``of``: see :meth:`key_of`)."""
         level = best = best_at = 0
         alive: dict[int, int] = {}
         best_alive: dict[int, int] = {}
-        for i, (sid, delta) in enumerate(self.events[start:end], start):
+        for i, (serial, delta) in enumerate(self.events):
             if delta > 0:
-                alive[sid] = delta
-            elif sid not in alive:
+                alive[serial] = delta
+            elif alive.pop(serial, None) is None:
                 continue
-            else:
-                del alive[sid]
             level += delta
             if level > best:
                 best, best_at = level, i
-                best_alive = dict(alive) if of is not None else best_alive
-        inside = sum(n for sid, n in best_alive.items() if of is not None and sid in of)
-        return best, best_at, inside
+                if of is not None:
+                    best_alive = dict(alive)
+        return best, best_at, sum(n for serial, n in best_alive.items() if of is not None and serial in of)
 
 
 @contextlib.contextmanager

@@ -18,13 +18,13 @@ The answer is a torch-free :class:`~lmprof.estimate.facts.ModelFacts`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
 from lmprof.errors import ConfigError
-from lmprof.estimate.facts import BlockRow, ModelFacts, TrainMemory
+from lmprof.estimate.facts import BlockRow, CacheLayer, ModelFacts, TrainMemory
+from lmprof.estimate.models import EXPERT_KEYS, TOP_K_KEYS
 from lmprof.measure.flops import count_flops
 from lmprof.measure.model_facts.cache import cache_layers, cache_storages
 from lmprof.measure.model_facts.counter import FactsCounter, _sid, saved_tensors
@@ -33,9 +33,6 @@ from lmprof.names import FORWARD_BLOCKS, MIXER_KINDS, PHASE_ROWS, folded
 from lmprof.workloads.hooks import _kind, _split_layers, attention_core_name, block_names, module_scopes
 from lmprof.workloads.hf_interface import returned_cache
 
-# Where configs keep the routed experts and how many a token uses (first key set wins).
-EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "top_k", "moe_top_k", "router_top_k")
 # transformers' class name for the routed experts' module, or the path of one expert in a list of them.
 _EXPERT_LIST = re.compile(r"(^|\.)experts\.\d+(\.|$)")
 PHASE_NAMES = ("prefill", "decode", "train")
@@ -106,6 +103,7 @@ def _block_counts(model: torch.nn.Module, names: dict[str, str]) -> dict[str, in
 
 def _order(name: str) -> tuple[int, str]:
     blocks = {b: i for i, b in enumerate(FORWARD_BLOCKS)}
+    blocks["attn.core"] = blocks["attn.sdpa"]  # eager attention's own work (scores, softmax, AV)
     if name in blocks:
         return blocks[name], ""
     if name in PHASE_ROWS:
@@ -114,11 +112,13 @@ def _order(name: str) -> tuple[int, str]:
 
 
 def _rows(counter: FactsCounter, counts: dict[str, int], phase_names: dict[str, str],
-          cache_ids: set[int] = frozenset()) -> list[BlockRow]:  # type: ignore[assignment]
-    """The counter's blocks as rows, per layer-folded name; reads of ``cache_ids`` are the cache's."""
+          cache_ids: set[int] | None = None) -> list[BlockRow]:
+    """The counter's blocks as rows, per layer-folded name; reads of ``cache_ids`` (storage keys,
+    :meth:`FactsCounter.key_of`) are the cache's."""
+    cache_ids = cache_ids or set()
     kv: dict[tuple[str, str], int] = {}
-    for block, phase, sid, nbytes in counter.reads:
-        if sid in cache_ids:
+    for block, phase, storage, nbytes in counter.reads:
+        if storage in cache_ids:
             kv[(block, phase)] = kv.get((block, phase), 0) + nbytes
     keys = set(counter.by_block) | set(counter.act_bytes) | set(counter.weight_bytes)
     merged: dict[tuple[str, str], list[float]] = {}
@@ -138,9 +138,9 @@ def _rows(counter: FactsCounter, counts: dict[str, int], phase_names: dict[str, 
 class _Meta:
     """The model on meta and what every pass needs: its block names, parameter storages, kernels."""
 
-    def __init__(self, config: Any, dtype: str) -> None:
+    def __init__(self, config: Any, dtype: str, attention: str | None = None) -> None:
         self.cfg = transformers_config(config)
-        self.model = build_on_meta(self.cfg, dtype)
+        self.model = build_on_meta(self.cfg, dtype, attention)
         self.names = block_names(self.model, attention_core_name(self.model))
         self.counts = _block_counts(self.model, self.names)
         self.n_experts = _config_value(self.cfg, EXPERT_KEYS)
@@ -185,98 +185,110 @@ def _fail(cfg: Any, what: str, exc: BaseException) -> ConfigError:
 
 
 def describe(config: Any, *, batch: int = 1, seq_len: int = 16, context: int | None = None, dtype: str = "fp32",
-             phases: tuple[str, ...] = PHASE_NAMES, memory: bool = True, name: str = "") -> ModelFacts:
+             phases: tuple[str, ...] = PHASE_NAMES, memory: bool = True, name: str = "",
+             attention: str | None = None) -> ModelFacts:
     """Read a causal LM off the meta device (see the module docstring).
 
     ``config``: a config.json as a dict, or a transformers config. ``seq_len`` tokens per sequence
     (training sequence, prompt); ``context``: the keys a decode step attends to, the cache after
     appending its token (default ``seq_len``), and for a prefill the cache it fills up to (a prompt
     of ``seq_len`` tokens after ``context - seq_len`` cached ones). ``phases``: any of prefill,
-    decode, train. ``memory``: also read the training step's saved and live bytes at ``batch`` and
-    ``batch + 1`` (affine in the batch). ``dtype``: the model's parameters and compute (fp32, bf16,
-    fp16). ConfigError (one line) when the model cannot be built or run on meta.
+    decode, train. ``memory``: also read the live and saved bytes at ``batch + 1`` (both are affine
+    in the batch) for the prefill and training passes asked for. ``dtype``: the model's parameters
+    and compute (fp32, bf16, fp16). ``attention``: transformers' attention implementation (default:
+    the model's own choice; ``eager`` for the math path). ConfigError (one line) when the model
+    cannot be built or run on meta.
     """
     for what, value in (("batch", batch), ("seq_len", seq_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{what} must be a positive integer, got {value!r}")
     context = seq_len if context is None else context
-    if context < 1:
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ConfigError(f"context must be a positive integer, got {context!r}")
-    m = _Meta(config, dtype)
+    unknown = [p for p in phases if p not in PHASE_NAMES]
+    if unknown:
+        raise ConfigError(f"unknown phase {unknown[0]!r}: use prefill, decode or train")
+    m = _Meta(config, dtype, attention)
     rows: list[BlockRow] = []
-    facts_kw: dict[str, Any] = {}
-    if "prefill" in phases or "decode" in phases:
-        m.model.eval()
-        past = max(0, context - seq_len) if "prefill" in phases else 0
-        try:
-            cache = m.prefill(batch, past)
-            counter = FactsCounter(m.param_ids)
-            out: dict[str, Any] = {}
-
-            def prefill_step() -> Any:
-                kw = {} if cache is None else {m.cache_keyword: cache}
-                with torch.no_grad():
-                    out["o"] = m.model(input_ids=m.ids(batch, seq_len), use_cache=True, **kw)
-                return out["o"]
-
-            if "prefill" in phases:
-                m.run(prefill_step, counter)
-                found = returned_cache(out.pop("o"))
-                filled = found[1] if found else None
-                if found:
-                    m.cache_keyword = found[0]
-                rows += _rows(counter, m.counts, {"forward": "prefill"}, cache_storages(filled) if filled else set())
-                layers = cache_layers(filled, batch, past + seq_len, m.kinds, m.latent) if filled else []
-                facts_kw.update(cache=tuple(layers), prefill_live_peak=counter.peak()[0],
-                                matmul_weights=sum(p.numel() for p in m.model.parameters()
-                                                   if _sid(p) in counter.matmul_params))
-                facts_kw["cache_bytes_per_element"] = _element_size(filled)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the model's own code on meta: one line, not a traceback
-            raise _fail(m.cfg, "prefill", exc) from None
-        if "decode" in phases:
-            try:
-                rows += _decode_rows(m, batch, context, facts_kw)
-            except ConfigError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise _fail(m.cfg, "decode step", exc) from None
+    kw: dict[str, Any] = {}
+    if "prefill" in phases:
+        past = max(0, context - seq_len)
+        prefill_rows, layers, counter = _guarded(m, "prefill", lambda: _prefill(m, batch, seq_len, past))
+        rows += prefill_rows
+        kw.update(cache=tuple(layers), prefill_live_peak=counter.peak()[0],
+                  matmul_weights=sum(p.numel() for p in m.model.parameters() if _sid(p) in counter.matmul_params))
+        if memory:
+            kw["prefill_live_peak_next"] = _guarded(m, "prefill", lambda: _prefill(m, batch + 1, seq_len, past))[2].peak()[0]
+    if "decode" in phases:
+        decode_rows, layers = _guarded(m, "decode step", lambda: _decode(m, batch, context))
+        rows += decode_rows
+        kw.setdefault("cache", tuple(layers))
     if "train" in phases:
-        try:
-            train_rows, train = _train(m, batch, seq_len, memory)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _fail(m.cfg, "training step", exc) from None
+        train_rows, kw["train"] = _guarded(m, "training step", lambda: _train(m, batch, seq_len, memory))
         rows += train_rows
-        facts_kw["train"] = train
-    if "matmul_weights" not in facts_kw:
-        facts_kw["matmul_weights"] = 0
-    buffers = sum(b.numel() * b.element_size() for b in m.model.buffers())
     notes = []
     if any(".experts" in p for p, _ in m.model.named_parameters()) and not (m.n_experts and m.top_k):
         notes.append("the model has experts but its config names no expert count or top-k lmprof knows: active "
                      "parameters are counted as total")
+    family = str(getattr(m.cfg, "model_type", "") or "")
     return ModelFacts(
-        family=str(getattr(m.cfg, "model_type", "") or ""), name=name or str(getattr(m.cfg, "model_type", "")),
-        dtype=dtype, params=m.total, params_active=m.active, param_tensors=m.tensors, largest_tensor=m.largest,
-        buffer_bytes=buffers, n_layer=len(m.kinds), hidden=_config_value(m.cfg, ("hidden_size", "n_embd", "d_model")),
-        vocab=m.vocab, max_positions=_config_value(m.cfg, ("max_position_embeddings", "n_positions", "max_seq_len")),
-        layer_kinds=m.kinds, n_experts=m.n_experts, top_k=m.top_k, batch=batch, seq_len=seq_len, context=context,
-        rows=tuple(rows), notes=tuple(notes), **facts_kw)
+        family=family, name=name or family, dtype=dtype, params=m.total, params_active=m.active,
+        param_tensors=m.tensors, largest_tensor=m.largest,
+        buffer_bytes=sum(b.numel() * b.element_size() for b in m.model.buffers()),
+        n_layer=len(m.kinds), hidden=_config_value(m.cfg, ("hidden_size", "n_embd", "d_model")), vocab=m.vocab,
+        max_positions=_config_value(m.cfg, ("max_position_embeddings", "n_positions", "max_seq_len")),
+        layer_kinds=m.kinds, n_experts=m.n_experts, top_k=m.top_k,
+        param_bytes=sum(p.numel() * p.element_size() for p in m.model.parameters()),
+        layer_param_bytes=max((sum(p.numel() * p.element_size() for p in layer.parameters())
+                               for layer in _layer_stack(m.model)), default=0),
+        batch=batch, seq_len=seq_len, context=context, rows=tuple(rows), notes=tuple(notes),
+        cache_bytes_per_element=_element_size(m.model), **kw)
 
 
-def _element_size(cache: Any) -> int:
-    for layer in getattr(cache, "layers", None) or []:
-        for value in vars(layer).values():
-            if isinstance(value, torch.Tensor):
-                return int(value.element_size())
-    return 4
+T = TypeVar("T")
 
 
-def _decode_rows(m: _Meta, batch: int, context: int, facts_kw: dict[str, Any]) -> list[BlockRow]:
+def _guarded(m: _Meta, what: str, run: Callable[[], T]) -> T:
+    """``run()``, its failure on meta as one line naming the model and the pass."""
+    try:
+        return run()
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model's own code on meta: one line, not a traceback
+        raise _fail(m.cfg, what, exc) from None
+
+
+def _prefill(m: _Meta, batch: int, seq_len: int, past: int) -> tuple[list[BlockRow], list[CacheLayer], FactsCounter]:
+    """A counted prefill of ``seq_len`` tokens after ``past`` uncounted ones: rows, the cache it filled, its counter."""
+    m.model.eval()
+    cache = m.prefill(batch, past)
+    counter = FactsCounter(m.param_ids)
+    out: dict[str, Any] = {}
+
+    def step() -> Any:
+        kw = {} if cache is None else {m.cache_keyword: cache}
+        with torch.no_grad():
+            out["o"] = m.model(input_ids=m.ids(batch, seq_len), use_cache=True, **kw)
+        return out["o"]
+
+    m.run(step, counter)
+    found = returned_cache(out.pop("o"))
+    if found is None:
+        return _rows(counter, m.counts, {"forward": "prefill"}), [], counter
+    m.cache_keyword = found[0]
+    rows = _rows(counter, m.counts, {"forward": "prefill"}, {counter.key_of(s) for s in cache_storages(found[1])})
+    return rows, cache_layers(found[1], batch, past + seq_len, m.kinds, m.latent), counter
+
+
+def _element_size(model: torch.nn.Module) -> int:
+    """Bytes per element of what the model computes in (its cache holds that dtype)."""
+    p = next(iter(model.parameters()), None)
+    return int(p.element_size()) if p is not None else 4
+
+
+def _decode(m: _Meta, batch: int, context: int) -> tuple[list[BlockRow], list[CacheLayer]]:
     """One decode step attending to ``context`` keys, through the cache an uncounted prefill filled."""
+    m.model.eval()
     cache = m.prefill(batch, context - 1)
     counter = FactsCounter(m.param_ids)
     out: dict[str, Any] = {}
@@ -290,11 +302,9 @@ def _decode_rows(m: _Meta, batch: int, context: int, facts_kw: dict[str, Any]) -
     m.run(step, counter)
     found = returned_cache(out.pop("o"))
     after = found[1] if found else None
-    rows = _rows(counter, m.counts, {"forward": "decode"}, cache_storages(after) if after is not None else set())
-    if after is not None and "cache" not in facts_kw:
-        facts_kw["cache"] = tuple(cache_layers(after, batch, context, m.kinds, m.latent))
-        facts_kw["cache_bytes_per_element"] = _element_size(after)
-    return rows
+    rows = _rows(counter, m.counts, {"forward": "decode"},
+                 {counter.key_of(s) for s in cache_storages(after)} if after is not None else set())
+    return rows, cache_layers(after, batch, context, m.kinds, m.latent) if after is not None else []
 
 
 def _train_pass(m: _Meta, batch: int, seq_len: int) -> tuple[FactsCounter, dict[int, tuple[str, int]], int, int, int]:
@@ -331,8 +341,8 @@ def _train(m: _Meta, batch: int, seq_len: int, memory: bool) -> tuple[list[Block
     if not memory:
         m.model.zero_grad(set_to_none=True)
         return rows, None
-    grad_ids = {_sid(p.grad) for p in m.model.parameters() if p.grad is not None}
-    peak, at, grads_at_peak = counter.peak(of=grad_ids)
+    grad_keys = {counter.key_of(_sid(p.grad)) for p in m.model.parameters() if p.grad is not None}
+    peak, at, grads_at_peak = counter.peak(of=grad_keys)
     by_block: dict[str, int] = {}
     for block, nbytes in saved.values():
         by_block[folded(block)] = by_block.get(folded(block), 0) + nbytes
@@ -348,4 +358,4 @@ def _train(m: _Meta, batch: int, seq_len: int, memory: bool) -> tuple[list[Block
     return rows, train
 
 
-__all__ = ["describe", "layer_kinds", "EXPERT_KEYS", "TOP_K_KEYS", "replace"]
+__all__ = ["describe", "layer_kinds", "EXPERT_KEYS", "TOP_K_KEYS"]

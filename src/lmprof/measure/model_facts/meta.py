@@ -62,10 +62,15 @@ def transformers_config(config: Any) -> Any:
                           f"{_first_line(exc)}") from None
 
 
-def build_on_meta(config: Any, dtype: str = "fp32") -> torch.nn.Module:
-    """The causal LM of ``config`` on the meta device in ``dtype``; ConfigError (one line) naming why not."""
+def build_on_meta(config: Any, dtype: str = "fp32", attention: str | None = None) -> torch.nn.Module:
+    """The causal LM of ``config`` on the meta device in ``dtype``; ConfigError (one line) naming why not.
+
+    ``attention``: transformers' attention implementation (``sdpa``, ``eager``); None: its default.
+    """
     from lmprof.workloads.hf import _dtype_kw, _transformers
 
+    if dtype not in TORCH_DTYPES:
+        raise ConfigError(f"the describer builds models in {', '.join(TORCH_DTYPES)}, not {dtype!r}")
     tf = _transformers()
     cfg = transformers_config(config)
     model_type = getattr(cfg, "model_type", "?")
@@ -74,7 +79,8 @@ def build_on_meta(config: Any, dtype: str = "fp32") -> torch.nn.Module:
                           "(no AutoModelForCausalLM class for it)")
     try:
         with torch.device("meta"):
-            model = tf.AutoModelForCausalLM.from_config(cfg, **_dtype_kw(tf, TORCH_DTYPES[dtype]))
+            model = tf.AutoModelForCausalLM.from_config(
+                cfg, **_dtype_kw(tf, TORCH_DTYPES[dtype]), **({"attn_implementation": attention} if attention else {}))
     except Exception as exc:  # noqa: BLE001 - transformers raises anything; the user gets one line
         raise ConfigError(f"cannot build {model_type!r} from this config with transformers {tf.__version__}: "
                           f"{type(exc).__name__}: {_first_line(exc)}") from None
