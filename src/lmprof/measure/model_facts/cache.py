@@ -13,16 +13,7 @@ from typing import Any
 import torch
 
 from lmprof.estimate.facts import CacheLayer
-
-
-def _state_tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _state_tensors(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _state_tensors(v)]
-    return []
+from lmprof.workloads.hf_interface import state_tensors
 
 
 def _numel(tensors: list[torch.Tensor], batch: int) -> int:
@@ -52,7 +43,7 @@ def cache_layers(cache: Any, batch: int, tokens: int, layer_kinds: tuple[str, ..
         kind = layer_kinds[i] if i < len(layer_kinds) else ""
         state = "linear-attention state" if "linear attention" in kind else "SSM state"
         for name, what in (("conv_states", "conv state"), ("recurrent_states", state), ("ssm_states", state)):
-            tensors = _state_tensors(fields.get(name))
+            tensors = state_tensors(fields.get(name))
             if tensors:
                 out.append(CacheLayer(i, what, _numel(tensors, batch), tokens))
     return out
@@ -63,5 +54,5 @@ def cache_storages(cache: Any) -> set[int]:
     ids: set[int] = set()
     for layer in getattr(cache, "layers", None) or []:
         for value in vars(layer).values():
-            ids.update(int(t.untyped_storage()._cdata) for t in _state_tensors(value))
+            ids.update(int(t.untyped_storage()._cdata) for t in state_tensors(value))
     return ids

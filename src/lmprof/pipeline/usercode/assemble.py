@@ -10,6 +10,7 @@ from lmprof.analysis.block_truth import mark_uncertain
 from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol import add_compile_report, assemble_run, mark_noise, overhead_metrics
+from lmprof.workloads.hf import config_dict
 from lmprof.pipeline.figures import CountedFlops, Facts, add_figures
 from lmprof.pipeline.usercode.session import Known
 from lmprof.record.run import Metric, Run
@@ -138,7 +139,8 @@ def _facts(session: Any, run: Run) -> Facts:
         memory=step.memory if step else None, counted=counted,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else (step.cache_bytes if step else None),
         energy=session.energy, energy_steps=len(session.gens) if infer else len(session.samples),
-        tokens_per_step=known.tokens_per_step, plots=session.spec.draws_plots())
+        tokens_per_step=known.tokens_per_step, plots=session.spec.draws_plots(),
+        config=config_dict(model) if known.shape is None else None)  # for the describer (lmprof issue 45)
 
 
 def _observed(session: Any, run: Run) -> Known:
