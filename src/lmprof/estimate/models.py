@@ -206,6 +206,8 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             vocab_size=_need(cfg, "vocab_size"), block_size=int(cfg.get("max_position_embeddings") or 2048),
             d_ff=_opt(cfg, "ffn_hidden_size") or 4 * d, mlp="gelu", pos="rope", bias=bool(cfg.get("bias", False)),
             norm_bias=True, parallel=parallel, norms_per_layer=norms,
+            # transformers' Falcon broadcasts grouped K and V to every head before caching them
+            kv_cache_repeated=new_arch and kv < n_head,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
     if mt == "gpt_bigcode":

@@ -164,10 +164,11 @@ def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
     elif s is not None and f.batch and f.seq_len and f.new_tokens:
         width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
-        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (f.seq_len + f.new_tokens - 1) * f.batch * width
+        est = s.kv_cache_elements(f.seq_len + f.new_tokens - 1) * f.batch * width
         run.metrics["kv_cache.estimated"] = Metric(
             value=est if f.kv_cache else 0, unit="B", source="estimated",
-            note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
+            note="layers x K and V width x (prompt + new tokens - 1) x batch x bytes (windows, latents as the model "
+                 "keeps them)")
     if f.cache_bytes is not None:
         run.metrics["kv_cache"] = Metric(value=f.cache_bytes, unit="B", source="measured",
                                          note="bytes of the cache tensors after a whole generation")

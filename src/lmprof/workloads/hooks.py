@@ -239,7 +239,7 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
 # (transformers names them for what they compute); inside it, the projections in and out by their names.
 # Each rule: (regex on the module's class name, what it is). First match wins.
 MIXER_CLASSES: tuple[tuple[str, str], ...] = (
-    (r"GatedDeltaNet|DeltaNet|LinearAttention|LightningAttention|KimiDelta", "linear_attn"),
+    (r"DeltaNet|DeltaAttention|LinearAttention|LightningAttention|KimiDelta|GatedLinear", "linear_attn"),
     (r"Mamba|Mixer$|SSM|Rwkv|RecurrentBlock|LSTM|xLSTM", "ssm"),
     (r"ShortConv|Hyena", "conv"),
     (r"Attention|Attn", "attn"),

@@ -124,7 +124,9 @@ class MemoryEstimate:
         if sh.mla:
             per = f"{sh.n_layer} layers x latent ({sh.kv_lora_rank} + rope {sh.qk_rope_head_dim})"
         else:
-            per = f"2 x {sh.n_layer} layers x {sh.kv_heads} kv heads x {sh.head_dim}"
+            heads = sh.n_head if sh.kv_cache_repeated else sh.kv_heads
+            per = f"2 x {sh.n_layer} layers x {heads} kv heads x {sh.head_dim}" + (
+                " (repeated to every head)" if sh.kv_cache_repeated else "")
         window = (f"; {sh.sliding_layers} windowed layers keep {sh.sliding_window - 1} tokens"
                   if sh.sliding_window and sh.sliding_layers and self.kv_tokens >= sh.sliding_window else "")
         return f"{per} x {tail}{window}"

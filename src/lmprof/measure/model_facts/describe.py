@@ -85,7 +85,8 @@ def _params(model: torch.nn.Module, n_experts: int, top_k: int) -> tuple[int, in
         if n_experts and top_k and top_k < n_experts:
             if _EXPERT_LIST.search(path):  # one module per expert: each is used by top_k / E of the tokens
                 unused += n * (n_experts - top_k) // n_experts
-            elif (".experts." in path or path.startswith("experts.")) and p.dim() >= 3 and p.shape[0] == n_experts:
+            elif (".experts." in path or path.startswith("experts.")) and p.dim() >= 2 and p.shape[0] == n_experts:
+                # the experts' stacked weights (E, ...) and biases (E, n): gpt-oss has both
                 unused += n * (n_experts - top_k) // n_experts
     ids = {_sid(p) for p in model.parameters()} | {_sid(b) for b in model.buffers()}
     return total, total - unused, tensors, largest, ids
