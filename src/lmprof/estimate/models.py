@@ -22,12 +22,12 @@ import yaml
 from lmprof.errors import ConfigError, DataError
 from lmprof.estimate.dropout import Dropout, dropout_from_config
 from lmprof.estimate.facts import SOURCE_NOTES, Source
+from lmprof.estimate.families import Family, families
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
-# model_type values lmprof can describe, and those it knows it cannot (with the reason).
-SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
-             "falcon", "gemma", "qwen3", "gemma3_text", "olmo2", "smollm3", "phi", "gpt_bigcode", "qwen3_moe", "gpt_oss",
-             "llama4_text", "glm4_moe", "deepseek_v2", "deepseek_v3")
+# model_type values lmprof's formulas describe (one record each, estimate/families.py), and those it
+# knows it cannot (with the reason).
+SUPPORTED = tuple(families())
 _UNSUPPORTED_WHY = {
     "t5": "encoder-decoder models are not modelled",
     "bert": "encoder-only models are not modelled",
@@ -162,7 +162,8 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     if mt not in SUPPORTED:
         raise ConfigError(f"unsupported architecture {mt or '(no model_type)'!r}: lmprof describes "
                           f"{', '.join(SUPPORTED)}")
-    if mt == "gpt2":
+    rec = families()[mt]
+    if rec.reader == "gpt2":
         d = _need(cfg, "n_embd")
         return ModelShape(
             n_layer=_need(cfg, "n_layer"), n_head=_need(cfg, "n_head"), n_embd=d,
@@ -170,7 +171,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
             name=name, family=mt,
         )
-    if mt == "gpt_neox":
+    if rec.reader == "gpt_neox":
         return ModelShape(
             n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"),
             n_embd=_need(cfg, "hidden_size"), vocab_size=_need(cfg, "vocab_size"),
@@ -180,7 +181,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             parallel=bool(cfg.get("use_parallel_residual", True)),
             tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
         )
-    if mt == "opt":
+    if rec.reader == "opt":
         d = _need(cfg, "hidden_size")
         if cfg.get("word_embed_proj_dim", d) != d or cfg.get("do_layer_norm_before", True) is False:
             raise ConfigError("unsupported OPT variant: word_embed_proj_dim != hidden_size (opt-350m) is not modelled")
@@ -191,7 +192,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             bias=bool(cfg.get("enable_bias", True)), norm_bias=True, pos_offset=2,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
-    if mt == "falcon":
+    if rec.reader == "falcon":
         d = _need(cfg, "hidden_size")
         n_head = _need(cfg, "num_attention_heads", "n_head")
         new_arch = bool(cfg.get("new_decoder_architecture", False))
@@ -210,7 +211,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             kv_cache_repeated=new_arch and kv < n_head,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
-    if mt == "gpt_bigcode":
+    if rec.reader == "gpt_bigcode":
         d = _need(cfg, "n_embd")
         n_head = _need(cfg, "n_head")
         return ModelShape(
@@ -219,7 +220,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
             name=name, family=mt,
         )
-    if mt == "phi":
+    if rec.reader == "phi":
         # Parallel attention + MLP behind one LayerNorm; biases everywhere, the lm_head's included.
         n_head = _need(cfg, "num_attention_heads")
         return ModelShape(
@@ -230,85 +231,81 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             norms_per_layer=1, head_bias=True, qk_norm="head" if cfg.get("qk_layernorm") else "",
             tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
         )
-    if mt in ("deepseek_v2", "deepseek_v3"):
-        return _deepseek(cfg, mt, name)
-    return _llama_like(cfg, mt, name)
+    if rec.reader == "deepseek":
+        return _deepseek(cfg, rec, name)
+    return _llama_like(cfg, rec, name)
 
 
-def _dense_layer_count(cfg: Mapping[str, Any], mt: str, n_layer: int) -> int:
-    """Layers of an MoE model whose MLP is dense, by each family's own rule."""
-    if mt in ("qwen2_moe", "qwen3_moe"):
+def _dense_layer_count(cfg: Mapping[str, Any], rec: Family, n_layer: int) -> int:
+    """Layers of an MoE model whose MLP is dense, by the family's own rule (its record's ``dense``)."""
+    if rec.dense == "qwen":
         only = cfg.get("mlp_only_layers") or []
         step = int(cfg.get("decoder_sparse_step") or 1)
         return sum(1 for i in range(n_layer) if i in only or (i + 1) % step)
-    if mt == "llama4_text":
+    if rec.dense == "llama4":
         moe_layers = cfg.get("moe_layers")
         if isinstance(moe_layers, list):
             return n_layer - len(moe_layers)
         step = int(cfg.get("interleave_moe_layer_step") or 1)
         return n_layer - len(range(step - 1, n_layer, step))
-    if mt in ("glm4_moe", "deepseek_v2", "deepseek_v3"):
+    if rec.dense == "first_k":
         return min(n_layer, _opt(cfg, "first_k_dense_replace") or 0)
     return 0
 
 
-def _llama_like(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
-    """llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma, gemma2/3, phi3, olmo2, smollm3, gpt_oss, llama4_text,
-    glm4_moe: a Llama layer (RMSNorm, rotary, gated MLP) with each family's differences."""
+def _llama_like(cfg: Mapping[str, Any], rec: Family, name: str) -> ModelShape:
+    """A Llama layer (RMSNorm, rotary, gated MLP) with the family's differences, read off its record:
+    default tie and attention bias, o_proj's bias, q/k/v bias, norms per layer, QK-norm, where a window
+    slides, and how the config names its experts and dense layers."""
+    mt = rec.name
     n_layer = _need(cfg, "num_hidden_layers")
     n_head = _need(cfg, "num_attention_heads")
     d = _need(cfg, "hidden_size")
     head_dim = _opt(cfg, "head_dim")
-    window, sliding = _sliding(cfg, n_layer, default_all=mt not in ("gemma2", "gemma3_text", "gpt_oss"))
-    if mt == "llama4_text" and cfg.get("attention_chunk_size"):
+    window, sliding = _sliding(cfg, n_layer, default_all=rec.sliding == "all")
+    if rec.experts == "llama4" and cfg.get("attention_chunk_size"):
         # Chunked attention attends within a fixed chunk: counted as a window of that size.
         types = cfg.get("layer_types")
         window = _opt(cfg, "attention_chunk_size")
         sliding = (sum(1 for t in types if t == "chunked_attention") if isinstance(types, list)
                    else n_layer - n_layer // int(cfg.get("no_rope_layer_interval") or 4))
-    attention_bias = bool(cfg.get("attention_bias", mt == "gpt_oss"))
+    attention_bias = bool(cfg.get("attention_bias", rec.attention_bias))
     kw: dict[str, Any] = dict(
         n_layer=n_layer, n_head=n_head, n_embd=d, vocab_size=_need(cfg, "vocab_size"),
         block_size=_need(cfg, "max_position_embeddings"),
         n_kv_head=_opt(cfg, "num_key_value_heads") or n_head, d_ff=_need(cfg, "intermediate_size"),
         mlp=_act_mlp(_get(cfg, "hidden_activation", "hidden_act", default="silu"), True), norm="rmsnorm",
-        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=attention_bias,
-        tied=bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3_text", "smollm3"))),
+        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=attention_bias or rec.qkv_bias,
+        tied=bool(cfg.get("tie_word_embeddings", rec.tied)),
         d_head=head_dim if head_dim and head_dim * n_head != d else None, sliding_window=window,
-        sliding_layers=sliding if window else 0, name=name, family=mt,
+        sliding_layers=sliding if window else 0, name=name, family=mt, norms_per_layer=rec.norms,
+        o_bias=attention_bias if rec.o_bias else None,
     )
-    if mt in ("llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "smollm3", "qwen3",
-              "qwen3_moe", "llama4_text"):
-        kw["o_bias"] = attention_bias  # attention_bias puts a bias on o_proj too
-    if mt in ("qwen2", "qwen2_moe"):
-        kw["qkv_bias"] = True
-    if mt in ("gemma2", "gemma3_text"):
-        kw["norms_per_layer"] = 4
-    if mt in ("qwen3", "qwen3_moe", "gemma3_text") or (mt == "glm4_moe" and cfg.get("use_qk_norm")):
+    if rec.qk_norm in ("head", "full"):
+        kw["qk_norm"] = rec.qk_norm
+    elif rec.qk_norm == "use_qk_norm" and cfg.get("use_qk_norm"):
         kw["qk_norm"] = "head"
-    if mt == "olmo2":
-        kw["qk_norm"] = "full"
-    if mt == "mixtral":
+    if rec.experts == "mixtral":
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"))
-    if mt in ("qwen2_moe", "qwen3_moe"):
+    if rec.experts == "qwen":
         # 0 is how a config says "no shared expert".
         shared = _opt(cfg, "shared_expert_intermediate_size") if cfg.get("shared_expert_intermediate_size") else 0
         kw.update(n_experts=_need(cfg, "num_experts", "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff_expert=_need(cfg, "moe_intermediate_size"), n_shared_experts=1 if shared else 0,
                   d_ff_shared=shared or None, shared_expert_gate=bool(shared))
-    if mt == "gpt_oss":
+    if rec.experts == "gpt_oss":
         # Experts with biases (gate_up and down), a router with a bias, a sink logit per head, o_proj bias.
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"), bias=True,
                   o_bias=attention_bias, router_bias=True, attn_sinks=True)
-    if mt == "llama4_text":
+    if rec.experts == "llama4":
         # MoE layers: routed experts and one shared expert of intermediate_size; dense layers: intermediate_size_mlp.
         f = _need(cfg, "intermediate_size")
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff=_opt(cfg, "intermediate_size_mlp") or f, d_ff_expert=f, n_shared_experts=1, d_ff_shared=f)
-    if mt == "glm4_moe":
+    if rec.experts == "routed":
         kw.update(_routed_experts(cfg), o_bias=False)
     if kw.get("n_experts"):
-        kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
+        kw["n_dense_layers"] = _dense_layer_count(cfg, rec, n_layer)
     return ModelShape(**kw)
 
 
@@ -320,8 +317,9 @@ def _routed_experts(cfg: Mapping[str, Any]) -> dict[str, Any]:
                 n_shared_experts=shared, d_ff_shared=fe if shared else None)
 
 
-def _deepseek(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
+def _deepseek(cfg: Mapping[str, Any], rec: Family, name: str) -> ModelShape:
     """DeepSeek-V2 / V3: multi-head latent attention, dense-first layers, routed + shared experts."""
+    mt = rec.name
     if cfg.get("attention_bias"):
         raise ConfigError(f"{mt} configs with attention_bias are not modelled")
     if int(cfg.get("moe_layer_freq") or 1) != 1:
@@ -338,7 +336,7 @@ def _deepseek(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
         q_lora_rank=_opt(cfg, "q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank"), qk_rope_head_dim=rope,
         name=name, family=mt, **_routed_experts(cfg),
     )
-    kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
+    kw["n_dense_layers"] = _dense_layer_count(cfg, rec, n_layer)
     return ModelShape(**kw)
 
 
@@ -353,8 +351,8 @@ def generic_shape(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     if missing:
         raise ConfigError(f"unsupported architecture {mt!r}: lmprof describes {', '.join(SUPPORTED)}; a generic "
                           f"estimate needs {', '.join(missing)}")
-    shape = _llama_like({**cfg, "max_position_embeddings": cfg.get("max_position_embeddings") or 4096}, "llama",
-                        name or mt)
+    shape = _llama_like({**cfg, "max_position_embeddings": cfg.get("max_position_embeddings") or 4096},
+                        families()["llama"], name or mt)
     return replace(shape, family=mt)
 
 
@@ -415,13 +413,8 @@ def _table() -> dict[str, dict[str, Any]]:
 @lru_cache(maxsize=1)
 def family_table() -> dict[str, dict[str, Any]]:
     """Each supported family: its example table entry and the config.json keys lmprof reads (``llama-like`` expanded)."""
-    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
-    raw = dict(yaml.safe_load(path.read_text())["families"])
-    common = list(raw.pop("llama-like")["reads"])
-    return {fam: {"example": e.get("example"),
-                  "reads": [k for r in e["reads"] for k in (common if r == "llama-like" else [r])],
-                  "ignored": list(e.get("ignored", []))}
-            for fam, e in raw.items()}
+    return {name: {"example": rec.example, "reads": list(rec.reads), "ignored": list(rec.ignored)}
+            for name, rec in families().items()}
 
 
 def known_models() -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from lmprof.estimate.families import families
 from lmprof.names import LOSS, MODEL_GLUE, SCOPE_PREFIX
 from lmprof.workloads.hf_interface import attention_implementation
 
@@ -144,25 +145,12 @@ MOE_RULES = [
     (r"\.layers\.\*\.mlp$", "@mlp"),
     *LLAMA_RULES,
 ]
-FAMILIES = {
-    "gpt2": GPT2_RULES,
-    "llama": LLAMA_RULES,
-    "mistral": LLAMA_RULES,
-    "qwen2": LLAMA_RULES,
-    "qwen3": LLAMA_RULES,
-    "gemma": LLAMA_RULES,
-    "gemma2": GEMMA2_RULES,
-    "gemma3_text": GEMMA2_RULES,
-    "phi": PHI_RULES,
-    "phi3": LLAMA_RULES,
-    "gpt_neox": GPT_NEOX_RULES,
-    "gpt_bigcode": GPT2_RULES,
-    "opt": OPT_RULES,
-    "falcon": FALCON_RULES,
-    "mixtral": MOE_RULES,
-    "qwen2_moe": MOE_RULES,
-    "qwen3_moe": MOE_RULES,
+# The rule sets by name; which family gets which is its record's ``blocks`` (estimate/families.py).
+RULE_SETS: dict[str, list[tuple[str, str]]] = {
+    "gpt2": GPT2_RULES, "llama": LLAMA_RULES, "gemma2": GEMMA2_RULES, "phi": PHI_RULES, "gpt_neox": GPT_NEOX_RULES,
+    "opt": OPT_RULES, "falcon": FALCON_RULES, "moe": MOE_RULES,
 }
+FAMILIES = {name: RULE_SETS[rec.blocks] for name, rec in families().items() if rec.blocks}
 # A model without a known model_type whose modules are laid out like GPT-2 (nanoGPT's GPT: transformer.h.N
 # with attn.c_attn and mlp.c_fc) gets GPT-2's names, so its attention core and residual adds are blocks.
 _GPT2_LAYOUT = (re.compile(r"\.h\.\*\.attn\.c_attn$"), re.compile(r"\.h\.\*\.mlp\.c_fc$"))
