@@ -101,7 +101,7 @@ def _described(run: Run, f: Facts) -> ModelFacts | None:
     pdt = f.param_dtype or "fp32"
     steps = max(f.new_tokens - 1, 1)
     try:  # decode: the middle step's context, times the steps (exact where the cost is linear in the context)
-        return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2,
+        return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
                         dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
                         phases=("train",) if run.mode == "train" else ("prefill", "decode"))
     except LmprofError as exc:

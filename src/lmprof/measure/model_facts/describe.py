@@ -187,13 +187,13 @@ def _fail(cfg: Any, what: str, exc: BaseException) -> ConfigError:
 
 def describe(config: Any, *, batch: int = 1, seq_len: int = 16, context: int | None = None, dtype: str = "fp32",
              phases: tuple[str, ...] = PHASE_NAMES, memory: bool = True, name: str = "",
-             attention: str | None = None) -> ModelFacts:
+             attention: str | None = None, past: int | None = None) -> ModelFacts:
     """Read a causal LM off the meta device (see the module docstring).
 
     ``config``: a config.json as a dict, or a transformers config. ``seq_len`` tokens per sequence
     (training sequence, prompt); ``context``: the keys a decode step attends to, the cache after
     appending its token (default ``seq_len``), and for a prefill the cache it fills up to (a prompt
-    of ``seq_len`` tokens after ``context - seq_len`` cached ones). ``phases``: any of prefill,
+    of ``seq_len`` tokens after ``past`` cached ones, by default ``context - seq_len``). ``phases``: any of prefill,
     decode, train. ``memory``: also read the live and saved bytes at ``batch + 1`` (both are affine
     in the batch) for the prefill and training passes asked for. ``dtype``: the model's parameters
     and compute (fp32, bf16, fp16). ``attention``: transformers' attention implementation (default:
@@ -213,7 +213,7 @@ def describe(config: Any, *, batch: int = 1, seq_len: int = 16, context: int | N
     rows: list[BlockRow] = []
     kw: dict[str, Any] = {}
     if "prefill" in phases:
-        past = max(0, context - seq_len)
+        past = max(0, context - seq_len) if past is None else past
         prefill_rows, layers, counter = _guarded(m, "prefill", lambda: _prefill(m, batch, seq_len, past))
         rows += prefill_rows
         kw.update(cache=tuple(layers), prefill_live_peak=counter.peak()[0],
