@@ -21,7 +21,6 @@ from collections import defaultdict
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from lmprof.measure.flops import BlockCounter
 
@@ -41,7 +40,15 @@ def _sid(t: torch.Tensor) -> int:
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+    """The tensors in an op's arguments or outputs (nested tuples, lists and dicts): a plain walk, as
+    torch's pytree flattening cost a tenth of a 70B-class model's description."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (tuple, list)):
+        return [t for x in tree for t in _tensors(x)]
+    if isinstance(tree, dict):
+        return [t for x in tree.values() for t in _tensors(x)]
+    return []
 
 
 class FactsCounter(BlockCounter):
@@ -62,14 +69,18 @@ class FactsCounter(BlockCounter):
         self.events: list[tuple[int, int]] = []
         self._alive: dict[int, tuple[int, int]] = {}  # storage id -> (serial, bytes) while alive
         self._refs: dict[int, weakref.ref[Any]] = {}
+        self._traffic: dict[Any, tuple[bool, bool]] = {}  # op -> (moves bytes, has a FLOP formula)
 
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, block: str,
               phase: str) -> None:
-        name = str(func._overloadpacket).split(".")[-1]
+        traffic = self._traffic.get(func)
+        if traffic is None:
+            traffic = self._traffic[func] = (str(func._overloadpacket).split(".")[-1] not in _NO_TRAFFIC,
+                                             func._overloadpacket in self.formulas)
         key = (block, phase)
         outs = _tensors(out)
-        if name not in _NO_TRAFFIC:
-            counted = func._overloadpacket in self.formulas
+        if traffic[0]:
+            counted = traffic[1]
             for t in _tensors((args, kwargs)):
                 if t.device.type != self.device:
                     continue
