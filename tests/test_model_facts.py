@@ -99,7 +99,8 @@ def test_decode_goes_through_the_models_own_cache() -> None:
 
 def test_a_model_the_describer_cannot_build_is_one_line() -> None:
     for cfg, why in (({"model_type": "no_such_family"}, "cannot read"), ({"model_type": "t5"}, "not a causal"),
-                     ({}, "no model_type")):
+                     ({}, "no model_type"), ({"model_type": "llama", "num_hidden_layers": 10**6}, "between 1 and 4,096"),
+                     ({"model_type": "llama", "hidden_size": "64"}, "whole number")):
         with pytest.raises(ConfigError, match=why) as err:
             describe(cfg, batch=1, seq_len=4)
         assert "\n" not in str(err.value)

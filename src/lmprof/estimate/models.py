@@ -105,6 +105,16 @@ _KEY_FIELD = {
 }
 
 
+def check_config_sizes(cfg: Mapping[str, Any]) -> None:
+    """ConfigError (one line) for a size the config sets outside what any published model has
+    (``shape.LIMITS`` under the config's own key names), before anything is built from it: a hostile
+    config of 10**6 layers is refused, not built module by module on the meta device."""
+    for key, field in _KEY_FIELD.items():
+        value = cfg.get(key)
+        if value is not None and not (field == "sliding_window" and value == 0):
+            check_size(field, value, f"config {key}")
+
+
 def _checked(key: str, value: Any) -> int:
     return check_size(_KEY_FIELD[key], value, f"config {key}")
 

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmprof.errors import ConfigError
+from lmprof.estimate.models import check_config_sizes
 from lmprof.workloads.precision import TORCH_DTYPES
 
 _FLASH = 1  # torch's SDPBackend.FLASH_ATTENTION
@@ -55,6 +56,7 @@ def transformers_config(config: Any) -> Any:
     model_type = str(kw.pop("model_type", "") or "")
     if not model_type:
         raise ConfigError("the config has no model_type: lmprof cannot tell which transformers model it describes")
+    check_config_sizes(config)
     try:
         return tf.AutoConfig.for_model(model_type, **kw)
     except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
