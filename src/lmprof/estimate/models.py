@@ -111,8 +111,10 @@ def check_config_sizes(cfg: Mapping[str, Any]) -> None:
     config of 10**6 layers is refused, not built module by module on the meta device."""
     for key, field in _KEY_FIELD.items():
         value = cfg.get(key)
-        if value is not None and not (field == "sliding_window" and value == 0):
-            check_size(field, value, f"config {key}")
+        if value is None or (field == "sliding_window" and value == 0):
+            continue
+        for one in (value if isinstance(value, list) else [value]):  # per-layer lists (Gemma 3n) element by element
+            check_size(field, one, f"config {key}")
 
 
 def _checked(key: str, value: Any) -> int:
