@@ -8,10 +8,11 @@ model returns after a prefill and one decode step.
 """
 from __future__ import annotations
 
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import pytest
 
+from lmprof.errors import ConfigError
 from lmprof.estimate.flops import FlopConventions, block_costs
 from lmprof.estimate.models import shape_from_config
 
@@ -123,22 +124,33 @@ def test_kv_cache_bytes_equal_the_returned_cache(name: str) -> None:
     assert held == shape.kv_cache_elements(T + 1) * B * 4
 
 
-def test_unknown_family_gets_a_generic_estimate_with_a_warning(tmp_path) -> None:
+def test_unknown_family_is_the_describers_and_the_guess_only_when_asked(tmp_path) -> None:
+    """A family without formulas resolves to the describer (no shape, the config kept); the generic guess
+    is a separate step, marked generic, with a warning, and refused for expert / hybrid / latent configs."""
     import json
 
-    from lmprof.estimate.models import resolve_model
+    from lmprof.estimate.models import generic_entry, resolve_model
 
     cfg = {"model_type": "my_llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "intermediate_size": 96, "vocab_size": 128}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     entry = resolve_model(str(tmp_path))
-    assert "generic Llama-like estimate" in entry.warning and entry.shape.family == "my_llama"
+    assert entry.figures == "model" and entry.shape is None and entry.config == cfg and not entry.warning
+    guess = generic_entry(entry)
+    assert guess.figures == "generic" and "GENERIC Llama-like guess" in guess.warning
+    assert guess.shape is not None and guess.shape.family == "my_llama"
     # By hand: embeddings 128x64, lm_head 128x64, per layer 4 x 64x64 attention + 3 x 64x96 MLP + 2 norms, final norm.
-    assert entry.shape.n_params() == 2 * 128 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 96 + 2 * 64) + 64
+    assert guess.shape.n_params() == 2 * 128 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 96 + 2 * 64) + 64
+    for extra, what in (({"num_local_experts": 8}, "expert"), ({"mamba_d_state": 16}, "hybrid-layer"),
+                        ({"layer_types": ["full_attention", "linear_attention"]}, "hybrid-layer"),
+                        ({"kv_lora_rank": 512}, "latent-attention")):
+        with pytest.raises(ConfigError, match=f"no generic guess for 'my_llama': it has {what} fields"):
+            generic_entry(replace(entry, config={**cfg, **extra}))
 
 
 def test_unknown_family_on_the_command_line(tmp_path, capsys) -> None:
-    """A generic estimate prints its warning on stderr; a config without the generic keys is one line, exit 2."""
+    """A config the describer cannot build: one line naming why, exit 2; with --allow-generic the guess,
+    its warning on stderr and ``source: generic`` in --json; refused (exit 2) for an expert config."""
     import json
 
     from lmprof.cli.main import main
@@ -146,12 +158,18 @@ def test_unknown_family_on_the_command_line(tmp_path, capsys) -> None:
     cfg = {"model_type": "my_llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "intermediate_size": 96, "vocab_size": 128}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert main(["memory", "--model", str(tmp_path), "--device", "h100", "--batch-size", "1"]) == 0
-    assert "warning: 'my_llama' is not a family lmprof models" in capsys.readouterr().err
-    (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 64}')
-    assert main(["roofline", "--model", str(tmp_path), "--device", "h100"]) == 2
+    for verb in (["memory"], ["roofline", "--phase", "train"]):
+        assert main([*verb, "--model", str(tmp_path), "--device", "h100", "--batch-size", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "'my_llama'" in err[0] and "--allow-generic" in err[0], err
+    assert main(["memory", "--model", str(tmp_path), "--device", "h100", "--batch-size", "1", "--allow-generic",
+                 "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["source"] == "generic" and "warning: 'my_llama' figures are a GENERIC" in out.err
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "num_local_experts": 8, "num_experts_per_tok": 2}))
+    assert main(["roofline", "--model", str(tmp_path), "--device", "h100", "--allow-generic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'mamba'" in err[0] and "needs num_hidden_layers, num_attention_heads" in err[0]
+    assert len(err) == 1 and "no generic guess for 'my_llama': it has expert fields" in err[0]
 
 
 def test_moe_flop_note_states_the_active_n_the_value_uses() -> None:

@@ -21,6 +21,11 @@ FORWARD_BLOCKS: tuple[str, ...] = (
     "attn.av",
     "attn.sdpa",
     "attn.proj",
+    # Mixers other than attention (hybrid models), each its input projections, its short causal
+    # convolution, its own work (the scan or recurrence, gating, norms) and its output projection:
+    # linear attention (Gated DeltaNet and kin), state-space models (Mamba) and gated short
+    # convolutions (LFM2).
+    *(f"{mixer}.{part}" for mixer in ("linear_attn", "ssm", "conv") for part in ("in_proj", "conv", "core", "out_proj")),
     "residual",
     "ln_2",
     "moe.router",  # mixture-of-experts: the router (scores, top-k) and the routed experts with their
@@ -36,7 +41,11 @@ FORWARD_BLOCKS: tuple[str, ...] = (
 # Blocks whose work is matmuls against weights (advice's compute-bound share, the stopwatch's tighter
 # goal); with the attention core's matmuls, the blocks whose FLOP/s may not pass the device's roof.
 WEIGHT_MATMUL_BLOCKS: tuple[str, ...] = ("attn.qkv", "attn.proj", "moe.router", "moe.experts", "mlp.fc", "mlp.proj",
-                                         "lm_head")
+                                         "lm_head", *(f"{mixer}.{part}" for mixer in ("linear_attn", "ssm", "conv")
+                                                      for part in ("in_proj", "out_proj")))
+# What each mixer is called where a person reads it.
+MIXER_KINDS: dict[str, str] = {"attn": "attention", "linear_attn": "linear attention", "ssm": "SSM",
+                               "conv": "convolution"}
 MATMUL_BLOCKS: frozenset[str] = frozenset({*WEIGHT_MATMUL_BLOCKS, "attn.scores", "attn.av", "attn.sdpa"})
 
 # Scopes that enclose blocks: their own (exclusive) time is that phase's ``other``.

@@ -13,6 +13,7 @@ import typer
 
 from lmprof.cli.app import app
 from lmprof.errors import ConfigError, DeviceError
+from lmprof.estimate.facts import SOURCE_NOTES
 
 GIB = 1024**3
 GB = 10**9
@@ -162,6 +163,9 @@ def memory(
                                      help="the step keeps the (b, s, V) logits to its end (lmprof's own does not)"),
     blocks: bool = typer.Option(True, "--blocks/--no-blocks", help="show activations per block"),
     as_json: bool = typer.Option(False, "--json", help="print the estimate as JSON"),
+    allow_generic: bool = typer.Option(
+        False, "--allow-generic", help="a family lmprof cannot describe (no formulas, the describer cannot build "
+        "it): a generic Llama-like guess, marked generic (refused for expert, hybrid or latent-attention configs)"),
 ) -> int:
     """Fit check without running: memory breakdown, peak vs device memory, largest batch that fits."""
     from lmprof.estimate.fit import SHARDS, estimate_plan
@@ -175,26 +179,43 @@ def memory(
         if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
     attention = attention or ("sdpa" if model is not None else "math")
+    facts = None
+    figures = "formula"
+    if context is not None and seq_len is not None and context != seq_len:
+        raise ConfigError("--context and --seq-len both given with different values: give one")
+    seq_len = context if context is not None else seq_len
     if model is not None:
-        from lmprof.estimate.models import resolve_model
+        from lmprof.estimate.models import config_positions, resolve_model
 
         from lmprof.estimate.dropout import Dropout, dropout_at
 
         entry = resolve_model(model)
+        label, pdt = entry.name, param_dtype or dtype
+        if entry.figures == "model":
+            # A family lmprof's formulas do not know: read off the model on the meta device (imports torch).
+            from lmprof.measure.model_facts.resolve import describe_entry
+
+            positions = config_positions(entry.config or {})
+            seq = seq_len if seq_len is not None else min(positions, 4096) - (new_tokens if mode == "infer" else 0)
+            entry, facts = describe_entry(entry, allow_generic=allow_generic, batch=batch_size, seq_len=max(1, seq),
+                                          dtype=pdt, phases=("prefill",) if mode == "infer" else ("train",))
         if entry.warning:
             typer.echo(f"warning: {entry.warning}", err=True)
+        figures = entry.figures
         # The dropout transformers trains the family with (its config), unless --dropout sets every site.
-        drop: float | Dropout = entry.dropout if dropout is None else dropout_at(entry.shape.family, dropout)
-        shape, label = entry.shape, entry.name
-        pdt = param_dtype or dtype
+        drop: float | Dropout = entry.dropout if dropout is None else dropout_at(
+            entry.shape.family if entry.shape is not None else "", dropout)
+        shape = entry.shape
     else:
         cfg = make_preset(preset, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
                           block_size=block_size, dropout=dropout, attention=attention)
         shape, label, drop, pdt = cfg.shape(), preset, cfg.dropout, param_dtype or "fp32"
-    if context is not None and seq_len is not None and context != seq_len:
-        raise ConfigError("--context and --seq-len both given with different values: give one")
-    seq_len = context if context is not None else seq_len
-    if seq_len is None:
+    described = facts if facts is not None else shape
+    assert described is not None
+    if facts is not None:
+        seq = facts.seq_len  # the tokens it was read at
+    elif seq_len is None:
+        assert shape is not None
         default = shape.block_size if model is None else min(shape.block_size, 4096)
         seq = default - new_tokens if mode == "infer" else default
     else:
@@ -206,7 +227,7 @@ def memory(
     lora, parallel = _plan(shape, lora_rank, lora_targets, qlora, double_quant, tp, pp, sp, plan_mode)
 
     def estimate_at(b: int) -> MemoryEstimate:
-        return estimate_plan(shape, batch=b, seq_len=seq, mode=plan_mode, dtype=dtype, param_dtype=pdt,
+        return estimate_plan(described, batch=b, seq_len=seq, mode=plan_mode, dtype=dtype, param_dtype=pdt,
                              attention=plan_attention, optimizer=optimizer, device_kind=kind, dropout=drop,
                              new_tokens=new_tokens, hold_logits=hold_logits, gpus=gpus, shard=plan_shard,
                              weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing, lora=lora,
@@ -216,7 +237,7 @@ def memory(
     best = largest_fitting_batch(budget, estimate_at)
     fits = est.peak <= budget
     best_context = None
-    if mode == "infer":  # the largest prompt the cache can hold at this batch, up to the model's maximum
+    if mode == "infer" and shape is not None:  # the largest prompt the cache can hold, up to the model's maximum
         from lmprof.estimate.fit import largest_fitting
 
         def peak_with_context(c: int) -> int:
@@ -229,17 +250,23 @@ def memory(
     if as_json:
         from lmprof.printable import json_text
 
-        data = {"estimate": est.to_dict(), "model": label, "device": dev_name, "capacity": nominal,
+        total, active = ((facts.params, facts.params_active) if facts is not None else
+                         (shape.n_params(), shape.n_params(active=True)) if shape is not None else (0, 0))
+        data = {"estimate": est.to_dict(), "model": label, "source": figures, "source_note": SOURCE_NOTES[figures],
+                "device": dev_name, "capacity": nominal,
                 "budget": budget, "budget_note": how, "fits": fits, "largest_batch": best,
                 "largest_context": best_context, "devices": gpus * tp * pp,
-                "params_total": shape.n_params(), "params_active": shape.n_params(active=True),
+                "params_total": total, "params_active": active,
                 "memory": {k: v for k, v in est.at_peak.items()}, "peak": est.peak}
         typer.echo(json_text(data))
         return 0 if fits else 1
     devices = (f"{gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp} devices; "
                "every figure is one device's") if gpus * tp * pp > 1 else ""
-    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at, devices)
-    if best_context is not None:
+    _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at, devices, figures)
+    if mode == "infer" and shape is None:
+        typer.echo(f"largest context that fits at batch {batch_size}: not searched (figures read off the model at "
+                   f"{seq:,} prompt tokens; give another --context to check one)")
+    if best_context is not None and shape is not None:
         typer.echo(f"largest context that fits at batch {batch_size}: "
                    + (f"{best_context:,} tokens (model maximum {shape.block_size:,})" if best_context
                       else "none (a 1-token prompt is already too large)"))
@@ -254,6 +281,9 @@ def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant:
     from lmprof.config import choice
 
     parallel = Parallel(tp=tp, pp=pp, sp=sp)
+    if shape is None:  # a model the describer read: estimate_plan says what is not modelled for it
+        lora = Lora(rank=rank, targets="attn") if rank is not None else None
+        return lora, parallel
     parallel.check(shape)
     if rank is None:
         if qlora:
@@ -272,7 +302,7 @@ def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant:
 
 
 def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: int, how: str, fits: bool, best: int,
-                  blocks: bool, estimate_at: Any, devices: str = "") -> None:
+                  blocks: bool, estimate_at: Any, devices: str = "", figures: str = "formula") -> None:
     mixed = est.dtype != "fp32" and est.param_dtype == "fp32"
     what = "train step" if est.mode == "train" else f"inference (KV cache of {est.kv_tokens} tokens)"
     opt = f", {est.optimizer} ({est.optimizer_impl})" if est.mode == "train" else ""
@@ -280,6 +310,7 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
     echo(f"lmprof memory: {preset} ({est.n_params:,} params), {what}, batch {est.batch} x seq {est.seq_len}, "
          f"{est.dtype}{' autocast' if mixed else ''}, attention {est.attention}{opt}")
     echo(f"regime: {est.regime}")
+    echo(f"source: {figures} ({SOURCE_NOTES[figures]})")
     for line in est.plan:
         echo(f"plan: {line}")
     if devices:
@@ -293,10 +324,11 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
              f"   {row['note']}")
     if blocks and est.mode == "train":
         echo("")
-        layers = est.stage_layers or est.shape.n_layer
+        layers = est.stage_layers or est.n_layer
         flight = f", x{est.in_flight} micro-batches" if est.in_flight > 1 else ""
         echo(f"  activations saved for backward, per layer (x{layers}{flight}) then once "
-             "(Korthikanti et al. 2022, adapted):")
+             "(Korthikanti et al. 2022, adapted):" if est.shape is not None else
+             "  activations saved for backward by block (read off the model, all layers):")
         shown = [it for it in est.items if it.bytes]
         # columns as wide as their longest entry (an MoE's descriptions ran into its formulas)
         wb, ww, wf = (max([n, *(len(x) for x in col)]) + 1 for n, col in (

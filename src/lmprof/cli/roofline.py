@@ -33,6 +33,9 @@ def roofline(
         False, "--checkpointing/--no-checkpointing", help="train: full activation checkpointing (layers' forward "
         "run again in backward)"),
     list_models: bool = typer.Option(False, "--list-models", help="List the known models and exit"),
+    allow_generic: bool = typer.Option(
+        False, "--allow-generic", help="A family lmprof cannot describe (no formulas, the describer cannot build it): "
+        "a generic Llama-like guess, marked generic (refused for expert, hybrid or latent-attention configs)"),
     dtype: str = typer.Option(
         "bf16", help="fp32, tf32, bf16, fp16 or fp8: the compute dtype and the width of every byte"),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Sequences"),
@@ -73,13 +76,12 @@ def roofline(
         device=device, preset=preset, model=model, phase=phase, dtype=dtype, batch_size=batch_size, seq_len=seq_len,
         context=context, weights=weights, kv_dtype=kv_dtype,
         sweep_batches=parse_batches(sweep_batch) if sweep_batch else None, attention=attention,
-        causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
-    if model is not None:
-        from lmprof.estimate.models import resolve_model
-
-        if warning := resolve_model(model).warning:
-            typer.echo(f"warning: {warning}", err=True)
+        causal=causal, checkpointing=checkpointing, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+        allow_generic=allow_generic)
     if out is not None:
         check_not_input(out, [model if model and Path(model).exists() else None], "--out")
         check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
-    show_roofline(roofline_what_if(query, table), as_json=as_json, out=out, line=console.print, echo=typer.echo)
+    answer = roofline_what_if(query, table)
+    if answer.entry is not None and answer.entry.warning:
+        typer.echo(f"warning: {answer.entry.warning}", err=True)
+    show_roofline(answer, as_json=as_json, out=out, line=console.print, echo=typer.echo)

@@ -11,28 +11,20 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from lmprof.errors import ConfigError
+from lmprof.estimate.families import family
 
-# The config key each site's rate is read from, per Hugging Face model_type, as transformers' modeling
-# code uses them (5.x): GPT-2 drops embeddings, probabilities and both branches; OPT both branches
-# ("dropout") and the probabilities; Phi-3 both branches (resid_pdrop); GPT-NeoX embeddings and both
-# branches (hidden_dropout); Falcon the parallel branches' sum once (hidden_dropout), and never the
+# The config key each site's rate is read from, and transformers' default where it is not 0, are each
+# family's record (estimate/families.py, models.yaml): as transformers' modeling code uses them (5.x),
+# GPT-2 drops embeddings, probabilities and both branches; OPT both branches ("dropout") and the
+# probabilities; Phi-3 both branches (resid_pdrop); GPT-NeoX embeddings and both branches
+# (hidden_dropout); Falcon the parallel branches' sum once (hidden_dropout), and never the
 # probabilities with rotary positions (it passes dropout_p=0 to SDPA); the Llama-like families only
 # the probabilities (attention_dropout).
-_ATTN = {"attention": "attention_dropout"}
-_KEYS: dict[str, dict[str, str]] = {
-    "gpt2": {"embedding": "embd_pdrop", "attention": "attn_pdrop", "residual": "resid_pdrop"},
-    "opt": {"attention": "attention_dropout", "residual": "dropout"},
-    "phi3": {"attention": "attention_dropout", "residual": "resid_pdrop"},
-    "gpt_neox": {"embedding": "hidden_dropout", "attention": "attention_dropout", "residual": "hidden_dropout"},
-    "falcon": {"residual": "hidden_dropout"},
-    **{family: _ATTN for family in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2")},
-}
-# transformers' config defaults where they are not 0, for configs that leave the key out (the shipped
-# model table writes sizes only): GPT2Config's three rates and OPTConfig's dropout are 0.1.
-_DEFAULTS: dict[str, dict[str, float]] = {
-    "gpt2": {"embd_pdrop": 0.1, "attn_pdrop": 0.1, "resid_pdrop": 0.1},
-    "opt": {"dropout": 0.1},
-}
+
+
+def _sites(model_type: str) -> tuple[dict[str, str], dict[str, float]]:
+    rec = family(model_type)
+    return (dict(rec.dropout), dict(rec.dropout_defaults)) if rec is not None else ({}, {})
 
 
 @dataclass(frozen=True)
@@ -76,10 +68,9 @@ def dropout_from_config(cfg: Mapping[str, Any]) -> Dropout:
     Keys the config leaves out take transformers' defaults for its model_type; a model_type lmprof
     does not describe has no dropout here.
     """
-    mt = str(cfg.get("model_type") or "")
-    defaults = _DEFAULTS.get(mt, {})
+    keys, defaults = _sites(str(cfg.get("model_type") or ""))
     rates: dict[str, float] = {}
-    for site, key in _KEYS.get(mt, {}).items():
+    for site, key in keys.items():
         value = cfg.get(key, defaults.get(key))
         rates[site] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
     return Dropout(**rates)
@@ -87,4 +78,4 @@ def dropout_from_config(cfg: Mapping[str, Any]) -> Dropout:
 
 def dropout_at(model_type: str, p: float) -> Dropout:
     """Every dropout site a Hugging Face family has, at rate ``p`` (``lmprof memory --model ... --dropout p``)."""
-    return Dropout(**{site: p for site in _KEYS.get(model_type, {})})
+    return Dropout(**{site: p for site in _sites(model_type)[0]})

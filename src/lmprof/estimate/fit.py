@@ -25,6 +25,8 @@ from lmprof.errors import ConfigError
 from lmprof.estimate.memory import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
+from lmprof.estimate.facts import ModelFacts
+from lmprof.estimate.memory.from_facts import estimate_from_facts
 from lmprof.estimate.memory.lora import Lora
 from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.shape import ModelShape
@@ -49,7 +51,7 @@ def fit_budget(usable: int, margin_fixed: int = MARGIN_FIXED, margin_fraction: f
 
 
 def estimate_plan(
-    shape: ModelShape,
+    shape: ModelShape | ModelFacts,
     *,
     batch: int,
     seq_len: int,
@@ -77,18 +79,61 @@ def estimate_plan(
     layer's forward is re-run in backward. Estimated, not validated against a measured step.
     ``lora`` and ``parallel`` (tensor/pipeline degrees) give one device's figures; ``gpus`` is then
     the data-parallel degree the ZeRO/FSDP ``shard`` splits over (``gpus x tp x pp`` devices in all).
+
+    ``shape`` may be the describer's :class:`~lmprof.estimate.facts.ModelFacts` of a family the formulas
+    do not know (read in ``param_dtype`` = ``dtype``): sharding, 8-bit AdamW, weight formats and the KV
+    dtype apply as above; LoRA, tensor/pipeline parallelism and checkpointing are not modelled for it.
     """
-    plan_optimizer = choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if shard not in SHARDS:
         raise ConfigError(f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
     if not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
         got = f"{gpus!r}" if len(repr(gpus)) < 30 else f"a {len(repr(gpus))}-digit number"
         raise ConfigError(f"--gpus must be between 1 and {MAX_GPUS:,}, got {got}")
     base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
+    if isinstance(shape, ModelFacts):
+        return _facts_plan(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
+                           optimizer=optimizer, device_kind=device_kind, new_tokens=new_tokens, gpus=gpus,
+                           shard=shard, weights=weights, kv_dtype=kv_dtype, hold_logits=hold_logits,
+                           checkpointing=checkpointing, lora=lora, parallel=parallel)
     est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
                           attention=attention, optimizer=base_opt, device_kind=device_kind,
                           dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits, lora=lora,
                           parallel=parallel)
+    return _rescaled(est, shape.matmul_weights(), lambda b, t, w: kv_cache_bytes(shape, b, t, w),
+                     shape.layer_params(), shape, mode=mode, optimizer=optimizer, gpus=gpus, shard=shard,
+                     weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing, parallel=parallel)
+
+
+def _facts_plan(facts: ModelFacts, *, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str,
+                optimizer: str, device_kind: str, new_tokens: int, gpus: int, shard: Shard, weights: str | None,
+                kv_dtype: str | None, hold_logits: bool, checkpointing: bool, lora: Lora | None,
+                parallel: Parallel | None) -> MemoryEstimate:
+    """:func:`estimate_plan` for a model the describer read: its estimate, rescaled like the formulas'."""
+    for given, what in ((lora is not None, "LoRA/QLoRA"), (parallel is not None and not parallel.trivial,
+                                                             "--tp/--pp"), (checkpointing, "--checkpointing")):
+        if given:
+            raise ConfigError(f"{what} is not modelled for {facts.family!r} (its figures are read off the model, "
+                              "not lmprof's formulas)")
+    if param_dtype != dtype:
+        raise ConfigError(f"{facts.family!r} is read off the model in one dtype: give --param-dtype {dtype} "
+                          f"(autocast of {param_dtype} parameters is not modelled for it)")
+    base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
+    est = estimate_from_facts(facts, batch=batch, seq_len=seq_len, mode=mode,  # type: ignore[arg-type]
+                              dtype=dtype, optimizer=base_opt, device_kind=device_kind, new_tokens=new_tokens,
+                              hold_logits=hold_logits)
+    layer = facts.layer_param_bytes // max(1, dtype_bytes(dtype))
+    return _rescaled(est, facts.matmul_weights, lambda b, t, w: facts.cache_bytes(b, t, w), layer, None,
+                     mode=mode, optimizer=optimizer, gpus=gpus, shard=shard, weights=weights, kv_dtype=kv_dtype,
+                     checkpointing=False, parallel=None)
+
+
+def _rescaled(est: MemoryEstimate, matmul_weights: int, kv_bytes: Callable[[int, int, int], int], layer_params: int,
+              shape: ModelShape | None, *, mode: str, optimizer: str, gpus: int, shard: Shard, weights: str | None,
+              kv_dtype: str | None, checkpointing: bool, parallel: Parallel | None) -> MemoryEstimate:
+    """``est`` with the plan applied: 8-bit AdamW, weight formats, the KV dtype, sharding, checkpointing."""
+    batch, seq_len = est.batch, est.seq_len
+    plan_optimizer = choice(optimizer, OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     n = est.trained  # with LoRA only the adapters have optimizer state
     notes = list(est.notes)
     scale: dict[str, float] = {}
@@ -97,13 +142,13 @@ def estimate_plan(
         if weights is not None:
             wname = normalize_weight_dtype(weights)
             # matmul weights include the lm_head; a tied embedding is that same tensor, stored once.
-            mm = shape.matmul_weights()
+            mm = matmul_weights
             rest = n - mm
             new["params"] = int(mm * weight_bytes_per_param(wname) + rest * dtype_bytes(est.param_dtype))
             notes.append(f"weights {wname}: matmul weights at {weight_bytes_per_param(wname):g} B each "
                          "(int formats: a 2-byte scale per 128 weights), norms and embeddings at the compute dtype")
         if kv_dtype is not None:
-            new["kv_cache"] = kv_cache_bytes(shape, batch, est.kv_tokens, dtype_bytes(kv_dtype))
+            new["kv_cache"] = kv_bytes(batch, est.kv_tokens, dtype_bytes(kv_dtype))
     else:
         if weights is not None:
             raise ConfigError("--weights int8/int4 is for inference (--mode infer); training keeps float weights")
@@ -124,6 +169,7 @@ def estimate_plan(
     if checkpointing and parallel is not None and not parallel.trivial:
         raise ConfigError("--checkpointing with --tp/--pp is not modelled yet: drop one of them")
     if checkpointing and mode == "train":
+        assert shape is not None, "checkpointing is modelled with lmprof's formulas only"
         per_layer = est.activations_per_layer
         once = est.activations - shape.n_layer * per_layer
         kept = shape.n_layer * batch * seq_len * shape.n_embd * dtype_bytes(est.param_dtype) + once
@@ -139,7 +185,7 @@ def estimate_plan(
     for moment, cats in est.parts.items():
         out = {}
         if "activations" in new and "activations" in cats:
-            if moment == "backward (layers)":
+            if moment == "backward (layers)" and shape is not None:
                 act, grads = _checkpointed_layers(shape, est, new["activations"])
                 cats = {**cats, "activations": act, "grads": grads}
             else:
@@ -151,7 +197,7 @@ def estimate_plan(
                 b = int(b * new[cat] / full[cat])
             out[cat] = int(b * scale.get(cat, 1.0))
         if shard in ("zero3", "fsdp") and gpus > 1:
-            layer = est.layer_bytes or shape.layer_params() * dtype_bytes(est.param_dtype)
+            layer = est.layer_bytes or layer_params * dtype_bytes(est.param_dtype)
             gathered = layer + (est.layer_grad_bytes or layer if mode == "train" and "grads" in cats else 0)
             out["temporaries"] = out.get("temporaries", 0) + gathered
         parts[moment] = out

@@ -322,8 +322,8 @@ def _pass_sizes(
     ww = weight_bytes_per_param(weight_dtype if weight_dtype is not None else dtype)
     wkv = dtype_bytes(kv_dtype if kv_dtype is not None else dtype)
     B, L = batch, shape.n_layer
-    # Width of K (and of V) per token; MLA caches one latent per token, half counted as K, half as V.
-    kv = shape.kv_width / 2 if shape.mla else shape.kv_dim
+    # Width of K (and of V) per token as cached; MLA caches one latent per token, half counted as K, half as V.
+    kv = shape.kv_width / 2
     T = 1 if phase == "decode" else seq_len  # new tokens per sequence
     if phase == "forward":
         S = T

@@ -27,6 +27,7 @@ from lmprof.estimate.flops import (
     phase_costs,
     totals,
 )
+from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
 from lmprof.units import si
@@ -130,26 +131,61 @@ def mfu_metrics(
         "prefill": f"B·T·(2N + 4·L·d·T){last_only}",
         "decode": "sum over steps of B·(2N + 4·L·d·context)",
     }[mode]
+    if peak is None:
+        peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
+    assert isinstance(peak, Peak)
+    return utilisation_metrics(
+        model, hardware, nbytes, time_s, peak, peak_dtype,
+        model_note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}",
+        hardware_note="model FLOPs, no recomputation" if not fraction
+        else f"model FLOPs + {fraction:g} x forward recomputed (activation checkpointing)",
+        bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)", recomputed=bool(fraction))
+
+
+def facts_mfu_metrics(facts: ModelFacts, *, mode: Mode, time_s: float | None, device_name: str,
+                      device_kind: str | None = None, dtype: object = "bf16", decode_steps: int = 1,
+                      peak: object | None = None) -> dict[str, Metric]:
+    """:func:`mfu_metrics` for a model the describer read (:class:`~lmprof.estimate.facts.ModelFacts`):
+    FLOPs and bytes of its blocks as the model runs them; ``decode_steps`` steps of the decode it read."""
+    from lmprof.hardware.calibrate import Peak, resolve_peak
+
+    dt = normalize_dtype(dtype)
+    if mode == "train":
+        rows = [r for r in facts.rows if r.phase in ("forward", "backward")]
+        per = "training step"
+    else:
+        rows = facts.phase_rows(mode)
+        per = "prefill" if mode == "prefill" else f"{decode_steps} decode step(s)"
+    scale = decode_steps if mode == "decode" else 1
+    flops = scale * sum(r.flops for r in rows)
+    nbytes = scale * sum(r.bytes for r in rows)
+    if peak is None:
+        peak = resolve_peak(device_name, device_kind, dt)
+    assert isinstance(peak, Peak)
+    step = (f"one step at KV length {facts.context} x {decode_steps}" if mode == "decode" else
+            f"B={facts.batch}, T={facts.seq_len}")
+    return utilisation_metrics(
+        flops, flops, nbytes, time_s, peak, dt,
+        model_note=f"FLOPs per {per} read off the model on the meta device (torch's FlopCounterMode formulas over "
+                   f"its ops); {step}",
+        hardware_note="the model's FLOPs as it runs them (what a recomputation adds is in them)",
+        bytes_note=f"bytes its ops read and write per {per} (one kernel per op), read off the model", recomputed=False)
+
+
+def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: float | None, peak: Peak,
+                        peak_dtype: str, *, model_note: str, hardware_note: str, bytes_note: str,
+                        recomputed: bool) -> dict[str, Metric]:
+    """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time."""
     out: dict[str, Metric] = {
-        "flops.model_per_step": Metric(value=model, unit="FLOP", source="estimated",
-                                       note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}"),
-        "flops.hardware_per_step": Metric(
-            value=hardware, unit="FLOP", source="estimated",
-            note="model FLOPs, no recomputation" if not fraction
-            else f"model FLOPs + {fraction:g} x forward recomputed (activation checkpointing)",
-        ),
-        "bytes.model_per_step": Metric(value=nbytes, unit="B", source="estimated",
-                                       note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)"),
+        "flops.model_per_step": Metric(value=model, unit="FLOP", source="estimated", note=model_note),
+        "flops.hardware_per_step": Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
+        "bytes.model_per_step": Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
     }
     timed = time_s is not None and time_s > 0
     out["flops.achieved"] = (
         Metric(value=model / time_s if time_s else None, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
         if timed else Metric.na("FLOP/s", "no measured time", source="derived")
     )
-
-    if peak is None:
-        peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
-    assert isinstance(peak, Peak)
     out["peak.flops"] = peak_flops_metric(peak)
     if peak.bytes_per_s:
         bw_src = peak.bytes_source or peak.source
@@ -180,7 +216,7 @@ def mfu_metrics(
 
     pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
     pct("hfu", hardware, peak.flops_per_s,
-        "hardware FLOP/s (with recomputation)" if fraction else "hardware FLOP/s (no recomputation: HFU == MFU)",
+        "hardware FLOP/s (with recomputation)" if recomputed else "hardware FLOP/s (no recomputation: HFU == MFU)",
         flops_peak)
     pct("mbu", nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
     return out
@@ -225,6 +261,19 @@ def fill_block_costs(
     return out
 
 
+def fill_facts_block_costs(blocks: Sequence[Block], facts: ModelFacts, *, decode_steps: int = 1,
+                           phase_map: Mapping[str, str] = DEFAULT_PHASE_MAP) -> list[Block]:
+    """:func:`fill_block_costs` from the describer's rows (a decode block: ``decode_steps`` steps of the one read)."""
+    rows = {(r.name, r.phase): r for r in facts.rows}
+    out = []
+    for b in blocks:
+        phase = phase_map.get(b.phase)
+        r = rows.get((b.name, phase)) if phase is not None else None
+        scale = decode_steps if phase == "decode" else 1
+        out.append(b if r is None else b.model_copy(update={"flops": r.flops * scale, "bytes": r.bytes * scale}))
+    return out
+
+
 def block_roofline(
     blocks: Sequence[Block],
     peak_flops: float | None,
@@ -248,4 +297,5 @@ def block_roofline(
     return points
 
 
-__all__ = ["mfu_metrics", "fill_block_costs", "block_roofline", "DEFAULT_PHASE_MAP"]
+__all__ = ["mfu_metrics", "facts_mfu_metrics", "fill_block_costs", "fill_facts_block_costs", "block_roofline",
+           "utilisation_metrics", "DEFAULT_PHASE_MAP"]

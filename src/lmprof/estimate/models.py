@@ -21,38 +21,64 @@ import yaml
 from lmprof import safejson
 from lmprof.errors import ConfigError, DataError
 from lmprof.estimate.dropout import Dropout, dropout_from_config
+from lmprof.estimate.facts import SOURCE_NOTES, Source
+from lmprof.estimate.families import Family, families
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
-# model_type values lmprof can describe, and those it knows it cannot (with the reason).
-SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma2", "phi3", "gpt_neox", "opt",
-             "falcon", "gemma", "qwen3", "gemma3_text", "olmo2", "smollm3", "phi", "gpt_bigcode", "qwen3_moe", "gpt_oss",
-             "llama4_text", "glm4_moe", "deepseek_v2", "deepseek_v3")
+# model_type values lmprof's formulas describe (one record each, estimate/families.py), and those it
+# knows it cannot (with the reason).
+SUPPORTED = tuple(families())
 _UNSUPPORTED_WHY = {
     "t5": "encoder-decoder models are not modelled",
     "bert": "encoder-only models are not modelled",
 }
 # Keys a config of an unknown family must set for the generic (Llama-like) estimate.
 GENERIC_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+# Where configs keep the routed experts and how many a token uses (the describer reads them too).
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "top_k", "moe_top_k", "router_top_k")
+# Fields that make a Llama-like guess wrong by far (the issue's 13 of 18): experts, layers that mix
+# tokens other than by attention, latent attention. A config with any of them never gets the guess.
+_NOT_GENERIC: tuple[tuple[str, str], ...] = (
+    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts|n_shared_experts|"
+     r"num_shared_experts|moe_intermediate_size|num_experts_per_tok)$", "expert"),
+    (r"^(mamba_|ssm_|linear_|conv_L_cache|attn_layer_|hybrid_|layers_block_type|block_types?$|"
+     r"hybrid_override_pattern|full_attn_idxs|short_conv)", "hybrid-layer"),
+    (r"^(kv_lora_rank|q_lora_rank|qk_rope_head_dim)$", "latent-attention"),
+)
+_MIXING_LAYER_TYPES = ("linear_attention", "mamba", "conv", "ssm", "hybrid", "recurrent", "moe", "sparse")
 
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """A resolved model: its shape, where the config came from, and any published parameter counts."""
+    """A resolved model: its shape, where the config came from, and any published parameter counts.
+
+    ``figures`` says where its figures come from: ``formula`` (``shape`` is lmprof's description of a
+    family it knows), ``model`` (``shape`` is None: the describer reads ``config`` off the model,
+    :mod:`lmprof.measure.model_facts`) or ``generic`` (``shape`` is a Llama-like guess, asked for).
+    """
 
     name: str
-    shape: ModelShape
-    source: str
+    shape: ModelShape | None
+    source: str  # where the config came from (a URL, a path)
     published_params: float | None = None
     published_active_params: float | None = None
     warning: str = ""  # set when the shape is a generic estimate of a family lmprof does not model
     published_tolerance: float = 0.01  # relative; wider where the entry's comment says why
     published_active_without_embedding: bool = False  # the authors' active count leaves the input embedding out
+    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
+    figures: Source = "formula"
+    config: dict[str, Any] | None = None  # the config.json, for the describer (figures "model")
 
     def active_params_as_published(self) -> int:
         """lmprof's active count under the authors' convention (without the input embedding where they say so)."""
         s = self.shape
+        assert s is not None, "a formula entry"
         return s.n_params(active=True) - (s.vocab_size * s.n_embd if self.published_active_without_embedding else 0)
-    dropout: Dropout = Dropout()  # what transformers would train it with (its config, else the defaults)
+
+    @property
+    def figures_note(self) -> str:
+        return SOURCE_NOTES[self.figures]
 
 
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -77,6 +103,18 @@ _KEY_FIELD = {
     "qk_nope_head_dim": "d_head", "v_head_dim": "d_head_v", "attention_chunk_size": "sliding_window",
     "n_shared_experts": "n_shared_experts",
 }
+
+
+def check_config_sizes(cfg: Mapping[str, Any]) -> None:
+    """ConfigError (one line) for a size the config sets outside what any published model has
+    (``shape.LIMITS`` under the config's own key names), before anything is built from it: a hostile
+    config of 10**6 layers is refused, not built module by module on the meta device."""
+    for key, field in _KEY_FIELD.items():
+        value = cfg.get(key)
+        if value is None or (field == "sliding_window" and value == 0):
+            continue
+        for one in (value if isinstance(value, list) else [value]):  # per-layer lists (Gemma 3n) element by element
+            check_size(field, one, f"config {key}")
 
 
 def _checked(key: str, value: Any) -> int:
@@ -136,7 +174,8 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     if mt not in SUPPORTED:
         raise ConfigError(f"unsupported architecture {mt or '(no model_type)'!r}: lmprof describes "
                           f"{', '.join(SUPPORTED)}")
-    if mt == "gpt2":
+    rec = families()[mt]
+    if rec.reader == "gpt2":
         d = _need(cfg, "n_embd")
         return ModelShape(
             n_layer=_need(cfg, "n_layer"), n_head=_need(cfg, "n_head"), n_embd=d,
@@ -144,7 +183,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
             name=name, family=mt,
         )
-    if mt == "gpt_neox":
+    if rec.reader == "gpt_neox":
         return ModelShape(
             n_layer=_need(cfg, "num_hidden_layers"), n_head=_need(cfg, "num_attention_heads"),
             n_embd=_need(cfg, "hidden_size"), vocab_size=_need(cfg, "vocab_size"),
@@ -154,7 +193,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             parallel=bool(cfg.get("use_parallel_residual", True)),
             tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
         )
-    if mt == "opt":
+    if rec.reader == "opt":
         d = _need(cfg, "hidden_size")
         if cfg.get("word_embed_proj_dim", d) != d or cfg.get("do_layer_norm_before", True) is False:
             raise ConfigError("unsupported OPT variant: word_embed_proj_dim != hidden_size (opt-350m) is not modelled")
@@ -165,7 +204,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             bias=bool(cfg.get("enable_bias", True)), norm_bias=True, pos_offset=2,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
-    if mt == "falcon":
+    if rec.reader == "falcon":
         d = _need(cfg, "hidden_size")
         n_head = _need(cfg, "num_attention_heads", "n_head")
         new_arch = bool(cfg.get("new_decoder_architecture", False))
@@ -180,9 +219,11 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             vocab_size=_need(cfg, "vocab_size"), block_size=int(cfg.get("max_position_embeddings") or 2048),
             d_ff=_opt(cfg, "ffn_hidden_size") or 4 * d, mlp="gelu", pos="rope", bias=bool(cfg.get("bias", False)),
             norm_bias=True, parallel=parallel, norms_per_layer=norms,
+            # transformers' Falcon broadcasts grouped K and V to every head before caching them
+            kv_cache_repeated=new_arch and kv < n_head,
             tied=bool(cfg.get("tie_word_embeddings", True)), name=name, family=mt,
         )
-    if mt == "gpt_bigcode":
+    if rec.reader == "gpt_bigcode":
         d = _need(cfg, "n_embd")
         n_head = _need(cfg, "n_head")
         return ModelShape(
@@ -191,7 +232,7 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             d_ff=_opt(cfg, "n_inner") or 4 * d, bias=True, tied=bool(cfg.get("tie_word_embeddings", True)),
             name=name, family=mt,
         )
-    if mt == "phi":
+    if rec.reader == "phi":
         # Parallel attention + MLP behind one LayerNorm; biases everywhere, the lm_head's included.
         n_head = _need(cfg, "num_attention_heads")
         return ModelShape(
@@ -202,85 +243,81 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
             norms_per_layer=1, head_bias=True, qk_norm="head" if cfg.get("qk_layernorm") else "",
             tied=bool(cfg.get("tie_word_embeddings", False)), name=name, family=mt,
         )
-    if mt in ("deepseek_v2", "deepseek_v3"):
-        return _deepseek(cfg, mt, name)
-    return _llama_like(cfg, mt, name)
+    if rec.reader == "deepseek":
+        return _deepseek(cfg, rec, name)
+    return _llama_like(cfg, rec, name)
 
 
-def _dense_layer_count(cfg: Mapping[str, Any], mt: str, n_layer: int) -> int:
-    """Layers of an MoE model whose MLP is dense, by each family's own rule."""
-    if mt in ("qwen2_moe", "qwen3_moe"):
+def _dense_layer_count(cfg: Mapping[str, Any], rec: Family, n_layer: int) -> int:
+    """Layers of an MoE model whose MLP is dense, by the family's own rule (its record's ``dense``)."""
+    if rec.dense == "qwen":
         only = cfg.get("mlp_only_layers") or []
         step = int(cfg.get("decoder_sparse_step") or 1)
         return sum(1 for i in range(n_layer) if i in only or (i + 1) % step)
-    if mt == "llama4_text":
+    if rec.dense == "llama4":
         moe_layers = cfg.get("moe_layers")
         if isinstance(moe_layers, list):
             return n_layer - len(moe_layers)
         step = int(cfg.get("interleave_moe_layer_step") or 1)
         return n_layer - len(range(step - 1, n_layer, step))
-    if mt in ("glm4_moe", "deepseek_v2", "deepseek_v3"):
+    if rec.dense == "first_k":
         return min(n_layer, _opt(cfg, "first_k_dense_replace") or 0)
     return 0
 
 
-def _llama_like(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
-    """llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma, gemma2/3, phi3, olmo2, smollm3, gpt_oss, llama4_text,
-    glm4_moe: a Llama layer (RMSNorm, rotary, gated MLP) with each family's differences."""
+def _llama_like(cfg: Mapping[str, Any], rec: Family, name: str) -> ModelShape:
+    """A Llama layer (RMSNorm, rotary, gated MLP) with the family's differences, read off its record:
+    default tie and attention bias, o_proj's bias, q/k/v bias, norms per layer, QK-norm, where a window
+    slides, and how the config names its experts and dense layers."""
+    mt = rec.name
     n_layer = _need(cfg, "num_hidden_layers")
     n_head = _need(cfg, "num_attention_heads")
     d = _need(cfg, "hidden_size")
     head_dim = _opt(cfg, "head_dim")
-    window, sliding = _sliding(cfg, n_layer, default_all=mt not in ("gemma2", "gemma3_text", "gpt_oss"))
-    if mt == "llama4_text" and cfg.get("attention_chunk_size"):
+    window, sliding = _sliding(cfg, n_layer, default_all=rec.sliding == "all")
+    if rec.experts == "llama4" and cfg.get("attention_chunk_size"):
         # Chunked attention attends within a fixed chunk: counted as a window of that size.
         types = cfg.get("layer_types")
         window = _opt(cfg, "attention_chunk_size")
         sliding = (sum(1 for t in types if t == "chunked_attention") if isinstance(types, list)
                    else n_layer - n_layer // int(cfg.get("no_rope_layer_interval") or 4))
-    attention_bias = bool(cfg.get("attention_bias", mt == "gpt_oss"))
+    attention_bias = bool(cfg.get("attention_bias", rec.attention_bias))
     kw: dict[str, Any] = dict(
         n_layer=n_layer, n_head=n_head, n_embd=d, vocab_size=_need(cfg, "vocab_size"),
         block_size=_need(cfg, "max_position_embeddings"),
         n_kv_head=_opt(cfg, "num_key_value_heads") or n_head, d_ff=_need(cfg, "intermediate_size"),
         mlp=_act_mlp(_get(cfg, "hidden_activation", "hidden_act", default="silu"), True), norm="rmsnorm",
-        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=attention_bias,
-        tied=bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3_text", "smollm3"))),
+        pos="rope", bias=bool(cfg.get("mlp_bias", False)), qkv_bias=attention_bias or rec.qkv_bias,
+        tied=bool(cfg.get("tie_word_embeddings", rec.tied)),
         d_head=head_dim if head_dim and head_dim * n_head != d else None, sliding_window=window,
-        sliding_layers=sliding if window else 0, name=name, family=mt,
+        sliding_layers=sliding if window else 0, name=name, family=mt, norms_per_layer=rec.norms,
+        o_bias=attention_bias if rec.o_bias else None,
     )
-    if mt in ("llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "smollm3", "qwen3",
-              "qwen3_moe", "llama4_text"):
-        kw["o_bias"] = attention_bias  # attention_bias puts a bias on o_proj too
-    if mt in ("qwen2", "qwen2_moe"):
-        kw["qkv_bias"] = True
-    if mt in ("gemma2", "gemma3_text"):
-        kw["norms_per_layer"] = 4
-    if mt in ("qwen3", "qwen3_moe", "gemma3_text") or (mt == "glm4_moe" and cfg.get("use_qk_norm")):
+    if rec.qk_norm in ("head", "full"):
+        kw["qk_norm"] = rec.qk_norm
+    elif rec.qk_norm == "use_qk_norm" and cfg.get("use_qk_norm"):
         kw["qk_norm"] = "head"
-    if mt == "olmo2":
-        kw["qk_norm"] = "full"
-    if mt == "mixtral":
+    if rec.experts == "mixtral":
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"))
-    if mt in ("qwen2_moe", "qwen3_moe"):
+    if rec.experts == "qwen":
         # 0 is how a config says "no shared expert".
         shared = _opt(cfg, "shared_expert_intermediate_size") if cfg.get("shared_expert_intermediate_size") else 0
         kw.update(n_experts=_need(cfg, "num_experts", "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff_expert=_need(cfg, "moe_intermediate_size"), n_shared_experts=1 if shared else 0,
                   d_ff_shared=shared or None, shared_expert_gate=bool(shared))
-    if mt == "gpt_oss":
+    if rec.experts == "gpt_oss":
         # Experts with biases (gate_up and down), a router with a bias, a sink logit per head, o_proj bias.
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"), bias=True,
                   o_bias=attention_bias, router_bias=True, attn_sinks=True)
-    if mt == "llama4_text":
+    if rec.experts == "llama4":
         # MoE layers: routed experts and one shared expert of intermediate_size; dense layers: intermediate_size_mlp.
         f = _need(cfg, "intermediate_size")
         kw.update(n_experts=_need(cfg, "num_local_experts"), top_k=_need(cfg, "num_experts_per_tok"),
                   d_ff=_opt(cfg, "intermediate_size_mlp") or f, d_ff_expert=f, n_shared_experts=1, d_ff_shared=f)
-    if mt == "glm4_moe":
+    if rec.experts == "routed":
         kw.update(_routed_experts(cfg), o_bias=False)
     if kw.get("n_experts"):
-        kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
+        kw["n_dense_layers"] = _dense_layer_count(cfg, rec, n_layer)
     return ModelShape(**kw)
 
 
@@ -292,8 +329,9 @@ def _routed_experts(cfg: Mapping[str, Any]) -> dict[str, Any]:
                 n_shared_experts=shared, d_ff_shared=fe if shared else None)
 
 
-def _deepseek(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
+def _deepseek(cfg: Mapping[str, Any], rec: Family, name: str) -> ModelShape:
     """DeepSeek-V2 / V3: multi-head latent attention, dense-first layers, routed + shared experts."""
+    mt = rec.name
     if cfg.get("attention_bias"):
         raise ConfigError(f"{mt} configs with attention_bias are not modelled")
     if int(cfg.get("moe_layer_freq") or 1) != 1:
@@ -310,7 +348,7 @@ def _deepseek(cfg: Mapping[str, Any], mt: str, name: str) -> ModelShape:
         q_lora_rank=_opt(cfg, "q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank"), qk_rope_head_dim=rope,
         name=name, family=mt, **_routed_experts(cfg),
     )
-    kw["n_dense_layers"] = _dense_layer_count(cfg, mt, n_layer)
+    kw["n_dense_layers"] = _dense_layer_count(cfg, rec, n_layer)
     return ModelShape(**kw)
 
 
@@ -325,9 +363,54 @@ def generic_shape(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     if missing:
         raise ConfigError(f"unsupported architecture {mt!r}: lmprof describes {', '.join(SUPPORTED)}; a generic "
                           f"estimate needs {', '.join(missing)}")
-    shape = _llama_like({**cfg, "max_position_embeddings": cfg.get("max_position_embeddings") or 4096}, "llama",
-                        name or mt)
+    shape = _llama_like({**cfg, "max_position_embeddings": cfg.get("max_position_embeddings") or 4096},
+                        families()["llama"], name or mt)
     return replace(shape, family=mt)
+
+
+def generic_refusal(cfg: Mapping[str, Any]) -> str | None:
+    """Why a Llama-like guess would be wrong for ``cfg`` (its expert, hybrid-layer or latent-attention
+    fields), or None when the config has none of them."""
+    import re
+
+    for key, value in cfg.items():
+        if value in (None, 0, False, [], ""):
+            continue
+        for rx, what in _NOT_GENERIC:
+            if re.search(rx, str(key)):
+                return f"it has {what} fields ({key})"
+    types = cfg.get("layer_types") or cfg.get("mlp_layer_types")
+    if isinstance(types, list) and any(any(k in str(t) for k in _MIXING_LAYER_TYPES) for t in types):
+        return "it has hybrid-layer fields (layer_types)"
+    return None
+
+
+def generic_entry(entry: ModelEntry, why: str = "") -> ModelEntry:
+    """``entry`` (a family lmprof has no formulas for) as a generic Llama-like guess, marked ``generic``.
+
+    ConfigError when its config has expert, hybrid-layer or latent-attention fields (a guess would be
+    wrong by far) or lacks the generic keys. ``why``: what kept the describer from reading the model.
+    """
+    cfg = entry.config or {}
+    mt = str(cfg.get("model_type") or "(no model_type)")
+    refusal = generic_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"no generic guess for {mt!r}: {refusal}, which a Llama-like guess cannot describe"
+                          + (f" ({why})" if why else ""))
+    shape = generic_shape(cfg, name=entry.name)
+    return replace(entry, shape=shape, figures="generic", warning=(
+        f"{mt!r} figures are a GENERIC Llama-like guess from {', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no "
+        "experts), asked for with --allow-generic" + (f"; the describer could not read the model: {why}" if why
+        else "") + "; check them before relying on them"))
+
+
+def config_positions(cfg: Mapping[str, Any], default: int = 4096) -> int:
+    """The longest sequence a config allows (its max_position_embeddings or kin), else ``default``."""
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
 
 
 # -- the shipped table ------------------------------------------------------------------------
@@ -342,13 +425,8 @@ def _table() -> dict[str, dict[str, Any]]:
 @lru_cache(maxsize=1)
 def family_table() -> dict[str, dict[str, Any]]:
     """Each supported family: its example table entry and the config.json keys lmprof reads (``llama-like`` expanded)."""
-    path = Path(str(resources.files("lmprof.estimate").joinpath("models.yaml")))
-    raw = dict(yaml.safe_load(path.read_text())["families"])
-    common = list(raw.pop("llama-like")["reads"])
-    return {fam: {"example": e.get("example"),
-                  "reads": [k for r in e["reads"] for k in (common if r == "llama-like" else [r])],
-                  "ignored": list(e.get("ignored", []))}
-            for fam, e in raw.items()}
+    return {name: {"example": rec.example, "reads": list(rec.reads), "ignored": list(rec.ignored)}
+            for name, rec in families().items()}
 
 
 def known_models() -> list[str]:
@@ -412,25 +490,30 @@ def resolve_model(spec: str) -> ModelEntry:
     if path.exists() or (looks_like_path and _norm_name(text) not in _table()):
         cfg = read_config(path)
         label = path.name if path.is_dir() else path.parent.name or path.stem
-        if str(cfg.get("model_type") or "") not in SUPPORTED and str(cfg.get("model_type")) not in _UNSUPPORTED_WHY:
-            shape = generic_shape(cfg, name=text)
-            return ModelEntry(name=label, shape=shape, source=str(path), dropout=dropout_from_config(cfg), warning=(
-                f"{shape.family!r} is not a family lmprof models: figures are a generic Llama-like estimate from "
-                f"{', '.join(GENERIC_KEYS)} (RMSNorm, gated MLP, no experts); check them before relying on them"))
-        return ModelEntry(name=label, shape=shape_from_config(cfg, name=text), source=str(path),
-                          dropout=dropout_from_config(cfg))
+        return _entry(cfg, label, text, str(path))
     table = _table()
     key = _norm_name(text)
     if key not in table:
         raise ConfigError(f"unknown model {spec!r}: use a config.json path, a model folder, or one of "
                           f"{', '.join(table)}")
     e = table[key]
-    return ModelEntry(name=key, shape=shape_from_config(e["config"], name=key), source=str(e["source"]),
-                      published_params=_float(e.get("published_params")),
-                      published_active_params=_float(e.get("published_active_params")),
-                      published_tolerance=float(e.get("published_tolerance", 0.01)),
-                      published_active_without_embedding=bool(e.get("published_active_without_embedding", False)),
-                      dropout=dropout_from_config(e["config"]))
+    return replace(_entry(dict(e["config"]), key, key, str(e["source"])),
+                   published_params=_float(e.get("published_params")),
+                   published_active_params=_float(e.get("published_active_params")),
+                   published_tolerance=float(e.get("published_tolerance", 0.01)),
+                   published_active_without_embedding=bool(e.get("published_active_without_embedding", False)))
+
+
+def _entry(cfg: dict[str, Any], label: str, name: str, where: str) -> ModelEntry:
+    """A config's entry: lmprof's formulas for a family they know, else the describer's (``figures="model"``)."""
+    mt = str(cfg.get("model_type") or "")
+    if mt in SUPPORTED or mt in _UNSUPPORTED_WHY:
+        return ModelEntry(name=label, shape=shape_from_config(cfg, name=name), source=where,
+                          dropout=dropout_from_config(cfg), config=cfg)
+    if not mt:
+        raise ConfigError(f"{where} has no model_type: lmprof cannot tell which model it describes")
+    return ModelEntry(name=label, shape=None, source=where, dropout=dropout_from_config(cfg), figures="model",
+                      config=cfg)
 
 
 def _float(value: Any) -> float | None:

@@ -112,6 +112,7 @@ class ModelShape:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int = 0
     d_head_v: int | None = None
+    kv_cache_repeated: bool = False  # the cache holds K and V repeated to every query head (Falcon's new layout)
 
     def __post_init__(self) -> None:
         for field in LIMITS:
@@ -334,10 +335,11 @@ class ModelShape:
 
     @property
     def kv_width(self) -> int:
-        """Elements one layer caches per token: K and V (2 x kv_dim), or MLA's latent (kv_lora_rank + rope)."""
+        """Elements one layer caches per token: K and V (2 x kv_dim; 2 x q_dim where the model caches them
+        repeated to every head), or MLA's latent (kv_lora_rank + rope)."""
         if self.mla:
             return (self.kv_lora_rank or 0) + self.qk_rope_head_dim
-        return 2 * self.kv_dim
+        return 2 * (self.q_dim if self.kv_cache_repeated else self.kv_dim)
 
     def kv_elements_per_token(self, context: int | None = None) -> int:
         """K and V elements cached per token over all layers (layers x :attr:`kv_width`).

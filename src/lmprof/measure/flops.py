@@ -28,10 +28,12 @@ through ops torch counts) and ``aten._scaled_dot_product_fused_attention_overrid
 backward) on other devices. FlopCounterMode has none for them, so a model using
 ``F.scaled_dot_product_attention`` counted its attention as 0 FLOPs there. They take query, key and
 value (after grad_out, in backward) first, as the CUDA flash op does, and are counted with torch's
-own SDPA formulas.
+own SDPA formulas. ``aten._grouped_mm`` (the routed experts of transformers' mixture-of-experts layers)
+gets its matmul count too: torch has none, so a counted MoE model's experts were 0 FLOPs.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from lmprof.errors import ConfigError
-from lmprof.names import FORWARD_BLOCKS, SCOPE_PREFIX
+from lmprof.names import FORWARD_BLOCKS, INFER_PARTS, PHASES, SCOPE_PREFIX, STEP_PARTS
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import require_cache
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from lmprof.workloads.gpt import GPT
 
 UNSCOPED = "(unscoped)"
+_STEP_SCOPES = frozenset({*STEP_PARTS, *INFER_PARTS, *PHASES, "step"})
 _META_KEY = "lmprof_block"
 _COMPUTE_OP = re.compile(r"(mm|matmul|conv|attention|linear|einsum|bilinear|addmv|\bmv\b|\bdot\b|_scaled)", re.I)
 # Ops that move, view, allocate or copy but compute nothing: not worth listing as uncounted.
@@ -169,6 +172,21 @@ def _sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, 
     return int(sdpa_backward_flop_count(grad_out, query, key, value))  # type: ignore[no-untyped-call]  # likewise
 
 
+def _grouped_mm(a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """``aten._grouped_mm``: every group's matmul, 2 FLOPs per multiply-add, summed.
+
+    (M, K) x (K, N) split along K into groups (a weight gradient, out (G, K, N)): 2·M·K·N; every other
+    form (2-D x 3-D with row offsets, the experts' forward; 3-D x 3-D batched; 3-D x 2-D) writes
+    ``out`` elements, each a K-long dot product: 2·numel(out)·K.
+    """
+    if len(a) == 2 and len(b) == 2:
+        return 2 * int(a[0]) * int(a[1]) * int(b[1])
+    numel = 1
+    for n in out_shape:
+        numel *= int(n)
+    return 2 * numel * int(a[-1])
+
+
 # FlopCounterMode wraps these to take shapes (custom_mapping), as torch's own formulas are.
 _aten = torch.ops.aten
 _SDPA_OFF_CUDA: dict[Any, Callable[..., int]] = {
@@ -178,11 +196,15 @@ _SDPA_OFF_CUDA: dict[Any, Callable[..., int]] = {
     _aten._scaled_dot_product_fused_attention_overrideable: _sdpa,
     _aten._scaled_dot_product_fused_attention_overrideable_backward: _sdpa_backward,
 }
+# Mixture-of-experts layers of transformers >= 5 run their experts as one grouped matmul, for which
+# torch has no formula: alone, FlopCounterMode counts every routed expert as 0 FLOPs.
+_EXTRA_FORMULAS: dict[Any, Callable[..., int]] = {**_SDPA_OFF_CUDA, _aten._grouped_mm: _grouped_mm}
 
 
 def flop_counter() -> FlopCounterMode:
-    """torch's FlopCounterMode with the formulas of SDPA's ops off CUDA added (see the module docstring)."""
-    return FlopCounterMode(display=False, custom_mapping=_SDPA_OFF_CUDA)
+    """torch's FlopCounterMode with the formulas it lacks added: SDPA's ops off CUDA and the grouped
+    matmul of mixture-of-experts layers (see the module docstring)."""
+    return FlopCounterMode(display=False, custom_mapping=_EXTRA_FORMULAS)
 
 
 def formulas() -> dict[Any, Callable[..., int]]:
@@ -205,9 +227,10 @@ class _ScopeTracker(TorchFunctionMode):
         self._exit = torch.ops.profiler._record_function_exit
 
     def current(self) -> str:
-        # Innermost scope naming a canonical block; enclosing step-part scopes (forward, ...) are skipped.
+        # The innermost scope naming a block: step-part scopes (forward, backward, prefill, ...) enclose
+        # blocks and are skipped; a block's own name is canonical or a module's (attn.core, a path).
         for name in reversed(self.stack):
-            if name in FORWARD_BLOCKS:
+            if name not in _STEP_SCOPES:
                 return name
         return self.stack[-1] if self.stack else UNSCOPED
 
@@ -255,16 +278,21 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
-class _BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init_subclass__ unannotated
-    """Counts FLOPs of every aten op and charges them to a (block, phase)."""
+class BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init_subclass__ unannotated
+    """Counts FLOPs of every aten op and charges them to a (block, phase) of its scope tracker."""
 
-    def __init__(self, tracker: _ScopeTracker) -> None:
+    def __init__(self, tracker: _ScopeTracker | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
-        self.tracker = tracker
+        self.tracker = tracker if tracker is not None else _ScopeTracker()
         self.formulas = formulas()
         self.by_block: dict[tuple[str, str], int] = defaultdict(int)
         self.by_op: dict[tuple[str, str], int] = defaultdict(int)
         self.uncounted: dict[str, UncountedOp] = {}
+
+    def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, block: str,
+              phase: str) -> None:
+        """Called for every aten op after it ran, with the block and phase it is charged to (for
+        subclasses that account more than FLOPs: the model describer's bytes)."""
 
     def _where(self) -> tuple[str, str]:
         node = torch._C._current_autograd_node()
@@ -285,6 +313,7 @@ class _BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torc
                 return r
         out = func(*args, **kwargs)
         block, phase = self._where()
+        self.on_op(func, args, kwargs, out, block, phase)
         if packet in self.formulas:
             flops = int(self.formulas[packet](*args, **kwargs, out_val=out))
             self.by_block[(block, phase)] += flops
@@ -299,29 +328,35 @@ class _BlockCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torc
         return out
 
 
-def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredFlops:
+def count_flops(step: Callable[[], Any], *, backward: bool = False, counter: BlockCounter | None = None,
+                by_module: bool = True) -> MeasuredFlops:
     """Run ``step()`` (a forward pass) and, with ``backward``, ``.backward()`` on what it returns.
 
     ``step`` must return a scalar tensor (a loss) when ``backward`` is set. Scopes are enabled for
     the duration so that block attribution works on any model using ``lmprof.workloads.blocks.scope``.
+    ``counter``: a :class:`BlockCounter` (or subclass) to count with, kept by the caller; ``by_module``
+    False skips FlopCounterMode's own per-module pass (``by_module`` of the result is then empty).
     """
-    tracker = _ScopeTracker()
-    counter = _BlockCounter(tracker)
+    counter = counter if counter is not None else BlockCounter()
     # One FlopCounterMode over forward and backward (its module hooks for backward are installed during
     # forward); the backward share is the difference between the counts after and before backward.
-    modules = flop_counter()
+    modules = flop_counter() if by_module else contextlib.nullcontext()
+    after_forward: dict[str, dict[Any, int]] = {}
+    after_all: dict[str, dict[Any, int]] = {}
     with scopes_enabled(True), modules:
-        with tracker, counter:
+        with counter.tracker, counter:
             result = step()
-        after_forward = modules.get_flop_counts()
+        if isinstance(modules, FlopCounterMode):
+            after_forward = modules.get_flop_counts()
         if backward:
             loss = result[1] if isinstance(result, tuple) else result
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ConfigError("count_flops(backward=True) needs step() to return a scalar loss (or (logits, loss))")
             with counter:
                 loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-        after_all = modules.get_flop_counts()
-    by_module: dict[tuple[str, str], int] = {}
+        if isinstance(modules, FlopCounterMode):
+            after_all = modules.get_flop_counts()
+    per_module: dict[tuple[str, str], int] = {}
     for path, ops in after_all.items():
         if path == "Global":
             continue
@@ -329,11 +364,11 @@ def count_flops(step: Callable[[], Any], *, backward: bool = False) -> MeasuredF
         bwd = int(sum(ops.values())) - fwd
         for phase, flops in (("forward", fwd), ("backward", bwd)):
             if flops:
-                by_module[(path, phase)] = flops
+                per_module[(path, phase)] = flops
     return MeasuredFlops(
         by_block=dict(counter.by_block),
         by_op=dict(counter.by_op),
-        by_module=by_module,
+        by_module=per_module,
         uncounted=sorted(counter.uncounted.values(), key=lambda u: (u.kind != "compute", u.name)),
     )
 

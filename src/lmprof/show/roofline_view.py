@@ -44,13 +44,15 @@ def _time(seconds: float) -> str:
 
 
 def _head(answer: RooflineAnswer) -> dict[str, Any]:
-    return {"model": answer.model, "device": answer.device.name, "dtype": answer.dtype, "phase": answer.phase}
+    return {"model": answer.model, "source": answer.source, "source_note": answer.source_note,
+            "device": answer.device.name, "dtype": answer.dtype, "phase": answer.phase}
 
 
 def _widths(answer: RooflineAnswer) -> dict[str, Any]:
-    q, shape = answer.query, answer.shape
+    q = answer.query
+    total, active = answer.params
     return {"weights": q.weights or answer.dtype, "kv_dtype": q.kv_dtype or answer.dtype,
-            "params_total": shape.n_params(), "params_active": shape.n_params(active=True)}
+            "params_total": total, "params_active": active}
 
 
 def sweep_json(answer: RooflineAnswer) -> dict[str, Any]:
@@ -68,7 +70,8 @@ def roofline_json(answer: RooflineAnswer) -> dict[str, Any]:
     assert result is not None, "roofline_json is for an answer at one batch size"
     return {**_head(answer), "batch": answer.query.batch_size, "seq_len": answer.seq_len, "kv_length": answer.kv_len,
             **_widths(answer), "peak_flops_per_s": dev.flops_per_s, "peak_bytes_per_s": dev.bytes_per_s,
-            "conventions": answer.conventions.to_dict(),
+            "conventions": answer.conventions.to_dict() if answer.source != "model" else
+            {"describer": answer.conventions_lines()},
             "blocks": [{**c.to_dict(), "bound": p.bound, "time_s": p.min_time_s}
                        for c, p in zip(answer.costs, answer.points)],
             "total": {"flops": result.flops, "bytes": result.bytes, "time_s": result.time_s or None,
@@ -80,6 +83,7 @@ def sweep_lines(answer: RooflineAnswer) -> list[str]:
     q, dt = answer.query, answer.dtype
     out = [f"lmprof roofline sweep: {answer.model}, {answer.phase} at KV length {answer.kv_len}, {dt} on "
            f"{answer.device.name}; weights {q.weights or dt}, KV {q.kv_dtype or dt}",
+           f"source: {answer.source} ({answer.source_note})",
            f"{'batch':>7}{'FLOPs':>12}{'bytes':>12}{'time':>11}{'tokens/s':>14}  bound"]
     for r in answer.sweep:
         out.append(f"{r.batch:>7}{si(r.flops):>12}{si(r.bytes, 'B'):>12}{_time(r.time_s):>11}"
@@ -92,7 +96,7 @@ def sweep_lines(answer: RooflineAnswer) -> list[str]:
 
 def roofline_lines(answer: RooflineAnswer) -> list[str]:
     """One batch size: the model and device, the conventions, a row per block and the total."""
-    q, shape, dev, dt, t, kv_len = answer.query, answer.shape, answer.device, answer.dtype, answer.seq_len, answer.kv_len
+    q, dev, dt, t, kv_len = answer.query, answer.device, answer.dtype, answer.seq_len, answer.kv_len
     result = answer.result
     assert result is not None, "roofline_lines is for an answer at one batch size"
     what = {"prefill": f"prefill of {t} tokens" + (f" (KV length {kv_len})" if kv_len != t else ""),
@@ -105,15 +109,14 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
     else:
         # FLOPs, bytes and intensity need no peak: printed anyway, with why there is no bound or time.
         device_line = f"device: {dev.name} ({dev.kind}): no {dt} roofline ceilings, so no bound or time per block: {peak.note}"
-    out = [f"lmprof roofline: {answer.model} ({shape.n_params() / 1e6:.1f}M params"
-           + (f", {shape.n_params(active=True) / 1e6:.1f}M active" if shape.moe else "")
-           + f", L={shape.n_layer}, d={shape.n_embd}, heads={shape.n_head}, V={shape.vocab_size}), {what}, "
+    out = [f"lmprof roofline: {answer.model} ({answer.summary()}), {what}, "
            f"batch {q.batch_size}, {dt}" + (f", weights {q.weights}" if q.weights else "")
            + (f", KV {q.kv_dtype}" if q.kv_dtype else ""),
+           f"source: {answer.source} ({answer.source_note})",
            device_line,
            f"peak source: {peak.source}" + (f"; bandwidth: {peak.bytes_source}" if peak.bytes_source else ""),
            "conventions:"]
-    out += [f"  {text}" for text in answer.conventions.describe().splitlines()]
+    out += [f"  {text}" for text in answer.conventions_lines()]
     show_phase = answer.phase == "train"
     head = f"{'block':<14}" + (f"{'phase':<10}" if show_phase else "") + (
         f"{'x':>4}{'FLOPs':>13}{'bytes':>12}{'FLOP/B':>10}  {'bound':<14}{'time':>11}{'share':>8}")

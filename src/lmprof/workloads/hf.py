@@ -186,6 +186,19 @@ def shape_of(model: torch.nn.Module) -> ModelShape | None:
         return None
 
 
+def config_dict(model: torch.nn.Module | None) -> dict[str, Any] | None:
+    """A Hugging Face model's config as a config.json dict (under compile / DDP wrappers), None for other models."""
+    for attr in ("_orig_mod", "module"):
+        inner = getattr(model, attr, None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "to_dict") or not getattr(cfg, "model_type", None):
+        return None
+    data = cfg.to_dict()
+    return data if isinstance(data, dict) else None
+
+
 def context_length(model: torch.nn.Module) -> int | None:
     cfg = getattr(model, "config", None)
     for key in ("n_positions", "max_position_embeddings"):

@@ -71,12 +71,29 @@ def cache_keyword(model: torch.nn.Module, device: torch.device) -> str:
         return require_cache(model, model(input_ids=ids, use_cache=True))[0]
 
 
+# What a cache layer holds besides keys and values: the states of linear-attention and state-space
+# mixers (transformers >= 5 keeps them per layer, as dicts of tensors).
+STATE_FIELDS = ("conv_states", "recurrent_states", "ssm_states")
+
+
+def state_tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a cache field: a tensor, or a dict / list of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in state_tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in state_tensors(v)]
+    return []
+
+
 def cache_tensors(cache: Any) -> list[torch.Tensor]:
-    """Every key and value tensor a cache holds (Cache objects of any transformers version, or tuples)."""
+    """Every tensor a cache holds: keys and values, and the states of linear-attention and SSM layers
+    (Cache objects of any transformers version, or tuples)."""
     layers = getattr(cache, "layers", None)
     if layers is not None:  # transformers >= 4.56: a list of per-layer caches
-        return [t for layer in layers for name in ("keys", "values")
-                if isinstance(t := getattr(layer, name, None), torch.Tensor)]
+        return [t for layer in layers for name in ("keys", "values", *STATE_FIELDS)
+                for t in state_tensors(getattr(layer, name, None))]
     if hasattr(cache, "key_cache"):  # transformers 4.36 - 4.55
         return [*cache.key_cache, *cache.value_cache]
     if isinstance(cache, (tuple, list)):

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from lmprof.estimate.families import families
 from lmprof.names import LOSS, MODEL_GLUE, SCOPE_PREFIX
 from lmprof.workloads.hf_interface import attention_implementation
 
@@ -144,25 +145,12 @@ MOE_RULES = [
     (r"\.layers\.\*\.mlp$", "@mlp"),
     *LLAMA_RULES,
 ]
-FAMILIES = {
-    "gpt2": GPT2_RULES,
-    "llama": LLAMA_RULES,
-    "mistral": LLAMA_RULES,
-    "qwen2": LLAMA_RULES,
-    "qwen3": LLAMA_RULES,
-    "gemma": LLAMA_RULES,
-    "gemma2": GEMMA2_RULES,
-    "gemma3_text": GEMMA2_RULES,
-    "phi": PHI_RULES,
-    "phi3": LLAMA_RULES,
-    "gpt_neox": GPT_NEOX_RULES,
-    "gpt_bigcode": GPT2_RULES,
-    "opt": OPT_RULES,
-    "falcon": FALCON_RULES,
-    "mixtral": MOE_RULES,
-    "qwen2_moe": MOE_RULES,
-    "qwen3_moe": MOE_RULES,
+# The rule sets by name; which family gets which is its record's ``blocks`` (estimate/families.py).
+RULE_SETS: dict[str, list[tuple[str, str]]] = {
+    "gpt2": GPT2_RULES, "llama": LLAMA_RULES, "gemma2": GEMMA2_RULES, "phi": PHI_RULES, "gpt_neox": GPT_NEOX_RULES,
+    "opt": OPT_RULES, "falcon": FALCON_RULES, "moe": MOE_RULES,
 }
+FAMILIES = {name: RULE_SETS[rec.blocks] for name, rec in families().items() if rec.blocks}
 # A model without a known model_type whose modules are laid out like GPT-2 (nanoGPT's GPT: transformer.h.N
 # with attn.c_attn and mlp.c_fc) gets GPT-2's names, so its attention core and residual adds are blocks.
 _GPT2_LAYOUT = (re.compile(r"\.h\.\*\.attn\.c_attn$"), re.compile(r"\.h\.\*\.mlp\.c_fc$"))
@@ -211,8 +199,10 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
     """Module path -> block name for every module that gets a scope."""
     family = family_of(model)
     rules = [(re.compile(rx), name) for rx, name in FAMILIES.get(family or "", [])]
-    names: dict[str, str] = {}
     modules = dict(model.named_modules())
+    if not rules and isinstance(getattr(getattr(model, "config", None), "model_type", None), str):
+        return generic_names(modules, attention_core)
+    names: dict[str, str] = {}
     for path, module in modules.items():
         if not path:
             continue
@@ -228,6 +218,126 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
                     break
         elif not any(True for _ in module.children()):
             names[path] = _per_layer_name(path, modules)  # unknown model: every leaf module by its path
+    return names
+
+
+# -- Hugging Face families without rules of their own: mixers, MoE and MLPs named by what they are ------------
+# A layer of a hybrid model holds one or more *mixers* (attention, linear attention, a state-space model, a
+# short convolution) and an MLP or a mixture of experts. Which one a module is shows in its class name
+# (transformers names them for what they compute); inside it, the projections in and out by their names.
+# Each rule: (regex on the module's class name, what it is). First match wins.
+MIXER_CLASSES: tuple[tuple[str, str], ...] = (
+    (r"DeltaNet|DeltaAttention|LinearAttention|LightningAttention|KimiDelta|GatedLinear", "linear_attn"),
+    (r"Mamba|Mixer$|SSM|Rwkv|RecurrentBlock|LSTM|xLSTM", "ssm"),
+    (r"ShortConv|Hyena", "conv"),
+    (r"Attention|Attn", "attn"),
+    (r"Moe|MoE|SparseMoe|MixtureOfExperts|Experts?Block", "moe"),
+    (r"MLP|Mlp|FeedForward|FFN|Ffn", "mlp"),
+)
+# Leaf names inside a mixer or an MLP, matched on the last path component.
+_OUT_PROJ = re.compile(r"^(o_proj|out_proj|dense|c_proj|o|wo|out|output_proj|proj_out)$")
+_MLP_DOWN = re.compile(r"^(down_proj|fc2|w2|c_proj|dense_4h_to_h|wo|out_proj|output)$")
+_ROUTER = re.compile(r"^(gate|router|gating|wg)$")
+_SHARED = re.compile(r"^shared_experts?$|^shared_mlp$")
+_NORM = re.compile(r"norm", re.I)
+
+
+def _kind(module: torch.nn.Module) -> str | None:
+    cls = type(module).__name__
+    for rx, kind in MIXER_CLASSES:
+        if re.search(rx, cls):
+            return kind
+    return "moe" if hasattr(module, "experts") and hasattr(module, "gate") else None
+
+
+def _inside(kind: str, rel: str, module: torch.nn.Module, attention_core: str) -> str:
+    """The block of a module ``rel`` (its path below a ``kind`` module; '' for the module itself)."""
+    last = rel.rsplit(".", 1)[-1]
+    leaf = not any(True for _ in module.children())
+    if kind == "attn":
+        if not rel:
+            return attention_core
+        if "rotary" in last:
+            return "rope"
+        return "attn.proj" if _OUT_PROJ.match(last) else "attn.qkv"
+    if kind in ("linear_attn", "ssm", "conv"):
+        if not rel or not leaf:
+            return f"{kind}.core"
+        if isinstance(module, torch.nn.Conv1d):
+            return f"{kind}.conv"
+        if isinstance(module, torch.nn.Linear):
+            return f"{kind}.out_proj" if _OUT_PROJ.match(last) else f"{kind}.in_proj"
+        return f"{kind}.core"
+    if kind == "moe":
+        first = rel.split(".", 1)[0]
+        if not rel:
+            return "moe.experts"  # the block's own dispatch and combine
+        if _ROUTER.match(first) or "router" in type(module).__name__.lower():
+            return "moe.router"
+        if first == "experts":
+            return "mlp.act" if rel != "experts" and "act" in last else "moe.experts"
+        if first.startswith("shared_expert") and first.endswith("_gate"):
+            return "mlp.fc"  # the shared expert's sigmoid gate (d -> 1)
+        if _SHARED.match(first):
+            return _inside("mlp", rel.split(".", 1)[1] if "." in rel else "", module, attention_core)
+        return "moe.experts"
+    # mlp
+    if not rel or "act" in last:
+        return "mlp.act"
+    return "mlp.proj" if _MLP_DOWN.match(last) else "mlp.fc"
+
+
+def generic_names(modules: dict[str, torch.nn.Module], attention_core: str = "attn.core") -> dict[str, str]:
+    """Block names for a Hugging Face model of a family without rules: canonical where a module's class says
+    what it is (mixers, MoE, MLPs, norms, embeddings, the lm_head), the per-layer module path otherwise.
+
+    Each layer of the stack is ``residual`` (its own adds); inside it, a mixer and everything below it
+    take the mixer's names (``attn.*``, ``linear_attn.*``, ``ssm.*``, ``conv.*``), an MoE block
+    ``moe.router``/``moe.experts`` with shared experts as a dense MLP, an MLP ``mlp.fc/act/proj``; the
+    layer's norms are ``ln_1`` (the first) and ``ln_2``. Outside the stack: embeddings, ``rope``,
+    norms (``ln_f``) and ``lm_head``.
+    """
+    names: dict[str, str] = {}
+    layers = {p for p in modules if p and _split_layers(p, modules)[0].endswith("*")}
+    for path, module in modules.items():
+        if not path:
+            continue
+        leaf = not any(True for _ in module.children())
+        if path in layers:
+            names[path] = "residual"
+            continue
+        layer = next((p for p in sorted(layers, key=len, reverse=True) if path.startswith(p + ".")), None)
+        last = path.rsplit(".", 1)[-1]
+        if layer is None:
+            if isinstance(module, torch.nn.Embedding):
+                names[path] = "embedding"
+            elif last == "lm_head" or path.endswith(".lm_head"):
+                names[path] = "lm_head"
+            elif "rotary" in last:
+                names[path] = "rope"
+            elif leaf and _NORM.search(type(module).__name__ + last):
+                names[path] = "ln_f"
+            elif leaf:
+                names[path] = _per_layer_name(path, modules)
+            continue
+        # The outermost classified module between the layer and this one decides the kind.
+        rel = path[len(layer) + 1:]
+        parts = rel.split(".")
+        owner = None
+        for i in range(1, len(parts) + 1):
+            sub = layer + "." + ".".join(parts[:i])
+            kind = _kind(modules[sub])
+            if kind is not None:
+                owner = (kind, ".".join(parts[i:]))
+                break
+        if owner is not None:
+            names[path] = _inside(owner[0], owner[1], module, attention_core)
+        elif leaf and _NORM.search(type(module).__name__ + last) and len(parts) == 1:
+            first_norm = next(p for p in modules if p.startswith(layer + ".") and "." not in p[len(layer) + 1:]
+                              and _NORM.search(type(modules[p]).__name__ + p.rsplit(".", 1)[-1]))
+            names[path] = "ln_1" if path == first_norm else "ln_2"
+        elif leaf:
+            names[path] = _per_layer_name(path, modules)
     return names
 
 

@@ -1,10 +1,8 @@
 """Saved-for-backward tensors of the built-in GPT, and the dispatch to the Hugging Face itemizations."""
 from __future__ import annotations
 
+from lmprof.estimate.families import family
 from lmprof.estimate.memory.hf_activations import (
-    HF_GPT2_LAYOUT,
-    HF_LLAMA_LAYOUT,
-    HF_OTHER_LAYOUTS,
     hf_gemma2_items,
     hf_gpt2_items,
     hf_layernorm_items,
@@ -38,13 +36,14 @@ def activation_items(
     """
     drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
     fused = attention == "sdpa" and sdpa_path(device_kind, dtype, drops.attention) == "fused"
-    if shape.family in HF_GPT2_LAYOUT + HF_LLAMA_LAYOUT + HF_OTHER_LAYOUTS + ("gemma2",) and dtype == param_dtype \
-            and (attention == "sdpa" or shape.family == "gemma2"):  # transformers runs Gemma 2 eager
+    rec = family(shape.family)
+    layout = rec.layout if rec is not None else ""
+    if layout and dtype == param_dtype and (attention == "sdpa" or layout == "gemma2"):  # transformers runs Gemma 2 eager
         e = DTYPE_BYTES[param_dtype]
         # CPU dropout keeps its scaled mask in the input's dtype; CUDA's fused dropout a bool mask.
         mask_b = e if device_kind == "cpu" else BOOL
-        itemize = {**{f: hf_llama_items for f in HF_LLAMA_LAYOUT}, **{f: hf_gpt2_items for f in HF_GPT2_LAYOUT},
-                   **{f: hf_layernorm_items for f in HF_OTHER_LAYOUTS}, "gemma2": hf_gemma2_items}[shape.family]
+        itemize = {"llama": hf_llama_items, "gpt2": hf_gpt2_items, "layernorm": hf_layernorm_items,
+                   "gemma2": hf_gemma2_items}[layout]
         return itemize(shape, batch, seq_len, e, fused=fused, dropout=drops, mask_bytes=mask_b)
     s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
     f, v = shape.ffn, shape.vocab_size

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lmprof.estimate.families import with_
 from lmprof.estimate.memory.result import FP32, INT64, MemoryItem
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
@@ -14,12 +15,12 @@ from lmprof.estimate.dropout import Dropout
 NO_DROPOUT = Dropout()
 Add = Callable[..., None]
 
-# Hugging Face families whose saved tensors :func:`hf_llama_items` itemizes (validated against
-# measured CPU training steps in tests/test_models.py).
-HF_LLAMA_LAYOUT = ("llama", "qwen2", "mistral", "phi3", "mixtral", "qwen2_moe")
-HF_GPT2_LAYOUT = ("gpt2",)
-HF_OTHER_LAYOUTS = ("gpt_neox", "opt", "falcon")
-HF_ITEMIZED = HF_LLAMA_LAYOUT + HF_GPT2_LAYOUT + HF_OTHER_LAYOUTS + ("gemma2",)
+# Hugging Face families whose saved tensors each itemization covers (validated against measured CPU
+# training steps in tests/test_models.py): the ``layout`` of their records (estimate/families.py).
+HF_LLAMA_LAYOUT = with_("layout", "llama")
+HF_GPT2_LAYOUT = with_("layout", "gpt2")
+HF_OTHER_LAYOUTS = with_("layout", "layernorm")
+HF_ITEMIZED = HF_LLAMA_LAYOUT + HF_GPT2_LAYOUT + HF_OTHER_LAYOUTS + with_("layout", "gemma2")
 
 
 def _math_sdpa(add: Add, shape: ModelShape, s: int, b: int, e: int, p: float, mask_bytes: int) -> None:

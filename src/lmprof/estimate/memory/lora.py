@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmprof.errors import ConfigError
+from lmprof.estimate.families import with_
 from lmprof.estimate.shape import ModelShape
 
 LoraTargets = Literal["attn", "all-linear"]
@@ -24,9 +25,10 @@ LORA_TARGETS: tuple[LoraTargets, ...] = ("attn", "all-linear")
 MAX_RANK = 2**16
 NF4_BLOCK = 64  # weights per absmax constant (bitsandbytes' default blocksize for 4-bit)
 NESTED_BLOCK = 256  # absmax constants per fp32 second-level constant (double quantization)
-# Families whose modules fuse q, k and v into one linear (and Phi-3 gate and up).
-FUSED_QKV = ("", "gpt", "gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3")
-FUSED_GATE_UP = ("phi3",)
+# Families whose modules fuse q, k and v into one linear (the built-in GPT, and the records that say so:
+# GPT-2, GPT-BigCode, GPT-NeoX, Falcon, Phi-3), and gate and up (Phi-3).
+FUSED_QKV = ("", "gpt", *with_("fused", "qkv"))
+FUSED_GATE_UP = with_("fused", "gate_up")
 
 
 @dataclass(frozen=True)

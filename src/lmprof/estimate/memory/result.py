@@ -50,7 +50,7 @@ class MemoryEstimate:
     last position's logits (infer).
     """
 
-    shape: ModelShape
+    shape: ModelShape | None  # None: the figures were read off the model (``source`` "model")
     mode: Mode
     batch: int
     seq_len: int
@@ -97,6 +97,14 @@ class MemoryEstimate:
     # Layers on this device's pipeline stage (0: all) and the micro-batches whose activations it holds.
     stage_layers: int = 0
     in_flight: int = 1
+    # Where the figures came from: "formula" (lmprof's formulas for the family), "model" (read off the
+    # model on the meta device), "generic" (a Llama-like guess, asked for with --allow-generic).
+    source: str = "formula"
+    layers: int = 0  # the model's layers (0: the shape's)
+
+    @property
+    def n_layer(self) -> int:
+        return self.layers or (self.shape.n_layer if self.shape is not None else 0)
 
     @property
     def trained(self) -> int:
@@ -111,10 +119,14 @@ class MemoryEstimate:
     def _kv_note(self) -> str:
         """How the KV cache figure is made up (the cache holds the compute dtype)."""
         sh, tail = self.shape, f"{self.kv_tokens} tokens x {self.batch} x {DTYPE_BYTES[self.dtype]} B"
+        if sh is None:
+            return f"the model's own cache after {self.kv_tokens} tokens x {self.batch} (read off the model)"
         if sh.mla:
             per = f"{sh.n_layer} layers x latent ({sh.kv_lora_rank} + rope {sh.qk_rope_head_dim})"
         else:
-            per = f"2 x {sh.n_layer} layers x {sh.kv_heads} kv heads x {sh.head_dim}"
+            heads = sh.n_head if sh.kv_cache_repeated else sh.kv_heads
+            per = f"2 x {sh.n_layer} layers x {heads} kv heads x {sh.head_dim}" + (
+                " (repeated to every head)" if sh.kv_cache_repeated else "")
         window = (f"; {sh.sliding_layers} windowed layers keep {sh.sliding_window - 1} tokens"
                   if sh.sliding_window and sh.sliding_layers and self.kv_tokens >= sh.sliding_window else "")
         return f"{per} x {tail}{window}"
@@ -130,7 +142,9 @@ class MemoryEstimate:
         rows: list[dict[str, Any]] = [
             {"category": "params", "bytes": self.params, "at_peak": a["params"],
              "note": self._params_note()},
-            {"category": "buffers", "bytes": self.buffers, "at_peak": a["buffers"], "note": "causal mask, bool, per layer"},
+            {"category": "buffers", "bytes": self.buffers, "at_peak": a["buffers"],
+             "note": "causal mask, bool, per layer" if self.shape is not None else "the model's buffers (rotary tables, "
+             "masks)"},
         ]
         if self.mode == "train":
             rows += [
@@ -140,7 +154,8 @@ class MemoryEstimate:
                 {"category": "optimizer", "bytes": self.optimizer_state, "at_peak": a["optimizer"],
                  "note": self._optimizer_note()},
                 {"category": "activations", "bytes": self.activations, "at_peak": a["activations"],
-                 "note": f"saved for backward, {self.activations_per_layer:,} B per layer"},
+                 "note": f"saved for backward, {self.activations_per_layer:,} B per layer" if self.shape is not None
+                 else "saved for backward (read off the model, each storage once)"},
                 {"category": "logits", "bytes": self.logits, "at_peak": a["logits"],
                  "note": "b*s*V lm_head output, " + ("held by the caller until the step ends" if self.hold_logits
                                                      else "freed once the loss is computed")},
@@ -174,7 +189,7 @@ class MemoryEstimate:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["shape"] = self.shape.to_dict()
+        out["shape"] = self.shape.to_dict() if self.shape is not None else None
         return out
 
 

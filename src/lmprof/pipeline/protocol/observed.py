@@ -87,6 +87,7 @@ class ModelFacts:
     dropout: Any
     shape: ModelShape | None
     optimizer: str | None
+    config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:
@@ -106,6 +107,7 @@ def model_name(model: torch.nn.Module | None) -> str:
 def model_facts(seen: Observed) -> ModelFacts:
     """Read the run's facts off the observed model (after the user's call returned)."""
     from lmprof.workloads.describe import attention_path, dropout_of
+    from lmprof.workloads.hf import config_dict
 
     model = seen.model
     return ModelFacts(
@@ -118,4 +120,5 @@ def model_facts(seen: Observed) -> ModelFacts:
         dropout=dropout_of(model) if model is not None else 0.0,
         shape=seen.shape() if model is not None else None,
         optimizer=type(seen.optimizers[0]).__name__.lower() if seen.optimizers else None,
+        config=config_dict(model),
     )

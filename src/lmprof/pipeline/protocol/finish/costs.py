@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from lmprof.estimate.flops import conventions_for
-from lmprof.estimate.mfu import Mode, block_roofline, fill_block_costs, mfu_metrics
+from lmprof.estimate.facts import ModelFacts
+from lmprof.estimate.mfu import Mode, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs, mfu_metrics
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.names import MATMUL_BLOCKS
 from lmprof.record.run import Metric, Run
@@ -31,7 +32,6 @@ def add_costs(
     plots: bool = True,
 ) -> None:
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png."""
-    from lmprof.hardware.calibrate import resolve_peak
 
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
@@ -58,6 +58,40 @@ def add_costs(
             run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
                                   decode_tokens=decode_tokens, attention=attention, conventions=conventions)
+    _roofline(run, folder, dtype, shape.name or "model", plots)
+
+
+def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, decode_tokens: int = 1,
+                    plots: bool = True) -> None:
+    """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for)."""
+    kind = run.env.device.split(":")[0]
+    if run.mode == "train":
+        step = run.metrics.get("step_time")
+        run.metrics.update(facts_mfu_metrics(facts, mode="train", time_s=step.value / 1e3 if step and step.value
+                                             else None, device_name=run.env.device_name, device_kind=kind, dtype=dtype))
+    else:
+        ttft = run.metrics.get("ttft")
+        dtps = run.metrics.get("decode_tokens_per_s")
+        B = facts.batch
+        decode_s = B * decode_tokens / dtps.value if dtps and dtps.value and decode_tokens else None
+        for phase, time_s in (("prefill", ttft.value / 1e3 if ttft and ttft.value else None), ("decode", decode_s)):
+            figures = facts_mfu_metrics(facts, mode=phase, time_s=time_s,  # type: ignore[arg-type]  # prefill/decode
+                                        device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+                                        decode_steps=max(decode_tokens, 1))
+            run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    run.blocks = fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1))
+    run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
+                     "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
+                     + (f"; decode: one step at KV length {facts.context} times the steps" if run.mode == "infer"
+                        else ""))
+    _roofline(run, folder, dtype, facts.name or "model", plots)
+
+
+def _roofline(run: Run, folder: Path, dtype: str, model: str, plots: bool) -> None:
+    """The blocks' roofline points (and the plot) from their FLOPs, bytes and measured times."""
+    from lmprof.hardware.calibrate import resolve_peak
+
+    kind = run.env.device.split(":")[0]
     peak = resolve_peak(run.env.device_name, kind, dtype)
     if not peak.flops_per_s or not peak.bytes_per_s:
         run.notes.append(f"no roofline: {peak.note}")
@@ -81,7 +115,7 @@ def add_costs(
 
     path = plot_roofline(
         points, peak_flops=peak.flops_per_s, peak_bytes_per_s=peak.bytes_per_s, out=folder / "roofline.png",
-        device=run.env.device_name, dtype=dtype, model=shape.name or "model",
+        device=run.env.device_name, dtype=dtype, model=model,
         phase="/".join(sorted({p.phase for p in points})), measured=True,
         note=f"peak: {peak.source}" + (f", bandwidth {peak.bytes_source}" if peak.bytes_source else ""),
     )

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from lmprof.analysis.counted_flops import counted_mfu_metrics
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
+from lmprof.estimate.memory.from_facts import estimate_from_facts
 from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.pipeline.protocol.finish.costs import add_costs
+from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs
 from lmprof.pipeline.protocol.finish.memory import add_memory
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.record.run import Metric, Run
+from lmprof.errors import LmprofError
+from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.shape import ModelShape
 
 ESTIMATED_OPTIMIZERS = ("adamw", "sgd")
@@ -60,19 +63,26 @@ class Facts:
     energy_steps: int = 0  # steps (generations) in the metered window
     tokens_per_step: int | None = None  # training tokens per step / generated tokens per generation
     plots: bool = True
+    config: dict[str, Any] | None = None  # a Hugging Face model's config, for the describer (no formulas)
 
 
 def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     """Fill memory, FLOP/MFU/roofline, KV-cache and energy figures of ``run`` (its timings already in)."""
+    described = _described(run, facts)
     if run.mode == "infer":
-        _kv_cache(run, facts)
-    add_memory(run, folder, facts.memory, _estimate(run, facts), facts.title, plots=facts.plots)
+        _kv_cache(run, facts, described)
+    add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
+    decode_tokens = max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1
     if facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
-        decode_tokens = max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots)
+    elif described is not None:
+        with quick_bandwidth.allowed():
+            add_model_costs(run, folder, described, dtype=facts.dtype, decode_tokens=decode_tokens,
+                            plots=facts.plots)
+        _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
@@ -82,7 +92,50 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         _energy(run, facts)
 
 
-def _estimate(run: Run, f: Facts) -> MemoryEstimate | None:
+def _described(run: Run, f: Facts) -> ModelFacts | None:
+    """A Hugging Face model lmprof has no formulas for, read off the meta device at the run's shapes."""
+    if f.shape is not None or f.config is None or not f.batch or not f.seq_len:
+        return None
+    from lmprof.measure.model_facts import describe
+
+    pdt = f.param_dtype or "fp32"
+    steps = max(f.new_tokens - 1, 1)
+    try:  # decode: the middle step's context, times the steps (exact where the cost is linear in the context)
+        return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
+                        dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
+                        phases=("train",) if run.mode == "train" else ("prefill", "decode"))
+    except LmprofError as exc:
+        run.notes.append(f"nothing read off the model: {exc}")
+        return None
+
+
+def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops | None) -> None:
+    """The FLOPs read off the model beside what FlopCounterMode counted on a real step, when both exist."""
+    if counted is None:
+        return
+    pairs = ([("training step", described.flops("train"), counted.step)] if run.mode == "train"
+             else [("prefill", described.flops("prefill"), counted.prefill)])
+    for what, read, count in pairs:
+        if read and count:
+            diff = 100.0 * (read - count) / count
+            run.notes.append(f"{what} FLOPs read off the model {read:,.0f}, counted on {counted.where} {count:,.0f}"
+                             + (" (equal)" if read == count else f" ({diff:+.2f}%)"))
+
+
+def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> MemoryEstimate | None:
+    if described is not None and f.batch and f.seq_len:
+        kind = run.env.device.split(":")[0]
+        if (f.param_dtype or "fp32") != f.dtype:
+            run.notes.append(f"no memory estimate: autocast ({f.dtype} compute, {f.param_dtype or 'fp32'} parameters) "
+                             "is not modelled for a model read off the meta device; memory figures are measured only")
+            return None
+        if run.mode == "infer":
+            return estimate_from_facts(described, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
+                                       device_kind=kind, new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens
+                                       else 0)
+        if f.optimizer in ESTIMATED_OPTIMIZERS:
+            return estimate_from_facts(described, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype, device_kind=kind,
+                                       optimizer=f.optimizer)  # type: ignore[arg-type]  # checked just above
     if f.shape is None or not f.batch or not f.seq_len:
         return None
     kind = run.env.device.split(":")[0]
@@ -100,15 +153,22 @@ def _estimate(run: Run, f: Facts) -> MemoryEstimate | None:
                            device_kind=kind, dropout=f.dropout)
 
 
-def _kv_cache(run: Run, f: Facts) -> None:
+def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
     s = f.shape
-    if s is not None and f.batch and f.seq_len and f.new_tokens:
+    if described is not None and f.batch and f.seq_len and f.new_tokens:
+        tokens = f.seq_len + f.new_tokens - 1
+        kinds = ", ".join(described.cache_by_kind(tokens))
+        run.metrics["kv_cache.estimated"] = Metric(
+            value=described.cache_bytes(f.batch, tokens) if f.kv_cache else 0, unit="B", source="estimated",
+            note=f"the model's own cache ({kinds}) after prompt + new tokens - 1, read off the model on the meta device")
+    elif s is not None and f.batch and f.seq_len and f.new_tokens:
         width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
-        est = 2 * s.n_layer * s.kv_heads * s.head_dim * (f.seq_len + f.new_tokens - 1) * f.batch * width
+        est = s.kv_cache_elements(f.seq_len + f.new_tokens - 1) * f.batch * width
         run.metrics["kv_cache.estimated"] = Metric(
             value=est if f.kv_cache else 0, unit="B", source="estimated",
-            note="2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes")
+            note="layers x K and V width x (prompt + new tokens - 1) x batch x bytes (windows, latents as the model "
+                 "keeps them)")
     if f.cache_bytes is not None:
         run.metrics["kv_cache"] = Metric(value=f.cache_bytes, unit="B", source="measured",
                                          note="bytes of the cache tensors after a whole generation")

@@ -1,0 +1,144 @@
+"""One shared recipe for a tiny config of any transformers causal-LM family: its defaults, every size shrunk.
+
+Used to check the describer against transformers' own random-weight models family by family
+(tests/test_model_facts*.py, scripts/family_walk.py). The family's layout is kept: per-layer
+patterns keep one layer of every kind they mix (attention, linear attention, SSM, convolution,
+dense and MoE MLPs), experts stay experts, latent attention stays latent. Sizes go to a width of
+64, 4 layers, 4 heads (2 key/value heads), a vocabulary of 128; nested configs (a multimodal
+model's text and vision parts) shrink the same way.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+LAYERS = 4
+# Config keys and the value every family gets, where its config has the key (an int there).
+SIZES: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "embed_dim", "model_dim", "dim", "n_embed"), 64),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "d_ff", "ffn_hidden_size", "intermediate_size_mlp",
+                     "mlp_dim", "inner_hidden_size", "decoder_ffn_dim", "encoder_ffn_dim", "hidden_dim"), 96),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+                     "moe_shared_expert_intermediate_size", "shared_intermediate_size"), 32),
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
+                     "num_decoder_layers", "num_encoder_layers"), LAYERS),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
+                     "encoder_attention_heads", "num_query_heads"), 4),
+    **dict.fromkeys(("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads",
+                     "num_key_value_groups"), 2),
+    **dict.fromkeys(("head_dim", "kv_channels", "head_size"), 16),
+    **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input"), 128),
+    "emb_dim": 64, "hidden_size_per_layer_input": 16,
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
+                     "max_sequence_length", "original_max_position_embeddings"), 128),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_top_k"), 2),
+    "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
+    "q_lora_rank": 24, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+    "qk_head_dim": 24,
+    # linear attention (Gated DeltaNet and kin)
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    # state-space mixers (Mamba 1/2)
+    "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_n_groups": 1,
+    "ssm_state_size": 16, "state_size": 16, "mamba_head_dim": 16, "mamba_num_heads": 4, "time_step_rank": 8,
+    "mamba_expand": 2, "n_groups": 1, "mamba_chunk_size": 16, "chunk_size": 16,
+    "mamba_headdim": 16, "n_mamba_heads": 8, "adapter_rank": 8, "rotary_dim": 8,
+    # where attention and experts sit in a hybrid stack (Jamba): every other layer
+    "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
+    "attention_hidden_size": 64, "attention_head_dim": 32, "embedding_dim": 64, "num_blocks": LAYERS,
+    "linear_head_dim": 16, "linear_num_heads": 4, "num_expert_group": 1, "layer_group_size": 2,
+    "context_length": 128, "model_max_length": 128, "decoder_vocab_size": 128, "n_words": 128,
+    "sliding_window": 8, "attention_chunk_size": 8, "window_size": 8,
+}
+# Lists of layer indices (which layers attend, which are dense): kept below LAYERS, at least one.
+_INDEX_LISTS = ("mlp_only_layers", "moe_layers", "no_rope_layers_ids", "full_attn_idxs", "attn_layer_indices",
+                "hybrid_layer_ids")
+_TOKEN_SUFFIX = "_token_id"
+
+
+def _configs(cfg: Any, seen: set[int] | None = None) -> list[Any]:
+    """``cfg`` and every config nested in it (text, vision, audio, decoder parts)."""
+    from transformers import PretrainedConfig
+
+    seen = seen if seen is not None else set()
+    if id(cfg) in seen:
+        return []
+    seen.add(id(cfg))
+    out = [cfg]
+    for value in list(vars(cfg).values()):
+        if isinstance(value, PretrainedConfig):
+            out += _configs(value, seen)
+    return out
+
+
+def _keep(n_old: int, values: list[Any]) -> list[int]:
+    """Indices of ``LAYERS`` layers of an ``n_old``-layer pattern: the first of every kind, then in order."""
+    first: dict[str, int] = {}
+    for i, v in enumerate(values):
+        first.setdefault(repr(v), i)
+    picked = sorted(first.values())[:LAYERS]
+    for i in range(n_old):
+        if len(picked) >= LAYERS:
+            break
+        if i not in picked:
+            picked.append(i)
+    return sorted(picked)
+
+
+def _set(cfg: Any, key: str, value: Any) -> None:
+    try:
+        setattr(cfg, key, value)
+    except (AttributeError, TypeError, ValueError):  # read-only properties, validated fields
+        pass
+
+
+def shrink(cfg: Any) -> Any:
+    """``cfg`` (a transformers config) with every size of :data:`SIZES` it has set small, in place."""
+    for part in _configs(cfg):
+        fields = dict(vars(part))
+        n_old = next((fields[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+                      if isinstance(fields.get(k), int)), None)
+        for key, value in SIZES.items():
+            if isinstance(fields.get(key), int) and not isinstance(fields.get(key), bool):
+                _set(part, key, value)
+            elif key == "num_experts_per_tok" and key in fields and fields[key] is None:
+                _set(part, key, value)  # a family whose default leaves top-k unset (DeepSeek-V2)
+        if isinstance(n_old, int) and n_old > LAYERS:
+            for key, value in fields.items():
+                if isinstance(value, (list, str)) and len(value) == n_old and not key.endswith("_token_id"):
+                    keep = _keep(n_old, list(value))
+                    picked = [value[i] for i in keep]
+                    _set(part, key, "".join(picked) if isinstance(value, str) else picked)
+                elif key in _INDEX_LISTS and isinstance(value, list) and all(isinstance(i, int) for i in value):
+                    _set(part, key, [i for i in value if i < LAYERS] or ([1] if value else []))
+        _derive(part, fields)
+        vocab = getattr(part, "vocab_size", None)
+        if isinstance(vocab, int):
+            for key, value in fields.items():
+                if key.endswith(_TOKEN_SUFFIX) and isinstance(value, int) and value >= vocab:
+                    _set(part, key, min(value, vocab - 1) if key == "pad_token_id" else 2)
+                elif key.endswith(_TOKEN_SUFFIX) and isinstance(value, list):
+                    _set(part, key, [v if v < vocab else 2 for v in value if isinstance(v, int)])
+            if getattr(part, "pad_token_id", None) is None and "pad_token_id" in fields:
+                _set(part, "pad_token_id", 0)
+    return cfg
+
+
+def _derive(part: Any, fields: dict[str, Any]) -> None:
+    """Sizes that must agree with others: latent attention's rotary head, a Mamba-2 stack's heads."""
+    rope = getattr(part, "qk_rope_head_dim", None)
+    if isinstance(fields.get("qk_rope_head_dim"), int) and isinstance(rope, int):
+        if "head_dim" in fields:
+            _set(part, "head_dim", rope)  # latent attention's head_dim is the rotary part
+        if "qk_head_dim" in fields:
+            _set(part, "qk_head_dim", rope + int(getattr(part, "qk_nope_head_dim", 0) or 0))
+        if isinstance(fields.get("kv_lora_rank"), int) and "num_key_value_heads" in fields:
+            _set(part, "num_key_value_heads", part.num_attention_heads)  # keys and values per head from the latent
+    if all(isinstance(fields.get(k), int) for k in ("expand", "head_dim", "num_heads", "hidden_size")):
+        _set(part, "num_heads", part.expand * part.hidden_size // part.head_dim)
+
+
+def tiny_config(model_type: str) -> Any:
+    """The tiny config of a family: its transformers defaults shrunk by :func:`shrink`."""
+    from lmprof.workloads.hf import _transformers
+
+    return shrink(_transformers().AutoConfig.for_model(model_type))
