@@ -3,7 +3,7 @@
 For tiny dense, MoE, latent-attention, sliding-window and two hybrid configs, the estimate built
 from what the describer read off the meta device (estimate/memory/from_facts.py) against
 lmprof's measurement of a real random-weight model's fp32 AdamW step on the CPU
-(measure_training_memory, after one warm-up step): the parameters and optimizer state exactly, the
+(through the figures step a run uses, tests/memory_step.py, after one warm-up step): the parameters and optimizer state exactly, the
 activations (saved for backward) and the peak above the parameters and optimizer state (the
 gradients made by then included on both sides) within 5%.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import pytest
 
+from memory_step import measure_step_memory
+
 tf = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from lmprof.estimate.memory.from_facts import estimate_from_facts  # noqa: E402
-from lmprof.measure.memory import measure_training_memory  # noqa: E402
 from lmprof.measure.model_facts import describe, transformers_config  # noqa: E402
 from lmprof.workloads.training import plain_train_step  # noqa: E402
 
@@ -50,7 +51,7 @@ def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = plain_train_step(model, opt, lambda: torch.randint(3, 100, (B, T)),
                             lambda m, x: m(input_ids=x, labels=x).loss)
-    measured = measure_training_memory(step, model, opt, "cpu", warmup=1)
+    measured = measure_step_memory(step, model, opt, "cpu", warmup=1)
     value = {k: measured.value(k)[0] for k in ("params", "grads", "optimizer", "activations", "peak")}
     assert (value["params"], value["grads"], value["optimizer"]) == (est.params, est.grads, est.optimizer_state)
     assert est.activations == pytest.approx(value["activations"], rel=0.05)
