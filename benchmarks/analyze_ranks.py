@@ -5,7 +5,8 @@ clock shifted and its distributedInfo rank renumbered) for each N, then analyses
 fresh child process (``lmprof.trace.analyze.analyze_path``) in this process's way (``--workers 1``)
 and in worker processes (``--workers K``), and prints per run:
 
-* the driver's peak resident memory (``ru_maxrss`` of the child, Linux KiB): the claim is that it
+* the driver's peak resident memory (``VmHWM`` of the child, Linux KiB; not ``ru_maxrss``, which Linux
+  carries across exec from this process): the claim is that it
   does not grow with N beyond the reports it keeps (kilobytes per rank), since no trace is ever
   loaded in the driver when workers run;
 * the largest worker's peak (``RUSAGE_CHILDREN`` of the driver): one trace at a time;
@@ -39,7 +40,7 @@ CHILD = textwrap.dedent("""
         report = analyze_path(sys.argv[1], workers=int(sys.argv[2]))
         wall = time.perf_counter() - t0
         print(json.dumps({"wall_s": wall, "traces": len(report.traces),
-                          "driver_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                          "driver_kib": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]),
                           "worker_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
 """)
 
