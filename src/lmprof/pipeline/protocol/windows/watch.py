@@ -199,6 +199,7 @@ class WatchWindow(Window):
             self.panel.say(f"watching every step from step {first} (series in {folder / WATCH_DIR}); {ask}touch "
                            f"{folder / 'capture'} to capture a window")
         self.w.start(first)  # last: the first watched step begins now, none of the above in its time
+        self.w.take()  # the detectors take every row: a spill keeps those they have not seen yet
 
     def _forward(self, module: Any, args: Any) -> None:
         w = self.w
@@ -382,6 +383,7 @@ class WatchWindow(Window):
         rows = w.take()
         if rows is not None:
             an.feed(rows)
+            self._stream(StepSummary.from_row(rows), math.inf)  # the last step, however recent the last one sent
         an.finish()
         self.state = STOPPED
         self._release()
