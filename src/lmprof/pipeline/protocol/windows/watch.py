@@ -327,23 +327,26 @@ class WatchWindow(Window):
         self._save()
 
     def _capture_step(self, cap: Capture) -> None:
-        if cap.dropped is None and cap.boundary():
-            self.capture = None
-            try:
-                rec = cap.finish(list(self._recent))
-            except Exception as exc:  # noqa: BLE001 - the capture is lost, the watch goes on
-                self.notes.append(f"the capture in {WATCH_DIR}/{cap.folder.name} could not be written: {why(exc)}")
-                self._save()
-                return
+        """A step of a running capture ended: its next range, or the end (written as a run folder)."""
+        where = f"the capture in {WATCH_DIR}/{cap.folder.name}"
+        try:
+            complete = cap.dropped is None and cap.boundary()
+            rec = cap.finish(list(self._recent)) if complete else None
+        except Exception as exc:  # noqa: BLE001 - the capture is lost, the watch goes on
+            cap.abort()
+            cap.dropped = f"it failed ({why(exc)}); its folder holds no run (marked INCOMPLETE)"
+            rec = None
+        if rec is None and cap.dropped is None:
+            return  # the capture goes on
+        self.capture = None
+        self._settling = True
+        if rec is not None:
             self.captures.append(rec)
-            self._settling = True
             self._say(f"captured steps {rec.first_step}-{rec.first_step + rec.steps - 1} into {cap.folder}")
-            self._save()
-        elif cap.dropped is not None:
-            self.capture = None
-            self._settling = True
-            self.notes.append(f"the capture in {WATCH_DIR}/{cap.folder.name} was dropped: {cap.dropped}")
-            self._save()
+        else:
+            self.notes.append(f"{where} was dropped: {cap.dropped}")
+            self._say(f"{where} was dropped: {cap.dropped}")
+        self._save()
 
     # -- the end ---------------------------------------------------------------------------------------
     def stop(self) -> None:
