@@ -3,7 +3,8 @@ callbacks and ``--nproc``, each on a script that misbehaves on purpose and check
 
 Truths: the script's own loss values, tokens (batch x sequence), the bytes it keeps per step, the time
 it sleeps before each forward, the step from which it runs an extra matmul in a named module, the rank
-that sleeps; the series files read back with pyarrow; exit codes and stdout.
+that sleeps (in tests/test_usercode.py's one torchrun test); the series files read back with pyarrow;
+exit codes and stdout.
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
 
     A shared machine can slow the steps before K by itself (another process taking the core for a while is
     a drift too, and a real one): such a round shows a drift before K + 1 and is run again, up to 3 times."""
-    K, TERM = 40, 140
+    K, TERM = 25, 125  # the watch's first row is step 17: few steps before K for a busy machine to slow
     for _ in range(3):
         folder, proc = _watched_drift(tmp_path, K, TERM)
         run = Run.load(folder)  # written on the SIGTERM, with the watch section
@@ -187,39 +188,6 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
     assert s["step"][-1] == TERM and np.all(np.diff(s["step"]) > 0)
     assert np.median(s["step_s"][s["step"] > K + 1]) > 2 * np.median(s["step_s"][s["step"] <= K])
     assert json.loads((folder / "watch" / "watch.json").read_text())["alerts"][0]["kind"] == "drift"
-
-
-@pytest.mark.slow
-def test_nproc_watch_names_the_rank_whose_loader_sleeps(tmp_path: Path) -> None:
-    """Two ranks under ``lmprof run --nproc 2 --watch``; rank 1's loader sleeps SLEEP before each forward:
-    the parent's watch names rank 1 a straggler by its input wait, about SLEEP."""
-    SLEEP = 0.004
-    script = tmp_path / "ddp.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, time, torch, torch.distributed as dist
-        from torch import nn
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        dist.init_process_group("gloo")
-        model = DDP(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for _ in range(int(sys.argv[1])):
-            if dist.get_rank() == 1:
-                time.sleep({SLEEP})
-            model(torch.randn(32, 64)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
-        dist.destroy_process_group()
-    """))
-    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--nproc", "2", "--watch", "--watch-max-captures",
-                           "0", "--no-report", "--warmup", "1", "--steps", "3", "--profile-steps", "1", "--out",
-                           str(tmp_path / "runs"), str(script), "45"], capture_output=True, text=True, timeout=280,
-                          env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (folder,) = (tmp_path / "runs").iterdir()
-    w = Run.load(folder).watch
-    assert w is not None and w.series[0].startswith("rank0/watch/")
-    (st,) = [a for a in w.alerts if a.kind == "straggler"]
-    assert st.evidence["rank"].value == 1 and "input wait" in st.message
-    assert st.evidence["figure"].value == pytest.approx(SLEEP * 1e3, rel=0.10)
-    assert any(a.message.startswith("rank 1: ") and a.kind == "input_bound" for a in w.alerts)
 
 
 def test_trainer_callback_watch_captures_on_sigusr2_and_a_failing_watch_keeps_the_run(tmp_path: Path, capsys,
