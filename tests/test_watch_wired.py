@@ -247,6 +247,28 @@ def test_trainer_callback_watch_captures_on_sigusr2_and_a_failing_watch_keeps_th
     assert sent[-1] == -1 and sent[:-1] and set(sent[:-1]) <= set(s["step"])
 
 
+def test_a_crash_in_the_loop_still_writes_the_run_with_the_series_so_far(tmp_path: Path) -> None:
+    """While watched, the folder is marked INCOMPLETE with watch.json in it (what a SIGKILL leaves); the
+    loop raising ends the watch, and the run is written with every step the loop finished."""
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(ValueError, match="the script's own"):
+        with lmprof.profile(model, out=tmp_path, report=False, verbose=False, watch=True, **COUNTS) as prof:
+            for i in range(WINDOW + 20):
+                if i == WINDOW + 8:
+                    assert (prof.session.folder / "INCOMPLETE").is_file()
+                    assert load_section(prof.session.folder).first_step == WINDOW + 1
+                    raise ValueError("the script's own error")
+                model(torch.randint(0, 100, (2, 8))).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                prof.step()
+    assert not (prof.folder / "INCOMPLETE").exists()
+    w = Run.load(prof.folder).watch
+    assert w is not None and w.last_step == WINDOW + 8
+    assert list(read_series(chunk_files(prof.folder))["step"]) == list(range(WINDOW + 2, WINDOW + 9))
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--watch", "--infer"], "generations are not watched"),
     (["--watch", "--stop-after"], "choose one"),

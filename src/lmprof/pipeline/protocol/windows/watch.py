@@ -193,13 +193,13 @@ class WatchWindow(Window):
             self._hook = model.register_forward_pre_hook(self._forward, prepend=True)
         self._next = first
         self.state = WATCHING
+        self.w.start(first)  # the first watched step begins (left out of the series: the profiler's teardown)
+        self.w.take()  # the detectors take every row: a spill keeps those they have not seen yet
         self._save()
         if self.panel is not None:
             ask = f"kill -USR2 {os.getpid()} or " if self.requests.signals.installed else ""
             self.panel.say(f"watching every step from step {first} (series in {folder / WATCH_DIR}); {ask}touch "
                            f"{folder / 'capture'} to capture a window")
-        self.w.start(first)  # last: the first watched step begins now, none of the above in its time
-        self.w.take()  # the detectors take every row: a spill keeps those they have not seen yet
 
     def _forward(self, module: Any, args: Any) -> None:
         w = self.w
