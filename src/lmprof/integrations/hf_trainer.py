@@ -32,8 +32,9 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
                  verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
                  watch_max_captures: int | None = None, watch_min_gap: int | None = None):
-        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose, stop_after=stop_after,
-                               watch=watch, watch_max_captures=watch_max_captures, watch_min_gap=watch_min_gap)
+        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose,
+                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
+                               watch_min_gap=watch_min_gap)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
@@ -62,4 +63,3 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # The Trainer's TensorBoard callback writes to args.logging_dir: lmprof's figures join that run.
         self._end_training(tensorboard_dir=getattr(args, "logging_dir", None))
-

@@ -32,6 +32,13 @@ from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.session import Session
 
 
+def _loss_of(outputs: Any) -> Any:
+    """The loss in what ``training_step`` returned (a tensor, or a mapping with ``loss``), else None."""
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    return outputs if isinstance(outputs, torch.Tensor) else None
+
+
 class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc]  # Lightning is not followed by mypy
     """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
@@ -45,8 +52,9 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
                  verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
                  watch_max_captures: int | None = None, watch_min_gap: int | None = None):
         super().__init__()
-        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose, stop_after=stop_after,
-                               watch=watch, watch_max_captures=watch_max_captures, watch_min_gap=watch_min_gap)
+        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose,
+                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
+                               watch_min_gap=watch_min_gap)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
@@ -119,10 +127,3 @@ def _tensorboard_dir(trainer: Any) -> str | None:
         if type(logger).__name__ == "TensorBoardLogger":
             return str(logger.log_dir)
     return None
-
-
-def _loss_of(outputs: Any) -> Any:
-    """The loss in what ``training_step`` returned (a tensor, or a mapping with ``loss``), else None."""
-    if isinstance(outputs, dict):
-        outputs = outputs.get("loss")
-    return outputs if isinstance(outputs, torch.Tensor) else None

@@ -34,7 +34,8 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
     argv += ["--stop-after"] if stop_after else []
     argv += ["--plots" if plots else "--no-plots"]  # a rank writes no report: the launcher decided
     if watch is not None:  # each rank watches its own steps; the parent merges them and compares the ranks
-        argv += ["--watch", "--watch-max-captures", str(watch.max_captures), "--watch-min-gap", str(watch.min_gap_steps)]
+        argv += ["--watch", "--watch-max-captures", str(watch.max_captures),
+                 "--watch-min-gap", str(watch.min_gap_steps)]
     argv += ["-m", target] if module else [target]
     argv += script_args
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(dist.DEFAULT_TIMEOUT_S))

@@ -37,4 +37,5 @@ class Windows:
 def windows_for(ctx: Context) -> Windows:
     """The windows of a session (``ctx``): every session runs the five; a spec may ask for more."""
     more: list[Window] = [WatchWindow(ctx, ctx.spec.watch)] if ctx.spec.watch is not None else []
-    return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx), more)
+    return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx),
+                   more)

@@ -75,7 +75,8 @@ class WatchResult:
             try:
                 cap.grew = diff_runs(run, Run.load(folder / cap.path))
             except Exception as exc:  # noqa: BLE001 - inside the run's assembly: a missing diff, never a lost run
-                cap.note = f"no diff against the run's profiled window: {exc if isinstance(exc, LmprofError) else why(exc)}"
+                said = exc if isinstance(exc, LmprofError) else why(exc)
+                cap.note = f"no diff against the run's profiled window: {said}"
         run.watch = self.section
         with contextlib.suppress(OSError):
             save_section(folder, self.section)
