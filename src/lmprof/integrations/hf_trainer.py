@@ -63,3 +63,4 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # The Trainer's TensorBoard callback writes to args.logging_dir: lmprof's figures join that run.
         self._end_training(tensorboard_dir=getattr(args, "logging_dir", None))
+
