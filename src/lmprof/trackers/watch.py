@@ -9,6 +9,7 @@ under ``lmprof run --watch --log-to``.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from lmprof.record.watch import StepSummary
 from lmprof.trackers.content import metric_name
-from lmprof.trackers.export import DEFAULT_DEST
+from lmprof.trackers.export import tracker_module
 
 # summary field -> (figure name, unit, factor from the summary's unit)
 _FIGURES = {
@@ -85,11 +86,19 @@ class StepStream:
         self._open.clear()
 
 
+def _default_dest(name: str) -> Any:
+    """Where the run's own export goes by default (None: the tracker's own default, MLflow's tracking URI):
+    the exporter's ``DEFAULT_DEST``, or the export module's table where an older lmprof keeps it."""
+    dest = getattr(tracker_module(name), "DEFAULT_DEST", None)
+    table = getattr(importlib.import_module("lmprof.trackers.export"), "DEFAULT_DEST", {})
+    return dest if dest is not None else table.get(name)
+
+
 class _TensorBoard:
     def __init__(self, root: Path, run_id: str):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(root / DEFAULT_DEST["tensorboard"] / run_id))
+        self.writer = SummaryWriter(log_dir=str(root / _default_dest("tensorboard") / run_id))
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         for name, value in scalars.items():
@@ -103,10 +112,11 @@ class _MLflow:
     def __init__(self, root: Path, run_id: str):
         from mlflow.tracking import MlflowClient
 
-        from lmprof.trackers.to_mlflow import allow_file_store, tracking_uri
-
-        self.uri = tracking_uri(root / DEFAULT_DEST["mlflow"])
-        self._allow = allow_file_store
+        mod = tracker_module("mlflow")
+        dest = _default_dest("mlflow")
+        self.uri = mod.tracking_uri(root / dest if dest is not None else None)
+        # what the exporter sets around a write (a file store allowed), under either name it has had
+        self._allow = getattr(mod, "scoped_env", None) or mod.allow_file_store
         with self._allow(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name("lmprof")
@@ -131,7 +141,7 @@ class _WandB:
         import wandb
 
         mode: Any = os.environ.get("WANDB_MODE", "offline")
-        self.run = wandb.init(project="lmprof", name=f"{run_id} watch", dir=str(root / DEFAULT_DEST["wandb"]),
+        self.run = wandb.init(project="lmprof", name=f"{run_id} watch", dir=str(root / (_default_dest("wandb") or ".")),
                               mode=mode, job_type="watch", config={"lmprof": {"run_id": run_id}},
                               reinit="create_new", settings=wandb.Settings(silent=True))
 
