@@ -1,76 +1,65 @@
-"""Cost of the whole-run watch per step (goal: at most 1% of a 10 ms step).
+"""Cost of the whole-run watch per step, as wired (goal: at most 1% of a 10 ms step).
 
     .venv/bin/python benchmarks/watch_cost.py [--steps 300] [--rounds 5] [--width 96] [--threads 1]
 
 A CPU training loop (an MLP stack, about 10 ms a step at the default width on one thread) runs
-alternately without and with the watch, ``--rounds`` times each, in this process. With the watch, each
-step calls what the protocol will call: ``forward_start()`` before the forward, ``step_end()`` after the
-optimizer step (the loss tensor passed), and every ``feed_every`` steps ``take()`` into the detectors,
-the live panel (plain lines, to /dev/null) and the capture-request poll; the series is spilled to a
-temporary folder. The loop's own stopwatch gives each step's time; the ratio of the medians (watched /
-plain) is the watch's cost. Also printed: the calls alone, timed over many repetitions (a figure that
-machine load barely moves): step_end per step, and take + feed per call.
+alternately without lmprof and under ``lmprof.profile(model, watch=True)``, ``--rounds`` times each, in
+this process: the wired path, with everything the protocol keeps in the loop after its window (the
+optimizer hooks, the forward pre-hook, the recorder at each ``prof.step(loss=loss)``, the detectors
+every N steps, the capture-request poll; no panel: ``verbose=False``). The loop's own stopwatch gives
+each step's time; the steps of lmprof's measured window (and the one after it) are left out of both,
+so the watched steps are compared with the same steps run plain. Printed: the ratio of the medians
+and of the means (watched / plain); the mean holds the detectors' periodic runs, the median does not.
+Also printed: the calls alone, timed over many repetitions (a figure machine load barely moves):
+step_end per step, and take + feed per call.
 
 Not a test: timings depend on the machine. Run it on a quiet one; the lead takes the figures.
 """
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+import lmprof
 from lmprof.analysis.watch_detect import WatchAnalyzer
-from lmprof.measure.watch import CaptureRequests, Watcher, period_for
+from lmprof.counts import DEFAULT_COUNTS
+from lmprof.measure.watch import Watcher, period_for
 from lmprof.record.run import Baseline
-from lmprof.record.watch import StepSummary
-from lmprof.show.watch_panel import WatchPanel
 
-FEED_SHARE = 0.0025  # the detectors may take this share of a step
+FEED_SHARE = 0.0025  # the detectors may take this share of a step (windows/watch.py)
+# lmprof's measured window, then the first watched step (left out of the series: the profiler's teardown)
+WINDOW = sum(DEFAULT_COUNTS["train"]) + 1 + 1
 
 
-def loop(steps: int, width: int, watch: Path | None, baseline: Baseline | None) -> list[float]:
-    """Per-step seconds of the loop's own stopwatch (``watch``: a folder to watch it into)."""
+def loop(steps: int, width: int, out: Path | None) -> list[float]:
+    """Per-step seconds of the loop's own stopwatch, after lmprof's window (``out``: watched into there)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
                                                       torch.nn.Linear(4 * width, width)) for _ in range(4)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(8, 32, width)
-    w = an = panel = reqs = None
-    every = 1
-    if watch is not None and baseline is not None:
-        w = Watcher(watch, tokens_per_step=8 * 32, step_s_hint=baseline.step_s_median)
-        an = WatchAnalyzer(baseline)
-        panel = WatchPanel(open(os.devnull, "w"), live=False)
-        reqs = CaptureRequests(watch, signals=False)
-        every = period_for(feed_cost(baseline), baseline.step_s_median, FEED_SHARE)
-        w.start(0)
+    watched: Any = (lmprof.profile(model, out=out, report=False, verbose=False, watch=True, watch_max_captures=0)
+                    if out is not None
+                    else contextlib.nullcontext())
     ends = [time.perf_counter()]
-    for k in range(steps):
-        if w is not None:
-            w.forward_start()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if w is not None and an is not None and panel is not None and reqs is not None:
-            w.step_end(loss=loss)
-            if k % every == 0:
-                t0 = time.perf_counter()
-                rows = w.take()
-                if rows is not None:
-                    panel.update(StepSummary.from_row(rows), an.feed(rows))
-                reqs.poll(t0)
-                w.add_own(time.perf_counter() - t0)
-        ends.append(time.perf_counter())
-    if w is not None:
-        w.close()
-    return [b - a for a, b in zip(ends, ends[1:])]
+    with watched as prof:
+        for _ in range(WINDOW + steps):
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if prof is not None:
+                prof.step(loss=loss)
+            ends.append(time.perf_counter())
+    return [b - a for a, b in zip(ends, ends[1:])][WINDOW:]
 
 
 def _rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -115,19 +104,21 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        clean = loop(30, args.width, None, None)[5:]  # the clean window the baseline comes from
-        baseline = Baseline.from_samples(clean)
+        loop(20, args.width, None)  # warm: the first loop in a process pays for torch's own first calls
         plain: list[float] = []
         watched: list[float] = []
         for r in range(args.rounds):  # alternated, so a change in machine load hits both
-            plain += loop(args.steps, args.width, None, None)[10:]
-            watched += loop(args.steps, args.width, Path(tmp) / f"w{r}", baseline)[10:]
+            plain += loop(args.steps, args.width, None)
+            watched += loop(args.steps, args.width, Path(tmp) / f"w{r}")
         p, w = statistics.median(plain), statistics.median(watched)
+        pm, wm = statistics.fmean(plain), statistics.fmean(watched)
+        baseline = Baseline.from_samples(plain[:30])
         end_s = step_end_cost(Path(tmp) / "alone")
         feed_s = feed_cost(baseline)
         every = period_for(feed_s, baseline.step_s_median, FEED_SHARE)
-    print(f"step, median of {len(plain)} steps: plain {p * 1e3:.3f} ms, watched {w * 1e3:.3f} ms, "
-          f"ratio {w / p:.4f} ({100 * (w / p - 1):+.2f}%; goal at most +1% for steps of 10 ms and longer)")
+    print(f"step after lmprof's window, {len(plain)} steps each: plain median {p * 1e3:.3f} ms, watched "
+          f"{w * 1e3:.3f} ms, ratio {w / p:.4f} ({100 * (w / p - 1):+.2f}%); means {pm * 1e3:.3f} / {wm * 1e3:.3f} "
+          f"ms, ratio {wm / pm:.4f} ({100 * (wm / pm - 1):+.2f}%; goal at most +1% for steps of 10 ms and longer)")
     print(f"forward_start + step_end alone: {end_s * 1e6:.1f} µs per step "
           f"({100 * end_s / p:.3f}% of this loop's step)")
     print(f"take + detectors' feed of 16 rows: {feed_s * 1e6:.1f} µs per call, every {every} step(s): "

@@ -46,7 +46,8 @@ def test_lightning_callback_writes_a_run_folder(tmp_path: Path) -> None:
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH)
     from lmprof.integrations import LightningCallback
 
-    cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=4, profile_steps=2, verbose=False, report=False)
+    cb = LightningCallback(out=tmp_path / "runs", warmup=1, steps=4, profile_steps=2, verbose=False, report=False,
+                           watch=True, watch_max_captures=0)
     trainer = pl.Trainer(max_steps=13, accelerator="cpu", devices=1, accumulate_grad_batches=ACCUM, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path, callbacks=[cb])
@@ -65,6 +66,14 @@ def test_lightning_callback_writes_a_run_folder(tmp_path: Path) -> None:
     qkv = next(b for b in run.blocks if b.name == "attn.qkv" and b.phase == "forward")
     assert qkv.calls == N_LAYER * ACCUM
     assert trainer.global_step == 13  # training went on after the run was written
+    # watch=True: the steps after the window watched, each with the loss training_step returned and the
+    # tokens of its micro-batches (batch x sequence x accumulation)
+    from lmprof.record.watch import read_series
+
+    assert run.watch is not None and run.watch.steps >= 2
+    series = read_series([cb.folder / p for p in run.watch.series])
+    assert len(series["step"]) == run.watch.steps and (series["tokens"] == BATCH * SEQ * ACCUM).all()
+    assert ((series["loss"] > 0) & (series["loss"] < 10)).all()  # cross-entropy over 128 tokens: about ln 128
 
 
 def test_stop_after_stops_the_trainer(tmp_path: Path) -> None:

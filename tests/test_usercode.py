@@ -447,24 +447,36 @@ def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
 # Python object there, and lmprof's FlopCounterMode is another). A rank of `lmprof run` now ends without
 # Python's finalization once its run is written (distributed.end_rank_process), so gloo's threads are
 # never joined; this test checks the launch and, through the exit code and the script's output, that
-# the ranks end as the script would.
+# the ranks end as the script would. With --watch (one torchrun test for both, they are slow): rank 1's
+# loader sleeps SLEEP before each forward, and the parent's watch names rank 1 a straggler by its input
+# wait, the loader's time within 10% (tests/test_watch_wired.py has the rest of the watch).
 @pytest.mark.slow
 def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
-    script = write(tmp_path, "ddp.py", """
-        import atexit, sys, torch, torch.distributed as dist
+    SLEEP = 0.004
+    script = write(tmp_path, "ddp.py", f"""
+        import atexit, json, sys, time, torch, torch.distributed as dist
         from torch import nn
         from torch.nn.parallel import DistributedDataParallel as DDP
         dist.init_process_group("gloo")
         model = DDP(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        took = []
         for _ in range(int(sys.argv[1])):
-            model(torch.randn(32, 64)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+            t0 = time.perf_counter()
+            if dist.get_rank() == 1:
+                time.sleep({SLEEP})  # rank 1's data loader is slow
+            x = torch.randn(32, 64)
+            took.append(time.perf_counter() - t0)  # the loader's time by the script's own clock
+            model(x).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+        if dist.get_rank() == 1:
+            json.dump(took, open(sys.argv[2], "w"))
         print("rank", dist.get_rank(), "done")
         atexit.register(print, "atexit ran")  # a rank ends as the script would: its atexit handlers run
         dist.destroy_process_group()
     """)
     proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--nproc", "2", "--no-report", "--steps", "3",
-                           "--warmup", "2", "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script), "8"],
+                           "--warmup", "2", "--profile-steps", "1", "--watch", "--watch-max-captures", "0",
+                           "--out", str(tmp_path / "runs"), str(script), "40", str(tmp_path / "took.json")],
                           capture_output=True, text=True, timeout=280, env=_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("done") == 2  # both ranks' own output, untouched (lines may interleave)
@@ -478,6 +490,15 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     assert Run.load(folder / "rank0").value("memory.peak") and not list(folder.glob("**/*.png"))
     assert any(b.name == "allreduce" for b in Run.load(folder / "rank0").blocks)
     check_blocks(Run.load(folder / "rank1"), ("forward", "backward"), "step_time")
+    w = run.watch  # the parent's own section: rank 0's series, the ranks compared
+    assert w is not None and w.series[0].startswith("rank0/watch/")
+    (st,) = [a for a in w.alerts if a.kind == "straggler"]
+    assert st.evidence["rank"].value == 1 and "input wait" in st.message
+    # the loader's sleep, as the script's own clock timed it (a loaded machine oversleeps), within 10%
+    took = statistics.median(json.loads((tmp_path / "took.json").read_text()))
+    assert took == pytest.approx(SLEEP, rel=0.5)
+    assert st.evidence["figure"].value == pytest.approx(took * 1e3, rel=0.10)
+    assert any(a.message.startswith("rank 1: ") and a.kind == "input_bound" for a in w.alerts)
 
 
 @pytest.mark.parametrize("variant", ["compile", "gradscaler"])

@@ -22,10 +22,12 @@ def test_the_limiter_keeps_a_minimum_gap_and_a_maximum_count():
     lim.begin(10)
     assert "fewer than the minimum gap of 100" in lim.refuse(60, "alert", alert())
     assert lim.refuse(60, "signal") is None  # the user's own request skips the gap...
-    assert lim.refuse(110, "alert", alert("spike")) is None
+    assert lim.refuse(110, "alert", alert("input_bound")) is None
     lim.begin(110)
     assert "the maximum" in lim.refuse(5000, "file")  # ...never the maximum
     assert "straggler alerts ask for none" in CaptureLimiter().refuse(0, "alert", alert("straggler"))
+    # a spike is reported once it is over: the steps after it are ordinary ones, not worth a capture
+    assert "spike alerts ask for none" in CaptureLimiter().refuse(0, "alert", alert("spike"))
     assert CaptureLimiter(max_captures=0).refuse(0, "signal") is not None
     with pytest.raises(ValueError):
         CaptureLimiter(min_gap_steps=-1)

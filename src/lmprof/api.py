@@ -183,6 +183,9 @@ def profile(
     report: bool = True,
     verbose: bool = True,
     label: str | None = None,
+    watch: bool = False,
+    watch_max_captures: int | None = None,
+    watch_min_gap: int | None = None,
 ) -> Any:
     """Profile your own loop: ``with lmprof.profile(model, out="runs/") as prof: ... prof.step()``.
 
@@ -193,15 +196,21 @@ def profile(
     after the window the loop runs unprofiled. The run folder is written under ``out`` when the
     window completes (or, with what was measured, when the block ends) and the summary printed to
     stderr (``verbose=False``: quiet). ``prof.run`` / ``prof.folder`` hold the result.
+
+    ``watch=True``: after the profiled window every step is watched until the block ends (step time,
+    memory, input wait, the loss given to ``prof.step(loss=...)``), with alerts and windows captured
+    when something changes, at most ``watch_max_captures``, ``watch_min_gap`` steps apart (defaults:
+    ``lmprof.counts.WATCH_LIMITS``); the run is then written when the block ends (docs/user-code.md).
     """
     from lmprof.pipeline.protocol.spec import Spec
     from lmprof.pipeline.usercode.context import Profile
-    from lmprof.pipeline.usercode.guard import check_counts, check_out
+    from lmprof.pipeline.usercode.guard import check_counts, check_out, watch_spec
 
     _check_model(model, "lmprof.profile")
     check_counts(warmup, steps, profile_steps, flags=False)
+    watching = watch_spec(watch, watch_max_captures, watch_min_gap, infer=infer, stop_after=False, flags=False)
     out = check_out(out, "out")  # now, not at the end of the loop; absolute, so an os.chdir() inside it changes nothing
     spec = Spec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
                 out=out, label=label or type(model).__name__, report=report, verbose=verbose,
-                config={"source": "lmprof.profile"})
+                config={"source": "lmprof.profile"}, watch=watching)
     return Profile(model, spec)

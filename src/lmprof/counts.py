@@ -33,3 +33,15 @@ def counts_for(mode: str, warmup: int | None = None, steps: int | None = None,
     w, s, p = DEFAULT_COUNTS[mode]
     return Counts(w if warmup is None else warmup, s if steps is None else steps,
                   p if profile_steps is None else profile_steps)
+
+
+class CaptureLimits(NamedTuple):
+    """How often the whole-run watch may profile a window by itself (analysis/watch_capture.py)."""
+
+    max_captures: int  # captured windows in a run, at most
+    min_gap_steps: int  # steps between the starts of two captures that alerts asked for, at least
+
+
+# The one table of the watch's capture limits: lmprof run --watch-*, lmprof.profile(), the callbacks
+# and the limiter itself read it.
+WATCH_LIMITS = CaptureLimits(max_captures=3, min_gap_steps=1000)

@@ -19,19 +19,23 @@ from typing import Literal, Sequence
 
 from lmprof.analysis.compare import count_rows
 from lmprof.analysis.noise import SLOW_SPREADS
+from lmprof.counts import WATCH_LIMITS
 from lmprof.record.run import Block, Growth, OpStat, RequestKind, Run, WatchAlert, percentile
 
-# Alerts that ask for a capture by default: what a profile of the next steps can explain. A straggler
-# is found across ranks after the fact.
-CAPTURE_KINDS = frozenset({"drift", "spike", "memory_creep", "input_bound"})
+# Alerts that ask for a capture by default: what a profile of the next steps can explain, because it is
+# still going on. A spike is reported once ``window`` steps have passed without a drift around it (the
+# first steps of a lasting slowdown look like one until the rolling median catches up), so the steps a
+# capture would profile are ordinary ones again, and a capture spent on them would count against the
+# maximum that a drift needs; a straggler is found across ranks after the run.
+CAPTURE_KINDS = frozenset({"drift", "memory_creep", "input_bound"})
 
 
 @dataclass
 class CaptureLimiter:
     """A minimum gap between captures asked by alerts, and a maximum count for the run."""
 
-    min_gap_steps: int = 1000
-    max_captures: int = 3
+    min_gap_steps: int = WATCH_LIMITS.min_gap_steps
+    max_captures: int = WATCH_LIMITS.max_captures
     kinds: frozenset[str] = CAPTURE_KINDS
     began: list[int] = field(default_factory=list)  # the steps captures began at
 

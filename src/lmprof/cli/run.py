@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.counts import default_help
+from lmprof.counts import WATCH_LIMITS, default_help
 
 # Options end at the script's name: everything after it is the script's own (its --steps is not ours).
 _SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -33,6 +33,13 @@ def run(
     nproc: int = typer.Option(1, "--nproc", help="> 1: launch the script on this many ranks with torchrun"),
     log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
                                      "once the script ends (repeatable; offline: docs/trackers.md)"),
+    watch: bool = typer.Option(False, "--watch", help="After the profiled window, watch every step until the script "
+                               "ends: step time, memory, input wait; alerts, and a window profiled by itself when "
+                               "something changes (docs/user-code.md)"),
+    watch_max_captures: Optional[int] = typer.Option(None, "--watch-max-captures", help="--watch: windows captured "
+                                                     f"in the run at most [default: {WATCH_LIMITS.max_captures}]"),
+    watch_min_gap: Optional[int] = typer.Option(None, "--watch-min-gap", help="--watch: steps between two captures "
+                                                f"alerts ask for, at least [default: {WATCH_LIMITS.min_gap_steps}]"),
     verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines around lmprof's profiler windows"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (torchrun ranks, sweep points)"),
 ) -> int:
@@ -40,7 +47,7 @@ def run(
     timed steps, then a profiled window attributed per block, written as a run folder. The script's
     stdout is left alone (the summary goes to stderr) and its exit code is kept."""
     from lmprof.errors import ConfigError
-    from lmprof.pipeline.usercode.guard import check_counts, check_out, check_target
+    from lmprof.pipeline.usercode.guard import check_counts, check_out, check_target, watch_spec
     from lmprof.printable import printable
 
     args = list(argv or [])
@@ -53,6 +60,7 @@ def run(
 
     check_nproc(nproc)
     check_target(target, module)
+    watching = watch_spec(watch, watch_max_captures, watch_min_gap, infer=infer, stop_after=stop_after, flags=True)
     if log_to:  # an unknown tracker or a missing package is said before the script starts
         from lmprof.trackers.export import check_trackers
 
@@ -72,11 +80,11 @@ def run(
 
         return launch_script(target, script_args, module=module, nproc=nproc, out=str(out_dir), report=report, infer=infer,
                              steps=steps, warmup=warmup, profile_steps=profile_steps, stop_after=stop_after,
-                             plots=draw)
+                             plots=draw, watch=watching)
     label = Path(target).resolve().name if Path(target).is_dir() else Path(target).stem
     label = target.rsplit(".", 1)[-1] if module else label
     spec = Spec(mode="infer" if infer else "train", warmup=warmup, steps=steps, profile_steps=profile_steps,
-                out=out_dir, label=label, report=report, stop_after=stop_after, plots=draw,
+                out=out_dir, label=label, report=report, stop_after=stop_after, plots=draw, watch=watching,
                 config={"script": printable(f"-m {target}" if module else target),
                         "script_args": [printable(a) for a in script_args]})
     from lmprof.pipeline.distributed import world
@@ -89,6 +97,10 @@ def run(
         spec.config.update(rank=rank, world_size=world_size)
     elif run_dir is not None:  # one process with an exact folder: a sweep point's runs/<id> (sweep/script.py)
         spec.run_dir = run_dir
+    if watching is not None and log_to:  # the watched steps stream to the trackers as the script runs
+        from lmprof.trackers.watch import StepStream
+
+        watching.sink = StepStream(log_to)
     result = run_script(target, script_args, spec, module=module)
     if result.session.message:
         print(f"lmprof: {result.session.message}", file=sys.stderr)

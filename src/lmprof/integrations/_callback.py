@@ -17,6 +17,8 @@ from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import OptimizerTrigger, unwrap
+from lmprof.pipeline.protocol.windows.watch import watch_of
+from lmprof.pipeline.usercode.guard import watch_spec
 
 
 class SessionCallback:
@@ -27,9 +29,23 @@ class SessionCallback:
 
     @staticmethod
     def _spec(source: str, out: str | Path, warmup: int | None, steps: int | None, profile_steps: int | None,
-              report: bool, verbose: bool) -> Spec:
+              report: bool, verbose: bool, *, stop_after: bool = False, watch: bool = False,
+              watch_max_captures: int | None = None, watch_min_gap: int | None = None) -> Spec:
+        """The session's spec; a watch that cannot be had is one ConfigError line when the callback is made."""
+        watching = watch_spec(watch, watch_max_captures, watch_min_gap, infer=False, stop_after=stop_after,
+                              flags=False)
         return Spec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out, report=report,
-                    verbose=verbose, config={"source": source})
+                    verbose=verbose, config={"source": source}, watch=watching)
+
+    def _step_ended(self, loss: Any = None) -> None:
+        """The framework's step ended (the optimizer stepped); ``loss``: the step's, for the watch's series."""
+        s = self.session
+        assert s is not None
+        if loss is not None:
+            watch = watch_of(s.windows)
+            if watch is not None:
+                watch.report_loss(loss)
+        s.boundary()
 
     def _start(self, spec: Spec, model: torch.nn.Module, optimizers: Sequence[Any]) -> Session:
         """Watch ``model`` (unwrapped) stepped by ``optimizers`` (unwrapped from the framework's wrappers)."""

@@ -24,13 +24,17 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
     """Profile a Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
     ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
-    unprofiled. ``run`` and ``folder`` hold the result afterwards.
+    unprofiled, or with ``watch=True`` watched to its end (docs/user-code.md, "Watching the whole run"; the
+    run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
     def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True, log_to: Sequence[str] = ()):
-        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose)
+                 verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
+                 watch_max_captures: int | None = None, watch_min_gap: int | None = None):
+        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose,
+                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
+                               watch_min_gap=watch_min_gap)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
@@ -51,9 +55,9 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         s = self.session
-        if s is None or s.done or s.collected:
+        if s is None or s.done:
             return control
-        s.boundary()
+        self._step_ended()  # after the profiled window: the watch's, when there is one
         if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
             s.finish(None)
             self._release()

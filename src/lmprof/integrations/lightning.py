@@ -32,18 +32,29 @@ from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.session import Session
 
 
+def _loss_of(outputs: Any) -> Any:
+    """The loss in what ``training_step`` returned (a tensor, or a mapping with ``loss``), else None."""
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    return outputs if isinstance(outputs, torch.Tensor) else None
+
+
 class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc]  # Lightning is not followed by mypy
     """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
     ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
-    unprofiled. ``run`` and ``folder`` hold the result afterwards.
+    unprofiled, or with ``watch=True`` watched to its end (docs/user-code.md, "Watching the whole run"; the
+    run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
     def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
                  profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True, log_to: Sequence[str] = ()):
+                 verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
+                 watch_max_captures: int | None = None, watch_min_gap: int | None = None):
         super().__init__()
-        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose)
+        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose,
+                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
+                               watch_min_gap=watch_min_gap)
         self.stop_after = stop_after
         self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
         self.session: Session | None = None
@@ -96,9 +107,9 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         if s is None:
             self._begin(trainer, pl_module)
             return
-        if s.done or s.collected:
+        if s.done:
             return
-        s.boundary()
+        self._step_ended(_loss_of(outputs))  # after the profiled window: the watch's, when there is one
         if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
             s.finish(None)
             self._release()

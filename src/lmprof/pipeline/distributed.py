@@ -207,6 +207,10 @@ def assemble(run_dir: Path, world_size: int) -> Run:
         base.metrics[f"{throughput}.global"] = Metric(
             value=sum(tps), unit="tokens/s", source="derived",
             note=f"sum over ranks of each rank's median {throughput.replace('_', ' ').replace(' per s', '/s')}")
+    if any(run.watch is not None for run in runs):  # the ranks watched their steps: merged, and compared
+        from lmprof.analysis.watch_ranks import merge_watch
+
+        base.watch = merge_watch(run_dir, runs, step_s=times[0] / 1e3)
     base.files = {k: f"rank0/{v}" for k, v in base.files.items() if k not in ("blocks", "ops")}
     base.files["traces"] = "rank*/trace.json.gz"
     base.notes.append(f"distributed: {world_size} ranks; blocks and operators are rank 0's, per-rank figures in tables['ranks']")

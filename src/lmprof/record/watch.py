@@ -63,7 +63,8 @@ SERIES_COLUMNS: tuple[Column, ...] = (
     Column("device_s", "float64", "s", "measured", "device time between the CUDA events recorded at the step's two "
                                                    "boundaries, read back when done (NaN: no device clock)"),
     Column("input_wait_s", "float64", "s", "measured", "host clock from the end of the previous optimizer step to the "
-                                                       "start of this step's first forward (NaN: no forward seen)"),
+                                                       "start of this step's first forward, lmprof's own time at "
+                                                       "the boundary taken out (NaN: no forward seen)"),
     Column("input_stall_s", "float64", "s", "measured", "CUDA: device time between the previous step's boundary "
                                                         "event and this step's forward event, the time the device "
                                                         "sat idle waiting for input (NaN elsewhere)"),

@@ -91,6 +91,10 @@ class WatchPanel:
             self._live.start()
         self._live.update(self._table(summary), refresh=True)
 
+    def say(self, text: str) -> None:
+        """One line of the watch's own (a capture taken, the watch stopped), printed at once."""
+        self._say(PREFIX + text)
+
     def _table(self, s: StepSummary) -> Table:
         t = Table(title="lmprof watch", title_justify="left", show_header=False, show_edge=False, box=None)
         t.add_column(style="dim")

@@ -15,6 +15,7 @@ The protocol drives it (docs/user-code.md, "Watching the whole run"):
     w.forward_start()             # the step's first forward begins (optional: input wait)
     w.report_loss(loss)           # optional, or step_end(loss=...)
     w.step_end(tokens=..., loss=...)   # at each step boundary (the optimizer step ended)
+    w.skip()                      # or: a boundary whose step stays out of the series (a captured window)
     rows = w.take()               # complete rows since the last take (detectors, live panel)
     w.recorded()                  # what is on disk so far (for watch/watch.json when an alert changes)
     recorded = w.close()          # the script ended; abort() on a signal or crash (no waiting)
@@ -112,6 +113,7 @@ class Watcher:
         self._mem_in = 0
         self._step = 0
         self.steps = 0
+        self.skipped = 0  # boundaries left out of the series (skip())
         self.first_step: int | None = None
         self.device_dropped = 0
         self.untaken = 0
@@ -138,7 +140,8 @@ class Watcher:
     def forward_start(self) -> None:
         """The step's first forward begins (later calls in the same step are ignored)."""
         if self._fwd_t is None and self._on:
-            self._fwd_t = self.clock()
+            # lmprof's own time at the boundary (billed so far) is not the program's wait for input
+            self._fwd_t = self.clock() - self._own
             if self._timer is not None:
                 self._fwd_mark = self._timer.mark()
 
@@ -184,6 +187,19 @@ class Watcher:
         self.steps += 1
         if self._ready() >= self.chunk_rows or t - self._last_flush >= self.flush_every_s:
             self._spill(t)
+        self._own = self.clock() - t
+
+    def skip(self) -> None:
+        """A step boundary whose step is left out of the series (a captured window profiled it, or the
+        user's own profiler ran in it): no row, and the next step starts here."""
+        t = self.clock()
+        if not self._on:
+            return
+        if self._timer is not None:
+            self._prev_mark = self._timer.mark()
+        self._prev_t, self._fwd_t, self._fwd_mark, self._loss = t, None, None, None
+        self._step += 1
+        self.skipped += 1
         self._own = self.clock() - t
 
     def add_own(self, seconds: float) -> None:

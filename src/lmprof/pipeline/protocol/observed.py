@@ -90,6 +90,14 @@ class ModelFacts:
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
 
 
+def observed_tokens(shape: tuple[int, ...] | None, backwards: float | None, forwards: float | None) -> int | None:
+    """Tokens in one training step of someone else's loop: the input_ids the model's first profiled
+    forward took (batch x sequence) x the backward (else forward) passes per step; None when unknown."""
+    if not shape or len(shape) != 2:
+        return None
+    return shape[0] * shape[1] * round(backwards or forwards or 1.0)
+
+
 def dtype_of(model: torch.nn.Module | None) -> str | None:
     p = next(model.parameters(), None) if model is not None else None
     if p is None:

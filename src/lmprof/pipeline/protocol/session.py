@@ -144,7 +144,12 @@ class Session:
     @guarded
     def boundary(self) -> None:
         """A training step ended (an optimizer step, ``prof.step()``, a Trainer step)."""
-        if self.done or self.collected:
+        if self.done:
+            return
+        if self.collected:
+            for w in self.windows.more:
+                if w.steps_after_window:
+                    w.boundary()  # after the profiled window: only the windows that watch the steps after it
             return
         if self.spec.mode == "infer":
             self.generation_end()
@@ -237,6 +242,8 @@ class Session:
         unit, seen = self.spec.unit, self.observed
         here = messages.where(self.plan, self.k, self.timings.clean, self.windows.profiled.complete, unit)
         try:
+            for w in self.windows.more:
+                w.stop()  # the run's end is theirs too (the whole-run watch): what they measured is kept
             profile = self.windows.profiled.export()
             compiled = self.windows.compile.report()
         finally:
@@ -269,6 +276,13 @@ class Session:
             self.stop_again.install()
             raise StopScript()
         return self.measured
+
+    def assemble_capture(self, folder: Path, profile: Any, step_s: list[float], config: dict[str, Any],
+                         per_step: tuple[float | None, float | None]) -> Any:
+        from lmprof.pipeline.protocol.finish.capture import capture_run
+
+        return capture_run(self.spec, self.plan, self.observed, folder, profile, step_s, config, per_step,
+                           lambda facts: self.driver.describe(self.spec, self.counts, facts, self.observed))
 
     def _teardown(self) -> None:
         """Stop every window, keeping nothing it still held, and remove every hook; each part runs even

@@ -8,11 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from lmprof.counts import Counts, counts_for
+from lmprof.counts import WATCH_LIMITS, Counts, counts_for
+
+if TYPE_CHECKING:
+    from lmprof.record.watch import StepSummary
 
 Mode = Literal["train", "infer"]
+
+
+class StepSink(Protocol):
+    """Where the watch streams its latest step (``--log-to``: the trackers, which sit above the protocol,
+    so the door hands one in). Called at most once a second; a failure ends the stream, never the run."""
+
+    def step(self, folder: Path, summary: "StepSummary") -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class WatchSpec:
+    """The whole-run watch (windows/watch.py): after the profiled window, every step until the run ends."""
+
+    max_captures: int = WATCH_LIMITS.max_captures
+    min_gap_steps: int = WATCH_LIMITS.min_gap_steps
+    sink: StepSink | None = None
 
 
 @dataclass
@@ -33,6 +54,7 @@ class Spec:
     tdp_w: float | None = None
     plots: bool | None = None  # roofline.png and memory.png; None: drawn when the report is written
     config: dict[str, Any] = field(default_factory=dict)  # extra facts for run.json's config
+    watch: WatchSpec | None = None  # watch every step after the profiled window (None: the loop runs on unobserved)
 
     def draws_plots(self) -> bool:
         """Whether this run draws its PNGs: drawing them costs most of a second (matplotlib)."""

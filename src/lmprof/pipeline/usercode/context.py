@@ -12,6 +12,7 @@ from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import OptimizerTrigger, unwrap
+from lmprof.pipeline.protocol.windows.watch import watch_of
 
 
 class Profile:
@@ -45,8 +46,13 @@ class Profile:
         self.session.begin()
         return self
 
-    def step(self) -> None:
-        """One step (training) or one generation (``infer=True``) ended."""
+    def step(self, loss: Any = None) -> None:
+        """One step (training) or one generation (``infer=True``) ended; ``loss``: the step's loss, for the
+        whole-run watch's series (a device tensor is read once the device is done with it, never waited for)."""
+        if loss is not None:
+            watch = watch_of(self.session.windows)
+            if watch is not None:
+                watch.report_loss(loss)
         self.session.boundary()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

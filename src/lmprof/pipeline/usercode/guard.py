@@ -12,11 +12,15 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmprof.errors import ConfigError
 from lmprof.outdir import check_output_dir
 from lmprof.pipeline.protocol.guard import why
 from lmprof.printable import printable
+
+if TYPE_CHECKING:
+    from lmprof.pipeline.protocol.spec import WatchSpec
 
 
 def check_out(out: str | os.PathLike[str], what: str = "--out") -> Path:
@@ -86,3 +90,39 @@ def check_target(target: str, module: bool) -> None:
             raise ConfigError(f"{printable(target)} is a folder without __main__.py: give a script")
     elif not path.is_file():
         raise ConfigError(f"no such script: {printable(target)}")
+
+
+def watch_spec(watch: bool, max_captures: int | None, min_gap: int | None, *, infer: bool, stop_after: bool,
+               flags: bool) -> "WatchSpec | None":
+    """The whole-run watch's settings (None when not asked for), checked before anything runs: one line
+    naming the option for what cannot be watched."""
+
+    def name(option: str) -> str:
+        return "--" + option.replace("_", "-") if flags else option
+
+    if not watch:
+        for option, value in (("watch_max_captures", max_captures), ("watch_min_gap", min_gap)):
+            if value is not None:
+                raise ConfigError(f"{name(option)} sets a limit of the watch: add {name('watch')}")
+        return None
+    for option, value in (("watch_max_captures", max_captures), ("watch_min_gap", min_gap)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{name(option)} must be a whole number >= 0, got {value!r}")
+    if infer:
+        raise ConfigError(f"{name('watch')} follows training steps (optimizer steps); generations are not watched")
+    if stop_after:
+        raise ConfigError(f"{name('watch')} watches the steps after the profiled window, {name('stop_after')} "
+                          "ends the script there: choose one")
+    from lmprof.record.watch import pyarrow_missing
+
+    missing = pyarrow_missing()
+    if missing is not None:
+        raise ConfigError(missing)
+    from lmprof.pipeline.protocol.spec import WatchSpec
+
+    spec = WatchSpec()
+    if max_captures is not None:
+        spec.max_captures = max_captures
+    if min_gap is not None:
+        spec.min_gap_steps = min_gap
+    return spec

@@ -16,11 +16,12 @@ from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
 from lmprof.pipeline.protocol.folder import run_folder
 from lmprof.pipeline.protocol.guard import safe_name
+from lmprof.pipeline.protocol.spec import WatchSpec
 
 
 def launch_script(target: str, script_args: list[str], *, module: bool, nproc: int, out: str, report: bool,
                   infer: bool, steps: int | None, warmup: int | None, profile_steps: int | None,
-                  stop_after: bool, plots: bool = False) -> int:
+                  stop_after: bool, plots: bool = False, watch: WatchSpec | None = None) -> int:
     """Run the script on ``nproc`` ranks; return torchrun's exit code (the script's, as ranks keep it)."""
     label = safe_name(target.rsplit(".", 1)[-1] if module else Path(target).stem) + f"-ddp{nproc}"
     run_dir = run_folder(out, "infer" if infer else "train", label, resolve_device("auto"))
@@ -32,6 +33,9 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
     argv += ["--infer"] if infer else []
     argv += ["--stop-after"] if stop_after else []
     argv += ["--plots" if plots else "--no-plots"]  # a rank writes no report: the launcher decided
+    if watch is not None:  # each rank watches its own steps; the parent merges them and compares the ranks
+        argv += ["--watch", "--watch-max-captures", str(watch.max_captures),
+                 "--watch-min-gap", str(watch.min_gap_steps)]
     argv += ["-m", target] if module else [target]
     argv += script_args
     env = dict(os.environ, LMPROF_DIST_TIMEOUT=str(dist.DEFAULT_TIMEOUT_S))

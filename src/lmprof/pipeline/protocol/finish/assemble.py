@@ -15,7 +15,7 @@ from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol.finish.figures import Facts, add_figures
 from lmprof.pipeline.protocol.finish.measured import Measured
 from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
-from lmprof.pipeline.protocol.observed import Known
+from lmprof.pipeline.protocol.observed import Known, observed_tokens
 from lmprof.pipeline.protocol.timing import ROUGH
 from lmprof.record.run import Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
@@ -101,8 +101,7 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
         metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
                                             note="batch x sequence length")
         metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived")
-    elif m.input_shape and len(m.input_shape) == 2:
-        tokens = m.input_shape[0] * m.input_shape[1] * round(bwd or m.forwards_per_step or 1.0)
+    elif (tokens := observed_tokens(m.input_shape, bwd, m.forwards_per_step)) is not None:
         metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
                                             note="input_ids of the model's first profiled forward x backward passes per step")
         metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived")

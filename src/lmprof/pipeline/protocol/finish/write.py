@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
 
@@ -12,6 +13,7 @@ from lmprof.record.run import Run
 def write(run: Run, folder: Path, spec: Spec) -> None:
     """Save ``run`` in ``folder``; report.html when ``spec.report``; the summary when ``spec.verbose``."""
     run.save(folder)
+    (folder / INCOMPLETE).unlink(missing_ok=True)  # a watched run's folder is marked until its run.json is there
     if not spec.verbose:
         if spec.report:
             from lmprof.show.report import write_run_report

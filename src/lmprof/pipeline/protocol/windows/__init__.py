@@ -16,6 +16,7 @@ from lmprof.pipeline.protocol.windows.figures import FiguresWindow
 from lmprof.pipeline.protocol.windows.flops import FlopsWindow
 from lmprof.pipeline.protocol.windows.meter import MeterWindow
 from lmprof.pipeline.protocol.windows.profiled import ProfiledWindow
+from lmprof.pipeline.protocol.windows.watch import WatchWindow
 
 
 @dataclass
@@ -35,4 +36,6 @@ class Windows:
 
 def windows_for(ctx: Context) -> Windows:
     """The windows of a session (``ctx``): every session runs the five; a spec may ask for more."""
-    return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx))
+    more: list[Window] = [WatchWindow(ctx, ctx.spec.watch)] if ctx.spec.watch is not None else []
+    return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx),
+                   more)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from lmprof.hardware.devices import Device
     from lmprof.measure.energy import EnergyMonitor
+    from lmprof.measure.profiling import ProfiledPhase
     from lmprof.pipeline.protocol.observed import Observed
     from lmprof.pipeline.protocol.plan import PhasePlan
     from lmprof.pipeline.protocol.probes import Probes
@@ -62,6 +63,10 @@ class Context(Protocol):
         """The profiled window completed: remove what lmprof placed, finish if asked to stop."""
 
     def finish(self, reason: str | None) -> Any: ...
+
+    def assemble_capture(self, folder: Path, profile: "ProfiledPhase", step_s: list[float], config: dict[str, Any],
+                         per_step: tuple[float | None, float | None]) -> Any:
+        """A window's own profiled steps as a run folder of their own (the watch's captures): the Run."""
 
     def fail(self, exc: BaseException) -> None: ...
 

@@ -1,0 +1,43 @@
+"""A steady loop watched for 500 steps raises no alert: the whole-run watch, wired into the protocol,
+adds nothing of its own that its detectors would take for a change (the profiler's teardown, its own
+work at the boundaries, spilling, the forward hook).
+
+Marked stopwatch: on a shared machine another process taking the core for a few milliseconds is a
+real spike, and for a few hundred a real drift, which the detectors are right to name; whether the
+watch itself raises nothing can only be judged on a quiet machine, so this runs in make test's
+stopwatch stage, alone. The detectors' own noise rules are tested on synthetic series in
+tests/test_watch_detect.py (test_500_steady_steps_with_realistic_jitter_raise_nothing).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import lmprof
+from lmprof.record.run import Run
+from lmprof.record.watch import read_series
+
+WINDOW, WATCHED = 3 + 10 + 1 + 3, 500
+
+
+@pytest.mark.stopwatch
+def test_500_steady_watched_steps_raise_no_alert(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 128)
+    with lmprof.profile(model, out=tmp_path, report=False, verbose=False, watch=True) as prof:
+        for _ in range(WINDOW + WATCHED):
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step(loss=loss)
+    w = Run.load(prof.folder).watch
+    assert w is not None and w.steps == WATCHED - 1  # the first step after the profiler is left out
+    assert [(a.kind, a.first_step, a.message) for a in w.alerts] == []
+    s = read_series([prof.folder / p for p in w.series])
+    assert np.isfinite(s["loss"]).all() and np.isfinite(s["rss_B"]).any()
