@@ -9,7 +9,6 @@ under ``lmprof run --watch --log-to``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 import time
@@ -87,11 +86,9 @@ class StepStream:
 
 
 def _default_dest(name: str) -> Any:
-    """Where the run's own export goes by default (None: the tracker's own default, MLflow's tracking URI):
-    the exporter's ``DEFAULT_DEST``, or the export module's table where an older lmprof keeps it."""
-    dest = getattr(tracker_module(name), "DEFAULT_DEST", None)
-    table = getattr(importlib.import_module("lmprof.trackers.export"), "DEFAULT_DEST", {})
-    return dest if dest is not None else table.get(name)
+    """Where the run's own export goes by default: the exporter's ``DEFAULT_DEST`` (None: the tracker's
+    own default, MLflow's tracking URI)."""
+    return getattr(tracker_module(name), "DEFAULT_DEST", None)
 
 
 class _TensorBoard:
