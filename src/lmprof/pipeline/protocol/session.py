@@ -33,6 +33,9 @@ from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, hook_forward_ends
 from lmprof.pipeline.protocol.windows import windows_for
 
+# The rough kind (timing.py's ROUGH) of a step that is neither the first, the figures step nor the FLOPs step.
+_ROUGH_KIND = {Phase.PROFILER_WARMUP: "profiler warm-up", Phase.PROFILED: "profiled"}
+
 
 class Session:
     """Counts steps and runs the measurement protocol at each boundary."""
@@ -59,6 +62,7 @@ class Session:
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self._finishing = self._ending = False  # finish() runs; it runs because the loop ended
         self._aside_gen = False  # the running generation runs under the user's own profiler: not counted
+        self._gen_tainted = False  # ... or, in warm-up, counted but not timed
         self._on_done: list[Callable[[], None]] = []
         self._hooked = False  # a forward hook on the model marks a generation's forwards
 
@@ -125,7 +129,8 @@ class Session:
         for w in self.windows:
             w.step_begins(n)
         fl, fig = self.windows.flops, self.windows.figures
-        self.clock.kind = "counting" if fl.active else "figures" if fig.active else "first" if n == 1 else "warm-up"
+        self.clock.kind = ("counting" if fl.active else "figures" if fig.active else "first" if n == 1
+                           else _ROUGH_KIND.get(self.plan.phase_of(n), "warm-up"))
         self.clock.restart(fresh or [w.active for w in self.windows] != before)
         for w in self.windows:
             w.clock_started(n)
@@ -133,11 +138,10 @@ class Session:
     def _end(self, n: int, value: float | Generation | None) -> None:
         """Counted step ``n`` ended, its time ``value`` (None: untimed): kept by what the step was."""
         self.k = n
-        phase = self.plan.phase_of(n)
-        if value is not None and phase is Phase.CLEAN:
+        if value is not None and self.plan.phase_of(n) is Phase.CLEAN:
             self.timings.keep(value, None)
-        elif value is not None and (phase is Phase.PROFILED or (phase is Phase.WARMUP and self.clock.kind)):
-            self.timings.keep(value, "profiled" if phase is Phase.PROFILED else self.clock.kind)
+        elif value is not None and self.clock.kind:  # every other step is a rough time, of its kind
+            self.timings.keep(value, self.clock.kind)
         for w in self.windows:
             w.step_ends(n)
 
@@ -154,12 +158,13 @@ class Session:
         end = self.clock.mark()
         for w in self.windows:
             w.boundary()  # lmprof's own recordings in the step stop before asking whether the user's profiler runs
+        tainted = False
         if not self.windows.profiled.active:
-            aside, busy = self.aside.at_boundary(self.k, self.plan.warmup)
-            if aside:
+            tainted, skip, busy = self.aside.at_boundary(self.k, self.plan.warmup)
+            if skip:
                 self.clock.start = None if busy else self.clock.mark()  # the next step starts clean here, or untimed
                 return
-        start = self.clock.start
+        start = None if tainted else self.clock.start  # a step the user's profiler ran in is never timed
         if self.k == 0 and self.plan.warmup == 0 and start is None:
             self._begin(1, fresh=True)  # nothing marked a start: the first boundary only marks one
             return
@@ -185,7 +190,9 @@ class Session:
             return
         if self.observed.model is None and model is not None:
             self.attach(model)
-        self._aside_gen = not self.windows.profiled.active and self.aside.at_generation_begin(self.k, self.plan.warmup)
+        verdict = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
+        self._aside_gen = verdict is not None and verdict.skip
+        self._gen_tainted = verdict is not None and verdict.tainted
         if self._aside_gen:
             return
         model = self.observed.model
@@ -218,6 +225,8 @@ class Session:
             w.boundary()
         if value is None:
             self.observed.generations_without_forward += 1
+        elif not self.windows.profiled.active and self.aside.at_generation_end(self._gen_tainted):
+            value = None  # the user's own profiler ran in it: never timed
         self._end(self.k + 1, value)
 
     # -- the end -----------------------------------------------------------------------------------

@@ -79,8 +79,9 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         notes.append(f"no memory measurement: the figures step's recording could not be read back "
                      f"({fig.step.memory_error})")
     if step is None and not fig.gave_way:  # else the figures window said why
-        notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
-                     "lmprof saw begin (raise --warmup)")
+        notes.append("no memory measurement: it is taken on a warm-up step, and "
+                     + ("--warmup 0 asked for none" if plan.warmup == 0 else "this run had none lmprof saw begin")
+                     + " (raise --warmup)")
     return Measured(
         spec=spec, plan=plan, folder=folder, device=seen.device, config=said.config, step_means=said.step_means,
         timings=timings, profile=profile, notes=list(seen.notes), facts=facts, known=said.known,

@@ -1,0 +1,127 @@
+"""Issue 49, round 4: what the session counts and times in users' loops, against independent truths.
+
+* A step the user's own torch.profiler ran in is never timed (item 1). Truth: a fake clock whose
+  readings are written here, with the user's profiler "on" for the steps the test says (its flag is
+  replaced), so a figure taken under it would be the 10 s those steps took.
+* Any counts measure what the plan says (item 9). Truth: the plan written out by hand.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmprof.pipeline.protocol import giveway
+from lmprof.pipeline.protocol.driver import Driver
+from lmprof.pipeline.protocol.session import Session
+from lmprof.pipeline.protocol.spec import Spec
+
+
+class Loop(Driver):
+    """A loop that reports its own forwards and needs no figures step (no recording runs)."""
+
+    hooks_forwards = False
+    raises = True
+
+    def figures_at(self, warmup: int, compiled: bool) -> int:
+        return 0
+
+
+def _session(tmp_path: Path, mode: str, ticks: list[float], warmup: int) -> Session:
+    clock = iter(ticks)
+    session = Session(Spec(mode=mode, warmup=warmup, steps=5, profile_steps=1, run_dir=tmp_path / "r", energy="off",
+                           report=False, verbose=False), Loop(), clock=lambda: next(clock))
+    session.attach(torch.nn.Linear(2, 2))
+    return session
+
+
+def _generations(session: Session, under: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One generation (start, one forward, end) per entry, the user's profiler on where it says True."""
+    on = [False]
+    monkeypatch.setattr(giveway, "user_profiler_active", lambda: on[0])
+    for flag in under:
+        on[0] = flag
+        session.generation_begin(None, (torch.zeros(1, 3, dtype=torch.long),))
+        session.forward_end()
+        session.generation_end()
+    on[0] = False
+
+
+def test_generations_under_the_users_profiler_are_never_timed_not_even_in_warm_up(tmp_path, monkeypatch):
+    """The lesson as printed: every generate() inside the user's profiler. The warm-up generation used
+    to be timed (10 s under the profiler) and shown as a 'first call' figure beside a note saying every
+    generation ran outside it; now nothing is timed and the message says no clean figure exists."""
+    ticks = [0.0, 5.0, 10.0]  # the warm-up generation: start, forward's end, end (10 s under the profiler)
+    session = _session(tmp_path, "infer", ticks, warmup=1)
+    _generations(session, [True, True, True], monkeypatch)
+    assert session.finish("the script ended") is None
+    assert "your own torch.profiler was running for 3 generation(s)" in (session.message or "")
+    assert "no clean figure exists" in (session.message or "")
+    assert not session.timings.rough_gens and not session.timings.gens
+
+
+def test_a_rough_figure_comes_only_from_generations_outside_the_users_profiler(tmp_path, monkeypatch):
+    """Warm-up 2: the first generation under the user's profiler (10 s), the second outside it (1 s).
+    The run's first-call figure is the second's, never the first's."""
+    ticks = [0.0, 5.0, 10.0,  # generation 1, under the profiler: never timed (its marks are still read)
+             10.0, 10.5, 11.0]  # generation 2, outside it
+    session = _session(tmp_path, "infer", ticks, warmup=2)
+    _generations(session, [True, False], monkeypatch)
+    measured = session.finish("the script ended")
+    assert measured is not None
+    assert [g.e2e_s for g in measured.timings.gens] == [pytest.approx(1.0)]
+    assert measured.timings.first_call == "warm-up"
+    assert any("1 generation(s): lmprof stepped aside" in n for n in measured.notes)
+
+
+def test_a_training_step_under_the_users_profiler_in_warm_up_is_counted_untimed(tmp_path, monkeypatch):
+    """Training, warm-up 2: step 1 (begun by the session) under the user's profiler, step 2 outside."""
+    on = [True]
+    monkeypatch.setattr(giveway, "user_profiler_active", lambda: on[0])
+    ticks = [0.0, 10.0, 11.0, 11.0, 11.0]  # step 1's start, its end (under the profiler), step 2's end, spares
+    session = _session(tmp_path, "train", ticks, warmup=2)
+    session.begin()
+    session.boundary()  # step 1 ends under the profiler
+    on[0] = False
+    session.boundary()  # step 2 ends; its start ran under the profiler too (the mark it starts from)
+    measured = session.finish("the script ended")
+    assert measured is None and session.k == 2  # both counted as warm-up, neither timed
+    assert "was running for 2 step(s)" in (session.message or "")
+
+
+def test_two_generations_at_warmup_0_steps_0_profile_steps_1_are_measured(tmp_path):
+    """Item 9: the plan asks for the profiler's warm-up and one profiled generation, and gets both:
+    a run with its profile and a rough e2e marked first_call (it was never 'lower --warmup', already 0)."""
+    import lmprof
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)).eval()
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, warmup=0, steps=0, profile_steps=1,
+                                         report=False, verbose=False) as prof:
+        for _ in range(2):
+            ids = torch.zeros(1, 4, dtype=torch.long)
+            for _ in range(3):
+                ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+            prof.step()
+    run = prof.run
+    assert run is not None, prof.message
+    e2e = run.metrics["e2e_latency"]
+    assert e2e.basis == "first_call" and e2e.n == 1 and "under lmprof's profiler" in (e2e.note or "")
+    assert {b.phase for b in run.blocks} >= {"prefill", "decode"}
+
+
+@pytest.mark.parametrize("basis,note,marked", [
+    ("first_call", "timed on the very first call", True),  # the field decides, whatever the note says
+    ("clean", "first call of the day", False),
+    (None, "first call: includes warm-up costs (an older run.json)", True),  # before the field: the note
+    (None, "from one optimizer step's end to the next's", False),
+])
+def test_first_call_is_read_from_the_records_basis_and_old_notes(basis, note, marked):
+    from lmprof.analysis.marks import FIRST_CALL, marks
+    from lmprof.record.run import Env, Metric, Run
+
+    env = Env(device="cpu", device_name="cpu", torch="2", python="3", lmprof="0", os="linux", cpu="x", threads=1)
+    run = Run(id="r", mode="train", created="now", env=env, config={},
+              metrics={"step_time": Metric(value=1.0, unit="ms", source="measured", note=note, basis=basis)})
+    assert (FIRST_CALL in marks(run, "step_time", "ms")) is marked
+    assert Run.model_validate_json(run.model_dump_json()).metrics["step_time"].basis == basis
