@@ -125,3 +125,73 @@ def test_first_call_is_read_from_the_records_basis_and_old_notes(basis, note, ma
               metrics={"step_time": Metric(value=1.0, unit="ms", source="measured", note=note, basis=basis)})
     assert (FIRST_CALL in marks(run, "step_time", "ms")) is marked
     assert Run.model_validate_json(run.model_dump_json()).metrics["step_time"].basis == basis
+
+
+def _loop(tmp_path: Path, calls_model: bool, **counts: int):
+    import lmprof
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)).eval()
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, report=False, verbose=False,
+                                         **counts) as prof:
+        for _ in range(4):
+            if calls_model:
+                model(torch.zeros(1, 4, dtype=torch.long))
+            prof.step()
+    return prof
+
+
+def test_a_run_that_measured_nothing_leaves_no_folder_behind(tmp_path):
+    """Item 8: a loop whose generations lmprof cannot time left a folder with the profiled window's
+    trace and no run.json. Nothing measured: the folder goes, trace and all."""
+    prof = _loop(tmp_path / "runs", calls_model=False, warmup=0, steps=1, profile_steps=1)
+    assert prof.run is None and "nothing measured" in (prof.message or "")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_run_that_failed_while_written_is_marked_incomplete_with_what_it_holds(tmp_path, monkeypatch, capsys):
+    """A failure while the run is assembled (here its figures) leaves the folder marked INCOMPLETE, the
+    reason and its files named: never a folder that looks like a run and is not one."""
+    from lmprof.pipeline.protocol.finish import assemble
+
+    def broken(*args, **kwargs):
+        raise ValueError("a figure lmprof could not make")
+
+    monkeypatch.setattr(assemble, "add_figures", broken)
+    prof = _loop(tmp_path / "runs", calls_model=True, warmup=1, steps=1, profile_steps=1)
+    assert prof.run is None
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert not (folder / "run.json").exists()
+    text = (folder / "INCOMPLETE").read_text()
+    assert "a figure lmprof could not make" in text and "trace.json" in text
+    assert "lmprof: could not write the report" in capsys.readouterr().err
+
+
+def test_a_whole_run_leaves_no_incomplete_mark(tmp_path):
+    prof = _loop(tmp_path / "runs", calls_model=True, warmup=1, steps=1, profile_steps=1)
+    assert prof.run is not None and prof.folder is not None
+    assert (prof.folder / "run.json").is_file() and not (prof.folder / "INCOMPLETE").exists()
+
+
+def test_prefill_only_generations_are_written(tmp_path):
+    """generate(max_new_tokens=1): each generation is its prefill; the decode figures are n/a with the
+    reason, and the run is written (it failed on decode_tokens=0 and left a half-written folder)."""
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmprof.pipeline.protocol.spec import Spec
+    from lmprof.pipeline.protocol.triggers import GenerateTrigger
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32)).eval()
+    session = Session(Spec(mode="infer", warmup=1, steps=2, profile_steps=1, out=tmp_path / "runs", report=False,
+                           verbose=False, energy="off"))
+    assert GenerateTrigger(session).install()
+    ids = torch.randint(0, 64, (1, 5))
+    for _ in range(4):
+        model.generate(ids, max_new_tokens=1, do_sample=False, pad_token_id=0)
+    session.finish("the loop ended")
+    run = session.run
+    assert run is not None, session.message
+    assert run.metrics["tpot"].value is None and run.metrics["ttft"].n == 2
+    assert run.metrics["decode.mfu"].value is None and "prefill only" in (run.metrics["decode.mfu"].note or "")
+    assert run.value("prefill.mfu") is not None

@@ -1,14 +1,18 @@
 """The run folder a run measures into: claimed before anything is measured, marked until it is whole.
 
 :func:`run_folder` claims a new folder with an exclusive ``mkdir`` (two runs never share one);
-:func:`incomplete_until_saved` marks it ``INCOMPLETE`` while a run measures into it, so a folder
-holding only a trace is never mistaken for a finished run.
+:func:`incomplete_until_saved` (lmprof's own loops) marks it ``INCOMPLETE`` while a run measures
+into it, and :func:`settle` (a session in someone else's loop, which writes nothing into the folder
+inside the user's steps) judges it when the run ends, so a folder holding only a trace is never
+mistaken for a finished run: a folder has run.json, or is marked INCOMPLETE with what it holds and
+why, or is removed.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +20,7 @@ from lmprof.atomic import write_failure, write_text
 from lmprof.hardware.devices import Device
 
 INCOMPLETE = "INCOMPLETE"
+_INTERRUPTED = "this run was interrupted or failed before its record (run.json) was written\n"
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -64,7 +69,7 @@ def incomplete_until_saved(folder: Path) -> Iterator[None]:
     An interruption comes out as :class:`RunInterrupted` saying what was kept.
     """
     marker = folder / INCOMPLETE
-    write_text(marker, "this run was interrupted or failed before its record (run.json) was written\n")
+    write_text(marker, _INTERRUPTED)
     try:
         yield
     except BaseException as exc:
@@ -77,3 +82,18 @@ def incomplete_until_saved(folder: Path) -> Iterator[None]:
             raise RunInterrupted(folder if kept else None, kept) from None
         raise
     marker.unlink(missing_ok=True)
+
+
+def settle(folder: Path, why: str | None) -> None:
+    """The run measured into ``folder`` (claimed by it) has ended: with run.json the mark goes; without
+    one the folder is removed when nothing is in it, else marked with ``why`` and what it holds;
+    ``why`` None: nothing was measured, and the folder goes with whatever it holds."""
+    marker = folder / INCOMPLETE
+    if (folder / "run.json").is_file():
+        marker.unlink(missing_ok=True)
+        return
+    kept = sorted(p.name for p in folder.iterdir() if p.name != INCOMPLETE) if folder.is_dir() else []
+    if why is None or not kept:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    write_text(marker, f"this run ended before its record (run.json) was written: {why}; it holds {', '.join(kept)}\n")

@@ -24,13 +24,14 @@ from lmprof.pipeline.protocol import messages
 from lmprof.pipeline.protocol.driver import Driver, Observer
 from lmprof.pipeline.protocol.ending import StopAgain, StopScript
 from lmprof.pipeline.protocol.finish.measured import Measured, measured
-from lmprof.pipeline.protocol.folder import run_folder
+from lmprof.pipeline.protocol.folder import run_folder, settle
 from lmprof.pipeline.protocol.giveway import Aside
 from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.protocol.observed import Observed
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
 from lmprof.pipeline.protocol.spec import Spec
-from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, hook_forward_ends
+from lmprof.pipeline.protocol.forwards import ForwardEnds
+from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings
 from lmprof.pipeline.protocol.windows import windows_for
 
 # The rough kind (timing.py's ROUGH) of a step that is neither the first, the figures step nor the FLOPs step.
@@ -52,6 +53,7 @@ class Session:
         self.raises = self.driver.raises  # lmprof's own failures go on to the caller (guard.py)
         self.k = 0  # steps counted
         self.folder: Path | None = None
+        self._claimed = False  # the folder was claimed here (not handed over by the door)
         self.measured: Measured | None = None
         self.run: Any = None  # the Run, when the driver made one
         self.message: str | None = None  # what happened, when the run ended early
@@ -64,7 +66,7 @@ class Session:
         self._aside_gen = False  # the running generation runs under the user's own profiler: not counted
         self._gen_tainted = False  # ... or, in warm-up, counted but not timed
         self._on_done: list[Callable[[], None]] = []
-        self._hooked = False  # a forward hook on the model marks a generation's forwards
+        self._forwards: ForwardEnds | None = None  # hooks that mark a generation's forwards (forwards.py)
 
     # -- what the windows use (windows/base.py: Context) ------------------------------------------
     def _make_plan(self) -> PhasePlan:
@@ -79,10 +81,22 @@ class Session:
     def claim_folder(self) -> Path:
         if self.folder is None:
             assert self.observed.device is not None
-            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, safe_name(self.spec.label),
-                                                          self.observed.device)
-            self.folder.mkdir(parents=True, exist_ok=True)
+            if self.spec.run_dir is not None:  # the door's own (it marks it while it measures)
+                self.folder = self.spec.run_dir
+                self.folder.mkdir(parents=True, exist_ok=True)
+            else:
+                # nothing is written into it before the run ends (no write inside the user's steps): the
+                # end settles it (_settle)
+                self.folder = run_folder(self.spec.out, self.spec.mode, safe_name(self.spec.label),
+                                         self.observed.device)
+                self._claimed = True
         return self.folder
+
+    def _settle(self, why: str | None) -> None:
+        """A folder this session claimed has run.json, or is marked INCOMPLETE saying why, or is gone."""
+        if self._claimed and self.folder is not None:
+            with contextlib.suppress(OSError):
+                settle(self.folder, why)
 
     def sync(self) -> None:
         if self.observed.device is not None:
@@ -196,11 +210,10 @@ class Session:
         if self._aside_gen:
             return
         model = self.observed.model
-        if self.driver.hooks_forwards and not self._hooked and model is not None:
-            remove = hook_forward_ends(model, self.forward_end)
-            if remove is not None:
-                self.on_done(remove)
-                self._hooked = True
+        if self.driver.hooks_forwards and self._forwards is None and model is not None:
+            self._forwards = ForwardEnds(model, self.forward_end)
+            if self._forwards.install():
+                self.on_done(self._forwards.remove)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         self._begin(self.k + 1, fresh=True)
         self.clock.generation_begins(ids)
@@ -220,6 +233,8 @@ class Session:
         if self._aside_gen or self.clock.gen is None or self.done or self.collected:
             self._aside_gen = False
             return
+        if self._forwards is not None:
+            self._forwards.generation_ends()  # a generation that learned where .forward() calls end: its last
         value, self.observed.input_shape = self.clock.generation_ends(self.observed.input_shape)
         for w in self.windows:
             w.boundary()
@@ -259,8 +274,7 @@ class Session:
                                                      self.timings.clean, unit, infer=self.spec.mode == "infer",
                                                      model=model, without_forward=seen.generations_without_forward,
                                                      aside=self.aside)
-            if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
-                self.folder.rmdir()
+            self._settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
             self.done = True
             return None
         folder = self.claim_folder()
@@ -269,6 +283,7 @@ class Session:
         self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
                                  lambda facts: self.driver.describe(self.spec, self.counts, facts, seen))
         self.run = self.driver.finished(self.measured)
+        self._settle("lmprof stopped while writing it")
         self.done = True
         if reason is not None:
             rough = " (rough first-call timings: see the note)" if self.timings.first_call else ""
@@ -304,4 +319,6 @@ class Session:
         writing = isinstance(exc, OSError) or self._finishing
         self.abandon()
         self.message = None
-        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
+        line = failure_line(exc, writing, continues=not self._ending)
+        self._settle(line.removeprefix("lmprof: "))
+        print(line, file=sys.stderr)

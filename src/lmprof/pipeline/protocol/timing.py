@@ -18,7 +18,6 @@ from typing import Any, Callable
 import torch
 
 from lmprof.pipeline.protocol.plan import PhasePlan
-from lmprof.workloads.hooks import takes_hooks
 
 # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
 # plain warm-up steps after the first, the profiler's own warm-up step, the figures step (memory
@@ -167,16 +166,3 @@ class StepClock:
             return None, shape
         shape = gen.shape or shape
         return Generation.from_marks(gen.start, gen.forwards, end, shape), shape
-
-
-def hook_forward_ends(model: torch.nn.Module, on_forward: Callable[[Any, Any], None]) -> Callable[[], None] | None:
-    """A forward hook on ``model`` calls ``on_forward(output, ids)`` as each top-level forward ends (``ids``:
-    its input, the prompt for a generation's first); returns what removes it, None when the model takes
-    no hooks (TorchScript)."""
-    if not takes_hooks(model):
-        return None
-
-    def seen(module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        on_forward(output, kwargs.get("input_ids", args[0] if args else None))
-
-    return model.register_forward_hook(seen, with_kwargs=True, always_call=True).remove

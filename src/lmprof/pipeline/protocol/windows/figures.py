@@ -89,7 +89,8 @@ class FiguresStep:
         if self.flops is not None and not self.flops.marks:
             self.flops.mark()
         self.probes.forward_end()
-        found = returned_cache(output)
+        # model.forward(x): the outputs of its outermost submodule calls (forwards.py), one of which may hold it
+        found = next(filter(None, map(returned_cache, output if isinstance(output, tuple) else (output,))), None)
         if found is not None:
             with contextlib.suppress(Exception):  # a cache lmprof cannot read is a missing figure, not a failure
                 self.cache_bytes = cache_bytes(found[1])
