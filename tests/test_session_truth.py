@@ -195,3 +195,81 @@ def test_prefill_only_generations_are_written(tmp_path):
     assert run.metrics["tpot"].value is None and run.metrics["ttft"].n == 2
     assert run.metrics["decode.mfu"].value is None and "prefill only" in (run.metrics["decode.mfu"].note or "")
     assert run.value("prefill.mfu") is not None
+
+
+# -- the user's program unchanged: its exit code, its threads (item 13) ------------------------------
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from tests.test_usercode import _env, write  # noqa: E402
+
+STEPS = """
+import sys, torch
+m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+def step():
+    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def _lmprof_run(tmp_path: Path, script: Path, *args: str) -> int:
+    from lmprof.cli.main import main
+
+    return main(["run", "--out", str(tmp_path / "runs"), "--no-report", "--warmup", "1", "--steps", "2",
+                 "--profile-steps", "1", str(script), *args])
+
+
+def _runs(out: Path) -> list[Path]:
+    return [p for p in out.iterdir() if (p / "run.json").is_file()] if out.is_dir() else []
+
+
+def test_a_script_that_closes_stderr_keeps_its_exit_code(tmp_path, monkeypatch, capfd):
+    """The script closes sys.stderr and exits 4 (as under plain python: its own exit code); lmprof's
+    summary came after and failed on the closed stream, which made the exit code lmprof's 1. lmprof's
+    lines now go to descriptor 2, which closing sys.stderr leaves open."""
+    import io
+
+    script = write(tmp_path, "close.py", STEPS + "for _ in range(8):\n    step()\nsys.stderr.close()\nsys.exit(4)\n")
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.BytesIO()))  # the stream the script closes
+    assert _lmprof_run(tmp_path, script) == 4
+    assert len(_runs(tmp_path / "runs")) == 1 and "run folder:" in capfd.readouterr().err
+
+
+def test_lmprof_profile_inside_lmprof_run_stands_aside(tmp_path, capsys):
+    """A script using lmprof.profile() itself, run under lmprof run: the script's own exit code (0, it
+    used to be 1: a ConfigError raised into it), one run (lmprof run's), one line saying the inner is idle."""
+    script = write(tmp_path, "inner.py", STEPS + """
+import lmprof
+with lmprof.profile(m, out=sys.argv[1], report=False) as prof:
+    for _ in range(8):
+        step(); prof.step()
+print("inner run:", prof.run)
+""")
+    assert _lmprof_run(tmp_path, script, str(tmp_path / "inner")) == 0
+    out, err = capsys.readouterr()
+    assert "inner run: None" in out and "lmprof.profile() is idle" in err
+    assert len(_runs(tmp_path / "runs")) == 1 and not _runs(tmp_path / "inner")
+
+
+def test_two_threads_entering_lmprof_profile_at_once(tmp_path):
+    """Both threads enter lmprof.profile() at the same moment (a barrier): one measures, the other stands
+    aside, both loops finish. Two sessions at once started two kineto profilers: a segfault, or a
+    ConfigError raised into one thread, whose loop then never ran."""
+    script = write(tmp_path, "threads.py", """
+import sys, threading, torch, lmprof
+barrier = threading.Barrier(2)
+def work(k):
+    m = torch.nn.Linear(16, 16); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    barrier.wait()
+    with lmprof.profile(m, out=sys.argv[1], report=False, verbose=False, warmup=1, steps=2, profile_steps=1) as prof:
+        for _ in range(8):
+            m(torch.randn(8, 16)).sum().backward(); opt.step(); opt.zero_grad(); prof.step()
+    print("thread", k, "done", prof.run is not None, flush=True)
+ts = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+[t.start() for t in ts]; [t.join() for t in ts]
+""")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = sorted(line.split(" ", 2)[2] for line in done.stdout.splitlines() if line.startswith("thread"))
+    assert lines == ["done False", "done True"], done.stdout + done.stderr[-2000:]
+    assert len(_runs(tmp_path / "runs")) == 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any, Callable
 
 import torch
@@ -38,10 +39,19 @@ def _scopes_itself(model: torch.nn.Module) -> bool:
 
 
 class ScopeStack:
-    """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out."""
+    """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out. One stack per
+    thread: the patched ``torch.autograd.backward`` and optimizer hooks run in every thread, and a range
+    must be closed on the thread that opened it."""
 
     def __init__(self) -> None:
-        self._open: list[tuple[str, contextlib.AbstractContextManager[object]]] = []
+        self._local = threading.local()
+
+    @property
+    def _open(self) -> list[tuple[str, contextlib.AbstractContextManager[object]]]:
+        stack: list[tuple[str, contextlib.AbstractContextManager[object]]] | None = getattr(self._local, "open", None)
+        if stack is None:
+            stack = self._local.open = []
+        return stack
 
     def open(self, name: str) -> None:
         # held as the context manager it is: record_function's own __enter__/__exit__ are unannotated

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +28,7 @@ from lmprof.pipeline.protocol.giveway import Aside
 from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.protocol.observed import Observed
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
+from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
 from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings
@@ -321,4 +321,4 @@ class Session:
         self.message = None
         line = failure_line(exc, writing, continues=not self._ending)
         self._settle(line.removeprefix("lmprof: "))
-        print(line, file=sys.stderr)
+        say(line)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -110,6 +111,8 @@ class OptimizerTrigger:
         self.boundaries = boundaries
         self.chosen: torch.optim.Optimizer | None = None
         self._handles: list[Any] = []
+        # boundaries=False: optimizers judged to step the session's model, or not (another thread's, another model's)
+        self._ours: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
 
     def install(self) -> None:
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
@@ -120,14 +123,27 @@ class OptimizerTrigger:
             h.remove()
         self._handles.clear()
 
+    def _steps_model(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether ``opt`` holds a parameter of the session's model (the hooks are global: another
+        thread's or another model's optimizer steps through them too); judged once per optimizer."""
+        known = self._ours.get(opt)
+        if known is None:
+            model = self.session.observed.model
+            mine = {id(p) for p in model.parameters()} if model is not None else set()
+            known = model is None or any(id(p) in mine for g in opt.param_groups for p in g["params"])
+            self._ours[opt] = known
+        return known
+
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if opt is self.chosen or not self.boundaries:
+        if opt is self.chosen or (not self.boundaries and self._steps_model(opt)):
             self.session.optimizer_begin()
 
     @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.boundaries:
+            if not self._steps_model(opt):
+                return
             self.session.optimizer_end()
             if not any(o is opt for o in self.session.observed.optimizers):
                 self.session.observed.optimizers.append(opt)  # its zero_grad gets a scope in the window
