@@ -273,3 +273,85 @@ ts = [threading.Thread(target=work, args=(k,)) for k in range(2)]
     lines = sorted(line.split(" ", 2)[2] for line in done.stdout.splitlines() if line.startswith("thread"))
     assert lines == ["done False", "done True"], done.stdout + done.stderr[-2000:]
     assert len(_runs(tmp_path / "runs")) == 1
+
+
+# -- users' loops counted as the loop is written (item 13) -------------------------------------------
+LOOPS = """
+import sys, torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+torch.manual_seed(0)
+kind, iterations = sys.argv[1], int(sys.argv[2])
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32); self.l1 = nn.Linear(32, 32); self.l2 = nn.Linear(32, 32); self.head = nn.Linear(32, 100)
+    def forward(self, x):
+        h = self.emb(x)
+        if kind == "checkpoint":  # two checkpointed layers, reentrant: each backward runs a backward inside
+            h = checkpoint(self.l1, h, use_reentrant=True)
+            h = checkpoint(self.l2, h, use_reentrant=True)
+        else:
+            h = self.l2(self.l1(h))
+        return self.head(h)
+m = Net()
+def make(): return torch.optim.LBFGS(m.parameters(), max_iter=4) if kind == "lbfgs" else torch.optim.SGD(m.parameters(), lr=0.01)
+opt = make()
+def loss_of(x): return nn.functional.cross_entropy(m(x).flatten(0, 1), x.flatten())
+for i in range(iterations):
+    if kind == "recreated" and i % 4 == 0:
+        opt = make()  # a new optimizer every epoch of 4 batches
+    x = torch.randint(0, 100, (32, 1))  # a batch of 32 tokens
+    if kind == "lbfgs":
+        def closure():
+            opt.zero_grad(); loss = loss_of(x); loss.backward(); return loss
+        opt.step(closure)
+        continue
+    if kind == "accumulation":  # the truth that stays: two batches of 32 per optimizer step
+        for _ in range(2):
+            loss_of(torch.randint(0, 100, (32, 1))).backward()
+    else:
+        loss = loss_of(x)
+        if kind == "two backward":
+            loss.backward(retain_graph=True)
+        loss.backward()
+    opt.step()
+    if kind == "two steps":
+        opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("kind,tokens", [("checkpoint", 32), ("two backward", 32), ("lbfgs", 32),
+                                         ("accumulation", 64), ("two steps", 32), ("plain", 32)])
+def test_tokens_per_step_are_the_batches_the_loop_feeds(tmp_path, kind, tokens):
+    """Truth: the loop above (32 tokens a batch; two batches per step only when it accumulates). A
+    reentrant checkpoint, a second backward on one forward and LBFGS's closure were taken for gradient
+    accumulation (96, 64, 128 tokens); opt.step() twice per batch gave tokens/s 0. A step is one pass
+    of the loop: an optimizer step with no forward since the last one belongs to the next step."""
+    from lmprof.record.run import Run
+
+    script = write(tmp_path, "loop.py", LOOPS)
+    assert _lmprof_run(tmp_path, script, kind, "9") == 0
+    (folder,) = _runs(tmp_path / "runs")
+    run = Run.load(folder)
+    assert run.value("tokens_per_step") == tokens
+    assert (run.value("tokens_per_s") or 0) > 0
+    accumulation = [n for n in run.notes if n.startswith("gradient accumulation")]
+    assert bool(accumulation) == (kind == "accumulation"), run.notes
+    if kind == "two steps":  # both optimizer steps of a pass in one lmprof step
+        steps = {o.name: o.calls for o in run.ops if o.name.startswith("Optimizer.step#SGD")}
+        assert steps and set(steps.values()) == {2}, steps
+
+
+def test_an_optimizer_re_created_every_epoch_keeps_the_window_going(tmp_path):
+    """A new optimizer for the same parameters every 4 batches: its steps are the run's steps. The
+    window ended with the first optimizer (4 steps: 3 of 4 clean, none profiled)."""
+    from lmprof.record.run import Run
+
+    script = write(tmp_path, "loop.py", LOOPS)
+    assert _lmprof_run(tmp_path, script, "recreated", "12") == 0
+    (folder,) = _runs(tmp_path / "runs")
+    run = Run.load(folder)
+    assert run.metrics["step_time"].n == 2 and run.blocks  # warm-up 1, 2 clean, the profiler's warm-up, 1 profiled
+    assert any(n.startswith("the optimizer was re-created") for n in run.notes)

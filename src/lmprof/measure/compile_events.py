@@ -79,6 +79,7 @@ class CompileEvent:
     time_s: float | None
     # For a frame resumed after a graph break: the code it resumes (dynamo's own name for it).
     resumes: str = ""
+    graph_ops: int | None = None  # operators in the graph this compilation produced (None or 0: no graph)
 
     def to_row(self) -> dict[str, Any]:
         """A JSON-friendly row for run.tables["compile"]."""
@@ -90,7 +91,8 @@ class CompileEvent:
 def _event(m: Any, phase: str) -> CompileEvent:
     secs = m.duration_us / 1e6 if m.duration_us is not None else m.entire_frame_compile_time_s
     if m.is_forward is False:
-        return CompileEvent(str(m.compile_id), "backward", phase, "(backward graph)", "", "", False, secs)
+        return CompileEvent(str(m.compile_id), "backward", phase, "(backward graph)", "", "", False, secs,
+                            graph_ops=getattr(m, "graph_op_count", None))
     name = m.co_name or "?"
     where = f"{m.co_filename}:{m.co_firstlineno}" if m.co_filename else ""
     resumed = _RESUME.match(name)
@@ -105,7 +107,8 @@ def _event(m: Any, phase: str) -> CompileEvent:
         kind, reason = "compile", ""
     if breaks:
         reason = "; ".join(filter(None, [reason, *(f"graph break: {short_reason(b)}" for b in breaks)]))
-    return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes)
+    return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes,
+                        graph_ops=getattr(m, "graph_op_count", None))
 
 
 def _place_breaks(events: list[CompileEvent]) -> None:
@@ -200,9 +203,27 @@ class CompileReport:
 
     @property
     def graph_break_sites(self) -> list[tuple[str, str]]:
-        """Distinct (where, reason) of graph breaks: the places the model's graph is split."""
-        sites = {(e.where, e.reason) for e in self.events if e.graph_break}
+        """Distinct (where, reason) of the places the compiled code is split into graphs.
+
+        torch._dynamo.explain's rule: a split is a graph after the first, so each forward graph with
+        operators that dynamo compiled, after the first one, begins at a split (first compilations
+        only: a recompilation traces the same code again). A frame that restarted its analysis is no
+        split by itself (a break before any operator, or a restart that is no break, e.g. to
+        specialize a float, leaves one graph), and a data-dependent branch splits the graph without a
+        restart recorded; both used to be counted the other way round."""
+        graphs = [e for e in self.events if e.kind == "compile" and e.graph_ops]
+        sites = {(e.where, self._split_reason(e)) for e in graphs[1:]}
         return sorted(sites)
+
+    def _split_reason(self, graph: CompileEvent) -> str:
+        """Why the code before ``graph`` left the graph: the break its frame recorded, if any."""
+        if graph.resumes:
+            broke = next((e for e in self.events if e.graph_break and e.kind != "backward"
+                          and (e.function == graph.resumes or e.resumes == graph.resumes)), None)
+            if broke is not None:
+                return broke.reason
+            return "graph break: dynamo recorded no reason (data-dependent control flow, for one)"
+        return "graph break: a frame compiled on its own (its caller broke the graph to call it)"
 
     def after_warmup(self) -> list[CompileEvent]:
         """Compilations after warm-up: each one is a stall inside the timed or profiled window."""

@@ -97,22 +97,32 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     metrics = {"step_time": Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
                                                 note=_rough(m) or m.step_means, basis=basis)}
     _overhead(m, metrics, att, metrics["step_time"].value or 0.0, "step")
-    bwd = m.backwards_per_step
-    if bwd is not None and bwd > 1.01:
-        notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
-                     "one optimizer step, all its micro-batches included")
+    notes.extend(_passes_note(m))
     known_tokens = m.known.tokens_per_step if m.known is not None else None
     if known_tokens:
         metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
                                             note="batch x sequence length")
         metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived",
                                                       basis=basis)
-    elif m.input_shape and len(m.input_shape) == 2:
-        tokens = m.input_shape[0] * m.input_shape[1] * round(bwd or m.forwards_per_step or 1.0)
+    elif m.tokens_per_step:
+        tokens = m.tokens_per_step
         metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
-                                            note="input_ids of the model's first profiled forward x backward passes per step")
+                                            note="token ids of the distinct batches the model's forward ran on per "
+                                                 "step (a batch run twice, e.g. by a closure, counted once)")
         metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived", basis=basis)
     return metrics
+
+
+def _passes_note(m: Measured) -> list[str]:
+    """What one step held, when it was more than one forward and one backward on one batch."""
+    batches, bwd = m.batches_per_step, m.backwards_per_step
+    if batches is not None and batches > 1.01:
+        return [f"gradient accumulation: {batches:g} batches per optimizer step; one step here is one optimizer "
+                "step, all its micro-batches included"]
+    if bwd is not None and bwd > 1.01:
+        return [f"{bwd:g} backward passes per batch (a second backward on one forward, or a closure re-evaluating "
+                "the loss): not gradient accumulation; the batch's tokens are counted once"]
+    return []
 
 
 def _infer_metrics(m: Measured, att: Attribution | None) -> dict[str, Metric]:

@@ -54,6 +54,8 @@ class Measured:
     input_shape: tuple[int, ...] | None
     backwards_per_step: float | None
     forwards_per_step: float | None
+    batches_per_step: float | None  # distinct inputs the model ran on per step (probes.py)
+    tokens_per_step: float | None  # the token ids in them
     memory: MeasuredMemory | None  # the figures step's
     cache_bytes: int | None  # the KV cache the figures generation's last forward returned
     flops: CountedFlops | None  # counted with FlopCounterMode (a model lmprof has no formulas for)
@@ -87,6 +89,7 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         timings=timings, profile=profile, notes=list(seen.notes), facts=facts, known=said.known,
         compiled=seen.compiled, input_shape=seen.input_shape,
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
+        batches_per_step=seen.batches_per_step, tokens_per_step=seen.tokens_per_step,
         memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
         more=[r for r in (w.result() for w in windows.more) if r is not None])

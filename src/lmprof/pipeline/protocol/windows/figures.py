@@ -267,6 +267,5 @@ class FiguresWindow(Window):
         if fs.probes.forwards:
             seen.input_shape = seen.input_shape or fs.probes.input_shape
             if self.ctx.spec.mode == "train" and fs.probes.backwards and seen.backwards_per_step is None:
-                seen.backwards_per_step = float(fs.probes.backwards)
-                seen.forwards_per_step = float(fs.probes.forwards)
+                seen.counted(fs.probes, 1)
         return ProfiledPhase(trace_path=path, ops=[], steps=1)
