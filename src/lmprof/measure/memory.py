@@ -49,6 +49,9 @@ class MeasuredMemory:
     cuda_stats: dict[str, Any] = field(default_factory=dict)
     snapshot_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Training: tensors the model returned that the loop kept alive into backward, autograd's saved
+    # ones aside (measure/held.py); None when not looked for (no backward, a compiled model).
+    held: list[Any] | None = None
 
     @property
     def activations(self) -> int | None:
