@@ -150,7 +150,12 @@ def _item(x: torch.Tensor) -> torch.Tensor:
     return x * y.sum().item()  # Tensor.item(): split
 
 
-@pytest.mark.parametrize("fn", [_datadep, _print_first, _print_last, _item, _breaks, _plain])
+def _nested(x: torch.Tensor) -> torch.Tensor:
+    y = x * 3
+    return _breaks(y) + 1  # a function that breaks, called after an operator: its frame is compiled on its own
+
+
+@pytest.mark.parametrize("fn", [_datadep, _print_first, _print_last, _item, _breaks, _plain, _nested])
 def test_graph_breaks_are_counted_as_torch_dynamo_explain_counts_them(fn):
     torch._dynamo.reset()
     truth = torch._dynamo.explain(fn)(torch.ones(3)).graph_break_count
@@ -162,4 +167,19 @@ def test_graph_breaks_are_counted_as_torch_dynamo_explain_counts_them(fn):
     report = watch.finish()
     assert report.metrics()["compile.graph_breaks"].value == truth
     assert len([n for n in report.notes() if "graph break at" in n]) == truth
+    torch._dynamo.reset()
+
+
+def test_functions_compiled_apart_are_not_splits_of_one_another():
+    """lmprof infer --compile compiles prefill and decode as two functions: their graphs are no split of
+    one another (explain counts each call on its own, and the total is the sum: 0 + 1 + 1)."""
+    functions = (_plain, _datadep, _breaks)
+    torch._dynamo.reset()
+    truth = sum(torch._dynamo.explain(f)(torch.ones(3)).graph_break_count for f in functions)
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    for f in functions:
+        torch.compile(f, backend="eager")(torch.ones(3))
+    report = watch.finish()
+    assert truth == 2 and report.metrics()["compile.graph_breaks"].value == truth
     torch._dynamo.reset()

@@ -80,12 +80,20 @@ class CompileEvent:
     # For a frame resumed after a graph break: the code it resumes (dynamo's own name for it).
     resumes: str = ""
     graph_ops: int | None = None  # operators in the graph this compilation produced (None or 0: no graph)
+    file: str = ""  # the frame's code: its file and first line (where may move to a break's line)
+    first_line: int = 0
 
     def to_row(self) -> dict[str, Any]:
         """A JSON-friendly row for run.tables["compile"]."""
         row = asdict(self)
-        row.pop("resumes")
+        for key in ("resumes", "file", "first_line"):
+            row.pop(key)
         return row
+
+    @property
+    def break_line(self) -> int:
+        """The line a resumed frame starts after (0 for any other frame)."""
+        return int(self.where.rsplit(":", 1)[1]) if self.resumes and self.where[-1:].isdigit() else 0
 
 
 def _event(m: Any, phase: str) -> CompileEvent:
@@ -108,7 +116,8 @@ def _event(m: Any, phase: str) -> CompileEvent:
     if breaks:
         reason = "; ".join(filter(None, [reason, *(f"graph break: {short_reason(b)}" for b in breaks)]))
     return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes,
-                        graph_ops=getattr(m, "graph_op_count", None))
+                        graph_ops=getattr(m, "graph_op_count", None), file=m.co_filename or "",
+                        first_line=m.co_firstlineno or 0)
 
 
 def _place_breaks(events: list[CompileEvent]) -> None:
@@ -205,15 +214,38 @@ class CompileReport:
     def graph_break_sites(self) -> list[tuple[str, str]]:
         """Distinct (where, reason) of the places the compiled code is split into graphs.
 
-        torch._dynamo.explain's rule: a split is a graph after the first, so each forward graph with
-        operators that dynamo compiled, after the first one, begins at a split (first compilations
-        only: a recompilation traces the same code again). A frame that restarted its analysis is no
-        split by itself (a break before any operator, or a restart that is no break, e.g. to
-        specialize a float, leaves one graph), and a data-dependent branch splits the graph without a
-        restart recorded; both used to be counted the other way round."""
-        graphs = [e for e in self.events if e.kind == "compile" and e.graph_ops]
-        sites = {(e.where, self._split_reason(e)) for e in graphs[1:]}
+        torch._dynamo.explain's rule, graphs minus one per compiled call: a function compiled on its own
+        (first compilations only: a recompilation traces the same code again) and the frames dynamo
+        resumed it in after its breaks are one chain, each graph with operators after the chain's first
+        begins at a split, and a chain compiled while another was broken open (a function its code
+        called after a break) splits that one once more. A frame that restarted its analysis is no split
+        by itself (a break before any operator, or a restart that is no break, e.g. to specialize a
+        float, leaves one graph), and a data-dependent branch splits the graph without a restart
+        recorded; both used to be counted the other way round."""
+        sites: set[tuple[str, str]] = set()
+        chains = self._chains()
+        spans = [(c[0][0], c[-1][0]) for c in chains]
+        for chain in chains:
+            graphs = [e for _, e in chain if e.graph_ops]
+            sites.update((e.where, self._split_reason(e)) for e in graphs[1:])
+            start = chain[0][0]
+            if graphs and any(a < start < b for a, b in spans):  # compiled inside another chain's break
+                sites.add((graphs[0].where, self._split_reason(graphs[0])))
         return sorted(sites)
+
+    def _chains(self) -> list[list[tuple[int, CompileEvent]]]:
+        """First compilations grouped by the function compiled on its own (index, event) in compile
+        order: a resumed frame joins the latest chain of its function, file and lines around it."""
+        first = [(i, e) for i, e in enumerate(self.events) if e.kind == "compile"]
+        chains: dict[int, list[tuple[int, CompileEvent]]] = {}
+        for i, e in first:
+            owner = None
+            if e.resumes:
+                roots = [j for j in chains if (r := self.events[j]).function == e.resumes and r.file == e.file
+                         and r.first_line <= e.break_line]
+                owner = max(roots, key=lambda j: (self.events[j].first_line, j), default=None)
+            chains.setdefault(i if owner is None else owner, []).append((i, e))
+        return list(chains.values())
 
     def _split_reason(self, graph: CompileEvent) -> str:
         """Why the code before ``graph`` left the graph: the break its frame recorded, if any."""

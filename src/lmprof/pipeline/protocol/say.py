@@ -9,15 +9,16 @@ and when even that is gone, nowhere.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 _fallback: TextIO | None = None
 
 
 def err() -> TextIO:
-    """``sys.stderr`` while it is open; else a stream on descriptor 2 (or the null device)."""
+    """``sys.stderr`` while it is open; else a stream on descriptor 2 (or nowhere, when there is none)."""
     global _fallback
     current = sys.stderr
     if current is not None and not getattr(current, "closed", False):
@@ -25,10 +26,19 @@ def err() -> TextIO:
     if _fallback is None or _fallback.closed:
         try:
             os.fstat(2)
-            _fallback = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - kept open
+            # the process's stderr itself (a stream, not a file lmprof writes: atomic.py is for files)
+            _fallback = io.TextIOWrapper(io.FileIO(2, mode="w", closefd=False), encoding="utf-8", errors="replace",
+                                         line_buffering=True)
         except OSError:
-            _fallback = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept open
+            _fallback = cast(TextIO, _Nowhere())
     return _fallback
+
+
+class _Nowhere(io.TextIOBase):
+    """Where lmprof's lines go when the process has no stderr at all."""
+
+    def write(self, s: str) -> int:
+        return len(s)
 
 
 def say(line: str) -> None:
