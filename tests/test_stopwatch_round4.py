@@ -63,17 +63,17 @@ def _ms(path: Path) -> list[float]:
 
 def test_own_profiler_around_the_whole_loop_gives_no_figure_rather_than_a_profiled_one(tmp_path, capsys):
     script = write(tmp_path, "lesson.py", OWN_PROFILER)
-    assert plain(script, 6, 0, tmp_path / "clean.json", 0) == 0
+    assert plain(script, 4, 0, tmp_path / "clean.json", 0) == 0
     clean = statistics.median(_ms(tmp_path / "clean.json")[1:])  # the script's own stopwatch, no profiler
     capsys.readouterr()
-    code, folder = lmprof_run(tmp_path, "--infer", script, 6, 0, tmp_path / "mine.json", 1)
+    code, folder = lmprof_run(tmp_path, "--infer", script, 4, 0, tmp_path / "mine.json", 1)
     err = capsys.readouterr().err
     assert code == 0
     if folder is not None:  # a figure lmprof gives must be a clean one
         e2e = Run.load(folder).metrics["e2e_latency"].value
         assert e2e is not None and abs(e2e - clean) / clean < TOL, (e2e, clean)
     else:
-        assert "no clean figure exists" in err and "your own torch.profiler was running for 6 generation(s)" in err
+        assert "no clean figure exists" in err and "your own torch.profiler was running for 4 generation(s)" in err
 
 
 def test_own_profiler_around_the_first_generations_times_the_ones_after_it(tmp_path):
