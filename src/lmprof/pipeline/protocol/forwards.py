@@ -10,7 +10,10 @@ submodule each forward begins with (its input is the prompt) and on the one it e
 the forward's end, marked as the model's own hook would).
 
 Deciding costs one global forward pre-hook for the first module call of the first generation: the
-model's own call (``model(x)``) or one of its submodules' (``.forward()``) comes first.
+model's own call (``model(x)``) or one of its submodules' (``.forward()``) comes first. A submodule
+called outside the model's own call is not proof of ``.forward()``: ``generate()`` of an
+encoder-decoder calls its encoder first. So the model's own call, whenever it comes, decides for
+``model(x)``: the learning hooks go, and the model's own hook marks the forwards.
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ class ForwardEnds:
     def __init__(self, model: torch.nn.Module, on_forward: OnForward):
         self.model, self.on_forward = model, on_forward
         self.mode = "deciding"  # then "own" (model(x)), "learning" or "bypass" (model.forward(x))
-        self._handles: list[Any] = []
-        self._learning: list[Any] = []
+        self._handles: list[Any] = []  # the model's own hooks, kept to the end
+        self._learning: list[Any] = []  # submodules' hooks: every one while learning, then first and last
         self._decider: Any = None
         self._members = {id(m): m for m in model.modules() if m is not model and takes_hooks(m)}
         self._depth = 0
@@ -52,6 +55,7 @@ class ForwardEnds:
         """Hook the model; False when it takes no hooks (TorchScript)."""
         if not takes_hooks(self.model):
             return False
+        self._handles.append(self.model.register_forward_pre_hook(self._own_begins))
         self._handles.append(self.model.register_forward_hook(self._own_end, with_kwargs=True, always_call=True))
         self._decider = torch.nn.modules.module.register_module_forward_pre_hook(self._decide)
         return True
@@ -62,6 +66,16 @@ class ForwardEnds:
         self._handles, self._learning, self._decider = [], [], None
 
     # -- model(x) --------------------------------------------------------------------------------
+    def _own_begins(self, module: torch.nn.Module, args: Any) -> None:
+        if self.mode != "own":  # the model's own call decides, whatever came first
+            self.mode = "own"
+            self._drop_submodule_hooks()
+
+    def _drop_submodule_hooks(self) -> None:
+        for h in [*self._learning, *([self._decider] if self._decider is not None else [])]:
+            h.remove()
+        self._learning, self._decider, self._depth, self._open = [], None, 0, False
+
     def _own_end(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if self.mode == "own":
             self.on_forward(output, _ids(args, kwargs))
@@ -69,7 +83,7 @@ class ForwardEnds:
     def _decide(self, module: torch.nn.Module, args: Any) -> None:
         """The first module call after install: the model's own, or one of its submodules' (``.forward()``)."""
         if module is self.model:
-            self.mode = "own"
+            pass  # its own pre-hook decides
         elif id(module) in self._members:
             self.mode = "learning"
             for m in self._members.values():
@@ -78,8 +92,9 @@ class ForwardEnds:
             self._learn_pre(module, args, {})  # this call's own pre-hook was registered too late to run for it
         else:
             return  # another module (the user's own preprocessing): not decided yet
-        self._decider.remove()
-        self._decider = None
+        if self._decider is not None:
+            self._decider.remove()
+            self._decider = None
 
     # -- model.forward(x), first generation: learn where a forward begins and ends ---------------
     def _learn_pre(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
@@ -108,17 +123,15 @@ class ForwardEnds:
         if self.mode != "learning":
             return
         self._mark_open()
-        for h in self._learning:
-            h.remove()
-        self._learning, self._depth = [], 0
+        self._drop_submodule_hooks()
         first, last = self._first, self._last
         if first is None or last is None:
             return
         self.mode = "bypass"
-        self._handles.append(first.register_forward_pre_hook(self._begins, with_kwargs=True))
+        self._learning.append(first.register_forward_pre_hook(self._begins, with_kwargs=True))
         if first is not last:  # its output may hold the KV cache (a base model's, under an LM head)
-            self._handles.append(first.register_forward_hook(self._began, always_call=True))
-        self._handles.append(last.register_forward_hook(self._ends, always_call=True))
+            self._learning.append(first.register_forward_hook(self._began, always_call=True))
+        self._learning.append(last.register_forward_hook(self._ends, always_call=True))
 
     # -- model.forward(x), later generations -----------------------------------------------------
     def _begins(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
