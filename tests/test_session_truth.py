@@ -405,18 +405,28 @@ def test_logits_kept_alive_by_the_loop_are_named_with_their_bytes(tmp_path):
 def test_a_submodule_called_before_the_model_does_not_pass_for_a_forward_loop(tmp_path):
     """An encoder-decoder's generate() calls its encoder before the model: a submodule call outside the
     model's own call is no proof of model.forward(x). The model's own call, when it comes, decides:
-    the forwards are the model's (3 per generation, as the loop makes them)."""
+    the forwards are the model's (3 per generation, on the 4-token prompt, as the loop makes them)."""
     import lmprof
 
-    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)).eval()
+    class EncoderDecoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = torch.nn.Linear(8, 8)
+            self.embed, self.head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.embed(ids))
+
+    model = EncoderDecoder().eval()
     with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, warmup=1, steps=2, profile_steps=1,
                                          report=False, verbose=False) as prof:
         for _ in range(5):
+            model.encoder(torch.zeros(1, 8))  # the encoder, called on its own first
             ids = torch.zeros(1, 4, dtype=torch.long)
-            model[0](ids)  # the "encoder", called on its own first
             for _ in range(3):
                 ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
             prof.step()
     run = prof.run
     assert run is not None, prof.message
     assert run.metrics["tpot"].n == 2 * 2 and run.config["new_tokens"] == 3
+    assert (run.config["batch_size"], run.config["seq_len"]) == (1, 4)
