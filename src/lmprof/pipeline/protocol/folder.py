@@ -97,3 +97,32 @@ def settle(folder: Path, why: str | None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         return
     write_text(marker, f"this run ended before its record (run.json) was written: {why}; it holds {', '.join(kept)}\n")
+
+
+class SessionFolder:
+    """A session's run folder: the door's own (``run_dir``, which the door marks while it measures), or
+    claimed under ``out`` when first needed and settled by the session when the run ends (:func:`settle`).
+    Nothing is written into a claimed folder before the run ends: no write inside the user's steps."""
+
+    def __init__(self, out: str | Path, mode: str, label: str, run_dir: Path | None):
+        self.out, self.mode, self.label, self.run_dir = out, mode, label, run_dir
+        self.path: Path | None = None
+        self._claimed = False
+
+    def claim(self, device: Device) -> Path:
+        """The folder, made now if it was not."""
+        if self.path is None:
+            if self.run_dir is not None:
+                self.path = self.run_dir
+                self.path.mkdir(parents=True, exist_ok=True)
+            else:
+                self.path = run_folder(self.out, self.mode, self.label, device)
+                self._claimed = True
+        return self.path
+
+    def settle(self, why: str | None) -> None:
+        """A claimed folder has run.json, or is marked INCOMPLETE saying ``why``, or is gone (``why`` None:
+        nothing was measured); a disk that refuses even that leaves it as it is."""
+        if self._claimed and self.path is not None:
+            with contextlib.suppress(OSError):
+                settle(self.path, why)

@@ -51,6 +51,15 @@ class ForwardEnds:
         self._outputs: list[Any] = []
         self._open = False  # learning: a forward began and is not marked yet
 
+    @classmethod
+    def installed(cls, model: torch.nn.Module, on_forward: OnForward,
+                  on_done: Callable[[Callable[[], None]], None]) -> "ForwardEnds":
+        """Hooked on ``model`` (nothing when it takes no hooks), ``on_done`` given what removes them."""
+        ends = cls(model, on_forward)
+        if ends.install():
+            on_done(ends.remove)
+        return ends
+
     def install(self) -> bool:
         """Hook the model; False when it takes no hooks (TorchScript)."""
         if not takes_hooks(self.model):

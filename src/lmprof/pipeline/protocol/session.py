@@ -23,27 +23,23 @@ from lmprof.pipeline.protocol import messages
 from lmprof.pipeline.protocol.driver import Driver, Observer
 from lmprof.pipeline.protocol.ending import StopAgain, StopScript
 from lmprof.pipeline.protocol.finish.measured import Measured, measured
-from lmprof.pipeline.protocol.folder import run_folder, settle
-from lmprof.pipeline.protocol.giveway import Aside
+from lmprof.pipeline.protocol.folder import SessionFolder
+from lmprof.pipeline.protocol.giveway import Aside, Verdict
 from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.protocol.observed import Observed
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
 from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
-from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings
+from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, rough_kind
 from lmprof.pipeline.protocol.windows import windows_for
-
-# The rough kind (timing.py's ROUGH) of a step that is neither the first, the figures step nor the FLOPs step.
-_ROUGH_KIND = {Phase.PROFILER_WARMUP: "profiler warm-up", Phase.PROFILED: "profiled"}
 
 
 class Session:
     """Counts steps and runs the measurement protocol at each boundary."""
 
     def __init__(self, spec: Spec, driver: Driver | None = None, clock: Callable[[], float] = time.perf_counter):
-        # the console command's start-up is over: nothing is measured, and no user code runs, with the
-        # collector held off (lmprof/gc_hold.py)
+        # the command's start-up is over: nothing is measured, no user code runs, with the collector off
         gc_hold.release()
         self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.sync)
         self.counts = self.driver.counts(spec.counts())
@@ -52,8 +48,8 @@ class Session:
         self.plan = self._make_plan()
         self.raises = self.driver.raises  # lmprof's own failures go on to the caller (guard.py)
         self.k = 0  # steps counted
-        self.folder: Path | None = None
-        self._claimed = False  # the folder was claimed here (not handed over by the door)
+        self._folder = SessionFolder(spec.out, spec.mode, safe_name(spec.label), spec.run_dir)
+        self.folder: Path | None = None  # the run folder, once claimed
         self.measured: Measured | None = None
         self.run: Any = None  # the Run, when the driver made one
         self.message: str | None = None  # what happened, when the run ended early
@@ -63,8 +59,7 @@ class Session:
         self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self._finishing = self._ending = False  # finish() runs; it runs because the loop ended
-        self._aside_gen = False  # the running generation runs under the user's own profiler: not counted
-        self._gen_tainted = False  # ... or, in warm-up, counted but not timed
+        self._gen_aside: Verdict | None = None  # the user's own profiler and the running generation (giveway.py)
         self._on_done: list[Callable[[], None]] = []
         self._forwards: ForwardEnds | None = None  # hooks that mark a generation's forwards (forwards.py)
 
@@ -79,24 +74,9 @@ class Session:
         self.plan = self._make_plan()
 
     def claim_folder(self) -> Path:
-        if self.folder is None:
-            assert self.observed.device is not None
-            if self.spec.run_dir is not None:  # the door's own (it marks it while it measures)
-                self.folder = self.spec.run_dir
-                self.folder.mkdir(parents=True, exist_ok=True)
-            else:
-                # nothing is written into it before the run ends (no write inside the user's steps): the
-                # end settles it (_settle)
-                self.folder = run_folder(self.spec.out, self.spec.mode, safe_name(self.spec.label),
-                                         self.observed.device)
-                self._claimed = True
+        assert self.observed.device is not None
+        self.folder = self._folder.claim(self.observed.device)
         return self.folder
-
-    def _settle(self, why: str | None) -> None:
-        """A folder this session claimed has run.json, or is marked INCOMPLETE saying why, or is gone."""
-        if self._claimed and self.folder is not None:
-            with contextlib.suppress(OSError):
-                settle(self.folder, why)
 
     def sync(self) -> None:
         if self.observed.device is not None:
@@ -144,7 +124,7 @@ class Session:
             w.step_begins(n)
         fl, fig = self.windows.flops, self.windows.figures
         self.clock.kind = ("counting" if fl.active else "figures" if fig.active else "first" if n == 1
-                           else _ROUGH_KIND.get(self.plan.phase_of(n), "warm-up"))
+                           else rough_kind(self.plan.phase_of(n)))
         self.clock.restart(fresh or [w.active for w in self.windows] != before)
         for w in self.windows:
             w.clock_started(n)
@@ -204,16 +184,12 @@ class Session:
             return
         if self.observed.model is None and model is not None:
             self.attach(model)
-        verdict = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
-        self._aside_gen = verdict is not None and verdict.skip
-        self._gen_tainted = verdict is not None and verdict.tainted
-        if self._aside_gen:
+        self._gen_aside = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
+        if self._gen_aside is not None and self._gen_aside.skip:
             return
         model = self.observed.model
         if self.driver.hooks_forwards and self._forwards is None and model is not None:
-            self._forwards = ForwardEnds(model, self.forward_end)
-            if self._forwards.install():
-                self.on_done(self._forwards.remove)
+            self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         self._begin(self.k + 1, fresh=True)
         self.clock.generation_begins(ids)
@@ -230,8 +206,8 @@ class Session:
     @guarded
     def generation_end(self) -> None:
         """A generation ended."""
-        if self._aside_gen or self.clock.gen is None or self.done or self.collected:
-            self._aside_gen = False
+        aside, self._gen_aside = self._gen_aside, None
+        if (aside is not None and aside.skip) or self.clock.gen is None or self.done or self.collected:
             return
         if self._forwards is not None:
             self._forwards.generation_ends()  # a generation that learned where .forward() calls end: its last
@@ -240,7 +216,7 @@ class Session:
             w.boundary()
         if value is None:
             self.observed.generations_without_forward += 1
-        elif not self.windows.profiled.active and self.aside.at_generation_end(self._gen_tainted):
+        elif not self.windows.profiled.active and self.aside.at_generation_end(aside is not None and aside.tainted):
             value = None  # the user's own profiler ran in it: never timed
         self._end(self.k + 1, value)
 
@@ -265,16 +241,15 @@ class Session:
             compiled = self.windows.compile.report()
         finally:
             self._teardown()
-        for note in (self.aside.note(unit), None if self.timings.clean else self.timings.fall_back(unit, self.plan)):
-            if note:
-                seen.notes.append(note)
+        seen.notes.extend(filter(None, (self.aside.note(unit),
+                                        None if self.timings.clean else self.timings.fall_back(unit, self.plan))))
         if not self.timings.clean:
             model = type(seen.model).__name__ if seen.model is not None else "the model"
             self.message = messages.nothing_measured(reason or "the session ended", self.plan, self.k,
                                                      self.timings.clean, unit, infer=self.spec.mode == "infer",
                                                      model=model, without_forward=seen.generations_without_forward,
                                                      aside=self.aside)
-            self._settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
+            self._folder.settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
             self.done = True
             return None
         folder = self.claim_folder()
@@ -283,7 +258,7 @@ class Session:
         self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
                                  lambda facts: self.driver.describe(self.spec, self.counts, facts, seen))
         self.run = self.driver.finished(self.measured)
-        self._settle("lmprof stopped while writing it")
+        self._folder.settle("lmprof stopped while writing it")
         self.done = True
         if reason is not None:
             rough = " (rough first-call timings: see the note)" if self.timings.first_call else ""
@@ -320,5 +295,5 @@ class Session:
         self.abandon()
         self.message = None
         line = failure_line(exc, writing, continues=not self._ending)
-        self._settle(line.removeprefix("lmprof: "))
+        self._folder.settle(line.removeprefix("lmprof: "))
         say(line)

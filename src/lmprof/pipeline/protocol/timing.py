@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from lmprof.pipeline.protocol.plan import PhasePlan
+from lmprof.pipeline.protocol.plan import Phase, PhasePlan
 
 # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
 # plain warm-up steps after the first, the profiler's own warm-up step, the figures step (memory
@@ -31,6 +31,12 @@ ROUGH = {
     "counting": "while lmprof counted FLOPs with FlopCounterMode during warm-up",
     "first": "on the very first call (allocation, kernel choice and any compilation included)",
 }
+
+
+def rough_kind(phase: Phase) -> str:
+    """The rough kind (:data:`ROUGH`) of a step that is neither the first, the figures step nor the
+    FLOPs step: by its phase (a gap step is timed as a warm-up one)."""
+    return {Phase.PROFILER_WARMUP: "profiler warm-up", Phase.PROFILED: "profiled"}.get(phase, "warm-up")
 
 
 @dataclass(frozen=True)
