@@ -430,3 +430,31 @@ def test_a_submodule_called_before_the_model_does_not_pass_for_a_forward_loop(tm
     assert run is not None, prof.message
     assert run.metrics["tpot"].n == 2 * 2 and run.config["new_tokens"] == 3
     assert (run.config["batch_size"], run.config["seq_len"]) == (1, 4)
+
+
+def test_the_held_tensor_watch_installs_no_global_autograd_hook(tmp_path):
+    """Code that disables saved-tensor hooks (compiled code tracing, vmap) raises when any are installed:
+    the figures step looks for held tensors without them, so such a model trains under lmprof as without."""
+    import lmprof
+
+    class Guarded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autograd.graph.disable_saved_tensors_hooks("no hooks here"):  # raises if any are on
+                return self.lin(x)
+
+    model = Guarded()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with lmprof.profile(model, out=tmp_path, warmup=2, steps=1, profile_steps=1, report=False, verbose=False) as prof:
+        for _ in range(5):
+            out = model(torch.randn(4, 8))
+            out.sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    assert prof.run is not None, prof.message
+    (held,) = [row["held"] for row in prof.run.tables["memory_measured"]]
+    assert held == [{"name": "output", "shape": [4, 8], "dtype": "float32", "bytes": 4 * 8 * 4}]  # `out`, kept
