@@ -458,3 +458,23 @@ def test_the_held_tensor_watch_installs_no_global_autograd_hook(tmp_path):
     assert prof.run is not None, prof.message
     (held,) = [row["held"] for row in prof.run.tables["memory_measured"]]
     assert held == [{"name": "output", "shape": [4, 8], "dtype": "float32", "bytes": 4 * 8 * 4}]  # `out`, kept
+
+
+def test_an_inference_tensor_batch_is_counted_without_breaking_the_step(tmp_path):
+    """A batch made under torch.inference_mode has no version counter (reading it raises): the batch
+    count must not raise inside the user's forward. Two forwards on it are one batch of 4 x 8 tokens."""
+    import lmprof
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 8).requires_grad_(False), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model[1].parameters(), lr=0.1)
+    with lmprof.profile(model, out=tmp_path, warmup=1, steps=1, profile_steps=1, report=False, verbose=False) as prof:
+        for _ in range(4):
+            with torch.inference_mode():
+                ids = torch.randint(0, 50, (4, 8))  # a frozen embedding saves no indices: autograd accepts it
+            model(ids).sum().backward()
+            model(ids).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    assert prof.run is not None, prof.message
+    assert prof.run.value("tokens_per_step") == 4 * 8

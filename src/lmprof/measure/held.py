@@ -109,17 +109,20 @@ class HeldOutputs:
             handle.remove()
             self._unhook()
 
+    # Both hooks run inside the user's step: whatever fails there is a missing figure, never an error of theirs.
     def _returned(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._outputs:  # the step's first forward (a later micro-batch's output is its own story)
             return
-        found = list(_tensors(output, ""))
-        self._outputs = [(name, weakref.ref(t)) for name, t in found]
-        nodes = {id(t.grad_fn): t.grad_fn for _, t in found if t.grad_fn is not None}
-        self._hooks = [n.register_prehook(self._backward_reached) for n in nodes.values()]
+        with contextlib.suppress(Exception):
+            found = list(_tensors(output, ""))
+            self._outputs = [(name, weakref.ref(t)) for name, t in found]
+            nodes = {id(t.grad_fn): t.grad_fn for _, t in found if t.grad_fn is not None}
+            self._hooks = [n.register_prehook(self._backward_reached) for n in nodes.values()]
 
     def _backward_reached(self, grad_outputs: Any) -> None:
         if self.held is None:
-            self.held = self._judge()
+            with contextlib.suppress(Exception):
+                self.held = self._judge()
             self._unhook()
 
     def _unhook(self) -> None:

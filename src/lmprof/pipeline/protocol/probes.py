@@ -172,7 +172,10 @@ class Probes:
         if self._in_optimizer and self._closure_batch:
             return
         if isinstance(ids, torch.Tensor):
-            version = ids._version
+            try:
+                version = ids._version
+            except RuntimeError:  # an inference tensor (made under torch.inference_mode) has none: never written
+                version = 0
             if any(ref() is ids and v == version for ref, v in self._inputs):
                 return
             self._inputs.append((weakref.ref(ids), version))
