@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -90,21 +91,29 @@ def test_a_training_step_under_the_users_profiler_in_warm_up_is_counted_untimed(
     assert "was running for 2 step(s)" in (session.message or "")
 
 
-def test_two_generations_at_warmup_0_steps_0_profile_steps_1_are_measured(tmp_path):
-    """Item 9: the plan asks for the profiler's warm-up and one profiled generation, and gets both:
-    a run with its profile and a rough e2e marked first_call (it was never 'lower --warmup', already 0)."""
+def _decode(tmp_path: Path, model: torch.nn.Module, generations: int, before: Any = None, **counts: int) -> Any:
+    """A hand-written greedy decode loop under lmprof.profile(infer=True): 3 forwards on a 4-token prompt
+    per generation (``before`` called first in each); the run it wrote."""
     import lmprof
 
-    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)).eval()
-    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, warmup=0, steps=0, profile_steps=1,
-                                         report=False, verbose=False) as prof:
-        for _ in range(2):
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, report=False, verbose=False,
+                                         **counts) as prof:
+        for _ in range(generations):
+            if before is not None:
+                before()
             ids = torch.zeros(1, 4, dtype=torch.long)
             for _ in range(3):
                 ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
             prof.step()
-    run = prof.run
-    assert run is not None, prof.message
+    assert prof.run is not None, prof.message
+    return prof.run
+
+
+def test_two_generations_at_warmup_0_steps_0_profile_steps_1_are_measured(tmp_path):
+    """Item 9: the plan asks for the profiler's warm-up and one profiled generation, and gets both:
+    a run with its profile and a rough e2e marked first_call (it was never 'lower --warmup', already 0)."""
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)).eval()
+    run = _decode(tmp_path, model, 2, warmup=0, steps=0, profile_steps=1)
     e2e = run.metrics["e2e_latency"]
     assert e2e.basis == "first_call" and e2e.n == 1 and "under lmprof's profiler" in (e2e.note or "")
     assert {b.phase for b in run.blocks} >= {"prefill", "decode"}
@@ -406,7 +415,6 @@ def test_a_submodule_called_before_the_model_does_not_pass_for_a_forward_loop(tm
     """An encoder-decoder's generate() calls its encoder before the model: a submodule call outside the
     model's own call is no proof of model.forward(x). The model's own call, when it comes, decides:
     the forwards are the model's (3 per generation, on the 4-token prompt, as the loop makes them)."""
-    import lmprof
 
     class EncoderDecoder(torch.nn.Module):
         def __init__(self) -> None:
@@ -418,16 +426,9 @@ def test_a_submodule_called_before_the_model_does_not_pass_for_a_forward_loop(tm
             return self.head(self.embed(ids))
 
     model = EncoderDecoder().eval()
-    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, warmup=1, steps=2, profile_steps=1,
-                                         report=False, verbose=False) as prof:
-        for _ in range(5):
-            model.encoder(torch.zeros(1, 8))  # the encoder, called on its own first
-            ids = torch.zeros(1, 4, dtype=torch.long)
-            for _ in range(3):
-                ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
-            prof.step()
-    run = prof.run
-    assert run is not None, prof.message
+    # the encoder, called on its own first in each generation
+    run = _decode(tmp_path, model, 5, before=lambda: model.encoder(torch.zeros(1, 8)), warmup=1, steps=2,
+                  profile_steps=1)
     assert run.metrics["tpot"].n == 2 * 2 and run.config["new_tokens"] == 3
     assert (run.config["batch_size"], run.config["seq_len"]) == (1, 4)
 
