@@ -121,3 +121,65 @@ def test_a_record_dynamo_dropped_cannot_hide_a_new_one(monkeypatch):
     kept.append(record("new"))
     report = CompileWatch.start(since=since).finish()
     assert [e.function for e in report.events] == ["new"], report.events
+
+
+# Graph breaks as torch._dynamo.explain counts them (its graphs, minus one): the places the compiled code
+# is split into graphs. lmprof counted frames that restarted their analysis instead: a break before any
+# operator (one graph, no split) or after the last one counted, and a data-dependent branch (no restart
+# recorded) did not (issue 49, item 13).
+def _datadep(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    if y.sum() > 0:  # a data-dependent branch: split, no restart recorded
+        return y + 1
+    return y - 1
+
+
+def _print_first(x: torch.Tensor) -> torch.Tensor:
+    print("step", end="\r")  # a break before any operator: one graph
+    return x + 1
+
+
+def _print_last(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    print("step", end="\r")  # a break after the last operator: one graph
+    return y
+
+
+def _item(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    return x * y.sum().item()  # Tensor.item(): split
+
+
+def _nested(x: torch.Tensor) -> torch.Tensor:
+    y = x * 3
+    return _breaks(y) + 1  # a function that breaks, called after an operator: its frame is compiled on its own
+
+
+@pytest.mark.parametrize("fn", [_datadep, _print_first, _print_last, _item, _breaks, _plain, _nested])
+def test_graph_breaks_are_counted_as_torch_dynamo_explain_counts_them(fn):
+    torch._dynamo.reset()
+    truth = torch._dynamo.explain(fn)(torch.ones(3)).graph_break_count
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    compiled = torch.compile(fn, backend="eager")
+    for _ in range(2):
+        compiled(torch.ones(3))
+    report = watch.finish()
+    assert report.metrics()["compile.graph_breaks"].value == truth
+    assert len([n for n in report.notes() if "graph break at" in n]) == truth
+    torch._dynamo.reset()
+
+
+def test_functions_compiled_apart_are_not_splits_of_one_another():
+    """lmprof infer --compile compiles prefill and decode as two functions: their graphs are no split of
+    one another (explain counts each call on its own, and the total is the sum: 0 + 1 + 1)."""
+    functions = (_plain, _datadep, _breaks)
+    torch._dynamo.reset()
+    truth = sum(torch._dynamo.explain(f)(torch.ones(3)).graph_break_count for f in functions)
+    torch._dynamo.reset()
+    watch = CompileWatch.start()
+    for f in functions:
+        torch.compile(f, backend="eager")(torch.ones(3))
+    report = watch.finish()
+    assert truth == 2 and report.metrics()["compile.graph_breaks"].value == truth
+    torch._dynamo.reset()

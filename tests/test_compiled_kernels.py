@@ -64,33 +64,36 @@ def write(tmp_path, events):
 def test_kernels_of_compiled_graphs_go_to_their_blocks_by_hand(tmp_path):
     att = attribute(write(tmp_path, compiled_step()), clock="cpu", compiled=GRAPHS)
     got = {(p.phase, p.name): p.us for p in att.parts}
-    # The fused kernels' 5 us (forward) and 4 us (backward) are split 1:4 and 1:3 among their blocks.
+    # The graph call's time before each kernel is that kernel's (the wrapper allocating its buffers and
+    # calling it): forward 12->14 (the allocation 13-14 in it) to the layer norm, 26->27 to the fused
+    # gelu kernel, 32->33 to the fc matmul; backward 54->55 and 59->60. The fused kernels' 5+1 us
+    # (forward) and 4+1 us (backward) are split 1:4 and 1:3 among their blocks.
     assert got == pytest.approx({
-        ("forward", "ln_1"): 4,
+        ("forward", "ln_1"): 4 + 2,
         ("forward", "attn.qkv"): 8,
-        ("forward", "mlp.fc"): 12 + 1,
-        ("forward", "mlp.act"): 4,
-        # the graph call's own time (36 us less its 29 us of kernels; the allocation inside is part of it)
-        ("forward", "compiled_call"): 36 - 29,
+        ("forward", "mlp.fc"): 12 + 1 + 0.2 * 6,
+        ("forward", "mlp.act"): 0.8 * 6,
+        # the graph call's own time after its last kernel (45->48)
+        ("forward", "compiled_call"): 48 - 45,
         ("forward", "other"): 40 - 36,  # the forward scope outside the call
-        ("backward", "mlp.act"): 1,
-        ("backward", "mlp.proj"): 3,
-        ("backward", "mlp.fc"): 15,
-        # the CompiledFunctionBackward node (30) around the call (26) around 19 us of kernels
-        ("backward", "compiled_call"): (30 - 26) + (26 - 19),
+        ("backward", "mlp.act"): 0.25 * 5,
+        ("backward", "mlp.proj"): 0.75 * 5,
+        ("backward", "mlp.fc"): 15 + 1,
+        # the CompiledFunctionBackward node (30) around the call (26); the call's time after its last kernel (75->80)
+        ("backward", "compiled_call"): (30 - 26) + (80 - 75),
         ("backward", "autograd_engine"): 40 - 30,
         ("step", "other"): 100 - 80,
     })
     assert not any("+" in p.name for p in att.parts)
     assert att.total_us() == pytest.approx(100)
     assert att.compiled
-    assert att.fused_per_step == [pytest.approx({("mlp.fc", "forward"): 1, ("mlp.act", "forward"): 4,
-                                                 ("mlp.act", "backward"): 1, ("mlp.proj", "backward"): 3})]
+    assert att.fused_per_step == [pytest.approx({("mlp.fc", "forward"): 1.2, ("mlp.act", "forward"): 4.8,
+                                                 ("mlp.act", "backward"): 1.25, ("mlp.proj", "backward"): 3.75})]
     fused = {(f.kernel, f.phase): f for f in att.fused_kernels}
     assert set(fused) == {("cpp_fused_gelu_view_1", "forward"), ("cpp_fused_sum_0", "backward")}
     gelu = fused[("cpp_fused_gelu_view_1", "forward")]
-    assert (gelu.label, gelu.shares, gelu.basis, gelu.us, gelu.calls) == ("mlp.fc+mlp.act", (0.2, 0.8), "bytes", 5, 1)
-    assert fused[("cpp_fused_sum_0", "backward")].us == 4
+    assert (gelu.label, gelu.shares, gelu.basis, gelu.us, gelu.calls) == ("mlp.fc+mlp.act", (0.2, 0.8), "bytes", 6, 1)
+    assert fused[("cpp_fused_sum_0", "backward")].us == 5
     # Kernels issued per step: each kernel counts for each block it is split among.
     assert att.issued == {("ln_1", "forward"): 1, ("attn.qkv", "forward"): 1, ("mlp.fc", "forward"): 2,
                           ("mlp.act", "forward"): 1, ("mlp.act", "backward"): 1, ("mlp.proj", "backward"): 1,
@@ -133,8 +136,9 @@ def test_a_record_without_shares_splits_evenly_and_zero_shares_take_nothing(tmp_
         {kk: v for kk, v in k.items() if kk not in ("shares", "basis")} for k in GRAPHS[1]["kernels"]]}]
     att = attribute(write(tmp_path, compiled_step()), clock="cpu", compiled=graphs)
     got = {(p.phase, p.name): p.us for p in att.parts}
-    assert got[("forward", "mlp.fc")] == 12 and got[("forward", "mlp.act")] == 5  # fc's share is 0: not fused
-    assert got[("backward", "mlp.act")] == 2 and got[("backward", "mlp.proj")] == 2  # even: 4 us in halves
+    # each kernel with the graph call's 1 us before it (its launch): fc's share of the gelu kernel is 0
+    assert got[("forward", "mlp.fc")] == 12 + 1 and got[("forward", "mlp.act")] == 5 + 1  # (not fused)
+    assert got[("backward", "mlp.act")] == 2.5 and got[("backward", "mlp.proj")] == 2.5  # even: 4 + 1 us in halves
     assert [(f.kernel, f.basis) for f in att.fused_kernels] == [("cpp_fused_sum_0", "even")]
 
 
@@ -237,8 +241,10 @@ def test_a_fallback_op_runs_as_an_aten_op_under_the_graph_call(tmp_path, extern)
               A("graph_0_cpp_fused_native_layer_norm_0", 14, 4), X("aten::addmm", 20, 10),
               X("aten::_scaled_dot_product_flash_attention_for_cpu", 32, 30), X("aten::addmm", 64, 10)]
     got = {(p.phase, p.name): p.us for p in attribute(write(tmp_path, events), clock="cpu", compiled=graphs).parts}
-    assert got == pytest.approx({("forward", "ln_1"): 4, ("forward", "attn.qkv"): 10, ("forward", "attn.sdpa"): 30,
-                                 ("forward", "attn.proj"): 10, ("forward", "compiled_call"): 70 - 54,
+    # each op with the graph call's 2 us before it (12->14, 18->20, 30->32, 62->64); 74->82 stays the call's
+    assert got == pytest.approx({("forward", "ln_1"): 4 + 2, ("forward", "attn.qkv"): 10 + 2,
+                                 ("forward", "attn.sdpa"): 30 + 2, ("forward", "attn.proj"): 10 + 2,
+                                 ("forward", "compiled_call"): 82 - 74,
                                  ("forward", "other"): 80 - 70, ("step", "other"): 100 - 80})
     assert extern_op_name(sdpa) == "aten::_scaled_dot_product_flash_attention_for_cpu"
 

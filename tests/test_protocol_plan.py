@@ -54,5 +54,17 @@ def test_every_step_has_one_phase_and_the_phases_come_in_order(w, s, p):
     seen = phases(plan, plan.needed + 2)
     order = [W, G, C, PW, P, D]
     assert [order.index(x) for x in seen] == sorted(order.index(x) for x in seen)
-    assert seen.count(W) == w and seen.count(C) == s and seen.count(G) == (1 if s == 0 else 0)
-    assert seen.count(PW) == 1 and seen.count(P) == p and plan.needed == w + max(s, 1) + 1 + p
+    gap = 1 if s == 0 and w in (1, 2) else 0  # the figures step (the second warm-up step, or the only) is the last
+    assert seen.count(W) == w and seen.count(C) == s and seen.count(G) == gap
+    assert seen.count(PW) == 1 and seen.count(P) == p and plan.needed == w + s + gap + 1 + p
+    assert plan.layout("step").startswith(f"{plan.needed} steps: ")
+
+
+def test_no_gap_without_a_figures_step_right_before_the_profiler():
+    """--warmup 0 --steps 0 --profile-steps 1: no figures step records, so no step is spent between it and the
+    profiler: two generations are the profiler's warm-up and the profiled one (issue 49 item 9)."""
+    plan = PhasePlan.of(0, 0, 1, figures_at=2, flops_apart=False)
+    assert phases(plan, 3) == [PW, P, D] and plan.needed == 2
+    assert plan.layout("generation") == "2 generations: 1 for the profiler's own warm-up, 1 profiled"
+    assert phases(PhasePlan.of(3, 0, 1, figures_at=2, flops_apart=True), 5) == [W, W, W, PW, P]  # FLOPs step between
+    assert not any(plan.clean_begins(n) for n in range(1, 4))  # no clean window: no meter

@@ -332,7 +332,7 @@ def test_gradient_accumulation(tmp_path: Path) -> None:
     assert code == 0 and folder is not None
     run = Run.load(folder)
     check_blocks(run, ("forward", "backward"), "step_time")
-    assert any("gradient accumulation: 3 backward passes per optimizer step" in n for n in run.notes)
+    assert any("gradient accumulation: 3 batches per optimizer step" in n for n in run.notes)
     assert run.metrics["tokens_per_step"].value == 3 * 8 * 64
     # Each optimizer step holds three forward+backward: the model's blocks run three times per step.
     assert next(b for b in run.blocks if b.name == "head" and b.phase == "forward").calls == 3

@@ -81,7 +81,7 @@ def test_users_profiler_table_and_trace_unchanged(tmp_path: Path, capsys: pytest
     run = Run.load(folder)
     assert run.metrics["step_time"].n == 2
     if expect == "after":
-        assert any(n.startswith("your own torch.profiler ran during 5 step(s): lmprof stepped aside") for n in run.notes)
+        assert any(n.startswith("your own torch.profiler ran during 6 step(s): lmprof stepped aside") for n in run.notes)
         assert run.blocks  # its own window ran once the user's profiler had stopped
     else:
         assert any(n.startswith("your own torch.profiler started during lmprof's profiled window") for n in run.notes)

@@ -8,8 +8,9 @@ Two things make a timed figure less than the catalogue's definition promises:
     the clean one.
 ``first call``
     the script was too short for the clean window, so its timings come from warm-up, profiled or
-    very first steps (pipeline/usercode/assemble.py writes the run's timing figure with a note that
-    begins with :data:`FIRST_CALL`).
+    very first steps: the run's timing figure has ``basis: "first_call"``
+    (pipeline/protocol/finish/assemble.py); a run.json written before that field says so by a note
+    that begins with :data:`FIRST_CALL`, still recognised.
 
 Both are about time: they hold for every figure that rests on a measured time (the catalogue's
 ``rests_on_time``: timings, throughputs, utilisations, energy over the timed window), never for a
@@ -46,8 +47,12 @@ def _timing_key(run: "Run") -> str:
 def first_call_note(run: "Run") -> str | None:
     """The note of a run whose timings are first-call figures (no clean step was timed), else None."""
     m = run.metric(_timing_key(run))
-    note = (m.note or "") if m is not None else ""
-    return note if note.startswith(FIRST_CALL) else None
+    if m is None:
+        return None
+    note = m.note or ""
+    if m.basis is not None:  # the record says what the figure rests on
+        return (note or f"{FIRST_CALL}: no clean step was timed") if m.basis == "first_call" else None
+    return note if note.startswith(FIRST_CALL) else None  # a run.json from before the field: its note says
 
 
 def marks(run: "Run", key: str, unit: str = "") -> tuple[str, ...]:

@@ -1,7 +1,6 @@
 """``lmprof run``: profile your own script, unchanged (``lmprof run train.py --lr 3e-4``)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -102,15 +101,17 @@ def run(
 
         watching.sink = StepStream(log_to)
     result = run_script(target, script_args, spec, module=module)
+    from lmprof.pipeline.protocol.say import say  # the script may have closed sys.stderr
+
     if result.session.message:
-        print(f"lmprof: {result.session.message}", file=sys.stderr)
+        say(f"lmprof: {result.session.message}")
     folder = result.session.folder
     if log_to and result.signal is None and result.session.run is not None and folder is not None:
         # After the script: a tracker's failure is one line on stderr, never the script's exit code.
         from lmprof.trackers.export import log_quietly
 
         for line in log_quietly(folder, log_to):
-            print(f"lmprof: logged to {line}", file=sys.stderr)
+            say(f"lmprof: logged to {line}")
     if result.signal is not None:  # ended by a signal: end the way it would have without lmprof
         from lmprof.pipeline.protocol.ending import die_by
 

@@ -79,18 +79,28 @@ class CompileEvent:
     time_s: float | None
     # For a frame resumed after a graph break: the code it resumes (dynamo's own name for it).
     resumes: str = ""
+    graph_ops: int | None = None  # operators in the graph this compilation produced (None or 0: no graph)
+    file: str = ""  # the frame's code: its file and first line (where may move to a break's line)
+    first_line: int = 0
 
     def to_row(self) -> dict[str, Any]:
         """A JSON-friendly row for run.tables["compile"]."""
         row = asdict(self)
-        row.pop("resumes")
+        for key in ("resumes", "file", "first_line"):
+            row.pop(key)
         return row
+
+    @property
+    def break_line(self) -> int:
+        """The line a resumed frame starts after (0 for any other frame)."""
+        return int(self.where.rsplit(":", 1)[1]) if self.resumes and self.where[-1:].isdigit() else 0
 
 
 def _event(m: Any, phase: str) -> CompileEvent:
     secs = m.duration_us / 1e6 if m.duration_us is not None else m.entire_frame_compile_time_s
     if m.is_forward is False:
-        return CompileEvent(str(m.compile_id), "backward", phase, "(backward graph)", "", "", False, secs)
+        return CompileEvent(str(m.compile_id), "backward", phase, "(backward graph)", "", "", False, secs,
+                            graph_ops=getattr(m, "graph_op_count", None))
     name = m.co_name or "?"
     where = f"{m.co_filename}:{m.co_firstlineno}" if m.co_filename else ""
     resumed = _RESUME.match(name)
@@ -105,7 +115,9 @@ def _event(m: Any, phase: str) -> CompileEvent:
         kind, reason = "compile", ""
     if breaks:
         reason = "; ".join(filter(None, [reason, *(f"graph break: {short_reason(b)}" for b in breaks)]))
-    return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes)
+    return CompileEvent(str(m.compile_id), kind, phase, name, where, reason, bool(breaks), secs, resumes,
+                        graph_ops=getattr(m, "graph_op_count", None), file=m.co_filename or "",
+                        first_line=m.co_firstlineno or 0)
 
 
 def _place_breaks(events: list[CompileEvent]) -> None:
@@ -200,9 +212,50 @@ class CompileReport:
 
     @property
     def graph_break_sites(self) -> list[tuple[str, str]]:
-        """Distinct (where, reason) of graph breaks: the places the model's graph is split."""
-        sites = {(e.where, e.reason) for e in self.events if e.graph_break}
+        """Distinct (where, reason) of the places the compiled code is split into graphs.
+
+        torch._dynamo.explain's rule, graphs minus one per compiled call: a function compiled on its own
+        (first compilations only: a recompilation traces the same code again) and the frames dynamo
+        resumed it in after its breaks are one chain, each graph with operators after the chain's first
+        begins at a split, and a chain compiled while another was broken open (a function its code
+        called after a break) splits that one once more. A frame that restarted its analysis is no split
+        by itself (a break before any operator, or a restart that is no break, e.g. to specialize a
+        float, leaves one graph), and a data-dependent branch splits the graph without a restart
+        recorded; both used to be counted the other way round."""
+        sites: set[tuple[str, str]] = set()
+        chains = self._chains()
+        spans = [(c[0][0], c[-1][0]) for c in chains]
+        for chain in chains:
+            graphs = [e for _, e in chain if e.graph_ops]
+            sites.update((e.where, self._split_reason(e)) for e in graphs[1:])
+            start = chain[0][0]
+            if graphs and any(a < start < b for a, b in spans):  # compiled inside another chain's break
+                sites.add((graphs[0].where, self._split_reason(graphs[0])))
         return sorted(sites)
+
+    def _chains(self) -> list[list[tuple[int, CompileEvent]]]:
+        """First compilations grouped by the function compiled on its own (index, event) in compile
+        order: a resumed frame joins the latest chain of its function, file and lines around it."""
+        first = [(i, e) for i, e in enumerate(self.events) if e.kind == "compile"]
+        chains: dict[int, list[tuple[int, CompileEvent]]] = {}
+        for i, e in first:
+            owner = None
+            if e.resumes:
+                roots = [j for j in chains if (r := self.events[j]).function == e.resumes and r.file == e.file
+                         and r.first_line <= e.break_line]
+                owner = max(roots, key=lambda j: (self.events[j].first_line, j), default=None)
+            chains.setdefault(i if owner is None else owner, []).append((i, e))
+        return list(chains.values())
+
+    def _split_reason(self, graph: CompileEvent) -> str:
+        """Why the code before ``graph`` left the graph: the break its frame recorded, if any."""
+        if graph.resumes:
+            broke = next((e for e in self.events if e.graph_break and e.kind != "backward"
+                          and (e.function == graph.resumes or e.resumes == graph.resumes)), None)
+            if broke is not None:
+                return broke.reason
+            return "graph break: dynamo recorded no reason (data-dependent control flow, for one)"
+        return "graph break: a frame compiled on its own (its caller broke the graph to call it)"
 
     def after_warmup(self) -> list[CompileEvent]:
         """Compilations after warm-up: each one is a stall inside the timed or profiled window."""

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from lmprof.measure.cuda_memory import CudaBackend, TorchCuda
+from lmprof.measure.held import Held
 from lmprof.measure.memory_timeline import MemoryEvents, MemoryTimeline, timeline_from_trace
 from lmprof.measure.tensor_bytes import StaticMemory, peak_rss_bytes
 
@@ -49,6 +50,9 @@ class MeasuredMemory:
     cuda_stats: dict[str, Any] = field(default_factory=dict)
     snapshot_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Training: tensors the model returned that the loop kept alive into backward, autograd's saved
+    # ones aside (measure/held.py); None when not looked for (no backward, a compiled model).
+    held: list[Held] | None = None
 
     @property
     def activations(self) -> int | None:
@@ -95,6 +99,9 @@ class MeasuredMemory:
             "peak_phase": tl.peak_phase if tl else None,
             "peak_rss": self.peak_rss,
             "snapshot": self.snapshot_path,
+            # tensors the model returned that the loop kept alive into backward (measure/held.py)
+            "held": None if self.held is None else [
+                {"name": h.name, "shape": list(h.shape), "dtype": h.dtype, "bytes": h.bytes} for h in self.held],
             "notes": list(self.notes) + (tl.notes if tl else []),
         }
 

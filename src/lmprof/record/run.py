@@ -30,6 +30,11 @@ from lmprof.errors import DataError
 
 SCHEMA = "lmprof.run/1"
 Source = Literal["measured", "estimated", "derived"]
+# What a timing figure rests on: clean steps (device synchronized, nothing of lmprof's running, no
+# profiler at all), or rough ones of a script too short for the clean window (warm-up steps, the
+# figures step, lmprof's profiled steps, the very first call: the note says which). A step the user's
+# own profiler ran in is neither: lmprof never times it (pipeline/protocol/giveway.py).
+Basis = Literal["clean", "first_call"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -54,6 +59,10 @@ class Metric(BaseModel):
     p90: float | None = None
     n: int | None = None
     note: str | None = None
+    # Timing figures only (step time, TTFT, TPOT, end-to-end latency and the rates drawn from them): what
+    # they rest on. None on every other figure, and in run.json files written before the field, whose
+    # first-call figures say so by a note beginning "first call" (analysis/marks.py reads both).
+    basis: Basis | None = None
 
     @classmethod
     def na(cls, unit: str, reason: str, source: Source = "measured") -> "Metric":
@@ -62,12 +71,14 @@ class Metric(BaseModel):
 
     @classmethod
     def from_samples(
-        cls, samples: Sequence[float], unit: str, source: Source = "measured", note: str | None = None
+        cls, samples: Sequence[float], unit: str, source: Source = "measured", note: str | None = None,
+        basis: Basis | None = None,
     ) -> "Metric":
-        """Median, p10 and p90 of repeated measurements."""
+        """Median, p10 and p90 of repeated measurements (``basis``: what timed samples rest on)."""
         if not samples:
             return cls.na(unit, note or "no samples", source)
         return cls(
+            basis=basis,
             value=statistics.median(samples),
             unit=unit,
             source=source,

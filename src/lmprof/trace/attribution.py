@@ -28,6 +28,10 @@ rule exists once. How a trace event becomes a block's time:
   is the host cost of calling compiled code (guards, wrappers, buffer handling), which belongs to no
   block and is what CUDA graphs (``reduce-overhead``) remove. The kernels inside stay their blocks'.
   Only with a kernel record: without one the kernels are unnamed and the ranges stay ``other``.
+  On the CPU clock, the graph call's time just before each of its kernels (since the call began or
+  its previous kernel ended) is that kernel's: inductor's generated wrapper spends it allocating the
+  kernel's buffers and calling it, in the order compile time recorded, so it goes to the kernel's
+  blocks; only the time after its last kernel (returning, freeing) stays ``compiled_call``.
 * **Compiled kernels** (``compiled=``, trace/compiled.py): each kernel of a compiled graph is an
   owner whose time is split among its blocks by the shares compile time recorded (FLOPs, else bytes).
   A kernel with two or more blocks is *fused*: the part of a block's time that came from fused
@@ -408,6 +412,7 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     repeats: list[Repeats] = []
     if clock == "cpu":
         exclusive = _exclusive_us(table, own.rows, parent)
+        _give_launch_gaps(table, own, parent, exclusive)
         for i, (r, us) in enumerate(zip(own.rows, exclusive)):
             credit.add(int(own.step_of[i]), int(r), own.label[int(r)], float(us))
         repeats = _repeats(table, own, exclusive)
@@ -436,6 +441,31 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
                        [dict(t) for t in totals], counts, [dict(f) for f in credit.fused],
                        credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps), repeats)
+
+
+def _give_launch_gaps(table: TraceTable, own: _Owners, parent: np.ndarray, exclusive: np.ndarray) -> None:
+    """Move each compiled graph call's time before one of its kernels (since the call began, or its
+    previous owner ended) from the call's exclusive time to that kernel's (module doc: compiled calls)."""
+    if not own.kernels:
+        return
+    ev = table.event_cols
+    ts, dur = np.asarray(ev["ts"], dtype=float), np.maximum(np.asarray(ev["dur"], dtype=float), 0.0)
+    pos = {int(r): i for i, r in enumerate(own.rows)}
+    children: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(parent):
+        if p >= 0 and own.label.get(int(p), ("",))[0] == names.COMPILED_CALL:
+            children[int(p)].append(i)
+    for call, kids in children.items():
+        if not any(int(own.rows[i]) in own.kernels for i in kids):
+            continue
+        at = ts[call]  # where the wrapper's own time since the last owner began
+        for i in sorted(kids, key=lambda i: ts[own.rows[i]]):
+            r = int(own.rows[i])
+            if r in own.kernels:
+                gap = max(0.0, ts[r] - at)
+                exclusive[i] += gap
+                exclusive[pos[call]] -= gap
+            at = max(at, ts[r] + dur[r])
 
 
 def _repeats(table: TraceTable, own: _Owners, exclusive: np.ndarray) -> list[Repeats]:

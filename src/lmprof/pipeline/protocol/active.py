@@ -8,12 +8,14 @@ inherited from the parent (ending.py).
 from __future__ import annotations
 
 import os
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lmprof.pipeline.protocol.session import Session
 
 _ACTIVE: list["Session"] = []
+_LOCK = threading.Lock()  # two threads entering lmprof.profile() at once: one measures (two kineto sessions crash)
 
 
 def _after_fork_in_child() -> None:
@@ -31,12 +33,24 @@ def active_session() -> "Session | None":
 
 def register(session: "Session") -> None:
     """``session`` measures this process from now on."""
-    _ACTIVE.append(session)
+    with _LOCK:
+        _ACTIVE.append(session)
+
+
+def claim(session: "Session") -> "Session | None":
+    """Register ``session`` unless another one measures this process already: that one (``session``
+    then measures nothing), else None. Checked and registered in one step, whatever thread asks."""
+    with _LOCK:
+        if _ACTIVE:
+            return _ACTIVE[-1]
+        _ACTIVE.append(session)
+        return None
 
 
 def release(session: "Session") -> bool:
     """``session`` no longer measures this process; False when it was not registered."""
-    if session in _ACTIVE:
-        _ACTIVE.remove(session)
-        return True
-    return False
+    with _LOCK:
+        if session in _ACTIVE:
+            _ACTIVE.remove(session)
+            return True
+        return False

@@ -16,12 +16,13 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import sys
 import threading
 from typing import Any, Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from lmprof.pipeline.protocol import say
 
 
 class StopScript(BaseException):
@@ -31,8 +32,7 @@ class StopScript(BaseException):
 
 def die_by(signum: int) -> None:
     """End this process by ``signum`` with its default action, as an unhandled signal would."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    say.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -67,12 +67,11 @@ class TermHandler:
 def exit_now(code: int, line: str | None = None) -> None:
     """Leave the process now with ``code``: atexit handlers, then stdio flushed, then ``os._exit``."""
     if line:
-        print(line, file=sys.stderr)
+        say.say(line)
     try:
         atexit._run_exitfuncs()  # noqa: SLF001 - what Python's own exit would run
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        say.flush()
         os._exit(code)
 
 

@@ -10,28 +10,29 @@ def where(plan: PhasePlan, counted: int, clean: int, profiled: int, unit: str) -
     w, s, p = plan.warmup, plan.steps, plan.profile_steps
     if counted < w:
         return f"after {counted} {unit}(s), during warm-up ({w})"
-    if plan.gap and counted == w:  # --steps 0: the one untimed step between warm-up and the window
-        return f"after {counted} {unit}(s), with warm-up done and none profiled"
-    if counted < plan.last_clean:
+    if counted < plan.last_clean and s:
         return f"after {counted} {unit}(s), with {clean} of {s} clean {unit}s timed and none profiled"
-    return f"after {counted} {unit}(s), with all {s} clean {unit}s timed and {profiled} of {p} profiled"
+    if counted < plan.profiler_warmup:
+        return f"after {counted} {unit}(s), with warm-up done and none profiled"
+    clean_part = f"all {s} clean {unit}s timed" if s else f"no clean {unit} asked for (--steps 0)"
+    return f"after {counted} {unit}(s), with {clean_part} and {profiled} of {p} profiled"
 
 
 def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit: str, *, infer: bool,
                      model: str, without_forward: int, aside: Aside) -> str:
     """Why a run that ended (``what``) measured nothing, and what to change."""
-    if aside.count:
+    if aside.total:
         return aside.nothing_measured(what, unit, plan.needed)
     here = where(plan, counted, clean, 0, unit)
     if infer and without_forward and not clean:
-        return (f"{what} {here}: nothing measured: no call of {model} was seen in {without_forward} timed "
-                "generation(s); model.forward(x) bypasses the module hooks lmprof times tokens with: call model(x) "
-                "instead")
+        return (f"{what} {here}: nothing measured: no forward of {model} or of its modules was seen in "
+                f"{without_forward} generation(s)")
     if counted == 0 and infer:
         return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                 "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
     if counted == 0:
         return (f"{what} without stepping a torch.optim optimizer: nothing measured (for a loop without "
                 "one, use lmprof.profile(model) and call prof.step() after each step)")
-    return (f"{what} {here}: nothing measured; run more steps or lower --warmup "
-            f"(needs {plan.warmup} + {plan.clean_steps} + 1 + {plan.profile_steps})")
+    first = " (lmprof run's first optimizer step only marks a start)" if not infer and counted == 1 else ""
+    return (f"{what} {here}: nothing measured: no {unit} could be timed{first}; the counts asked for measure "
+            f"{plan.layout(unit)}")

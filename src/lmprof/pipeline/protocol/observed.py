@@ -49,6 +49,8 @@ class Observed:
     input_shape: tuple[int, ...] | None = None
     backwards_per_step: float | None = None
     forwards_per_step: float | None = None
+    batches_per_step: float | None = None  # distinct inputs per step (probes.py: Probes._count_batch)
+    tokens_per_step: float | None = None  # the token ids in them
     generations_without_forward: int = 0  # generations in which the model's hooks saw no forward
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
@@ -63,6 +65,16 @@ class Observed:
                               "step's figures are measured as usual)")
         p = next(model.parameters(), None)
         self.device = device or resolve_device(str(p.device) if p is not None else "cpu")
+
+    def counted(self, probes: Any, steps: int) -> None:
+        """What the probes counted over ``steps`` recorded training steps, per step."""
+        if probes.backwards:
+            self.backwards_per_step = probes.backwards / steps
+        if probes.forwards:
+            self.forwards_per_step = probes.forwards / steps
+        if probes.batches:
+            self.batches_per_step = probes.batches / steps
+            self.tokens_per_step = probes.tokens / steps if probes.tokens else None
 
     def shape(self) -> ModelShape | None:
         """lmprof's description of the model (None when it has none); looked up once."""
@@ -88,14 +100,6 @@ class ModelFacts:
     shape: ModelShape | None
     optimizer: str | None
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
-
-
-def observed_tokens(shape: tuple[int, ...] | None, backwards: float | None, forwards: float | None) -> int | None:
-    """Tokens in one training step of someone else's loop: the input_ids the model's first profiled
-    forward took (batch x sequence) x the backward (else forward) passes per step; None when unknown."""
-    if not shape or len(shape) != 2:
-        return None
-    return shape[0] * shape[1] * round(backwards or forwards or 1.0)
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:

@@ -5,13 +5,16 @@ Steps (training steps, or generations: the same plan for both) are numbered from
     warm-up            1 .. W        timed roughly; one is the figures step (figures_at), and in
                                      training, where a warm-up step follows it, FLOPs are counted
                                      on that one (flops_at)
-    gap                W + 1         only with --steps 0: one untimed step between the figures
-                                     step's recording and the window's profiler
+    gap                W + 1         only with --steps 0 when the figures step is the last warm-up
+                                     step: one plain step between its recording and the profiler
     clean              next S        device synchronized at each boundary, nothing else runs
     profiler warm-up   next 1        under the profiler, in no step range
     profiled           next P        under the profiler, each in a ProfilerStep range
     done               after         the run is assembled; the loop runs on unobserved
 
+Every step is timed: clean steps are the run's figures; the others (warm-up, the gap, the profiler's
+warm-up, the profiled steps) are kept as rough times, used (marked) only when no clean step was
+timed, so any counts measure something from the first step on (:meth:`PhasePlan.layout` says what).
 Nothing here touches a clock, a model or a profiler: the session asks the plan and acts.
 """
 from __future__ import annotations
@@ -56,11 +59,12 @@ class PhasePlan:
 
     @property
     def gap(self) -> int:
-        """1 with ``--steps 0``: stopping kineto's memory recording (the figures step) and starting the
-        window's profiler at one boundary corrupted kineto's memory trace (a segfault or
-        std::bad_alloc when its results were freed, 5 of 12 runs on a busy CPU); a step between them
-        ran clean every time."""
-        return 1 if self.steps == 0 else 0
+        """1 with ``--steps 0`` when the figures step is the last warm-up step: stopping kineto's memory
+        recording (the figures step) and starting the window's profiler at one boundary corrupted
+        kineto's memory trace (a segfault or std::bad_alloc when its results were freed, 5 of 12 runs on
+        a busy CPU); a step between them ran clean every time. Without a figures step there (no warm-up,
+        or a warm-up step after it) nothing records at that boundary, and no step is spent on it."""
+        return 1 if self.steps == 0 and 0 < self.figures_at == self.warmup else 0
 
     @property
     def clean_steps(self) -> int:
@@ -104,6 +108,13 @@ class PhasePlan:
             return Phase.PROFILED
         return Phase.DONE
 
+    def layout(self, unit: str) -> str:
+        """What the plan measures, in words: '2 generations: 1 for the profiler's warm-up, 1 profiled'."""
+        parts = [(self.warmup, "warm-up"), (self.gap, "between the figures step and the profiler"),
+                 (self.steps, "clean (the run's figures)"), (1, "for the profiler's own warm-up"),
+                 (self.profile_steps, "profiled")]
+        return f"{self.needed} {unit}s: " + ", ".join(f"{n} {what}" for n, what in parts if n)
+
     def timed(self, step: int) -> bool:
         """Whether step ``step`` is a clean one (its time is the run's figure)."""
         return self.phase_of(step) is Phase.CLEAN
@@ -119,7 +130,7 @@ class PhasePlan:
 
     def clean_begins(self, step: int) -> bool:
         """Step ``step`` is the first clean one: the energy meter and the noise counters start."""
-        return step == self.first_clean and not self.gap
+        return step == self.first_clean and self.steps > 0
 
     def clean_ends(self, step: int) -> bool:
         """Step ``step`` is the last before the profiler's: the clean window closes when it ends."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -38,10 +40,19 @@ def _scopes_itself(model: torch.nn.Module) -> bool:
 
 
 class ScopeStack:
-    """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out."""
+    """Open ``lmprof:<name>`` ranges on the calling thread, closed last-in first-out. One stack per
+    thread: the patched ``torch.autograd.backward`` and optimizer hooks run in every thread, and a range
+    must be closed on the thread that opened it."""
 
     def __init__(self) -> None:
-        self._open: list[tuple[str, contextlib.AbstractContextManager[object]]] = []
+        self._local = threading.local()
+
+    @property
+    def _open(self) -> list[tuple[str, contextlib.AbstractContextManager[object]]]:
+        stack: list[tuple[str, contextlib.AbstractContextManager[object]]] | None = getattr(self._local, "open", None)
+        if stack is None:
+            stack = self._local.open = []
+        return stack
 
     def open(self, name: str) -> None:
         # held as the context manager it is: record_function's own __enter__/__exit__ are unannotated
@@ -92,10 +103,16 @@ class Probes:
         self._handles: list[Any] = []
         self._patched: list[tuple[Any, str, Any, bool]] = []
         self.active = False
-        # What the window saw, per profiled step (reset by the session at each step).
+        # What the window saw over its steps (reset by the window after the profiler's warm-up step).
         self.forwards = 0
-        self.backwards = 0
+        self.backwards = 0  # top-level backward calls (a reentrant checkpoint's own backward is inside one)
+        self.batches = 0  # distinct inputs the model's forward was called on (a closure's re-evaluations: one)
+        self.tokens = 0  # the token ids in those batches
         self.input_shape: tuple[int, ...] | None = None
+        self._inputs: list[tuple[weakref.ref[torch.Tensor], int]] = []  # this step's batches: (tensor, its version)
+        self._in_backward = 0
+        self._in_optimizer = False
+        self._closure_batch = False  # a batch was counted inside the running optimizer step
 
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -142,10 +159,30 @@ class Probes:
         self._end_forward()  # a forward with no backward after it (evaluation) ends here
         self.scopes.open("forward")
         self.forwards += 1
-        if self.input_shape is None:
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            if isinstance(ids, torch.Tensor) and not ids.is_floating_point():
-                self.input_shape = tuple(ids.shape)
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._count_batch(ids)
+        if self.input_shape is None and isinstance(ids, torch.Tensor) and not ids.is_floating_point():
+            self.input_shape = tuple(ids.shape)
+
+    def _count_batch(self, ids: Any) -> None:
+        """A forward on ``ids``: a new batch unless it is one this step already ran (the same tensor, not
+        written since: a second backward on one forward, a closure re-evaluating the loss), or it runs
+        inside an optimizer step that counted one (LBFGS's closure, which may copy its input each time).
+        Tensors are held weakly: a dead one was a batch of its own, whatever its address."""
+        if self._in_optimizer and self._closure_batch:
+            return
+        if isinstance(ids, torch.Tensor):
+            try:
+                version = ids._version
+            except RuntimeError:  # an inference tensor (made under torch.inference_mode) has none: never written
+                version = 0
+            if any(ref() is ids and v == version for ref, v in self._inputs):
+                return
+            self._inputs.append((weakref.ref(ids), version))
+            if not ids.is_floating_point():
+                self.tokens += ids.numel()
+        self.batches += 1
+        self._closure_batch = self._in_optimizer
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self.scopes.is_open("forward"):
@@ -153,10 +190,16 @@ class Probes:
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def backward(*args: Any, **kwargs: Any) -> Any:
+            if self._in_backward:  # inside a backward (a reentrant checkpoint recomputing): part of that one
+                return original(*args, **kwargs)
             self._end_forward()
             self.backwards += 1
-            with self.scopes.around("backward"):
-                return original(*args, **kwargs)
+            self._in_backward += 1
+            try:
+                with self.scopes.around("backward"):
+                    return original(*args, **kwargs)
+            finally:
+                self._in_backward -= 1
 
         return backward
 
@@ -182,11 +225,13 @@ class Probes:
         return zero_grad
 
     def optimizer_begin(self) -> None:
+        self._in_optimizer, self._closure_batch = True, False
         if self.active and self.mode == "train" and self.phases:
             self._end_forward()
             self.scopes.open("optimizer")
 
     def optimizer_end(self) -> None:
+        self._in_optimizer = False
         if self.active:
             self.scopes.close("optimizer")
 
@@ -205,5 +250,10 @@ class Probes:
         self.scopes.open("decode")
 
     def step_end(self) -> None:
-        """The step's boundary: nothing stays open across it."""
+        """The step's boundary: nothing stays open across it, and the next step's batches are its own."""
         self.scopes.close_all()
+        self._inputs.clear()
+
+    def reset_counts(self) -> None:
+        """Count from here (the profiler's own warm-up step is not a profiled step)."""
+        self.forwards = self.backwards = self.batches = self.tokens = 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -24,13 +23,15 @@ from lmprof.pipeline.protocol import messages
 from lmprof.pipeline.protocol.driver import Driver, Observer
 from lmprof.pipeline.protocol.ending import StopAgain, StopScript
 from lmprof.pipeline.protocol.finish.measured import Measured, measured
-from lmprof.pipeline.protocol.folder import run_folder
-from lmprof.pipeline.protocol.giveway import Aside
+from lmprof.pipeline.protocol.folder import SessionFolder
+from lmprof.pipeline.protocol.giveway import Aside, Verdict
 from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
 from lmprof.pipeline.protocol.observed import Observed
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
+from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.spec import Spec
-from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, hook_forward_ends
+from lmprof.pipeline.protocol.forwards import ForwardEnds
+from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, rough_kind
 from lmprof.pipeline.protocol.windows import windows_for
 
 
@@ -38,8 +39,7 @@ class Session:
     """Counts steps and runs the measurement protocol at each boundary."""
 
     def __init__(self, spec: Spec, driver: Driver | None = None, clock: Callable[[], float] = time.perf_counter):
-        # the console command's start-up is over: nothing is measured, and no user code runs, with the
-        # collector held off (lmprof/gc_hold.py)
+        # the command's start-up is over: nothing is measured, no user code runs, with the collector off
         gc_hold.release()
         self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.sync)
         self.counts = self.driver.counts(spec.counts())
@@ -48,7 +48,8 @@ class Session:
         self.plan = self._make_plan()
         self.raises = self.driver.raises  # lmprof's own failures go on to the caller (guard.py)
         self.k = 0  # steps counted
-        self.folder: Path | None = None
+        self._folder = SessionFolder(spec.out, spec.mode, safe_name(spec.label), spec.run_dir)
+        self.folder: Path | None = None  # the run folder, once claimed
         self.measured: Measured | None = None
         self.run: Any = None  # the Run, when the driver made one
         self.message: str | None = None  # what happened, when the run ended early
@@ -58,9 +59,9 @@ class Session:
         self.pid = os.getpid()  # the session belongs to this process: forked children do nothing
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self._finishing = self._ending = False  # finish() runs; it runs because the loop ended
-        self._aside_gen = False  # the running generation runs under the user's own profiler: not counted
+        self._gen_aside: Verdict | None = None  # the user's own profiler and the running generation (giveway.py)
         self._on_done: list[Callable[[], None]] = []
-        self._hooked = False  # a forward hook on the model marks a generation's forwards
+        self._forwards: ForwardEnds | None = None  # hooks that mark a generation's forwards (forwards.py)
 
     # -- what the windows use (windows/base.py: Context) ------------------------------------------
     def _make_plan(self) -> PhasePlan:
@@ -73,11 +74,8 @@ class Session:
         self.plan = self._make_plan()
 
     def claim_folder(self) -> Path:
-        if self.folder is None:
-            assert self.observed.device is not None
-            self.folder = self.spec.run_dir or run_folder(self.spec.out, self.spec.mode, safe_name(self.spec.label),
-                                                          self.observed.device)
-            self.folder.mkdir(parents=True, exist_ok=True)
+        assert self.observed.device is not None
+        self.folder = self._folder.claim(self.observed.device)
         return self.folder
 
     def sync(self) -> None:
@@ -125,7 +123,8 @@ class Session:
         for w in self.windows:
             w.step_begins(n)
         fl, fig = self.windows.flops, self.windows.figures
-        self.clock.kind = "counting" if fl.active else "figures" if fig.active else "first" if n == 1 else "warm-up"
+        self.clock.kind = ("counting" if fl.active else "figures" if fig.active else "first" if n == 1
+                           else rough_kind(self.plan.phase_of(n)))
         self.clock.restart(fresh or [w.active for w in self.windows] != before)
         for w in self.windows:
             w.clock_started(n)
@@ -133,11 +132,10 @@ class Session:
     def _end(self, n: int, value: float | Generation | None) -> None:
         """Counted step ``n`` ended, its time ``value`` (None: untimed): kept by what the step was."""
         self.k = n
-        phase = self.plan.phase_of(n)
-        if value is not None and phase is Phase.CLEAN:
+        if value is not None and self.plan.phase_of(n) is Phase.CLEAN:
             self.timings.keep(value, None)
-        elif value is not None and (phase is Phase.PROFILED or (phase is Phase.WARMUP and self.clock.kind)):
-            self.timings.keep(value, "profiled" if phase is Phase.PROFILED else self.clock.kind)
+        elif value is not None and self.clock.kind:  # every other step is a rough time, of its kind
+            self.timings.keep(value, self.clock.kind)
         for w in self.windows:
             w.step_ends(n)
 
@@ -159,12 +157,13 @@ class Session:
         end = self.clock.mark()
         for w in self.windows:
             w.boundary()  # lmprof's own recordings in the step stop before asking whether the user's profiler runs
+        tainted = False
         if not self.windows.profiled.active:
-            aside, busy = self.aside.at_boundary(self.k, self.plan.warmup)
-            if aside:
+            tainted, skip, busy = self.aside.at_boundary(self.k, self.plan.warmup)
+            if skip:
                 self.clock.start = None if busy else self.clock.mark()  # the next step starts clean here, or untimed
                 return
-        start = self.clock.start
+        start = None if tainted else self.clock.start  # a step the user's profiler ran in is never timed
         if self.k == 0 and self.plan.warmup == 0 and start is None:
             self._begin(1, fresh=True)  # nothing marked a start: the first boundary only marks one
             return
@@ -190,15 +189,12 @@ class Session:
             return
         if self.observed.model is None and model is not None:
             self.attach(model)
-        self._aside_gen = not self.windows.profiled.active and self.aside.at_generation_begin(self.k, self.plan.warmup)
-        if self._aside_gen:
+        self._gen_aside = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
+        if self._gen_aside is not None and self._gen_aside.skip:
             return
         model = self.observed.model
-        if self.driver.hooks_forwards and not self._hooked and model is not None:
-            remove = hook_forward_ends(model, self.forward_end)
-            if remove is not None:
-                self.on_done(remove)
-                self._hooked = True
+        if self.driver.hooks_forwards and self._forwards is None and model is not None:
+            self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         self._begin(self.k + 1, fresh=True)
         self.clock.generation_begins(ids)
@@ -215,14 +211,18 @@ class Session:
     @guarded
     def generation_end(self) -> None:
         """A generation ended."""
-        if self._aside_gen or self.clock.gen is None or self.done or self.collected:
-            self._aside_gen = False
+        aside, self._gen_aside = self._gen_aside, None
+        if (aside is not None and aside.skip) or self.clock.gen is None or self.done or self.collected:
             return
+        if self._forwards is not None:
+            self._forwards.generation_ends()  # a generation that learned where .forward() calls end: its last
         value, self.observed.input_shape = self.clock.generation_ends(self.observed.input_shape)
         for w in self.windows:
             w.boundary()
         if value is None:
             self.observed.generations_without_forward += 1
+        elif not self.windows.profiled.active and self.aside.at_generation_end(aside is not None and aside.tainted):
+            value = None  # the user's own profiler ran in it: never timed
         self._end(self.k + 1, value)
 
     # -- the end -----------------------------------------------------------------------------------
@@ -248,17 +248,15 @@ class Session:
             compiled = self.windows.compile.report()
         finally:
             self._teardown()
-        for note in (self.aside.note(unit), None if self.timings.clean else self.timings.fall_back(unit, self.plan)):
-            if note:
-                seen.notes.append(note)
+        seen.notes.extend(filter(None, (self.aside.note(unit),
+                                        None if self.timings.clean else self.timings.fall_back(unit, self.plan))))
         if not self.timings.clean:
             model = type(seen.model).__name__ if seen.model is not None else "the model"
             self.message = messages.nothing_measured(reason or "the session ended", self.plan, self.k,
                                                      self.timings.clean, unit, infer=self.spec.mode == "infer",
                                                      model=model, without_forward=seen.generations_without_forward,
                                                      aside=self.aside)
-            if self.folder is not None and self.folder.is_dir() and not any(self.folder.iterdir()):
-                self.folder.rmdir()
+            self._folder.settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
             self.done = True
             return None
         folder = self.claim_folder()
@@ -267,6 +265,7 @@ class Session:
         self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
                                  lambda facts: self.driver.describe(self.spec, self.counts, facts, seen))
         self.run = self.driver.finished(self.measured)
+        self._folder.settle("lmprof stopped while writing it")
         self.done = True
         if reason is not None:
             rough = " (rough first-call timings: see the note)" if self.timings.first_call else ""
@@ -278,7 +277,7 @@ class Session:
         return self.measured
 
     def assemble_capture(self, folder: Path, profile: Any, step_s: list[float], config: dict[str, Any],
-                         per_step: tuple[float | None, float | None]) -> Any:
+                         per_step: tuple[float | None, float | None, float | None, float | None]) -> Any:
         from lmprof.pipeline.protocol.finish.capture import capture_run
 
         return capture_run(self.spec, self.plan, self.observed, folder, profile, step_s, config, per_step,
@@ -309,4 +308,6 @@ class Session:
         writing = isinstance(exc, OSError) or self._finishing
         self.abandon()
         self.message = None
-        print(failure_line(exc, writing, continues=not self._ending), file=sys.stderr)
+        line = failure_line(exc, writing, continues=not self._ending)
+        self._folder.settle(line.removeprefix("lmprof: "))
+        say(line)

@@ -6,8 +6,9 @@ forward to the end of the next (token choice included). Each mark is the session
 with the device synchronized, whether the loop is lmprof's own (it reports each forward's end) or
 the user's (a hook on the model sees it), so ``ttft``, ``tpot`` and ``e2e_latency`` mean one thing.
 
-Clean steps are the run's figures. Steps timed elsewhere (warm-up, the figures step, under the
-profiler) are kept apart by kind, and used, marked "first call", only when no clean step was timed.
+Clean steps are the run's figures. Steps timed elsewhere (warm-up, the figures step, under lmprof's
+profiler) are kept apart by kind, and used, with the basis ``first_call``, only when no clean step was
+timed. A step the user's own profiler ran in is not timed at all.
 """
 from __future__ import annotations
 
@@ -16,18 +17,26 @@ from typing import Any, Callable
 
 import torch
 
-from lmprof.pipeline.protocol.plan import PhasePlan
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.pipeline.protocol.plan import Phase, PhasePlan
 
 # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
-# plain warm-up steps after the first, the figures step (memory recording on), the very first step.
+# plain warm-up steps after the first, the profiler's own warm-up step, the figures step (memory
+# recording on), the very first step. A step during which the user's own profiler ran is none of
+# these: it is never timed (giveway.py).
 ROUGH = {
     "profiled": "under lmprof's profiler (its overhead included)",
     "warm-up": "during warm-up (caches, allocator and kernel choice still settling)",
+    "profiler warm-up": "in the profiler's own warm-up step (under lmprof's profiler, its first step)",
     "figures": "while lmprof recorded memory (and counted FLOPs where it has no formulas) during warm-up",
     "counting": "while lmprof counted FLOPs with FlopCounterMode during warm-up",
     "first": "on the very first call (allocation, kernel choice and any compilation included)",
 }
+
+
+def rough_kind(phase: Phase) -> str:
+    """The rough kind (:data:`ROUGH`) of a step that is neither the first, the figures step nor the
+    FLOPs step: by its phase (a gap step is timed as a warm-up one)."""
+    return {Phase.PROFILER_WARMUP: "profiler warm-up", Phase.PROFILED: "profiled"}.get(phase, "warm-up")
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,7 @@ class Timings:
         self.first_call = kind
         return (f"first call: includes warm-up costs: no clean {unit} was timed, so the {self.clean} {unit}(s) here "
                 f"were timed {ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least "
-                f"{plan.needed} {unit}s ({how})")
+                f"{plan.with_steps(max(s, 1)).needed} {unit}s ({how})")
 
 
 def _prompt_shape(ids: Any) -> tuple[int, ...] | None:
@@ -163,16 +172,3 @@ class StepClock:
             return None, shape
         shape = gen.shape or shape
         return Generation.from_marks(gen.start, gen.forwards, end, shape), shape
-
-
-def hook_forward_ends(model: torch.nn.Module, on_forward: Callable[[Any, Any], None]) -> Callable[[], None] | None:
-    """A forward hook on ``model`` calls ``on_forward(output, ids)`` as each top-level forward ends (``ids``:
-    its input, the prompt for a generation's first); returns what removes it, None when the model takes
-    no hooks (TorchScript)."""
-    if not takes_hooks(model):
-        return None
-
-    def seen(module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        on_forward(output, kwargs.get("input_ids", args[0] if args else None))
-
-    return model.register_forward_hook(seen, with_kwargs=True, always_call=True).remove

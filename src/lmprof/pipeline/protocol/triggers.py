@@ -2,7 +2,10 @@
 
 * Training: torch.optim's global optimizer-step hooks. At the first optimizer step, the model is
   found as the module holding the most of the optimizer's parameters (the outermost one on a tie,
-  unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest.
+  unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest. An
+  optimizer created later that holds all of its parameters replaces it (one re-created every epoch).
+  An optimizer step with no forward of the model since the last boundary (``opt.step()`` twice per
+  batch) ends no step: it belongs to the next one, so a step stays one pass of the loop.
 * Inference: ``transformers``' ``GenerationMixin.generate``, patched on the class while the session
   runs: each call is a generation, the receiver is the model; a forward hook on the model marks the
   end of each of its top-level forwards (timing.py: :func:`hook_forward_ends`).
@@ -11,12 +14,14 @@ from __future__ import annotations
 
 import functools
 import gc
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lmprof.pipeline.protocol.guard import run_guarded
+from lmprof.workloads.hooks import takes_hooks
 
 if TYPE_CHECKING:
     from lmprof.pipeline.protocol.session import Session
@@ -110,6 +115,11 @@ class OptimizerTrigger:
         self.boundaries = boundaries
         self.chosen: torch.optim.Optimizer | None = None
         self._handles: list[Any] = []
+        # boundaries=False: optimizers judged to step the session's model, or not (another thread's, another model's)
+        self._ours: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
+        self._replaces: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
+        self._forward_hook: Any = None  # the model's forward pre-hook: a forward ran since the last boundary
+        self._forward_since = self._forward_seen = False
 
     def install(self) -> None:
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
@@ -119,24 +129,69 @@ class OptimizerTrigger:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+
+    def _steps_model(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether ``opt`` holds a parameter of the session's model (the hooks are global: another
+        thread's or another model's optimizer steps through them too); judged once per optimizer."""
+        known = self._ours.get(opt)
+        if known is None:
+            model = self.session.observed.model
+            mine = {id(p) for p in model.parameters()} if model is not None else set()
+            known = model is None or any(id(p) in mine for g in opt.param_groups for p in g["params"])
+            self._ours[opt] = known
+        return known
 
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if opt is self.chosen or not self.boundaries:
+        if opt is self.chosen or (not self.boundaries and self._steps_model(opt)):
             self.session.optimizer_begin()
 
     @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.boundaries:
+            if not self._steps_model(opt):
+                return
             self.session.optimizer_end()
             if not any(o is opt for o in self.session.observed.optimizers):
                 self.session.observed.optimizers.append(opt)  # its zero_grad gets a scope in the window
             return
         if self.chosen is None:
             self._choose(opt)
+        elif opt is not self.chosen and self._replaces_chosen(opt):
+            self._replace(opt)
         if opt is self.chosen:
             self.session.optimizer_end()
+            if self._forward_seen and not self._forward_since:
+                return  # no forward of the model since the last boundary: this step belongs to the next one
+            self._forward_since = False
             self.session.boundary()
+
+    def _forward_ran(self, module: torch.nn.Module, args: Any) -> None:
+        self._forward_since = self._forward_seen = True
+
+    def _replaces_chosen(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether ``opt`` steps every parameter the chosen optimizer steps (it was re-created); judged
+        once per optimizer."""
+        known = self._replaces.get(opt)
+        if known is None:
+            assert self.chosen is not None
+            have = {id(p) for g in opt.param_groups for p in g["params"]}
+            known = all(id(p) in have for g in self.chosen.param_groups for p in g["params"])
+            self._replaces[opt] = known
+        return known
+
+    def _replace(self, opt: torch.optim.Optimizer) -> None:
+        """A re-created optimizer takes the chosen one's place (the old one is let go: its state is the
+        user's memory, not lmprof's)."""
+        old, self.chosen = self.chosen, opt
+        seen = self.session.observed
+        seen.optimizers = [opt if o is old else o for o in seen.optimizers]
+        if not any(n.startswith("the optimizer was re-created") for n in seen.notes):
+            seen.notes.append(f"the optimizer was re-created during the run (a new {type(opt).__name__} holding "
+                              "the same parameters): its steps are counted as the first one's were")
 
     def _choose(self, stepped: torch.optim.Optimizer) -> None:
         opts, model, ambiguous = _choice(stepped, _live_objects())
@@ -155,6 +210,8 @@ class OptimizerTrigger:
         else:
             s.attach(model, [self.chosen], compiled=compiled)
             notes.append(f"model: {type(model).__name__}, the module holding the optimizer's parameters")
+            if not compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
+                self._forward_hook = model.register_forward_pre_hook(self._forward_ran)
         if len(opts) > 1:
             others = ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in opts[1:4])
             notes.append(f"{len(opts)} optimizers: steps are counted on the largest, {type(self.chosen).__name__} "

@@ -1,7 +1,6 @@
 """``lmprof.profile(model)``: a door whose session is stepped by ``prof.step()`` inside the user's own loop."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -9,6 +8,7 @@ from typing import Any
 import torch
 
 from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import OptimizerTrigger, unwrap
@@ -22,27 +22,38 @@ class Profile:
         self.model = model
         self.session = Session(spec)
         self._used = False
+        self._idle = False  # another session measures this process: this one stood aside
 
     def __enter__(self) -> "Profile":
-        if active.active_session() is not None:
-            from lmprof.errors import ConfigError
-
-            raise ConfigError("an lmprof session is already running in this process (lmprof run?): "
-                              "lmprof.profile() inside it would measure the same steps twice")
         if self._used:  # a second with-block: a new run (the first one's hooks went with its session)
             self.session = Session(self.session.spec)
             if self.session.spec.verbose:
-                print("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
-                      "from warm-up", file=sys.stderr)
+                say("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
+                    "from warm-up")
         self._used = True
-        inner, compiled = unwrap(self.model)
-        self.session.attach(inner, compiled=compiled)
-        if compiled:
-            self.session.observed.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it: "
-                                      "its forward is not split into blocks")
-        if self.session.spec.mode == "train":
-            OptimizerTrigger(self.session, boundaries=False).install()
-        active.register(self.session)
+        if active.claim(self.session) is not None:
+            # lmprof run, a callback or another thread's lmprof.profile() measures this process already: two
+            # sessions would measure the same steps twice (and two profilers at once crash kineto); this one
+            # stands aside, and the program goes on as it would without it
+            self.session.done = True
+            self.session.message = ("lmprof.profile() is idle: another lmprof session (lmprof run, a callback, or "
+                                    "lmprof.profile() in another thread) already measures this process")
+            if self.session.spec.verbose:
+                say(f"lmprof: {self.session.message}")
+            self._idle = True
+            return self
+        self._idle = False
+        try:
+            inner, compiled = unwrap(self.model)
+            self.session.attach(inner, compiled=compiled)
+            if compiled:
+                self.session.observed.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in "
+                                                   "it: its forward is not split into blocks")
+            if self.session.spec.mode == "train":
+                OptimizerTrigger(self.session, boundaries=False).install()
+        except BaseException:
+            active.release(self.session)
+            raise
         self.session.begin()
         return self
 
@@ -57,12 +68,14 @@ class Profile:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self._idle:
+            return
         active.release(self.session)
         if not self.session.done:
             reason = "the with-block ended" if exc_type is None else f"the loop raised {exc_type.__name__}"
             self.session.finish(reason)
         if self.session.message and self.session.spec.verbose:
-            print(f"lmprof: {self.session.message}", file=sys.stderr)
+            say(f"lmprof: {self.session.message}")
 
     @property
     def run(self) -> Any:

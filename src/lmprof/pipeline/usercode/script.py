@@ -19,6 +19,7 @@ from lmprof.errors import ConfigError
 from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.driver import Observer
 from lmprof.pipeline.protocol.ending import StopScript, TermHandler, exit_now
+from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import GenerateTrigger, OptimizerTrigger
@@ -82,7 +83,7 @@ def run_script(target: str, args: list[str], spec: Spec, module: bool = False) -
         if not session.done:
             session.finish(f"the script received {name}")
         if session.message:
-            print(f"lmprof: {session.message}", file=sys.stderr)
+            say(f"lmprof: {session.message}")
 
     term = TermHandler(on_term)
     term.install()

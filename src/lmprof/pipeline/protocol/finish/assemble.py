@@ -15,9 +15,9 @@ from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol.finish.figures import Facts, add_figures
 from lmprof.pipeline.protocol.finish.measured import Measured
 from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
-from lmprof.pipeline.protocol.observed import Known, observed_tokens
+from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.timing import ROUGH
-from lmprof.record.run import Metric, Run
+from lmprof.record.run import Basis, Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
 
@@ -80,6 +80,11 @@ def _rough(m: Measured) -> str | None:
     return f"first call: includes warm-up costs (timed {ROUGH[kind]}), not a clean timing" if kind else None
 
 
+def _basis(m: Measured) -> Basis:
+    """What the run's timing figures rest on (record/run.py: Basis)."""
+    return "first_call" if m.timings.first_call else "clean"
+
+
 def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
     if att is not None:
         metrics.update(overhead_metrics(att, clean, what))
@@ -88,43 +93,58 @@ def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None, 
 
 
 def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> dict[str, Metric]:
-    steps = m.timings.steps
+    steps, basis = m.timings.steps, _basis(m)
     metrics = {"step_time": Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
-                                                note=_rough(m) or m.step_means)}
+                                                note=_rough(m) or m.step_means, basis=basis)}
     _overhead(m, metrics, att, metrics["step_time"].value or 0.0, "step")
-    bwd = m.backwards_per_step
-    if bwd is not None and bwd > 1.01:
-        notes.append(f"gradient accumulation: {bwd:g} backward passes per optimizer step; one step here is "
-                     "one optimizer step, all its micro-batches included")
+    notes.extend(_passes_note(m))
     known_tokens = m.known.tokens_per_step if m.known is not None else None
     if known_tokens:
         metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
                                             note="batch x sequence length")
-        metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived")
-    elif (tokens := observed_tokens(m.input_shape, bwd, m.forwards_per_step)) is not None:
+        metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived",
+                                                      basis=basis)
+    elif m.tokens_per_step:
+        tokens = m.tokens_per_step
         metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
-                                            note="input_ids of the model's first profiled forward x backward passes per step")
-        metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived")
+                                            note="token ids of the distinct batches the model's forward ran on per "
+                                                 "step (a batch run twice, e.g. by a closure, counted once)")
+        metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived", basis=basis)
     return metrics
 
 
+def _passes_note(m: Measured) -> list[str]:
+    """What one step held, when it was more than one forward and one backward on one batch."""
+    batches, bwd = m.batches_per_step, m.backwards_per_step
+    if batches is not None and batches > 1.01:
+        return [f"gradient accumulation: {batches:g} batches per optimizer step; one step here is one optimizer "
+                "step, all its micro-batches included"]
+    if bwd is not None and bwd > 1.01:
+        return [f"{bwd:g} backward passes per batch (a second backward on one forward, or a closure re-evaluating "
+                "the loss): not gradient accumulation; the batch's tokens are counted once"]
+    return []
+
+
 def _infer_metrics(m: Measured, att: Attribution | None) -> dict[str, Metric]:
-    gens, ms, rough = m.timings.gens, 1e3, _rough(m)
+    gens, ms, rough, basis = m.timings.gens, 1e3, _rough(m), _basis(m)
     metrics: dict[str, Metric] = {
-        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=rough or TTFT),
-        "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E),
+        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=rough or TTFT,
+                                    basis=basis),
+        "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E,
+                                           basis=basis),
     }
     decode = [d * ms for g in gens for d in g.decode_s]
-    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT)
+    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT, basis=basis)
                        if decode else Metric.na("ms", "one forward per generation: no decode step"))
     last = gens[-1]
     if last.batch and last.prompt_len:
         metrics["prefill_tokens_per_s"] = Metric.from_samples(
-            [g.batch * g.prompt_len / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s", "derived")
+            [g.batch * g.prompt_len / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s", "derived",
+            basis=basis)
         if decode:
             metrics["decode_tokens_per_s"] = Metric.from_samples(
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
-                "derived", note="batch x decode forwards / decode time")
+                "derived", note="batch x decode forwards / decode time", basis=basis)
     _overhead(m, metrics, att, metrics["e2e_latency"].value or 0.0, "generation")
     m.config.setdefault("new_tokens", last.forwards)
     return metrics

@@ -26,20 +26,22 @@ STEP_MEANS = ("the median of the watched steps just before the capture: host clo
 
 
 def capture_run(spec: Spec, plan: PhasePlan, seen: Observed, folder: Path, profile: ProfiledPhase,
-                step_s: Sequence[float], config: dict[str, Any], per_step: tuple[float | None, float | None],
+                step_s: Sequence[float], config: dict[str, Any],
+                per_step: tuple[float | None, float | None, float | None, float | None],
                 describe: Callable[[ModelFacts], Described]) -> Run:
     """The captured window in ``folder`` as a Run, saved there (run.json, blocks.csv, ops.csv, the trace);
     ``step_s``: the watched steps before it (seconds), ``per_step``: backward and forward passes per
-    captured step, ``config``: what the watch says of the capture (merged into the driver's config)."""
+    captured step (and the distinct batches and their token ids), ``config``: what the watch says of the capture (merged into the driver's config)."""
     assert seen.device is not None
     facts = model_facts(seen)
     said = describe(facts)
-    backwards, forwards = per_step
+    backwards, forwards, batches, tokens = per_step
     m = Measured(
         spec=dataclasses.replace(spec, report=False, plots=False, verbose=False, watch=None), plan=plan,
         folder=folder, device=seen.device, config={**said.config, **config}, step_means=STEP_MEANS,
         timings=Timings(steps=list(step_s)), profile=profile, notes=[], facts=facts, known=said.known,
         compiled=seen.compiled, input_shape=seen.input_shape, backwards_per_step=backwards, forwards_per_step=forwards,
+        batches_per_step=batches, tokens_per_step=tokens,
         memory=None, cache_bytes=None, flops=None, energy=None, noise=None, compile=None,
         figure_notes=["a window captured by the whole-run watch: its memory measurement, FLOP count and energy "
                       "are the parent run's (one folder up)"])

@@ -55,9 +55,13 @@ def add_costs(
         phases: tuple[tuple[Mode, float | None], ...] = (("prefill", prefill_s), ("decode", decode_s))
         for phase, time_s in phases:
             figures = figures_for(phase, time_s, decode_tokens=max(decode_tokens, 1))
+            if phase == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
+                figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
+                           for k, v in figures.items()}
             run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    # decode_tokens scales the decode blocks, of which a prefill-only generation has none
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
-                                  decode_tokens=decode_tokens, attention=attention, conventions=conventions)
+                                  decode_tokens=max(decode_tokens, 1), attention=attention, conventions=conventions)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
 

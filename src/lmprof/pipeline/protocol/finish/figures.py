@@ -21,7 +21,7 @@ from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs
-from lmprof.pipeline.protocol.finish.memory import add_memory
+from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.record.run import Metric, Run
 from lmprof.errors import LmprofError
@@ -150,7 +150,8 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
     return estimate_memory(f.shape, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype,
                            param_dtype=f.param_dtype or "fp32", attention=f.attention,
                            optimizer=f.optimizer,  # type: ignore[arg-type]  # checked against ESTIMATED_OPTIMIZERS
-                           device_kind=kind, dropout=f.dropout)
+                           device_kind=kind, dropout=f.dropout,
+                           hold_logits=held_logits(f.memory, f.batch, f.seq_len, f.shape.vocab_size) is not None)
 
 
 def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:

@@ -54,6 +54,8 @@ class Measured:
     input_shape: tuple[int, ...] | None
     backwards_per_step: float | None
     forwards_per_step: float | None
+    batches_per_step: float | None  # distinct inputs the model ran on per step (probes.py)
+    tokens_per_step: float | None  # the token ids in them
     memory: MeasuredMemory | None  # the figures step's
     cache_bytes: int | None  # the KV cache the figures generation's last forward returned
     flops: CountedFlops | None  # counted with FlopCounterMode (a model lmprof has no formulas for)
@@ -79,13 +81,15 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         notes.append(f"no memory measurement: the figures step's recording could not be read back "
                      f"({fig.step.memory_error})")
     if step is None and not fig.gave_way:  # else the figures window said why
-        notes.append("no memory measurement: it is taken on a warm-up step, and this run had none "
-                     "lmprof saw begin (raise --warmup)")
+        notes.append("no memory measurement: it is taken on a warm-up step, and "
+                     + ("--warmup 0 asked for none" if plan.warmup == 0 else "this run had none lmprof saw begin")
+                     + " (raise --warmup)")
     return Measured(
         spec=spec, plan=plan, folder=folder, device=seen.device, config=said.config, step_means=said.step_means,
         timings=timings, profile=profile, notes=list(seen.notes), facts=facts, known=said.known,
         compiled=seen.compiled, input_shape=seen.input_shape,
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
+        batches_per_step=seen.batches_per_step, tokens_per_step=seen.tokens_per_step,
         memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
         more=[r for r in (w.result() for w in windows.more) if r is not None])

@@ -2,10 +2,10 @@
 the script's own)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from lmprof.pipeline.protocol.folder import INCOMPLETE
+from lmprof.pipeline.protocol.say import err
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
 
@@ -24,7 +24,8 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
 
     from lmprof.show.summary import render
 
-    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 120)
+    stream = err()
+    console = Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 120)
     render(run, console, folder=str(folder))
     if spec.report:
         from lmprof.show.report import write_run_report

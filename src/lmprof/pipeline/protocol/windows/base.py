@@ -65,7 +65,7 @@ class Context(Protocol):
     def finish(self, reason: str | None) -> Any: ...
 
     def assemble_capture(self, folder: Path, profile: "ProfiledPhase", step_s: list[float], config: dict[str, Any],
-                         per_step: tuple[float | None, float | None]) -> Any:
+                         per_step: tuple[float | None, float | None, float | None, float | None]) -> Any:
         """A window's own profiled steps as a run folder of their own (the watch's captures): the Run."""
 
     def fail(self, exc: BaseException) -> None: ...

@@ -19,6 +19,7 @@ import torch
 
 from lmprof.hardware.devices import Device
 from lmprof.measure.flops import StepFlops
+from lmprof.measure.held import HeldOutputs
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
@@ -27,6 +28,7 @@ from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
+from lmprof.workloads.hooks import takes_hooks
 
 
 @dataclass
@@ -46,11 +48,13 @@ class FiguresStep:
                  mode: str, *, count_flops: bool, compiled: bool, phases: bool = True,
                  snapshot_dir: Path | None = None):
         self.model, self.optimizers, self.device, self.mode = model, optimizers, device, mode
+        self.compiled = compiled
         self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
         self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
         self.flops = StepFlops() if count_flops else None
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
+        self._held: HeldOutputs | None = None  # training: what the loop keeps alive into backward
         self._memory: MemoryWindow | None = None
         self._stopped = False
         self._range: Any = None  # the step's ProfilerStep range while it runs
@@ -69,6 +73,8 @@ class FiguresStep:
                                         snapshot=self.snapshot_dir is not None)
             if self.mode == "train":
                 self._grads = self._stack.enter_context(record_grads(model))
+                if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
+                    self._held = self._stack.enter_context(HeldOutputs(model).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
@@ -89,7 +95,8 @@ class FiguresStep:
         if self.flops is not None and not self.flops.marks:
             self.flops.mark()
         self.probes.forward_end()
-        found = returned_cache(output)
+        # model.forward(x): the outputs of its outermost submodule calls (forwards.py), one of which may hold it
+        found = next(filter(None, map(returned_cache, output if isinstance(output, tuple) else (output,))), None)
         if found is not None:
             with contextlib.suppress(Exception):  # a cache lmprof cannot read is a missing figure, not a failure
                 self.cache_bytes = cache_bytes(found[1])
@@ -157,6 +164,8 @@ class FiguresStep:
             mem.static = self._static_after
         if mem is not None and self._grads:
             mem.grads = ranges_bytes(self._grads.values())
+        if mem is not None and self._held is not None:
+            mem.held = self._held.held
         total = self.flops.stop() if self.flops is not None else None
         prefill = self.flops.marks[0] if self.flops is not None and self.flops.marks else None
         return StepFigures(memory=mem, flops=total or None, prefill_flops=prefill, cache_bytes=self.cache_bytes)
@@ -266,6 +275,5 @@ class FiguresWindow(Window):
         if fs.probes.forwards:
             seen.input_shape = seen.input_shape or fs.probes.input_shape
             if self.ctx.spec.mode == "train" and fs.probes.backwards and seen.backwards_per_step is None:
-                seen.backwards_per_step = float(fs.probes.backwards)
-                seen.forwards_per_step = float(fs.probes.forwards)
+                seen.counted(fs.probes, 1)
         return ProfiledPhase(trace_path=path, ops=[], steps=1)

@@ -52,7 +52,7 @@ class MeterWindow(Window):
         """Lengthen the clean window to what the meter needs; the fastest warm-up step after the first
         sets it (a faster step needs more of them, so this errs long)."""
         warm = self.ctx.timings.warm()
-        if self.monitor is not None and self.monitor.available and not self.ctx.plan.gap and warm:
+        if self.monitor is not None and self.monitor.available and self.ctx.plan.steps and warm:
             self.ctx.lengthen(self.monitor.extra_steps(step_s=min(warm), steps=steps))
 
     def start(self) -> None:

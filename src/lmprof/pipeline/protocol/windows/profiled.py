@@ -69,7 +69,7 @@ class ProfiledWindow(Window):
         if self._probes is not None and self._probes.active:
             self._probes.step_end()
             if phase is Phase.PROFILER_WARMUP:  # the profiler's warm-up step ended: count from here
-                self._probes.forwards = self._probes.backwards = 0
+                self._probes.reset_counts()
         if self.window is not None and phase is Phase.PROFILED:
             self.window.close_step()
             if self.ctx.plan.window_completes(step):
@@ -122,10 +122,7 @@ class ProfiledWindow(Window):
         if probes is None:
             return
         seen, per = self.ctx.observed, max(self.complete, 1)
-        if probes.backwards:
-            seen.backwards_per_step = probes.backwards / per
-        if probes.forwards:
-            seen.forwards_per_step = probes.forwards / per
+        seen.counted(probes, per)
         seen.input_shape = seen.input_shape or probes.input_shape
         probes.remove()
 

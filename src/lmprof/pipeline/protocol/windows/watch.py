@@ -43,7 +43,6 @@ from lmprof.measure.watch.device import ProcRss, device_edges
 from lmprof.measure.window import user_profiler_active
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
-from lmprof.pipeline.protocol.observed import observed_tokens
 from lmprof.pipeline.protocol.spec import WatchSpec
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.watch_capture import Capture
@@ -176,7 +175,11 @@ class WatchWindow(Window):
             return
         self.folder = folder = ctx.claim_folder()
         write_text(folder / INCOMPLETE, MARK)
-        tokens = observed_tokens(seen.input_shape, seen.backwards_per_step, seen.forwards_per_step)
+        # the probes' count of the distinct batches' token ids per step, as the run's tokens_per_step
+        # (before the profiled window has handed it over: the first profiled input's batch x sequence)
+        shape = seen.input_shape
+        tokens = (round(seen.tokens_per_step) if seen.tokens_per_step
+                  else shape[0] * shape[1] if shape and len(shape) == 2 else None)
         self.base = Baseline.from_samples(steps, memory_bytes=self._memory0,
                                           memory_capacity_bytes=_capacity(seen.device.torch_device),
                                           tokens_per_step=tokens)

@@ -40,7 +40,7 @@ class Capture:
         self._give_way: GiveWay | None = None
         self._warm = True  # the running step is the profiler's warm-up step
         self.dropped: str | None = None  # why the capture was dropped (the user's own profiler started)
-        self._seen = (0, 0)  # backward and forward passes the probes counted in the profiled steps
+        self._seen = (0, 0, 0, 0)  # backward and forward passes, batches and token ids the probes counted
 
     def start(self) -> None:
         """Claim the folder, scope the step, start the profiler (the next step is its warm-up)."""
@@ -70,7 +70,7 @@ class Capture:
         probes.step_end()
         if self._warm:
             self._warm = False
-            probes.forwards = probes.backwards = 0  # count from the first profiled step
+            probes.forwards = probes.backwards = probes.batches = probes.tokens = 0  # from the first profiled step
         else:
             window.close_step()
         if window.complete >= self.steps:
@@ -85,12 +85,12 @@ class Capture:
         window = self.window
         assert window is not None and not window.running
         per = max(window.complete, 1)
-        backwards, forwards = self._seen
+        per_step = tuple(n / per if n else None for n in self._seen)
         profile = window.export()
         config = {"source": "lmprof watch capture",
                   "capture": {"first_step": self.first_step, "steps": self.steps, "requested_by": self.requested_by}}
         self.ctx.assemble_capture(self.folder, profile, list(step_s), config,
-                                  (backwards / per if backwards else None, forwards / per if forwards else None))
+                                  per_step)  # type: ignore[arg-type]  # four counts
         with contextlib.suppress(OSError):
             os.unlink(self.folder / INCOMPLETE)
         self.window = None
@@ -110,7 +110,7 @@ class Capture:
             self._give_way = None
         probes, self._probes = self._probes, None
         if probes is not None:
-            self._seen = (probes.backwards, probes.forwards)
+            self._seen = (probes.backwards, probes.forwards, probes.batches, probes.tokens)
             probes.remove()
 
     def _user_profiler_starts(self) -> None:
