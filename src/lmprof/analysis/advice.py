@@ -24,6 +24,9 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from lmprof import names
 from lmprof.analysis.marks import NOISY, run_marks
+from lmprof.modes import traits
+from lmprof.names import PASS_PHASES
+from lmprof.record.catalogue import cost_key, pick
 from lmprof.record.run import Run
 
 # -- thresholds (documented in docs/reports.md) -------------------------------------------------
@@ -243,10 +246,9 @@ def median_op_us(run: Run) -> float | None:
 
 
 def _profiled_step_ms(run: Run) -> float | None:
-    for key in ("profiled_step_time", "profiled_e2e_latency"):
-        v = run.value(key)
-        if v:
-            return v
+    v = run.value(pick("profiled", run.mode).name)
+    if v:
+        return v
     steps = (run.tables.get("attribution") or [{}])[0].get("profiled_step_ms")
     return statistics.mean(steps) if steps else None
 
@@ -345,7 +347,15 @@ def phase_time_share(run: Run, phases: Sequence[str]) -> float | None:
 
 
 def _phases(run: Run) -> list[tuple[str, ...]]:
-    return [("prefill",), ("decode",)] if run.mode == "infer" else [("forward", "backward")]
+    return [PASS_PHASES[p] for p in traits(run.mode).passes]
+
+
+def _pass_key(run: Run, phase: object, key: str) -> str:
+    """run.json's key of compute figure ``key`` of the pass a block phase belongs to: a training run has one
+    pass (its step, forward and backward), an inference run one per phase (``prefill.mbu``, ``decode.mbu``)."""
+    passes = traits(run.mode).passes
+    p = passes[0] if len(passes) == 1 else str(phase)
+    return cost_key(p, key) if p in passes else f"{phase}.{key}"  # a phase of no pass: a key no run has
 
 
 def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
@@ -359,8 +369,7 @@ def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
     bound = str(row.get("bound") or "unknown")
     if bound != "overhead-bound" or not run.noisy:
         return bound
-    prefix = "" if run.mode == "train" else f"{row.get('phase')}."
-    peak, bw = run.value(f"{prefix}peak.flops"), run.value(f"{prefix}peak.bandwidth")
+    peak, bw = (run.value(_pass_key(run, row.get("phase"), k)) for k in ("peak.flops", "peak.bandwidth"))
     ridge = peak / bw if peak and bw else MEMORY_BOUND_MAX_INTENSITY
     intensity = row.get("intensity")
     if not isinstance(intensity, (int, float)) or isinstance(intensity, bool):
@@ -412,9 +421,9 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         return None
     p = max(found, key=lambda x: x.time_share)
     door = door_of(run)
-    prefix = "" if run.mode == "train" else f"{p.phase}."
-    mbu = run.value(f"{prefix}mbu")
-    what = "generation" if run.mode == "infer" else "step"
+    mbu_key = _pass_key(run, p.phase, "mbu")
+    mbu = run.value(mbu_key)
+    what = traits(run.mode).unit
     evidence = [
         Evidence(f"{p.phase} share of the {what}'s block time", p.time_share, "%", PHASE_SHARE_MIN_PCT, ">="),
         Evidence(f"blocks[{'+'.join(p.blocks)}] share of {p.phase}", p.matmul_share, "%", MATMUL_SHARE_MIN_PCT, ">="),
@@ -424,7 +433,7 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         Evidence(f"{p.phase} matmul FLOP/byte", p.intensity, "FLOP/B", None, "present"),
     ]
     if mbu is not None:
-        evidence.append(Evidence(f"{prefix}mbu", mbu, "%", None, "present"))
+        evidence.append(Evidence(mbu_key, mbu, "%", None, "present"))
     actions = []
     if p.phase == "decode":
         actions += [f"Decode more sequences at once ({door.batch}): each weight read from memory then serves every "
@@ -443,7 +452,7 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
             actions.append(f"Compute in a narrower dtype ({door.bf16}) so each weight and activation moves fewer bytes.")
     actions.append("Fusing or compiling small operators will not help much here: the time is in the matmuls, "
                    "waiting on memory.")
-    mbu_text = f", {mbu:.1f}% of the peak bandwidth ({prefix}mbu)" if mbu is not None else ""
+    mbu_text = f", {mbu:.1f}% of the peak bandwidth ({mbu_key})" if mbu is not None else ""
     others = [f"{o.phase} ({o.time_share:.0f}% of the {what}) is memory-bound too" for o in found if o is not p]
     return Recommendation(
         rule="memory_bound", title=f"The {p.phase} step is memory-bound: its matmuls wait on memory",
@@ -537,19 +546,20 @@ def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendat
 
 def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
-    key = "prefill.mfu" if run.mode == "infer" else "mfu"
-    phases = ("prefill",) if run.mode == "infer" else ("forward", "backward")
+    mode = traits(run.mode)
+    first = mode.passes[0]  # the training step, or the prefill
+    key, phases = cost_key(first, "mfu"), PASS_PHASES[first]
     mfu = run.value(key)
     share = matmul_phase_share(run, phases)
     if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
         return None
     if any(p.phase != "decode" for p in _memory_bound_phases(run)):
         return None  # memory-bound advice covers it: more FLOP/s cannot come from the compute side
-    where = "prefill" if run.mode == "infer" else "step"
+    where = "step" if mode.trains else first
     evidence = [Evidence(key, mfu, "%", LOW_MFU_PCT, "<"),
                 Evidence(f"blocks[{'+'.join(present_matmul_blocks(run, phases))}] share of {where}", share, "%",
                          MATMUL_SHARE_MIN_PCT, ">=")]
-    if run.mode == "infer":  # a prefill of a few tokens before many decode steps is not where the time goes
+    if mode.generates:  # a prefill of a few tokens before many decode steps is not where the time goes
         held = phase_time_share(run, phases)
         if held is None or held < PHASE_SHARE_MIN_PCT:
             return None
@@ -586,7 +596,7 @@ def rule_host_sync(run: Run, trace: Mapping[str, float]) -> Recommendation | Non
 
 def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The optimizer step is a large share of a training step."""
-    if run.mode != "train":
+    if not traits(run.mode).trains:
         return None
     share = block_share(run, ("optimizer",), phase="step")
     if share is None or share <= OPTIMIZER_SHARE_MAX_PCT:

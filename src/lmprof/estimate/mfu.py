@@ -30,6 +30,7 @@ from lmprof.estimate.flops import (
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
+from lmprof.names import PASS_PHASES
 from lmprof.units import si
 from lmprof.record.run import Block, Metric
 from lmprof.estimate.shape import ModelShape
@@ -37,7 +38,8 @@ from lmprof.estimate.shape import ModelShape
 if TYPE_CHECKING:
     from lmprof.hardware.calibrate import Peak
 
-Mode = Literal["train", "prefill", "decode"]
+# The pass a figure is for: a training step (forward + backward), a prefill, the decode steps (names.PASS_PHASES).
+Pass = Literal["train", "prefill", "decode"]
 #: A utilisation (MFU, HFU, MBU) above this is never given as a figure: the peak it divides by is wrong.
 MAX_UTILISATION_PCT = 100.0
 Recompute = Literal["none", "full"] | float | None
@@ -58,6 +60,11 @@ def _recompute_fraction(recompute: Recompute) -> float:
     raise ConfigError(f"recompute must be 'none', 'full' or a fraction in [0, 1], got {recompute!r}")
 
 
+def per_pass(mode: Pass, decode_steps: int) -> str:
+    """What one figure of ``mode`` covers, in its notes."""
+    return {"train": "training step", "prefill": "prefill", "decode": f"{decode_steps} decode step(s)"}[mode]
+
+
 def peak_flops_metric(peak: Peak) -> Metric:
     """The device's peak FLOP/s as a run metric: measured when calibrated here, else estimated; n/a with why."""
     if not peak.flops_per_s:
@@ -72,7 +79,7 @@ def mfu_metrics(
     *,
     batch: int,
     seq_len: int,
-    mode: Mode,
+    mode: Pass,
     time_s: float | None,
     device_name: str,
     device_kind: str | None = None,
@@ -112,17 +119,15 @@ def mfu_metrics(
     model = model_flops_per_step(
         shape, batch=batch, seq_len=seq_len, mode=mode, decode_tokens=decode_tokens, conventions=conventions
     )
-    forward = 0.0  # one forward pass, what full recomputation adds per training step
-    if mode == "train":
-        forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions)
+    # What full recomputation adds per training step: one forward pass (fraction is 0 but in training).
+    forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions) if fraction else 0.0
     hardware = model + fraction * forward
-    phase = "train" if mode == "train" else mode
     nbytes = totals(
-        phase_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dt, decode_tokens=decode_tokens,
+        phase_costs(shape, batch=batch, seq_len=seq_len, phase=mode, dtype=dt, decode_tokens=decode_tokens,
                     attention=attention, conventions=conventions)
     )["bytes"]
 
-    per = {"train": "training step", "prefill": "prefill", "decode": f"{decode_tokens} decode step(s)"}[mode]
+    per = per_pass(mode, decode_tokens)
     last_only = " minus lm_head of all but the last position" if conventions.prefill_logits == "last" else ""
     formula = {
         # N is the one the value uses: a mixture of experts counts the experts a token runs (top_k), not all.
@@ -142,7 +147,7 @@ def mfu_metrics(
         bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)", recomputed=bool(fraction))
 
 
-def facts_mfu_metrics(facts: ModelFacts, *, mode: Mode, time_s: float | None, device_name: str,
+def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, device_name: str,
                       device_kind: str | None = None, dtype: object = "bf16", decode_steps: int = 1,
                       peak: object | None = None) -> dict[str, Metric]:
     """:func:`mfu_metrics` for a model the describer read (:class:`~lmprof.estimate.facts.ModelFacts`):
@@ -150,12 +155,8 @@ def facts_mfu_metrics(facts: ModelFacts, *, mode: Mode, time_s: float | None, de
     from lmprof.hardware.calibrate import Peak, resolve_peak
 
     dt = normalize_dtype(dtype)
-    if mode == "train":
-        rows = [r for r in facts.rows if r.phase in ("forward", "backward")]
-        per = "training step"
-    else:
-        rows = facts.phase_rows(mode)
-        per = "prefill" if mode == "prefill" else f"{decode_steps} decode step(s)"
+    rows = [r for r in facts.rows if r.phase in PASS_PHASES[mode]]
+    per = per_pass(mode, decode_steps)
     scale = decode_steps if mode == "decode" else 1
     flops = scale * sum(r.flops for r in rows)
     nbytes = scale * sum(r.bytes for r in rows)

@@ -20,12 +20,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from lmprof.modes import Mode
+
 if TYPE_CHECKING:  # only the type: the catalogue stays importable without pydantic (the sweep store reads it)
     from lmprof.record.run import Source
 
-Mode = Literal["train", "infer"]
 #: The group a figure is shown in by ``compare`` and the report's sections.
 Group = Literal["headline", "compute", "memory", "energy", "other"]
+#: The part a figure plays in the runs of its modes, one figure per mode (:func:`pick`): the clean timing of
+#: one step or generation, the profiled one, the throughput, the throughput summed over ranks.
+Role = Literal["timing", "profiled", "throughput", "global_throughput"]
 
 TRAIN: tuple[Mode, ...] = ("train",)
 INFER: tuple[Mode, ...] = ("infer",)
@@ -82,6 +86,7 @@ class MetricSpec:
     best: str | None = None  # a sweep report's "best configuration" criterion (figures sharing it: first found wins)
     best_rank: int | None = None  # that criterion's place among the sweep report's criteria
     headline: int | None = None  # rank as the one figure shown beside a finished sweep point
+    role: Role | None = None  # the part it plays in its modes' runs (pick)
 
     @property
     def family(self) -> bool:
@@ -120,9 +125,19 @@ def _m(name: str, unit: str, kind: Source, label: str, how: str, modes: tuple[Mo
     return MetricSpec(name, unit, kind, label, how, modes, group, higher, **kw)  # type: ignore[arg-type]
 
 
-def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
+# The key prefix of each pass's compute figures (names.PASS_PHASES): a training step's have none.
+_PASS_PREFIX = {"train": "", "prefill": "prefill.", "decode": "decode."}
+
+
+def cost_key(pass_: str, key: str) -> str:
+    """run.json's key of one pass's compute figure: ``mfu`` of a training step, ``prefill.mfu``, ``decode.mbu``."""
+    return _PASS_PREFIX[pass_] + key
+
+
+def _costs(pass_: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
     """FLOPs, bytes, peaks and utilisations of one step (train, no prefix) or one inference phase."""
-    p = f"{prefix}." if prefix else ""
+    p = _PASS_PREFIX[pass_]
+    prefix = p.rstrip(".")
     r = ranks
     return [
         _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
@@ -214,10 +229,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m("step_time", "ms", "measured", "step time (clean median)",
        "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised",
        TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms",
-       best="lowest step time", best_rank=20, headline=30),
+       best="lowest step time", best_rank=20, headline=30, role="timing"),
     _m("tokens_per_s", "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
        TRAIN, "headline", True, spread=True, condition="lmprof run: needs the model's input shape",
-       summary=20, card=20, compare=20, view=20, results_header="tok/s", best=FASTEST, best_rank=10, headline=10),
+       summary=20, card=20, compare=20, view=20, results_header="tok/s", best=FASTEST, best_rank=10, headline=10,
+       role="throughput"),
     _m("tokens_per_step", "tokens", "derived", "tokens per step",
        "batch x sequence length (x backward passes per step with gradient accumulation)", TRAIN, "other", None,
        condition="lmprof run: needs the model's input shape"),
@@ -232,22 +248,23 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m("decode_tokens_per_s", "tokens/s", "derived", "decode throughput",
        "batch x decode steps / decode time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="more than one new token", summary=50, card=30, compare=70, view=50,
-       results_header="decode tok/s", best=FASTEST, best_rank=10, headline=20),
+       results_header="decode tok/s", best=FASTEST, best_rank=10, headline=20, role="throughput"),
     _m("e2e_latency", "ms", "measured", "end-to-end latency", "median of the clean generations, whole generate call",
-       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60, headline=40),
+       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60, headline=40, role="timing"),
     _m("prefill_tokens_per_s", "tokens/s", "derived", "prefill throughput",
        "batch x prompt tokens / prefill time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="lmprof run: needs the prompt's shape", summary=70, compare=80),
     # -- compute: the training step, then the two inference phases --------------------------------
-    *_costs("", TRAIN, "training step", _TRAIN_COSTS),
+    *_costs("train", TRAIN, "training step", _TRAIN_COSTS),
     *_costs("prefill", INFER, "prefill", {"mfu": {"summary": 90, "card": 50}}),
     *_costs("decode", INFER, "decode phase (every decode step of a generation)",
             {"mfu": {"summary": 100}, "mbu": {"summary": 110, "card": 60}}),
     # -- the profiler and the workload -------------------------------------------------------------
     _m("profiled_step_time", "ms", "measured", "profiled step time", "median of the steps run under torch.profiler",
-       TRAIN, "headline", False, spread=True, summary=140, compare=30),
+       TRAIN, "headline", False, spread=True, summary=140, compare=30, role="profiled"),
     _m("profiled_e2e_latency", "ms", "measured", "profiled generation latency",
-       "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150),
+       "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150,
+       role="profiled"),
     _m("profiler_overhead", "%", "derived", "profiler overhead",
        "(profiled median - clean median) / clean median; n/a when no clean time was taken", BOTH, "headline",
        None, timed=True, summary=160, card=100, compare=40),
@@ -264,9 +281,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
        "(slowest rank's median - fastest rank's) / fastest rank's", BOTH, "other", None,
        condition=DISTRIBUTED, summary=210, timed=True),
     _m("tokens_per_s.global", "tokens/s", "derived", "global throughput", "sum over ranks of each rank's tokens_per_s",
-       TRAIN, "other", True, condition=DISTRIBUTED, summary=220, timed=True),
+       TRAIN, "other", True, condition=DISTRIBUTED, summary=220, timed=True, role="global_throughput"),
     _m("decode_tokens_per_s.global", "tokens/s", "derived", "global decode throughput",
-       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230, timed=True),
+       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230, timed=True,
+       role="global_throughput"),
     # -- memory -------------------------------------------------------------------------------------
     _m("memory.peak", "B", "measured", "peak memory",
        "peak allocated bytes of one warm-up step (CUDA allocator; on CPU model bytes + the step's net allocations)",
@@ -360,9 +378,18 @@ def best_criteria() -> list[tuple[str, list[MetricSpec]]]:
     return list(found.items())
 
 
+_ROLES: dict[tuple[str, str], MetricSpec] = {(m.role, mode): m for m in CATALOGUE if m.role is not None for mode in m.modes}
+
+
+def pick(role: Role, mode: str) -> MetricSpec:
+    """The figure that plays ``role`` in runs of ``mode``: the clean timing is ``step_time`` in training,
+    ``e2e_latency`` in inference; the throughput ``tokens_per_s``, ``decode_tokens_per_s``."""
+    return _ROLES[role, mode]
+
+
 def throughput(mode: Mode) -> MetricSpec:
     """The throughput figure a sweep plots for ``mode`` (the "fastest" criterion's figure for that mode)."""
-    return next(m for m in CATALOGUE if m.best == FASTEST and mode in m.modes)
+    return pick("throughput", mode)
 
 
 def headlines() -> list[MetricSpec]:

@@ -11,7 +11,8 @@ from lmprof.analysis.marks import FIRST_CALL, NOISY, marks, tag
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
-from lmprof.record.catalogue import Group, MetricSpec, Mode, group_of, in_catalogue_order, ranked
+from lmprof.modes import MODES, Mode, traits
+from lmprof.record.catalogue import Group, MetricSpec, group_of, in_catalogue_order, ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
@@ -36,7 +37,7 @@ def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
 # Headline cards per mode, in order (the catalogue's card ranks); a figure the run lacks shows
 # "not recorded in this run".
 HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {
-    mode: tuple(headline_slots(mode)) for mode in ("train", "infer")}
+    mode: tuple(headline_slots(mode)) for mode in MODES}
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
@@ -138,7 +139,7 @@ def block_chart_png(run: Run) -> bytes | None:
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    unit = "generation" if run.mode == "infer" else "step"
+    unit = traits(run.mode).unit
     ax.set_xlabel(f"ms per {unit} (scaled to the clean {unit})")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)

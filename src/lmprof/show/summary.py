@@ -10,6 +10,7 @@ from rich.text import Text
 
 from lmprof.analysis.advice import roofline_bound
 from lmprof.analysis.marks import marks, tag
+from lmprof.modes import traits
 from lmprof.record.catalogue import ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
@@ -48,7 +49,7 @@ def _notes(run: Run, keys: list[str]) -> list[str]:
 def blocks_table(run: Run) -> Table:
     """Blocks as rows with one column per phase, then the step's own parts; total = clean step."""
     order, phases, cells, pct = block_cells(run)
-    what = "step" if run.mode == "train" else "generation"
+    what = traits(run.mode).unit
     t = Table(title=f"Where the {what} goes (ms, scaled to the clean {what}; share of the profiled {what})",
               title_justify="left", show_edge=False)
     t.add_column("block")

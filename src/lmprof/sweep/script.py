@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from lmprof.config import Checked
 from lmprof.errors import LmprofError
+from lmprof.modes import Mode, traits
 from lmprof.safeyaml import short_repr
 
 from lmprof.sweep.plan import Plan, matches
 
-Mode = Literal["train", "infer"]
 ArgValue = str | int | float | bool
 UNMAPPED = 0  # batch_size / seq_len of a point whose spec does not say which argument holds it
 MAX_POINTS = 10_000  # the default grid bound of every sweep (spec.py too); `max_points: N` raises it
@@ -87,7 +87,7 @@ class ScriptPoint(BaseModel):
             value = getattr(self, key)
             if value is not None:
                 cmd += [f"--{key.replace('_', '-')}", str(value)]
-        if self.mode == "infer":
+        if traits(self.mode).generates:
             cmd.append("--infer")
         if self.stop_after:
             cmd.append("--stop-after")

@@ -28,7 +28,8 @@ from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
 from lmprof.sweep.plan import Plan, matches
-from lmprof.sweep.script import MAX_POINTS, Mode, ScriptPoint, ScriptSweepSpec
+from lmprof.modes import Mode, traits
+from lmprof.sweep.script import MAX_POINTS, ScriptPoint, ScriptSweepSpec
 
 AttentionImpl = Literal["math", "sdpa"]
 
@@ -173,7 +174,7 @@ class Point(BaseModel):
         for key in ("steps", "warmup", "profile_steps"):
             if getattr(self, key) is not None:
                 values[key] = getattr(self, key)
-        if self.mode == "train":
+        if traits(self.mode).trains:
             values["seq_len"] = self.seq_len
             if self.data:
                 values["data"] = self.data
@@ -382,7 +383,7 @@ class SweepSpec(Checked):
                     dtype=where["dtype"], compile=where["compile"], attention=where["attention"],
                     steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
                     new_tokens=self.new_tokens, energy=self.energy, seed=self.seed, tdp_w=self.tdp_w,
-                    data=self.data if where["mode"] == "train" else None, repeat=r,
+                    data=self.data if traits(where["mode"]).trains else None, repeat=r,
                 ))
         unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]
         return Plan(points=kept, excluded=excluded, unused_rules=unused)

@@ -67,7 +67,7 @@ class Session:
     def _make_plan(self) -> PhasePlan:
         w, s, p = self.counts
         return PhasePlan.of(w, s, p, figures_at=self.driver.figures_at(w, self.observed.compiled),
-                            flops_apart=self.spec.mode == "train")
+                            flops_apart=self.spec.traits.trains)
 
     def lengthen(self, steps: int) -> None:
         self.counts = self.counts._replace(steps=self.counts.steps + steps)
@@ -110,7 +110,7 @@ class Session:
     @guarded
     def begin(self) -> None:
         """Mark step 1's start (``lmprof.profile``, the callbacks, lmprof's own loop)."""
-        if self.spec.mode == "infer":
+        if self.spec.traits.generates:
             self.generation_begin()
         else:
             self._begin(1, fresh=True)
@@ -149,7 +149,7 @@ class Session:
                 if w.steps_after_window:
                     w.boundary()  # after the profiled window: only the windows that watch the steps after it
             return
-        if self.spec.mode == "infer":
+        if self.spec.traits.generates:
             self.generation_end()
             if not self.done:
                 self.generation_begin()
@@ -253,7 +253,7 @@ class Session:
         if not self.timings.clean:
             model = type(seen.model).__name__ if seen.model is not None else "the model"
             self.message = messages.nothing_measured(reason or "the session ended", self.plan, self.k,
-                                                     self.timings.clean, unit, infer=self.spec.mode == "infer",
+                                                     self.timings.clean, unit, infer=self.spec.traits.generates,
                                                      model=model, without_forward=seen.generations_without_forward,
                                                      aside=self.aside)
             self._folder.settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
