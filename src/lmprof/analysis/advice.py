@@ -26,7 +26,10 @@ from lmprof import names
 from lmprof.analysis.marks import NOISY, run_marks
 from lmprof.modes import traits
 from lmprof.names import PASS_PHASES
-from lmprof.record.catalogue import cost_key, pick
+from lmprof.record.catalogue import pick
+from lmprof.record.keys import (
+    COMPILE_PER_STEP, KV_CACHE, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS, PROFILER_OVERHEAD, cost_key, memory_key,
+)
 from lmprof.record.run import Run
 
 # -- thresholds (documented in docs/reports.md) -------------------------------------------------
@@ -266,7 +269,7 @@ Rule = Callable[[Run, Mapping[str, float]], "Recommendation | None"]
 
 def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Profiled steps differ from clean steps by more than PROFILER_OVERHEAD_MAX_PCT."""
-    v = run.value("profiler_overhead")
+    v = run.value(PROFILER_OVERHEAD)
     if v is None or abs(v) <= PROFILER_OVERHEAD_MAX_PCT:
         return None
     if v > 0:
@@ -282,7 +285,7 @@ def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendati
         actions=("Trust the block shares (%) more than their milliseconds.",
                  f"Re-run with more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
                  "Fewer, longer steps (larger batch) reduce the per-op cost of profiling."),
-        evidence=(Evidence("profiler_overhead", v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
+        evidence=(Evidence(PROFILER_OVERHEAD, v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
     )
 
 
@@ -369,7 +372,7 @@ def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
     bound = str(row.get("bound") or "unknown")
     if bound != "overhead-bound" or not run.noisy:
         return bound
-    peak, bw = (run.value(_pass_key(run, row.get("phase"), k)) for k in ("peak.flops", "peak.bandwidth"))
+    peak, bw = (run.value(_pass_key(run, row.get("phase"), k)) for k in (PEAK_FLOPS, PEAK_BANDWIDTH))
     ridge = peak / bw if peak and bw else MEMORY_BOUND_MAX_INTENSITY
     intensity = row.get("intensity")
     if not isinstance(intensity, (int, float)) or isinstance(intensity, bool):
@@ -421,7 +424,7 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         return None
     p = max(found, key=lambda x: x.time_share)
     door = door_of(run)
-    mbu_key = _pass_key(run, p.phase, "mbu")
+    mbu_key = _pass_key(run, p.phase, MBU)
     mbu = run.value(mbu_key)
     what = traits(run.mode).unit
     evidence = [
@@ -548,7 +551,7 @@ def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
     mode = traits(run.mode)
     first = mode.passes[0]  # the training step, or the prefill
-    key, phases = cost_key(first, "mfu"), PASS_PHASES[first]
+    key, phases = cost_key(first, MFU), PASS_PHASES[first]
     mfu = run.value(key)
     share = matmul_phase_share(run, phases)
     if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
@@ -614,7 +617,7 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
 
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Peak memory uses little of the device: a larger batch fits."""
-    peak = run.value("memory.peak")
+    peak = run.value(memory_key("peak"))
     cap = device_capacity(run)
     if not peak or cap is None:
         return None
@@ -622,11 +625,12 @@ def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation
     used = 100.0 * peak / capacity
     if used >= MEMORY_USED_MAX_PCT:
         return None
-    evidence = [Evidence("memory.peak", peak, "B", None, "present"),
+    evidence = [Evidence(memory_key("peak"), peak, "B", None, "present"),
                 Evidence(cap_key, capacity, "B", None, "present"),
                 Evidence("memory.peak / capacity", used, "%", MEMORY_USED_MAX_PCT, "<")]
     # Only activations (and the KV cache) grow with the batch: scale those, keep the rest fixed.
-    per_batch = run.value("memory.activations") or run.value("memory.kv_cache") or run.value("kv_cache")
+    per_batch = (run.value(memory_key("activations")) or run.value(memory_key("kv_cache"))
+                 or run.value(KV_CACHE))
     batch = run.config.get("batch_size")
     suggestion = f"Increase the batch ({door_of(run).batch}) until peak memory nears the device's capacity; re-profile."
     if per_batch and isinstance(batch, int) and per_batch > 0:
@@ -644,27 +648,22 @@ def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation
 
 def rule_noisy_timing(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The clean step (or latency) timing spreads widely between repeats."""
-    for key in ("step_time", "e2e_latency"):
-        m = run.metric(key)
-        if m is None:
-            continue
-        spread = m.spread_pct()
-        if spread is None or spread <= NOISY_SPREAD_MAX_PCT:
-            return None
-        return Recommendation(
-            rule="noisy_timing", title="The timing is noisy",
-            why=(f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences "
-                 "smaller than that between runs are not meaningful."),
-            actions=(f"Run more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
-                     "Pin threads/clocks where you can; compare medians, not single steps."),
-            evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),),
-        )
-    return None
+    key = pick("timing", run.mode).name
+    m = run.metric(key)
+    spread = m.spread_pct() if m is not None else None
+    if m is None or spread is None or spread <= NOISY_SPREAD_MAX_PCT:
+        return None
+    why = (f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences smaller than that "
+           "between runs are not meaningful.")
+    actions = (f"Run more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
+               "Pin threads/clocks where you can; compare medians, not single steps.")
+    return Recommendation(rule="noisy_timing", title="The timing is noisy", why=why, actions=actions,
+                          evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),))
 
 
 def rule_recompiles(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """A compiled model kept compiling in the timed window: about one compilation per step or more."""
-    rate = run.value("compile.per_step")
+    rate = run.value(COMPILE_PER_STEP)
     if rate is None or rate < RECOMPILES_PER_STEP_MIN:
         return None
     rows = [r for r in run.tables.get("compile", []) if r.get("phase") == "measured" and r.get("reason")]
@@ -677,7 +676,7 @@ def rule_recompiles(run: Run, trace: Mapping[str, float]) -> Recommendation | No
                  "pass changing integers as tensors), or compile with dynamic=True.",
                  "See every compilation and its reason in run.json tables.compile; "
                  "TORCH_LOGS=recompiles prints them as they happen."),
-        evidence=(Evidence("compile.per_step", rate, "compilations/step", RECOMPILES_PER_STEP_MIN, ">="),),
+        evidence=(Evidence(COMPILE_PER_STEP, rate, "compilations/step", RECOMPILES_PER_STEP_MIN, ">="),),
     )
 
 

@@ -26,6 +26,7 @@ from lmprof.errors import LmprofError
 from lmprof.modes import traits
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
 from lmprof.record.catalogue import Group as Group, group_of, lookup, ranked
+from lmprof.record.keys import PARAMS
 from lmprof.record.run import SCHEMA, Run
 
 # Figures shown first, in this order (those present in any run): the catalogue's compare ranks.
@@ -180,7 +181,7 @@ def model_identity(run: Run) -> dict[str, Any]:
     for key in MODEL_DIMS:
         if model.get(key) is not None:
             out[key] = model[key]
-    params = run.value("params")
+    params = run.value(PARAMS)
     if params:
         out["params"] = int(params)
     return out

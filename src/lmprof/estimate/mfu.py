@@ -32,6 +32,9 @@ from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, 
 from lmprof.errors import ConfigError
 from lmprof.names import PASS_PHASES
 from lmprof.units import si
+from lmprof.record.keys import (
+    BYTES_MODEL, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS,
+)
 from lmprof.record.run import Block, Metric
 from lmprof.estimate.shape import ModelShape
 
@@ -178,24 +181,24 @@ def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: fl
                         recomputed: bool) -> dict[str, Metric]:
     """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time."""
     out: dict[str, Metric] = {
-        "flops.model_per_step": Metric(value=model, unit="FLOP", source="estimated", note=model_note),
-        "flops.hardware_per_step": Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
-        "bytes.model_per_step": Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
+        FLOPS_MODEL: Metric(value=model, unit="FLOP", source="estimated", note=model_note),
+        FLOPS_HARDWARE: Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
+        BYTES_MODEL: Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
     }
     timed = time_s is not None and time_s > 0
-    out["flops.achieved"] = (
+    out[FLOPS_ACHIEVED] = (
         Metric(value=model / time_s if time_s else None, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
         if timed else Metric.na("FLOP/s", "no measured time", source="derived")
     )
-    out["peak.flops"] = peak_flops_metric(peak)
+    out[PEAK_FLOPS] = peak_flops_metric(peak)
     if peak.bytes_per_s:
         bw_src = peak.bytes_source or peak.source
-        out["peak.bandwidth"] = Metric(
+        out[PEAK_BANDWIDTH] = Metric(
             value=peak.bytes_per_s, unit="B/s",
             source="measured" if peak.bandwidth_measured else "estimated", note=str(bw_src),
         )
     else:
-        out["peak.bandwidth"] = Metric.na("B/s", peak.note, source="estimated")
+        out[PEAK_BANDWIDTH] = Metric.na("B/s", peak.note, source="estimated")
 
     flops_peak = f"peak {peak_dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})" if peak.flops_per_s else ""
     bw_peak = (f"peak bandwidth ({si(peak.bytes_per_s, sep='')}B/s, {peak.bytes_source or peak.source})"
@@ -215,11 +218,11 @@ def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: fl
         else:
             out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
 
-    pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
-    pct("hfu", hardware, peak.flops_per_s,
+    pct(MFU, model, peak.flops_per_s, "model FLOP/s", flops_peak)
+    pct(HFU, hardware, peak.flops_per_s,
         "hardware FLOP/s (with recomputation)" if recomputed else "hardware FLOP/s (no recomputation: HFU == MFU)",
         flops_peak)
-    pct("mbu", nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
+    pct(MBU, nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
     return out
 
 

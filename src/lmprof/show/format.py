@@ -4,6 +4,7 @@ from __future__ import annotations
 from lmprof.analysis.marks import first_call_note
 from lmprof.modes import traits
 from lmprof.record.catalogue import pick
+from lmprof.record.keys import PARAMS
 from lmprof.record.run import Metric, Run
 from lmprof.units import si
 
@@ -55,7 +56,7 @@ def run_title(run: Run, with_params: bool = True) -> str:
     """'lmprof train — GPT preset tiny (834,432 params) on cpu (AMD EPYC)'."""
     c = run.config
     model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
-    params = run.value("params") if with_params else None
+    params = run.value(PARAMS) if with_params else None
     p = f" ({params:,.0f} params)" if params else ""
     return f"lmprof {run.mode} — {model}{p} on {run.env.device} ({run.env.device_name})"
 

@@ -13,6 +13,7 @@ from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
 from lmprof.modes import MODES, Mode, traits
 from lmprof.record.catalogue import Group, MetricSpec, group_of, in_catalogue_order, ranked
+from lmprof.record.keys import energy_key
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
@@ -247,7 +248,7 @@ def memory_parts(run: Run, used: Embedder) -> list[Part]:
 
 def energy_parts(run: Run) -> list[Part]:
     """Energy figures (n/a with the meter's reason) and the per-domain table."""
-    total = run.metric("energy.total")
+    total = run.metric(energy_key("total"))
     keys = _keys(run, "energy")
     if not keys and not run.tables.get("energy"):
         return [Absent("energy was " + NOT_RECORDED)]

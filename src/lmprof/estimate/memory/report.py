@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lmprof.estimate.memory.result import MemoryEstimate
 from lmprof.modes import traits
 from lmprof.record.catalogue import lookup
+from lmprof.record.keys import MEMORY_PARTS, memory_key
 
 if TYPE_CHECKING:
     from lmprof.record.catalogue import MetricSpec
@@ -19,7 +20,7 @@ class MeasuredMemory(Protocol):
     def value(self, key: str) -> tuple[float | None, str | None]: ...
 
 
-# Run-record keys and the estimate attribute each one reads.
+# The estimate's attribute each memory part reads (record/keys.py: MEMORY_PARTS).
 _KEYS = {
     "params": "params",
     "grads": "grads",
@@ -33,7 +34,7 @@ _KEYS = {
 def parts_of(mode: str) -> tuple[str, ...]:
     """The memory parts a run of ``mode`` has figures for (the catalogue's modes of ``memory.<part>``), in
     the table's order: params, grads, optimizer, activations and peak in training; params, kv_cache, peak."""
-    return tuple(k for k in _KEYS if mode in _spec(f"memory.{k}").modes)
+    return tuple(k for k in MEMORY_PARTS if mode in _spec(memory_key(k)).modes)
 
 
 def _spec(key: str) -> "MetricSpec":
@@ -60,11 +61,11 @@ def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" =
 
     out: dict[str, Metric] = {}
     for key in parts_of(estimate.mode):
-        out[f"memory.estimated.{key}"] = Metric(
+        out[memory_key(key, estimated=True)] = Metric(
             value=float(_estimated_value(estimate, key)), unit="B", source="estimated",
             note=_estimate_note(estimate, key),
         )
-        out[f"memory.{key}"] = _measured_metric(measured, key)
+        out[memory_key(key)] = _measured_metric(measured, key)
     return out
 
 

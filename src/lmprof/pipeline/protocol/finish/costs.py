@@ -15,7 +15,7 @@ from lmprof.estimate.mfu import Pass, block_roofline, facts_mfu_metrics, fill_bl
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
-from lmprof.record.catalogue import cost_key
+from lmprof.record.keys import DECODE_TOKENS_PER_S, STEP_TIME, TPOT, TTFT, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.estimate.shape import ModelShape
 
@@ -83,13 +83,13 @@ def pass_time_s(run: Run, pass_: str, batch: int | None, decode_steps: int) -> f
     # One measured time for every decode figure: the real decode time behind decode_tokens_per_s
     # (batch x tokens / decode time), not the median TPOT x tokens (they differ on a noisy run); TPOT
     # x tokens only where no decode throughput was had.
-    dtps, tpot = run.value("decode_tokens_per_s"), run.value("tpot")
+    dtps, tpot = run.value(DECODE_TOKENS_PER_S), run.value(TPOT)
     if dtps and batch and decode_steps:
         return batch * decode_steps / dtps
     return tpot * decode_steps / 1e3 if tpot and decode_steps else None
 
 
-_PASS_TIMING = {"train": "step_time", "prefill": "ttft"}
+_PASS_TIMING = {"train": STEP_TIME, "prefill": TTFT}
 
 
 def put_pass(run: Run, pass_: str, figures: dict[str, Metric]) -> None:

@@ -24,7 +24,7 @@ from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs, pa
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.modes import traits
-from lmprof.record.catalogue import cost_key
+from lmprof.record.keys import FLOPS_MODEL, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.errors import LmprofError
 from lmprof.estimate.facts import ModelFacts
@@ -166,20 +166,20 @@ def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
     if described is not None and f.batch and f.seq_len and f.new_tokens:
         tokens = f.seq_len + f.new_tokens - 1
         kinds = ", ".join(described.cache_by_kind(tokens))
-        run.metrics["kv_cache.estimated"] = Metric(
+        run.metrics[KV_CACHE_ESTIMATED] = Metric(
             value=described.cache_bytes(f.batch, tokens) if f.kv_cache else 0, unit="B", source="estimated",
             note=f"the model's own cache ({kinds}) after prompt + new tokens - 1, read off the model on the meta device")
     elif s is not None and f.batch and f.seq_len and f.new_tokens:
         width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
         est = s.kv_cache_elements(f.seq_len + f.new_tokens - 1) * f.batch * width
-        run.metrics["kv_cache.estimated"] = Metric(
+        run.metrics[KV_CACHE_ESTIMATED] = Metric(
             value=est if f.kv_cache else 0, unit="B", source="estimated",
             note="layers x K and V width x (prompt + new tokens - 1) x batch x bytes (windows, latents as the model "
                  "keeps them)")
     if f.cache_bytes is not None:
-        run.metrics["kv_cache"] = Metric(value=f.cache_bytes, unit="B", source="measured",
-                                         note="bytes of the cache tensors after a whole generation")
+        run.metrics[KV_CACHE] = Metric(value=f.cache_bytes, unit="B", source="measured",
+                                       note="bytes of the cache tensors after a whole generation")
     if f.memory is not None and f.memory.kv_cache is None and f.cache_bytes is not None:
         f.memory.kv_cache = f.cache_bytes  # the cache is created inside the generation
 
@@ -200,7 +200,6 @@ def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
 def _energy(run: Run, f: Facts) -> None:
     assert f.energy is not None
     n, mode = f.energy_steps, traits(run.mode)
-    per_step = [run.value(cost_key(p, "flops.model_per_step")) for p in mode.passes]  # a generation: both passes
+    per_step = [run.value(cost_key(p, FLOPS_MODEL)) for p in mode.passes]  # a generation: both passes
     flops = sum(x for x in per_step if x) * n if all(per_step) else None
-    add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None, flops=flops,
-               step_unit=mode.unit, token_unit=mode.token)
+    add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None, flops=flops, mode=run.mode)

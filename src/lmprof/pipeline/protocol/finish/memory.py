@@ -7,6 +7,7 @@ from typing import Any
 from lmprof.estimate.memory import MemoryEstimate, format_bytes, memory_metrics, memory_table, parts_of
 from lmprof.measure.held import Held
 from lmprof.measure.memory import MeasuredMemory
+from lmprof.record.keys import memory_key
 from lmprof.record.run import Metric, Run
 
 
@@ -21,7 +22,7 @@ def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate
     elif measured is not None:  # a module lmprof has no formulas for: measured figures only
         for key in parts_of(run.mode):
             value, note = measured.value(key)
-            run.metrics[f"memory.{key}"] = (Metric(value=float(value), unit="B", source="measured", note=note)
+            run.metrics[memory_key(key)] = (Metric(value=float(value), unit="B", source="measured", note=note)
                                             if value is not None else Metric.na("B", note or "not measurable here"))
         run.notes.append("no memory formulas for this module: memory figures are measured only")
     if measured is None:

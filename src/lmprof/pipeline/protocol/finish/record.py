@@ -21,6 +21,7 @@ from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.modes import Mode, traits
 from lmprof.record.catalogue import pick
+from lmprof.record.keys import PROFILER_OVERHEAD
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
@@ -31,7 +32,7 @@ def overhead_metrics(att: Attribution, clean_ms: float, mode: Mode) -> dict[str,
     profiled = float(np.median(att.step_us)) / 1e3 if att.step_us else 0.0
     what = traits(mode).unit
     metrics = {pick("profiled", mode).name: Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")}
-    metrics["profiler_overhead"] = Metric(
+    metrics[PROFILER_OVERHEAD] = Metric(
         value=100.0 * (profiled - clean_ms) / clean_ms if clean_ms else None,
         unit="%",
         source="derived",
@@ -42,7 +43,7 @@ def overhead_metrics(att: Attribution, clean_ms: float, mode: Mode) -> dict[str,
 
 
 def add_energy(run: Run, energy: EnergyResult, **totals: Any) -> None:
-    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window)."""
+    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window; the mode)."""
     run.metrics.update(energy_metrics(energy, **totals))
     run.notes.extend([energy.explanation(), *energy.warnings])
 
