@@ -4,6 +4,7 @@ imports the other's module for it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -18,6 +19,22 @@ class Plan(Generic[P]):
     points: Sequence[P]
     excluded: int
     unused_rules: list[dict[str, Any]]
+
+
+def listed(value: object, what: str) -> list[Any]:
+    """A spec's list field as given: ``[]`` when left empty; ValueError (``must be`` ``what``) when not a list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"must be {what}")
+    return value
+
+
+def positive_seconds(cls: type, v: float) -> float:
+    """A spec's ``timeout_s``: a finite number of seconds above 0 (a field validator of either spec)."""
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"must be positive (a finite number of seconds), got {v}")
+    return v
 
 
 def matches(rule: dict[str, Any], where: dict[str, Any]) -> bool:

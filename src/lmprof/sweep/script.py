@@ -29,7 +29,7 @@ from lmprof.errors import LmprofError
 from lmprof.modes import Mode, traits
 from lmprof.safeyaml import short_repr
 
-from lmprof.sweep.plan import Plan, matches
+from lmprof.sweep.plan import Plan, listed, matches, positive_seconds
 
 ArgValue = str | int | float | bool
 UNMAPPED = 0  # batch_size / seq_len of a point whose spec does not say which argument holds it
@@ -172,14 +172,11 @@ class ScriptSweepSpec(Checked):
     @field_validator("fixed_args", mode="before")
     @classmethod
     def _fixed(cls, v: object) -> object:
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            raise ValueError("must be a list of argv elements, e.g. [config/train.py, --max_iters, 20]")
-        bad = [x for x in v if x is None or isinstance(x, (list, dict))]
+        args = listed(v, "a list of argv elements, e.g. [config/train.py, --max_iters, 20]")
+        bad = [x for x in args if x is None or isinstance(x, (list, dict))]
         if bad:
             raise ValueError(f"elements must be strings or numbers, got {short_repr(bad[0], 40)}")
-        return v
+        return args
 
     @field_validator("steps", "warmup")
     @classmethod
@@ -195,12 +192,7 @@ class ScriptSweepSpec(Checked):
             raise ValueError(f"must be between 1 and {2**62:,}, got {short_repr(v, 40)}")
         return v
 
-    @field_validator("timeout_s")
-    @classmethod
-    def _timeout(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"must be positive (a finite number of seconds), got {v}")
-        return v
+    _timeout = field_validator("timeout_s")(positive_seconds)
 
     @model_validator(mode="after")
     def _mapped_axes(self) -> "ScriptSweepSpec":
