@@ -15,7 +15,7 @@ from lmprof.modes import MODES, Mode, traits
 from lmprof.record.catalogue import Group, MetricSpec, group_of, in_catalogue_order, ranked
 from lmprof.record.keys import energy_key
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
+from lmprof.show.blocks import block_cells, block_table, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Rec, Recs,
@@ -94,20 +94,8 @@ def _keys(run: Run, group: Group) -> list[str]:
 
 def blocks_parts(run: Run) -> list[Part]:
     """The per-block table: ms per phase (scaled to the clean step), total and share."""
-    order, phases, cells, pct = block_cells(run)
-    fused = fused_cells(run)  # compiled runs: the ms of each row that came from fused kernels
-    rows, total, fused_total = [], 0.0, 0.0
-    for key in order:
-        row = cells[key]
-        s = sum(row.values())
-        total += s
-        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
-        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        rows.append([row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
-                     f"{s:.3f}", f"{pct[key]:.1f}%", *extra])
-    rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%",
-                 *([f"{fused_total:.3f}"] if fused is not None else [])])
-    headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
+    headers, rows, last = block_table(run)
+    rows.append(last)
     out: list[Part] = [table(headers, rows, num=range(1, len(headers)), cls="blocks", total_last=True)]
     off = off_goal_lines(run)
     if off:
