@@ -50,7 +50,7 @@ Kineto) resolve 0.25 us in float64; newer ones (relative to baseTimeNanoseconds)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -61,6 +61,29 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["MAX_RANK", "TraceTable", "parse_rank"]
+
+
+class _AsPandas:
+    """A table of :class:`TraceTable` as a pandas DataFrame: its frame ``cols``, converted on first use."""
+
+    def __init__(self, cols: str, what: str) -> None:
+        self.cols, self.name = cols, ""
+        self.__doc__ = f"{what} as a pandas DataFrame (see :attr:`{cols}`)."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, table: None, owner: type) -> _AsPandas: ...
+
+    @overload
+    def __get__(self, table: TraceTable, owner: type) -> pd.DataFrame: ...
+
+    def __get__(self, table: TraceTable | None, owner: type) -> _AsPandas | pd.DataFrame:
+        if table is None:
+            return self
+        frame: Frame = getattr(table, self.cols)
+        return table._frame(self.name, frame)
 
 
 @dataclass
@@ -142,30 +165,11 @@ class TraceTable:
         self._pandas.pop("events", None)
         self.cache.clear()
 
-    @property
-    def flows(self) -> pd.DataFrame:
-        """The flow events as a pandas DataFrame (see :attr:`flow_cols`)."""
-        return self._frame("flows", self.flow_cols)
-
-    @property
-    def comms(self) -> pd.DataFrame:
-        """The collective parameters as a pandas DataFrame (see :attr:`comm_cols`)."""
-        return self._frame("comms", self.comm_cols)
-
-    @property
-    def hw(self) -> pd.DataFrame:
-        """Kernel resources and copy sizes as a pandas DataFrame (see :attr:`hw_cols`)."""
-        return self._frame("hw", self.hw_cols)
-
-    @property
-    def memory(self) -> pd.DataFrame:
-        """The allocator events as a pandas DataFrame (see :attr:`memory_cols`)."""
-        return self._frame("memory", self.memory_cols)
-
-    @property
-    def shapes(self) -> pd.DataFrame:
-        """The operators' input shapes as a pandas DataFrame (see :attr:`shape_cols`)."""
-        return self._frame("shapes", self.shape_cols)
+    flows = _AsPandas("flow_cols", "The flow events")
+    comms = _AsPandas("comm_cols", "The collective parameters")
+    hw = _AsPandas("hw_cols", "Kernel resources and copy sizes")
+    memory = _AsPandas("memory_cols", "The allocator events")
+    shapes = _AsPandas("shape_cols", "The operators' input shapes")
 
     @property
     def rank(self) -> int | None:
