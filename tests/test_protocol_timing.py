@@ -32,8 +32,8 @@ def _session(tmp_path, mode: str, ticks: list[float], syncs: list[int]) -> Sessi
     clock = iter(ticks)
     session = Session(Spec(mode=mode, warmup=1, steps=3, profile_steps=1, run_dir=tmp_path / "r", energy="off",
                            report=False, verbose=False), Loop(), clock=lambda: next(clock))
-    session.sync = lambda: syncs.append(1)  # type: ignore[method-assign]  # counts the device syncs
-    session.clock.sync = session.sync
+    session.observed.sync = lambda: syncs.append(1)  # type: ignore[method-assign]  # counts the device syncs
+    session.clock.sync = session.observed.sync
     session.attach(torch.nn.Linear(2, 2))
     return session
 

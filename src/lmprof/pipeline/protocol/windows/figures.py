@@ -217,7 +217,7 @@ class FiguresWindow(Window):
 
     def stop(self) -> None:
         if self.step is not None and self.step.active:
-            self.ctx.sync()
+            self.ctx.observed.sync()
             self.step.stop()
         self._remove_give_way()
 
