@@ -54,13 +54,39 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from lmprof.trace.frame import Frame
-from lmprof.trace.kineto.columns import empty_comms, empty_hw, empty_shapes, memory_frame
+from lmprof.trace.fields import COMM_COLUMNS, COMM_TEXT, HW_COLUMNS, MEMORY_COLUMNS
+from lmprof.trace.frame import Frame, str_labels
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MAX_RANK", "TraceTable", "parse_rank"]
+__all__ = ["MAX_RANK", "TraceTable", "empty_comms", "empty_hw", "empty_memory", "empty_shapes", "parse_rank"]
+
+
+def _none(dtype: type) -> np.ndarray:
+    return np.empty(0, dtype=dtype)
+
+
+def empty_comms() -> Frame:
+    """A table of no collective parameters (the columns any reader fills; see the module docstring)."""
+    return Frame({"row": _none(np.int64), **{f: str_labels([]) if f in COMM_TEXT else _none(np.int64)
+                                             for f in COMM_COLUMNS}})
+
+
+def empty_hw() -> Frame:
+    """A table of no kernel resources or copy sizes."""
+    return Frame({"row": _none(np.int64), **{f: _none(np.float64) for f in HW_COLUMNS}})
+
+
+def empty_shapes() -> Frame:
+    """A table of no operator input shapes."""
+    return Frame({"row": _none(np.int64), "dims": _none(object), "types": _none(object), "shape": _none(np.int64)})
+
+
+def empty_memory() -> Frame:
+    """A table of no allocator events."""
+    return Frame({"ts": _none(np.float64), "pid": _none(np.int64), "tid": _none(np.int64),
+                  **{f: _none(np.int64) for f in MEMORY_COLUMNS}})
 
 
 class _AsPandas:
@@ -108,7 +134,7 @@ class TraceTable:
     # kernel resources and copy sizes of the device events that carry them (see the module docstring)
     hw_cols: Frame = field(default_factory=lambda: empty_hw())
     # the allocator's "[memory]" instant events, in file order (see the module docstring)
-    memory_cols: Frame = field(default_factory=lambda: memory_frame([]))
+    memory_cols: Frame = field(default_factory=lambda: empty_memory())
     # input shapes and dtypes of the operators that have them (record_shapes; see the module docstring)
     shape_cols: Frame = field(default_factory=lambda: empty_shapes())
     # the DataFrames already built from the frames above, by attribute name
