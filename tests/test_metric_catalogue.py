@@ -200,27 +200,30 @@ def test_checked_in_doc_is_the_generated_one() -> None:
 
 
 def _named_keys() -> set[str]:
-    """Every figure name record/keys.py gives a writer: its constants and what its key builders make."""
-    from lmprof.names import PASS_PHASES
-    from lmprof.record import keys
+    """Every figure name the catalogue gives a writer: its name constants (an upper-case name whose value
+    is a dotted lower-case key, not a condition's words) and what its key builders make."""
+    import re
 
-    named = {v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str)}
-    named |= {keys.cost_key(p, k) for p in PASS_PHASES for k in keys.COSTS}
-    named |= {keys.memory_key(p, e) for p in keys.MEMORY_PARTS for e in (False, True)}
-    named |= {keys.energy_key(p, e) for p in (*keys.ENERGY_PARTS, "domain.<domain>") for e in (False, True)
+    from lmprof.names import PASS_PHASES
+    from lmprof.record import catalogue as cat
+
+    named = {v for k, v in vars(cat).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"[a-z0-9_.]+", v)}
+    named |= {cat.cost_key(p, k) for p in PASS_PHASES for k in cat.COSTS}
+    named |= {cat.memory_key(p, e) for p in cat.MEMORY_PARTS for e in (False, True)}
+    named |= {cat.energy_key(p, e) for p in (*cat.ENERGY_PARTS, "domain.<domain>") for e in (False, True)
               if (p, e) != ("window", True)}  # an estimate has no metered window
-    named |= {keys.global_key(k) for k in (keys.TOKENS_PER_S, keys.DECODE_TOKENS_PER_S)}
+    named |= {cat.global_key(k) for k in (cat.TOKENS_PER_S, cat.DECODE_TOKENS_PER_S)}
     return named
 
 
 def test_every_key_a_writer_takes_is_catalogued_and_every_figure_has_one() -> None:
-    from lmprof.record import keys
+    from lmprof.record import catalogue as cat
 
     named, catalogued = _named_keys(), {m.name for m in CATALOGUE}
-    assert named - catalogued == set(), "names in record/keys.py the catalogue does not declare"
-    assert catalogued - named == set(), "catalogue entries with no name in record/keys.py"
-    for bad in (lambda: keys.memory_key("weights"), lambda: keys.energy_key("per_decode_step"),
-                lambda: keys.energy_key("domain."), lambda: keys.cost_key("eval", keys.MFU)):
+    assert named - catalogued == set(), "name constants the catalogue's table does not declare"
+    assert catalogued - named == set(), "catalogue entries with no name constant or key builder"
+    for bad in (lambda: cat.memory_key("weights"), lambda: cat.energy_key("per_decode_step"),
+                lambda: cat.energy_key("domain."), lambda: cat.cost_key("eval", cat.MFU)):
         with pytest.raises(KeyError):
             bad()
 
@@ -256,9 +259,9 @@ def _spelled_keys(tree: Any) -> list[tuple[int, str]]:
     return found
 
 
-def test_writers_take_metric_keys_from_record_keys() -> None:
-    """No module spells a figure's name where it stands as a metrics key: it takes the name from
-    record/keys.py (the catalogue declares each), so a typo cannot write a figure no reader knows."""
+def test_writers_take_metric_keys_from_the_catalogue() -> None:
+    """No module spells a figure's name where it stands as a metrics key: it takes the name from the
+    catalogue's constants and key builders, so a typo cannot write a figure no reader knows."""
     import ast
 
     assert [name for _, name in _spelled_keys(ast.parse(
@@ -267,7 +270,6 @@ def test_writers_take_metric_keys_from_record_keys() -> None:
         "step_time", "prefill.mfu", "ttft", "memory.peak"]  # the scan finds what it looks for
     src = ROOT / "src" / "lmprof"
     spelled = [f"{path.relative_to(src)}:{line}: {name}"
-               for path in sorted(src.rglob("*.py")) if path.relative_to(src).as_posix() not in
-               ("record/keys.py", "record/catalogue.py")
+               for path in sorted(src.rglob("*.py")) if path.relative_to(src).as_posix() != "record/catalogue.py"
                for line, name in _spelled_keys(ast.parse(path.read_text(encoding="utf-8")))]
     assert spelled == []

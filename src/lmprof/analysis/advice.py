@@ -27,9 +27,9 @@ from lmprof.analysis.doors import door_of
 from lmprof.analysis.marks import NOISY, run_marks
 from lmprof.modes import traits
 from lmprof.names import PASS_PHASES
-from lmprof.record.catalogue import pick
-from lmprof.record.keys import (
+from lmprof.record.catalogue import (
     COMPILE_PER_STEP, KV_CACHE, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS, PROFILER_OVERHEAD, cost_key, memory_key,
+    pick,
 )
 from lmprof.record.run import Run
 
@@ -129,11 +129,8 @@ class Recommendation:
 
 
 def _num(x: float) -> str:
-    if abs(x) >= 1e6:
-        return f"{x:.3g}"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
+    """A figure in a recommendation: three significant digits; whole, with separators, from 100 to a million."""
+    return f"{x:,.0f}" if 100 <= abs(x) < 1e6 else f"{x:.3g}"
 
 
 def _narrow(run: Run) -> bool:

@@ -25,8 +25,7 @@ from lmprof.analysis.marks import marks as figure_marks, run_marks
 from lmprof.errors import LmprofError
 from lmprof.modes import traits
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
-from lmprof.record.catalogue import Group as Group, group_of, lookup, ranked
-from lmprof.record.keys import PARAMS
+from lmprof.record.catalogue import PARAMS, Group as Group, group_of, lookup, ranked
 from lmprof.record.run import SCHEMA, Run
 
 # Figures shown first, in this order (those present in any run): the catalogue's compare ranks.

@@ -7,7 +7,7 @@ The same metric keys as :func:`lmprof.estimate.mfu.mfu_metrics`, so the summary,
 from __future__ import annotations
 
 from lmprof.estimate.mfu import MAX_UTILISATION_PCT, peak_flops_metric
-from lmprof.record.keys import FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_FLOPS
+from lmprof.record.catalogue import FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_FLOPS
 from lmprof.record.run import Metric
 from lmprof.units import si
 

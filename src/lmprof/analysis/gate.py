@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from lmprof.errors import ConfigError
-from lmprof.record.keys import energy_key, memory_key
+from lmprof.record.catalogue import energy_key, memory_key
 
 if TYPE_CHECKING:  # kept out of the import: `lmprof compare --help` reads FORM without pydantic
     from lmprof.record.run import Metric, Run

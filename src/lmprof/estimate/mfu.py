@@ -32,7 +32,7 @@ from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, 
 from lmprof.errors import ConfigError
 from lmprof.names import PASS_PHASES
 from lmprof.units import si
-from lmprof.record.keys import (
+from lmprof.record.catalogue import (
     BYTES_MODEL, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS,
 )
 from lmprof.record.run import Block, Metric

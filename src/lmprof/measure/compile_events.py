@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lmprof.record.keys import (
+from lmprof.record.catalogue import (
     COMPILE_AFTER_WARMUP, COMPILE_COMPILATIONS, COMPILE_DYNAMO_TIME, COMPILE_GRAPH_BREAKS, COMPILE_PER_STEP,
     COMPILE_RECOMPILES, COMPILE_TIME,
 )

@@ -23,8 +23,7 @@ from lmprof.errors import DataError, LmprofError
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.protocol.folder import run_folder
 from lmprof.modes import traits
-from lmprof.record.catalogue import pick
-from lmprof.record.keys import SLOWEST_RANK, STRAGGLER, WORLD_SIZE
+from lmprof.record.catalogue import SLOWEST_RANK, STRAGGLER, WORLD_SIZE, pick
 from lmprof.record.run import Metric, Run
 from lmprof.workloads.builders import train_workload
 

@@ -21,7 +21,7 @@ from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.own_loop import close, drive_steps, own_session
-from lmprof.record.keys import LOSS
+from lmprof.record.catalogue import LOSS
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch

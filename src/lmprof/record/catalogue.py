@@ -10,6 +10,9 @@ Every figure lives in run.json at ``metrics["<name>"]`` (``value``, ``unit``, ``
 ``p10``/``p90``/``n`` where it is the median of repeated samples), and in a sweep's results store as
 one row of the ``metrics`` table with ``key = <name>``.
 
+Writers take each figure's name from the constants and key builders here (``STEP_TIME``,
+``cost_key("prefill", MFU)``, ``memory_key("peak")``, ``energy_key("total")``), never spelling it.
+
 ``python -m lmprof.record.catalogue`` prints docs/metrics.md (``--write`` writes it).
 """
 from __future__ import annotations
@@ -21,17 +24,99 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from lmprof.modes import Mode
-from lmprof.record.keys import (
-    BYTES_MODEL, COMPILE_AFTER_WARMUP, COMPILE_COMPILATIONS, COMPILE_DYNAMO_TIME, COMPILE_GRAPH_BREAKS,
-    COMPILE_PER_STEP, COMPILE_RECOMPILES, COMPILE_TIME, DECODE_TOKENS_PER_S, E2E_LATENCY, FLOPS_ACHIEVED,
-    FLOPS_HARDWARE, FLOPS_MODEL, HFU, KV_CACHE, KV_CACHE_ESTIMATED, LOSS, MBU, MFU, NOISY, PARAMS, PASS_PREFIX,
-    PEAK_BANDWIDTH, PEAK_FLOPS, PREFILL_TOKENS_PER_S, PROFILED_E2E_LATENCY, PROFILED_STEP_TIME, PROFILER_OVERHEAD,
-    SLOWEST_RANK, STEP_TIME, STRAGGLER, TOKENS_PER_S, TOKENS_PER_STEP, TPOT, TTFT, WORLD_SIZE, cost_key, energy_key,
-    global_key, memory_key,
-)
 
 if TYPE_CHECKING:  # only the type: the catalogue stays importable without pydantic (the sweep store reads it)
     from lmprof.record.run import Source
+
+# == The figures' names ==============================================================================
+# Every figure's name in run.json, for the code that writes (or reads) it: a writer takes the name from
+# here instead of spelling it (tests/test_metric_catalogue.py checks that none spells one), and the
+# table below declares each under the same name.
+
+# -- timing and throughput (a training step; a generation) ------------------------------------------
+STEP_TIME = "step_time"
+TOKENS_PER_S = "tokens_per_s"
+TOKENS_PER_STEP = "tokens_per_step"
+TTFT = "ttft"
+TPOT = "tpot"
+DECODE_TOKENS_PER_S = "decode_tokens_per_s"
+E2E_LATENCY = "e2e_latency"
+PREFILL_TOKENS_PER_S = "prefill_tokens_per_s"
+PROFILED_STEP_TIME = "profiled_step_time"
+PROFILED_E2E_LATENCY = "profiled_e2e_latency"
+PROFILER_OVERHEAD = "profiler_overhead"
+LOSS = "loss"
+PARAMS = "params"
+
+# -- distributed runs: rank 0's merged record --------------------------------------------------------
+WORLD_SIZE = "world_size"
+SLOWEST_RANK = "slowest_rank"
+STRAGGLER = "straggler"
+
+
+def global_key(key: str) -> str:
+    """A rank's figure summed over every rank: ``tokens_per_s.global``."""
+    return f"{key}.global"
+
+
+# -- the compute figures of one pass (a training step, a prefill, the decode steps) -----------------
+MFU = "mfu"
+HFU = "hfu"
+MBU = "mbu"
+FLOPS_MODEL = "flops.model_per_step"
+FLOPS_HARDWARE = "flops.hardware_per_step"
+BYTES_MODEL = "bytes.model_per_step"
+FLOPS_ACHIEVED = "flops.achieved"
+PEAK_FLOPS = "peak.flops"
+PEAK_BANDWIDTH = "peak.bandwidth"
+COSTS: tuple[str, ...] = (MFU, HFU, MBU, FLOPS_MODEL, FLOPS_HARDWARE, BYTES_MODEL, FLOPS_ACHIEVED, PEAK_FLOPS,
+                          PEAK_BANDWIDTH)
+# The key prefix of each pass's compute figures (names.PASS_PHASES): a training step's have none.
+PASS_PREFIX: dict[str, str] = {"train": "", "prefill": "prefill.", "decode": "decode."}
+
+
+def cost_key(pass_: str, key: str) -> str:
+    """One pass's compute figure: ``mfu`` of a training step, ``prefill.mfu``, ``decode.mbu``."""
+    return PASS_PREFIX[pass_] + key
+
+
+# -- memory: measured beside estimated ---------------------------------------------------------------
+MEMORY_PARTS: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "kv_cache", "peak")
+KV_CACHE = "kv_cache"  # the cache after a whole generation, and its estimate
+KV_CACHE_ESTIMATED = "kv_cache.estimated"
+
+
+def memory_key(part: str, estimated: bool = False) -> str:
+    """``memory.<part>`` (measured) or ``memory.estimated.<part>``, a part of :data:`MEMORY_PARTS`."""
+    if part not in MEMORY_PARTS:
+        raise KeyError(f"no memory figure {part!r}")
+    return f"memory.estimated.{part}" if estimated else f"memory.{part}"
+
+
+# -- energy over the clean window: measured, or estimated (rated power x time) ------------------------
+ENERGY_PARTS: tuple[str, ...] = ("total", "window", "power.avg", "power.idle", "above_idle", "per_step",
+                                 "per_generation", "per_token", "per_generated_token", "flop_per_joule")
+
+
+def energy_key(part: str, estimated: bool = False) -> str:
+    """``energy.<part>`` or ``energy.estimated.<part>``; ``domain.<name>`` for one meter domain."""
+    if part not in ENERGY_PARTS and not (part.startswith("domain.") and len(part) > len("domain.")):
+        raise KeyError(f"no energy figure {part!r}")
+    return f"energy.estimated.{part}" if estimated else f"energy.{part}"
+
+
+# -- torch.compile ---------------------------------------------------------------------------------------
+COMPILE_TIME = "compile.time"
+COMPILE_DYNAMO_TIME = "compile.dynamo_time"
+COMPILE_COMPILATIONS = "compile.compilations"
+COMPILE_RECOMPILES = "compile.recompiles"
+COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
+COMPILE_AFTER_WARMUP = "compile.after_warmup"
+COMPILE_PER_STEP = "compile.per_step"
+
+# -- sweeps -------------------------------------------------------------------------------------------
+NOISY = "noisy"  # the results store's row of run.json's top-level `noisy`
+
 
 #: The group a figure is shown in by ``compare`` and the report's sections.
 Group = Literal["headline", "compute", "memory", "energy", "other"]

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from lmprof.analysis.marks import first_call_note
 from lmprof.modes import traits
-from lmprof.record.catalogue import pick
-from lmprof.record.keys import PARAMS
+from lmprof.record.catalogue import PARAMS, pick
 from lmprof.record.run import Metric, Run
 from lmprof.units import si
 

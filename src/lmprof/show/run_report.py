@@ -12,8 +12,7 @@ from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
 from lmprof.modes import MODES, Mode, traits
-from lmprof.record.catalogue import Group, MetricSpec, group_of, in_catalogue_order, ranked
-from lmprof.record.keys import energy_key
+from lmprof.record.catalogue import Group, MetricSpec, energy_key, group_of, in_catalogue_order, ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, block_table, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title

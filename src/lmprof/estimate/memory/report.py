@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lmprof.estimate.memory.result import MemoryEstimate
 from lmprof.modes import traits
-from lmprof.record.catalogue import lookup
-from lmprof.record.keys import MEMORY_PARTS, memory_key
+from lmprof.record.catalogue import MEMORY_PARTS, lookup, memory_key
 
 if TYPE_CHECKING:
     from lmprof.record.catalogue import MetricSpec

@@ -19,7 +19,7 @@ import re
 
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.modes import Mode, traits
-from lmprof.record.keys import energy_key
+from lmprof.record.catalogue import energy_key
 from lmprof.record.run import Metric, Source
 
 

@@ -17,10 +17,9 @@ from lmprof.pipeline.protocol.finish.measured import Measured
 from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.timing import ROUGH
-from lmprof.record.catalogue import pick
-from lmprof.record.keys import (
+from lmprof.record.catalogue import (
     DECODE_TOKENS_PER_S, E2E_LATENCY, PARAMS, PREFILL_TOKENS_PER_S, PROFILER_OVERHEAD, STEP_TIME, TOKENS_PER_S,
-    TOKENS_PER_STEP, TPOT, TTFT,
+    TOKENS_PER_STEP, TPOT, TTFT, pick,
 )
 from lmprof.record.run import Basis, Metric, Run
 from lmprof.trace.attribution import Attribution, attribute

@@ -15,7 +15,7 @@ from lmprof.estimate.mfu import Pass, block_roofline, facts_mfu_metrics, fill_bl
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
-from lmprof.record.keys import DECODE_TOKENS_PER_S, STEP_TIME, TPOT, TTFT, cost_key
+from lmprof.record.catalogue import DECODE_TOKENS_PER_S, STEP_TIME, TPOT, TTFT, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.estimate.shape import ModelShape
 

@@ -24,7 +24,7 @@ from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs, pa
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.modes import traits
-from lmprof.record.keys import FLOPS_MODEL, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
+from lmprof.record.catalogue import FLOPS_MODEL, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.errors import LmprofError
 from lmprof.estimate.facts import ModelFacts

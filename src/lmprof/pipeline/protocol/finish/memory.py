@@ -7,7 +7,7 @@ from typing import Any
 from lmprof.estimate.memory import MemoryEstimate, format_bytes, memory_metrics, memory_table, parts_of
 from lmprof.measure.held import Held
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.record.keys import memory_key
+from lmprof.record.catalogue import memory_key
 from lmprof.record.run import Metric, Run
 
 

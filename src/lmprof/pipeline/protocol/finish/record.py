@@ -20,8 +20,7 @@ from lmprof.atomic import write_text
 from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.profiler_cost import EventCost, event_cost
 from lmprof.modes import Mode, traits
-from lmprof.record.catalogue import pick
-from lmprof.record.keys import PROFILER_OVERHEAD
+from lmprof.record.catalogue import PROFILER_OVERHEAD, pick
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
