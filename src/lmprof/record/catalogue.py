@@ -42,6 +42,7 @@ TPOT = "tpot"
 DECODE_TOKENS_PER_S = "decode_tokens_per_s"
 E2E_LATENCY = "e2e_latency"
 PREFILL_TOKENS_PER_S = "prefill_tokens_per_s"
+OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
 PROFILED_STEP_TIME = "profiled_step_time"
 PROFILED_E2E_LATENCY = "profiled_e2e_latency"
 PROFILER_OVERHEAD = "profiler_overhead"
@@ -340,6 +341,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m(PREFILL_TOKENS_PER_S, "tokens/s", "derived", "prefill throughput",
        "batch x prompt tokens / prefill time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="lmprof run: needs the prompt's shape", summary=70, compare=80),
+    _m(OUTPUT_TOKENS_PER_S, "tokens/s", "derived", "output throughput",
+       "batch x tokens generated / the whole generation's time (its prefill included), per clean generation "
+       "(median): what a server's users receive per second, where decode throughput leaves the prefill out",
+       INFER, "headline", True, spread=True, condition="lmprof run: needs the prompt's shape", summary=65,
+       compare=95),
     # -- compute: the training step, then the two inference phases --------------------------------
     *_costs("train", TRAIN, "training step", _TRAIN_COSTS),
     *_costs("prefill", INFER, "prefill", {MFU: {"summary": 90, "card": 50}}),

@@ -18,8 +18,8 @@ from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.timing import ROUGH
 from lmprof.record.catalogue import (
-    DECODE_TOKENS_PER_S, E2E_LATENCY, PARAMS, PREFILL_TOKENS_PER_S, PROFILER_OVERHEAD, STEP_TIME, TOKENS_PER_S,
-    TOKENS_PER_STEP, TPOT, TTFT, pick,
+    DECODE_TOKENS_PER_S, E2E_LATENCY, OUTPUT_TOKENS_PER_S, PARAMS, PREFILL_TOKENS_PER_S, PROFILER_OVERHEAD, STEP_TIME,
+    TOKENS_PER_S, TOKENS_PER_STEP, TPOT, TTFT, pick,
 )
 from lmprof.record.run import Basis, Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
@@ -141,7 +141,7 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     }
     decode = [d * ms for g in gens for d in g.decode_s]
     metrics[TPOT] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT_SPANS, basis=basis)
-                       if decode else Metric.na("ms", "one forward per generation: no decode step"))
+                     if decode else Metric.na("ms", "one forward per generation: no decode step"))
     last = gens[-1]
     if last.batch and last.prompt_len:
         metrics[PREFILL_TOKENS_PER_S] = Metric.from_samples(
@@ -151,6 +151,9 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
             metrics[DECODE_TOKENS_PER_S] = Metric.from_samples(
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
                 "derived", note="batch x decode forwards / decode time", basis=basis)
+        metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
+            [g.batch * g.forwards / g.e2e_s for g in gens if g.batch and g.forwards], "tokens/s", "derived",
+            note="batch x tokens generated / the whole generation's time", basis=basis)
     _overhead(m, metrics, att)
     m.config.setdefault("new_tokens", last.forwards)
     return metrics
