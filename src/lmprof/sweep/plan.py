@@ -5,9 +5,11 @@ imports the other's module for it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from lmprof.safeyaml import short_repr
 
 P = TypeVar("P", covariant=True)
 
@@ -28,6 +30,19 @@ def listed(value: object, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise ValueError(f"must be {what}")
     return value
+
+
+def check_rules(rules: Sequence[object], keys: Sequence[str], what: str,
+                hint: Callable[[str], str] = lambda key: "") -> None:
+    """Every ``exclude`` rule is a non-empty mapping of ``what`` (an axis, an argument): value, on ``keys``;
+    ValueError naming the first rule that is not (``hint``: a suggestion for an unknown key)."""
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not rule:
+            raise ValueError(f"rule {i} must be a non-empty mapping of {what}: value, got {short_repr(rule)}")
+        unknown = [k for k in rule if k not in keys]
+        if unknown:
+            raise ValueError(f"rule {i}: unknown key {short_repr(unknown[0], 40)}{hint(str(unknown[0]))} "
+                             f"(rules match on {', '.join(keys) or f'nothing: no {what} is swept'})")
 
 
 def positive_seconds(cls: type, v: float) -> float:

@@ -29,7 +29,7 @@ from lmprof.errors import LmprofError
 from lmprof.modes import Mode, traits
 from lmprof.safeyaml import short_repr
 
-from lmprof.sweep.plan import Plan, listed, matches, positive_seconds
+from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
 
 ArgValue = str | int | float | bool
 UNMAPPED = 0  # batch_size / seq_len of a point whose spec does not say which argument holds it
@@ -215,13 +215,10 @@ class ScriptSweepSpec(Checked):
 
     @model_validator(mode="after")
     def _rules(self) -> "ScriptSweepSpec":
-        for i, rule in enumerate(self.exclude):
-            if not isinstance(rule, dict) or not rule:
-                raise ValueError(f"exclude: rule {i} must be a non-empty mapping of argument: value")
-            unknown = [k for k in rule if k not in self.args]
-            if unknown:
-                raise ValueError(f"exclude: rule {i}: {short_repr(unknown[0], 40)} is not a key of args "
-                                 f"(rules match on {', '.join(self.args) or 'nothing: args is empty'})")
+        try:
+            check_rules(self.exclude, list(self.args), "argument")
+        except ValueError as exc:
+            raise ValueError(f"exclude: {exc}") from None  # after the fields: say which one
         return self
 
     @model_validator(mode="after")

@@ -28,7 +28,7 @@ from lmprof.errors import ConfigError, LmprofError
 from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
-from lmprof.sweep.plan import Plan, listed, matches, positive_seconds
+from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
 from lmprof.modes import Mode, traits
 from lmprof.sweep.script import MAX_POINTS, ScriptPoint, ScriptSweepSpec
 
@@ -296,13 +296,7 @@ class SweepSpec(Checked):
         if len(rules) > MAX_EXCLUDE_RULES:
             raise ValueError(f"{len(rules):,} rules, more than the {MAX_EXCLUDE_RULES:,} lmprof accepts: exclude whole "
                              "axis values with lists ({dtype: [fp16, bf16]}) instead")
-        for i, rule in enumerate(rules):
-            if not isinstance(rule, dict) or not rule:
-                raise ValueError(f"rule {i} must be a non-empty mapping of axis: value, got {short_repr(rule)}")
-            unknown = [k for k in rule if k not in AXES]
-            if unknown:
-                raise ValueError(f"rule {i}: unknown key {unknown[0]!r}{_hint(unknown[0], AXES)} "
-                                 f"(rules match on {', '.join(AXES)})")
+        check_rules(rules, AXES, "axis", hint=lambda key: _hint(key, AXES))
         return rules
 
     @field_validator("models")
