@@ -5,7 +5,7 @@ imports the other's module for it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -32,7 +32,7 @@ def listed(value: object, what: str) -> list[Any]:
     return value
 
 
-def check_rules(rules: Sequence[object], keys: Sequence[str], what: str,
+def check_rules(rules: Sequence[object], keys: Collection[str], what: str,
                 hint: Callable[[str], str] = lambda key: "") -> None:
     """Every ``exclude`` rule is a non-empty mapping of ``what`` (an axis, an argument): value, on ``keys``;
     ValueError naming the first rule that is not (``hint``: a suggestion for an unknown key)."""
