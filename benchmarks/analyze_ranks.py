@@ -33,7 +33,7 @@ TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
 
 CHILD = textwrap.dedent("""
     import json, resource, sys, time
-    from lmprof.trace.analyze import analyze_path
+    from lmprof.trace.fanout import analyze_path
 
     if __name__ == "__main__":
         t0 = time.perf_counter()

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import typer.main
 
-from lmprof.analysis.advice import DOORS, advise, door_of
+from lmprof.analysis.advice import advise
+from lmprof.analysis.doors import DOORS, door_of
 from lmprof.record.run import Block, Env, Metric, OpStat, Run
 from lmprof.show.summary import render_text
 

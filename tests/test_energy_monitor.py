@@ -126,19 +126,19 @@ def test_idle_baseline_then_window_aligned_with_steps(machine: Machine) -> None:
     assert not any(k.startswith("energy.estimated") for k in m)
 
 
-def test_inference_units_are_named_by_the_caller(machine: Machine) -> None:
+def test_inference_runs_name_their_units_by_the_mode(machine: Machine) -> None:
     mon = machine.monitor()
     machine.gpu_w = 100.0
     mon.begin()
     machine.run(4.0)
     r = mon.end()
-    m = energy_metrics(r, steps=4, tokens=512, prefix="energy.decode", step_unit="decode step",
-                       token_unit="generated token")
-    assert m["energy.decode.per_generated_token"].unit == "J/generated token"
-    assert m["energy.decode.per_generated_token"].value == pytest.approx(400.0 / 512)
-    assert m["energy.decode.per_decode_step"].unit == "J/decode step"
-    assert m["energy.decode.power.idle"].value is None  # no baseline was measured
-    assert "measure_idle" in (m["energy.decode.power.idle"].note or "")
+    m = energy_metrics(r, steps=4, tokens=512, mode="infer")
+    assert m["energy.per_generated_token"].unit == "J/generated token"
+    assert m["energy.per_generated_token"].value == pytest.approx(400.0 / 512)
+    assert m["energy.per_generation"].unit == "J/generation"
+    assert "energy.per_step" not in m and "energy.per_token" not in m
+    assert m["energy.power.idle"].value is None  # no baseline was measured
+    assert "measure_idle" in (m["energy.power.idle"].note or "")
 
 
 def test_short_window_warns_and_recommends_a_length(machine: Machine) -> None:

@@ -123,8 +123,8 @@ def test_figures_the_tiny_runs_cannot_reach(folders: dict[str, Path], tmp_path: 
     # (pipeline/protocol/finish/figures.py: steps and tokens in training, generations and generated tokens in inference).
     result = EnergyResult(mode="auto", seconds=2.0, idle_seconds=1.0, domains=[DomainEnergy(
         "cpu", "rapl", "counter", "measured", True, 0.001, joules=10.0, seconds=2.0, idle_w=1.0)])
-    for mode, units in (("train", {}), ("infer", {"step_unit": "generation", "token_unit": "generated token"})):
-        metered = {k: m.model_dump() for k, m in energy_metrics(result, steps=4, tokens=64, flops=1e9, **units).items()}
+    for mode in ("train", "infer"):
+        metered = {k: m.model_dump() for k, m in energy_metrics(result, steps=4, tokens=64, flops=1e9, mode=mode).items()}
         assert len(metered) >= 9, metered
         _check(f"energy {mode}", mode, metered)
 
@@ -197,3 +197,79 @@ def test_checked_in_doc_is_the_generated_one() -> None:
         assert f"`{spec.name}`" in markdown()
     assert "docs/metrics.md" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "metrics.md" in (ROOT / "docs" / "run-format.md").read_text(encoding="utf-8")
+
+
+def _named_keys() -> set[str]:
+    """Every figure name the catalogue gives a writer: its name constants (an upper-case name whose value
+    is a dotted lower-case key, not a condition's words) and what its key builders make."""
+    import re
+
+    from lmprof.names import PASS_PHASES
+    from lmprof.record import catalogue as cat
+
+    named = {v for k, v in vars(cat).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"[a-z0-9_.]+", v)}
+    named |= {cat.cost_key(p, k) for p in PASS_PHASES for k in cat.COSTS}
+    named |= {cat.memory_key(p, e) for p in cat.MEMORY_PARTS for e in (False, True)}
+    named |= {cat.energy_key(p, e) for p in (*cat.ENERGY_PARTS, "domain.<domain>") for e in (False, True)
+              if (p, e) != ("window", True)}  # an estimate has no metered window
+    named |= {cat.global_key(k) for k in (cat.TOKENS_PER_S, cat.DECODE_TOKENS_PER_S)}
+    return named
+
+
+def test_every_key_a_writer_takes_is_catalogued_and_every_figure_has_one() -> None:
+    from lmprof.record import catalogue as cat
+
+    named, catalogued = _named_keys(), {m.name for m in CATALOGUE}
+    assert named - catalogued == set(), "name constants the catalogue's table does not declare"
+    assert catalogued - named == set(), "catalogue entries with no name constant or key builder"
+    for bad in (lambda: cat.memory_key("weights"), lambda: cat.energy_key("per_decode_step"),
+                lambda: cat.energy_key("domain."), lambda: cat.cost_key("eval", cat.MFU)):
+        with pytest.raises(KeyError):
+            bad()
+
+
+# Where a metric's name stands as a key: metrics[...], metrics.get/pop(...), run.value/metric(...),
+# Evidence(...), {...: Metric(...)}.
+_KEY_CALLS = {"value", "metric", "Evidence"}
+
+
+def _spelled_keys(tree: Any) -> list[tuple[int, str]]:
+    import ast
+
+    def metric_name(node: ast.AST | None) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and lookup(node.value) is not None:
+            return node.value
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        hits: list[ast.AST | None] = []
+        if isinstance(node, ast.Subscript) and "metric" in ast.unparse(node.value):
+            hits.append(node.slice)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            on_metrics = isinstance(func, ast.Attribute) and "metric" in ast.unparse(func.value)
+            if name in _KEY_CALLS or (on_metrics and name in ("get", "pop", "setdefault")):
+                hits.append(node.args[0] if node.args else None)
+        elif isinstance(node, ast.Dict):
+            hits += [k for k, v in zip(node.keys, node.values)
+                     if isinstance(v, ast.Call) and "Metric" in ast.unparse(v.func)]
+        found += [(node.lineno, name) for name in map(metric_name, hits) if name]
+    return found
+
+
+def test_writers_take_metric_keys_from_the_catalogue() -> None:
+    """No module spells a figure's name where it stands as a metrics key: it takes the name from the
+    catalogue's constants and key builders, so a typo cannot write a figure no reader knows."""
+    import ast
+
+    assert [name for _, name in _spelled_keys(ast.parse(
+        'run.metrics["step_time"] = Metric(value=1)\nrun.value("prefill.mfu")\nm = {"ttft": Metric.na("ms", "")}\n'
+        'metrics.get("memory.peak")\nrun.metrics[STEP_TIME]\nrun.value("not.a.figure")'))] == [
+        "step_time", "prefill.mfu", "ttft", "memory.peak"]  # the scan finds what it looks for
+    src = ROOT / "src" / "lmprof"
+    spelled = [f"{path.relative_to(src)}:{line}: {name}"
+               for path in sorted(src.rglob("*.py")) if path.relative_to(src).as_posix() != "record/catalogue.py"
+               for line, name in _spelled_keys(ast.parse(path.read_text(encoding="utf-8")))]
+    assert spelled == []

@@ -5,6 +5,7 @@ reads them; no profiler runs (the plan keeps the session in warm-up and the clea
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,8 +33,8 @@ def _session(tmp_path, mode: str, ticks: list[float], syncs: list[int]) -> Sessi
     clock = iter(ticks)
     session = Session(Spec(mode=mode, warmup=1, steps=3, profile_steps=1, run_dir=tmp_path / "r", energy="off",
                            report=False, verbose=False), Loop(), clock=lambda: next(clock))
-    session.sync = lambda: syncs.append(1)  # type: ignore[method-assign]  # counts the device syncs
-    session.clock.sync = session.sync
+    session.observed.sync = lambda: syncs.append(1)  # type: ignore[method-assign]  # counts the device syncs
+    session.clock.sync = session.observed.sync
     session.attach(torch.nn.Linear(2, 2))
     return session
 
@@ -59,6 +60,28 @@ def test_a_generation_is_timed_from_its_start_to_its_end_with_every_forward_mark
     assert second.e2e_s == pytest.approx(0.050) and second.forwards == 3
     assert (first.batch, first.prompt_len) == (4, 7)
     assert measured.timings.rough_gens["first"][0].e2e_s == pytest.approx(0.8)
+
+
+def test_throughputs_of_generations_from_their_times_by_hand():
+    """Prefill, decode and output (every generated token over the whole generation) tokens/s: the median
+    over the clean generations of each one's own ratio, computed here from the times written by hand."""
+    from types import SimpleNamespace
+
+    from lmprof.pipeline.protocol.finish.assemble import _infer_metrics
+    from lmprof.pipeline.protocol.timing import Timings
+
+    t = Timings()
+    for e2e, decode in ((0.060, [0.010, 0.012]), (0.050, [0.011, 0.011]), (0.040, [0.008, 0.010])):
+        t.keep(Generation(prefill_s=0.030, decode_s=decode, e2e_s=e2e, batch=4, prompt_len=7, forwards=3), None)
+    m = SimpleNamespace(timings=t, config={}, spec=Spec(mode="infer"))
+    metrics = _infer_metrics(m, None, [])  # type: ignore[arg-type]  # only what the timing figures read
+    out = metrics["output_tokens_per_s"]
+    assert (out.value, out.p10, out.n) == (pytest.approx(4 * 3 / 0.050), pytest.approx(np.percentile(
+        [4 * 3 / 0.060, 4 * 3 / 0.050, 4 * 3 / 0.040], 10)), 3)
+    assert out.unit == "tokens/s" and out.source == "derived"
+    assert metrics["decode_tokens_per_s"].value == pytest.approx(4 * 2 / 0.022)  # the other ratios, as before
+    assert metrics["prefill_tokens_per_s"].value == pytest.approx(4 * 7 / 0.030)
+    assert metrics["e2e_latency"].value == pytest.approx(50.0) and m.config == {"new_tokens": 3}
 
 
 def test_training_steps_are_timed_boundary_to_boundary_and_warm_up_steps_kept_apart(tmp_path):

@@ -201,7 +201,7 @@ def test_script_spec_problems_are_one_line_naming_the_key(tmp_path: Path, cli) -
         ({"script": s, "args": {"--b": [1]}, "batch_size_arg": "--bs"}, "batch_size_arg: '--bs' is neither a key of args"),
         ({"script": s, "args": {"--b": ["x"]}, "batch_size_arg": "--b"}, "batch_size_arg: --b must take whole numbers"),
         ({"script": s, "models": ["tiny"]}, "unknown key 'models'"),
-        ({"script": s, "args": {"--b": [1]}, "exclude": [{"--c": 1}]}, "exclude: rule 0: '--c' is not a key of args"),
+        ({"script": s, "args": {"--b": [1]}, "exclude": [{"--c": 1}]}, "exclude: rule 0: unknown key '--c' (rules match on --b)"),
         ({"script": s, "timeout_s": 0}, "timeout_s: Value error, must be positive"),
     ]
     for values, needle in cases:

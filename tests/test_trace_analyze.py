@@ -12,7 +12,8 @@ import pytest
 from lmprof.cli.main import main
 from lmprof.errors import DataError
 from lmprof.trace import kinds
-from lmprof.trace.analyze import analyze_path, analyze_table, find_traces, json_ready
+from lmprof.trace.analyze import analyze_table, find_traces, json_ready
+from lmprof.trace.fanout import analyze_path
 from lmprof.trace.load import load_trace
 from lmprof.trace.timeline import select_device
 

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lmprof.cli.main import main  # noqa: E402
-from lmprof.trace.analyze import analyze_path  # noqa: E402
+from lmprof.trace.fanout import analyze_path  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "traces"
 SLEEP_S = 0.002

@@ -18,7 +18,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.errors import DataError
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 from lmprof.trace.load import load_trace
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lmprof.cli.main import main
-from lmprof.trace.analyze import analyze_path, analyze_table
+from lmprof.trace.analyze import analyze_table
+from lmprof.trace.fanout import analyze_path
 from lmprof.trace.comms import collective_kind
 from lmprof.trace.load import load_trace
 from test_trace_synthetic import Trace

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from lmprof.cli.main import main
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 from test_trace_synthetic import Trace
 
 DATA = Path(__file__).parent / "data" / "traces"

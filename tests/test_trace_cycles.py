@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmprof.cli.main import main
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 
 torch = pytest.importorskip("torch")
 # torch warns that a schedule without warm-up may skew times and that each cycle clears the last one's

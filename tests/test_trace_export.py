@@ -9,7 +9,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.errors import DataError, LmprofError
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 from test_trace_synthetic import T0, Trace
 
 DATA = Path(__file__).parent / "data" / "traces"

@@ -53,7 +53,7 @@ def test_a_typed_report_is_read_field_by_field_and_matches_the_trace():
     1.76 µs, shorter than that 47.768 µs call; three cpu_ops; one ProfilerStep of 13336.315805 ms."""
     from pathlib import Path
 
-    from lmprof.trace.analyze import analyze_path
+    from lmprof.trace.fanout import analyze_path
 
     report = analyze_path(Path(__file__).parent / "data" / "traces" / "a100_triton_kernel.json.gz")
     typed, as_json = trace_analysis(report), trace_analysis(report.to_dict())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lazy_imports import installed
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 from lmprof.trace.fanout import PARALLEL_MIN_BYTES, analyze_files, pool_size
 
 TRACES = Path(__file__).parent / "data" / "traces"
@@ -41,7 +41,7 @@ def _report(folder: Path, **kw) -> str:
 
 _DRIVER = textwrap.dedent("""
     import json, sys
-    from lmprof.trace.analyze import analyze_path
+    from lmprof.trace.fanout import analyze_path
 
     if __name__ == "__main__":  # the workers' fork server imports this file again
         report = analyze_path(sys.argv[1], workers=2)

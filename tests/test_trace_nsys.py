@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmprof.cli.main import main
-from lmprof.trace.analyze import analyze_path
+from lmprof.trace.fanout import analyze_path
 from lmprof.trace.nsys import load_nsys
 from lmprof.trace.nsys.names import nvtx_event, runtime_name
 from nsys_export import PID, Export

@@ -89,6 +89,18 @@ def check_nproc(nproc: int) -> None:
         raise ConfigError(f"--nproc {exc}") from None
 
 
+# What a size is called when it is not positive (the field's name says the rest).
+_SIZES = {"batch_size": "batch size", "seq_len": "sequence length", "new_tokens": "new tokens",
+          "prompt_len": "prompt length"}
+
+
+def _check_size(v: _Count, info: ValidationInfo) -> _Count:
+    """A size of the workload: positive, and below :data:`MAX_SIZE`."""
+    if v is not None and v <= 0:
+        raise ValueError(f"{_SIZES.get(info.field_name or '', 'size')} must be positive, got {v}")
+    return _bounded(info.field_name or "size", v, 1, MAX_SIZE)
+
+
 def _bounded(name: str, v: _Count, low: int, high: int) -> _Count:
     if v is not None and not low <= v <= high:
         got = f"{v:,}" if abs(v) < 10**30 else f"a {len(str(abs(v)))}-digit number"
@@ -212,19 +224,10 @@ class TrainConfig(ModelSpec, MeasureSpec):
     nproc: int = 1  # > 1: launch through torchrun, one trace per rank
     parallel: Literal["ddp", "fsdp"] = "ddp"  # how ranks share the model: replicas, or FSDP2 shards
 
-    @field_validator("batch_size")
+    @field_validator("batch_size", "seq_len")
     @classmethod
-    def _batch(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"batch size must be positive, got {v}")
-        return _bounded("batch size", v, 1, MAX_SIZE)
-
-    @field_validator("seq_len")
-    @classmethod
-    def _seq(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError(f"sequence length must be positive, got {v}")
-        return _bounded("sequence length", v, 1, MAX_SIZE)
+    def _size(cls, v: int | None, info: ValidationInfo) -> int | None:
+        return _check_size(v, info)
 
     @field_validator("nproc")
     @classmethod
@@ -302,13 +305,6 @@ class InferConfig(ModelSpec, MeasureSpec):
     profile_steps: int = DEFAULT_COUNTS["infer"].profile_steps
     out: str = "runs"
 
-    @field_validator("new_tokens")
-    @classmethod
-    def _new(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"new tokens must be positive, got {v}")
-        return _bounded("new_tokens", v, 1, MAX_SIZE)
-
     @field_validator("prompt_ids")
     @classmethod
     def _ids(cls, v: list[int] | None) -> list[int] | None:
@@ -318,9 +314,7 @@ class InferConfig(ModelSpec, MeasureSpec):
             raise ValueError("prompt ids are empty")
         return [_bounded("prompt id", x, 0, MAX_SIZE) for x in v]
 
-    @field_validator("batch_size", "prompt_len")
+    @field_validator("batch_size", "prompt_len", "new_tokens")
     @classmethod
-    def _pos(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be positive, got {v}")
-        return _bounded("size", v, 1, MAX_SIZE)
+    def _size(cls, v: int, info: ValidationInfo) -> int:
+        return _check_size(v, info)

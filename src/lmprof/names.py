@@ -52,8 +52,9 @@ MATMUL_BLOCKS: frozenset[str] = frozenset({*WEIGHT_MATMUL_BLOCKS, "attn.scores",
 TRAIN_PHASES: tuple[str, ...] = ("forward", "backward")
 INFER_PHASES: tuple[str, ...] = ("prefill", "decode")
 PHASES: tuple[str, ...] = (*TRAIN_PHASES, *INFER_PHASES)
-# Phases of a mode, for tables and plots that show one mode.
-MODE_PHASES: dict[str, tuple[str, ...]] = {"train": TRAIN_PHASES, "infer": INFER_PHASES}
+# The passes FLOPs and bytes are counted over (estimate/flops.py: a training step's forward and
+# backward, a prefill, the decode steps) and the block phases each covers (a mode's passes: modes.py).
+PASS_PHASES: dict[str, tuple[str, ...]] = {"train": TRAIN_PHASES, "prefill": ("prefill",), "decode": ("decode",)}
 # The pseudo-phase of rows that belong to the whole step, not to one phase.
 STEP = "step"
 # Phases in display order, the step's own rows last.

@@ -23,7 +23,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from lmprof import names
+from lmprof.analysis.doors import door_of
 from lmprof.analysis.marks import NOISY, run_marks
+from lmprof.modes import traits
+from lmprof.names import PASS_PHASES
+from lmprof.record.catalogue import (
+    COMPILE_PER_STEP, KV_CACHE, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS, PROFILER_OVERHEAD, cost_key, memory_key,
+    pick,
+)
 from lmprof.record.run import Run
 
 # -- thresholds (documented in docs/reports.md) -------------------------------------------------
@@ -122,91 +129,8 @@ class Recommendation:
 
 
 def _num(x: float) -> str:
-    if abs(x) >= 1e6:
-        return f"{x:.3g}"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
-
-
-# -- the door that made the run, and its knobs ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Door:
-    """How a run was made, and how a user of that way turns each knob the advice names."""
-
-    name: str
-    bf16: str  # compute in bf16
-    compile: str  # torch.compile the model
-    batch: str  # more sequences (or tokens) per step
-    steps: str  # more timed steps and warm-up
-    sdpa: str  # the fused attention kernel
-    fused_optimizer: str  # a multi-tensor optimizer step
-    cuda_graphs: str = 'in your code: torch.compile(model, mode="reduce-overhead")'  # CUDA graphs
-
-
-_HF_SDPA = ('attn_implementation="sdpa" (or "flash_attention_2" on a supported GPU) when the model is built '
-            "(from_pretrained / from_config)")
-_OWN_CODE = dict(
-    bf16="in your code: model.to(torch.bfloat16), or the forward under "
-         "torch.autocast(device_type, dtype=torch.bfloat16)",
-    compile="in your code: model = torch.compile(model)",
-    batch="your loop's batch size (and sequence length)",
-    sdpa="in your code: torch.nn.functional.scaled_dot_product_attention, or " + _HF_SDPA + " for a Hugging Face model",
-    fused_optimizer="torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
-)
-# config["source"] as each way writes it (integrations/, api.py, pipeline/usercode/assemble.py);
-# lmprof train / infer write none (a sweep point of theirs neither).
-DOORS: dict[str, Door] = {
-    "TrainerCallback": Door(
-        "the Hugging Face Trainer", bf16="TrainingArguments(bf16=True)", compile="TrainingArguments(torch_compile=True)",
-        batch="TrainingArguments(per_device_train_batch_size=...)",
-        steps="TrainerCallback(steps=..., warmup=...)", sdpa=_HF_SDPA,
-        fused_optimizer='TrainingArguments(optim="adamw_torch_fused")',
-        cuda_graphs='TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead")'),
-    "LightningCallback": Door(
-        "the Lightning Trainer", bf16='Trainer(precision="bf16-mixed")',
-        compile="model = torch.compile(model) before trainer.fit(model)",
-        batch="the batch_size of your DataLoader", steps="LightningCallback(steps=..., warmup=...)",
-        sdpa=_OWN_CODE["sdpa"],
-        fused_optimizer="in configure_optimizers: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere",
-        cuda_graphs='model = torch.compile(model, mode="reduce-overhead") before trainer.fit(model)'),
-    "lmprof.profile": Door("lmprof.profile()", steps="lmprof.profile(model, steps=..., warmup=...)", **_OWN_CODE),
-    "lmprof.profile_training": Door(
-        "lmprof.profile_training()", bf16='lmprof.profile_training(..., dtype="bf16")',
-        compile="model = torch.compile(model) before lmprof.profile_training", batch="larger batches in what you pass",
-        steps="lmprof.profile_training(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"],
-        fused_optimizer="the optimizer you pass: torch.optim.AdamW(..., fused=True) on CUDA, foreach=True elsewhere"),
-    "lmprof.profile_inference": Door(
-        "lmprof.profile_inference()", bf16="model.to(torch.bfloat16) before lmprof.profile_inference",
-        compile="model = torch.compile(model) before lmprof.profile_inference", batch="more rows in input_ids",
-        steps="lmprof.profile_inference(..., steps=..., warmup=...)", sdpa=_OWN_CODE["sdpa"], fused_optimizer=""),
-    "user code": Door("lmprof run", steps="lmprof run --steps N --warmup N", **_OWN_CODE),
-    "train": Door("lmprof train", bf16="--dtype bf16", compile="--compile", batch="--batch-size, --seq-len",
-                  steps="--steps and --warmup", sdpa="--attention sdpa (scaled_dot_product_attention)",
-                  fused_optimizer="in your own training code: torch.optim.AdamW(..., fused=True) on CUDA, "
-                                  "foreach=True elsewhere",
-                  cuda_graphs="--compile --compile-mode reduce-overhead"),
-    "infer": Door("lmprof infer", bf16="--dtype bf16", compile="--compile", batch="--batch-size",
-                  steps="--steps and --warmup", sdpa="--attention sdpa (scaled_dot_product_attention)",
-                  fused_optimizer="",
-                  cuda_graphs="--compile --compile-mode reduce-overhead"),
-}
-
-
-def door_of(run: Run) -> Door:
-    """The way the run was made, from run.json's ``config.source`` (none: ``lmprof train`` / ``infer``)."""
-    source = run.config.get("source")
-    if isinstance(source, str) and source in DOORS:
-        door = DOORS[source]
-    elif source is None:
-        door = DOORS[run.mode]
-        if run.config.get("hf") or run.config.get("hf_config"):  # --attention is the built-in GPT's
-            door = replace(door, sdpa=_HF_SDPA)
-    else:  # a way this lmprof does not know (a newer one): the user's own code
-        door = Door(str(source)[:60], steps="more steps and warm-up", **_OWN_CODE)
-    return door
+    """A figure in a recommendation: three significant digits; whole, with separators, from 100 to a million."""
+    return f"{x:,.0f}" if 100 <= abs(x) < 1e6 else f"{x:.3g}"
 
 
 def _narrow(run: Run) -> bool:
@@ -243,10 +167,9 @@ def median_op_us(run: Run) -> float | None:
 
 
 def _profiled_step_ms(run: Run) -> float | None:
-    for key in ("profiled_step_time", "profiled_e2e_latency"):
-        v = run.value(key)
-        if v:
-            return v
+    v = run.value(pick("profiled", run.mode).name)
+    if v:
+        return v
     steps = (run.tables.get("attribution") or [{}])[0].get("profiled_step_ms")
     return statistics.mean(steps) if steps else None
 
@@ -264,7 +187,7 @@ Rule = Callable[[Run, Mapping[str, float]], "Recommendation | None"]
 
 def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Profiled steps differ from clean steps by more than PROFILER_OVERHEAD_MAX_PCT."""
-    v = run.value("profiler_overhead")
+    v = run.value(PROFILER_OVERHEAD)
     if v is None or abs(v) <= PROFILER_OVERHEAD_MAX_PCT:
         return None
     if v > 0:
@@ -280,7 +203,7 @@ def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendati
         actions=("Trust the block shares (%) more than their milliseconds.",
                  f"Re-run with more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
                  "Fewer, longer steps (larger batch) reduce the per-op cost of profiling."),
-        evidence=(Evidence("profiler_overhead", v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
+        evidence=(Evidence(PROFILER_OVERHEAD, v, "%", PROFILER_OVERHEAD_MAX_PCT, "|x| >"),),
     )
 
 
@@ -345,7 +268,15 @@ def phase_time_share(run: Run, phases: Sequence[str]) -> float | None:
 
 
 def _phases(run: Run) -> list[tuple[str, ...]]:
-    return [("prefill",), ("decode",)] if run.mode == "infer" else [("forward", "backward")]
+    return [PASS_PHASES[p] for p in traits(run.mode).passes]
+
+
+def _pass_key(run: Run, phase: object, key: str) -> str:
+    """run.json's key of compute figure ``key`` of the pass a block phase belongs to: a training run has one
+    pass (its step, forward and backward), an inference run one per phase (``prefill.mbu``, ``decode.mbu``)."""
+    passes = traits(run.mode).passes
+    p = passes[0] if len(passes) == 1 else str(phase)
+    return cost_key(p, key) if p in passes else f"{phase}.{key}"  # a phase of no pass: a key no run has
 
 
 def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
@@ -359,8 +290,7 @@ def roofline_bound(run: Run, row: Mapping[str, Any]) -> str:
     bound = str(row.get("bound") or "unknown")
     if bound != "overhead-bound" or not run.noisy:
         return bound
-    prefix = "" if run.mode == "train" else f"{row.get('phase')}."
-    peak, bw = run.value(f"{prefix}peak.flops"), run.value(f"{prefix}peak.bandwidth")
+    peak, bw = (run.value(_pass_key(run, row.get("phase"), k)) for k in (PEAK_FLOPS, PEAK_BANDWIDTH))
     ridge = peak / bw if peak and bw else MEMORY_BOUND_MAX_INTENSITY
     intensity = row.get("intensity")
     if not isinstance(intensity, (int, float)) or isinstance(intensity, bool):
@@ -412,9 +342,9 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         return None
     p = max(found, key=lambda x: x.time_share)
     door = door_of(run)
-    prefix = "" if run.mode == "train" else f"{p.phase}."
-    mbu = run.value(f"{prefix}mbu")
-    what = "generation" if run.mode == "infer" else "step"
+    mbu_key = _pass_key(run, p.phase, MBU)
+    mbu = run.value(mbu_key)
+    what = traits(run.mode).unit
     evidence = [
         Evidence(f"{p.phase} share of the {what}'s block time", p.time_share, "%", PHASE_SHARE_MIN_PCT, ">="),
         Evidence(f"blocks[{'+'.join(p.blocks)}] share of {p.phase}", p.matmul_share, "%", MATMUL_SHARE_MIN_PCT, ">="),
@@ -424,7 +354,7 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
         Evidence(f"{p.phase} matmul FLOP/byte", p.intensity, "FLOP/B", None, "present"),
     ]
     if mbu is not None:
-        evidence.append(Evidence(f"{prefix}mbu", mbu, "%", None, "present"))
+        evidence.append(Evidence(mbu_key, mbu, "%", None, "present"))
     actions = []
     if p.phase == "decode":
         actions += [f"Decode more sequences at once ({door.batch}): each weight read from memory then serves every "
@@ -443,7 +373,7 @@ def rule_memory_bound(run: Run, trace: Mapping[str, float]) -> Recommendation | 
             actions.append(f"Compute in a narrower dtype ({door.bf16}) so each weight and activation moves fewer bytes.")
     actions.append("Fusing or compiling small operators will not help much here: the time is in the matmuls, "
                    "waiting on memory.")
-    mbu_text = f", {mbu:.1f}% of the peak bandwidth ({prefix}mbu)" if mbu is not None else ""
+    mbu_text = f", {mbu:.1f}% of the peak bandwidth ({mbu_key})" if mbu is not None else ""
     others = [f"{o.phase} ({o.time_share:.0f}% of the {what}) is memory-bound too" for o in found if o is not p]
     return Recommendation(
         rule="memory_bound", title=f"The {p.phase} step is memory-bound: its matmuls wait on memory",
@@ -537,19 +467,20 @@ def rule_framework_overhead(run: Run, trace: Mapping[str, float]) -> Recommendat
 
 def rule_low_mfu(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Low MFU although matmul blocks dominate the step (prefill for generation) and are not memory-bound."""
-    key = "prefill.mfu" if run.mode == "infer" else "mfu"
-    phases = ("prefill",) if run.mode == "infer" else ("forward", "backward")
+    mode = traits(run.mode)
+    first = mode.passes[0]  # the training step, or the prefill
+    key, phases = cost_key(first, MFU), PASS_PHASES[first]
     mfu = run.value(key)
     share = matmul_phase_share(run, phases)
     if mfu is None or share is None or mfu >= LOW_MFU_PCT or share < MATMUL_SHARE_MIN_PCT:
         return None
     if any(p.phase != "decode" for p in _memory_bound_phases(run)):
         return None  # memory-bound advice covers it: more FLOP/s cannot come from the compute side
-    where = "prefill" if run.mode == "infer" else "step"
+    where = "step" if mode.trains else first
     evidence = [Evidence(key, mfu, "%", LOW_MFU_PCT, "<"),
                 Evidence(f"blocks[{'+'.join(present_matmul_blocks(run, phases))}] share of {where}", share, "%",
                          MATMUL_SHARE_MIN_PCT, ">=")]
-    if run.mode == "infer":  # a prefill of a few tokens before many decode steps is not where the time goes
+    if mode.generates:  # a prefill of a few tokens before many decode steps is not where the time goes
         held = phase_time_share(run, phases)
         if held is None or held < PHASE_SHARE_MIN_PCT:
             return None
@@ -586,7 +517,7 @@ def rule_host_sync(run: Run, trace: Mapping[str, float]) -> Recommendation | Non
 
 def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The optimizer step is a large share of a training step."""
-    if run.mode != "train":
+    if not traits(run.mode).trains:
         return None
     share = block_share(run, ("optimizer",), phase="step")
     if share is None or share <= OPTIMIZER_SHARE_MAX_PCT:
@@ -604,7 +535,7 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
 
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Peak memory uses little of the device: a larger batch fits."""
-    peak = run.value("memory.peak")
+    peak = run.value(memory_key("peak"))
     cap = device_capacity(run)
     if not peak or cap is None:
         return None
@@ -612,11 +543,12 @@ def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation
     used = 100.0 * peak / capacity
     if used >= MEMORY_USED_MAX_PCT:
         return None
-    evidence = [Evidence("memory.peak", peak, "B", None, "present"),
+    evidence = [Evidence(memory_key("peak"), peak, "B", None, "present"),
                 Evidence(cap_key, capacity, "B", None, "present"),
                 Evidence("memory.peak / capacity", used, "%", MEMORY_USED_MAX_PCT, "<")]
     # Only activations (and the KV cache) grow with the batch: scale those, keep the rest fixed.
-    per_batch = run.value("memory.activations") or run.value("memory.kv_cache") or run.value("kv_cache")
+    per_batch = (run.value(memory_key("activations")) or run.value(memory_key("kv_cache"))
+                 or run.value(KV_CACHE))
     batch = run.config.get("batch_size")
     suggestion = f"Increase the batch ({door_of(run).batch}) until peak memory nears the device's capacity; re-profile."
     if per_batch and isinstance(batch, int) and per_batch > 0:
@@ -634,27 +566,22 @@ def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation
 
 def rule_noisy_timing(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The clean step (or latency) timing spreads widely between repeats."""
-    for key in ("step_time", "e2e_latency"):
-        m = run.metric(key)
-        if m is None:
-            continue
-        spread = m.spread_pct()
-        if spread is None or spread <= NOISY_SPREAD_MAX_PCT:
-            return None
-        return Recommendation(
-            rule="noisy_timing", title="The timing is noisy",
-            why=(f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences "
-                 "smaller than that between runs are not meaningful."),
-            actions=(f"Run more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
-                     "Pin threads/clocks where you can; compare medians, not single steps."),
-            evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),),
-        )
-    return None
+    key = pick("timing", run.mode).name
+    m = run.metric(key)
+    spread = m.spread_pct() if m is not None else None
+    if m is None or spread is None or spread <= NOISY_SPREAD_MAX_PCT:
+        return None
+    why = (f"p10–p90 of {key} spans {spread:.0f}% of its median over {m.n} repeats: differences smaller than that "
+           "between runs are not meaningful.")
+    actions = (f"Run more timed steps and warm-up ({door_of(run).steps}) on an otherwise idle machine.",
+               "Pin threads/clocks where you can; compare medians, not single steps.")
+    return Recommendation(rule="noisy_timing", title="The timing is noisy", why=why, actions=actions,
+                          evidence=(Evidence(f"{key}.spread", spread, "%", NOISY_SPREAD_MAX_PCT, ">"),))
 
 
 def rule_recompiles(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """A compiled model kept compiling in the timed window: about one compilation per step or more."""
-    rate = run.value("compile.per_step")
+    rate = run.value(COMPILE_PER_STEP)
     if rate is None or rate < RECOMPILES_PER_STEP_MIN:
         return None
     rows = [r for r in run.tables.get("compile", []) if r.get("phase") == "measured" and r.get("reason")]
@@ -667,7 +594,7 @@ def rule_recompiles(run: Run, trace: Mapping[str, float]) -> Recommendation | No
                  "pass changing integers as tensors), or compile with dynamic=True.",
                  "See every compilation and its reason in run.json tables.compile; "
                  "TORCH_LOGS=recompiles prints them as they happen."),
-        evidence=(Evidence("compile.per_step", rate, "compilations/step", RECOMPILES_PER_STEP_MIN, ">="),),
+        evidence=(Evidence(COMPILE_PER_STEP, rate, "compilations/step", RECOMPILES_PER_STEP_MIN, ">="),),
     )
 
 

@@ -23,8 +23,9 @@ from typing import Any, Literal, Mapping, Sequence
 
 from lmprof.analysis.marks import marks as figure_marks, run_marks
 from lmprof.errors import LmprofError
+from lmprof.modes import traits
 from lmprof.names import PHASE_ORDER as _PHASE_ORDER
-from lmprof.record.catalogue import Group as Group, group_of, lookup, ranked
+from lmprof.record.catalogue import PARAMS, Group as Group, group_of, lookup, ranked
 from lmprof.record.run import SCHEMA, Run
 
 # Figures shown first, in this order (those present in any run): the catalogue's compare ranks.
@@ -179,7 +180,7 @@ def model_identity(run: Run) -> dict[str, Any]:
     for key in MODEL_DIMS:
         if model.get(key) is not None:
             out[key] = model[key]
-    params = run.value("params")
+    params = run.value(PARAMS)
     if params:
         out["params"] = int(params)
     return out
@@ -301,8 +302,8 @@ def check_comparable(runs: Sequence[Run], *, allow_different_models: bool = Fals
     base = runs[0]
     for other in runs[1:]:
         if other.mode != base.mode:
-            msg = f"{base.id} is a {base.mode} run but {other.id} is an {other.mode} run" if other.mode == "infer" \
-                else f"{base.id} is an {base.mode} run but {other.id} is a {other.mode} run"
+            msg = (f"{base.id} is {traits(base.mode).article} {base.mode} run but {other.id} is "
+                   f"{traits(other.mode).article} {other.mode} run")
             if not allow_mixed_modes:
                 raise LmprofError(f"{msg}: their figures measure different things (use --force to compare anyway)")
             warnings.append(msg)

@@ -7,6 +7,7 @@ The same metric keys as :func:`lmprof.estimate.mfu.mfu_metrics`, so the summary,
 from __future__ import annotations
 
 from lmprof.estimate.mfu import MAX_UTILISATION_PCT, peak_flops_metric
+from lmprof.record.catalogue import FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_FLOPS
 from lmprof.record.run import Metric
 from lmprof.units import si
 
@@ -20,19 +21,19 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
     from lmprof.hardware.calibrate import resolve_peak
 
     out: dict[str, Metric] = {
-        "flops.model_per_step": Metric(value=float(flops), unit="FLOP", source="measured",
-                                       note=f"FLOPs per {what} counted by torch's FlopCounterMode on {where} "
-                                            "(matmuls, convolutions and attention; elementwise ops not counted)"),
-        "flops.hardware_per_step": Metric(value=float(flops), unit="FLOP", source="measured",
-                                          note="the counted FLOPs: what ran, recomputation included"),
+        FLOPS_MODEL: Metric(value=float(flops), unit="FLOP", source="measured",
+                            note=f"FLOPs per {what} counted by torch's FlopCounterMode on {where} "
+                                 "(matmuls, convolutions and attention; elementwise ops not counted)"),
+        FLOPS_HARDWARE: Metric(value=float(flops), unit="FLOP", source="measured",
+                               note="the counted FLOPs: what ran, recomputation included"),
     }
     timed = time_s is not None and time_s > 0
-    out["flops.achieved"] = (Metric(value=flops / time_s, unit="FLOP/s", source="derived",
-                                    note="counted FLOPs / measured time") if timed and time_s
-                             else Metric.na("FLOP/s", "no measured time", source="derived"))
+    out[FLOPS_ACHIEVED] = (Metric(value=flops / time_s, unit="FLOP/s", source="derived",
+                                  note="counted FLOPs / measured time") if timed and time_s
+                           else Metric.na("FLOP/s", "no measured time", source="derived"))
     peak = resolve_peak(device_name, device_kind, dtype)
-    out["peak.flops"] = peak_flops_metric(peak)
-    for key in ("mfu", "hfu"):
+    out[PEAK_FLOPS] = peak_flops_metric(peak)
+    for key in (MFU, HFU):
         if not timed or not time_s:
             out[key] = Metric.na("%", "no measured time", source="derived")
         elif not peak.flops_per_s:
@@ -44,5 +45,5 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
         else:
             out[key] = Metric(value=100.0 * flops / time_s / peak.flops_per_s, unit="%", source="derived",
                               note=f"counted FLOP/s / peak {dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})")
-    out["mbu"] = Metric.na("%", "bytes moved per step need lmprof's formulas for this model", source="derived")
+    out[MBU] = Metric.na("%", "bytes moved per step need lmprof's formulas for this model", source="derived")
     return out

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from lmprof.errors import ConfigError
+from lmprof.record.catalogue import energy_key, memory_key
 
 if TYPE_CHECKING:  # kept out of the import: `lmprof compare --help` reads FORM without pydantic
     from lmprof.record.run import Metric, Run
@@ -44,10 +45,10 @@ EXIT_CODES: dict[Verdict, int] = {"pass": 0, "fail": 1, "undecided": 3}
 
 # Names a CI author reaches for first, mapped to run.json's figure names; any figure name also works.
 ALIASES = {
-    "peak_memory": "memory.peak",
-    "memory": "memory.peak",
-    "energy": "energy.total",
-    "energy_per_token": "energy.per_token",
+    "peak_memory": memory_key("peak"),
+    "memory": memory_key("peak"),
+    "energy": energy_key("total"),
+    "energy_per_token": energy_key("per_token"),
 }
 
 _EXPR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*([<>])\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*$")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from lmprof.record.catalogue import lookup
+from lmprof.record.catalogue import lookup, pick
 
 if TYPE_CHECKING:
     from lmprof.record.run import Run
@@ -41,7 +41,7 @@ def rests_on_time(key: str, unit: str = "") -> bool:
 
 
 def _timing_key(run: "Run") -> str:
-    return "e2e_latency" if run.mode == "infer" else "step_time"
+    return pick("timing", run.mode).name
 
 
 def first_call_note(run: "Run") -> str | None:

@@ -132,7 +132,7 @@ def analyze_run_trace(run: Run) -> TraceAnalysis:
         return TraceAnalysis(False, "no trace file in this run")
     path = Path(run.folder) / trace
     try:
-        from lmprof.trace.analyze import analyze_path
+        from lmprof.trace.fanout import analyze_path
     except ImportError:
         return TraceAnalysis(False, "trace analysis unavailable (lmprof.trace.analyze is not installed)")
     try:

@@ -22,6 +22,7 @@ from lmprof.dtypes import dtype_bytes, normalize_dtype, normalize_weight_dtype, 
 from lmprof.errors import ConfigError, DeviceError
 from lmprof.hardware.calibrate import Peak, resolve_peak
 from lmprof.hardware.peaks import PeakTable
+from lmprof.names import PASS_PHASES
 from lmprof.estimate.shape import ModelShape
 
 Phase = Literal["prefill", "decode", "train"]
@@ -224,10 +225,9 @@ def _describe(answer: RooflineAnswer, batch: int) -> tuple[ModelEntry | None, Mo
 
     assert answer.entry is not None
     q, phase = answer.query, answer.phase
-    phases = ("train",) if phase == "train" else (phase,)
     entry, facts = describe_entry(
         answer.entry, allow_generic=q.allow_generic, batch=batch, seq_len=1 if phase == "decode" else answer.seq_len,
-        context=answer.kv_len, dtype=_build_dtype(answer.dtype), phases=phases, memory=False,
+        context=answer.kv_len, dtype=_build_dtype(answer.dtype), phases=(phase,), memory=False,
         attention="eager" if _attention(q.attention) == "math" else "sdpa")
     return entry, facts
 
@@ -250,9 +250,8 @@ def phase_block_costs(answer: RooflineAnswer, batch: int) -> list[BlockCost]:
     if shape is None:  # read off the model at this batch
         facts = answer.facts if answer.facts is not None and answer.facts.batch == batch else _describe(answer, batch)[1]
         assert facts is not None
-        phases = ("forward", "backward") if answer.phase == "train" else (answer.phase,)
         return [_row_cost(r, answer, facts.dtype) for r in facts.rows
-                if r.phase in phases and (r.flops or r.bytes)]
+                if r.phase in PASS_PHASES[answer.phase] and (r.flops or r.bytes)]
     if answer.phase == "train":
         return phase_costs(shape, batch=batch, seq_len=answer.seq_len, phase="train", dtype=dt,
                            attention=attention, conventions=conv, weight_dtype=q.weights, kv_dtype=q.kv_dtype,

@@ -75,7 +75,7 @@ def run_analyze(
 
         report, added = annotate_path(path, annotate, top=top, include_last_step=include_last_step)
     else:
-        from lmprof.trace.analyze import analyze_path
+        from lmprof.trace.fanout import analyze_path
 
         report = analyze_path(path, top=top, include_last_step=include_last_step, export=export, blocks=block_map,
                               workers=workers, ray=ray)

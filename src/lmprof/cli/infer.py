@@ -7,8 +7,9 @@ from typing import List, Optional
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import (console, interruptible, log_to_trackers, merged, plots_wanted, progress_status,
-                               write_report)
+from lmprof.cli.common import (COMPILE_MODE, CONFIG, DEVICE, ENERGY, FORCE, LOG_TO, OUT, PLOTS, REPORT, TDP_W,
+                               VERBOSE, check_before_measuring, interruptible, merged, plots_wanted, progress_status,
+                               show_run)
 from lmprof.counts import default_help
 
 
@@ -29,22 +30,21 @@ def infer(
     steps: Optional[int] = typer.Option(None, help=f"Timed generations {default_help('infer', 'steps')}"),
     warmup: Optional[int] = typer.Option(None, help=f"Warm-up generations {default_help('infer', 'warmup')}"),
     profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help=f"Generations under the profiler {default_help('infer', 'profile_steps')}"),
-    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]"),
+    device: Optional[str] = DEVICE,
     dtype: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 weights [default: fp32]"),
     attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the built-in GPT (KV cache on)"),
-    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="default, reduce-overhead or max-autotune [default: default]"),
-    energy: Optional[str] = typer.Option(None, help="auto, off or estimate [default: auto]"),
-    tdp_w: Optional[float] = typer.Option(None, "--tdp-w", help="Rated power (W) for --energy estimate"),
+    compile_mode: Optional[str] = COMPILE_MODE,
+    energy: Optional[str] = ENERGY,
+    tdp_w: Optional[float] = TDP_W,
     seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file with any of these options"),
-    out: Optional[str] = typer.Option(None, help="Folder that receives the run folder [default: runs]"),
-    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder"),
-    verbose: bool = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines (kineto's profiler_start/stop, allocator warnings)"),
-    plots: Optional[bool] = typer.Option(None, "--plots/--no-plots", help="Draw roofline.png and memory.png [default: with the report or --log-to]"),
-    log_to: List[str] = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb "
-                                     "(repeatable; offline, default destinations: docs/trackers.md)"),
-    force: Optional[bool] = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour"),
+    config: Optional[Path] = CONFIG,
+    out: Optional[str] = OUT,
+    report: bool = REPORT,
+    verbose: bool = VERBOSE,
+    plots: Optional[bool] = PLOTS,
+    log_to: List[str] = LOG_TO,
+    force: Optional[bool] = FORCE,
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
     from lmprof.measure.native_logs import quiet_process
@@ -67,20 +67,8 @@ def infer(
         compile=compile, compile_mode=compile_mode, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
     )
     cfg = build(InferConfig, plots_wanted(values, plots, report, log_to))
-    from lmprof.outdir import check_output_dir
-
-    check_output_dir(cfg.out, "--out")
-    if log_to:  # an unknown tracker or a missing package is said before anything is measured
-        from lmprof.trackers.export import check_trackers
-
-        check_trackers(log_to)
-    if not (cfg.hf or cfg.hf_config):
-        from lmprof.workloads.gpt_config import check_preset
-
-        check_preset(cfg.preset)
-    # what the user gave was checked above, before torch is imported: a refusal is one quick line
+    check_before_measuring(cfg, cfg.out, "--out", log_to)
     from lmprof.pipeline.infer import run_inference
-    from lmprof.show.summary import render
 
     from lmprof.cli._oom import gpt_fit, oom_guard
 
@@ -91,6 +79,4 @@ def infer(
             f" + {cfg.new_tokens} new tokens")
     with interruptible(), progress_status("profiling generation"), oom_guard(what, gpt_fit(cfg, kind), kind):
         run, folder = run_inference(cfg)
-    render(run, console, folder=str(folder))
-    write_report(run, folder, report)
-    log_to_trackers(folder, log_to)
+    show_run(run, folder, report, log_to)

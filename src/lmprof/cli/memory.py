@@ -14,6 +14,7 @@ import typer
 from lmprof.cli.app import app
 from lmprof.errors import ConfigError, DeviceError
 from lmprof.estimate.facts import SOURCE_NOTES
+from lmprof.modes import traits
 
 GIB = 1024**3
 GB = 10**9
@@ -178,6 +179,8 @@ def memory(
                         ("--vocab-size", vocab_size), ("--block-size", block_size), ("--context", context)):
         if value is not None and not 0 <= value < 2**31:  # beyond any device; 10**30 overflows the estimate
             raise ConfigError(f"{name} must be between {0 if name == '--new-tokens' else 1} and {2**31 - 1:,}")
+    plan_mode = choice(mode, MODES, f"mode must be 'train' or 'infer', got {mode!r}")
+    generates = traits(plan_mode).generates
     attention = attention or ("sdpa" if model is not None else "math")
     facts = None
     figures = "formula"
@@ -196,9 +199,9 @@ def memory(
             from lmprof.measure.model_facts.resolve import describe_entry
 
             positions = config_positions(entry.config or {})
-            seq = seq_len if seq_len is not None else min(positions, 4096) - (new_tokens if mode == "infer" else 0)
+            seq = seq_len if seq_len is not None else min(positions, 4096) - (new_tokens if generates else 0)
             entry, facts = describe_entry(entry, allow_generic=allow_generic, batch=batch_size, seq_len=max(1, seq),
-                                          dtype=pdt, phases=("prefill",) if mode == "infer" else ("train",))
+                                          dtype=pdt, phases=traits(plan_mode).passes[:1])
         if entry.warning:
             typer.echo(f"warning: {entry.warning}", err=True)
         figures = entry.figures
@@ -217,11 +220,10 @@ def memory(
     elif seq_len is None:
         assert shape is not None
         default = shape.block_size if model is None else min(shape.block_size, 4096)
-        seq = default - new_tokens if mode == "infer" else default
+        seq = default - new_tokens if generates else default
     else:
         seq = seq_len
     dev_name, nominal, budget, kind, how = device_budget(device, memory_gb)
-    plan_mode = choice(mode, MODES, f"mode must be 'train' or 'infer', got {mode!r}")
     plan_attention = choice(attention, ATTENTIONS, f"attention must be 'math' or 'sdpa', got {attention!r}")
     plan_shard = choice(shard, SHARDS, f"--shard must be one of {', '.join(SHARDS)}, got {shard!r}")
     lora, parallel = _plan(shape, lora_rank, lora_targets, qlora, double_quant, tp, pp, sp, plan_mode)
@@ -237,7 +239,7 @@ def memory(
     best = largest_fitting_batch(budget, estimate_at)
     fits = est.peak <= budget
     best_context = None
-    if mode == "infer" and shape is not None:  # the largest prompt the cache can hold, up to the model's maximum
+    if generates and shape is not None:  # the largest prompt the cache can hold, up to the model's maximum
         from lmprof.estimate.fit import largest_fitting
 
         def peak_with_context(c: int) -> int:
@@ -263,7 +265,7 @@ def memory(
     devices = (f"{gpus} data-parallel x {tp} tensor-parallel x {pp} pipeline = {gpus * tp * pp} devices; "
                "every figure is one device's") if gpus * tp * pp > 1 else ""
     _print_report(est, label, dev_name, nominal, budget, how, fits, best, blocks, estimate_at, devices, figures)
-    if mode == "infer" and shape is None:
+    if generates and shape is None:
         typer.echo(f"largest context that fits at batch {batch_size}: not searched (figures read off the model at "
                    f"{seq:,} prompt tokens; give another --context to check one)")
     if best_context is not None and shape is not None:
@@ -295,7 +297,7 @@ def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant:
                           f"got {targets!r}")
     lora = Lora(rank=rank, targets=plan_targets, qlora=qlora, double_quant=double_quant)
     lora.check(shape)
-    if mode != "train":
+    if not traits(mode).trains:
         raise ConfigError("--lora-rank is for training (--mode train); for inference merge the adapters or use "
                           "--weights int4")
     return lora, parallel
@@ -304,8 +306,9 @@ def _plan(shape: Any, rank: int | None, targets: str, qlora: bool, double_quant:
 def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: int, how: str, fits: bool, best: int,
                   blocks: bool, estimate_at: Any, devices: str = "", figures: str = "formula") -> None:
     mixed = est.dtype != "fp32" and est.param_dtype == "fp32"
-    what = "train step" if est.mode == "train" else f"inference (KV cache of {est.kv_tokens} tokens)"
-    opt = f", {est.optimizer} ({est.optimizer_impl})" if est.mode == "train" else ""
+    trains = traits(est.mode).trains
+    what = "train step" if trains else f"inference (KV cache of {est.kv_tokens} tokens)"
+    opt = f", {est.optimizer} ({est.optimizer_impl})" if trains else ""
     echo = typer.echo
     echo(f"lmprof memory: {preset} ({est.n_params:,} params), {what}, batch {est.batch} x seq {est.seq_len}, "
          f"{est.dtype}{' autocast' if mixed else ''}, attention {est.attention}{opt}")
@@ -322,7 +325,7 @@ def _print_report(est: Any, preset: str, dev_name: str, capacity: int, budget: i
             echo(f"  {'-' * 13}{'-' * 16}{'-' * 12}{'-' * 12}")
         echo(f"  {row['category']:<13}{row['bytes']:>16,}{_fmt(row['bytes']):>12}{_fmt(row['at_peak']):>12}"
              f"   {row['note']}")
-    if blocks and est.mode == "train":
+    if blocks and trains:
         echo("")
         layers = est.stage_layers or est.n_layer
         flight = f", x{est.in_flight} micro-batches" if est.in_flight > 1 else ""

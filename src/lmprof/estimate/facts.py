@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from lmprof.names import PASS_PHASES
+
 Source = Literal["formula", "model", "generic"]
 SOURCES: tuple[Source, ...] = ("formula", "model", "generic")
 SOURCE_NOTES: dict[str, str] = {
@@ -150,8 +152,7 @@ class ModelFacts:
 
     def flops(self, phase: str) -> float:
         """FLOPs of one pass: ``train`` is forward + backward."""
-        phases = ("forward", "backward") if phase == "train" else (phase,)
-        return float(sum(r.flops for r in self.rows if r.phase in phases))
+        return float(sum(r.flops for r in self.rows if r.phase in PASS_PHASES.get(phase, (phase,))))
 
     def prefill_peak_at(self, batch: int) -> int | None:
         """The prefill's live peak at another batch size (affine in the batch), None when not read."""

@@ -31,6 +31,7 @@ from lmprof.estimate.memory.lora import Lora
 from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
+from lmprof.modes import Mode, traits
 
 Shard = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
 SHARDS: tuple[Shard, ...] = ("ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -55,7 +56,7 @@ def estimate_plan(
     *,
     batch: int,
     seq_len: int,
-    mode: Literal["train", "infer"] = "train",
+    mode: Mode = "train",
     dtype: str = "bf16",
     param_dtype: str = "fp32",
     optimizer: str = "adamw",
@@ -138,7 +139,8 @@ def _rescaled(est: MemoryEstimate, matmul_weights: int, kv_bytes: Callable[[int,
     notes = list(est.notes)
     scale: dict[str, float] = {}
     new: dict[str, int] = {}
-    if mode == "infer":
+    trains = traits(mode).trains
+    if not trains:
         if weights is not None:
             wname = normalize_weight_dtype(weights)
             # matmul weights include the lm_head; a tied embedding is that same tensor, stored once.
@@ -168,7 +170,7 @@ def _rescaled(est: MemoryEstimate, matmul_weights: int, kv_bytes: Callable[[int,
         notes.append(f"{shard} over {gpus} GPUs: per-GPU figures; batch is per GPU")
     if checkpointing and parallel is not None and not parallel.trivial:
         raise ConfigError("--checkpointing with --tp/--pp is not modelled yet: drop one of them")
-    if checkpointing and mode == "train":
+    if checkpointing and trains:
         assert shape is not None, "checkpointing is modelled with lmprof's formulas only"
         per_layer = est.activations_per_layer
         once = est.activations - shape.n_layer * per_layer
@@ -198,7 +200,7 @@ def _rescaled(est: MemoryEstimate, matmul_weights: int, kv_bytes: Callable[[int,
             out[cat] = int(b * scale.get(cat, 1.0))
         if shard in ("zero3", "fsdp") and gpus > 1:
             layer = est.layer_bytes or layer_params * dtype_bytes(est.param_dtype)
-            gathered = layer + (est.layer_grad_bytes or layer if mode == "train" and "grads" in cats else 0)
+            gathered = layer + (est.layer_grad_bytes or layer if trains and "grads" in cats else 0)
             out["temporaries"] = out.get("temporaries", 0) + gathered
         parts[moment] = out
     moments = {k: sum(v.values()) for k, v in parts.items()}

@@ -542,6 +542,9 @@ def totals(costs: Iterable[BlockCost]) -> dict[str, float]:
 
 # -- model-level FLOPs (MFU) ------------------------------------------------------------------------
 
+# A training token costs three forwards: the forward, and a backward of two forward-sized matmuls.
+_FORWARDS_PER_TOKEN = {"train": 3, "forward": 1}
+
 
 def model_flops_per_token(
     shape: ModelShape,
@@ -559,14 +562,14 @@ def model_flops_per_token(
     uses the average (T + 1) / 2 attended keys instead of T.
     """
     _check_positive(seq_len=seq_len)
-    if mode not in ("train", "forward"):
+    if mode not in _FORWARDS_PER_TOKEN:
         raise ConfigError(f"mode must be 'train' or 'forward', got {mode!r}")
     n = shape.n_params_non_embedding(active=True)
     keys = (seq_len + 1) / 2 if conventions.causal_attention else seq_len
     mac = conventions.flops_per_mac
     # forward: mac per weight (the matmul), the scores (T·q_dim) and AV (T·v_dim) matmuls per layer
     fwd = mac * n + mac * shape.n_layer * (shape.q_dim + shape.v_dim) * keys
-    return 3 * fwd if mode == "train" else fwd
+    return _FORWARDS_PER_TOKEN[mode] * fwd
 
 
 def model_flops_per_step(

@@ -30,14 +30,19 @@ from lmprof.estimate.flops import (
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD, RooflinePoint, classify
 from lmprof.errors import ConfigError
+from lmprof.names import PASS_PHASES
 from lmprof.units import si
+from lmprof.record.catalogue import (
+    BYTES_MODEL, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS,
+)
 from lmprof.record.run import Block, Metric
 from lmprof.estimate.shape import ModelShape
 
 if TYPE_CHECKING:
     from lmprof.hardware.calibrate import Peak
 
-Mode = Literal["train", "prefill", "decode"]
+# The pass a figure is for: a training step (forward + backward), a prefill, the decode steps (names.PASS_PHASES).
+Pass = Literal["train", "prefill", "decode"]
 #: A utilisation (MFU, HFU, MBU) above this is never given as a figure: the peak it divides by is wrong.
 MAX_UTILISATION_PCT = 100.0
 Recompute = Literal["none", "full"] | float | None
@@ -58,6 +63,11 @@ def _recompute_fraction(recompute: Recompute) -> float:
     raise ConfigError(f"recompute must be 'none', 'full' or a fraction in [0, 1], got {recompute!r}")
 
 
+def per_pass(mode: Pass, decode_steps: int) -> str:
+    """What one figure of ``mode`` covers, in its notes."""
+    return {"train": "training step", "prefill": "prefill", "decode": f"{decode_steps} decode step(s)"}[mode]
+
+
 def peak_flops_metric(peak: Peak) -> Metric:
     """The device's peak FLOP/s as a run metric: measured when calibrated here, else estimated; n/a with why."""
     if not peak.flops_per_s:
@@ -72,7 +82,7 @@ def mfu_metrics(
     *,
     batch: int,
     seq_len: int,
-    mode: Mode,
+    mode: Pass,
     time_s: float | None,
     device_name: str,
     device_kind: str | None = None,
@@ -112,17 +122,15 @@ def mfu_metrics(
     model = model_flops_per_step(
         shape, batch=batch, seq_len=seq_len, mode=mode, decode_tokens=decode_tokens, conventions=conventions
     )
-    forward = 0.0  # one forward pass, what full recomputation adds per training step
-    if mode == "train":
-        forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions)
+    # What full recomputation adds per training step: one forward pass (fraction is 0 but in training).
+    forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions) if fraction else 0.0
     hardware = model + fraction * forward
-    phase = "train" if mode == "train" else mode
     nbytes = totals(
-        phase_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dt, decode_tokens=decode_tokens,
+        phase_costs(shape, batch=batch, seq_len=seq_len, phase=mode, dtype=dt, decode_tokens=decode_tokens,
                     attention=attention, conventions=conventions)
     )["bytes"]
 
-    per = {"train": "training step", "prefill": "prefill", "decode": f"{decode_tokens} decode step(s)"}[mode]
+    per = per_pass(mode, decode_tokens)
     last_only = " minus lm_head of all but the last position" if conventions.prefill_logits == "last" else ""
     formula = {
         # N is the one the value uses: a mixture of experts counts the experts a token runs (top_k), not all.
@@ -142,7 +150,7 @@ def mfu_metrics(
         bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)", recomputed=bool(fraction))
 
 
-def facts_mfu_metrics(facts: ModelFacts, *, mode: Mode, time_s: float | None, device_name: str,
+def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, device_name: str,
                       device_kind: str | None = None, dtype: object = "bf16", decode_steps: int = 1,
                       peak: object | None = None) -> dict[str, Metric]:
     """:func:`mfu_metrics` for a model the describer read (:class:`~lmprof.estimate.facts.ModelFacts`):
@@ -150,12 +158,8 @@ def facts_mfu_metrics(facts: ModelFacts, *, mode: Mode, time_s: float | None, de
     from lmprof.hardware.calibrate import Peak, resolve_peak
 
     dt = normalize_dtype(dtype)
-    if mode == "train":
-        rows = [r for r in facts.rows if r.phase in ("forward", "backward")]
-        per = "training step"
-    else:
-        rows = facts.phase_rows(mode)
-        per = "prefill" if mode == "prefill" else f"{decode_steps} decode step(s)"
+    rows = [r for r in facts.rows if r.phase in PASS_PHASES[mode]]
+    per = per_pass(mode, decode_steps)
     scale = decode_steps if mode == "decode" else 1
     flops = scale * sum(r.flops for r in rows)
     nbytes = scale * sum(r.bytes for r in rows)
@@ -177,24 +181,24 @@ def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: fl
                         recomputed: bool) -> dict[str, Metric]:
     """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time."""
     out: dict[str, Metric] = {
-        "flops.model_per_step": Metric(value=model, unit="FLOP", source="estimated", note=model_note),
-        "flops.hardware_per_step": Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
-        "bytes.model_per_step": Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
+        FLOPS_MODEL: Metric(value=model, unit="FLOP", source="estimated", note=model_note),
+        FLOPS_HARDWARE: Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
+        BYTES_MODEL: Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
     }
     timed = time_s is not None and time_s > 0
-    out["flops.achieved"] = (
+    out[FLOPS_ACHIEVED] = (
         Metric(value=model / time_s if time_s else None, unit="FLOP/s", source="derived", note="model FLOPs / measured time")
         if timed else Metric.na("FLOP/s", "no measured time", source="derived")
     )
-    out["peak.flops"] = peak_flops_metric(peak)
+    out[PEAK_FLOPS] = peak_flops_metric(peak)
     if peak.bytes_per_s:
         bw_src = peak.bytes_source or peak.source
-        out["peak.bandwidth"] = Metric(
+        out[PEAK_BANDWIDTH] = Metric(
             value=peak.bytes_per_s, unit="B/s",
             source="measured" if peak.bandwidth_measured else "estimated", note=str(bw_src),
         )
     else:
-        out["peak.bandwidth"] = Metric.na("B/s", peak.note, source="estimated")
+        out[PEAK_BANDWIDTH] = Metric.na("B/s", peak.note, source="estimated")
 
     flops_peak = f"peak {peak_dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})" if peak.flops_per_s else ""
     bw_peak = (f"peak bandwidth ({si(peak.bytes_per_s, sep='')}B/s, {peak.bytes_source or peak.source})"
@@ -214,11 +218,11 @@ def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: fl
         else:
             out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
 
-    pct("mfu", model, peak.flops_per_s, "model FLOP/s", flops_peak)
-    pct("hfu", hardware, peak.flops_per_s,
+    pct(MFU, model, peak.flops_per_s, "model FLOP/s", flops_peak)
+    pct(HFU, hardware, peak.flops_per_s,
         "hardware FLOP/s (with recomputation)" if recomputed else "hardware FLOP/s (no recomputation: HFU == MFU)",
         flops_peak)
-    pct("mbu", nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
+    pct(MBU, nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
     return out
 
 

@@ -22,20 +22,26 @@ from lmprof.pipeline.usercode.guard import watch_spec
 
 
 class SessionCallback:
-    """Mixin: ``session`` is set by the framework callback once training starts."""
+    """Mixin before the framework's own Callback class: the callback's arguments and its session, which
+    is set once training starts. ``source`` names the callback in run.json's config."""
 
+    source = "callback"
     session: Session | None = None
     log_to: Sequence[str] = ()
 
-    @staticmethod
-    def _spec(source: str, out: str | Path, warmup: int | None, steps: int | None, profile_steps: int | None,
-              report: bool, verbose: bool, *, stop_after: bool = False, watch: bool = False,
-              watch_max_captures: int | None = None, watch_min_gap: int | None = None) -> Spec:
-        """The session's spec; a watch that cannot be had is one ConfigError line when the callback is made."""
+    def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
+                 profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
+                 verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
+                 watch_max_captures: int | None = None, watch_min_gap: int | None = None):
+        super().__init__()  # the framework's Callback
+        # a watch that cannot be had is one ConfigError line when the callback is made
         watching = watch_spec(watch, watch_max_captures, watch_min_gap, infer=False, stop_after=stop_after,
                               flags=False)
-        return Spec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out, report=report,
-                    verbose=verbose, config={"source": source}, watch=watching)
+        self.spec = Spec(mode="train", warmup=warmup, steps=steps, profile_steps=profile_steps, out=out,
+                         report=report, verbose=verbose, config={"source": self.source}, watch=watching)
+        self.stop_after = stop_after
+        self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
+        self.session = None
 
     def _step_ended(self, loss: Any = None) -> None:
         """The framework's step ended (the optimizer stepped); ``loss``: the step's, for the watch's series."""

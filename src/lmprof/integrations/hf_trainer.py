@@ -8,15 +8,12 @@ all gradient-accumulation micro-batches included). The model is the one the Trai
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import transformers
 
 from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.protocol import active
-from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.triggers import unwrap
 
 
@@ -28,16 +25,7 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
     run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
-    def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
-                 profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
-                 watch_max_captures: int | None = None, watch_min_gap: int | None = None):
-        self.spec = self._spec("TrainerCallback", out, warmup, steps, profile_steps, report, verbose,
-                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
-                               watch_min_gap=watch_min_gap)
-        self.stop_after = stop_after
-        self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
-        self.session: Session | None = None
+    source = "TrainerCallback"
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if active.active_session() is not None:  # lmprof run already watches this process's steps

@@ -16,8 +16,6 @@ whichever is installed (the callback must derive from the Trainer's own Callback
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +27,6 @@ except ImportError:  # the `lightning` bundle ships the same Trainer as lightnin
 
 from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.protocol import active
-from lmprof.pipeline.protocol.session import Session
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -47,21 +44,11 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
     run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
-    def __init__(self, out: str | Path = "runs", *, steps: int | None = None, warmup: int | None = None,
-                 profile_steps: int | None = None, stop_after: bool = False, report: bool = True,
-                 verbose: bool = True, log_to: Sequence[str] = (), watch: bool = False,
-                 watch_max_captures: int | None = None, watch_min_gap: int | None = None):
-        super().__init__()
-        self.spec = self._spec("LightningCallback", out, warmup, steps, profile_steps, report, verbose,
-                               stop_after=stop_after, watch=watch, watch_max_captures=watch_max_captures,
-                               watch_min_gap=watch_min_gap)
-        self.stop_after = stop_after
-        self.log_to = list(log_to)  # trackers the run goes to once training ends (docs/trackers.md)
-        self.session: Session | None = None
-        self._last_step = 0
-        self._finding: Any = None  # the global forward pre-hook while the watched module is looked for
-        self._called: torch.nn.Module | None = None
-        self._idle = False
+    source = "LightningCallback"
+    _last_step = 0
+    _finding: Any = None  # the global forward pre-hook while the watched module is looked for
+    _called: torch.nn.Module | None = None
+    _idle = False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if active.active_session() is not None:  # lmprof run already watches this process's steps

@@ -14,6 +14,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lmprof.record.catalogue import (
+    COMPILE_AFTER_WARMUP, COMPILE_COMPILATIONS, COMPILE_DYNAMO_TIME, COMPILE_GRAPH_BREAKS, COMPILE_PER_STEP,
+    COMPILE_RECOMPILES, COMPILE_TIME,
+)
 from lmprof.record.run import Metric
 
 if TYPE_CHECKING:
@@ -277,23 +281,23 @@ class CompileReport:
         src = "torch._dynamo compilation metrics"
         total = sum(e.time_s or 0.0 for e in self.events)
         out = {
-            "compile.compilations": Metric(value=len(self.events), unit="count", source="measured",
-                                           note=f"frames compiled, backward graphs included ({src})"),
-            "compile.recompiles": Metric(value=len(self.recompiles), unit="count", source="measured",
-                                         note=f"compilations caused by a failed guard ({src})"),
-            "compile.graph_breaks": Metric(value=len(self.graph_break_sites), unit="count", source="measured",
-                                           note=f"distinct places the graph is split ({src})"),
-            "compile.after_warmup": Metric(value=len(self.after_warmup()), unit="count", source="measured",
-                                           note="compilations in the measured and profiled windows"),
-            "compile.dynamo_time": Metric(value=total * 1e3, unit="ms", source="measured",
-                                          note=f"compile time dynamo recorded, all frames and backward graphs ({src})"),
+            COMPILE_COMPILATIONS: Metric(value=len(self.events), unit="count", source="measured",
+                                         note=f"frames compiled, backward graphs included ({src})"),
+            COMPILE_RECOMPILES: Metric(value=len(self.recompiles), unit="count", source="measured",
+                                       note=f"compilations caused by a failed guard ({src})"),
+            COMPILE_GRAPH_BREAKS: Metric(value=len(self.graph_break_sites), unit="count", source="measured",
+                                         note=f"distinct places the graph is split ({src})"),
+            COMPILE_AFTER_WARMUP: Metric(value=len(self.after_warmup()), unit="count", source="measured",
+                                         note="compilations in the measured and profiled windows"),
+            COMPILE_DYNAMO_TIME: Metric(value=total * 1e3, unit="ms", source="measured",
+                                        note=f"compile time dynamo recorded, all frames and backward graphs ({src})"),
         }
         rate = self.per_step()
         if rate is not None:
-            out["compile.per_step"] = Metric(value=rate, unit="compilations/step", source="derived",
-                                             note="forward compilations per timed call after warm-up")
+            out[COMPILE_PER_STEP] = Metric(value=rate, unit="compilations/step", source="derived",
+                                           note="forward compilations per timed call after warm-up")
         if self.first_call_s is not None:
-            out["compile.time"] = Metric(
+            out[COMPILE_TIME] = Metric(
                 value=self.first_call_s * 1e3, unit="ms", source="measured",
                 note="the first call (step or generation), compilation included, by stopwatch; "
                      "warm-up absorbs it, so the clean figures are steady state")

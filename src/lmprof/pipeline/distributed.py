@@ -22,6 +22,8 @@ from lmprof.config import TrainConfig
 from lmprof.errors import DataError, LmprofError
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.protocol.folder import run_folder
+from lmprof.modes import traits
+from lmprof.record.catalogue import SLOWEST_RANK, STRAGGLER, WORLD_SIZE, pick
 from lmprof.record.run import Metric, Run
 from lmprof.workloads.builders import train_workload
 
@@ -181,8 +183,8 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     runs = [Run.load(run_dir / f"rank{r}") for r in range(world_size)]
     base = runs[0].model_copy(deep=True)
     # what a rank's time is: a clean training step, or one whole generation (inference runs)
-    key, what = ("step_time", "step") if "step_time" in base.metrics else ("e2e_latency", "generation")
-    throughput = "tokens_per_s" if key == "step_time" else "decode_tokens_per_s"
+    key, what = pick("timing", base.mode).name, traits(base.mode).unit
+    throughput = pick("throughput", base.mode).name
     rows = []
     times: list[float] = []
     for r, run in enumerate(runs):
@@ -196,15 +198,15 @@ def assemble(run_dir: Path, world_size: int) -> Run:
     slowest = max(range(world_size), key=lambda r: times[r])
     fastest = min(times)
     base.tables["ranks"] = rows
-    base.metrics["world_size"] = Metric(value=world_size, unit="count", source="measured")
-    base.metrics["slowest_rank"] = Metric(value=slowest, unit="rank", source="measured",
-                                          note=f"rank with the highest median clean {what} time")
-    base.metrics["straggler"] = Metric(
+    base.metrics[WORLD_SIZE] = Metric(value=world_size, unit="count", source="measured")
+    base.metrics[SLOWEST_RANK] = Metric(value=slowest, unit="rank", source="measured",
+                                        note=f"rank with the highest median clean {what} time")
+    base.metrics[STRAGGLER] = Metric(
         value=100.0 * (times[slowest] - fastest) / fastest if fastest else None, unit="%", source="derived",
         note=f"slowest rank's median {what} time vs the fastest rank's")
     tps = [t for t in (run.value(throughput) for run in runs) if t is not None]
     if len(tps) == len(runs):  # every rank knows its tokens/s
-        base.metrics[f"{throughput}.global"] = Metric(
+        base.metrics[pick("global_throughput", base.mode).name] = Metric(
             value=sum(tps), unit="tokens/s", source="derived",
             note=f"sum over ranks of each rank's median {throughput.replace('_', ' ').replace(' per s', '/s')}")
     if any(run.watch is not None for run in runs):  # the ranks watched their steps: merged, and compared

@@ -21,6 +21,7 @@ from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.own_loop import close, drive_steps, own_session
+from lmprof.record.catalogue import LOSS
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
@@ -55,7 +56,7 @@ def measure_training(
     run = close(session, lambda: {} if spec.compile else block_stopwatch(step, STOPWATCH_STEPS, sync, model=model))
     loss = step.last_loss()
     if loss is not None:
-        run.metrics["loss"] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
+        run.metrics[LOSS] = Metric(value=loss, unit="nats/token", source="measured", note="last profiled step")
     return run
 
 

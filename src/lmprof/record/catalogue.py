@@ -10,6 +10,9 @@ Every figure lives in run.json at ``metrics["<name>"]`` (``value``, ``unit``, ``
 ``p10``/``p90``/``n`` where it is the median of repeated samples), and in a sweep's results store as
 one row of the ``metrics`` table with ``key = <name>``.
 
+Writers take each figure's name from the constants and key builders here (``STEP_TIME``,
+``cost_key("prefill", MFU)``, ``memory_key("peak")``, ``energy_key("total")``), never spelling it.
+
 ``python -m lmprof.record.catalogue`` prints docs/metrics.md (``--write`` writes it).
 """
 from __future__ import annotations
@@ -20,12 +23,107 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from lmprof.modes import Mode
+
 if TYPE_CHECKING:  # only the type: the catalogue stays importable without pydantic (the sweep store reads it)
     from lmprof.record.run import Source
 
-Mode = Literal["train", "infer"]
+# == The figures' names ==============================================================================
+# Every figure's name in run.json, for the code that writes (or reads) it: a writer takes the name from
+# here instead of spelling it (tests/test_metric_catalogue.py checks that none spells one), and the
+# table below declares each under the same name.
+
+# -- timing and throughput (a training step; a generation) ------------------------------------------
+STEP_TIME = "step_time"
+TOKENS_PER_S = "tokens_per_s"
+TOKENS_PER_STEP = "tokens_per_step"
+TTFT = "ttft"
+TPOT = "tpot"
+DECODE_TOKENS_PER_S = "decode_tokens_per_s"
+E2E_LATENCY = "e2e_latency"
+PREFILL_TOKENS_PER_S = "prefill_tokens_per_s"
+OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
+PROFILED_STEP_TIME = "profiled_step_time"
+PROFILED_E2E_LATENCY = "profiled_e2e_latency"
+PROFILER_OVERHEAD = "profiler_overhead"
+LOSS = "loss"
+PARAMS = "params"
+
+# -- distributed runs: rank 0's merged record --------------------------------------------------------
+WORLD_SIZE = "world_size"
+SLOWEST_RANK = "slowest_rank"
+STRAGGLER = "straggler"
+
+
+def global_key(key: str) -> str:
+    """A rank's figure summed over every rank: ``tokens_per_s.global``."""
+    return f"{key}.global"
+
+
+# -- the compute figures of one pass (a training step, a prefill, the decode steps) -----------------
+MFU = "mfu"
+HFU = "hfu"
+MBU = "mbu"
+FLOPS_MODEL = "flops.model_per_step"
+FLOPS_HARDWARE = "flops.hardware_per_step"
+BYTES_MODEL = "bytes.model_per_step"
+FLOPS_ACHIEVED = "flops.achieved"
+PEAK_FLOPS = "peak.flops"
+PEAK_BANDWIDTH = "peak.bandwidth"
+COSTS: tuple[str, ...] = (MFU, HFU, MBU, FLOPS_MODEL, FLOPS_HARDWARE, BYTES_MODEL, FLOPS_ACHIEVED, PEAK_FLOPS,
+                          PEAK_BANDWIDTH)
+# The key prefix of each pass's compute figures (names.PASS_PHASES): a training step's have none.
+PASS_PREFIX: dict[str, str] = {"train": "", "prefill": "prefill.", "decode": "decode."}
+
+
+def cost_key(pass_: str, key: str) -> str:
+    """One pass's compute figure: ``mfu`` of a training step, ``prefill.mfu``, ``decode.mbu``."""
+    return PASS_PREFIX[pass_] + key
+
+
+# -- memory: measured beside estimated ---------------------------------------------------------------
+MEMORY_PARTS: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "kv_cache", "peak")
+KV_CACHE = "kv_cache"  # the cache after a whole generation, and its estimate
+KV_CACHE_ESTIMATED = "kv_cache.estimated"
+
+
+def memory_key(part: str, estimated: bool = False) -> str:
+    """``memory.<part>`` (measured) or ``memory.estimated.<part>``, a part of :data:`MEMORY_PARTS`."""
+    if part not in MEMORY_PARTS:
+        raise KeyError(f"no memory figure {part!r}")
+    return f"memory.estimated.{part}" if estimated else f"memory.{part}"
+
+
+# -- energy over the clean window: measured, or estimated (rated power x time) ------------------------
+ENERGY_PARTS: tuple[str, ...] = ("total", "window", "power.avg", "power.idle", "above_idle", "per_step",
+                                 "per_generation", "per_token", "per_generated_token", "flop_per_joule")
+
+
+def energy_key(part: str, estimated: bool = False) -> str:
+    """``energy.<part>`` or ``energy.estimated.<part>``; ``domain.<name>`` for one meter domain."""
+    if part not in ENERGY_PARTS and not (part.startswith("domain.") and len(part) > len("domain.")):
+        raise KeyError(f"no energy figure {part!r}")
+    return f"energy.estimated.{part}" if estimated else f"energy.{part}"
+
+
+# -- torch.compile ---------------------------------------------------------------------------------------
+COMPILE_TIME = "compile.time"
+COMPILE_DYNAMO_TIME = "compile.dynamo_time"
+COMPILE_COMPILATIONS = "compile.compilations"
+COMPILE_RECOMPILES = "compile.recompiles"
+COMPILE_GRAPH_BREAKS = "compile.graph_breaks"
+COMPILE_AFTER_WARMUP = "compile.after_warmup"
+COMPILE_PER_STEP = "compile.per_step"
+
+# -- sweeps -------------------------------------------------------------------------------------------
+NOISY = "noisy"  # the results store's row of run.json's top-level `noisy`
+
+
 #: The group a figure is shown in by ``compare`` and the report's sections.
 Group = Literal["headline", "compute", "memory", "energy", "other"]
+#: The part a figure plays in the runs of its modes, one figure per mode (:func:`pick`): the clean timing of
+#: one step or generation, the profiled one, the throughput, the throughput summed over ranks.
+Role = Literal["timing", "profiled", "throughput", "global_throughput"]
 
 TRAIN: tuple[Mode, ...] = ("train",)
 INFER: tuple[Mode, ...] = ("infer",)
@@ -82,6 +180,7 @@ class MetricSpec:
     best: str | None = None  # a sweep report's "best configuration" criterion (figures sharing it: first found wins)
     best_rank: int | None = None  # that criterion's place among the sweep report's criteria
     headline: int | None = None  # rank as the one figure shown beside a finished sweep point
+    role: Role | None = None  # the part it plays in its modes' runs (pick)
 
     @property
     def family(self) -> bool:
@@ -120,39 +219,39 @@ def _m(name: str, unit: str, kind: Source, label: str, how: str, modes: tuple[Mo
     return MetricSpec(name, unit, kind, label, how, modes, group, higher, **kw)  # type: ignore[arg-type]
 
 
-def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
+def _costs(pass_: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict[str, object]]) -> list[MetricSpec]:
     """FLOPs, bytes, peaks and utilisations of one step (train, no prefix) or one inference phase."""
-    p = f"{prefix}." if prefix else ""
+    prefix = PASS_PREFIX[pass_].rstrip(".")
     r = ranks
     return [
-        _m(f"{p}mfu", "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
+        _m(cost_key(pass_, MFU), "%", "derived", f"{prefix + ' ' if prefix else ''}MFU",
            f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("mfu", {})),
-        _m(f"{p}hfu", "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(MFU, {})),
+        _m(cost_key(pass_, HFU), "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
            f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
-           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("hfu", {})),
-        _m(f"{p}mbu", "%", "derived",
+           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(HFU, {})),
+        _m(cost_key(pass_, MBU), "%", "derived",
            f"{prefix} bandwidth use (MBU)" if prefix else "MBU",
            f"minimum bytes per {what} / time / peak bandwidth; n/a for counted FLOPs (no byte count)",
-           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("mbu", {})),
-        _m(f"{p}flops.model_per_step", "FLOP", "estimated", f"{prefix or 'step'} model FLOPs",
+           modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(MBU, {})),
+        _m(cost_key(pass_, FLOPS_MODEL), "FLOP", "estimated", f"{prefix or 'step'} model FLOPs",
            f"FLOPs the model mathematically needs per {what} (PaLM's 6N + 12·L·d·T per training token; "
            "see docs/flops-and-roofline.md)", modes, "compute", None, also=("measured",), also_when=COUNTED,
-           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("flops.model_per_step", {})),
-        _m(f"{p}flops.hardware_per_step", "FLOP", "estimated", f"{prefix or 'step'} hardware FLOPs",
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get(FLOPS_MODEL, {})),
+        _m(cost_key(pass_, FLOPS_HARDWARE), "FLOP", "estimated", f"{prefix or 'step'} hardware FLOPs",
            f"model FLOPs per {what} plus activation recomputation (equal to the model FLOPs without it)",
            modes, "compute", None, also=("measured",), also_when=COUNTED, condition=f"{DESCRIBED}, or {COUNTED}"),
-        _m(f"{p}bytes.model_per_step", "B", "estimated", f"{prefix or 'step'} minimum bytes",
+        _m(cost_key(pass_, BYTES_MODEL), "B", "estimated", f"{prefix or 'step'} minimum bytes",
            f"minimum bytes moved per {what}: the sum over blocks at the compute dtype's width", modes, "compute",
            None, condition=DESCRIBED),
-        _m(f"{p}flops.achieved", "FLOP/s", "derived", f"{prefix or 'step'} achieved FLOP/s",
+        _m(cost_key(pass_, FLOPS_ACHIEVED), "FLOP/s", "derived", f"{prefix or 'step'} achieved FLOP/s",
            f"model FLOPs per {what} / its measured time", modes, "compute", True,
-           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get("flops.achieved", {})),
-        _m(f"{p}peak.flops", "FLOP/s", "estimated", "device peak FLOP/s",
+           condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(FLOPS_ACHIEVED, {})),
+        _m(cost_key(pass_, PEAK_FLOPS), "FLOP/s", "estimated", "device peak FLOP/s",
            "the device's peak at the compute dtype: the peak table, CPU cores x clock, or a calibration",
            modes, "compute", None, also=("measured",), also_when=CALIBRATED,
-           condition=f"{DESCRIBED}, or {COUNTED}", **r.get("peak.flops", {})),
-        _m(f"{p}peak.bandwidth", "B/s", "estimated", "device peak bandwidth",
+           condition=f"{DESCRIBED}, or {COUNTED}", **r.get(PEAK_FLOPS, {})),
+        _m(cost_key(pass_, PEAK_BANDWIDTH), "B/s", "estimated", "device peak bandwidth",
            "the device's peak memory bandwidth: the peak table, a calibration, or (CPU) a quick copy check the "
            "run measured on the fly", modes, "compute", None, also=("measured",), also_when=BW_MEASURED,
            condition=DESCRIBED),
@@ -161,42 +260,44 @@ def _costs(prefix: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dic
 
 def _energy(estimated: bool) -> list[MetricSpec]:
     """The energy figures of one window: measured (``energy.*``) or estimated (``energy.estimated.*``)."""
-    p = "energy.estimated" if estimated else "energy"
+    def e(part: str) -> str:
+        return energy_key(part, estimated)
+
     meas: Source = "estimated" if estimated else "measured"
     der: Source = "estimated" if estimated else "derived"
     cond = ESTIMATED_ENERGY if estimated else ENERGY
     est = " (estimated)" if estimated else ""
     # Summary ranks: measured figures 320..360, estimated ones 370..380 (the summary shows fewer of them).
     out = [
-        _m(f"{p}.total", "J", meas, f"energy{est}", "all counted domains over the clean window (idle included)",
+        _m(e("total"), "J", meas, f"energy{est}", "all counted domains over the clean window (idle included)",
            BOTH, "energy", False, condition=METERED if not estimated else cond, summary=370 if estimated else 320),
     ]
     if not estimated:
-        out.append(_m(f"{p}.window", "s", "measured", "energy window", "length of the metered window", BOTH,
+        out.append(_m(e("window"), "s", "measured", "energy window", "length of the metered window", BOTH,
                       "energy", False, condition=cond))
-    card = {"card": 90, "na_reason_from": f"{p}.total"}
+    card = {"card": 90, "na_reason_from": e("total")}
     out += [
-        _m(f"{p}.power.avg", "W", der, f"average power{est}", "total / window", BOTH, "energy", False,
+        _m(e("power.avg"), "W", der, f"average power{est}", "total / window", BOTH, "energy", False,
            condition=cond, **({} if estimated else {"summary": 350})),
-        _m(f"{p}.power.idle", "W", meas, f"idle power{est}", "idle baseline of the same domains, before the run",
+        _m(e("power.idle"), "W", meas, f"idle power{est}", "idle baseline of the same domains, before the run",
            BOTH, "energy", False, condition=cond),
-        _m(f"{p}.above_idle", "J", der, f"energy above idle{est}", "total - idle power x window", BOTH, "energy",
+        _m(e("above_idle"), "J", der, f"energy above idle{est}", "total - idle power x window", BOTH, "energy",
            False, condition=cond),
-        _m(f"{p}.per_step", "J/step", der, f"energy per step{est}", "total / timed steps", TRAIN, "energy",
+        _m(e("per_step"), "J/step", der, f"energy per step{est}", "total / timed steps", TRAIN, "energy",
            False, condition=cond, **({} if estimated else {"summary": 330})),
-        _m(f"{p}.per_generation", "J/generation", der, f"energy per generation{est}", "total / timed generations",
+        _m(e("per_generation"), "J/generation", der, f"energy per generation{est}", "total / timed generations",
            INFER, "energy", False, condition=cond, **({} if estimated else {"summary": 331})),
-        _m(f"{p}.per_token", "J/token", der, f"energy per token{est}", "total / tokens trained in the window",
+        _m(e("per_token"), "J/token", der, f"energy per token{est}", "total / tokens trained in the window",
            TRAIN, "energy", False, condition=cond, summary=380 if estimated else 340, **card,
            best="best energy per token", best_rank=70,
            **({} if estimated else {"view": 110, "results_header": "J/token"})),
-        _m(f"{p}.per_generated_token", "J/generated token", der, f"energy per generated token{est}",
+        _m(e("per_generated_token"), "J/generated token", der, f"energy per generated token{est}",
            "total / tokens generated in the window", INFER, "energy", False, condition=cond,
            summary=381 if estimated else 341, **card),
-        _m(f"{p}.flop_per_joule", "FLOP/J", der, f"FLOP per joule{est}", "model FLOPs in the window / total "
+        _m(e("flop_per_joule"), "FLOP/J", der, f"FLOP per joule{est}", "model FLOPs in the window / total "
            "(= FLOP/s per W)", BOTH, "energy", True, condition=f"{cond}; and a FLOP count",
            **({} if estimated else {"summary": 360, "view": 120})),
-        _m(f"{p}.domain.<domain>", "J", meas, f"energy of one domain{est}",
+        _m(e("domain.<domain>"), "J", meas, f"energy of one domain{est}",
            "one meter domain over the window (e.g. energy.domain.gpu:0, energy.domain.cpu)", BOTH, "energy",
            False, condition=METERED if not estimated else cond),
     ]
@@ -204,128 +305,138 @@ def _energy(estimated: bool) -> list[MetricSpec]:
     return [replace(m, timed=not m.name.endswith(".power.idle")) for m in out]
 
 
-_TRAIN_COSTS: dict[str, dict[str, object]] = {"flops.achieved": {"summary": 120, "compare": 130}, "peak.flops": {"summary": 130},
-                "mfu": {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %",
-                        "best": "best MFU", "best_rank": 50},
-                "hfu": {"compare": 110}, "mbu": {"compare": 120}}
+_TRAIN_COSTS: dict[str, dict[str, object]] = {
+    FLOPS_ACHIEVED: {"summary": 120, "compare": 130}, PEAK_FLOPS: {"summary": 130},
+    MFU: {"summary": 80, "card": 50, "compare": 100, "view": 90, "results_header": "mfu %", "best": "best MFU",
+          "best_rank": 50},
+    HFU: {"compare": 110}, MBU: {"compare": 120}}
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     # -- timing and throughput -------------------------------------------------------------------
-    _m("step_time", "ms", "measured", "step time (clean median)",
+    _m(STEP_TIME, "ms", "measured", "step time (clean median)",
        "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised",
        TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms",
-       best="lowest step time", best_rank=20, headline=30),
-    _m("tokens_per_s", "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
+       best="lowest step time", best_rank=20, headline=30, role="timing"),
+    _m(TOKENS_PER_S, "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
        TRAIN, "headline", True, spread=True, condition="lmprof run: needs the model's input shape",
-       summary=20, card=20, compare=20, view=20, results_header="tok/s", best=FASTEST, best_rank=10, headline=10),
-    _m("tokens_per_step", "tokens", "derived", "tokens per step",
+       summary=20, card=20, compare=20, view=20, results_header="tok/s", best=FASTEST, best_rank=10, headline=10,
+       role="throughput"),
+    _m(TOKENS_PER_STEP, "tokens", "derived", "tokens per step",
        "batch x sequence length (x backward passes per step with gradient accumulation)", TRAIN, "other", None,
        condition="lmprof run: needs the model's input shape"),
-    _m("ttft", "ms", "measured", "time to first token",
+    _m(TTFT, "ms", "measured", "time to first token",
        "median over the clean generations of the prefill (prompt forward and the first token's choice)",
        INFER, "headline", False, spread=True, summary=30, card=10, compare=50, view=30, results_header="ttft ms",
        best="lowest time to first token", best_rank=30),
-    _m("tpot", "ms", "measured", "time per output token",
+    _m(TPOT, "ms", "measured", "time per output token",
        "median of every decode step's time (one forward after the first); n/a with one new token",
        INFER, "headline", False, spread=True, summary=40, card=20, compare=60, view=40, results_header="tpot ms",
        best="lowest time per output token", best_rank=40),
-    _m("decode_tokens_per_s", "tokens/s", "derived", "decode throughput",
+    _m(DECODE_TOKENS_PER_S, "tokens/s", "derived", "decode throughput",
        "batch x decode steps / decode time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="more than one new token", summary=50, card=30, compare=70, view=50,
-       results_header="decode tok/s", best=FASTEST, best_rank=10, headline=20),
-    _m("e2e_latency", "ms", "measured", "end-to-end latency", "median of the clean generations, whole generate call",
-       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60, headline=40),
-    _m("prefill_tokens_per_s", "tokens/s", "derived", "prefill throughput",
+       results_header="decode tok/s", best=FASTEST, best_rank=10, headline=20, role="throughput"),
+    _m(E2E_LATENCY, "ms", "measured", "end-to-end latency", "median of the clean generations, whole generate call",
+       INFER, "headline", False, spread=True, summary=60, card=40, compare=90, view=60, headline=40, role="timing"),
+    _m(PREFILL_TOKENS_PER_S, "tokens/s", "derived", "prefill throughput",
        "batch x prompt tokens / prefill time, per clean generation (median)", INFER, "headline", True, spread=True,
        condition="lmprof run: needs the prompt's shape", summary=70, compare=80),
+    _m(OUTPUT_TOKENS_PER_S, "tokens/s", "derived", "output throughput",
+       "batch x tokens generated / the whole generation's time (its prefill included), per clean generation "
+       "(median): what a server's users receive per second, where decode throughput leaves the prefill out",
+       INFER, "headline", True, spread=True, condition="lmprof run: needs the prompt's shape", summary=65,
+       compare=95),
     # -- compute: the training step, then the two inference phases --------------------------------
-    *_costs("", TRAIN, "training step", _TRAIN_COSTS),
-    *_costs("prefill", INFER, "prefill", {"mfu": {"summary": 90, "card": 50}}),
+    *_costs("train", TRAIN, "training step", _TRAIN_COSTS),
+    *_costs("prefill", INFER, "prefill", {MFU: {"summary": 90, "card": 50}}),
     *_costs("decode", INFER, "decode phase (every decode step of a generation)",
-            {"mfu": {"summary": 100}, "mbu": {"summary": 110, "card": 60}}),
+            {MFU: {"summary": 100}, MBU: {"summary": 110, "card": 60}}),
     # -- the profiler and the workload -------------------------------------------------------------
-    _m("profiled_step_time", "ms", "measured", "profiled step time", "median of the steps run under torch.profiler",
-       TRAIN, "headline", False, spread=True, summary=140, compare=30),
-    _m("profiled_e2e_latency", "ms", "measured", "profiled generation latency",
-       "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150),
-    _m("profiler_overhead", "%", "derived", "profiler overhead",
+    _m(PROFILED_STEP_TIME, "ms", "measured", "profiled step time", "median of the steps run under torch.profiler",
+       TRAIN, "headline", False, spread=True, summary=140, compare=30, role="profiled"),
+    _m(PROFILED_E2E_LATENCY, "ms", "measured", "profiled generation latency",
+       "median of the generations run under torch.profiler", INFER, "headline", False, spread=True, summary=150,
+       role="profiled"),
+    _m(PROFILER_OVERHEAD, "%", "derived", "profiler overhead",
        "(profiled median - clean median) / clean median; n/a when no clean time was taken", BOTH, "headline",
        None, timed=True, summary=160, card=100, compare=40),
-    _m("loss", "nats/token", "measured", "loss", "the training loss of the last profiled step", TRAIN, "headline",
+    _m(LOSS, "nats/token", "measured", "loss", "the training loss of the last profiled step", TRAIN, "headline",
        None, condition="lmprof train (the step returns its loss)", summary=170, card=110, compare=140, view=80),
-    _m("params", "count", "measured", "parameters", "sum of numel over model.parameters()", BOTH, "headline", None,
+    _m(PARAMS, "count", "measured", "parameters", "sum of numel over model.parameters()", BOTH, "headline", None,
        condition="lmprof run: needs the model", summary=180, compare=150, view=70),
     # -- distributed --------------------------------------------------------------------------------
-    _m("world_size", "count", "measured", "ranks", "number of ranks that ran", BOTH, "other", None,
+    _m(WORLD_SIZE, "count", "measured", "ranks", "number of ranks that ran", BOTH, "other", None,
        condition=DISTRIBUTED, summary=190),
-    _m("slowest_rank", "rank", "measured", "slowest rank", "rank with the highest median clean step (generation)",
+    _m(SLOWEST_RANK, "rank", "measured", "slowest rank", "rank with the highest median clean step (generation)",
        BOTH, "other", None, condition=DISTRIBUTED, summary=200, timed=True),
-    _m("straggler", "%", "derived", "straggler gap",
+    _m(STRAGGLER, "%", "derived", "straggler gap",
        "(slowest rank's median - fastest rank's) / fastest rank's", BOTH, "other", None,
        condition=DISTRIBUTED, summary=210, timed=True),
-    _m("tokens_per_s.global", "tokens/s", "derived", "global throughput", "sum over ranks of each rank's tokens_per_s",
-       TRAIN, "other", True, condition=DISTRIBUTED, summary=220, timed=True),
-    _m("decode_tokens_per_s.global", "tokens/s", "derived", "global decode throughput",
-       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230, timed=True),
+    _m(global_key(TOKENS_PER_S), "tokens/s", "derived", "global throughput",
+       "sum over ranks of each rank's tokens_per_s", TRAIN, "other", True, condition=DISTRIBUTED, summary=220,
+       timed=True, role="global_throughput"),
+    _m(global_key(DECODE_TOKENS_PER_S), "tokens/s", "derived", "global decode throughput",
+       "sum over ranks of each rank's decode_tokens_per_s", INFER, "other", True, condition=DISTRIBUTED, summary=230,
+       timed=True, role="global_throughput"),
     # -- memory -------------------------------------------------------------------------------------
-    _m("memory.peak", "B", "measured", "peak memory",
+    _m(memory_key("peak"), "B", "measured", "peak memory",
        "peak allocated bytes of one warm-up step (CUDA allocator; on CPU model bytes + the step's net allocations)",
        BOTH, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=240, card=70,
        view=100, results_header="peak mem", best="lowest peak memory", best_rank=60),
-    _m("memory.estimated.peak", "B", "estimated", "estimated peak memory", "lmprof's memory model (docs/memory.md)",
-       BOTH, "memory", False, condition=MEM_ESTIMATE, summary=250),
-    _m("memory.params", "B", "measured", "parameter memory", "bytes of the parameters, storages counted once", BOTH,
-       "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=260),
-    _m("memory.estimated.params", "B", "estimated", "estimated parameter memory", "parameters x dtype width", BOTH,
-       "memory", False, condition=MEM_ESTIMATE),
-    _m("memory.grads", "B", "measured", "gradient memory", "bytes of every .grad after backward", TRAIN, "memory",
+    _m(memory_key("peak", estimated=True), "B", "estimated", "estimated peak memory",
+       "lmprof's memory model (docs/memory.md)", BOTH, "memory", False, condition=MEM_ESTIMATE, summary=250),
+    _m(memory_key("params"), "B", "measured", "parameter memory", "bytes of the parameters, storages counted once",
+       BOTH, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=260),
+    _m(memory_key("params", estimated=True), "B", "estimated", "estimated parameter memory",
+       "parameters x dtype width", BOTH, "memory", False, condition=MEM_ESTIMATE),
+    _m(memory_key("grads"), "B", "measured", "gradient memory", "bytes of every .grad after backward", TRAIN, "memory",
        False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=270),
-    _m("memory.estimated.grads", "B", "estimated", "estimated gradient memory", "trainable parameters x grad width",
-       TRAIN, "memory", False, condition=MEM_ESTIMATE),
-    _m("memory.optimizer", "B", "measured", "optimizer state memory", "bytes of the optimizer.state tensors",
+    _m(memory_key("grads", estimated=True), "B", "estimated", "estimated gradient memory",
+       "trainable parameters x grad width", TRAIN, "memory", False, condition=MEM_ESTIMATE),
+    _m(memory_key("optimizer"), "B", "measured", "optimizer state memory", "bytes of the optimizer.state tensors",
        TRAIN, "memory", False, condition="lmprof run: needs a warm-up step lmprof saw begin", summary=280),
-    _m("memory.estimated.optimizer", "B", "estimated", "estimated optimizer state memory",
+    _m(memory_key("optimizer", estimated=True), "B", "estimated", "estimated optimizer state memory",
        "the optimizer's state per parameter (two fp32 moments for AdamW)", TRAIN, "memory", False,
        condition=MEM_ESTIMATE),
-    _m("memory.activations", "B", "measured", "activation memory",
+    _m(memory_key("activations"), "B", "measured", "activation memory",
        "allocated bytes at the end of the forward pass minus before it", TRAIN, "memory", False,
        condition="lmprof run: needs a warm-up step lmprof saw begin", summary=290),
-    _m("memory.estimated.activations", "B", "estimated", "estimated activation memory",
+    _m(memory_key("activations", estimated=True), "B", "estimated", "estimated activation memory",
        "tensors saved for backward (Korthikanti et al. 2022, adapted) plus held logits", TRAIN, "memory", False,
        condition=MEM_ESTIMATE),
-    _m("memory.kv_cache", "B", "measured", "KV cache memory", "bytes of the KV cache tensors", INFER, "memory", False,
-       condition="lmprof run: needs a warm-up generation lmprof saw begin", summary=300),
-    _m("memory.estimated.kv_cache", "B", "estimated", "estimated KV cache memory",
+    _m(memory_key("kv_cache"), "B", "measured", "KV cache memory", "bytes of the KV cache tensors", INFER, "memory",
+       False, condition="lmprof run: needs a warm-up generation lmprof saw begin", summary=300),
+    _m(memory_key("kv_cache", estimated=True), "B", "estimated", "estimated KV cache memory",
        "2 x layers x kv_heads x head_dim x tokens x batch x width", INFER, "memory", False, condition=MEM_ESTIMATE),
-    _m("kv_cache", "B", "measured", "KV cache", "bytes of the cache tensors after a whole generation", INFER,
+    _m(KV_CACHE, "B", "measured", "KV cache", "bytes of the cache tensors after a whole generation", INFER,
        "memory", False, condition="a cache object lmprof can read (the built-in GPT, Hugging Face caches)",
        summary=310, card=80),
-    _m("kv_cache.estimated", "B", "estimated", "estimated KV cache",
+    _m(KV_CACHE_ESTIMATED, "B", "estimated", "estimated KV cache",
        "2 x layers x kv_heads x head_dim x (prompt + new tokens - 1) x batch x bytes (0 without a cache)", INFER,
        "memory", False, condition=DESCRIBED),
     # -- energy -------------------------------------------------------------------------------------
     *_energy(estimated=False),
     *_energy(estimated=True),
     # -- compilation ----------------------------------------------------------------------------------
-    _m("compile.time", "ms", "measured", "first call (compilation included)",
+    _m(COMPILE_TIME, "ms", "measured", "first call (compilation included)",
        "the first step or generation by stopwatch, compilation included", BOTH, "other", False,
        condition=f"{COMPILED}, with at least one warm-up step", summary=390, timed=True),
-    _m("compile.dynamo_time", "ms", "measured", "dynamo compile time",
+    _m(COMPILE_DYNAMO_TIME, "ms", "measured", "dynamo compile time",
        "sum of dynamo's own compile time over every frame and backward graph", BOTH, "other", False,
        condition=COMPILED, summary=400, timed=True),
-    _m("compile.compilations", "count", "measured", "compilations", "frames compiled, backward graphs included",
+    _m(COMPILE_COMPILATIONS, "count", "measured", "compilations", "frames compiled, backward graphs included",
        BOTH, "other", None, condition=COMPILED),
-    _m("compile.recompiles", "count", "measured", "recompilations", "compilations caused by a failed guard", BOTH,
+    _m(COMPILE_RECOMPILES, "count", "measured", "recompilations", "compilations caused by a failed guard", BOTH,
        "other", None, condition=COMPILED, summary=410),
-    _m("compile.graph_breaks", "count", "measured", "graph breaks", "distinct places the graph is split", BOTH,
+    _m(COMPILE_GRAPH_BREAKS, "count", "measured", "graph breaks", "distinct places the graph is split", BOTH,
        "other", None, condition=COMPILED, summary=420),
-    _m("compile.after_warmup", "count", "measured", "compilations after warm-up",
+    _m(COMPILE_AFTER_WARMUP, "count", "measured", "compilations after warm-up",
        "compilations in the measured and profiled windows", BOTH, "other", None, condition=COMPILED),
-    _m("compile.per_step", "compilations/step", "derived", "compilations per step",
+    _m(COMPILE_PER_STEP, "compilations/step", "derived", "compilations per step",
        "forward compilations per timed call after warm-up", BOTH, "other", None,
        condition=f"{COMPILED}, with timed calls after warm-up"),
     # -- sweeps ---------------------------------------------------------------------------------------
-    _m("noisy", "flag", "derived", "noisy run", "1 when the run's timing is not to be trusted as it stands "
+    _m(NOISY, "flag", "derived", "noisy run", "1 when the run's timing is not to be trusted as it stands "
        "(run.json's top-level `noisy`; the note joins its `noise` reasons)", BOTH, "other", None,
        condition="the sweep results store only: run.json keeps it as the top-level `noisy` field", view=130),
 )
@@ -360,9 +471,19 @@ def best_criteria() -> list[tuple[str, list[MetricSpec]]]:
     return list(found.items())
 
 
+_ROLES: dict[tuple[str, str], MetricSpec] = {(m.role, mode): m for m in CATALOGUE if m.role is not None
+                                              for mode in m.modes}
+
+
+def pick(role: Role, mode: str) -> MetricSpec:
+    """The figure that plays ``role`` in runs of ``mode``: the clean timing is ``step_time`` in training,
+    ``e2e_latency`` in inference; the throughput ``tokens_per_s``, ``decode_tokens_per_s``."""
+    return _ROLES[role, mode]
+
+
 def throughput(mode: Mode) -> MetricSpec:
     """The throughput figure a sweep plots for ``mode`` (the "fastest" criterion's figure for that mode)."""
-    return next(m for m in CATALOGUE if m.best == FASTEST and mode in m.modes)
+    return pick("throughput", mode)
 
 
 def headlines() -> list[MetricSpec]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from lmprof import safejson
 from lmprof.atomic import atomic_path, write_bytes, write_text
 from lmprof.errors import DataError
+from lmprof.modes import Mode
 
 SCHEMA = "lmprof.run/1"
 Source = Literal["measured", "estimated", "derived"]
@@ -268,7 +269,7 @@ class Run(BaseModel):
 
     schema_: str = Field(default=SCHEMA, alias="schema")
     id: str
-    mode: Literal["train", "infer"]
+    mode: Mode
     created: str
     env: Env
     config: dict[str, Any]

@@ -32,6 +32,25 @@ def row_label(key: str) -> str:
     return key.removeprefix("step:")
 
 
+def block_table(run: Run) -> tuple[list[str], list[list[str]], list[str]]:
+    """The per-block table as text: headers; a row per block with its ms per phase, total ms, share and (a
+    compiled run) the ms from fused kernels; and the total row."""
+    order, phases, cells, pct = block_cells(run)
+    fused = fused_cells(run)  # compiled runs: the ms of each row that came from fused kernels
+    rows, total, fused_total = [], 0.0, 0.0
+    for key in order:
+        row = cells[key]
+        s = sum(row.values())
+        total += s
+        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
+        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
+        rows.append([row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
+                     f"{s:.3f}", f"{pct[key]:.1f}%", *extra])
+    last = ["total", *["" for _ in phases], f"{total:.3f}", "100.0%",
+            *([f"{fused_total:.3f}"] if fused is not None else [])]
+    headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
+    return headers, rows, last
+
 
 
 def fused_cells(run: Run) -> dict[str, float] | None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from lmprof.analysis.marks import first_call_note
+from lmprof.modes import traits
+from lmprof.record.catalogue import PARAMS, pick
 from lmprof.record.run import Metric, Run
 from lmprof.units import si
 
@@ -53,7 +55,7 @@ def run_title(run: Run, with_params: bool = True) -> str:
     """'lmprof train — GPT preset tiny (834,432 params) on cpu (AMD EPYC)'."""
     c = run.config
     model = c.get("hf") or c.get("model_name") or f"GPT preset {c.get('preset', '?')}"
-    params = run.value("params") if with_params else None
+    params = run.value(PARAMS) if with_params else None
     p = f" ({params:,.0f} params)" if params else ""
     return f"lmprof {run.mode} — {model}{p} on {run.env.device} ({run.env.device_name})"
 
@@ -71,9 +73,8 @@ def config_line(run: Run) -> str:
     parts.append("compiled" if c.get("compile") else "eager")
     if first_call_note(run) is not None:
         # A script too short for the protocol: say what was timed, not the windows it never reached.
-        timing = run.metrics["e2e_latency" if run.mode == "infer" else "step_time"]
-        unit = "generation" if run.mode == "infer" else "step"
-        parts.append(f"first call: {timing.n or 0} {unit}(s) timed roughly, no clean window")
+        timing = run.metrics[pick("timing", run.mode).name]
+        parts.append(f"first call: {timing.n or 0} {traits(run.mode).unit}(s) timed roughly, no clean window")
     else:
         parts.append(f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up, "
                      f"{c.get('profile_steps', '?')} profiled")

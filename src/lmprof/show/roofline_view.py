@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from lmprof.analysis.what_if import RooflineAnswer
 from lmprof.hardware.peaks import PeakTable
+from lmprof.names import PASS_PHASES
 from lmprof.show.roofline_plot import plot_roofline
 from lmprof.units import si
 
@@ -117,7 +118,7 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
            f"peak source: {peak.source}" + (f"; bandwidth: {peak.bytes_source}" if peak.bytes_source else ""),
            "conventions:"]
     out += [f"  {text}" for text in answer.conventions_lines()]
-    show_phase = answer.phase == "train"
+    show_phase = len(PASS_PHASES[answer.phase]) > 1  # a training step: its forward and backward rows
     head = f"{'block':<14}" + (f"{'phase':<10}" if show_phase else "") + (
         f"{'x':>4}{'FLOPs':>13}{'bytes':>12}{'FLOP/B':>10}  {'bound':<14}{'time':>11}{'share':>8}")
     out += [head, "-" * len(head)]

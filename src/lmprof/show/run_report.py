@@ -11,9 +11,10 @@ from lmprof.analysis.marks import FIRST_CALL, NOISY, marks, tag
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
 from lmprof.outdir import check_output_file
-from lmprof.record.catalogue import Group, MetricSpec, Mode, group_of, in_catalogue_order, ranked
+from lmprof.modes import MODES, Mode, traits
+from lmprof.record.catalogue import Group, MetricSpec, energy_key, group_of, in_catalogue_order, ranked
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
+from lmprof.show.blocks import block_cells, block_table, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
     NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Rec, Recs,
@@ -36,7 +37,7 @@ def headline_slots(mode: Mode) -> list[tuple[MetricSpec, ...]]:
 # Headline cards per mode, in order (the catalogue's card ranks); a figure the run lacks shows
 # "not recorded in this run".
 HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {
-    mode: tuple(headline_slots(mode)) for mode in ("train", "infer")}
+    mode: tuple(headline_slots(mode)) for mode in MODES}
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
@@ -92,20 +93,8 @@ def _keys(run: Run, group: Group) -> list[str]:
 
 def blocks_parts(run: Run) -> list[Part]:
     """The per-block table: ms per phase (scaled to the clean step), total and share."""
-    order, phases, cells, pct = block_cells(run)
-    fused = fused_cells(run)  # compiled runs: the ms of each row that came from fused kernels
-    rows, total, fused_total = [], 0.0, 0.0
-    for key in order:
-        row = cells[key]
-        s = sum(row.values())
-        total += s
-        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
-        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        rows.append([row_label(key), *[f"{row[p]:.3f}" if p in row else "" for p in phases],
-                     f"{s:.3f}", f"{pct[key]:.1f}%", *extra])
-    rows.append(["total", *["" for _ in phases], f"{total:.3f}", "100.0%",
-                 *([f"{fused_total:.3f}"] if fused is not None else [])])
-    headers = ["block", *[f"{p} ms" for p in phases], "total ms", "share", *(["fused ms"] if fused is not None else [])]
+    headers, rows, last = block_table(run)
+    rows.append(last)
     out: list[Part] = [table(headers, rows, num=range(1, len(headers)), cls="blocks", total_last=True)]
     off = off_goal_lines(run)
     if off:
@@ -138,7 +127,7 @@ def block_chart_png(run: Run) -> bytes | None:
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    unit = "generation" if run.mode == "infer" else "step"
+    unit = traits(run.mode).unit
     ax.set_xlabel(f"ms per {unit} (scaled to the clean {unit})")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
@@ -246,7 +235,7 @@ def memory_parts(run: Run, used: Embedder) -> list[Part]:
 
 def energy_parts(run: Run) -> list[Part]:
     """Energy figures (n/a with the meter's reason) and the per-domain table."""
-    total = run.metric("energy.total")
+    total = run.metric(energy_key("total"))
     keys = _keys(run, "energy")
     if not keys and not run.tables.get("energy"):
         return [Absent("energy was " + NOT_RECORDED)]

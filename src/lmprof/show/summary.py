@@ -10,9 +10,10 @@ from rich.text import Text
 
 from lmprof.analysis.advice import roofline_bound
 from lmprof.analysis.marks import marks, tag
+from lmprof.modes import traits
 from lmprof.record.catalogue import ranked
 from lmprof.record.run import Run
-from lmprof.show.blocks import block_cells, fused_cells, fused_kernel_lines, off_goal_lines, row_label
+from lmprof.show.blocks import block_table, fused_kernel_lines, off_goal_lines
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
 # The terminal shows the catalogue's summary figures, in its order; run.json has every figure.
@@ -47,30 +48,17 @@ def _notes(run: Run, keys: list[str]) -> list[str]:
 
 def blocks_table(run: Run) -> Table:
     """Blocks as rows with one column per phase, then the step's own parts; total = clean step."""
-    order, phases, cells, pct = block_cells(run)
-    what = "step" if run.mode == "train" else "generation"
+    headers, rows, last = block_table(run)
+    what = traits(run.mode).unit
     t = Table(title=f"Where the {what} goes (ms, scaled to the clean {what}; share of the profiled {what})",
               title_justify="left", show_edge=False)
-    t.add_column("block")
-    for p in phases:
-        t.add_column(f"{p} ms", justify="right")
-    t.add_column("total ms", justify="right")
-    t.add_column("share", justify="right")
-    fused = fused_cells(run)
-    if fused is not None:
-        t.add_column("fused ms", justify="right")  # compiled runs: of total ms, from fused kernels
-    total = fused_total = 0.0
-    for key in order:
-        row = cells[key]
-        s = sum(row.values())
-        total += s
-        extra = [f"{fused.get(key, 0.0):.3f}"] if fused is not None else []
-        fused_total += fused.get(key, 0.0) if fused is not None else 0.0
-        t.add_row(Text(row_label(key)), *[f"{row[p]:.3f}" if p in row else "" for p in phases], f"{s:.3f}", f"{pct[key]:.1f}%",
-                  *extra)
+    t.add_column(headers[0])
+    for h in headers[1:]:  # ms per phase, total ms, share and (compiled runs) of total ms, from fused kernels
+        t.add_column(h, justify="right")
+    for row in rows:
+        t.add_row(Text(row[0]), *row[1:])
     t.add_section()
-    t.add_row("total", *["" for _ in phases], f"{total:.3f}", "100.0%",
-              *([f"{fused_total:.3f}"] if fused is not None else []))
+    t.add_row(*last)
     return t
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lmprof.atomic import atomic_path
+from lmprof.modes import MODES
 from lmprof.names import FORWARD_BLOCKS, IDLE, PHASE_ROWS
 from lmprof.record.catalogue import throughput
 
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 CONFIG_AXES = ("mode", "model", "dev", "dtype", "compile", "attention", "batch_size", "seq_len")
 PER = {"train": "ms per training step", "infer": "ms per generation"}
 # The catalogue's throughput figure per mode: (column, axis label).
-THROUGHPUT = {mode: (throughput(mode).name, f"{mode}: {throughput(mode).label} ({throughput(mode).unit})")
-              for mode in ("train", "infer")}
+THROUGHPUT: dict[str, tuple[str, str]] = {mode: (throughput(mode).name, f"{mode}: {throughput(mode).label} ({throughput(mode).unit})")
+              for mode in MODES}
 BLOCK_ORDER = (*FORWARD_BLOCKS, *PHASE_ROWS, IDLE)
 FIXED_COLORS = {
     "embedding": "#8c6bb1", "ln_1": "#a1d99b", "attn.qkv": "#fdae6b", "attn.scores": "#fd8d3c",

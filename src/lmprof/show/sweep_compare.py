@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmprof import safejson
+from lmprof.modes import traits
 from lmprof.show.literal import plain_log_ticks
 from lmprof.show.sweep_canvas import (
     SERIES_COLORS,
@@ -58,11 +59,11 @@ def _radar_axes(data: SweepData, mode: str) -> tuple[list[RadarAxis], list[str]]
     else:
         missing.append("memory (no memory.peak)")
     on_text = ok[[bool(safejson.loads(c).get("data")) for c in ok["config"]]] if not ok.empty else ok
-    if mode == "train" and pick_column(on_text, ["loss"]):
+    trains = traits(mode).trains
+    if trains and pick_column(on_text, ["loss"]):
         axes.append(RadarAxis("lowest loss (on text)", "loss", False, "nats/token"))
     else:
-        missing.append("loss (only for training on a text file: spec key data)" if mode == "train"
-                       else "loss (training only)")
+        missing.append("loss (only for training on a text file: spec key data)" if trains else "loss (training only)")
     return axes, missing
 
 

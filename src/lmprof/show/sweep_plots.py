@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmprof.names import MODE_PHASES as PHASES
+from lmprof.modes import MODES, traits
 from lmprof.show.literal import literal_text
 from lmprof.show.sweep_canvas import (
     AXIS_NAME,
@@ -53,7 +53,7 @@ def plot_blocks(data: SweepData, mode: str, out: Path, share: bool = False) -> P
     sizes can be compared by where their time goes.
     """
     name = f"blocks_{'share_' if share else ''}{mode}.png"
-    blocks = data.blocks[(data.blocks["mode"] == mode) & data.blocks["phase"].isin(PHASES[mode])]
+    blocks = data.blocks[(data.blocks["mode"] == mode) & data.blocks["phase"].isin(traits(mode).phases)]
     if blocks.empty:
         return PlotOutcome(name, skipped=f"no ok {mode} runs with per-block times")
     keys = [a for a in CONFIG_AXES if a in blocks.columns]
@@ -68,8 +68,8 @@ def plot_blocks(data: SweepData, mode: str, out: Path, share: bool = False) -> P
     labels = list(configs["label"])
     n = len(labels)
     fig = new_figure(13, max(3.4, 0.32 * n + 2.4))
-    axes = fig.subplots(1, len(PHASES[mode]), sharey=True, squeeze=False)[0]
-    for ax, phase in zip(axes, PHASES[mode]):
+    axes = fig.subplots(1, len(traits(mode).phases), sharey=True, squeeze=False)[0]
+    for ax, phase in zip(axes, traits(mode).phases):
         sub = table[table["phase"] == phase].pivot_table(index="label", columns="name", values="time_ms", aggfunc="sum")
         sub = sub.reindex(index=labels, columns=[c for c in names if c in sub.columns]).fillna(0.0)
         if share:
@@ -89,10 +89,10 @@ def plot_blocks(data: SweepData, mode: str, out: Path, share: bool = False) -> P
     axes[0].set_yticklabels(labels, fontsize=8)
     axes[0].invert_yaxis()
     axes[0].set_ylabel("configuration")
-    what = " and ".join(PHASES[mode])
+    what = " and ".join(traits(mode).phases)
     unit = "% of each phase" if share else PER[mode]
     fig.suptitle(f"Per-block time per configuration, {mode}: {what}\n({unit}; {repeats_text(data)})", fontsize=11)
-    foot = ["optimizer, data and zero_grad (the step phase) are not shown" if mode == "train" else "",
+    foot = ["optimizer, data and zero_grad (the step phase) are not shown" if traits(mode).trains else "",
             *data.footer(mode)]
     return PlotOutcome(name, save_figure(fig, out / name, foot, SideLegend(legend_handles(axes), names, "block", 1.9)))
 
@@ -142,7 +142,7 @@ def plot_subblocks(data: SweepData, mode: str, family: str, out: Path) -> PlotOu
             ax.set_ylabel(f"{family}.* time ({PER[mode]})", fontsize=8.5)
             ax.set_xlabel("configuration", fontsize=8.5)
             ax.grid(True, axis="y", lw=0.4, alpha=0.5)
-    phases = " + ".join(PHASES[mode])
+    phases = " + ".join(traits(mode).phases)
     fig.suptitle(f"{title} sub-blocks per model and device, {mode}\n({phases}; {PER[mode]}; {repeats_text(data)})",
                  fontsize=10.5)
     legend = SideLegend(legend_handles(grid), names, "sub-block", 1.6)
@@ -219,8 +219,9 @@ def plot_metric_vs(
 def plot_energy(data: SweepData, kind: str, out: Path) -> PlotOutcome:
     """Energy per token, or FLOPs per joule, against batch size (only where energy was measured)."""
     name = "energy_per_token_vs_batch.png" if kind == "per_token" else "flop_per_joule_vs_batch.png"
-    cols, est = {}, []
-    for mode in PHASES:
+    cols: dict[str, str] = {}
+    est: list[bool] = []
+    for mode in MODES:
         col, is_est = energy_columns(data.ok, mode, kind)
         if col:
             cols[mode] = col
@@ -230,7 +231,7 @@ def plot_energy(data: SweepData, kind: str, out: Path) -> PlotOutcome:
         return PlotOutcome(name, skipped=na_reason(data, "energy.", what))
     source = "estimated" if all(est) else "measured" if not any(est) else "measured or estimated"
     if kind == "per_token":
-        ylabels = {m: f"{m}: J per {'generated ' if m == 'infer' else ''}token" for m in cols}
+        ylabels = {m: f"{m}: J per {traits(m).token}" for m in cols}
         title = f"Energy per token vs batch size, per model ({source}; lower is better)"
     else:
         ylabels = {m: f"{m}: FLOP per J" for m in cols}
@@ -243,7 +244,7 @@ def plot_mfu(data: SweepData, out: Path) -> PlotOutcome:
     name = "mfu_vs_batch.png"
     if not pick_column(data.ok, ["mfu_pct"]):
         return PlotOutcome(name, skipped=na_reason(data, "mfu", "MFU"))
-    modes = [m for m in PHASES if m in set(data.ok["mode"])]
+    modes: list[str] = [m for m in MODES if m in set(data.ok["mode"])]
     return plot_metric_vs(data, "batch_size", {m: "mfu_pct" for m in modes}, {m: f"{m}: MFU (%)" for m in modes},
                           "Model FLOPs utilisation (MFU) vs batch size, per model", name, out)
 
@@ -256,7 +257,7 @@ def make_plots(folder: str | Path, out: str | Path | None = None) -> list[PlotOu
     dest = Path(out) if out is not None else Path(folder) / "plots"
     if data.ok.empty:
         return [PlotOutcome("*", skipped="the sweep has no ok runs yet")]
-    modes = [m for m in PHASES if m in set(data.ok["mode"])]
+    modes: list[str] = [m for m in MODES if m in set(data.ok["mode"])]
     results: list[PlotOutcome] = []
     for mode in modes:
         results.append(plot_blocks(data, mode, dest))

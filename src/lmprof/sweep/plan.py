@@ -4,9 +4,12 @@ imports the other's module for it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from lmprof.safeyaml import short_repr
 
 P = TypeVar("P", covariant=True)
 
@@ -18,6 +21,35 @@ class Plan(Generic[P]):
     points: Sequence[P]
     excluded: int
     unused_rules: list[dict[str, Any]]
+
+
+def listed(value: object, what: str) -> list[Any]:
+    """A spec's list field as given: ``[]`` when left empty; ValueError (``must be`` ``what``) when not a list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"must be {what}")
+    return value
+
+
+def check_rules(rules: Sequence[object], keys: Collection[str], what: str,
+                hint: Callable[[str], str] = lambda key: "") -> None:
+    """Every ``exclude`` rule is a non-empty mapping of ``what`` (an axis, an argument): value, on ``keys``;
+    ValueError naming the first rule that is not (``hint``: a suggestion for an unknown key)."""
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not rule:
+            raise ValueError(f"rule {i} must be a non-empty mapping of {what}: value, got {short_repr(rule)}")
+        unknown = [k for k in rule if k not in keys]
+        if unknown:
+            raise ValueError(f"rule {i}: unknown key {short_repr(unknown[0], 40)}{hint(str(unknown[0]))} "
+                             f"(rules match on {', '.join(keys) or f'nothing: no {what} is swept'})")
+
+
+def positive_seconds(cls: type, v: float) -> float:
+    """A spec's ``timeout_s``: a finite number of seconds above 0 (a field validator of either spec)."""
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"must be positive (a finite number of seconds), got {v}")
+    return v
 
 
 def matches(rule: dict[str, Any], where: dict[str, Any]) -> bool:

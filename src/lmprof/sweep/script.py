@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from lmprof.config import Checked
 from lmprof.errors import LmprofError
+from lmprof.modes import Mode, traits
 from lmprof.safeyaml import short_repr
 
-from lmprof.sweep.plan import Plan, matches
+from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
 
-Mode = Literal["train", "infer"]
 ArgValue = str | int | float | bool
 UNMAPPED = 0  # batch_size / seq_len of a point whose spec does not say which argument holds it
 MAX_POINTS = 10_000  # the default grid bound of every sweep (spec.py too); `max_points: N` raises it
@@ -87,7 +87,7 @@ class ScriptPoint(BaseModel):
             value = getattr(self, key)
             if value is not None:
                 cmd += [f"--{key.replace('_', '-')}", str(value)]
-        if self.mode == "infer":
+        if traits(self.mode).generates:
             cmd.append("--infer")
         if self.stop_after:
             cmd.append("--stop-after")
@@ -172,14 +172,11 @@ class ScriptSweepSpec(Checked):
     @field_validator("fixed_args", mode="before")
     @classmethod
     def _fixed(cls, v: object) -> object:
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            raise ValueError("must be a list of argv elements, e.g. [config/train.py, --max_iters, 20]")
-        bad = [x for x in v if x is None or isinstance(x, (list, dict))]
+        args = listed(v, "a list of argv elements, e.g. [config/train.py, --max_iters, 20]")
+        bad = [x for x in args if x is None or isinstance(x, (list, dict))]
         if bad:
             raise ValueError(f"elements must be strings or numbers, got {short_repr(bad[0], 40)}")
-        return v
+        return args
 
     @field_validator("steps", "warmup")
     @classmethod
@@ -195,12 +192,7 @@ class ScriptSweepSpec(Checked):
             raise ValueError(f"must be between 1 and {2**62:,}, got {short_repr(v, 40)}")
         return v
 
-    @field_validator("timeout_s")
-    @classmethod
-    def _timeout(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"must be positive (a finite number of seconds), got {v}")
-        return v
+    _timeout = field_validator("timeout_s")(positive_seconds)
 
     @model_validator(mode="after")
     def _mapped_axes(self) -> "ScriptSweepSpec":
@@ -223,13 +215,10 @@ class ScriptSweepSpec(Checked):
 
     @model_validator(mode="after")
     def _rules(self) -> "ScriptSweepSpec":
-        for i, rule in enumerate(self.exclude):
-            if not isinstance(rule, dict) or not rule:
-                raise ValueError(f"exclude: rule {i} must be a non-empty mapping of argument: value")
-            unknown = [k for k in rule if k not in self.args]
-            if unknown:
-                raise ValueError(f"exclude: rule {i}: {short_repr(unknown[0], 40)} is not a key of args "
-                                 f"(rules match on {', '.join(self.args) or 'nothing: args is empty'})")
+        try:
+            check_rules(self.exclude, list(self.args), "argument")
+        except ValueError as exc:
+            raise ValueError(f"exclude: {exc}") from None  # after the fields: say which one
         return self
 
     @model_validator(mode="after")

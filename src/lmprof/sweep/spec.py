@@ -21,14 +21,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, TypeAdapter, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from lmprof.errors import ConfigError, LmprofError
 from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
-from lmprof.sweep.plan import Plan, matches
-from lmprof.sweep.script import MAX_POINTS, Mode, ScriptPoint, ScriptSweepSpec
+from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
+from lmprof.modes import Mode, traits
+from lmprof.sweep.script import MAX_POINTS, ScriptPoint, ScriptSweepSpec
 
 AttentionImpl = Literal["math", "sdpa"]
 
@@ -173,7 +175,7 @@ class Point(BaseModel):
         for key in ("steps", "warmup", "profile_steps"):
             if getattr(self, key) is not None:
                 values[key] = getattr(self, key)
-        if self.mode == "train":
+        if traits(self.mode).trains:
             values["seq_len"] = self.seq_len
             if self.data:
                 values["data"] = self.data
@@ -263,26 +265,15 @@ class SweepSpec(Checked):
     def _energy(cls, v: object) -> object:
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
-    @field_validator("steps", "profile_steps", "repeats", "new_tokens")
+    @field_validator("steps", "profile_steps", "repeats", "new_tokens", "warmup")
     @classmethod
-    def _at_least_one(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError(f"must be at least 1, got {v}")
+    def _at_least(cls, v: int | None, info: ValidationInfo) -> int | None:
+        low = 0 if info.field_name == "warmup" else 1  # no warm-up is a choice; no timed step is not
+        if v is not None and v < low:
+            raise ValueError(f"must be at least {low}, got {v}")
         return v
 
-    @field_validator("warmup")
-    @classmethod
-    def _warmup(cls, v: int | None) -> int | None:
-        if v is not None and v < 0:
-            raise ValueError(f"must be >= 0, got {v}")
-        return v
-
-    @field_validator("timeout_s")
-    @classmethod
-    def _timeout(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"must be positive (a finite number of seconds), got {v}")
-        return v
+    _timeout = field_validator("timeout_s")(positive_seconds)
 
     @field_validator("seed")
     @classmethod
@@ -301,21 +292,12 @@ class SweepSpec(Checked):
     @field_validator("exclude", mode="before")
     @classmethod
     def _exclude(cls, v: object) -> object:
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            raise ValueError("must be a list of rules such as {device: cpu, dtype: fp16}")
-        if len(v) > MAX_EXCLUDE_RULES:
-            raise ValueError(f"{len(v):,} rules, more than the {MAX_EXCLUDE_RULES:,} lmprof accepts: exclude whole "
+        rules = listed(v, "a list of rules such as {device: cpu, dtype: fp16}")
+        if len(rules) > MAX_EXCLUDE_RULES:
+            raise ValueError(f"{len(rules):,} rules, more than the {MAX_EXCLUDE_RULES:,} lmprof accepts: exclude whole "
                              "axis values with lists ({dtype: [fp16, bf16]}) instead")
-        for i, rule in enumerate(v):
-            if not isinstance(rule, dict) or not rule:
-                raise ValueError(f"rule {i} must be a non-empty mapping of axis: value, got {short_repr(rule)}")
-            unknown = [k for k in rule if k not in AXES]
-            if unknown:
-                raise ValueError(f"rule {i}: unknown key {unknown[0]!r}{_hint(unknown[0], AXES)} "
-                                 f"(rules match on {', '.join(AXES)})")
-        return v
+        check_rules(rules, AXES, "axis", hint=lambda key: _hint(key, AXES))
+        return rules
 
     @field_validator("models")
     @classmethod
@@ -382,7 +364,7 @@ class SweepSpec(Checked):
                     dtype=where["dtype"], compile=where["compile"], attention=where["attention"],
                     steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
                     new_tokens=self.new_tokens, energy=self.energy, seed=self.seed, tdp_w=self.tdp_w,
-                    data=self.data if where["mode"] == "train" else None, repeat=r,
+                    data=self.data if traits(where["mode"]).trains else None, repeat=r,
                 ))
         unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]
         return Plan(points=kept, excluded=excluded, unused_rules=unused)

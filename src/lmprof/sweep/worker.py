@@ -141,6 +141,7 @@ def _set_threads() -> None:
 def run_point(point_json: Path, run_dir: Path) -> None:
     """Validate the point into a run config and run it, writing the run record into ``run_dir``."""
     from lmprof.config import TrainConfig, build
+    from lmprof.modes import traits
     from lmprof.sweep.script import ScriptPoint, run_script_point
     from lmprof.sweep.spec import parse_point
 
@@ -152,7 +153,7 @@ def run_point(point_json: Path, run_dir: Path) -> None:
         return
     values = point.run_values(out=str(run_dir.parent))
     values.setdefault("plots", False)  # the sweep draws its own plots from the store
-    if point.mode == "train":
+    if traits(point.mode).trains:
         from lmprof.pipeline.train import run_training
 
         _fake_oom(point.id)

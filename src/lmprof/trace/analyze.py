@@ -451,46 +451,6 @@ def load_tables(path: str | Path) -> list[TraceTable]:
     return [load_trace(p, flows=False)]
 
 
-def analyze_path(
-    path: str | Path,
-    *,
-    top: int = 10,
-    include_last_step: bool = False,
-    export: str | Path | None = None,
-    blocks: BlockMap | None = None,
-    workers: int | None = None,
-    ray: str | None = None,
-) -> Report:
-    """Load and analyse the trace(s) at ``path``, one at a time per worker, so that only one table
-    per worker is in memory (:mod:`lmprof.trace.fanout`: in this process, in local processes by
-    default for large folders, ``workers`` to choose, or on Ray with ``ray`` set to an address or
-    ``"local"``). The report is the same whichever runs it.
-
-    ``export``: a folder to write the SQL-ready Parquet tables to (:mod:`lmprof.trace.export`);
-    it is checked before any trace is read, and the files appear only when every trace succeeded.
-    """
-    from lmprof.trace.fanout import analyze_files
-
-    notes: list[str] = []
-    files = find_traces(path, notes)
-    exporter = None
-    if export is not None:
-        from lmprof.trace.export import Exporter
-
-        exporter = Exporter(Path(export))
-    ok = False
-    try:
-        reports = analyze_files(files, top=top, include_last_step=include_last_step, blocks=blocks,
-                                exporter=exporter, workers=workers, ray=ray)
-        report = combine(reports)
-        ok = True
-    finally:
-        if exporter is not None:
-            exporter.close(ok)
-    report.notes[:0] = notes
-    return report
-
-
 def json_ready(x: Any) -> Any:
     """``x`` with floats rounded to 3 decimals (NaN and inf as None), numpy scalars as Python ones."""
     return _clean(x)

@@ -1,5 +1,8 @@
 """Many trace files (hundreds of ranks) analysed with memory bounded by one trace per worker.
 
+:func:`analyze_path` is the door of ``lmprof analyze``: a file or a folder of them in, one combined
+report out (analyze.py analyses one table and combines the reports; this module only schedules).
+
 Each file is loaded, reduced to its report (:class:`~lmprof.trace.analyze.TraceReport`, kilobytes)
 and, with ``--export``, its Parquet partition (the Arrow tables of :mod:`lmprof.trace.export`),
 then freed before the worker takes the next file. The driver keeps the reports, appends each
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lmprof.errors import DataError, LmprofError
+from lmprof.trace.analyze import Report, analyze_table, combine, find_traces, load_tables
 from lmprof.trace.blocks import BlockMap
 
 PARALLEL_MIN_BYTES = 16 << 20  # smaller folders are analysed in-process: starting workers costs more
@@ -54,7 +58,6 @@ Result = tuple[Any, dict[str, Any] | None]  # (TraceReport, the partition's Arro
 def analyze_one(path: str, job: Job) -> list[Result]:
     """Load and analyse one file: its reports (one per table: an Nsight Systems export may hold
     several processes) and, when exporting, each one's Arrow tables with rank 0 (the driver sets it)."""
-    from lmprof.trace.analyze import analyze_table, load_tables
     from lmprof.trace.timeline import select_device
 
     out: list[Result] = []
@@ -241,3 +244,40 @@ def _on_ray(files: list[Path], job: Job, address: str, init: dict[str, Any]) -> 
     finally:
         if started_here:
             ray.shutdown()
+
+
+def analyze_path(
+    path: str | Path,
+    *,
+    top: int = 10,
+    include_last_step: bool = False,
+    export: str | Path | None = None,
+    blocks: BlockMap | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
+) -> Report:
+    """Load and analyse the trace(s) at ``path``, one at a time per worker, so that only one table
+    per worker is in memory (:func:`analyze_files`: in this process, in local processes by default for
+    large folders, ``workers`` to choose, or on Ray with ``ray`` set to an address or ``"local"``). The report is the same whichever runs it.
+
+    ``export``: a folder to write the SQL-ready Parquet tables to (:mod:`lmprof.trace.export`);
+    it is checked before any trace is read, and the files appear only when every trace succeeded.
+    """
+    notes: list[str] = []
+    files = find_traces(path, notes)
+    exporter = None
+    if export is not None:
+        from lmprof.trace.export import Exporter
+
+        exporter = Exporter(Path(export))
+    ok = False
+    try:
+        reports = analyze_files(files, top=top, include_last_step=include_last_step, blocks=blocks,
+                                exporter=exporter, workers=workers, ray=ray)
+        report = combine(reports)
+        ok = True
+    finally:
+        if exporter is not None:
+            exporter.close(ok)
+    report.notes[:0] = notes
+    return report

@@ -50,17 +50,66 @@ Kineto) resolve 0.25 us in float64; newer ones (relative to baseTimeNanoseconds)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from lmprof.trace.frame import Frame
-from lmprof.trace.kineto.columns import empty_comms, empty_hw, empty_shapes, memory_frame
+from lmprof.trace.fields import COMM_COLUMNS, COMM_TEXT, HW_COLUMNS, MEMORY_COLUMNS
+from lmprof.trace.frame import Frame, str_labels
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MAX_RANK", "TraceTable", "parse_rank"]
+__all__ = ["MAX_RANK", "TraceTable", "empty_comms", "empty_hw", "empty_memory", "empty_shapes", "parse_rank"]
+
+
+def _none(dtype: type) -> np.ndarray:
+    return np.empty(0, dtype=dtype)
+
+
+def empty_comms() -> Frame:
+    """A table of no collective parameters (the columns any reader fills; see the module docstring)."""
+    return Frame({"row": _none(np.int64), **{f: str_labels([]) if f in COMM_TEXT else _none(np.int64)
+                                             for f in COMM_COLUMNS}})
+
+
+def empty_hw() -> Frame:
+    """A table of no kernel resources or copy sizes."""
+    return Frame({"row": _none(np.int64), **{f: _none(np.float64) for f in HW_COLUMNS}})
+
+
+def empty_shapes() -> Frame:
+    """A table of no operator input shapes."""
+    return Frame({"row": _none(np.int64), "dims": _none(object), "types": _none(object), "shape": _none(np.int64)})
+
+
+def empty_memory() -> Frame:
+    """A table of no allocator events."""
+    return Frame({"ts": _none(np.float64), "pid": _none(np.int64), "tid": _none(np.int64),
+                  **{f: _none(np.int64) for f in MEMORY_COLUMNS}})
+
+
+class _AsPandas:
+    """A table of :class:`TraceTable` as a pandas DataFrame: its frame ``cols``, converted on first use."""
+
+    def __init__(self, cols: str, what: str) -> None:
+        self.cols, self.name = cols, ""
+        self.__doc__ = f"{what} as a pandas DataFrame (see :attr:`{cols}`)."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, table: None, owner: type) -> _AsPandas: ...
+
+    @overload
+    def __get__(self, table: TraceTable, owner: type) -> pd.DataFrame: ...
+
+    def __get__(self, table: TraceTable | None, owner: type) -> _AsPandas | pd.DataFrame:
+        if table is None:
+            return self
+        frame: Frame = getattr(table, self.cols)
+        return table._frame(self.name, frame)
 
 
 @dataclass
@@ -85,7 +134,7 @@ class TraceTable:
     # kernel resources and copy sizes of the device events that carry them (see the module docstring)
     hw_cols: Frame = field(default_factory=lambda: empty_hw())
     # the allocator's "[memory]" instant events, in file order (see the module docstring)
-    memory_cols: Frame = field(default_factory=lambda: memory_frame([]))
+    memory_cols: Frame = field(default_factory=lambda: empty_memory())
     # input shapes and dtypes of the operators that have them (record_shapes; see the module docstring)
     shape_cols: Frame = field(default_factory=lambda: empty_shapes())
     # the DataFrames already built from the frames above, by attribute name
@@ -142,30 +191,11 @@ class TraceTable:
         self._pandas.pop("events", None)
         self.cache.clear()
 
-    @property
-    def flows(self) -> pd.DataFrame:
-        """The flow events as a pandas DataFrame (see :attr:`flow_cols`)."""
-        return self._frame("flows", self.flow_cols)
-
-    @property
-    def comms(self) -> pd.DataFrame:
-        """The collective parameters as a pandas DataFrame (see :attr:`comm_cols`)."""
-        return self._frame("comms", self.comm_cols)
-
-    @property
-    def hw(self) -> pd.DataFrame:
-        """Kernel resources and copy sizes as a pandas DataFrame (see :attr:`hw_cols`)."""
-        return self._frame("hw", self.hw_cols)
-
-    @property
-    def memory(self) -> pd.DataFrame:
-        """The allocator events as a pandas DataFrame (see :attr:`memory_cols`)."""
-        return self._frame("memory", self.memory_cols)
-
-    @property
-    def shapes(self) -> pd.DataFrame:
-        """The operators' input shapes as a pandas DataFrame (see :attr:`shape_cols`)."""
-        return self._frame("shapes", self.shape_cols)
+    flows = _AsPandas("flow_cols", "The flow events")
+    comms = _AsPandas("comm_cols", "The collective parameters")
+    hw = _AsPandas("hw_cols", "Kernel resources and copy sizes")
+    memory = _AsPandas("memory_cols", "The allocator events")
+    shapes = _AsPandas("shape_cols", "The operators' input shapes")
 
     @property
     def rank(self) -> int | None:

@@ -37,13 +37,12 @@ from lmprof.estimate.memory.result import (
     EstimateOptimizer,
     FP32,
     INT64,
-    MODES,
     MemoryEstimate,
     MemoryItem,
-    Mode,
     Optimizer,
     OptimizerImpl,
 )
+from lmprof.modes import MODES, Mode
 from lmprof.estimate.memory.params import causal_mask_bytes
 from lmprof.estimate.memory.lora import LORA_TARGETS, Lora
 from lmprof.estimate.memory.parallel import Parallel
@@ -57,7 +56,7 @@ from lmprof.estimate.memory.activations import activation_items
 from lmprof.estimate.memory.infer import kv_cache_bytes
 from lmprof.estimate.memory.estimate import estimate_memory
 from lmprof.estimate.memory.fits import largest_fitting_batch
-from lmprof.estimate.memory.report import format_bytes, memory_metrics, memory_table
+from lmprof.estimate.memory.report import format_bytes, memory_metrics, memory_table, parts_of
 
 __all__ = [
     "ATTENTIONS",
@@ -87,5 +86,6 @@ __all__ = [
     "kv_cache_bytes",
     "largest_fitting_batch",
     "memory_metrics",
+    "parts_of",
     "memory_table",
 ]

@@ -13,13 +13,13 @@ from lmprof.estimate.memory.result import (
     DTYPE_BYTES,
     Attention,
     MemoryEstimate,
-    Mode,
     Optimizer,
     OptimizerImpl,
 )
 from lmprof.errors import ConfigError
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
+from lmprof.modes import MODES, Mode, traits
 
 
 def estimate_memory(
@@ -69,7 +69,7 @@ def estimate_memory(
     par.check(shape)
     if lora is not None:
         lora.check(shape)
-        if mode != "train":
+        if not traits(mode).trains:
             raise ConfigError("a LoRA/QLoRA plan is for training (--mode train); for inference merge the adapters "
                               "or use --weights int4")
     if param_dtype != "fp32":
@@ -81,14 +81,12 @@ def estimate_memory(
         master_weights = False  # the parameters already are the fp32 master copy
     elif master_weights is None:
         master_weights = True
-    regime = _regime(dtype, param_dtype, master_weights, mode)
+    regime = _regime(dtype, param_dtype, master_weights, traits(mode).trains)
 
     params = pp.total * p_bytes
     buf = causal_mask_bytes(shape) if buffers is None else buffers
-    kv_tokens = seq_len + new_tokens if mode == "infer" else 0
-
-    if mode == "infer":
-        est = infer_estimate(shape, pp, batch, seq_len, kv_tokens, dtype, param_dtype, attention, device_kind,
+    if traits(mode).generates:
+        est = infer_estimate(shape, pp, batch, seq_len, seq_len + new_tokens, dtype, param_dtype, attention, device_kind,
                              regime, params, buf, autocast)
         return est if par.trivial else infer_on_device(est, shape, pp, par, param_dtype)
     if par.trivial and lora is None:
@@ -124,7 +122,7 @@ def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str
         raise ConfigError(f"batch size must be positive, got {batch}")
     if seq_len <= 0:
         raise ConfigError(f"sequence length must be positive, got {seq_len}")
-    if mode not in ("train", "infer"):
+    if mode not in MODES:
         raise ConfigError(f"mode must be 'train' or 'infer', got {mode!r}")
     for name, val in (("dtype", dtype), ("param dtype", param_dtype)):
         if val not in DTYPE_BYTES:
@@ -139,21 +137,21 @@ def _validate(shape: ModelShape, batch: int, seq_len: int, mode: str, dtype: str
         raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
     if new_tokens < 0:
         raise ConfigError(f"new tokens must be >= 0, got {new_tokens}")
-    tokens = seq_len + (new_tokens if mode == "infer" else 0)
+    tokens = seq_len + (new_tokens if traits(mode).generates else 0)
     if tokens > shape.block_size:
         raise ConfigError(f"{tokens} tokens exceed the model's block_size {shape.block_size}")
 
 
-def _regime(dtype: str, param_dtype: str, master_weights: bool, mode: str) -> str:
-    """One line saying which precision regime the figures assume."""
+def _regime(dtype: str, param_dtype: str, master_weights: bool, trains: bool) -> str:
+    """One line saying which precision regime the figures assume (``trains``: a training step, else inference)."""
     if param_dtype == "fp32" and dtype == "fp32":
         return "fp32: parameters, gradients, optimizer state and activations all fp32"
     if param_dtype == "fp32":
-        if mode == "infer":
+        if not trains:
             return f"autocast {dtype}: fp32 parameters; matmuls in {dtype} on 16-bit weight copies"
         return (f"autocast {dtype}: fp32 parameters, gradients and optimizer state; matmuls in {dtype} on "
                 "16-bit weight copies; residual stream, norms and loss in fp32")
-    if mode == "infer":
+    if not trains:
         return f"{param_dtype} parameters, no autocast"
     if master_weights:
         return f"{param_dtype} parameters and gradients; fp32 master weights and fp32 moments in the optimizer"

@@ -16,8 +16,9 @@ from typing import Any
 from lmprof.errors import ConfigError
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.memory.params import ParamCounts
-from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, MemoryEstimate, MemoryItem, Mode, Optimizer, OptimizerImpl
+from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, MemoryEstimate, MemoryItem, Optimizer, OptimizerImpl
 from lmprof.estimate.memory.train import _impl, _optimizer_state, _optimizer_temporaries
+from lmprof.modes import Mode, traits
 
 
 def facts_param_counts(facts: ModelFacts) -> ParamCounts:
@@ -63,7 +64,7 @@ def estimate_from_facts(
     common: dict[str, Any] = dict(shape=None, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=dtype,
                   attention="sdpa", device_kind=device_kind, dropout=0.0, n_params=facts.params, params=params,
                   buffers=facts.buffer_bytes, source="model", layers=facts.n_layer)
-    if mode == "infer":
+    if traits(mode).generates:
         return _infer(facts, pp, batch, seq_len, new_tokens, dtype, kv_bytes, common)
     if facts.train is None:
         raise ConfigError("the model was not described for training (no training pass)")

@@ -5,8 +5,11 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lmprof.estimate.memory.result import MemoryEstimate
+from lmprof.modes import traits
+from lmprof.record.catalogue import MEMORY_PARTS, lookup, memory_key
 
 if TYPE_CHECKING:
+    from lmprof.record.catalogue import MetricSpec
     from lmprof.record.run import Metric
 
 
@@ -16,7 +19,7 @@ class MeasuredMemory(Protocol):
     def value(self, key: str) -> tuple[float | None, str | None]: ...
 
 
-# Run-record keys and the estimate attribute each one reads.
+# The estimate's attribute each memory part reads (record/keys.py: MEMORY_PARTS).
 _KEYS = {
     "params": "params",
     "grads": "grads",
@@ -27,9 +30,21 @@ _KEYS = {
 }
 
 
+def parts_of(mode: str) -> tuple[str, ...]:
+    """The memory parts a run of ``mode`` has figures for (the catalogue's modes of ``memory.<part>``), in
+    the table's order: params, grads, optimizer, activations and peak in training; params, kv_cache, peak."""
+    return tuple(k for k in MEMORY_PARTS if mode in _spec(memory_key(k)).modes)
+
+
+def _spec(key: str) -> "MetricSpec":
+    spec = lookup(key)
+    assert spec is not None, f"{key} is not in the metric catalogue"
+    return spec
+
+
 def _estimated_value(est: MemoryEstimate, key: str) -> int:
     if key == "activations":
-        if est.mode != "train":
+        if not traits(est.mode).trains:
             return 0
         return est.activations + (est.logits if est.hold_logits else 0)
     return int(getattr(est, str(_KEYS[key])))
@@ -44,16 +59,12 @@ def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" =
     from lmprof.record.run import Metric
 
     out: dict[str, Metric] = {}
-    for key in _KEYS:
-        if estimate.mode == "infer" and key in ("grads", "optimizer", "activations"):
-            continue
-        if estimate.mode == "train" and key == "kv_cache":
-            continue
-        out[f"memory.estimated.{key}"] = Metric(
+    for key in parts_of(estimate.mode):
+        out[memory_key(key, estimated=True)] = Metric(
             value=float(_estimated_value(estimate, key)), unit="B", source="estimated",
             note=_estimate_note(estimate, key),
         )
-        out[f"memory.{key}"] = _measured_metric(measured, key)
+        out[memory_key(key)] = _measured_metric(measured, key)
     return out
 
 
@@ -88,9 +99,7 @@ def memory_table(estimate: MemoryEstimate, measured: "MeasuredMemory | None" = N
     ``diff_pct`` is (measured - estimated) / estimated in percent, None when either is missing.
     """
     rows: list[dict[str, Any]] = []
-    keys = ["params", "grads", "optimizer", "activations", "peak"] if estimate.mode == "train" else [
-        "params", "kv_cache", "peak"]
-    for key in keys:
+    for key in parts_of(estimate.mode):
         est = _estimated_value(estimate, key)
         meas, note = (None, "not measured") if measured is None else measured.value(key)
         diff = None

@@ -5,11 +5,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from lmprof.estimate.shape import ModelShape
+from lmprof.modes import Mode, traits
 
-
-Mode = Literal["train", "infer"]
 Attention = Literal["math", "sdpa"]
-MODES: tuple[Mode, ...] = ("train", "infer")
 ATTENTIONS: tuple[Attention, ...] = ("math", "sdpa")
 Optimizer = Literal["adamw", "sgd"]
 # What an estimate's ``optimizer`` may say: the plan (estimate/fit.py) also names bitsandbytes' 8-bit AdamW.
@@ -146,7 +144,7 @@ class MemoryEstimate:
              "note": "causal mask, bool, per layer" if self.shape is not None else "the model's buffers (rotary tables, "
              "masks)"},
         ]
-        if self.mode == "train":
+        if traits(self.mode).trains:
             rows += [
                 {"category": "grads", "bytes": self.grads, "at_peak": a["grads"],
                  "note": f"same dtype as the params ({self.param_dtype})" + (

@@ -17,6 +17,7 @@ import atexit
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -91,6 +92,13 @@ class StopAgain:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+    @classmethod
+    def after_writing(cls, folder: Path | None) -> StopAgain:
+        """--stop-after: the run is written to ``folder``; installed before the session raises StopScript."""
+        again = cls(f"--stop-after: stopped the script once the run was written to {folder}")
+        again.install()
+        return again
 
     def _stop(self, *args: Any, **kwargs: Any) -> None:
         exit_now(0, f"lmprof: {self.line} (the script caught lmprof's stop, so it was ended from its next step)")

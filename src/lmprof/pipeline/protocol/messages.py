@@ -1,7 +1,10 @@
 """What a session says when a run ends early: where the protocol stood, and why nothing was measured."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from lmprof.pipeline.protocol.giveway import Aside
+from lmprof.pipeline.protocol.observed import Observed
 from lmprof.pipeline.protocol.plan import PhasePlan
 
 
@@ -19,11 +22,13 @@ def where(plan: PhasePlan, counted: int, clean: int, profiled: int, unit: str) -
 
 
 def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit: str, *, infer: bool,
-                     model: str, without_forward: int, aside: Aside) -> str:
+                     seen: Observed, aside: Aside) -> str:
     """Why a run that ended (``what``) measured nothing, and what to change."""
     if aside.total:
         return aside.nothing_measured(what, unit, plan.needed)
     here = where(plan, counted, clean, 0, unit)
+    model = type(seen.model).__name__ if seen.model is not None else "the model"
+    without_forward = seen.generations_without_forward
     if infer and without_forward and not clean:
         return (f"{what} {here}: nothing measured: no forward of {model} or of its modules was seen in "
                 f"{without_forward} generation(s)")
@@ -36,3 +41,9 @@ def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit:
     first = " (lmprof run's first optimizer step only marks a start)" if not infer and counted == 1 else ""
     return (f"{what} {here}: nothing measured: no {unit} could be timed{first}; the counts asked for measure "
             f"{plan.layout(unit)}")
+
+
+def wrote(reason: str, here: str, first_call: bool, folder: Path | None) -> str:
+    """What a run that ended early (``reason``, ``here``) wrote, and where."""
+    rough = " (rough first-call timings: see the note)" if first_call else ""
+    return f"{reason} {here}: wrote what was measured{rough} to {folder}"

@@ -66,6 +66,11 @@ class Observed:
         p = next(model.parameters(), None)
         self.device = device or resolve_device(str(p.device) if p is not None else "cpu")
 
+    def sync(self) -> None:
+        """Wait for the device's queued work (nothing before a model is attached)."""
+        if self.device is not None:
+            self.device.synchronize()
+
     def counted(self, probes: Any, steps: int) -> None:
         """What the probes counted over ``steps`` recorded training steps, per step."""
         if probes.backwards:

@@ -18,11 +18,12 @@ from lmprof.config import MeasureSpec
 from lmprof.counts import Counts
 from lmprof.hardware.devices import Device
 from lmprof.measure.energy import EnergyMonitor
+from lmprof.modes import Mode
 from lmprof.pipeline.protocol.driver import Driver
 from lmprof.pipeline.protocol.finish.assemble import assemble
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.session import Session
-from lmprof.pipeline.protocol.spec import Mode, Spec
+from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from lmprof.modes import traits
 from lmprof.names import SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hooks import module_scopes, takes_hooks
@@ -92,7 +93,7 @@ class Probes:
 
     def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True, phases: bool = True):
         self.model = model
-        self.mode = mode
+        self.trains = traits(mode).trains  # training steps: forward, backward and optimizer phases are scoped
         # TorchScript modules refuse hooks: neither blocks nor the forward phase can be scoped in them
         self.hookable = model is not None and takes_hooks(model)
         self.blocks = blocks and self.hookable  # False under torch.compile: hooks would force a recompilation
@@ -120,11 +121,11 @@ class Probes:
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
-            if self.mode == "train" and self.phases and self.hookable:
+            if self.trains and self.phases and self.hookable:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
-        if self.mode == "train" and self.phases:
+        if self.trains and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
             for name in ("clip_grad_norm_", "clip_grad_value_"):  # looked up at call time by nanoGPT,
                 self._patch(torch.nn.utils, name, self._wrap_clip(getattr(torch.nn.utils, name)))  # accelerate, Lightning
@@ -226,7 +227,7 @@ class Probes:
 
     def optimizer_begin(self) -> None:
         self._in_optimizer, self._closure_batch = True, False
-        if self.active and self.mode == "train" and self.phases:
+        if self.active and self.trains and self.phases:
             self._end_forward()
             self.scopes.open("optimizer")
 

@@ -22,12 +22,14 @@ from lmprof.hardware.devices import Device
 from lmprof.pipeline.protocol import messages
 from lmprof.pipeline.protocol.driver import Driver, Observer
 from lmprof.pipeline.protocol.ending import StopAgain, StopScript
-from lmprof.pipeline.protocol.finish.measured import Measured, measured
+from lmprof.pipeline.protocol.finish.capture import capture_run
+from lmprof.pipeline.protocol.finish.measured import Described, Measured, measured
 from lmprof.pipeline.protocol.folder import SessionFolder
 from lmprof.pipeline.protocol.giveway import Aside, Verdict
 from lmprof.pipeline.protocol.guard import failure_line, guarded, safe_name
-from lmprof.pipeline.protocol.observed import Observed
+from lmprof.pipeline.protocol.observed import ModelFacts, Observed
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
+from lmprof.pipeline.protocol.releases import Releases
 from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
@@ -41,9 +43,9 @@ class Session:
     def __init__(self, spec: Spec, driver: Driver | None = None, clock: Callable[[], float] = time.perf_counter):
         # the command's start-up is over: nothing is measured, no user code runs, with the collector off
         gc_hold.release()
-        self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.sync)
-        self.counts = self.driver.counts(spec.counts())
         self.observed, self.timings, self.aside = Observed(), Timings(), Aside()
+        self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.observed.sync)
+        self.counts = self.driver.counts(spec.counts())
         self.windows = windows_for(self)
         self.plan = self._make_plan()
         self.raises = self.driver.raises  # lmprof's own failures go on to the caller (guard.py)
@@ -60,14 +62,15 @@ class Session:
         self.stop_again: StopAgain | None = None  # --stop-after's second chance (ending.py)
         self._finishing = self._ending = False  # finish() runs; it runs because the loop ended
         self._gen_aside: Verdict | None = None  # the user's own profiler and the running generation (giveway.py)
-        self._on_done: list[Callable[[], None]] = []
+        self._releases = Releases()
+        self.on_done = self._releases.add  # call a function once lmprof's hooks go (triggers remove theirs there)
         self._forwards: ForwardEnds | None = None  # hooks that mark a generation's forwards (forwards.py)
 
     # -- what the windows use (windows/base.py: Context) ------------------------------------------
     def _make_plan(self) -> PhasePlan:
         w, s, p = self.counts
         return PhasePlan.of(w, s, p, figures_at=self.driver.figures_at(w, self.observed.compiled),
-                            flops_apart=self.spec.mode == "train")
+                            flops_apart=self.spec.traits.trains)
 
     def lengthen(self, steps: int) -> None:
         self.counts = self.counts._replace(steps=self.counts.steps + steps)
@@ -78,10 +81,6 @@ class Session:
         self.folder = self._folder.claim(self.observed.device)
         return self.folder
 
-    def sync(self) -> None:
-        if self.observed.device is not None:
-            self.observed.device.synchronize()
-
     def spoil_step(self) -> None:
         self.clock.kind = None
 
@@ -90,7 +89,7 @@ class Session:
         the rest (the trace, the figures, the run) waits for :meth:`finish`, outside the user's step."""
         self.collected = True
         if not any(w.steps_after_window and w.active for w in self.windows):
-            self._release_triggers()
+            self._releases.run()
         if self.spec.stop_after:
             self.finish(None)
 
@@ -103,14 +102,10 @@ class Session:
         for w in self.windows:
             w.attached()
 
-    def on_done(self, fn: Callable[[], None]) -> None:
-        """Call ``fn`` once lmprof's hooks go (triggers remove theirs there)."""
-        self._on_done.append(fn)
-
     @guarded
     def begin(self) -> None:
         """Mark step 1's start (``lmprof.profile``, the callbacks, lmprof's own loop)."""
-        if self.spec.mode == "infer":
+        if self.spec.traits.generates:
             self.generation_begin()
         else:
             self._begin(1, fresh=True)
@@ -122,9 +117,8 @@ class Session:
         before = [w.active for w in self.windows]
         for w in self.windows:
             w.step_begins(n)
-        fl, fig = self.windows.flops, self.windows.figures
-        self.clock.kind = ("counting" if fl.active else "figures" if fig.active else "first" if n == 1
-                           else rough_kind(self.plan.phase_of(n)))
+        self.clock.kind = rough_kind(n, self.plan.phase_of(n), counting=self.windows.flops.active,
+                                     figures=self.windows.figures.active)
         self.clock.restart(fresh or [w.active for w in self.windows] != before)
         for w in self.windows:
             w.clock_started(n)
@@ -149,7 +143,7 @@ class Session:
                 if w.steps_after_window:
                     w.boundary()  # after the profiled window: only the windows that watch the steps after it
             return
-        if self.spec.mode == "infer":
+        if self.spec.traits.generates:
             self.generation_end()
             if not self.done:
                 self.generation_begin()
@@ -251,11 +245,9 @@ class Session:
         seen.notes.extend(filter(None, (self.aside.note(unit),
                                         None if self.timings.clean else self.timings.fall_back(unit, self.plan))))
         if not self.timings.clean:
-            model = type(seen.model).__name__ if seen.model is not None else "the model"
             self.message = messages.nothing_measured(reason or "the session ended", self.plan, self.k,
-                                                     self.timings.clean, unit, infer=self.spec.mode == "infer",
-                                                     model=model, without_forward=seen.generations_without_forward,
-                                                     aside=self.aside)
+                                                     self.timings.clean, unit, infer=self.spec.traits.generates,
+                                                     seen=seen, aside=self.aside)
             self._folder.settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
             self.done = True
             return None
@@ -263,25 +255,25 @@ class Session:
         if profile is None or not profile.steps:
             profile = self.windows.figures.profile(folder, unit) or profile
         self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
-                                 lambda facts: self.driver.describe(self.spec, self.counts, facts, seen))
+                                 self.describe)
         self.run = self.driver.finished(self.measured)
         self._folder.settle("lmprof stopped while writing it")
         self.done = True
         if reason is not None:
-            rough = " (rough first-call timings: see the note)" if self.timings.first_call else ""
-            self.message = f"{reason} {here}: wrote what was measured{rough} to {self.folder}"
+            self.message = messages.wrote(reason, here, bool(self.timings.first_call), self.folder)
         elif self.spec.stop_after:
-            self.stop_again = StopAgain(f"--stop-after: stopped the script once the run was written to {self.folder}")
-            self.stop_again.install()
+            self.stop_again = StopAgain.after_writing(self.folder)
             raise StopScript()
         return self.measured
 
     def assemble_capture(self, folder: Path, profile: Any, step_s: list[float], config: dict[str, Any],
                          per_step: tuple[float | None, float | None, float | None, float | None]) -> Any:
-        from lmprof.pipeline.protocol.finish.capture import capture_run
-
         return capture_run(self.spec, self.plan, self.observed, folder, profile, step_s, config, per_step,
-                           lambda facts: self.driver.describe(self.spec, self.counts, facts, self.observed))
+                           self.describe)
+
+    def describe(self, facts: ModelFacts) -> Described:
+        """The driver's description of the workload (the finish's figures need it)."""
+        return self.driver.describe(self.spec, self.counts, facts, self.observed)
 
     def _teardown(self) -> None:
         """Stop every window, keeping nothing it still held, and remove every hook; each part runs even
@@ -289,13 +281,7 @@ class Session:
         for w in self.windows:
             with contextlib.suppress(Exception):
                 w.abort()
-        self._release_triggers()
-
-    def _release_triggers(self) -> None:
-        for fn in self._on_done:
-            with contextlib.suppress(Exception):
-                fn()
-        self._on_done.clear()
+        self._releases.run()
 
     def abandon(self) -> None:
         """lmprof's own loop failed: stop and remove everything; the caller raises the error on."""
@@ -305,9 +291,8 @@ class Session:
     def fail(self, exc: BaseException) -> None:
         """lmprof failed inside the user's program: end the session, keep what was written (every
         file is written atomically, so what is there is whole), and say so in one line."""
-        writing = isinstance(exc, OSError) or self._finishing
         self.abandon()
         self.message = None
-        line = failure_line(exc, writing, continues=not self._ending)
+        line = failure_line(exc, writing=isinstance(exc, OSError) or self._finishing, continues=not self._ending)
         self._folder.settle(line.removeprefix("lmprof: "))
         say(line)

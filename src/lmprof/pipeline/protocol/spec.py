@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lmprof.counts import WATCH_LIMITS, Counts, counts_for
+from lmprof.modes import Mode, Traits, traits
 
 if TYPE_CHECKING:
     from lmprof.record.watch import StepSummary
-
-Mode = Literal["train", "infer"]
 
 
 class StepSink(Protocol):
@@ -65,6 +64,11 @@ class Spec:
         return counts_for(self.mode, self.warmup, self.steps, self.profile_steps)
 
     @property
+    def traits(self) -> Traits:
+        """What the mode is made of (modes.py): whether it trains, what one step is called."""
+        return traits(self.mode)
+
+    @property
     def unit(self) -> str:
         """What one step is called in messages and notes."""
-        return "generation" if self.mode == "infer" else "step"
+        return self.traits.unit

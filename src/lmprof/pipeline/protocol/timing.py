@@ -33,9 +33,14 @@ ROUGH = {
 }
 
 
-def rough_kind(phase: Phase) -> str:
-    """The rough kind (:data:`ROUGH`) of a step that is neither the first, the figures step nor the
-    FLOPs step: by its phase (a gap step is timed as a warm-up one)."""
+def rough_kind(n: int, phase: Phase, *, counting: bool, figures: bool) -> str:
+    """The rough kind (:data:`ROUGH`) of step ``n``, should it not be a clean one: the FLOPs step
+    (``counting``), the figures step, the very first step, else by its phase (a gap step is timed as
+    a warm-up one)."""
+    if counting or figures:
+        return "counting" if counting else "figures"
+    if n == 1:
+        return "first"
     return {Phase.PROFILER_WARMUP: "profiler warm-up", Phase.PROFILED: "profiled"}.get(phase, "warm-up")
 
 

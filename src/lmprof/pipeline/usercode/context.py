@@ -49,7 +49,7 @@ class Profile:
             if compiled:
                 self.session.observed.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in "
                                                    "it: its forward is not split into blocks")
-            if self.session.spec.mode == "train":
+            if self.session.spec.traits.trains:
                 OptimizerTrigger(self.session, boundaries=False).install()
         except BaseException:
             active.release(self.session)

@@ -57,7 +57,7 @@ _RUNNER_FILES = {__file__, runpy.__file__, "<frozen runpy>"}
 
 def _session(spec: Spec) -> Session:
     # training: nothing tells when the first step began, so the first optimizer step only marks a start
-    return Session(spec, Observer(first_step_marks_start=spec.mode == "train"))
+    return Session(spec, Observer(first_step_marks_start=spec.traits.trains))
 
 
 def run_script(target: str, args: list[str], spec: Spec, module: bool = False) -> ScriptResult:
@@ -65,7 +65,7 @@ def run_script(target: str, args: list[str], spec: Spec, module: bool = False) -
     what the script does."""
     check_target(target, module)
     session = _session(spec)
-    if spec.mode == "infer":
+    if spec.traits.generates:
         if not GenerateTrigger(session).install():
             raise ConfigError("--infer marks Hugging Face generate() calls, but transformers is not installed")
     else:

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from lmprof.trace.kineto.decode import ARG_COLUMNS, COMM_FIELDS, HW_FIELDS, MAX_INT, Chunk, Coded, parse_int, to_float
+from lmprof.trace.fields import COMM_TEXT, MEMORY_COLUMNS
 from lmprof.trace.frame import Frame, str_labels
+from lmprof.trace.table import empty_comms, empty_hw, empty_shapes
 
 # Distinct operator shapes kept: a real trace has a few thousand (one per layer and shape); beyond
 # this a (hostile) trace of all-different shapes would grow the table with its size, so new ones are
@@ -243,14 +245,6 @@ def _categorical(codes: np.ndarray, table: dict[Any, int], lower: bool = False) 
 _MAX_TIME_US = 1e18  # 31,000 years: beyond this a timestamp or duration is junk
 
 
-def empty_hw() -> Frame:
-    return hw_frame(np.empty(0, dtype=np.int64), {}, np.empty(0, dtype=bool))
-
-
-def empty_shapes() -> Frame:
-    return shapes_frame(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
-
-
 def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any]], keep: np.ndarray) -> Frame:
     """Operators' input shapes: ``row`` into events, ``dims`` and ``types`` (see decode.shape_fields),
     and ``shape``, the code of the pair (equal shapes, equal codes: grouping needs no tuple hashing).
@@ -267,10 +261,6 @@ def shapes_frame(rows: np.ndarray, codes: np.ndarray, table: list[tuple[Any, Any
                   "shape": codes.astype(np.int64)})
 
 
-def empty_comms() -> Frame:
-    return _comms_frame(np.empty(0, dtype=np.int64), [], np.empty(0, dtype=bool))
-
-
 def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarray) -> Frame:
     """Collective parameters as typed columns: ints (-1 when absent or odd), names as str ("" absent)."""
     values = [v for v, k in zip(values, keep.tolist()) if k]
@@ -280,7 +270,7 @@ def _comms_frame(rows: np.ndarray, values: list[tuple[Any, ...]], keep: np.ndarr
     cols: dict[str, np.ndarray] = {"row": rows[order]}
     for j, f in enumerate(COMM_FIELDS):
         column = [v[j] for v in values]
-        if f in ("collective", "dtype", "pg_name"):
+        if f in COMM_TEXT:
             cols[f] = str_labels([_short_str(x) for x in column])
         else:
             cols[f] = np.array([_small_int(x) for x in column], dtype=np.int64)
@@ -306,9 +296,6 @@ def hw_frame(rows: np.ndarray, values: dict[str, list[np.ndarray]], keep: np.nda
     return Frame({"row": rows[kept], **{f: full[f][kept] for f in HW_FIELDS}})
 
 
-_MEMORY_COLUMNS = ("device_type", "device_id", "bytes", "addr", "ev_idx", "total_allocated", "total_reserved")
-
-
 def memory_frame(rows: list[tuple[Any, ...]]) -> Frame:
     """The allocator events as typed columns (see the module docstring)."""
     cols: dict[str, np.ndarray] = {
@@ -316,7 +303,7 @@ def memory_frame(rows: list[tuple[Any, ...]]) -> Frame:
         "pid": np.array([_any_int(r[1], 0) for r in rows], dtype=np.int64),
         "tid": np.array([_any_int(r[2], 0) for r in rows], dtype=np.int64),
     }
-    for j, name in enumerate(_MEMORY_COLUMNS):
+    for j, name in enumerate(MEMORY_COLUMNS):
         absent = 0 if name == "bytes" else -1
         cols[name] = np.array([_any_int(r[3 + j], absent) for r in rows], dtype=np.int64)
     return Frame(cols)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from lmprof.trace.fields import HW_COLUMNS, ID_COLUMNS
+from lmprof.trace.fields import COMM_COLUMNS, HW_COLUMNS, ID_COLUMNS
 
 
 class Field(NamedTuple):
@@ -84,15 +84,16 @@ SHAPE_ARGS: tuple[Field, ...] = (  # the dims first: an operator has shapes when
     Field("Input Dims", "input_dims"),
     Field("Input type", "input_types"),
 )
-COMM_ARGS: tuple[Field, ...] = (
-    Field("Collective name", "collective"),
-    Field("In msg nelems", "in_nelems"),
-    Field("Out msg nelems", "out_nelems"),
-    Field("dtype", "dtype"),
-    Field("Group size", "group_size"),
-    Field("Process Group Name", "pg_name"),
-    Field("Seq", "coll_seq"),
-)
+# the args keys of the table's collective columns, in the order of fields.COMM_COLUMNS
+COMM_ARGS: tuple[Field, ...] = _named((
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Group size",
+    "Process Group Name",
+    "Seq",
+), COMM_COLUMNS)  # fmt: skip
 MEMORY_ARGS: tuple[Field, ...] = (  # in the order of the memory table's columns
     Field("Device Type", "device_type"),
     Field("Device Id", "device_id"),

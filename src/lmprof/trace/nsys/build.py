@@ -37,7 +37,7 @@ from lmprof.errors import DataError
 from lmprof.trace.fields import HW_COLUMNS, ID_COLUMNS
 from lmprof.trace.frame import Frame, str_labels
 from lmprof.trace.load import TraceTable
-from lmprof.trace.nsys import FORMAT
+from lmprof.trace.nsys.files import FORMAT
 from lmprof.trace.nsys import names as nm
 from lmprof.trace.nsys.read import Export
 from lmprof.trace.nsys.schema import DRIVER_CLASS, KERNEL, MEMCPY, MEMSET, NVTX, NVTX_RANGE_TYPES, RUNTIME, SOURCES

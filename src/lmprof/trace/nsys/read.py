@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from lmprof.errors import DataError
-from lmprof.trace.nsys import looks_like_sqlite
+from lmprof.trace.nsys.files import looks_like_sqlite
 from lmprof.trace.nsys.schema import EVENT_TABLES, GPU_INFO, STRINGS, Source
 
 _BATCH = 1 << 16  # rows per fetch: bounds the Python tuples alive at once

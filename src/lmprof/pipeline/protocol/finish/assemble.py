@@ -7,7 +7,7 @@ timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, `
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from lmprof.analysis.block_truth import mark_uncertain
 from lmprof.measure.profiling import ProfiledPhase, op_table
@@ -17,14 +17,18 @@ from lmprof.pipeline.protocol.finish.measured import Measured
 from lmprof.pipeline.protocol.finish.record import add_compile_report, assemble_run, mark_noise, overhead_metrics
 from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.timing import ROUGH
+from lmprof.record.catalogue import (
+    DECODE_TOKENS_PER_S, E2E_LATENCY, OUTPUT_TOKENS_PER_S, PARAMS, PREFILL_TOKENS_PER_S, PROFILER_OVERHEAD, STEP_TIME,
+    TOKENS_PER_S, TOKENS_PER_STEP, TPOT, TTFT, pick,
+)
 from lmprof.record.run import Basis, Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
 from lmprof.trace.load import load_trace
 
 # What each inference timing spans: the same for every loop (protocol/timing.py).
-TTFT = "from the generation's start to the end of its first forward (the prefill)"
-E2E = "one whole generation, from its start to its end, device synchronized"
-TPOT = "from the end of one forward to the end of the next (token choice included)"
+TTFT_SPANS = "from the generation's start to the end of its first forward (the prefill)"
+E2E_SPANS = "one whole generation, from its start to its end, device synchronized"
+TPOT_SPANS = "from the end of one forward to the end of the next (token choice included)"
 
 
 def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
@@ -33,10 +37,10 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     notes = list(m.notes)
     if att is None:
         notes.append("no profiled step completed: clean timing only, no block breakdown")
-    metrics = _infer_metrics(m, att) if m.spec.mode == "infer" else _train_metrics(m, att, notes)
-    clean = metrics["e2e_latency" if m.spec.mode == "infer" else "step_time"].value or 0.0
+    metrics = _TIMINGS[m.spec.mode](m, att, notes)
+    clean = metrics[pick("timing", m.spec.mode).name].value or 0.0
     if m.facts.params is not None:
-        metrics["params"] = Metric(value=m.facts.params, unit="count", source="measured")
+        metrics[PARAMS] = Metric(value=m.facts.params, unit="count", source="measured")
     empty = Attribution(0, [], [], "cpu")
     phase = m.profile if (m.profile is not None and att is not None) else ProfiledPhase(m.folder / "trace.json.gz",
                                                                                       [], 0)
@@ -85,31 +89,33 @@ def _basis(m: Measured) -> Basis:
     return "first_call" if m.timings.first_call else "clean"
 
 
-def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None, clean: float, what: str) -> None:
+def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None) -> None:
     if att is not None:
-        metrics.update(overhead_metrics(att, clean, what))
+        mode = m.spec.mode
+        metrics.update(overhead_metrics(att, metrics[pick("timing", mode).name].value or 0.0, mode))
         if m.timings.first_call:
-            metrics["profiler_overhead"] = Metric.na("%", f"no clean {what} was timed to compare the profiled one with")
+            metrics[PROFILER_OVERHEAD] = Metric.na("%", f"no clean {m.spec.unit} was timed to compare the profiled "
+                                                          "one with")
 
 
 def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> dict[str, Metric]:
     steps, basis = m.timings.steps, _basis(m)
-    metrics = {"step_time": Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
-                                                note=_rough(m) or m.step_means, basis=basis)}
-    _overhead(m, metrics, att, metrics["step_time"].value or 0.0, "step")
+    metrics = {STEP_TIME: Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
+                                              note=_rough(m) or m.step_means, basis=basis)}
+    _overhead(m, metrics, att)
     notes.extend(_passes_note(m))
     known_tokens = m.known.tokens_per_step if m.known is not None else None
     if known_tokens:
-        metrics["tokens_per_step"] = Metric(value=known_tokens, unit="tokens", source="derived",
-                                            note="batch x sequence length")
-        metrics["tokens_per_s"] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived",
-                                                      basis=basis)
+        metrics[TOKENS_PER_STEP] = Metric(value=known_tokens, unit="tokens", source="derived",
+                                          note="batch x sequence length")
+        metrics[TOKENS_PER_S] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived",
+                                                    basis=basis)
     elif m.tokens_per_step:
         tokens = m.tokens_per_step
-        metrics["tokens_per_step"] = Metric(value=tokens, unit="tokens", source="derived",
-                                            note="token ids of the distinct batches the model's forward ran on per "
-                                                 "step (a batch run twice, e.g. by a closure, counted once)")
-        metrics["tokens_per_s"] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived", basis=basis)
+        metrics[TOKENS_PER_STEP] = Metric(value=tokens, unit="tokens", source="derived",
+                                          note="token ids of the distinct batches the model's forward ran on per "
+                                               "step (a batch run twice, e.g. by a closure, counted once)")
+        metrics[TOKENS_PER_S] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived", basis=basis)
     return metrics
 
 
@@ -125,29 +131,37 @@ def _passes_note(m: Measured) -> list[str]:
     return []
 
 
-def _infer_metrics(m: Measured, att: Attribution | None) -> dict[str, Metric]:
+def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> dict[str, Metric]:
     gens, ms, rough, basis = m.timings.gens, 1e3, _rough(m), _basis(m)
     metrics: dict[str, Metric] = {
-        "ttft": Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=rough or TTFT,
-                                    basis=basis),
-        "e2e_latency": Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E,
-                                           basis=basis),
+        TTFT: Metric.from_samples([g.prefill_s * ms for g in gens], "ms", "measured", note=rough or TTFT_SPANS,
+                                  basis=basis),
+        E2E_LATENCY: Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E_SPANS,
+                                         basis=basis),
     }
     decode = [d * ms for g in gens for d in g.decode_s]
-    metrics["tpot"] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT, basis=basis)
-                       if decode else Metric.na("ms", "one forward per generation: no decode step"))
+    metrics[TPOT] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT_SPANS, basis=basis)
+                     if decode else Metric.na("ms", "one forward per generation: no decode step"))
     last = gens[-1]
     if last.batch and last.prompt_len:
-        metrics["prefill_tokens_per_s"] = Metric.from_samples(
+        metrics[PREFILL_TOKENS_PER_S] = Metric.from_samples(
             [g.batch * g.prompt_len / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s", "derived",
             basis=basis)
         if decode:
-            metrics["decode_tokens_per_s"] = Metric.from_samples(
+            metrics[DECODE_TOKENS_PER_S] = Metric.from_samples(
                 [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
                 "derived", note="batch x decode forwards / decode time", basis=basis)
-    _overhead(m, metrics, att, metrics["e2e_latency"].value or 0.0, "generation")
+        metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
+            [g.batch * g.forwards / g.e2e_s for g in gens if g.batch and g.forwards], "tokens/s", "derived",
+            note="batch x tokens generated / the whole generation's time", basis=basis)
+    _overhead(m, metrics, att)
     m.config.setdefault("new_tokens", last.forwards)
     return metrics
+
+
+# The timing figures of each mode: a training step's, a generation's.
+_TIMINGS: dict[str, Callable[[Measured, Attribution | None, list[str]], dict[str, Metric]]] = {
+    "train": _train_metrics, "infer": _infer_metrics}
 
 
 def _facts(m: Measured, run: Run) -> Facts:
@@ -164,11 +178,11 @@ def _facts(m: Measured, run: Run) -> Facts:
 
 def _observed(m: Measured, run: Run) -> Known:
     """What a user's script did not describe, read off the model and the steps the session observed."""
-    infer, facts = m.spec.mode == "infer", m.facts
+    infer, facts = m.spec.traits.generates, m.facts
     dtype = facts.dtype or "fp32"
     B, T = m.input_shape if m.input_shape and len(m.input_shape) == 2 else (None, None)
     new_tokens = m.timings.gens[-1].forwards if infer and m.timings.gens else 0
-    tokens = run.value("tokens_per_step") if not infer else (B * new_tokens if B else None)
+    tokens = run.value(TOKENS_PER_STEP) if not infer else (B * new_tokens if B else None)
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
     return Known(
         title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=dtype, shape=facts.shape,

@@ -11,9 +11,11 @@ from typing import Literal
 
 from lmprof.estimate.flops import conventions_for
 from lmprof.estimate.facts import ModelFacts
-from lmprof.estimate.mfu import Mode, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs, mfu_metrics
+from lmprof.estimate.mfu import Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs, mfu_metrics
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
+from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
+from lmprof.record.catalogue import DECODE_TOKENS_PER_S, STEP_TIME, TPOT, TTFT, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.estimate.shape import ModelShape
 
@@ -37,28 +39,14 @@ def add_costs(
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
     conventions = conventions_for(shape)
 
-    def figures_for(mode: Mode, time_s: float | None, decode_tokens: int = 1) -> dict[str, Metric]:
-        return mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=mode, time_s=time_s,
-                           decode_tokens=decode_tokens, device_name=run.env.device_name, device_kind=kind,
-                           dtype=dtype, attention=attention, conventions=conventions)
-
-    if run.mode == "train":
-        step = run.metrics.get("step_time")
-        run.metrics.update(figures_for("train", step.value / 1e3 if step and step.value else None))
-    else:
-        ttft = run.metrics.get("ttft")
-        prefill_s = ttft.value / 1e3 if ttft and ttft.value else None
-        # One measured time for every decode figure: the real decode time behind decode_tokens_per_s
-        # (batch x tokens / decode time), not the median TPOT x tokens (they differ on a noisy run).
-        dtps = run.metrics.get("decode_tokens_per_s")
-        decode_s = batch * decode_tokens / dtps.value if dtps and dtps.value and decode_tokens else None
-        phases: tuple[tuple[Mode, float | None], ...] = (("prefill", prefill_s), ("decode", decode_s))
-        for phase, time_s in phases:
-            figures = figures_for(phase, time_s, decode_tokens=max(decode_tokens, 1))
-            if phase == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
-                figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
-                           for k, v in figures.items()}
-            run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    for p in passes(run):
+        figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p, time_s=pass_time_s(run, p, batch, decode_tokens),
+                              decode_tokens=max(decode_tokens, 1), device_name=run.env.device_name, device_kind=kind,
+                              dtype=dtype, attention=attention, conventions=conventions)
+        if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
+            figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
+                       for k, v in figures.items()}
+        put_pass(run, p, figures)
     # decode_tokens scales the decode blocks, of which a prefill-only generation has none
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
                                   decode_tokens=max(decode_tokens, 1), attention=attention, conventions=conventions)
@@ -69,26 +57,44 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
                     plots: bool = True) -> None:
     """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for)."""
     kind = run.env.device.split(":")[0]
-    if run.mode == "train":
-        step = run.metrics.get("step_time")
-        run.metrics.update(facts_mfu_metrics(facts, mode="train", time_s=step.value / 1e3 if step and step.value
-                                             else None, device_name=run.env.device_name, device_kind=kind, dtype=dtype))
-    else:
-        ttft = run.metrics.get("ttft")
-        dtps = run.metrics.get("decode_tokens_per_s")
-        B = facts.batch
-        decode_s = B * decode_tokens / dtps.value if dtps and dtps.value and decode_tokens else None
-        for phase, time_s in (("prefill", ttft.value / 1e3 if ttft and ttft.value else None), ("decode", decode_s)):
-            figures = facts_mfu_metrics(facts, mode=phase, time_s=time_s,  # type: ignore[arg-type]  # prefill/decode
-                                        device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                        decode_steps=max(decode_tokens, 1))
-            run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    for p in passes(run):
+        put_pass(run, p, facts_mfu_metrics(facts, mode=p, time_s=pass_time_s(run, p, facts.batch, decode_tokens),
+                                           device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+                                           decode_steps=max(decode_tokens, 1)))
     run.blocks = fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1))
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
-                     + (f"; decode: one step at KV length {facts.context} times the steps" if run.mode == "infer"
-                        else ""))
+                     + (f"; decode: one step at KV length {facts.context} times the steps"
+                        if traits(run.mode).generates else ""))
     _roofline(run, folder, dtype, facts.name or "model", plots)
+
+
+def passes(run: Run) -> tuple[Pass, ...]:
+    """The passes the run's compute figures are for: its training step, or its prefill and decode steps."""
+    return traits(run.mode).passes  # type: ignore[return-value]  # names.PASS_PHASES' keys
+
+
+def pass_time_s(run: Run, pass_: str, batch: int | None, decode_steps: int) -> float | None:
+    """The measured time of one pass, in seconds (None: not timed): the clean training step, the prefill
+    (ttft), or the decode steps of a generation."""
+    if pass_ != "decode":
+        ms = run.value(_PASS_TIMING[pass_])
+        return ms / 1e3 if ms else None
+    # One measured time for every decode figure: the real decode time behind decode_tokens_per_s
+    # (batch x tokens / decode time), not the median TPOT x tokens (they differ on a noisy run); TPOT
+    # x tokens only where no decode throughput was had.
+    dtps, tpot = run.value(DECODE_TOKENS_PER_S), run.value(TPOT)
+    if dtps and batch and decode_steps:
+        return batch * decode_steps / dtps
+    return tpot * decode_steps / 1e3 if tpot and decode_steps else None
+
+
+_PASS_TIMING = {"train": STEP_TIME, "prefill": TTFT}
+
+
+def put_pass(run: Run, pass_: str, figures: dict[str, Metric]) -> None:
+    """One pass's compute figures into the run, under its keys (``mfu``, ``prefill.mfu``, ...)."""
+    run.metrics.update({cost_key(pass_, k): v for k, v in figures.items()})
 
 
 def _roofline(run: Run, folder: Path, dtype: str, model: str, plots: bool) -> None:

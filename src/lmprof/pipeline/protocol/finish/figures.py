@@ -20,12 +20,15 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs
+from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs, pass_time_s, passes, put_pass
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
+from lmprof.modes import traits
+from lmprof.record.catalogue import FLOPS_MODEL, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.errors import LmprofError
 from lmprof.estimate.facts import ModelFacts
+from lmprof.estimate.mfu import per_pass
 from lmprof.estimate.shape import ModelShape
 
 ESTIMATED_OPTIMIZERS = ("adamw", "sgd")
@@ -39,6 +42,10 @@ class CountedFlops:
     step: int | None = None  # training: one step
     prefill: int | None = None  # inference: one generation's prefill ...
     decode: int | None = None  # ... and all its decode steps
+
+    def of(self, pass_: str) -> int | None:
+        """The count of one pass (names.PASS_PHASES): ``train`` is the training step."""
+        return {"train": self.step, "prefill": self.prefill, "decode": self.decode}[pass_]
 
 
 @dataclass
@@ -69,10 +76,11 @@ class Facts:
 def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     """Fill memory, FLOP/MFU/roofline, KV-cache and energy figures of ``run`` (its timings already in)."""
     described = _described(run, facts)
-    if run.mode == "infer":
+    generates = traits(run.mode).generates
+    if generates:
         _kv_cache(run, facts, described)
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
-    decode_tokens = max(facts.new_tokens - 1, 0) if run.mode == "infer" else 1
+    decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
     if facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
@@ -103,7 +111,7 @@ def _described(run: Run, f: Facts) -> ModelFacts | None:
     try:  # decode: the middle step's context, times the steps (exact where the cost is linear in the context)
         return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
                         dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
-                        phases=("train",) if run.mode == "train" else ("prefill", "decode"))
+                        phases=traits(run.mode).passes)
     except LmprofError as exc:
         run.notes.append(f"nothing read off the model: {exc}")
         return None
@@ -113,13 +121,12 @@ def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops 
     """The FLOPs read off the model beside what FlopCounterMode counted on a real step, when both exist."""
     if counted is None:
         return
-    pairs = ([("training step", described.flops("train"), counted.step)] if run.mode == "train"
-             else [("prefill", described.flops("prefill"), counted.prefill)])
-    for what, read, count in pairs:
-        if read and count:
-            diff = 100.0 * (read - count) / count
-            run.notes.append(f"{what} FLOPs read off the model {read:,.0f}, counted on {counted.where} {count:,.0f}"
-                             + (" (equal)" if read == count else f" ({diff:+.2f}%)"))
+    first = passes(run)[0]  # the training step, or the prefill
+    what, read, count = per_pass(first, 1), described.flops(first), counted.of(first)
+    if read and count:
+        diff = 100.0 * (read - count) / count
+        run.notes.append(f"{what} FLOPs read off the model {read:,.0f}, counted on {counted.where} {count:,.0f}"
+                         + (" (equal)" if read == count else f" ({diff:+.2f}%)"))
 
 
 def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> MemoryEstimate | None:
@@ -129,7 +136,7 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
             run.notes.append(f"no memory estimate: autocast ({f.dtype} compute, {f.param_dtype or 'fp32'} parameters) "
                              "is not modelled for a model read off the meta device; memory figures are measured only")
             return None
-        if run.mode == "infer":
+        if traits(run.mode).generates:
             return estimate_from_facts(described, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
                                        device_kind=kind, new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens
                                        else 0)
@@ -139,7 +146,7 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
     if f.shape is None or not f.batch or not f.seq_len:
         return None
     kind = run.env.device.split(":")[0]
-    if run.mode == "infer":
+    if traits(run.mode).generates:
         return estimate_memory(f.shape, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
                                param_dtype=f.param_dtype or f.dtype, attention=f.attention, device_kind=kind,
                                new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens else 0)
@@ -159,57 +166,40 @@ def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
     if described is not None and f.batch and f.seq_len and f.new_tokens:
         tokens = f.seq_len + f.new_tokens - 1
         kinds = ", ".join(described.cache_by_kind(tokens))
-        run.metrics["kv_cache.estimated"] = Metric(
+        run.metrics[KV_CACHE_ESTIMATED] = Metric(
             value=described.cache_bytes(f.batch, tokens) if f.kv_cache else 0, unit="B", source="estimated",
             note=f"the model's own cache ({kinds}) after prompt + new tokens - 1, read off the model on the meta device")
     elif s is not None and f.batch and f.seq_len and f.new_tokens:
         width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
         est = s.kv_cache_elements(f.seq_len + f.new_tokens - 1) * f.batch * width
-        run.metrics["kv_cache.estimated"] = Metric(
+        run.metrics[KV_CACHE_ESTIMATED] = Metric(
             value=est if f.kv_cache else 0, unit="B", source="estimated",
             note="layers x K and V width x (prompt + new tokens - 1) x batch x bytes (windows, latents as the model "
                  "keeps them)")
     if f.cache_bytes is not None:
-        run.metrics["kv_cache"] = Metric(value=f.cache_bytes, unit="B", source="measured",
-                                         note="bytes of the cache tensors after a whole generation")
+        run.metrics[KV_CACHE] = Metric(value=f.cache_bytes, unit="B", source="measured",
+                                       note="bytes of the cache tensors after a whole generation")
     if f.memory is not None and f.memory.kv_cache is None and f.cache_bytes is not None:
         f.memory.kv_cache = f.cache_bytes  # the cache is created inside the generation
 
 
 def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
     device_name, kind = run.env.device_name, run.env.device.split(":")[0]
-    if run.mode == "train" and c.step:
-        step = run.metrics.get("step_time")
-        run.metrics.update(counted_mfu_metrics(c.step, step.value / 1e3 if step and step.value else None, where=c.where,
-                                               what="training step", device_name=device_name, device_kind=kind, dtype=dtype))
-    elif run.mode == "infer" and c.prefill:
-        ttft = run.metrics.get("ttft")
-        dtps, B = run.metrics.get("decode_tokens_per_s"), run.config.get("batch_size")
-        tpot = run.metrics.get("tpot")
-        steps = int(run.config.get("new_tokens") or 1) - 1
-        decode_s = (B * steps / dtps.value if dtps and dtps.value and B and steps
-                    else (tpot.value * steps / 1e3 if tpot and tpot.value and steps else None))
-        parts = (("prefill", c.prefill, ttft.value / 1e3 if ttft and ttft.value else None, "prefill"),
-                 ("decode", c.decode, decode_s, f"{steps} decode step(s)"))
-        for phase, flops, time_s, what in parts:
-            if flops:
-                figures = counted_mfu_metrics(flops, time_s, where=c.where, what=what, device_name=device_name,
-                                              device_kind=kind, dtype=dtype)
-                run.metrics.update({f"{phase}.{k}": v for k, v in figures.items()})
+    batch, steps = run.config.get("batch_size"), int(run.config.get("new_tokens") or 1) - 1
+    for p in passes(run):
+        flops = c.of(p)
+        if flops:
+            put_pass(run, p, counted_mfu_metrics(flops, pass_time_s(run, p, batch, steps), where=c.where,
+                                                 what=per_pass(p, steps), device_name=device_name, device_kind=kind,
+                                                 dtype=dtype))
     run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} (lmprof has no formulas for this "
                      "model): MFU from the count; per-block FLOPs, MBU and the roofline are n/a")
 
 
 def _energy(run: Run, f: Facts) -> None:
     assert f.energy is not None
-    n = f.energy_steps
-    if run.mode == "train":
-        flops = run.value("flops.model_per_step")
-        add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None,
-                   flops=flops * n if flops else None)
-        return
-    per_gen = [run.value(f"{p}.flops.model_per_step") for p in ("prefill", "decode")]
-    flops = sum(x for x in per_gen if x) * n if all(per_gen) else None
-    add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None, flops=flops,
-               step_unit="generation", token_unit="generated token")
+    n, mode = f.energy_steps, traits(run.mode)
+    per_step = [run.value(cost_key(p, FLOPS_MODEL)) for p in mode.passes]  # a generation: both passes
+    flops = sum(x for x in per_step if x) * n if all(per_step) else None
+    add_energy(run, f.energy, steps=n, tokens=(f.tokens_per_step or 0) * n or None, flops=flops, mode=run.mode)

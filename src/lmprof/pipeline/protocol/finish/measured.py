@@ -98,14 +98,13 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
 def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
                 windows: Windows) -> tuple[CountedFlops | None, list[str]]:
     """The FLOPs FlopCounterMode counted, or the note that says why there are none."""
-    infer = spec.mode == "infer"
     step = windows.figures.result()
     where = f"warm-up {spec.unit} {plan.flops_at}, before the timed windows"
     shape = facts.shape
     if windows.flops.counted:  # counted on a step of their own (training only)
         return CountedFlops(where=where, step=windows.flops.counted), []
     if step is not None and step.flops:
-        if infer:
+        if spec.traits.generates:
             decode = step.flops - step.prefill_flops if step.prefill_flops else None
             return CountedFlops(where=where, prefill=step.prefill_flops, decode=decode), []
         return CountedFlops(where=where, step=step.flops), []

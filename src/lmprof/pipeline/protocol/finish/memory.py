@@ -4,12 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmprof.estimate.memory import MemoryEstimate, format_bytes, memory_metrics, memory_table
+from lmprof.estimate.memory import MemoryEstimate, format_bytes, memory_metrics, memory_table, parts_of
 from lmprof.measure.held import Held
 from lmprof.measure.memory import MeasuredMemory
+from lmprof.record.catalogue import memory_key
 from lmprof.record.run import Metric, Run
-
-MEASURED_KEYS = ("params", "grads", "optimizer", "activations", "kv_cache", "peak")
 
 
 def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate: MemoryEstimate | None,
@@ -21,12 +20,9 @@ def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate
         run.metrics.update(memory_metrics(estimate, measured))
         run.tables["memory"] = memory_table(estimate, measured)
     elif measured is not None:  # a module lmprof has no formulas for: measured figures only
-        skip = {"grads", "optimizer", "activations"} if run.mode == "infer" else {"kv_cache"}
-        for key in MEASURED_KEYS:
-            if key in skip:
-                continue
+        for key in parts_of(run.mode):
             value, note = measured.value(key)
-            run.metrics[f"memory.{key}"] = (Metric(value=float(value), unit="B", source="measured", note=note)
+            run.metrics[memory_key(key)] = (Metric(value=float(value), unit="B", source="measured", note=note)
                                             if value is not None else Metric.na("B", note or "not measurable here"))
         run.notes.append("no memory formulas for this module: memory figures are measured only")
     if measured is None:

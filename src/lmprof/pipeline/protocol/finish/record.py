@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -19,17 +19,19 @@ from lmprof.measure.noise import Snapshot
 from lmprof.atomic import write_text
 from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.profiler_cost import EventCost, event_cost
+from lmprof.modes import Mode, traits
+from lmprof.record.catalogue import PROFILER_OVERHEAD, pick
 from lmprof.record.run import Env, Metric, Run
 from lmprof.trace.attribution import Attribution
 
 
-def overhead_metrics(att: Attribution, clean_ms: float, what: str) -> dict[str, Metric]:
+def overhead_metrics(att: Attribution, clean_ms: float, mode: Mode) -> dict[str, Metric]:
     """The profiled step (or generation) and the profiler's overhead against the clean one."""
     # The median, like the clean figure and the table: one slow profiled step must not set the overhead.
     profiled = float(np.median(att.step_us)) / 1e3 if att.step_us else 0.0
-    key = "profiled_step_time" if what == "step" else "profiled_e2e_latency"
-    metrics = {key: Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")}
-    metrics["profiler_overhead"] = Metric(
+    what = traits(mode).unit
+    metrics = {pick("profiled", mode).name: Metric.from_samples([s / 1e3 for s in att.step_us], "ms", "measured")}
+    metrics[PROFILER_OVERHEAD] = Metric(
         value=100.0 * (profiled - clean_ms) / clean_ms if clean_ms else None,
         unit="%",
         source="derived",
@@ -40,7 +42,7 @@ def overhead_metrics(att: Attribution, clean_ms: float, what: str) -> dict[str, 
 
 
 def add_energy(run: Run, energy: EnergyResult, **totals: Any) -> None:
-    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window)."""
+    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window; the mode)."""
     run.metrics.update(energy_metrics(energy, **totals))
     run.notes.extend([energy.explanation(), *energy.warnings])
 
@@ -51,7 +53,7 @@ def profiler_cost_for(att: Attribution) -> EventCost | None:
 
 
 def assemble_run(
-    mode: Literal["train", "infer"], device: Device, out_dir: Path, config: dict[str, Any],
+    mode: Mode, device: Device, out_dir: Path, config: dict[str, Any],
     metrics: dict[str, Metric], att: Attribution, clean_ms: float, prof: ProfiledPhase, notes: list[str],
     energy: EnergyResult | None,
 ) -> Run:

@@ -51,8 +51,6 @@ class Context(Protocol):
 
     def claim_folder(self) -> Path: ...
 
-    def sync(self) -> None: ...
-
     def lengthen(self, steps: int) -> None:
         """Add ``steps`` clean steps (before the clean window began)."""
 

@@ -47,7 +47,7 @@ class FiguresStep:
     def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
                  mode: str, *, count_flops: bool, compiled: bool, phases: bool = True,
                  snapshot_dir: Path | None = None):
-        self.model, self.optimizers, self.device, self.mode = model, optimizers, device, mode
+        self.model, self.optimizers, self.device = model, optimizers, device
         self.compiled = compiled
         self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
         self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
@@ -71,7 +71,7 @@ class FiguresStep:
         if model is not None:
             self._memory = MemoryWindow(self.device, lambda: static_memory(model, opt), out_dir=self.snapshot_dir,
                                         snapshot=self.snapshot_dir is not None)
-            if self.mode == "train":
+            if self.probes.trains:
                 self._grads = self._stack.enter_context(record_grads(model))
                 if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
@@ -83,7 +83,7 @@ class FiguresStep:
             # script ends before that window completes (one generate(), three training steps).
             self._range = torch.profiler.record_function(f"{STEP_PREFIX}1")
             self._range.__enter__()
-            if self.mode == "infer":
+            if not self.probes.trains:
                 self.probes.generation_begin()
         if self.flops is not None:
             self.flops.start()
@@ -217,7 +217,7 @@ class FiguresWindow(Window):
 
     def stop(self) -> None:
         if self.step is not None and self.step.active:
-            self.ctx.sync()
+            self.ctx.observed.sync()
             self.step.stop()
         self._remove_give_way()
 
@@ -274,6 +274,6 @@ class FiguresWindow(Window):
         seen = self.ctx.observed
         if fs.probes.forwards:
             seen.input_shape = seen.input_shape or fs.probes.input_shape
-            if self.ctx.spec.mode == "train" and fs.probes.backwards and seen.backwards_per_step is None:
+            if fs.probes.trains and fs.probes.backwards and seen.backwards_per_step is None:
                 seen.counted(fs.probes, 1)
         return ProfiledPhase(trace_path=path, ops=[], steps=1)

@@ -61,7 +61,7 @@ class ProfiledWindow(Window):
     def clock_started(self, step: int) -> None:
         if self.window is not None and self.ctx.plan.phase_of(step) is Phase.PROFILED:
             self.window.open_step()
-        if self.ctx.spec.mode == "infer" and self._probes is not None and self._probes.active:
+        if self._probes is not None and self._probes.active and not self._probes.trains:
             self._probes.generation_begin()
 
     def step_ends(self, step: int) -> None:

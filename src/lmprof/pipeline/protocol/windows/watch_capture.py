@@ -66,7 +66,7 @@ class Capture:
         window, probes = self.window, self._probes
         if window is None or probes is None:
             return False
-        self.ctx.sync()  # the step's device work inside its range, as the profiled window's steps
+        self.ctx.observed.sync()  # the step's device work inside its range, as the profiled window's steps
         probes.step_end()
         if self._warm:
             self._warm = False
