@@ -279,3 +279,27 @@ def test_memory_plot_png(tiny_run: dict[str, Any], tmp_path: Path) -> None:
                                timeline_title("tiny", 4, 64, "fp32", "cpu"), estimated_peak=est.peak)
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_an_older_tensor_freed_inside_the_forward_does_not_lower_the_activations():
+    """A block allocated before the forward and freed inside it (a collector pass freeing another
+    object's tensor, here a 1 MB buffer dropped by a forward pre-hook) is not the forward's: the
+    activations are what the forward allocated and still holds, the same bytes with or without it."""
+    def measured(drop: bool) -> int:
+        torch.manual_seed(0)
+        model = GPT(TINY)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = _train_step(model, opt, 4, 64, TINY.vocab_size)
+        held: list[torch.Tensor] = []
+
+        def refill() -> None:
+            held[:] = [torch.ones(262_144)]  # 1 MiB, allocated in the data part, before the forward
+            step()
+
+        hook = model.register_forward_pre_hook(lambda m, a: held.clear() if drop else None)
+        try:
+            return measure_step_memory(refill, model, opt, "cpu", warmup=1).value("activations")[0]
+        finally:
+            hook.remove()
+
+    assert measured(drop=True) == measured(drop=False)

@@ -74,7 +74,7 @@ class MeasuredMemory:
         if key == "activations":
             if self.activations is None:
                 return None, "no timeline with an lmprof:forward range"
-            return self.activations, "allocated at the end of forward minus before it"
+            return self.activations, "allocated by the forward and still held at its end"
         if key == "kv_cache":
             if self.kv_cache is None:
                 return None, "no KV cache in this run"

@@ -229,9 +229,13 @@ def _build_timeline(
     fwd = [p for p in phases if p.name == "forward"]
     activations = None
     if fwd:
-        before = _level_before(times, allocated, base_total, fwd[0].start_ms)
-        after = _level_before(times, allocated, base_total, fwd[0].end_ms, inclusive=True)
-        activations = after - before
+        # What the forward allocated and still holds when it ends: a block allocated before it and freed
+        # inside it (a collector pass freeing an older step's or another object's tensors) is not the
+        # forward's, so it does not lower the figure as a net level difference would.
+        start, end = fwd[0].start_ms, fwd[0].end_ms
+        activations = sum(nbytes for i, (_, _, nbytes, _) in enumerate(mem)
+                          if nbytes > 0 and start <= times[i] <= end
+                          and (free_of.get(i) is None or times[free_of[i]] > end))
     else:
         notes.append("no lmprof:forward range in the trace: activations unknown")
     return MemoryTimeline(

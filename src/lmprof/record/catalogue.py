@@ -399,7 +399,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
        "the optimizer's state per parameter (two fp32 moments for AdamW)", TRAIN, "memory", False,
        condition=MEM_ESTIMATE),
     _m(memory_key("activations"), "B", "measured", "activation memory",
-       "allocated bytes at the end of the forward pass minus before it", TRAIN, "memory", False,
+       "bytes the forward pass allocated and still holds at its end", TRAIN, "memory", False,
        condition="lmprof run: needs a warm-up step lmprof saw begin", summary=290),
     _m(memory_key("activations", estimated=True), "B", "estimated", "estimated activation memory",
        "tensors saved for backward (Korthikanti et al. 2022, adapted) plus held logits", TRAIN, "memory", False,

@@ -54,7 +54,7 @@ def memory_metrics(estimate: MemoryEstimate, measured: "MeasuredMemory | None" =
     """Run-record metrics: ``memory.<x>`` (measured, n/a with a reason when not) and ``memory.estimated.<x>``.
 
     Keys: params, grads, optimizer, activations, kv_cache, peak. ``memory.activations`` is the
-    allocated bytes at the end of the forward pass minus before it (held logits included).
+    bytes the forward pass allocated and still holds at its end (held logits included).
     """
     from lmprof.record.run import Metric
 
