@@ -50,7 +50,7 @@ class Net(torch.nn.Module):
 def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_path: Path, capsys) -> None:
     """A loader that sleeps SLEEP before each forward, a list that keeps KEEP bytes a step, and the loss given
     to prof.step(loss=...): each figure as injected."""
-    SLEEP, KEEP, B, T, STEPS = 0.005, 256 * 1024, 4, 16, WINDOW + 150
+    SLEEP, KEEP, B, T, STEPS = 0.005, 1024 * 1024, 4, 16, WINDOW + 150
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
