@@ -8,7 +8,8 @@ steps: lmprof's training defaults but 2 warm-up), its input sized so one step ta
 profiler spins for as long as it took, so the profiled window runs 2x slower than a quiet one.
 Printed: how many of each were flagged noisy (goal: 0 of the quiet, all of the disturbed) and the
 reasons given, and how many runs' timed windows were too short for the CPU-time counters to judge
-the machine's load (said in a note, never guessed). Not a test: run it on a quiet machine.
+the machine's load (said in a note, never guessed), and in how many the first clean steps were still
+warming up (a note with their figures, not noise). Not a test: run it on a quiet machine.
 """
 from __future__ import annotations
 
@@ -87,17 +88,19 @@ def main() -> None:
     print(f"input {tuple(x.shape)}: a step of about {args.step_ms:g} ms on this machine")
     with tempfile.TemporaryDirectory(prefix="lmprof-noise-flag-") as tmp:
         for label, disturbed in (("quiet", False), ("2x slower profiled window", True)):
-            flagged, too_short, steps = 0, 0, []
+            flagged, too_short, warming, steps = 0, 0, 0, []
             reasons: Counter[str] = Counter()
             for i in range(args.runs):
                 noisy, why, notes, step = one_run(Path(tmp) / f"{label[:5]}{i}", x, disturbed)
                 flagged += noisy
                 steps.append(step)
                 too_short += any("too short to judge" in n for n in notes)
+                warming += any("still warming up" in n for n in notes)
                 reasons.update(r.split(":")[0][:90] for r in why)
             steps.sort()
             print(f"{label}: {flagged} of {args.runs} flagged noisy; clean median step {steps[len(steps) // 2]:.3g} ms "
-                  f"(runs {steps[0]:.3g}-{steps[-1]:.3g}); load too short to judge in {too_short}")
+                  f"(runs {steps[0]:.3g}-{steps[-1]:.3g}); load too short to judge in {too_short}; first steps still "
+                  f"warming up (a note, not noise) in {warming}")
             for reason, n in reasons.most_common():
                 print(f"    {n} x {reason}")
     print(f"goal: 0 of {args.runs} quiet runs flagged, {args.runs} of {args.runs} disturbed runs flagged")

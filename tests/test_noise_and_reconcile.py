@@ -91,3 +91,33 @@ def test_event_counts_from_a_trace_written_by_hand(tmp_path):
     assert (ln.ops, ln.scopes, ln.child_scopes) == (2, 1, 0)
     assert (res.ops, res.scopes) == (1, 1)
     assert (fwd.ops, fwd.scopes, fwd.child_scopes) == (1, 1, 2)
+
+
+def test_first_steps_still_warming_are_a_note_not_noise():
+    """Leading clean steps slower than a steady rest (a quiet run of 1 ms steps after 2 warm-up steps, as
+    the script's own stopwatch read them): warming up, said with the figures; the run is not noisy."""
+    from lmprof.analysis.noise import warming_note, warming_steps
+
+    quiet = [1.57, 1.19, 1.0, 0.97, 0.96, 1.24, 0.96, 1.01, 0.95, 1.01]
+    assert warming_steps(quiet) == 2 and spread_reason(quiet, "step") is None
+    note = warming_note(quiet, "step")
+    assert note.startswith("the first 2 of 10 clean steps (1.57, 1.19 ms) ran slower than the rest (median 0.985 ms")
+    assert "the step median of all 10 is 1.00 ms; 2 more warm-up steps would leave them out" in note
+    # steady as they are: nothing to say
+    assert warming_steps([1.0] * 9 + [1.1]) == 0 and warming_note([1.0] * 9 + [1.1], "step") is None
+    # a slow step in the middle, or slow steps that are a majority, are not warming: noise as before
+    middle = [1.0, 1.0, 1.0, 1.6, 1.6, 1.0, 1.0, 1.0, 1.6, 1.0]
+    assert warming_steps(middle) == 0 and "vary" in spread_reason(middle, "step")
+    most = [2.0] * 6 + [1.0] * 4
+    assert warming_steps(most) == 0 and "vary" in spread_reason(most, "step")
+    # the rest still spread: noise, judged on the rest
+    assert warming_steps([3.0, 1.0, 1.5, 1.0, 1.5, 1.0, 1.5, 1.0]) == 0
+
+
+def test_noise_reasons_judge_the_profiled_window_against_the_steady_rest():
+    """A warming step's time is not the clean steps' own spread: a profiled step beyond the steady rest's
+    limit is named even when a warming step was as slow."""
+    clean = [3.0, 2.5, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.0]
+    window = ProfiledWindow([2.9, 2.9, 2.9], cost_ms=0.1)
+    reasons = noise_reasons(clean, "step", snap(0, 100, 50), snap(0.01, 100.01, 50.01), "cpu", window)
+    assert len(reasons) == 1 and reasons[0].startswith("the profiled window (3 steps, median 2.9 ms)")

@@ -85,8 +85,31 @@ def profiled_window(run: Run) -> ProfiledWindow | None:
                           list(row.get("outliers") or []))
 
 
+def warming_steps(samples_ms: list[float]) -> int:
+    """How many leading timed samples were still warming up: the fewest k (a minority) whose removal leaves
+    samples that agree with each other (p90/p10 within :data:`SPREAD_LIMIT`), each of the k slower than the
+    rest's median. 0 when the samples agree as they are, or when no such minority explains their spread."""
+    n = len(samples_ms)
+    if n < MIN_SPREAD_SAMPLES or _ratio(samples_ms) <= SPREAD_LIMIT:
+        return 0
+    for k in range(1, (n - 1) // 2 + 1):  # the rest keeps a majority, so the median is one of its samples
+        rest = samples_ms[k:]
+        if len(rest) < MIN_SPREAD_SAMPLES:
+            break
+        if _ratio(rest) <= SPREAD_LIMIT and min(samples_ms[:k]) > float(np.median(rest)):
+            return k
+    return 0
+
+
+def _ratio(samples_ms: list[float]) -> float:
+    p10, p90 = np.percentile(samples_ms, [10, 90])
+    return float(p90 / p10) if p10 > 0 else float("inf")
+
+
 def spread_reason(samples_ms: list[float], what: str) -> str | None:
-    """A sentence when the timed samples spread more than :data:`SPREAD_LIMIT`."""
+    """A sentence when the timed samples spread more than :data:`SPREAD_LIMIT`; leading samples that were
+    still warming up (:func:`warming_steps`) are not noise: :func:`warming_note` says so instead."""
+    samples_ms = samples_ms[warming_steps(samples_ms):]
     if len(samples_ms) < MIN_SPREAD_SAMPLES:
         return None
     p10, p90 = np.percentile(samples_ms, [10, 90])
@@ -94,6 +117,20 @@ def spread_reason(samples_ms: list[float], what: str) -> str | None:
         return (f"{what} times vary {p90 / p10:.2f}x between p10 ({p10:.3g} ms) and p90 ({p90:.3g} ms); "
                 f"steady runs stay under {SPREAD_LIMIT:.2f}x")
     return None
+
+
+def warming_note(samples_ms: list[float], what: str) -> str | None:
+    """The run's note when its first timed samples were still warming up (caches, the allocator, lazy
+    set-up): their figures, the steady rest's median beside the median of all, and the cure."""
+    k = warming_steps(samples_ms)
+    if not k:
+        return None
+    n, rest = len(samples_ms), samples_ms[k:]
+    first = ", ".join(f"{x:#.3g}" for x in samples_ms[:k])
+    return (f"the first {k} of {n} clean {what}s ({first} ms) ran slower than the rest (median {np.median(rest):#.3g} "
+            f"ms, p90/p10 {_ratio(rest):.2f}x): the model was still warming up when timing began, not noise; "
+            f"the {what} median of all {n} is {np.median(samples_ms):#.3g} ms; {k} more warm-up {what}"
+            f"{'s' if k > 1 else ''} would leave them out")
 
 
 def load_reason(before: Snapshot, after: Snapshot, device_kind: str) -> str | None:
@@ -214,6 +251,7 @@ def repeat_reasons(window: ProfiledWindow, samples_ms: list[float]) -> list[str]
 
 def noise_reasons(samples_ms: list[float], what: str, before: Snapshot, after: Snapshot, device_kind: str,
                   window: ProfiledWindow | None = None) -> list[str]:
-    """Every reason the run's timing is not to be trusted as it stands (empty: a steady run)."""
+    """Every reason the run's timing is not to be trusted as it stands (empty: a steady run). The profiled
+    window is judged against the clean steps past any still warming up (their spread is not the run's)."""
     found = [spread_reason(samples_ms, what), load_reason(before, after, device_kind)]
-    return [r for r in found if r] + window_reasons(samples_ms, what, window)
+    return [r for r in found if r] + window_reasons(samples_ms[warming_steps(samples_ms):], what, window)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lmprof.analysis.noise import block_outliers, load_note, noise_reasons, profiled_window
+from lmprof.analysis.noise import block_outliers, load_note, noise_reasons, profiled_window, warming_note
 from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
 from lmprof.measure.energy import energy_metrics
@@ -94,11 +94,11 @@ def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
 
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
                device_kind: str) -> None:
-    """Mark ``run`` noisy, with the reasons, when its timed window was not steady; a window too short
-    for the load counters to judge is a note."""
+    """Mark ``run`` noisy, with the reasons, when its timed window was not steady; first steps still
+    warming up and a window too short for the load counters to judge are notes."""
     reasons = noise_reasons(samples_ms, what, before, after, device_kind, profiled_window(run))
     run.noisy, run.noise = bool(reasons), reasons
-    run.notes.extend(n for n in [load_note(before, after, device_kind)] if n)
+    run.notes.extend(n for n in [warming_note(samples_ms, what), load_note(before, after, device_kind)] if n)
 
 
 COMPILED_KERNELS = "compiled_kernels.json"
