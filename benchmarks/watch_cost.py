@@ -10,7 +10,8 @@ every N steps, the capture-request poll; no panel: ``verbose=False``). The loop'
 each step's time; the steps of lmprof's measured window (and the one after it) are left out of both,
 so the watched steps are compared with the same steps run plain. Printed: the ratio of the medians
 and of the means (watched / plain); the mean holds the detectors' periodic runs, the median does not.
-Also printed: the calls alone, timed over many repetitions (a figure machine load barely moves):
+A third arm runs the loop under ``lmprof.profile`` without the watch, so the watch's own share is told from
+what the protocol leaves in the loop either way. Also printed: the calls alone, timed over many repetitions (a figure machine load barely moves):
 step_end per step, and take + feed per call.
 
 Not a test: timings depend on the machine. Run it on a quiet one; the lead takes the figures.
@@ -39,14 +40,16 @@ FEED_SHARE = 0.0025  # the detectors may take this share of a step (windows/watc
 WINDOW = sum(DEFAULT_COUNTS["train"]) + 1 + 1
 
 
-def loop(steps: int, width: int, out: Path | None) -> list[float]:
-    """Per-step seconds of the loop's own stopwatch, after lmprof's window (``out``: watched into there)."""
+def loop(steps: int, width: int, out: Path | None, watch: bool = True) -> list[float]:
+    """Per-step seconds of the loop's own stopwatch, after lmprof's window (``out``: profiled into there,
+    watched unless ``watch`` is False)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
                                                       torch.nn.Linear(4 * width, width)) for _ in range(4)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(8, 32, width)
-    watched: Any = (lmprof.profile(model, out=out, report=False, verbose=False, watch=True, watch_max_captures=0)
+    kw: dict[str, Any] = {"watch": True, "watch_max_captures": 0} if watch else {}
+    watched: Any = (lmprof.profile(model, out=out, report=False, verbose=False, **kw)
                     if out is not None
                     else contextlib.nullcontext())
     ends = [time.perf_counter()]
@@ -107,10 +110,12 @@ def main() -> None:
         loop(20, args.width, None)  # warm: the first loop in a process pays for torch's own first calls
         plain: list[float] = []
         watched: list[float] = []
-        for r in range(args.rounds):  # alternated, so a change in machine load hits both
+        unwatched: list[float] = []
+        for r in range(args.rounds):  # alternated, so a change in machine load hits all three
             plain += loop(args.steps, args.width, None)
             watched += loop(args.steps, args.width, Path(tmp) / f"w{r}")
-        p, w = statistics.median(plain), statistics.median(watched)
+            unwatched += loop(args.steps, args.width, Path(tmp) / f"u{r}", watch=False)
+        p, w, u = statistics.median(plain), statistics.median(watched), statistics.median(unwatched)
         pm, wm = statistics.fmean(plain), statistics.fmean(watched)
         baseline = Baseline.from_samples(plain[:30])
         end_s = step_end_cost(Path(tmp) / "alone")
@@ -119,6 +124,9 @@ def main() -> None:
     print(f"step after lmprof's window, {len(plain)} steps each: plain median {p * 1e3:.3f} ms, watched "
           f"{w * 1e3:.3f} ms, ratio {w / p:.4f} ({100 * (w / p - 1):+.2f}%); means {pm * 1e3:.3f} / {wm * 1e3:.3f} "
           f"ms, ratio {wm / pm:.4f} ({100 * (wm / pm - 1):+.2f}%; goal at most +1% for steps of 10 ms and longer)")
+    print(f"the same loop under lmprof.profile without the watch: median {u * 1e3:.3f} ms, ratio {u / p:.4f} "
+          f"({100 * (u / p - 1):+.2f}%): what lmprof leaves in the loop after its window besides the watch; "
+          f"watched / unwatched {w / u:.4f} ({100 * (w / u - 1):+.2f}%)")
     print(f"forward_start + step_end alone: {end_s * 1e6:.1f} µs per step "
           f"({100 * end_s / p:.3f}% of this loop's step)")
     print(f"take + detectors' feed of 16 rows: {feed_s * 1e6:.1f} µs per call, every {every} step(s): "

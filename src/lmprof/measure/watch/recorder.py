@@ -253,7 +253,7 @@ class Watcher:
             if loss.numel() != 1:
                 return NAN, None
             if loss.device.type == "cpu":
-                return float(loss.detach().reshape(()).item()), None
+                return float(loss.item()), None  # item() reads a one-element tensor of any shape, no autograd
             if self._timer is not None:
                 return NAN, self._timer.stage(loss)
             return NAN, None  # a device tensor without a device clock: reading it would wait for the device
