@@ -8,8 +8,7 @@ import typer
 
 from lmprof.cli.app import app
 from lmprof.cli.common import (COMPILE_MODE, CONFIG, DEVICE, ENERGY, FORCE, LOG_TO, OUT, PLOTS, REPORT, TDP_W,
-                               VERBOSE, check_before_measuring, interruptible, merged, plots_wanted, progress_status,
-                               show_run)
+                               VERBOSE, check_before_measuring, merged, plots_wanted)
 from lmprof.counts import default_help
 
 
@@ -70,13 +69,8 @@ def infer(
     check_before_measuring(cfg, cfg.out, "--out", log_to)
     from lmprof.pipeline.infer import run_inference
 
-    from lmprof.cli._oom import gpt_fit, oom_guard
+    from lmprof.cli._measure import measure_and_show
 
-    from lmprof.hardware.devices import resolve_device
-
-    kind = resolve_device(cfg.device).kind
     what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
             f" + {cfg.new_tokens} new tokens")
-    with interruptible(), progress_status("profiling generation"), oom_guard(what, gpt_fit(cfg, kind), kind):
-        run, folder = run_inference(cfg)
-    show_run(run, folder, report, log_to)
+    measure_and_show(cfg, what, "profiling generation", lambda: run_inference(cfg), report, log_to)

@@ -8,8 +8,7 @@ import typer
 
 from lmprof.cli.app import app
 from lmprof.cli.common import (COMPILE_MODE, CONFIG, DEVICE, ENERGY, FORCE, LOG_TO, OUT, PLOTS, REPORT, TDP_W,
-                               VERBOSE, check_before_measuring, interruptible, merged, plots_wanted, progress_status,
-                               show_run)
+                               VERBOSE, check_before_measuring, merged, plots_wanted, show_run)
 from lmprof.counts import default_help
 
 
@@ -72,12 +71,7 @@ def train(
         if world()[0] == 0 and run_dir is None:
             show_run(run, folder, report, log_to)
         return
-    from lmprof.cli._oom import gpt_fit, oom_guard
+    from lmprof.cli._measure import measure_and_show
 
-    from lmprof.hardware.devices import resolve_device
-
-    kind = resolve_device(cfg.device).kind
     what = f"training {cfg.label()} at batch {cfg.batch_size}" + (f" x {cfg.seq_len} tokens" if cfg.seq_len else "")
-    with interruptible(), progress_status("profiling training steps"), oom_guard(what, gpt_fit(cfg, kind), kind):
-        run, folder = run_training(cfg, out_dir=run_dir)
-    show_run(run, folder, report, log_to)
+    measure_and_show(cfg, what, "profiling training steps", lambda: run_training(cfg, out_dir=run_dir), report, log_to)

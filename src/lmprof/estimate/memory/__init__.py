@@ -19,7 +19,8 @@ Large Transformer Models" (arXiv:2205.05198, section 4.1), which counts, per lay
   causal mask, autocast's 16-bit weight copies and the (b, s, V) logits while they live.
 
 The package splits that job by part: ``result`` (the dataclasses and constants), ``params`` (parameter
-and buffer counts), ``activations`` (the built-in GPT's saved tensors) and ``hf_activations`` (the
+and buffer counts), ``step`` (the training step's settings the activation formulas read),
+``activations`` (the built-in GPT's saved tensors) and ``hf_activations`` (the
 Hugging Face families'), ``train`` and ``infer`` (the two modes' moments), ``estimate`` (the entry
 point and its checks), ``fits`` (the largest batch under a budget) and ``report`` (run-record metrics,
 the memory table, byte formatting); ``lora`` (LoRA/QLoRA plans: adapter counts, NF4 bytes),
@@ -53,6 +54,7 @@ from lmprof.estimate.memory.hf_activations import (
     HF_OTHER_LAYOUTS,
 )
 from lmprof.estimate.memory.activations import activation_items
+from lmprof.estimate.memory.step import TrainStep
 from lmprof.estimate.memory.infer import kv_cache_bytes
 from lmprof.estimate.memory.estimate import estimate_memory
 from lmprof.estimate.memory.fits import largest_fitting_batch
@@ -79,6 +81,7 @@ __all__ = [
     "Optimizer",
     "OptimizerImpl",
     "Parallel",
+    "TrainStep",
     "activation_items",
     "causal_mask_bytes",
     "estimate_memory",

@@ -9,32 +9,24 @@ from lmprof.estimate.memory.hf_activations import (
     hf_llama_items,
 )
 from lmprof.estimate.memory.params import param_parts
-from lmprof.estimate.memory.result import BOOL, DTYPE_BYTES, FP32, INT64, Attention, MemoryItem
+from lmprof.estimate.memory.result import BOOL, DTYPE_BYTES, FP32, INT64, MemoryItem
+from lmprof.estimate.memory.step import TrainStep
 from lmprof.estimate.shape import ModelShape
-from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.sdpa_path import sdpa_path
 
 
-def activation_items(
-    shape: ModelShape,
-    batch: int,
-    seq_len: int,
-    dtype: str = "fp32",
-    param_dtype: str = "fp32",
-    attention: Attention = "math",
-    device_kind: str = "cuda",
-    dropout: float | Dropout = 0.0,
-) -> list[MemoryItem]:
+def activation_items(shape: ModelShape, step: TrainStep) -> list[MemoryItem]:
     """The tensors the forward pass saves for backward, block by block (bytes per layer or once).
 
     Paper terms (16-bit, per layer): layer-norm inputs 4sbh, QKV input 2sbh, Q and K 4sbh, softmax
     output 2as^2b, its dropout mask as^2b and output 2as^2b, V 2sbh, projection input 2sbh and
     dropout mask sbh; MLP inputs 2sbh + 8sbh, GELU input 8sbh, dropout mask sbh.
-    ``dropout``: one rate for the built-in GPT, or the rates by site (Hugging Face configs). With
+    ``step.dropout``: one rate for the built-in GPT, or the rates by site (Hugging Face configs). With
     ``attention="sdpa"`` the kernel that runs (fused or math) follows PyTorch's selection rule
     (:func:`lmprof.estimate.sdpa_path.sdpa_path`): on the CPU, attention dropout means math.
     """
-    drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
+    batch, seq_len, dtype, param_dtype = step.batch, step.seq_len, step.dtype, step.param_dtype
+    attention, device_kind, drops = step.attention, step.device_kind, step.drops
     fused = attention == "sdpa" and sdpa_path(device_kind, dtype, drops.attention) == "fused"
     rec = family(shape.family)
     layout = rec.layout if rec is not None else ""
@@ -48,12 +40,11 @@ def activation_items(
     s, b, h, a = seq_len, batch, shape.n_embd, shape.n_head
     f, v = shape.ffn, shape.vocab_size
     kv = shape.kv_heads * shape.head_dim
-    autocast = dtype != "fp32" and param_dtype == "fp32"
     e = DTYPE_BYTES[dtype] if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # matmul inputs
     r = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # residual stream, norm inputs
     # Softmax output: autocast on CUDA runs softmax in fp32 and the next matmul keeps a 16-bit cast.
     sm = FP32 if (param_dtype == "fp32" and (dtype == "fp32" or device_kind != "cpu")) else e
-    sm_cast = e if (autocast and device_kind != "cpu") else 0
+    sm_cast = e if (step.autocast and device_kind != "cpu") else 0
     lp = FP32 if param_dtype == "fp32" else DTYPE_BYTES[param_dtype]  # log-softmax output
     stats = 2 if shape.norm == "layernorm" else 1  # mean and rstd (or rstd), fp32
     sbh = s * b * h
@@ -109,14 +100,14 @@ def activation_items(
     if drops.residual:
         what, mb = mask(e)
         add("mlp.proj", what, f"sbh*{mb}", sbh * mb)
-    if autocast:
+    if step.autocast:
         pp = param_parts(shape)
         add("autocast", "16-bit weight copies", "2*layer matmul weights", 2 * pp.matmul_weights_per_layer)
     # Once: head and loss.
     add("ln_f", "input (residual stream)", f"sbh*{r}", sbh * r, per_layer=False)
     add("ln_f", "mean/rstd (fp32)", f"{stats}*sb*4", stats * s * b * FP32, per_layer=False)
     add("lm_head", "input (ln_f output)", f"sbh*{e}", sbh * e, per_layer=False)
-    if autocast:
+    if step.autocast:
         add("lm_head", "16-bit weight copy", "2*V*h", 2 * v * h, per_layer=False)
     add("loss", "log-softmax output", f"sbV*{lp}", s * b * v * lp, per_layer=False)
     add("loss", "loss (scalar)", "4", FP32, per_layer=False)

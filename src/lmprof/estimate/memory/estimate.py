@@ -8,6 +8,7 @@ from lmprof.estimate.memory.lora import Lora
 from lmprof.estimate.memory.parallel import Parallel, counted as _n
 from lmprof.estimate.memory.params import causal_mask_bytes, param_parts
 from lmprof.estimate.memory.share import DeviceShare, device_share
+from lmprof.estimate.memory.step import TrainStep
 from lmprof.estimate.memory.train import train_estimate
 from lmprof.estimate.memory.result import (
     DTYPE_BYTES,
@@ -89,11 +90,11 @@ def estimate_memory(
         est = infer_estimate(shape, pp, batch, seq_len, seq_len + new_tokens, dtype, param_dtype, attention, device_kind,
                              regime, params, buf, autocast)
         return est if par.trivial else infer_on_device(est, shape, pp, par, param_dtype)
+    step = TrainStep(batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
     if par.trivial and lora is None:
         est = train_estimate(
-            shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
-            optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
-            device_kind=device_kind, dropout=dropout, hold_logits=hold_logits, regime=regime, params=params, buf=buf,
+            shape, pp, step, optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
+            hold_logits=hold_logits, regime=regime, params=params, buf=buf,
         )
         return replace(est, layer_bytes=shape.layer_params() * p_bytes, layer_grad_bytes=shape.layer_params() * p_bytes)
     # One device's share: the first and the last pipeline stage are the candidates for the higher peak.
@@ -102,10 +103,9 @@ def estimate_memory(
         share = device_share(shape, pp, par=par, lora=lora, stage=stage, param_dtype=param_dtype, dtype=dtype,
                              batch=batch, seq_len=seq_len)
         est = train_estimate(
-            shape, pp, batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype, attention=attention,
-            optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
-            device_kind=device_kind, dropout=dropout, hold_logits=hold_logits, regime=regime,
-            params=share.param_bytes, buf=buf * share.layers // shape.n_layer, share=share, par=par,
+            shape, pp, step, optimizer=optimizer, optimizer_impl=optimizer_impl, master_weights=master_weights,
+            hold_logits=hold_logits, regime=regime, params=share.param_bytes, buf=buf * share.layers // shape.n_layer,
+            share=share, par=par,
         )
         est = replace(est, plan=plan_lines(shape, lora, par, share), device_params=share.params,
                       stage_layers=share.layers, in_flight=share.in_flight,

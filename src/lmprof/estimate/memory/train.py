@@ -7,7 +7,6 @@ from lmprof.estimate.memory.result import (
     AT_PEAK,
     DTYPE_BYTES,
     FP32,
-    Attention,
     MemoryEstimate,
     MemoryItem,
     Optimizer,
@@ -15,26 +14,26 @@ from lmprof.estimate.memory.result import (
 )
 from lmprof.estimate.memory.parallel import Parallel, split_items
 from lmprof.estimate.memory.share import DeviceShare
+from lmprof.estimate.memory.step import TrainStep
 from lmprof.estimate.shape import ModelShape
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.sdpa_path import sdpa_path
 
 
 def train_estimate(
-    shape: ModelShape, pp: ParamCounts, *, batch: int, seq_len: int, dtype: str, param_dtype: str,
-    attention: Attention, optimizer: Optimizer, optimizer_impl: OptimizerImpl, master_weights: bool,
-    device_kind: str, dropout: float | Dropout, hold_logits: bool, regime: str, params: int, buf: int,
+    shape: ModelShape, pp: ParamCounts, step: TrainStep, *, optimizer: Optimizer, optimizer_impl: OptimizerImpl,
+    master_weights: bool, hold_logits: bool, regime: str, params: int, buf: int,
     share: DeviceShare | None = None, par: Parallel | None = None,
 ) -> MemoryEstimate:
     """One training step: the peak of the end of forward, the loss gradient, backward through the layers
-    and the optimizer step (``dtype`` already resolved to the compute dtype).
+    and the optimizer step (``step.dtype`` already resolved to the compute dtype).
 
     ``share`` (with ``par``): what one device holds under a LoRA plan and tensor/pipeline
     parallelism (:func:`lmprof.estimate.memory.share.device_share`); ``pp`` then stays the whole
     model's counts and ``params`` the device's parameter bytes.
     """
+    dtype, param_dtype, attention, device_kind = step.dtype, step.param_dtype, step.attention, step.device_kind
     p_bytes = DTYPE_BYTES[param_dtype]
-    autocast = dtype != "fp32" and param_dtype == "fp32"
     par = par or Parallel()
     tr = share.trainable if share is not None else pp  # what has gradients and optimizer state here
 
@@ -42,19 +41,19 @@ def train_estimate(
     grads = tr.total * p_bytes
     opt_state, master, state_bytes = _optimizer_state(tr, optimizer, master_weights, param_dtype)
 
-    items = activation_items(shape, batch, seq_len, dtype, param_dtype, attention, device_kind, dropout)
+    items = activation_items(shape, step)
     if share is not None:
         items = split_items(items, par) + list(share.adapter_items)
         # A pipeline stage keeps the embedding's tensors (first) or the head's and the loss's (last).
         items = [i for i in items if i.per_layer or (share.first if i.block == "embedding" else share.last)]
-    drops = dropout if isinstance(dropout, Dropout) else Dropout.uniform(dropout)
+    drops = step.drops
     path = sdpa_path(device_kind, dtype, drops.attention) if attention == "sdpa" else "math"
     per_layer = sum(i.bytes for i in items if i.per_layer)
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
     layers = share.layers if share is not None else shape.n_layer
     in_flight = share.in_flight if share is not None else 1
     activations = in_flight * (layers * per_layer + once)
-    b, s = batch, seq_len
+    b, s = step.batch, step.seq_len
     v = share.vocab if share is not None else shape.vocab_size  # vocabulary-parallel lm_head rows
     last = share is None or share.last
     logits = b * s * v * DTYPE_BYTES[dtype] if last else 0  # the lm_head's output dtype
@@ -63,7 +62,7 @@ def train_estimate(
 
     # Candidate peaks (steady state: optimizer state exists from the first step on).
     fwd_extra = 0
-    if autocast:
+    if step.autocast:
         # The autocast cache holds 16-bit copies of every linear bias too while forward runs, and
         # cross-entropy first casts the 16-bit logits to fp32.
         biases = share.linear_biases if share is not None else pp.linear_biases
@@ -71,8 +70,7 @@ def train_estimate(
     # d(log-probs) from nll_loss, then d(logits) from log_softmax
     loss_grads = 2 * b * s * v * lp_bytes if last else 0
     opt_temp = _optimizer_temporaries(optimizer, optimizer_impl, device_kind, tr, state_bytes)
-    bwd_acts, bwd_grads, bwd_temp = _backward_layers(shape, pp, items, batch, seq_len, dtype, param_dtype, attention,
-                                                     share)
+    bwd_acts, bwd_grads, bwd_temp = _backward_layers(shape, pp, items, step, share)
     static = {"params": params, "buffers": buf, "optimizer": opt_state}
     # Pipeline stages accumulate gradients over micro-batches: they live through the whole step.
     early = {"grads": grads} if share is not None and share.persistent_grads else {}
@@ -91,7 +89,7 @@ def train_estimate(
     at_peak = {c: int(parts[peak_at].get(c, 0)) for c in AT_PEAK}
     temporaries = at_peak["temporaries"]
     return MemoryEstimate(
-        shape=shape, mode="train", batch=batch, seq_len=seq_len, dtype=dtype, param_dtype=param_dtype,
+        shape=shape, mode="train", batch=step.batch, seq_len=step.seq_len, dtype=dtype, param_dtype=param_dtype,
         attention=attention, optimizer=optimizer, optimizer_impl=_impl(optimizer_impl, device_kind),
         device_kind=device_kind, dropout=drops.largest, kv_tokens=0, regime=regime, n_params=pp.total,
         params=params, grads=grads, optimizer_state=opt_state, master_weights=master, buffers=buf,
@@ -118,8 +116,7 @@ def _optimizer_state(pp: ParamCounts, optimizer: str, master_weights: bool, para
 
 
 def _backward_layers(
-    shape: ModelShape, pp: ParamCounts, items: list[MemoryItem], batch: int, seq_len: int, dtype: str,
-    param_dtype: str, attention: Attention, share: DeviceShare | None = None,
+    shape: ModelShape, pp: ParamCounts, items: list[MemoryItem], step: TrainStep, share: DeviceShare | None = None,
 ) -> tuple[int, int, int]:
     """(activations, gradients, temporaries) alive at the higher end of backward through the layers.
 
@@ -128,10 +125,10 @@ def _backward_layers(
     Alive besides: the lm_head/ln_f gradients and one MLP's backward temporaries (the residual
     gradient, the hidden-size gradient and the projection's weight gradient).
     """
-    p_bytes = DTYPE_BYTES[param_dtype]
+    p_bytes = DTYPE_BYTES[step.param_dtype]
     per_layer = sum(i.bytes for i in items if i.per_layer)
     once = sum(i.bytes for i in items if not i.per_layer and i.category == "activations")
-    b, s = batch, seq_len
+    b, s = step.batch, step.seq_len
     head_once = sum(i.bytes for i in items if not i.per_layer and i.block in ("ln_f", "lm_head", "loss"))
     rest_once = once - head_once
     t = share.tp if share is not None else 1
@@ -142,13 +139,13 @@ def _backward_layers(
     else:
         g_head, g_layer = share.head * p_bytes, share.trainable.layer_params * p_bytes
         proj_grad, n, in_flight = share.proj_grad, share.layers, share.in_flight
-    e_act = DTYPE_BYTES[dtype]
-    r_act = FP32 if param_dtype == "fp32" else p_bytes
+    e_act = DTYPE_BYTES[step.dtype]
+    r_act = FP32 if step.param_dtype == "fp32" else p_bytes
     # The residual gradient (split along the sequence with SP), the MLP's hidden gradient (split by
     # TP) and the output projection's weight gradient (an adapter's only, with LoRA).
     bwd_temp = (b * s * shape.n_embd * r_act // seq_split + b * s * shape.ffn * e_act // t
                 + proj_grad * p_bytes)
-    if shape.family == "gpt2" and attention == "sdpa":
+    if shape.family == "gpt2" and step.attention == "sdpa":
         # Hugging Face GPT-2's composite tanh GELU: its backward holds one more d_ff-wide gradient
         # next to the incoming one (seen on the CPU allocation timeline).
         bwd_temp += b * s * shape.ffn * e_act // t
