@@ -2,24 +2,24 @@
 
     .venv/bin/python benchmarks/watch_cost.py [--steps 300] [--rounds 5] [--width 96] [--threads 1]
 
-A CPU training loop (an MLP stack, about 10 ms a step at the default width on one thread) runs
-alternately without lmprof and under ``lmprof.profile(model, watch=True)``, ``--rounds`` times each, in
-this process: the wired path, with everything the protocol keeps in the loop after its window (the
-optimizer hooks, the forward pre-hook, the recorder at each ``prof.step(loss=loss)``, the detectors
-every N steps, the capture-request poll; no panel: ``verbose=False``). The loop's own stopwatch gives
-each step's time; the steps of lmprof's measured window (and the one after it) are left out of both,
-so the watched steps are compared with the same steps run plain. Printed: the ratio of the medians
-and of the means (watched / plain); the mean holds the detectors' periodic runs, the median does not.
-A third arm runs the loop under ``lmprof.profile`` without the watch, so the watch's own share is told from
-what the protocol leaves in the loop either way. Also printed: the calls alone, timed over many repetitions (a figure machine load barely moves):
-step_end per step, and take + feed per call.
+A CPU training loop (an MLP stack, about 10 ms a step at the default width on one thread) runs two
+copies of its model in turn, one step each per pass, one of them under ``lmprof.profile(model,
+watch=True)`` (then, in a second loop, without the watch): the wired path, with everything the
+protocol keeps in the loop after its window (the optimizer hooks, the forward pre-hook, the recorder
+at each ``prof.step(loss=loss)``, the detectors every N steps, the capture-request poll; no panel:
+``verbose=False``). Each pass gives a pair of step times taken a few milliseconds apart, so the
+machine's own drifts (on a shared VM, batches of 100 steps vary by 10%) hit both sides of the pair;
+which goes first alternates. The steps of lmprof's measured window (and the one after it) are left
+out. Printed: the median of the paired ratios (under lmprof / plain) and their interquartile range,
+with and without the watch, and the watch's own share (the difference). Also printed: the calls
+alone, timed over many repetitions (a figure machine load barely moves): step_end per step, and take +
+feed per call.
 
 Not a test: timings depend on the machine. Run it on a quiet one; the lead takes the figures.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
@@ -40,29 +40,53 @@ FEED_SHARE = 0.0025  # the detectors may take this share of a step (windows/watc
 WINDOW = sum(DEFAULT_COUNTS["train"]) + 1 + 1
 
 
-def loop(steps: int, width: int, out: Path | None, watch: bool = True) -> list[float]:
-    """Per-step seconds of the loop's own stopwatch, after lmprof's window (``out``: profiled into there,
-    watched unless ``watch`` is False)."""
+def _model(width: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
                                                       torch.nn.Linear(4 * width, width)) for _ in range(4)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def paired(steps: int, width: int, out: Path, watch: bool) -> tuple[list[float], list[float]]:
+    """(plain, under lmprof) seconds per step, paired: two copies of the model step in turn in one loop, one
+    of them under ``lmprof.profile`` (watched when ``watch``), so a change in the machine's speed hits
+    both sides of a pair; which side goes first alternates. The steps of lmprof's measured window (and
+    the one after it) are left out."""
+    plain_m, plain_o = _model(width)
+    model, opt = _model(width)
     x = torch.randn(8, 32, width)
     kw: dict[str, Any] = {"watch": True, "watch_max_captures": 0} if watch else {}
-    watched: Any = (lmprof.profile(model, out=out, report=False, verbose=False, **kw)
-                    if out is not None
-                    else contextlib.nullcontext())
-    ends = [time.perf_counter()]
-    with watched as prof:
-        for _ in range(WINDOW + steps):
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if prof is not None:
-                prof.step(loss=loss)
-            ends.append(time.perf_counter())
-    return [b - a for a, b in zip(ends, ends[1:])][WINDOW:]
+    plain: list[float] = []
+    under: list[float] = []
+    clock = time.perf_counter
+    with lmprof.profile(model, out=out, report=False, verbose=False, **kw) as prof:
+        for i in range(WINDOW + steps):
+            if i % 2:
+                t0 = clock()
+                _step(plain_m, plain_o, x)
+                t1 = clock()
+                prof.step(loss=_step(model, opt, x))
+                t2 = clock()
+                p, u = t1 - t0, t2 - t1
+            else:
+                t0 = clock()
+                prof.step(loss=_step(model, opt, x))
+                t1 = clock()
+                _step(plain_m, plain_o, x)
+                t2 = clock()
+                u, p = t1 - t0, t2 - t1
+            if i >= WINDOW:
+                plain.append(p)
+                under.append(u)
+    return plain, under
 
 
 def _rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -107,26 +131,27 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        loop(20, args.width, None)  # warm: the first loop in a process pays for torch's own first calls
-        plain: list[float] = []
-        watched: list[float] = []
-        unwatched: list[float] = []
-        for r in range(args.rounds):  # alternated, so a change in machine load hits all three
-            plain += loop(args.steps, args.width, None)
-            watched += loop(args.steps, args.width, Path(tmp) / f"w{r}")
-            unwatched += loop(args.steps, args.width, Path(tmp) / f"u{r}", watch=False)
-        p, w, u = statistics.median(plain), statistics.median(watched), statistics.median(unwatched)
-        pm, wm = statistics.fmean(plain), statistics.fmean(watched)
-        baseline = Baseline.from_samples(plain[:30])
+        paired(20, args.width, Path(tmp) / "warm", watch=False)  # the first loop pays for torch's first calls
+        ratios: dict[bool, list[float]] = {True: [], False: []}
+        plain_all: list[float] = []
+        for r in range(args.rounds):
+            for watch in (True, False):
+                plain, under = paired(args.steps, args.width, Path(tmp) / f"{'w' if watch else 'u'}{r}", watch)
+                plain_all += plain
+                ratios[watch] += [u / p for p, u in zip(plain, under)]
+        p = statistics.median(plain_all)
+        baseline = Baseline.from_samples(plain_all[:30])
         end_s = step_end_cost(Path(tmp) / "alone")
         feed_s = feed_cost(baseline)
         every = period_for(feed_s, baseline.step_s_median, FEED_SHARE)
-    print(f"step after lmprof's window, {len(plain)} steps each: plain median {p * 1e3:.3f} ms, watched "
-          f"{w * 1e3:.3f} ms, ratio {w / p:.4f} ({100 * (w / p - 1):+.2f}%); means {pm * 1e3:.3f} / {wm * 1e3:.3f} "
-          f"ms, ratio {wm / pm:.4f} ({100 * (wm / pm - 1):+.2f}%; goal at most +1% for steps of 10 ms and longer)")
-    print(f"the same loop under lmprof.profile without the watch: median {u * 1e3:.3f} ms, ratio {u / p:.4f} "
-          f"({100 * (u / p - 1):+.2f}%): what lmprof leaves in the loop after its window besides the watch; "
-          f"watched / unwatched {w / u:.4f} ({100 * (w / u - 1):+.2f}%)")
+    for watch, label in ((True, "watched (lmprof.profile(watch=True))"), (False, "lmprof.profile without the watch")):
+        r = np.array(ratios[watch])
+        lo, hi = np.percentile(r, [25, 75])
+        print(f"{label}: median of {len(r)} paired step ratios {np.median(r):.4f} "
+              f"({100 * (np.median(r) - 1):+.2f}%; interquartile {lo:.3f}-{hi:.3f}); plain step median {p * 1e3:.3f} ms")
+    w, u = float(np.median(ratios[True])), float(np.median(ratios[False]))
+    print(f"the watch's own share: {100 * (w - u):+.2f}% of a step (watched minus unwatched); "
+          "goal: the watched loop at most +1% for steps of 10 ms and longer")
     print(f"forward_start + step_end alone: {end_s * 1e6:.1f} µs per step "
           f"({100 * end_s / p:.3f}% of this loop's step)")
     print(f"take + detectors' feed of 16 rows: {feed_s * 1e6:.1f} µs per call, every {every} step(s): "

@@ -162,3 +162,39 @@ def test_a_failure_while_choosing_is_one_line_and_the_users_step_goes_on(tmp_pat
     assert session.failed
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("lmprof: stopped measuring") and "scan failed" in err[0], err
+
+
+def test_after_the_window_the_optimizer_hooks_return_at_once_unless_a_window_records(tmp_path, monkeypatch):
+    """Under the whole-run watch the hooks run in every optimizer step of the user's loop until it ends:
+    after the profiled window, with nothing recording, they reach none of the session's scopes (each
+    call walked every window for probes); a capture (a window whose probes() is not None) gets them again."""
+    import lmprof
+    from lmprof.pipeline.protocol.session import Session
+
+    calls: list[str] = []
+    for name in ("optimizer_begin", "optimizer_end"):
+        real = getattr(Session, name)
+        monkeypatch.setattr(Session, name, lambda self, _r=real, _n=name: (calls.append(_n), _r(self))[1])
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with lmprof.profile(model, out=tmp_path, report=False, verbose=False, warmup=1, steps=2, profile_steps=1,
+                        watch=True, watch_max_captures=0) as prof:
+        for _ in range(30):  # the plan's steps (figures, FLOPs, gaps) until the profiled window is collected
+            _step(opt, model)
+            prof.step()
+            if prof.session.collected:
+                break
+        assert prof.session.collected and calls  # the window's steps had their scopes
+        calls.clear()
+        for _ in range(3):
+            _step(opt, model)
+            prof.step()
+        assert calls == []
+        trigger = OptimizerTrigger(prof.session, boundaries=False)  # the door's, as it judges
+        recording = SimpleNamespace(probes=lambda: object(), steps_after_window=False)
+        prof.session.windows.more.append(recording)
+        try:
+            assert trigger._scoping()
+        finally:
+            prof.session.windows.more.remove(recording)
+        assert not trigger._scoping()

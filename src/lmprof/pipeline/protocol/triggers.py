@@ -144,15 +144,24 @@ class OptimizerTrigger:
             self._ours[opt] = known
         return known
 
+    def _scoping(self) -> bool:
+        """Whether an optimizer step's scope has a recording to go into: always before the profiled window
+        is collected; after it, only while a window records (a capture of the whole-run watch). The hooks
+        run in every step of the user's loop until it ends, so after the window they return at once."""
+        s = self.session
+        return not s.collected or any(w.probes() is not None for w in s.windows.more)
+
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._scoping():
+            return
         if opt is self.chosen or (not self.boundaries and self._steps_model(opt)):
             self.session.optimizer_begin()
 
     @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.boundaries:
-            if not self._steps_model(opt):
+            if not self._scoping() or not self._steps_model(opt):
                 return
             self.session.optimizer_end()
             if not any(o is opt for o in self.session.observed.optimizers):
@@ -163,7 +172,8 @@ class OptimizerTrigger:
         elif opt is not self.chosen and self._replaces_chosen(opt):
             self._replace(opt)
         if opt is self.chosen:
-            self.session.optimizer_end()
+            if self._scoping():
+                self.session.optimizer_end()
             if self._forward_seen and not self._forward_since:
                 return  # no forward of the model since the last boundary: this step belongs to the next one
             self._forward_since = False
