@@ -192,8 +192,13 @@ def test_terminal_summary_marks_timed_figures() -> None:
     text = render_text(make_run("a", 12.0, first_call=True))
     row = next(line for line in text.splitlines() if line.lstrip().startswith("step_time"))
     assert "12 ms [first call]" in row
-    text = render_text(make_run("b", 12.0, noisy=True))
+    run = make_run("b", 12.0, noisy=True)
+    run.metrics["energy.total"] = Metric(value=None, unit="J", source="measured", note="n/a: no RAPL powercap interface")
+    text = render_text(run)
     assert "12 ms [noisy]" in text and "977 KiB [noisy]" not in text
+    # a figure the run has as n/a rests on no timing (the README's noisy run printed 'n/a [noisy]')
+    energy = next(line for line in text.splitlines() if line.lstrip().startswith("energy.total"))
+    assert "n/a" in energy and "[noisy]" not in energy
 
 
 def test_hostile_env_values_stay_one_short_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,8 +56,10 @@ def first_call_note(run: "Run") -> str | None:
 
 
 def marks(run: "Run", key: str, unit: str = "") -> tuple[str, ...]:
-    """The marks of figure ``key`` in ``run``: ``("noisy",)``, ``("first call",)``, both, or none."""
-    if not rests_on_time(key, unit):
+    """The marks of figure ``key`` in ``run``: ``("noisy",)``, ``("first call",)``, both, or none. A figure
+    the run has as n/a rests on no timing: it has none (its reason says why it is missing)."""
+    m = run.metrics.get(key)
+    if not rests_on_time(key, unit) or (m is not None and m.value is None):
         return ()
     found = []
     if first_call_note(run) is not None:
