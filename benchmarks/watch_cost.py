@@ -33,9 +33,9 @@ import lmprof
 from lmprof.analysis.watch_detect import WatchAnalyzer
 from lmprof.counts import DEFAULT_COUNTS
 from lmprof.measure.watch import Watcher, period_for
+from lmprof.pipeline.protocol.windows.watch import FEED_SHARE
 from lmprof.record.run import Baseline
 
-FEED_SHARE = 0.0025  # the detectors may take this share of a step (windows/watch.py)
 # lmprof's measured window, then the first watched step (left out of the series: the profiler's teardown)
 WINDOW = sum(DEFAULT_COUNTS["train"]) + 1 + 1
 
