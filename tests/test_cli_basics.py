@@ -43,6 +43,19 @@ def test_show_completion_prints_a_script() -> None:
     assert "_LMPROF_COMPLETE=complete_bash" in proc.stdout, proc.stderr
 
 
+def test_completion_from_a_shell_typer_has_no_script_for_is_one_line_and_exit_2() -> None:
+    """Under sh typer printed 'Shell sh not supported.' and exited 1 (lmprof's code for a failed gate)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for flag in ("--show-completion", "--install-completion"):
+        # '; exit $?' keeps sh as the parent and its exit code as lmprof's
+        proc = subprocess.run(["sh", "-c", f"'{sys.executable}' -m lmprof {flag}; exit $?"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith("lmprof: error: shell completion is for bash, zsh, fish and PowerShell; this one is sh")
+        assert proc.stdout == ""
+
+
 def test_dir_names_the_lazy_api() -> None:
     names = dir(lmprof)
     assert {"profile", "profile_training", "profile_inference", "load_run", "load_results", "summary",

@@ -131,6 +131,28 @@ def _leave_now() -> None:
     os._exit(0)
 
 
+_COMPLETION_FLAGS = frozenset({"--show-completion", "--install-completion"})
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")  # the scripts typer has
+
+
+def _check_completion_shell(args: list[str]) -> None:
+    """Shell completion is for the shell lmprof runs under, found from the process tree (typer's way): in
+    one typer has no script for (sh, dash, tcsh), typer prints 'Shell sh not supported.' and exits 1,
+    the code lmprof keeps for a failed run or gate. One line and exit 2 instead, saying which shells."""
+    if not _COMPLETION_FLAGS.intersection(args):
+        return
+    try:
+        import shellingham  # typer's own dependency, what it detects the shell with
+
+        name = str(shellingham.detect_shell()[0]).lower()
+    except Exception:  # noqa: BLE001 - no shell found (a service, a container's init): said below
+        name = ""
+    if name not in _COMPLETION_SHELLS:
+        found = f"this one is {name}" if name else "no shell was found above this process"
+        raise LmprofError(f"shell completion is for bash, zsh, fish and PowerShell; {found}: run "
+                          "lmprof --install-completion (or --show-completion) from one of those")
+
+
 def _run_typer(argv: list[str] | None, args: list[str]) -> int:
     import typer
 
@@ -141,6 +163,7 @@ def _run_typer(argv: list[str] | None, args: list[str]) -> int:
     if next((a for a in args if not a.startswith("-")), None) not in _HELD_INTO_THE_COMMAND:
         gc_hold.release()
     try:
+        _check_completion_shell(args)
         result = app(args=argv, standalone_mode=False, prog_name="lmprof")
     except LmprofError as exc:
         print(f"lmprof: error: {exc}", file=sys.stderr)
