@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -32,24 +33,25 @@ def test_completion_lists_verbs_and_options() -> None:
     assert "--to" in complete("lmprof export runs/x --", 3)
 
 
-def test_show_completion_prints_a_script() -> None:
-    """--show-completion is typer's flag for the shell it runs under (found from the process tree), so the
-    test runs it from bash as a user would: under make or pytest-xdist the nearest shell may be sh."""
+def _under(shell: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``lmprof ARGS`` run from ``shell``, as a user's terminal runs it: typer finds the shell from the process
+    tree, and under make or pytest-xdist the nearest one may be sh."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", None)
-    # '; true' keeps bash as the parent (a lone command is exec'd in bash's place)
-    proc = subprocess.run(["bash", "-c", f"'{sys.executable}' -m lmprof --show-completion; true"], env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert "_LMPROF_COMPLETE=complete_bash" in proc.stdout, proc.stderr
+    # '; exit $?' keeps the shell as the parent (a lone command is exec'd in its place) and lmprof's exit code
+    line = shlex.join([sys.executable, "-m", "lmprof", *args]) + "; exit $?"
+    return subprocess.run([shell, "-c", line], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_show_completion_prints_a_script() -> None:
+    proc = _under("bash", "--show-completion")
+    assert proc.returncode == 0 and "_LMPROF_COMPLETE=complete_bash" in proc.stdout, proc.stderr
 
 
 def test_completion_from_a_shell_typer_has_no_script_for_is_one_line_and_exit_2() -> None:
     """Under sh typer printed 'Shell sh not supported.' and exited 1 (lmprof's code for a failed gate)."""
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
     for flag in ("--show-completion", "--install-completion"):
-        # '; exit $?' keeps sh as the parent and its exit code as lmprof's
-        proc = subprocess.run(["sh", "-c", f"'{sys.executable}' -m lmprof {flag}; exit $?"], env=env,
-                              capture_output=True, text=True, timeout=60)
+        proc = _under("sh", flag)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert lines[0].startswith("lmprof: error: shell completion is for bash, zsh, fish and PowerShell; this one is sh")
