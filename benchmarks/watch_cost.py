@@ -10,7 +10,9 @@ at each ``prof.step(loss=loss)``, the detectors every N steps, the capture-reque
 ``verbose=False``). Each pass gives a pair of step times taken a few milliseconds apart, so the
 machine's own drifts (on a shared VM, batches of 100 steps vary by 10%) hit both sides of the pair;
 which goes first alternates. The steps of lmprof's measured window (and the one after it) are left
-out. Printed: the median of the paired ratios (under lmprof / plain) and their interquartile range,
+out. The watch is told the plain step's length once its window ends (``_true_step``): between two of its
+boundaries the plain copy steps too, so it would otherwise pace its periodic work for a step twice as
+long, and look cheaper than on a real step of this length. Printed: the median of the paired ratios (under lmprof / plain) and their interquartile range,
 with and without the watch, and the watch's own share (the difference). Also printed: the calls
 alone, timed over many repetitions (a figure machine load barely moves): step_end per step, and take +
 feed per call.
@@ -33,7 +35,7 @@ import lmprof
 from lmprof.analysis.watch_detect import WatchAnalyzer
 from lmprof.counts import DEFAULT_COUNTS
 from lmprof.measure.watch import Watcher, period_for
-from lmprof.pipeline.protocol.windows.watch import FEED_SHARE
+from lmprof.pipeline.protocol.windows.watch import FEED_SHARE, watch_of
 from lmprof.record.run import Baseline
 
 # lmprof's measured window, then the first watched step (left out of the series: the profiler's teardown)
@@ -83,10 +85,21 @@ def paired(steps: int, width: int, out: Path, watch: bool) -> tuple[list[float],
                 _step(plain_m, plain_o, x)
                 t2 = clock()
                 u, p = t1 - t0, t2 - t1
-            if i >= WINDOW:
-                plain.append(p)
-                under.append(u)
-    return plain, under
+            plain.append(p)
+            under.append(u)
+            if watch and i == WINDOW - 1:
+                _true_step(prof, statistics.median(plain[-10:]))
+    return plain[WINDOW:], under[WINDOW:]
+
+
+def _true_step(prof: Any, step_s: float) -> None:
+    """Tell the watch the step it would see without the pairing. Its boundaries are ``prof.step()``'s, and
+    between two of them the plain copy steps too: left alone, it would think its step twice as long and
+    run its periodic work (memory reads, the detectors) half as often as on a real step of this length."""
+    window = watch_of(prof.session.windows)
+    assert window is not None and window.w is not None and window.base is not None, "the watch did not start"
+    window.base = window.base.model_copy(update={"step_s_median": step_s})
+    window.w.step_s_hint = step_s
 
 
 def _rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

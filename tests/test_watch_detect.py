@@ -90,6 +90,22 @@ def test_memory_growing_a_fixed_amount_per_step_is_creep_at_that_rate():
     assert a.first_step >= FIRST and a.last_step == FIRST + 399
 
 
+@pytest.mark.parametrize("every", [3, 8, 40])
+def test_memory_read_every_few_steps_still_gives_creep_at_its_rate_as_soon(every):
+    """The watch reads memory every N steps when a read is dear: a fit still spans ~creep_window steps (at
+    least creep_min_samples samples), so the rate is the same and it is raised about as early."""
+    rng = np.random.default_rng(5)
+    n, rate = 1200, 2**20
+    mem = np.full(n, np.nan)
+    mem[::every] = 3e9 + rate * np.arange(0, n, every) + rng.normal(0, 256 * 1024, len(mem[::every]))
+    raised, an = first_raised(series(jitter(rng, n), mem_allocated_B=mem), clean_baseline(rng, memory_bytes=3e9),
+                              "memory_creep", batch=8)
+    (a,) = an.finish()
+    assert a.kind == "memory_creep" and a.evidence["rate"].value == pytest.approx(rate, rel=0.10)
+    per_fit = max(Rules().creep_min_samples, Rules().creep_window // every)
+    assert raised is not None and raised <= FIRST + max(200, every * per_fit * 3 // 2 + 8)
+
+
 def test_rss_creep_on_a_cpu_run_and_one_jump_is_not_creep():
     rng = np.random.default_rng(4)
     grow = 7e8 + 64 * 1024 * np.arange(600)  # 64 KiB a step on RSS

@@ -139,6 +139,38 @@ def test_chunks_hold_every_row_once_in_order_and_memory_stays_bounded(tmp_path):
     assert "memory read every 3 steps" not in " ".join(rec.notes)  # asked for, not chosen
 
 
+class DearMemory(FakeMemory):
+    """A memory read that costs ``cost_s`` on the test's clock (as it does in a loop whose caches are cold)."""
+
+    def __init__(self, clock: Clock, cost_s: float) -> None:
+        super().__init__()
+        self.clock, self.cost_s = clock, cost_s
+
+    def read(self) -> tuple[float, float, float]:
+        self.clock.t += self.cost_s
+        return super().read()
+
+
+def test_memory_is_read_as_often_as_its_cost_in_the_loop_allows(tmp_path):
+    """The period follows each read's cost as timed in the loop: 39 µs against 0.1% of a 10 ms step is one
+    read every 4 steps; the steps between keep NaN and the record says the period."""
+    clock = Clock()
+    mem = DearMemory(clock, 39e-6)
+    w = Watcher(tmp_path / "watch", clock=clock, timer=None, memory=mem, step_s_hint=0.010, tokens_per_step=64)
+    w.start(0)
+    for k in range(100):
+        clock.t += 0.010
+        w.step_end(loss=float(k) if k % 2 else None)
+    rec = w.close()
+    got = read_series(rec.series)
+    read = np.flatnonzero(np.isfinite(got["rss_B"]))
+    assert w.memory_every == 4 and set(np.diff(read)) == {4} and len(read) == 25
+    assert "memory read every 4 steps at most" in " ".join(rec.notes)
+    np.testing.assert_allclose(got["tokens"], 64)  # a column a step does not write keeps the run's figure
+    assert np.isnan(got["loss"][::2]).all() and list(got["loss"][1::2]) == list(range(1, 100, 2))
+    assert np.isnan(got["input_wait_s"]).all()  # no forward was seen
+
+
 def test_a_device_that_never_finishes_costs_its_figures_not_memory(tmp_path):
     clock, timer = Clock(), FakeTimer()
     w = Watcher(tmp_path / "watch", clock=clock, timer=timer, memory=None, chunk_rows=16, max_pending=8)

@@ -11,7 +11,8 @@ noise rules of :mod:`lmprof.analysis.noise`, never a threshold of its own for "s
   by, with no profiler cost: 1.5x the median at least) around the current rolling median; a longer
   stretch is drift, not a spike.
 - **memory_creep**: a Theil-Sen slope (the median of every pairwise slope, which one jump cannot
-  move) over the last ``creep_window`` memory samples, and over a thinned history of the whole watch,
+  move) over the memory samples of the last ``creep_window`` steps (at least ``creep_min_samples`` of
+  them: the watch reads memory every few steps when a read is dear), and over a thinned history of the whole watch,
   whose growth across the fit exceeds twice the residuals' own spread (p90 - p10, SLOW_SPREADS) and
   ``creep_min_share`` of the memory in use.
 - **input_bound**: over the last ``window`` steps the input wait (the device's idle time before the
@@ -41,6 +42,8 @@ from lmprof.units import si
 Columns = Mapping[str, np.ndarray]
 # A Theil-Sen fit uses at most this many points (2,016 pairs), picked evenly from its stretch.
 FIT_POINTS = 64
+# The memory samples whose spacing sets how many samples span a creep fit's steps.
+FIRST_SAMPLES = 9
 
 # What each alert means for the user, in one line (the panel, the report and docs/user-code.md say it).
 WHAT_TO_DO: dict[str, str] = {
@@ -62,14 +65,15 @@ class Rules:
     """The detectors' windows and thresholds (the noise limits themselves come from analysis/noise.py)."""
 
     window: int = 16  # steps in a rolling median (drift, spikes' neighbourhood, stragglers) and an input stretch
-    creep_window: int = 128  # memory samples in the recent fit
+    creep_window: int = 128  # steps the recent fit spans (its samples: those the memory was read in)
+    creep_min_samples: int = 16  # at least this many samples in a fit, however rarely memory is read
     creep_min_share: float = 0.01  # growth across a fit at least this share of the memory in use
     input_share: float = 0.25  # input wait at least this share of the step time over ``window`` steps
     max_alerts: int = 50  # alerts kept per kind; later ones are counted in ``dropped``
 
     def __post_init__(self) -> None:
-        if self.window < 3 or self.creep_window < 8:
-            raise ValueError("window must be >= 3 and creep_window >= 8")
+        if self.window < 3 or self.creep_window < 8 or not 8 <= self.creep_min_samples <= self.creep_window:
+            raise ValueError("window must be >= 3, creep_window >= 8 and creep_min_samples in 8..creep_window")
 
 
 # -- pure functions ------------------------------------------------------------------------------------
@@ -211,6 +215,8 @@ class WatchAnalyzer:
         self._since_fit = 0
         self._fits = 0
         self._creep_seen = 0
+        self._per_fit: int | None = None  # samples in a fit, set by the first ones (_samples_per_fit)
+        self._first: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
 
     # -- feeding --------------------------------------------------------------------------------------
 
@@ -430,7 +436,13 @@ class WatchAnalyzer:
         if not ok.any():
             return
         xs, ys = steps[ok].astype(np.float64), mem[ok]
-        half = self.rules.creep_window // 2
+        if self._per_fit is None:  # the first samples set how many a fit takes
+            xs, ys = np.concatenate([self._first[0], xs]), np.concatenate([self._first[1], ys])
+            if len(xs) < FIRST_SAMPLES:
+                self._first = (xs, ys)
+                return
+            self._per_fit = self._samples_per_fit(xs)
+        half = self._per_fit // 2
         # Memory creeps slowly: one fit per half window of samples, the recent stretch and the thinned whole
         # watch in turn, keeps this to a few µs a step. The samples are taken in the same pieces however the
         # rows come, so the fits (and the alerts) do not depend on how often the caller feeds.
@@ -441,14 +453,21 @@ class WatchAnalyzer:
             if self._since_fit >= half:
                 self._fit(thin=self._fits % 2 == 1)
 
+    def _samples_per_fit(self, xs: np.ndarray) -> int:
+        """The samples of ``creep_window`` steps, from the steps between the first samples (the watch settles
+        its reading period in its first steps), at least ``creep_min_samples``."""
+        r = self.rules
+        every = float(np.median(np.diff(xs[:FIRST_SAMPLES]))) if len(xs) > 1 else 1.0
+        return int(min(r.creep_window, max(r.creep_min_samples, r.creep_window // max(every, 1.0))))
+
     def _add_samples(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        n = self.rules.creep_window
+        n = self._per_fit or self.rules.creep_window
         self._recent = (np.concatenate([self._recent[0], xs])[-n:], np.concatenate([self._recent[1], ys])[-n:])
         self._thin_add(xs, ys)
         self._since_fit += len(xs)
 
     def _fit(self, thin: bool) -> None:
-        n = self.rules.creep_window
+        n = self._per_fit or self.rules.creep_window
         self._since_fit = 0
         self._fits += 1
         xs, ys = self._thin if thin else self._recent
@@ -464,11 +483,11 @@ class WatchAnalyzer:
             self._close("memory_creep")  # neither fit found it any more
 
     def _thin_add(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Keep every ``_thin_every``-th memory sample of the whole watch, at most creep_window * 2 of them."""
+        """Keep every ``_thin_every``-th memory sample of the whole watch, at most twice a fit's samples."""
         idx = (self._thin_seen + np.arange(len(xs))) % self._thin_every == 0
         self._thin_seen += len(xs)
         tx, ty = np.concatenate([self._thin[0], xs[idx]]), np.concatenate([self._thin[1], ys[idx]])
-        while len(tx) > 2 * self.rules.creep_window:
+        while len(tx) > 2 * (self._per_fit or self.rules.creep_window):
             tx, ty = tx[::2], ty[::2]
             self._thin_every *= 2
         self._thin = (tx, ty)

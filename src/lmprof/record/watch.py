@@ -80,6 +80,8 @@ SERIES_COLUMNS: tuple[Column, ...] = (
                                                 "chunk, reading counters); the detectors take it out"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in SERIES_COLUMNS)
+# What a summary shows as last read rather than the row's own: figures not taken every step.
+LAST_READ = frozenset({"loss", "mem_allocated_B", "mem_reserved_B", "rss_B"})
 
 
 @dataclass(frozen=True)
@@ -98,12 +100,17 @@ class StepSummary:
 
     @classmethod
     def from_row(cls, rows: dict[str, np.ndarray], i: int = -1) -> "StepSummary":
-        """Row ``i`` of a block of series rows (:data:`COLUMN_NAMES` -> arrays)."""
+        """Row ``i`` of a block of series rows (:data:`COLUMN_NAMES` -> arrays); the memory and the loss as last
+        read up to that row (the watch reads memory every few steps when a read is dear)."""
 
         def get(name: str) -> float | None:
             col = rows.get(name)
             if col is None or not len(col):
                 return None
+            if name in LAST_READ:
+                seen = col[: i % len(col) + 1]
+                seen = seen[np.isfinite(seen)]
+                return float(seen[-1]) if len(seen) else None
             v = float(col[i])
             return v if math.isfinite(v) else None
 

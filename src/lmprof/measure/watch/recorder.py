@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # a loss tensor can only come from a program that imported to
 AUTO: Any = object()  # a default that means "what this device has"
 # Reading memory may take this share of a step at most (CUDA's counters cost tens of µs): the watch
 # as a whole is held to 1% of a 10 ms step.
-MEMORY_SHARE = 0.0025
+MEMORY_SHARE = 0.001
 # How long close() waits for the device to pass the last boundary events before giving up on them.
 CLOSE_WAIT_S = 2.0
 
@@ -93,8 +93,15 @@ class Watcher:
         self.clock = clock
         self.chunk_rows, self.flush_every_s, self.max_pending = chunk_rows, flush_every_s, max_pending
         self.memory_every = memory_every
+        self._adapt = memory_every is None  # the period follows the reads' own cost, as measured in the loop
+        self._read_costs: deque[float] = deque(maxlen=5)
+        self._widest = 1  # the longest period the memory was read at (the record says it)
         cap = chunk_rows + max_pending
-        self._cols: Rows = {c.name: np.zeros(cap, dtype=c.dtype) for c in SERIES_COLUMNS}
+        # Every column starts at what a step leaves it at unless it writes it (NaN, or the run's tokens per
+        # step): a step writes only its own figures, a few stores rather than twelve (the per-step cost).
+        self._blank = {c.name: (tokens_per_step or NAN) if c.name == "tokens" else NAN if c.dtype == "float64" else 0
+                       for c in SERIES_COLUMNS}
+        self._cols: Rows = {c.name: np.full(cap, self._blank[c.name], dtype=c.dtype) for c in SERIES_COLUMNS}
         self._n = 0  # rows in the buffer
         self._taken = 0  # rows of the buffer handed out by take()
         self._consumer = False  # take() has been called: spilled rows it has not seen wait in _overflow
@@ -125,11 +132,8 @@ class Watcher:
     def start(self, step: int) -> None:
         """Begin at a step boundary: ``step`` is the index of the first watched step."""
         if self.memory_every is None:
-            self.memory_every = 1 if self._mem is None else period_for(
-                read_cost_s(self._mem, self.clock), self.step_s_hint, MEMORY_SHARE)
-            if self.memory_every > 1:
-                self.notes.append(f"memory read every {self.memory_every} steps (one read costs more than "
-                                  f"{100 * MEMORY_SHARE:g}% of a step)")
+            self._read_costs.append(read_cost_s(self._mem, self.clock) if self._mem is not None else 0.0)
+            self._mem_period()
         self._step = self.first_step = step
         self._on = True
         t = self.clock()
@@ -162,20 +166,23 @@ class Watcher:
         c["step"][i] = self._step
         c["t_s"][i] = t - self._t0
         c["step_s"][i] = t - self._prev_t
-        c["input_wait_s"][i] = NAN if self._fwd_t is None else self._fwd_t - self._prev_t
-        c["input_stall_s"][i] = NAN
-        c["device_s"][i] = NAN
-        c["tokens"][i] = tokens if tokens is not None else (self.tokens_per_step or NAN)
+        if self._fwd_t is not None:
+            c["input_wait_s"][i] = self._fwd_t - self._prev_t
+        if tokens is not None:
+            c["tokens"][i] = tokens
         c["own_s"][i] = self._own
-        value, staged = self._loss_now(loss if loss is not None else self._loss)
-        c["loss"][i] = value
-        self._loss = None
+        staged = None
+        if loss is not None or self._loss is not None:
+            c["loss"][i], staged = self._loss_now(loss if loss is not None else self._loss)
+            self._loss = None
         self._mem_in -= 1
         if self._mem is not None and self._mem_in <= 0:
+            t_read = self.clock()
             c["mem_allocated_B"][i], c["mem_reserved_B"][i], c["rss_B"][i] = self._mem.read()
+            if self._adapt:
+                self._read_costs.append(self.clock() - t_read)
+                self._mem_period()
             self._mem_in = self.memory_every or 1
-        else:
-            c["mem_allocated_B"][i] = c["mem_reserved_B"][i] = c["rss_B"][i] = NAN
         self._n += 1
         if self._timer is not None:
             end = self._timer.mark()  # after the loss copy, so the copy is done when this mark is
@@ -228,8 +235,18 @@ class Watcher:
 
     def recorded(self) -> Recorded:
         """What is on disk so far (the chunks spilled up to now), for ``watch/watch.json`` mid-run."""
+        notes = list(dict.fromkeys(self.notes))
+        if self._widest > 1:
+            notes.append(f"memory read every {self._widest} steps at most (a read may cost {100 * MEMORY_SHARE:g}% of "
+                         "a step, its cost measured in the loop)")
         return Recorded(series=list(self._writer.written), steps=self.steps, first_step=self.first_step,
-                        last_step=self._last_step(), device_time=self.device_time, notes=list(dict.fromkeys(self.notes)))
+                        last_step=self._last_step(), device_time=self.device_time, notes=notes)
+
+    def _mem_period(self) -> None:
+        """The memory read's period from its last costs (their median: one slow read is no rule)."""
+        costs = sorted(self._read_costs)
+        self.memory_every = period_for(costs[len(costs) // 2], self.step_s_hint, MEMORY_SHARE)
+        self._widest = max(self._widest, self.memory_every)
 
     def _last_step(self) -> int | None:
         return None if self.first_step is None or not self.steps else self._step - 1
@@ -312,8 +329,9 @@ class Watcher:
         rest = self._n - ready
         if not rest:  # the buffer empties: keep the last row for latest()
             self._spilled_last = {k: v[ready - 1:ready].copy() for k, v in self._cols.items()}
-        for v in self._cols.values():
+        for name, v in self._cols.items():
             v[:rest] = v[ready:self._n]
+            v[rest:] = self._blank[name]
         self._pending = deque((i - ready, *more) for i, *more in self._pending)
         self._taken = max(0, self._taken - ready)
         self._n = rest

@@ -23,10 +23,12 @@ class Profile:
         self.session = Session(spec)
         self._used = False
         self._idle = False  # another session measures this process: this one stood aside
+        self._watch = watch_of(self.session.windows)  # found once: step() runs in every step of the loop
 
     def __enter__(self) -> "Profile":
         if self._used:  # a second with-block: a new run (the first one's hooks went with its session)
             self.session = Session(self.session.spec)
+            self._watch = watch_of(self.session.windows)
             if self.session.spec.verbose:
                 say("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
                     "from warm-up")
@@ -60,10 +62,8 @@ class Profile:
     def step(self, loss: Any = None) -> None:
         """One step (training) or one generation (``infer=True``) ended; ``loss``: the step's loss, for the
         whole-run watch's series (a device tensor is read once the device is done with it, never waited for)."""
-        if loss is not None:
-            watch = watch_of(self.session.windows)
-            if watch is not None:
-                watch.report_loss(loss)
+        if loss is not None and self._watch is not None:
+            self._watch.report_loss(loss)
         self.session.boundary()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -5,7 +5,7 @@ Armed from the session's start, it reads the memory in use as the clean window e
 boundary that completes the profiled window, with the clean steps as its baseline. From then on each
 step boundary the session passes on (``steps_after_window`` keeps its triggers) is one row of the
 recorder (measure/watch/), a forward pre-hook on the model marks when the step's first forward begins
-(the input wait), and every N steps (N from the detectors' measured cost, 0.25% of a step) the new
+(the input wait), and every N steps (N from the detectors' measured cost, 0.1% of a step) the new
 rows go to the detectors (analysis/watch_detect.py), the live panel and the door's step sink
 (``--log-to``). An alert that a profile of the next steps can explain, SIGUSR2 or a ``capture`` file in
 the run folder asks for a capture (windows/watch_capture.py), rate-limited (analysis/watch_capture.py).
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from lmprof.pipeline.protocol.probes import Probes
     from lmprof.show.watch_panel import WatchPanel
 
-FEED_SHARE = 0.0025  # the detectors, the panel and the sink may take this share of a step
+FEED_SHARE = 0.001  # the detectors, the panel and the sink may take this share of a step
 FEED_COST_S = 1e-4  # what one feed of the detectors costs until some are measured (about a hundred µs)
 SINK_EVERY_S = 1.0  # the step sink (a tracker) gets the latest step at most this often
 RECENT = 16  # watched steps a capture's clean figure is the median of
