@@ -19,11 +19,17 @@ import math
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence, Union
 from urllib.parse import quote
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # pydantic's own dependency, so always installed
+    from typing_extensions import dataclass_transform
 
 from lmprof.show.format import number
 
@@ -89,6 +95,19 @@ def local_href(target: Path, report_dir: str | Path) -> str:
 # ================================================================================================
 
 
+@dataclass_transform(frozen_default=True)
+class Part:
+    """A piece of a report section, drawn by its kind (templates/parts.html.j2): each subclass is a
+    frozen dataclass that names its kind, ``class Figure(Part, kind="figure")``."""
+
+    kind: ClassVar[str]
+
+    def __init_subclass__(cls, *, kind: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind
+        dataclass(frozen=True)(cls)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One table cell: text, drawn as ``style`` says.
@@ -107,8 +126,7 @@ class Cell:
 CellLike = Union[Cell, str]
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(Part, kind="table"):
     """Rows of cells under headers; ``num`` are the right-aligned (numeric) columns.
 
     ``sortable`` makes it a click-to-sort table: numeric headers say so and cells carry their raw value.
@@ -120,59 +138,46 @@ class Table:
     cls: str = ""
     total_last: bool = False
     sortable: bool = False
-    kind: ClassVar[str] = "table"
 
 
-@dataclass(frozen=True)
-class Figure:
+class Figure(Part, kind="figure"):
     """An embedded PNG (a data URI) with its caption."""
 
     src: str
     caption: str
     alt: str
-    kind: ClassVar[str] = "figure"
 
 
-@dataclass(frozen=True)
-class Absent:
+class Absent(Part, kind="absent"):
     """The line shown where a run has nothing (or a note why something is not shown)."""
 
     text: str = NOT_RECORDED
-    kind: ClassVar[str] = "absent"
 
 
-@dataclass(frozen=True)
-class Para:
+class Para(Part, kind="para"):
     """A paragraph of text; ``intro`` draws it muted, as a section's lead-in."""
 
     text: str
     intro: bool = False
-    kind: ClassVar[str] = "para"
 
 
-@dataclass(frozen=True)
-class Bullets:
+class Bullets(Part, kind="bullets"):
     """A bulleted list of text."""
 
     items: Sequence[str]
-    kind: ClassVar[str] = "bullets"
 
 
-@dataclass(frozen=True)
-class Heading:
+class Heading(Part, kind="heading"):
     """A sub-heading inside a section."""
 
     text: str
-    kind: ClassVar[str] = "heading"
 
 
-@dataclass(frozen=True)
-class Details:
+class Details(Part, kind="details"):
     """Parts folded under a summary line (open on click)."""
 
     summary: str
     parts: Sequence[Any]
-    kind: ClassVar[str] = "details"
 
 
 @dataclass(frozen=True)
@@ -189,12 +194,10 @@ class Card:
     marks: Sequence[str] = ()
 
 
-@dataclass(frozen=True)
-class Cards:
+class Cards(Part, kind="cards"):
     """The row of headline cards."""
 
     cards: Sequence[Card]
-    kind: ClassVar[str] = "cards"
 
 
 @dataclass(frozen=True)
@@ -209,22 +212,18 @@ class Rec:
     notes: Sequence[str]
 
 
-@dataclass(frozen=True)
-class Recs:
+class Recs(Part, kind="recs"):
     """The recommendations panel."""
 
     recs: Sequence[Rec]
-    kind: ClassVar[str] = "recs"
 
 
-@dataclass(frozen=True)
-class TraceLink:
+class TraceLink(Part, kind="trace_link"):
     """The link to the run's trace and how to open it."""
 
     href: str
     name: str
     size: str
-    kind: ClassVar[str] = "trace_link"
 
 
 @dataclass(frozen=True)

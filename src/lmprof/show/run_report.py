@@ -17,8 +17,8 @@ from lmprof.record.run import Run
 from lmprof.show.blocks import block_cells, block_table, fused_kernel_lines, off_goal_lines, row_label
 from lmprof.show.format import config_line, human_bytes, metric_spread, metric_value, run_title
 from lmprof.show.html import (
-    NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Rec, Recs,
-    Section, Table, TraceLink, figure, file_inside, generic_table, kv_table, local_href, page, table,
+    NOT_RECORDED, REPORT_NAME, Absent, Bullets, Card, Cards, Cell, CellLike, Details, Embedder, Figure, Heading, Para, Part,
+    Rec, Recs, Section, Table, TraceLink, figure, file_inside, generic_table, kv_table, local_href, page, table,
 )
 from lmprof.show.trace_findings import TraceFindings, trace_findings, trace_parts
 from lmprof.show.literal import literal_text
@@ -41,7 +41,6 @@ HEADLINE: dict[str, tuple[tuple[MetricSpec, ...], ...]] = {
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "prefill": "#55a868", "decode": "#8172b3",
                 "step": "#9a9a9a"}
 TOP_OPS = 15
-Part = Any  # one of the part kinds of lmprof.show.html
 # How a headline card says what its figure rests on (analysis/marks.py).
 CARD_MARKS = {FIRST_CALL: "first call, not a clean median", NOISY: "noisy run: not to be trusted as it stands"}
 # Tables shown in their own sections; any other run table goes under "Other tables".

@@ -439,6 +439,18 @@ exact:
 
 static int skip_value(Scanner *s, int depth);
 
+/* Past an opening bracket and the space after it: 1 when its ``close`` follows at once (an empty
+ * object or list, skipped too), else 0 with the reader at the first member. */
+static inline int opens_empty(Scanner *s, uint8_t close) {
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        return 1;
+    }
+    return 0;
+}
+
 #define MORE 2 /* after_member: another member follows */
 
 /* After a member or item: MORE when a comma follows (skipped, and the space after it), OK when the
@@ -494,12 +506,7 @@ static int skip_value(Scanner *s, int depth) {
     case '[': {
         uint8_t close = *s->p == '{' ? '}' : ']';
         int obj = close == '}';
-        s->p++;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == close) {
-            s->p++;
-            return OK;
-        }
+        if (opens_empty(s, close)) return OK;
         for (;;) {
             if (obj && (r = read_key(s, &off, &n)) != OK) return r;
             if ((r = skip_value(s, depth + 1)) != OK) return r;
@@ -530,27 +537,34 @@ static int is_null(Scanner *s) {
     return 0;
 }
 
+/* An id field as read: its int64 value, or (is_text) where its text stands and 0 as the value. */
+typedef struct {
+    int64_t v;
+    int is_text;
+    Py_ssize_t toff, tn;
+} Id;
+
 /* An id field (int | str | None): int64 value, null -> none, text -> an odd entry (cell 0). */
-static int read_id(Scanner *s, int64_t *out, int64_t none, int *is_text, Py_ssize_t *toff, Py_ssize_t *tn) {
-    *is_text = 0;
+static int read_id(Scanner *s, Id *out, int64_t none) {
+    out->is_text = 0;
     if (s->p >= s->end) return REFUSE;
     if (*s->p == '"') {
         int esc;
-        int r = read_string(s, toff, tn, &esc);
+        int r = read_string(s, &out->toff, &out->tn, &esc);
         if (r != OK) return r;
-        *is_text = 1;
-        *out = 0;
+        out->is_text = 1;
+        out->v = 0;
         return OK;
     }
     if (is_null(s)) {
-        *out = none;
+        out->v = none;
         return OK;
     }
     if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) return REFUSE; /* bools, objects: msgspec decides */
     Number num;
     int r = read_number(s, &num);
     if (r != OK) return r;
-    return number_int64(&num, out);
+    return number_int64(&num, &out->v);
 }
 
 /* A number field: its finite double, null -> if_null; text, bools and the rest are refused. Times
@@ -573,9 +587,7 @@ static int read_double(Scanner *s, double *out, double if_null) {
  * per kernel and copy (numbers or null), and an operator's input shapes and dtypes (record_shapes:
  * any JSON, kept as raw text). */
 typedef struct {
-    int64_t ids[N_ID_ARGS];
-    int text[N_ID_ARGS];
-    Py_ssize_t toff[N_ID_ARGS], tn[N_ID_ARGS];
+    Id ids[N_ID_ARGS];
     double hw[N_NUMBER_ARGS];
     Py_ssize_t voff[N_SHAPE_ARGS], vn[N_SHAPE_ARGS]; /* the raw value; vn -1 when absent or null */
 } Args;
@@ -606,8 +618,8 @@ static int arg_of(const uint8_t *k, Py_ssize_t n) {
 
 static void args_init(Args *a) {
     for (int k = 0; k < N_ID_ARGS; k++) {
-        a->ids[k] = -1;
-        a->text[k] = 0;
+        a->ids[k].v = -1;
+        a->ids[k].is_text = 0;
     }
     for (int k = 0; k < N_NUMBER_ARGS; k++) a->hw[k] = NAN;
     for (int k = 0; k < N_SHAPE_ARGS; k++) a->vn[k] = -1;
@@ -616,12 +628,7 @@ static void args_init(Args *a) {
 static int read_args(Scanner *s, Args *a) {
     unsigned seen = 0;
     args_init(a);
-    s->p++; /* '{' */
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return OK;
-    }
+    if (opens_empty(s, '}')) return OK;
     for (;;) {
         Py_ssize_t off, n;
         int r;
@@ -634,7 +641,7 @@ static int read_args(Scanner *s, Args *a) {
         if (which < 0) {
             r = skip_value(s, 2);
         } else if (which < ARG_NUMBER0) {
-            r = read_id(s, &a->ids[which], -1, &a->text[which], &a->toff[which], &a->tn[which]);
+            r = read_id(s, &a->ids[which], -1);
         } else if (which < ARG_SHAPE0) {
             r = read_double(s, &a->hw[which - ARG_NUMBER0], NAN);
         } else if (is_null(s)) {
@@ -712,22 +719,23 @@ static int put_odd(Scanner *s, int32_t col, int64_t row, Py_ssize_t off, Py_ssiz
     return OK;
 }
 
+/* An id into its column, and one read as text into the odd entries too (column ``odd``, row ``row``). */
+static inline int put_id(Scanner *s, Buf *col, const Id *id, int32_t odd, int64_t row) {
+    PUT(*col, int64_t, id->v);
+    return id->is_text ? put_odd(s, odd, row, id->toff, id->tn) : OK;
+}
+
 static int read_event(Scanner *s) {
     const uint8_t *start = s->p;
     unsigned seen = 0;
     Py_ssize_t ph_off = 0, ph_n = 0, name_off = 0, name_n = 0, cat_off = 0, cat_n = 0;
-    Py_ssize_t pid_toff = 0, pid_tn = 0, tid_toff = 0, tid_tn = 0, id_toff = 0, id_tn = 0;
     Py_ssize_t args_off = -1, args_n = -1;
-    int pid_text = 0, tid_text = 0, id_text = 0, esc, r;
-    int64_t pid = 0, tid = 0, id = -1;
+    int esc, r;
+    Id pid = {0, 0, 0, 0}, tid = {0, 0, 0, 0}, id = {-1, 0, 0, 0};
     double ts = 0.0, dur = 0.0;
     Args args;
     args_init(&args);
-    s->p++; /* '{' */
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-    } else {
+    if (!opens_empty(s, '}')) {
         int prev = K_START;
         for (;;) {
             int key = next_key(s, prev);
@@ -758,13 +766,13 @@ static int read_event(Scanner *s) {
                 break;
             }
             case K_PID:
-                r = read_id(s, &pid, 0, &pid_text, &pid_toff, &pid_tn);
+                r = read_id(s, &pid, 0);
                 break;
             case K_TID:
-                r = read_id(s, &tid, 0, &tid_text, &tid_toff, &tid_tn);
+                r = read_id(s, &tid, 0);
                 break;
             case K_ID:
-                r = read_id(s, &id, -1, &id_text, &id_toff, &id_tn);
+                r = read_id(s, &id, -1);
                 break;
             case K_TS:
                 r = read_double(s, &ts, 0.0);
@@ -802,19 +810,16 @@ static int read_event(Scanner *s) {
         if (nc < 0 || cc < 0) return NOMEM;
         PUT(s->x[X_NAME], int32_t, nc);
         PUT(s->x[X_CAT], int32_t, cc);
-        PUT(s->x[X_PID], int64_t, pid);
-        PUT(s->x[X_TID], int64_t, tid);
+        if (put_id(s, &s->x[X_PID], &pid, ODD_PID, row) != OK) return NOMEM;
+        if (put_id(s, &s->x[X_TID], &tid, ODD_TID, row) != OK) return NOMEM;
         PUT(s->x[X_TS], double, ts);
         PUT(s->x[X_DUR], double, dur);
         for (int k = 0; k < N_ID_ARGS; k++) {
-            PUT(s->x[X_ARG0 + k], int64_t, args.ids[k]);
-            if (args.text[k] && put_odd(s, ODD_ARG0 + k, row, args.toff[k], args.tn[k]) != OK) return NOMEM;
+            if (put_id(s, &s->x[X_ARG0 + k], &args.ids[k], ODD_ARG0 + k, row) != OK) return NOMEM;
         }
         for (int k = 0; k < N_NUMBER_ARGS; k++) PUT(s->x[X_HW + k], double, args.hw[k]);
         PUT(s->x[X_ARGS_OFF], int64_t, (int64_t)args_off);
         PUT(s->x[X_ARGS_LEN], int64_t, (int64_t)args_n);
-        if (pid_text && put_odd(s, ODD_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
-        if (tid_text && put_odd(s, ODD_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
         if (args.vn[0] >= 0) {
             int32_t dc = intern(&s->dims, s->base, s->end, args.voff[0], args.vn[0]);
             int32_t tc = args.vn[1] >= 0 ? intern(&s->types, s->base, s->end, args.voff[1], args.vn[1]) : 0;
@@ -828,15 +833,12 @@ static int read_event(Scanner *s) {
         int32_t pc = intern(&s->phs, s->base, s->end, ph_off, ph_n);
         int32_t cc = intern(&s->flcats, s->base, s->end, cat_off, cat_n);
         if (pc < 0 || cc < 0) return NOMEM;
-        PUT(s->fl[F_ID], int64_t, id);
+        if (put_id(s, &s->fl[F_ID], &id, ODD_FL_ID, row) != OK) return NOMEM;
         PUT(s->fl[F_PH], int32_t, pc);
         PUT(s->fl[F_CAT], int32_t, cc);
-        PUT(s->fl[F_PID], int64_t, pid);
-        PUT(s->fl[F_TID], int64_t, tid);
+        if (put_id(s, &s->fl[F_PID], &pid, ODD_FL_PID, row) != OK) return NOMEM;
+        if (put_id(s, &s->fl[F_TID], &tid, ODD_FL_TID, row) != OK) return NOMEM;
         PUT(s->fl[F_TS], double, ts);
-        if (id_text && put_odd(s, ODD_FL_ID, row, id_toff, id_tn) != OK) return NOMEM;
-        if (pid_text && put_odd(s, ODD_FL_PID, row, pid_toff, pid_tn) != OK) return NOMEM;
-        if (tid_text && put_odd(s, ODD_FL_TID, row, tid_toff, tid_tn) != OK) return NOMEM;
     } else if (ph_n == 1 && (ph[0] == 'i' || ph[0] == 'I') && name_n == 8 &&
                memcmp(s->base + name_off, "[memory]", 8) == 0) {
         PUT(s->mem, Py_ssize_t, start - s->base);
@@ -848,11 +850,7 @@ static int read_event(Scanner *s) {
 static int scan_list(Scanner *s) {
     skip_ws(s);
     if (s->p >= s->end || *s->p != '[') return REFUSE;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-    } else {
+    if (!opens_empty(s, ']')) {
         for (;;) {
             if (s->p >= s->end || *s->p != '{') return REFUSE; /* non-object items: msgspec decides */
             int r = read_event(s);
