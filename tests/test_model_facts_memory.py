@@ -16,7 +16,7 @@ from memory_step import measure_step_memory
 tf = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from lmprof.estimate.memory.from_facts import estimate_from_facts  # noqa: E402
+from lmprof.estimate.memory import estimate_memory  # noqa: E402
 from lmprof.measure.model_facts import describe, transformers_config  # noqa: E402
 from lmprof.workloads.training import plain_train_step  # noqa: E402
 
@@ -45,7 +45,7 @@ CONFIGS = {
 def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -> None:
     cfg = CONFIGS[kind]
     facts = describe(dict(cfg), batch=B, seq_len=T, phases=("train",))
-    est = estimate_from_facts(facts, batch=B, seq_len=T, device_kind="cpu")
+    est = estimate_memory(facts, batch=B, seq_len=T, device_kind="cpu")
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(transformers_config(dict(cfg))).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
