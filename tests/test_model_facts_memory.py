@@ -57,3 +57,17 @@ def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -
     assert est.activations == pytest.approx(value["activations"], rel=0.05)
     static = est.params + est.optimizer_state
     assert est.peak - static == pytest.approx(value["peak"] - static, rel=0.05)
+
+
+def test_estimate_memory_refuses_what_a_described_model_has_no_figures_for() -> None:
+    """A model read off the meta device has figures in one dtype and none for adapters or a mask buffer:
+    estimate_memory says so rather than return formulas' figures it did not compute."""
+    from lmprof.errors import ConfigError
+    from lmprof.estimate.memory import Lora
+
+    facts = describe(dict(CONFIGS["dense"]), batch=B, seq_len=T, phases=("train",))
+    for given, says in ((dict(param_dtype="bf16"), "read off the model in one dtype"),
+                        (dict(lora=Lora(rank=8)), "LoRA/QLoRA is not modelled for 'llama'"),
+                        (dict(buffers=0), "a causal-mask buffer size is not modelled for 'llama'")):
+        with pytest.raises(ConfigError, match=says):
+            estimate_memory(facts, batch=B, seq_len=T, **given)
