@@ -16,7 +16,7 @@ from memory_step import measure_step_memory
 tf = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from lmprof.estimate.memory.from_facts import estimate_from_facts  # noqa: E402
+from lmprof.estimate.memory import estimate_memory  # noqa: E402
 from lmprof.measure.model_facts import describe, transformers_config  # noqa: E402
 from lmprof.workloads.training import plain_train_step  # noqa: E402
 
@@ -45,7 +45,7 @@ CONFIGS = {
 def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -> None:
     cfg = CONFIGS[kind]
     facts = describe(dict(cfg), batch=B, seq_len=T, phases=("train",))
-    est = estimate_from_facts(facts, batch=B, seq_len=T, device_kind="cpu")
+    est = estimate_memory(facts, batch=B, seq_len=T, device_kind="cpu")
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(transformers_config(dict(cfg))).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -57,3 +57,17 @@ def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -
     assert est.activations == pytest.approx(value["activations"], rel=0.05)
     static = est.params + est.optimizer_state
     assert est.peak - static == pytest.approx(value["peak"] - static, rel=0.05)
+
+
+def test_estimate_memory_refuses_what_a_described_model_has_no_figures_for() -> None:
+    """A model read off the meta device has figures in one dtype and none for adapters or a mask buffer:
+    estimate_memory says so rather than return formulas' figures it did not compute."""
+    from lmprof.errors import ConfigError
+    from lmprof.estimate.memory import Lora
+
+    facts = describe(dict(CONFIGS["dense"]), batch=B, seq_len=T, phases=("train",))
+    for given, says in ((dict(param_dtype="bf16"), "read off the model in one dtype"),
+                        (dict(lora=Lora(rank=8)), "LoRA/QLoRA is not modelled for 'llama'"),
+                        (dict(buffers=0), "a causal-mask buffer size is not modelled for 'llama'")):
+        with pytest.raises(ConfigError, match=says):
+            estimate_memory(facts, batch=B, seq_len=T, **given)

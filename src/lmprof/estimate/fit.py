@@ -26,7 +26,7 @@ from lmprof.estimate.memory import (
     EstimateOptimizer, MemoryEstimate, Optimizer, estimate_memory, kv_cache_bytes,
 )
 from lmprof.estimate.facts import ModelFacts
-from lmprof.estimate.memory.from_facts import estimate_from_facts
+from lmprof.estimate.memory.from_facts import check_modelled
 from lmprof.estimate.memory.lora import Lora
 from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.shape import ModelShape
@@ -92,41 +92,22 @@ def estimate_plan(
         got = f"{gpus!r}" if len(repr(gpus)) < 30 else f"a {len(repr(gpus))}-digit number"
         raise ConfigError(f"--gpus must be between 1 and {MAX_GPUS:,}, got {got}")
     base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
-    if isinstance(shape, ModelFacts):
-        return _facts_plan(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
-                           optimizer=optimizer, device_kind=device_kind, new_tokens=new_tokens, gpus=gpus,
-                           shard=shard, weights=weights, kv_dtype=kv_dtype, hold_logits=hold_logits,
-                           checkpointing=checkpointing, lora=lora, parallel=parallel)
+    if isinstance(shape, ModelFacts):  # checkpointing is the plan's own option, so the plan asks first
+        check_modelled(shape, dtype=dtype, param_dtype=param_dtype, lora=lora, parallel=parallel,
+                       checkpointing=checkpointing)
     est = estimate_memory(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, param_dtype=param_dtype,
                           attention=attention, optimizer=base_opt, device_kind=device_kind,
                           dropout=dropout, new_tokens=new_tokens, hold_logits=hold_logits, lora=lora,
                           parallel=parallel)
+    if isinstance(shape, ModelFacts):
+        facts = shape
+        layer = facts.layer_param_bytes // max(1, dtype_bytes(dtype))
+        return _rescaled(est, facts.matmul_weights, lambda b, t, w: facts.cache_bytes(b, t, w), layer, None,
+                         mode=mode, optimizer=optimizer, gpus=gpus, shard=shard, weights=weights, kv_dtype=kv_dtype,
+                         checkpointing=False, parallel=None)
     return _rescaled(est, shape.matmul_weights(), lambda b, t, w: kv_cache_bytes(shape, b, t, w),
                      shape.layer_params(), shape, mode=mode, optimizer=optimizer, gpus=gpus, shard=shard,
                      weights=weights, kv_dtype=kv_dtype, checkpointing=checkpointing, parallel=parallel)
-
-
-def _facts_plan(facts: ModelFacts, *, batch: int, seq_len: int, mode: str, dtype: str, param_dtype: str,
-                optimizer: str, device_kind: str, new_tokens: int, gpus: int, shard: Shard, weights: str | None,
-                kv_dtype: str | None, hold_logits: bool, checkpointing: bool, lora: Lora | None,
-                parallel: Parallel | None) -> MemoryEstimate:
-    """:func:`estimate_plan` for a model the describer read: its estimate, rescaled like the formulas'."""
-    for given, what in ((lora is not None, "LoRA/QLoRA"), (parallel is not None and not parallel.trivial,
-                                                             "--tp/--pp"), (checkpointing, "--checkpointing")):
-        if given:
-            raise ConfigError(f"{what} is not modelled for {facts.family!r} (its figures are read off the model, "
-                              "not lmprof's formulas)")
-    if param_dtype != dtype:
-        raise ConfigError(f"{facts.family!r} is read off the model in one dtype: give --param-dtype {dtype} "
-                          f"(autocast of {param_dtype} parameters is not modelled for it)")
-    base_opt: Optimizer = "sgd" if optimizer == "sgd" else "adamw"
-    est = estimate_from_facts(facts, batch=batch, seq_len=seq_len, mode=mode,  # type: ignore[arg-type]
-                              dtype=dtype, optimizer=base_opt, device_kind=device_kind, new_tokens=new_tokens,
-                              hold_logits=hold_logits)
-    layer = facts.layer_param_bytes // max(1, dtype_bytes(dtype))
-    return _rescaled(est, facts.matmul_weights, lambda b, t, w: facts.cache_bytes(b, t, w), layer, None,
-                     mode=mode, optimizer=optimizer, gpus=gpus, shard=shard, weights=weights, kv_dtype=kv_dtype,
-                     checkpointing=False, parallel=None)
 
 
 def _rescaled(est: MemoryEstimate, matmul_weights: int, kv_bytes: Callable[[int, int, int], int], layer_params: int,

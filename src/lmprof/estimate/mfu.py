@@ -21,7 +21,6 @@ from lmprof.dtypes import normalize_dtype
 from lmprof.estimate.flops import (
     DEFAULT_CONVENTIONS,
     FlopConventions,
-    block_costs,
     model_flops_per_step,
     model_flops_per_token,
     phase_costs,
@@ -252,13 +251,8 @@ def fill_block_costs(
             out.append(b)
             continue
         if phase not in cache:
-            costs = (
-                phase_costs(shape, batch=batch, seq_len=seq_len, phase="decode", dtype=dtype,
-                            decode_tokens=decode_tokens, attention=attention, conventions=conventions)
-                if phase == "decode"
-                else block_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
-                                 attention=attention, conventions=conventions)
-            )
+            costs = phase_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                                decode_tokens=decode_tokens, attention=attention, conventions=conventions)
             cache[phase] = {c.name: (c.flops, c.bytes) for c in costs}
         fb = cache[phase].get(b.name)
         out.append(b if fb is None else b.model_copy(update={"flops": fb[0], "bytes": fb[1]}))

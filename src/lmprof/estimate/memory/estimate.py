@@ -1,8 +1,11 @@
-"""The entry point :func:`estimate_memory`: checks the configuration, then estimates training or inference."""
+"""The entry point :func:`estimate_memory`: checks the configuration, then estimates training or inference
+(by lmprof's formulas, or from what the describer read off a model: :mod:`.from_facts`)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+from lmprof.estimate.facts import ModelFacts
+from lmprof.estimate.memory.from_facts import check_modelled, estimate_from_facts
 from lmprof.estimate.memory.infer import infer_estimate, infer_on_device
 from lmprof.estimate.memory.lora import Lora
 from lmprof.estimate.memory.parallel import Parallel, counted as _n
@@ -24,7 +27,7 @@ from lmprof.modes import MODES, Mode, traits
 
 
 def estimate_memory(
-    shape: ModelShape,
+    shape: ModelShape | ModelFacts,
     *,
     batch: int,
     seq_len: int,
@@ -64,7 +67,17 @@ def estimate_memory(
     (:class:`~lmprof.estimate.memory.parallel.Parallel`); the figures are then one device's, ``batch``
     is the micro-batch, and with pipeline stages the estimate is the stage with the higher peak (the
     first, holding ``pp`` micro-batches, or the last, holding the lm_head and the logits).
+
+    ``shape`` may be the describer's :class:`~lmprof.estimate.facts.ModelFacts` of a family the formulas
+    do not know (read in ``dtype`` at ``seq_len`` tokens, with ``param_dtype`` = ``dtype``): the figures are
+    then read off the model (:mod:`.from_facts`), attention and dropout as the model ran; ``lora``,
+    ``parallel`` and ``buffers`` are not modelled for it.
     """
+    if isinstance(shape, ModelFacts):
+        check_modelled(shape, dtype=dtype, param_dtype=param_dtype, lora=lora, parallel=parallel, buffers=buffers)
+        return estimate_from_facts(shape, batch=batch, seq_len=seq_len, mode=mode, dtype=dtype, optimizer=optimizer,
+                                   optimizer_impl=optimizer_impl, master_weights=master_weights,
+                                   device_kind=device_kind, new_tokens=new_tokens, hold_logits=hold_logits)
     _validate(shape, batch, seq_len, mode, dtype, param_dtype, attention, optimizer, optimizer_impl, dropout, new_tokens)
     par = parallel or Parallel()
     par.check(shape)

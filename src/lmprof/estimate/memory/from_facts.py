@@ -15,6 +15,8 @@ from typing import Any
 
 from lmprof.errors import ConfigError
 from lmprof.estimate.facts import ModelFacts
+from lmprof.estimate.memory.lora import Lora
+from lmprof.estimate.memory.parallel import Parallel
 from lmprof.estimate.memory.params import ParamCounts
 from lmprof.estimate.memory.result import AT_PEAK, DTYPE_BYTES, MemoryEstimate, MemoryItem, Optimizer, OptimizerImpl
 from lmprof.estimate.memory.train import _impl, _optimizer_state, _optimizer_temporaries
@@ -28,26 +30,43 @@ def facts_param_counts(facts: ModelFacts) -> ParamCounts:
                        layer_params=facts.layer_param_bytes // max(1, DTYPE_BYTES.get(facts.dtype, 4)))
 
 
+def check_modelled(facts: ModelFacts, *, dtype: str, param_dtype: str, lora: Lora | None = None,
+                   parallel: Parallel | None = None, checkpointing: bool = False, buffers: int | None = None) -> None:
+    """ConfigError naming the first option given that a model read off the meta device has no figures for.
+
+    Its figures are what the model did in one dtype, so neither lmprof's formulas for adapters,
+    parallelism, checkpointing or the built-in GPT's mask buffer nor autocast apply to it.
+    """
+    for given, what in ((lora is not None, "LoRA/QLoRA"), (parallel is not None and not parallel.trivial, "--tp/--pp"),
+                        (checkpointing, "--checkpointing"), (buffers is not None, "a causal-mask buffer size")):
+        if given:
+            raise ConfigError(f"{what} is not modelled for {facts.family!r} (its figures are read off the model, "
+                              "not lmprof's formulas)")
+    if param_dtype != dtype:
+        raise ConfigError(f"{facts.family!r} is read off the model in one dtype: give --param-dtype {dtype} "
+                          f"(autocast of {param_dtype} parameters is not modelled for it)")
+
+
 def estimate_from_facts(
     facts: ModelFacts,
     *,
     batch: int,
     seq_len: int,
-    mode: Mode = "train",
-    dtype: str = "fp32",
-    optimizer: Optimizer = "adamw",
-    optimizer_impl: OptimizerImpl = "auto",
-    master_weights: bool | None = None,
-    device_kind: str = "cuda",
-    new_tokens: int = 0,
-    hold_logits: bool = False,
-    kv_bytes: int | None = None,
+    mode: Mode,
+    dtype: str,
+    optimizer: Optimizer,
+    optimizer_impl: OptimizerImpl,
+    master_weights: bool | None,
+    device_kind: str,
+    new_tokens: int,
+    hold_logits: bool,
 ) -> MemoryEstimate:
     """Every category of memory for one training step or one inference run, from what the describer read.
 
-    ``facts`` must have been read in ``dtype`` (the parameters' and the compute dtype) at ``seq_len``
-    tokens (training; for inference the prompt); other batch sizes are affine in the batch.
-    ``kv_bytes``: bytes per cache element when the cache is kept in another dtype.
+    Reached through :func:`~lmprof.estimate.memory.estimate.estimate_memory`, which holds the defaults
+    and, first, :func:`check_modelled`. ``facts`` must have been read in ``dtype`` (the parameters' and
+    the compute dtype) at ``seq_len`` tokens (training; for inference the prompt); other batch sizes
+    are affine in the batch.
     """
     if dtype != facts.dtype:
         raise ConfigError(f"the model was described in {facts.dtype}, not {dtype}: describe it in {dtype}")
@@ -65,7 +84,7 @@ def estimate_from_facts(
                   attention="sdpa", device_kind=device_kind, dropout=0.0, n_params=facts.params, params=params,
                   buffers=facts.buffer_bytes, source="model", layers=facts.n_layer)
     if traits(mode).generates:
-        return _infer(facts, pp, batch, seq_len, new_tokens, dtype, kv_bytes, common)
+        return _infer(facts, pp, batch, seq_len, new_tokens, dtype, common)
     if facts.train is None:
         raise ConfigError("the model was not described for training (no training pass)")
     t = facts.train
@@ -104,15 +123,14 @@ def estimate_from_facts(
 
 
 def _infer(facts: ModelFacts, pp: ParamCounts, batch: int, seq_len: int, new_tokens: int, dtype: str,
-           kv_bytes: int | None, common: dict[str, Any]) -> MemoryEstimate:
+           common: dict[str, Any]) -> MemoryEstimate:
     """Parameters + the cache at prompt + new tokens + what else the prefill holds at its highest level."""
     peak = facts.prefill_peak_at(batch)
     if peak is None:
         raise ConfigError("the model was not described for inference (no prefill pass)")
-    width = facts.cache_bytes_per_element
     cache_prompt = facts.cache_bytes(batch, seq_len)
     tokens = seq_len + new_tokens
-    kv_cache = facts.cache_bytes(batch, tokens, kv_bytes if kv_bytes is not None else width)
+    kv_cache = facts.cache_bytes(batch, tokens)
     temporaries = max(0, peak - cache_prompt)  # the prefill's activations, the logits of every position
     at_peak = {c: 0 for c in AT_PEAK}
     at_peak.update(params=int(common["params"]), buffers=facts.buffer_bytes,

@@ -15,7 +15,6 @@ from typing import Any, Literal
 from lmprof.analysis.counted_flops import counted_mfu_metrics
 from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
-from lmprof.estimate.memory.from_facts import estimate_from_facts
 from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
@@ -137,12 +136,12 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
                              "is not modelled for a model read off the meta device; memory figures are measured only")
             return None
         if traits(run.mode).generates:
-            return estimate_from_facts(described, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
-                                       device_kind=kind, new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens
-                                       else 0)
+            return estimate_memory(described, batch=f.batch, seq_len=f.seq_len, mode="infer", dtype=f.dtype,
+                                   param_dtype=f.dtype, device_kind=kind,
+                                   new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens else 0)
         if f.optimizer in ESTIMATED_OPTIMIZERS:
-            return estimate_from_facts(described, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype, device_kind=kind,
-                                       optimizer=f.optimizer)  # type: ignore[arg-type]  # checked just above
+            return estimate_memory(described, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype, param_dtype=f.dtype,
+                                   device_kind=kind, optimizer=f.optimizer)  # type: ignore[arg-type]  # checked just above
     if f.shape is None or not f.batch or not f.seq_len:
         return None
     kind = run.env.device.split(":")[0]
