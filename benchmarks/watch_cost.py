@@ -12,10 +12,14 @@ machine's own drifts (on a shared VM, batches of 100 steps vary by 10%) hit both
 which goes first alternates. The steps of lmprof's measured window (and the one after it) are left
 out. The watch is told the plain step's length once its window ends (``_true_step``): between two of its
 boundaries the plain copy steps too, so it would otherwise pace its periodic work for a step twice as
-long, and look cheaper than on a real step of this length. Printed: the median of the paired ratios (under lmprof / plain) and their interquartile range,
-with and without the watch, and the watch's own share (the difference). Also printed: the calls
-alone, timed over many repetitions (a figure machine load barely moves): step_end per step, and take +
-feed per call.
+long, and look cheaper than on a real step of this length. The pairs are taken in blocks of ``BLOCK``
+consecutive ones, each block's ratio the sum of its steps under lmprof over the sum of its plain ones:
+the watch's periodic work (a memory read every few steps, the detectors every N) falls in each block,
+where a median of single steps would leave it out. Printed: the median of the blocks' ratios and their
+interquartile range, with and without the watch, and the watch's own share (the difference); the
+``prof.step()`` call timed inside the loop (per step, averaged per block the same way); the calls alone,
+timed over many repetitions (a figure machine load barely moves): step_end per step, and take + feed per
+call.
 
 Not a test: timings depend on the machine. Run it on a quiet one; the lead takes the figures.
 """
@@ -38,6 +42,8 @@ from lmprof.measure.watch import Watcher, period_for
 from lmprof.pipeline.protocol.windows.watch import FEED_SHARE, watch_of
 from lmprof.record.run import Baseline
 
+# Paired steps per block: a block's ratio holds the watch's periodic work (memory reads, the detectors).
+BLOCK = 16
 # lmprof's measured window, then the first watched step (left out of the series: the profiler's teardown)
 WINDOW = sum(DEFAULT_COUNTS["train"]) + 1 + 1
 
@@ -57,39 +63,56 @@ def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -
     return loss
 
 
-def paired(steps: int, width: int, out: Path, watch: bool) -> tuple[list[float], list[float]]:
-    """(plain, under lmprof) seconds per step, paired: two copies of the model step in turn in one loop, one
-    of them under ``lmprof.profile`` (watched when ``watch``), so a change in the machine's speed hits
-    both sides of a pair; which side goes first alternates. The steps of lmprof's measured window (and
-    the one after it) are left out."""
+def paired(steps: int, width: int, out: Path, watch: bool) -> tuple[list[float], list[float], list[float]]:
+    """(plain, under lmprof, prof.step() alone) seconds per step, paired: two copies of the model step in
+    turn in one loop, one of them under ``lmprof.profile`` (watched when ``watch``), so a change in the
+    machine's speed hits both sides of a pair; which side goes first alternates. The steps of lmprof's
+    measured window (and the one after it) are left out. The third list is the ``prof.step()`` call
+    timed by itself inside the loop: what the whole step pays beyond it is in the hooks."""
     plain_m, plain_o = _model(width)
     model, opt = _model(width)
     x = torch.randn(8, 32, width)
     kw: dict[str, Any] = {"watch": True, "watch_max_captures": 0} if watch else {}
     plain: list[float] = []
     under: list[float] = []
+    calls: list[float] = []
     clock = time.perf_counter
+
+    def watched() -> tuple[float, float]:
+        t0 = clock()
+        loss = _step(model, opt, x)
+        t1 = clock()
+        prof.step(loss=loss)
+        t2 = clock()
+        return t2 - t0, t2 - t1
+
     with lmprof.profile(model, out=out, report=False, verbose=False, **kw) as prof:
         for i in range(WINDOW + steps):
             if i % 2:
                 t0 = clock()
                 _step(plain_m, plain_o, x)
-                t1 = clock()
-                prof.step(loss=_step(model, opt, x))
-                t2 = clock()
-                p, u = t1 - t0, t2 - t1
+                p = clock() - t0
+                u, c = watched()
             else:
+                u, c = watched()
                 t0 = clock()
-                prof.step(loss=_step(model, opt, x))
-                t1 = clock()
                 _step(plain_m, plain_o, x)
-                t2 = clock()
-                u, p = t1 - t0, t2 - t1
+                p = clock() - t0
             plain.append(p)
             under.append(u)
+            calls.append(c)
             if watch and i == WINDOW - 1:
                 _true_step(prof, statistics.median(plain[-10:]))
-    return plain[WINDOW:], under[WINDOW:]
+        if watch:
+            window = watch_of(prof.session.windows)
+            assert window is not None and window.w is not None
+            IN_LOOP.append((statistics.fmean(window._costs), window._every, window.w.memory_every or 1))
+    return plain[WINDOW:], under[WINDOW:], calls[WINDOW:]
+
+
+# Per watched round, as the watch chose them in the loop: (the detectors' feed cost, mean of its last calls,
+# s; their period, steps; the memory read's period, steps)
+IN_LOOP: list[tuple[float, int, int]] = []
 
 
 def _true_step(prof: Any, step_s: float) -> None:
@@ -146,12 +169,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paired(20, args.width, Path(tmp) / "warm", watch=False)  # the first loop pays for torch's first calls
         ratios: dict[bool, list[float]] = {True: [], False: []}
+        calls: dict[bool, list[float]] = {True: [], False: []}
         plain_all: list[float] = []
         for r in range(args.rounds):
             for watch in (True, False):
-                plain, under = paired(args.steps, args.width, Path(tmp) / f"{'w' if watch else 'u'}{r}", watch)
+                plain, under, call = paired(args.steps, args.width, Path(tmp) / f"{'w' if watch else 'u'}{r}", watch)
                 plain_all += plain
-                ratios[watch] += [u / p for p, u in zip(plain, under)]
+                for k in range(0, len(plain) - BLOCK + 1, BLOCK):
+                    ratios[watch].append(sum(under[k:k + BLOCK]) / sum(plain[k:k + BLOCK]))
+                    calls[watch].append(statistics.fmean(call[k:k + BLOCK]))
         p = statistics.median(plain_all)
         baseline = Baseline.from_samples(plain_all[:30])
         end_s = step_end_cost(Path(tmp) / "alone")
@@ -160,15 +186,22 @@ def main() -> None:
     for watch, label in ((True, "watched (lmprof.profile(watch=True))"), (False, "lmprof.profile without the watch")):
         r = np.array(ratios[watch])
         lo, hi = np.percentile(r, [25, 75])
-        print(f"{label}: median of {len(r)} paired step ratios {np.median(r):.4f} "
+        print(f"{label}: median of {len(r)} blocks' ratios of {BLOCK} paired steps {np.median(r):.4f} "
               f"({100 * (np.median(r) - 1):+.2f}%; interquartile {lo:.3f}-{hi:.3f}); plain step median {p * 1e3:.3f} ms")
     w, u = float(np.median(ratios[True])), float(np.median(ratios[False]))
     print(f"the watch's own share: {100 * (w - u):+.2f}% of a step (watched minus unwatched); "
           "goal: the watched loop at most +1% for steps of 10 ms and longer")
+    cw, cu = (statistics.median(calls[k]) for k in (True, False))
+    print(f"prof.step() timed inside the loop (mean of each block, median of blocks): {cw * 1e6:.1f} µs watched, {cu * 1e6:.1f} µs without the watch "
+          f"({100 * (cw - cu) / p:.2f}% of a step; the rest of the watch's share is its hooks: the forward "
+          "pre-hook, the optimizer's)")
     print(f"forward_start + step_end alone: {end_s * 1e6:.1f} µs per step "
           f"({100 * end_s / p:.3f}% of this loop's step)")
-    print(f"take + detectors' feed of 16 rows: {feed_s * 1e6:.1f} µs per call, every {every} step(s): "
-          f"{100 * feed_s / every / p:.3f}% of this loop's step")
+    print(f"take + detectors' feed of 16 rows alone: {feed_s * 1e6:.1f} µs per call (at that cost it would run every "
+          f"{every} step(s): {100 * feed_s / every / p:.3f}% of this loop's step)")
+    cost, period, mem = (statistics.median(v) for v in zip(*IN_LOOP))
+    print(f"in the loop, as the watch chose (median of the rounds): a feed {cost * 1e6:.0f} µs every {period:.0f} steps "
+          f"({100 * cost / period / p:.3f}% of a step), memory read every {mem:.0f} steps")
 
 
 if __name__ == "__main__":

@@ -152,10 +152,10 @@ class DearMemory(FakeMemory):
 
 
 def test_memory_is_read_as_often_as_its_cost_in_the_loop_allows(tmp_path):
-    """The period follows each read's cost as timed in the loop: 39 µs against 0.1% of a 10 ms step is one
+    """The period follows each read's cost as timed in the loop: 19 µs against 0.05% of a 10 ms step is one
     read every 4 steps; the steps between keep NaN and the record says the period."""
     clock = Clock()
-    mem = DearMemory(clock, 39e-6)
+    mem = DearMemory(clock, 19e-6)
     w = Watcher(tmp_path / "watch", clock=clock, timer=None, memory=mem, step_s_hint=0.010, tokens_per_step=64)
     w.start(0)
     for k in range(100):

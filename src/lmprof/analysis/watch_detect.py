@@ -26,6 +26,7 @@ never alerts on itself. Every alert carries its figures with units (:class:`~lmp
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator, Mapping, Sequence
@@ -201,6 +202,10 @@ class WatchAnalyzer:
         self._med_ms = self.baseline.step_s_median * 1e3
         self._spread_ms = self.baseline.step_s_spread * 1e3
         self._drift_limit = window_slow_limit_ms(self._med_ms, self._spread_ms)
+        # A step beyond these may be where an alert begins (the drift limit; a wait of input_share of the
+        # clean step): the watch feeds the detectors sooner after one (windows/watch.py), else on its budget.
+        self.unusual_step_s = self._drift_limit / 1e3 if self.baseline.n >= MIN_SPREAD_SAMPLES else math.inf
+        self.unusual_wait_s = self.rules.input_share * self.baseline.step_s_median
         self._hist = {k: np.empty(0) for k in ("step", "x", "wait")}  # the last window - 1 rows
         self._hist_len = w - 1
         self._open: dict[str, _Open] = {}
@@ -208,15 +213,16 @@ class WatchAnalyzer:
         self._spikes_pending: list[_Spike] = []
         self._wait_clock: str | None = None
         self._mem_col: str | None = None
-        self._recent: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
-        self._thin: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+        # (step, memory) samples: the last fit's worth, and every _thin_every-th of the whole watch
+        self._recent: deque[tuple[float, float]] = deque()
+        self._thin: list[tuple[float, float]] = []
         self._thin_every = 1
         self._thin_seen = 0
         self._since_fit = 0
         self._fits = 0
         self._creep_seen = 0
         self._per_fit: int | None = None  # samples in a fit, set by the first ones (_samples_per_fit)
-        self._first: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+        self._first: list[tuple[float, float]] = []
 
     # -- feeding --------------------------------------------------------------------------------------
 
@@ -431,49 +437,52 @@ class WatchAnalyzer:
                     break
             else:
                 return
-        mem = np.asarray(rows.get(self._mem_col, np.full(len(steps), np.nan)), dtype=np.float64)
-        ok = np.isfinite(mem)
-        if not ok.any():
+        col = rows.get(self._mem_col)
+        if col is None:
             return
-        xs, ys = steps[ok].astype(np.float64), mem[ok]
+        # Plain lists, not numpy, until a fit: a feed brings a few samples, and each numpy call made right
+        # after a training step (cold caches) costs 10-20 µs; the watch feeds its detectors inside the loop.
+        samples = [(float(x), y) for x, y in zip(steps.tolist(), np.asarray(col, dtype=np.float64).tolist())
+                   if math.isfinite(y)]
         if self._per_fit is None:  # the first samples set how many a fit takes
-            xs, ys = np.concatenate([self._first[0], xs]), np.concatenate([self._first[1], ys])
-            if len(xs) < FIRST_SAMPLES:
-                self._first = (xs, ys)
+            self._first += samples
+            if len(self._first) < FIRST_SAMPLES:
                 return
-            self._per_fit = self._samples_per_fit(xs)
-        half = self._per_fit // 2
+            self._per_fit = self._samples_per_fit([x for x, _ in self._first])
+            samples, self._first = self._first, []
+            self._recent = deque(maxlen=self._per_fit)
         # Memory creeps slowly: one fit per half window of samples, the recent stretch and the thinned whole
-        # watch in turn, keeps this to a few µs a step. The samples are taken in the same pieces however the
-        # rows come, so the fits (and the alerts) do not depend on how often the caller feeds.
-        while len(xs):
-            take = half - self._since_fit
-            self._add_samples(xs[:take], ys[:take])
-            xs, ys = xs[take:], ys[take:]
+        # watch in turn. The samples are taken one by one, so the fits (and the alerts) do not depend on
+        # how often the caller feeds.
+        half, keep = self._per_fit // 2, 2 * self._per_fit
+        for xy in samples:
+            self._recent.append(xy)
+            if self._thin_seen % self._thin_every == 0:
+                self._thin.append(xy)
+                if len(self._thin) > keep:
+                    self._thin = self._thin[::2]
+                    self._thin_every *= 2
+            self._thin_seen += 1
+            self._since_fit += 1
             if self._since_fit >= half:
                 self._fit(thin=self._fits % 2 == 1)
 
-    def _samples_per_fit(self, xs: np.ndarray) -> int:
+    def _samples_per_fit(self, xs: list[float]) -> int:
         """The samples of ``creep_window`` steps, from the steps between the first samples (the watch settles
         its reading period in its first steps), at least ``creep_min_samples``."""
         r = self.rules
         every = float(np.median(np.diff(xs[:FIRST_SAMPLES]))) if len(xs) > 1 else 1.0
         return int(min(r.creep_window, max(r.creep_min_samples, r.creep_window // max(every, 1.0))))
 
-    def _add_samples(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        n = self._per_fit or self.rules.creep_window
-        self._recent = (np.concatenate([self._recent[0], xs])[-n:], np.concatenate([self._recent[1], ys])[-n:])
-        self._thin_add(xs, ys)
-        self._since_fit += len(xs)
-
     def _fit(self, thin: bool) -> None:
         n = self._per_fit or self.rules.creep_window
         self._since_fit = 0
         self._fits += 1
-        xs, ys = self._thin if thin else self._recent
-        if len(xs) < n:
+        picked = self._thin if thin else self._recent
+        if len(picked) < n:
             return
-        level = self.baseline.memory_bytes or float(np.median(self._recent[1]))
+        xs, ys = np.array(picked, dtype=np.float64).T
+        level = self.baseline.memory_bytes or float(np.median([y for _, y in self._recent]))
         f = creep_fit(xs, ys, level, self.rules.creep_min_share)
         if f is not None:
             where = f"{len(xs)} samples thinned from the whole watch" if thin else f"the last {n} memory samples"
@@ -481,16 +490,6 @@ class WatchAnalyzer:
             self._creep_seen = self._fits
         elif "memory_creep" in self._open and self._fits - self._creep_seen >= 2:
             self._close("memory_creep")  # neither fit found it any more
-
-    def _thin_add(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Keep every ``_thin_every``-th memory sample of the whole watch, at most twice a fit's samples."""
-        idx = (self._thin_seen + np.arange(len(xs))) % self._thin_every == 0
-        self._thin_seen += len(xs)
-        tx, ty = np.concatenate([self._thin[0], xs[idx]]), np.concatenate([self._thin[1], ys[idx]])
-        while len(tx) > 2 * (self._per_fit or self.rules.creep_window):
-            tx, ty = tx[::2], ty[::2]
-            self._thin_every *= 2
-        self._thin = (tx, ty)
 
     def _creep_alert(self, where: str, f: dict[str, float]) -> None:
         o = self._open.get("memory_creep")

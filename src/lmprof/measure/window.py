@@ -23,13 +23,17 @@ from lmprof.measure.profiling import ProfiledPhase, _activities, export_trace
 STEP_PREFIX = "ProfilerStep#"
 
 
+# Looked up once: the whole-run watch asks at every step of the user's loop.
+_PROFILER_ENABLED: Callable[[], bool] | None = getattr(torch._C._autograd, "_profiler_enabled", None)  # noqa: SLF001
+
+
 def user_profiler_active() -> bool:
     """Whether a torch profiler (torch.profiler, torch.autograd.profiler, emit_nvtx) is running in
     this process. torch has no public call for it: its Python flag, and the C++ state its own
-    record_function consults."""
-    flag = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
-    state = getattr(torch._C._autograd, "_profiler_enabled", None)  # noqa: SLF001 - no public equivalent
-    return flag or bool(state is not None and state())
+    record_function consults (no public equivalent)."""
+    if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+        return True
+    return _PROFILER_ENABLED is not None and bool(_PROFILER_ENABLED())
 
 
 class GiveWay:

@@ -43,9 +43,11 @@ if TYPE_CHECKING:  # a loss tensor can only come from a program that imported to
     import torch
 
 AUTO: Any = object()  # a default that means "what this device has"
-# Reading memory may take this share of a step at most (CUDA's counters cost tens of µs): the watch
-# as a whole is held to 1% of a 10 ms step.
-MEMORY_SHARE = 0.001
+# Reading memory may take this share of a step at most (CUDA's counters, and /proc/self/statm's read,
+# cost tens of µs right after a step): the watch as a whole is held to 1% of a 10 ms step.
+MEMORY_SHARE = 0.0005
+# Steps whose device marks wait before the recorder asks the device about them (a query each, cold).
+POLL_AT = 8
 # How long close() waits for the device to pass the last boundary events before giving up on them.
 CLOSE_WAIT_S = 2.0
 
@@ -102,7 +104,9 @@ class Watcher:
         self._blank = {c.name: (tokens_per_step or NAN) if c.name == "tokens" else NAN if c.dtype == "float64" else 0
                        for c in SERIES_COLUMNS}
         self._cols: Rows = {c.name: np.full(cap, self._blank[c.name], dtype=c.dtype) for c in SERIES_COLUMNS}
-        self._n = 0  # rows in the buffer
+        self._n = 0  # rows in the columns
+        self._staged: list[tuple[Any, ...]] = []  # rows after them, not yet written into the columns
+        self._cap = cap
         self._taken = 0  # rows of the buffer handed out by take()
         self._consumer = False  # take() has been called: spilled rows it has not seen wait in _overflow
         self._overflow: list[Rows] = []
@@ -120,6 +124,7 @@ class Watcher:
         self._mem_in = 0
         self._step = 0
         self.steps = 0
+        self.last_step_s = self.last_wait_s = 0.0  # the last row's step time (own time out) and input wait, s
         self.skipped = 0  # boundaries left out of the series (skip())
         self.first_step: int | None = None
         self.device_dropped = 0
@@ -158,43 +163,61 @@ class Watcher:
         t = self.clock()
         if not self._on:
             return
-        if self._n == len(self._cols["step"]):
+        i = self._n + len(self._staged)
+        if i == self._cap:
             self._make_room(t)
             if not self._on:  # the spill that made room failed: the watch has stopped
                 return
-        i, c = self._n, self._cols
-        c["step"][i] = self._step
-        c["t_s"][i] = t - self._t0
-        c["step_s"][i] = t - self._prev_t
-        if self._fwd_t is not None:
-            c["input_wait_s"][i] = self._fwd_t - self._prev_t
-        if tokens is not None:
-            c["tokens"][i] = tokens
-        c["own_s"][i] = self._own
-        staged = None
+            i = self._n
+        value, staged = NAN, None
         if loss is not None or self._loss is not None:
-            c["loss"][i], staged = self._loss_now(loss if loss is not None else self._loss)
+            value, staged = self._loss_now(loss if loss is not None else self._loss)
             self._loss = None
+        mem = None
         self._mem_in -= 1
         if self._mem is not None and self._mem_in <= 0:
             t_read = self.clock()
-            c["mem_allocated_B"][i], c["mem_reserved_B"][i], c["rss_B"][i] = self._mem.read()
+            mem = self._mem.read()
             if self._adapt:
                 self._read_costs.append(self.clock() - t_read)
                 self._mem_period()
             self._mem_in = self.memory_every or 1
-        self._n += 1
+        # A tuple in a list: numpy's item stores cost about 2 µs each right after a training step (cold
+        # caches), and a step has eight figures; they go into the columns a block at a time (_commit).
+        self._staged.append((self._step, t - self._t0, t - self._prev_t,
+                             NAN if self._fwd_t is None else self._fwd_t - self._prev_t, tokens, self._own, value, mem))
         if self._timer is not None:
             end = self._timer.mark()  # after the loss copy, so the copy is done when this mark is
             self._pending.append((i, self._prev_mark, end, self._fwd_mark, staged))
             self._prev_mark = end
-            self._poll()
+            if len(self._pending) >= POLL_AT:
+                self._poll()
+        self.last_step_s = t - self._prev_t - self._own  # the step as the detectors see it, for a caller's look
+        self.last_wait_s = 0.0 if self._fwd_t is None else self._fwd_t - self._prev_t
         self._prev_t, self._fwd_t, self._fwd_mark = t, None, None
         self._step += 1
         self.steps += 1
         if self._ready() >= self.chunk_rows or t - self._last_flush >= self.flush_every_s:
             self._spill(t)
         self._own = self.clock() - t
+
+    def _commit(self) -> None:
+        """Move the staged rows into the columns."""
+        rows, self._staged = self._staged, []
+        if not rows:
+            return
+        a, b = self._n, self._n + len(rows)
+        c = self._cols
+        step, t_s, step_s, wait, tokens, own, loss, mem = zip(*rows)
+        c["step"][a:b], c["t_s"][a:b], c["step_s"][a:b] = step, t_s, step_s
+        c["input_wait_s"][a:b], c["own_s"][a:b], c["loss"][a:b] = wait, own, loss
+        for k, v in enumerate(tokens):
+            if v is not None:
+                c["tokens"][a + k] = v
+        for k, m in enumerate(mem):
+            if m is not None:
+                c["mem_allocated_B"][a + k], c["mem_reserved_B"][a + k], c["rss_B"][a + k] = m
+        self._n = b
 
     def skip(self) -> None:
         """A step boundary whose step is left out of the series (a captured window profiled it, or the
@@ -215,6 +238,7 @@ class Watcher:
 
     def take(self) -> Rows | None:
         """Copies of the complete rows since the last take (None when there are none)."""
+        self._commit()
         if self._timer is not None:
             self._poll()
         self._consumer = True
@@ -229,6 +253,7 @@ class Watcher:
 
     def latest(self) -> StepSummary | None:
         """The last step's summary (its device time may still be pending: None then)."""
+        self._commit()
         if self._n:
             return StepSummary.from_row(self._cols, self._n - 1)
         return None if self._spilled_last is None else StepSummary.from_row(self._spilled_last)
@@ -263,15 +288,17 @@ class Watcher:
 
     def _loss_now(self, loss: Any) -> tuple[float, Any]:
         """(value now, or NaN with a staged copy to read later)."""
-        if loss is None:
-            return NAN, None
+        if isinstance(loss, float):
+            return loss, None
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(loss, torch.Tensor):
-            if loss.numel() != 1:
-                return NAN, None
-            if loss.device.type == "cpu":
-                return float(loss.item()), None  # item() reads a one-element tensor of any shape, no autograd
-            if self._timer is not None:
+            # Attributes rather than loss.device.type and numel(): this runs in every step, right after it.
+            if loss.is_cpu:
+                try:
+                    return float(loss.item()), None  # no autograd; more than one element raises
+                except RuntimeError:
+                    return NAN, None
+            if self._timer is not None and loss.numel() == 1:
                 return NAN, self._timer.stage(loss)
             return NAN, None  # a device tensor without a device clock: reading it would wait for the device
         try:
@@ -280,7 +307,7 @@ class Watcher:
             return NAN, None
 
     def _ready(self) -> int:
-        return self._pending[0][0] if self._pending else self._n
+        return self._pending[0][0] if self._pending else self._n + len(self._staged)
 
     def _poll(self) -> None:
         timer = self._timer
@@ -291,6 +318,8 @@ class Watcher:
     def _resolve(self, i: int, start: Any, end: Any, fwd: Any, staged: Any, *, done: bool) -> None:
         timer = self._timer
         assert timer is not None
+        if i >= self._n:
+            self._commit()
         c = self._cols
         if done:
             c["device_s"][i] = timer.elapsed_s(start, end)
@@ -310,6 +339,7 @@ class Watcher:
         self._spill(t)
 
     def _spill(self, t: float) -> None:
+        self._commit()
         ready = self._ready()
         self._last_flush = t
         if ready == 0:

@@ -17,6 +17,8 @@ import sys
 import traceback
 from typing import Any, Callable, Protocol, TypeVar
 
+from lmprof.pid import this_pid
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -83,7 +85,7 @@ def guarded(fn: F) -> F:
 def run_guarded(session: Guarded, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``fn`` for ``session`` as :func:`guarded` does (for hooks that are not the session's own
     methods: a trigger's, a window's)."""
-    if session.failed or session.pid != os.getpid():
+    if session.failed or session.pid != this_pid():
         return None  # failed already, or a forked child: the session is its parent's
     try:
         return fn(*args, **kwargs)

@@ -122,8 +122,27 @@ class OptimizerTrigger:
         self._forward_since = self._forward_seen = False
 
     def install(self) -> None:
-        self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
+        self._handles = [register_optimizer_step_pre_hook(self._pre_hook),
+                         register_optimizer_step_post_hook(self._post_hook)]
         self.session.on_done(self.remove)
+
+    # The hooks run in every optimizer step of the user's loop until it ends. After the profiled window
+    # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
+    # they return before the guard and the rest, a few µs a step that the whole-run watch counts.
+    def _pre_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.session.collected or self._recording():
+            self._pre(opt, args, kwargs)
+
+    def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.boundaries or not self.session.collected or self._recording():
+            self._post(opt, args, kwargs)
+
+    def _recording(self) -> bool:
+        """Whether a window records after the profiled one (a capture of the whole-run watch)."""
+        for w in self.session.windows.more:
+            if w.probes() is not None:
+                return True
+        return False
 
     def remove(self) -> None:
         for h in self._handles:
@@ -148,8 +167,7 @@ class OptimizerTrigger:
         """Whether an optimizer step's scope has a recording to go into: always before the profiled window
         is collected; after it, only while a window records (a capture of the whole-run watch). The hooks
         run in every step of the user's loop until it ends, so after the window they return at once."""
-        s = self.session
-        return not s.collected or any(w.probes() is not None for w in s.windows.more)
+        return not self.session.collected or self._recording()
 
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

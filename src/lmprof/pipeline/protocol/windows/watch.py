@@ -5,7 +5,8 @@ Armed from the session's start, it reads the memory in use as the clean window e
 boundary that completes the profiled window, with the clean steps as its baseline. From then on each
 step boundary the session passes on (``steps_after_window`` keeps its triggers) is one row of the
 recorder (measure/watch/), a forward pre-hook on the model marks when the step's first forward begins
-(the input wait), and every N steps (N from the detectors' measured cost, 0.1% of a step) the new
+(the input wait), and every N steps (N from the detectors' measured cost, 0.05% of a step,
+sooner after a few steps in a row beyond the drift limit or waiting long for input) the new
 rows go to the detectors (analysis/watch_detect.py), the live panel and the door's step sink
 (``--log-to``). An alert that a profile of the next steps can explain, SIGUSR2 or a ``capture`` file in
 the run folder asks for a capture (windows/watch_capture.py), rate-limited (analysis/watch_capture.py).
@@ -32,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from lmprof.analysis.watch_capture import CaptureLimiter, diff_runs
 from lmprof.analysis.watch_detect import WatchAnalyzer
 from lmprof.atomic import write_text
@@ -41,6 +40,7 @@ from lmprof.errors import LmprofError
 from lmprof.measure.watch import CaptureRequests, Watcher, period_for
 from lmprof.measure.watch.device import ProcRss, device_edges
 from lmprof.measure.window import user_profiler_active
+from lmprof.pid import this_pid
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
 from lmprof.pipeline.protocol.spec import WatchSpec
@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from lmprof.pipeline.protocol.probes import Probes
     from lmprof.show.watch_panel import WatchPanel
 
-FEED_SHARE = 0.001  # the detectors, the panel and the sink may take this share of a step
-FEED_COST_S = 1e-4  # what one feed of the detectors costs until some are measured (about a hundred µs)
+FEED_SHARE = 0.0005  # the detectors, the panel and the sink may take this share of a step
+UNUSUAL_RUN = 3  # steps in a row beyond the drift limit (or waiting long for input) that bring a feed forward
+FEED_COST_S = 1e-4  # a feed's cost until one is measured: its cost alone (0.5-2 ms in a loop), so the first comes early
 SINK_EVERY_S = 1.0  # the step sink (a tracker) gets the latest step at most this often
 RECENT = 16  # watched steps a capture's clean figure is the median of
 MARK = "this run is being watched: its record (run.json) is written when the script ends\n"
@@ -108,6 +109,11 @@ class WatchWindow(Window):
         self._recent: deque[float] = deque(maxlen=RECENT)  # the last watched steps, own time taken out (s)
         self._since_feed = 0
         self._every = 1
+        self._soon: int | None = None  # feed when _since_feed reaches this (an unusual step was seen)
+        self._unusual_s = self._unusual_wait_s = math.inf
+        self._rows_to_judge = 0
+        self._calm = 0  # steps before another unusual step may bring a feed forward
+        self._unusual_run = 0  # unusual steps in a row, up to the last one
         self._costs: deque[float] = deque([FEED_COST_S], maxlen=9)  # the detectors' last costs per feed (s)
         self._busy = False  # the user's profiler was on at the last boundary
         # The first step after lmprof's profiler stops pays for its teardown (1.4-3.6x a clean step on CPU,
@@ -138,7 +144,7 @@ class WatchWindow(Window):
 
     # -- before the watch ------------------------------------------------------------------------------
     def step_ends(self, step: int) -> None:
-        if self.state != ARMED or os.getpid() != self._pid:
+        if self.state != ARMED or this_pid() != self._pid:
             return
         try:
             if self.ctx.plan.clean_ends(step):
@@ -186,6 +192,8 @@ class WatchWindow(Window):
         self.w = Watcher(folder / WATCH_DIR, device=seen.device.torch_device, tokens_per_step=tokens,
                          step_s_hint=self.base.step_s_median)
         self.an = WatchAnalyzer(self.base)
+        self._unusual_s, self._unusual_wait_s = self.an.unusual_step_s, self.an.unusual_wait_s
+        self._rows_to_judge = self.an.rules.window // 2 + 1
         self._every = period_for(FEED_COST_S, self.base.step_s_median, FEED_SHARE)
         self.requests = CaptureRequests(folder)
         if ctx.spec.verbose:
@@ -207,7 +215,7 @@ class WatchWindow(Window):
 
     def _forward(self, module: Any, args: Any) -> None:
         w = self.w
-        if w is not None and os.getpid() == self._pid:
+        if w is not None and this_pid() == self._pid:
             try:
                 w.forward_start()
             except Exception as exc:  # noqa: BLE001 - inside the user's forward
@@ -215,7 +223,7 @@ class WatchWindow(Window):
 
     # -- each step after the profiled window -------------------------------------------------------------
     def boundary(self) -> None:
-        if self.state != WATCHING or os.getpid() != self._pid:
+        if self.state != WATCHING or this_pid() != self._pid:
             return
         try:
             self._boundary()
@@ -241,6 +249,15 @@ class WatchWindow(Window):
             self._settling = False
         else:
             w.step_end()
+            unusual = w.last_step_s > self._unusual_s or w.last_wait_s > self._unusual_wait_s
+            self._unusual_run = self._unusual_run + 1 if unusual else 0
+            if self._unusual_run >= UNUSUAL_RUN and self._soon is None and self._calm <= 0:
+                # Where an alert may begin (a hiccup is one step, a drift or a starving loader every step): the
+                # detectors look once enough rows follow it for a rolling median to cross, not a budget's
+                # period later; at most once in two windows, so a noisy machine cannot make it a cost.
+                self._soon = self._since_feed + self._rows_to_judge - UNUSUAL_RUN
+                self._calm = 2 * self._rows_to_judge
+        self._calm -= 1
         self._busy = busy
         self._next += 1
         t0 = w.clock()
@@ -249,7 +266,8 @@ class WatchWindow(Window):
         if asked is not None:
             self._want(asked, None)
         self._since_feed += 1
-        if self._since_feed >= self._every or self._wanted is not None:
+        if self._since_feed >= self._every or self._wanted is not None or (self._soon is not None and
+                                                                           self._since_feed >= self._soon):
             self._feed()
         if self._wanted is not None and not busy:
             self._begin_capture()
@@ -260,25 +278,28 @@ class WatchWindow(Window):
         w, an, base = self.w, self.an, self.base
         assert w is not None and an is not None and base is not None
         t0 = w.clock()
-        self._since_feed = 0
+        self._since_feed, self._soon = 0, None
         rows = w.take()
         if rows is not None:
             new = an.feed(rows)
-            self._costs.append(w.clock() - t0)
-            x = rows["step_s"] - np.nan_to_num(rows["own_s"])
-            self._recent.extend(float(v) for v in x[-RECENT:] if math.isfinite(v) and v > 0)
-            summary = StepSummary.from_row(rows)
-            if self.panel is not None:
-                self.panel.update(summary, new)
-            self._stream(summary, t0)
+            for step_s, own_s in zip(rows["step_s"][-RECENT:].tolist(), rows["own_s"][-RECENT:].tolist()):
+                x = step_s - (own_s if math.isfinite(own_s) else 0.0)
+                if math.isfinite(x) and x > 0:
+                    self._recent.append(x)
+            if self.panel is not None or self.spec.sink is not None:
+                summary = StepSummary.from_row(rows)
+                if self.panel is not None:
+                    self.panel.update(summary, new)
+                self._stream(summary, t0)
             for a in new:
                 if any(a is kept for kept in an.alerts):  # beyond a kind's cap it is counted, not kept
                     self._want("alert", a)
             self._save(changed_only=True)
-        # The detectors' cost sets how often they run (the panel, the sink and watch.json are held to their
-        # own rates); the median of the last few, as one slow call (the first: numpy's own warm-up) is no rule.
-        if self._costs:
-            self._every = period_for(float(np.median(self._costs)), base.step_s_median, FEED_SHARE)
+            # The whole feed's cost, timed in the loop (right after a step the caches are cold: 5-15x its cost
+            # timed alone), sets how often it runs: the mean of the last few, as a creep fit every few feeds
+            # costs several plain ones.
+            self._costs.append(w.clock() - t0)
+            self._every = period_for(sum(self._costs) / len(self._costs), base.step_s_median, FEED_SHARE)
 
     def _stream(self, summary: StepSummary, now: float) -> None:
         sink = self.spec.sink
