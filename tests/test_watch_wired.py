@@ -186,9 +186,10 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
     (cap,) = [c for c in w.captures if c.requested_by == "alert"]
     assert w.alerts[cap.alert] is not None and w.alerts[cap.alert].kind == "drift"
     assert drift.first_step < cap.first_step < TERM
-    # seen within a window of steps of the onset: three slow steps in a row bring the detectors' next look
-    # forward to when a rolling median can cross (their own period, set by their cost, is seconds)
-    assert cap.first_step <= drift.first_step + 16
+    # seen within two windows of steps of the onset (a loaded machine's slow steps may have brought a look
+    # forward just before it): three slow steps in a row bring the detectors' next look forward to when a
+    # rolling median can cross; their own period, set by their cost, is a second or two
+    assert cap.first_step <= drift.first_step + 2 * 16
     grew = [(g.kind, g.name) for g in cap.grew if g.beyond_noise]
     assert ("block", "slow") in grew and ("operator", "aten::mm") in grew
     mm = next(g for g in cap.grew if g.name == "aten::mm")

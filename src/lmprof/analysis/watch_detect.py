@@ -224,6 +224,10 @@ class WatchAnalyzer:
         self._per_fit: int | None = None  # samples in a fit, set by the first ones (_samples_per_fit)
         self._first: list[tuple[float, float]] = []
 
+    def is_open(self, kind: str) -> bool:
+        """Whether an alert of ``kind`` is open (its condition held at the last row fed)."""
+        return kind in self._open
+
     # -- feeding --------------------------------------------------------------------------------------
 
     def feed(self, rows: Columns) -> list[WatchAlert]:

@@ -250,13 +250,14 @@ class WatchWindow(Window):
         else:
             w.step_end()
             unusual = w.last_step_s > self._unusual_s or w.last_wait_s > self._unusual_wait_s
-            self._unusual_run = self._unusual_run + 1 if unusual else 0
+            self._unusual_run = self._unusual_run + 1 if unusual and self._news(w) else 0
             if self._unusual_run >= UNUSUAL_RUN and self._soon is None and self._calm <= 0:
                 # Where an alert may begin (a hiccup is one step, a drift or a starving loader every step): the
                 # detectors look once enough rows follow it for a rolling median to cross, not a budget's
-                # period later; at most once in two windows, so a noisy machine cannot make it a cost.
+                # period later. Not while the alert it would raise is open, and at most once in
+                # rows_to_judge + UNUSUAL_RUN steps, so steps that hover at the limit cannot make it a cost.
                 self._soon = self._since_feed + self._rows_to_judge - UNUSUAL_RUN
-                self._calm = 2 * self._rows_to_judge
+                self._calm = self._rows_to_judge + UNUSUAL_RUN
         self._calm -= 1
         self._busy = busy
         self._next += 1
@@ -272,6 +273,13 @@ class WatchWindow(Window):
         if self._wanted is not None and not busy:
             self._begin_capture()
         w.add_own(w.clock() - t0)
+
+    def _news(self, w: Watcher) -> bool:
+        """Whether the last (unusual) step could open an alert that is not open already."""
+        an = self.an
+        assert an is not None
+        return ((w.last_step_s > self._unusual_s and not an.is_open("drift")) or
+                (w.last_wait_s > self._unusual_wait_s and not an.is_open("input_bound")))
 
     def _feed(self) -> None:
         """The rows since the last feed to the detectors, the panel and the sink; captures the alerts ask for."""
