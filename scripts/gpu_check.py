@@ -123,8 +123,8 @@ class Shapes:
     overhead: tuple[str, ...]  # benchmarks/overhead.py
     calibrate: tuple[str, ...]
     oom: tuple[str, ...]  # model of the out-of-memory bisection (the fit check's and the probes')
-    small_layers: int
-    timeout_scale: float  # step limits are sized for the GPU; a shared CPU is slower (the budget still bounds)  # --n-layer of the re-runs that make small traces
+    small_layers: int  # --n-layer of the re-runs that make small traces
+    timeout_scale: float  # step limits are sized for the GPU; a shared CPU is slower (the budget still bounds)
 
 
 GPU = Shapes(

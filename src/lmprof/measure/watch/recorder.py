@@ -124,7 +124,8 @@ class Watcher:
         self._mem_in = 0
         self._step = 0
         self.steps = 0
-        self.last_step_s = self.last_wait_s = 0.0  # the last row's step time (own time out) and input wait, s
+        # the last row's step time as the detectors see it (own time out) and input wait (NaN: no forward), s
+        self.last_step_s, self.last_wait_s = 0.0, NAN
         self.skipped = 0  # boundaries left out of the series (skip())
         self.first_step: int | None = None
         self.device_dropped = 0
@@ -182,18 +183,18 @@ class Watcher:
                 self._read_costs.append(self.clock() - t_read)
                 self._mem_period()
             self._mem_in = self.memory_every or 1
+        step_s = t - self._prev_t
+        wait = NAN if self._fwd_t is None else self._fwd_t - self._prev_t
         # A tuple in a list: numpy's item stores cost about 2 µs each right after a training step (cold
         # caches), and a step has eight figures; they go into the columns a block at a time (_commit).
-        self._staged.append((self._step, t - self._t0, t - self._prev_t,
-                             NAN if self._fwd_t is None else self._fwd_t - self._prev_t, tokens, self._own, value, mem))
+        self._staged.append((self._step, t - self._t0, step_s, wait, tokens, self._own, value, mem))
         if self._timer is not None:
             end = self._timer.mark()  # after the loss copy, so the copy is done when this mark is
             self._pending.append((i, self._prev_mark, end, self._fwd_mark, staged))
             self._prev_mark = end
             if len(self._pending) >= POLL_AT:
                 self._poll()
-        self.last_step_s = t - self._prev_t - self._own  # the step as the detectors see it, for a caller's look
-        self.last_wait_s = 0.0 if self._fwd_t is None else self._fwd_t - self._prev_t
+        self.last_step_s, self.last_wait_s = step_s - self._own, wait  # for a caller's look at the step
         self._prev_t, self._fwd_t, self._fwd_mark = t, None, None
         self._step += 1
         self.steps += 1

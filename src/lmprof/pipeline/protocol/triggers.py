@@ -130,19 +130,12 @@ class OptimizerTrigger:
     # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
     # they return before the guard and the rest, a few µs a step that the whole-run watch counts.
     def _pre_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.session.collected or self._recording():
+        if self._scoping():
             self._pre(opt, args, kwargs)
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.boundaries or not self.session.collected or self._recording():
+        if self.boundaries or self._scoping():
             self._post(opt, args, kwargs)
-
-    def _recording(self) -> bool:
-        """Whether a window records after the profiled one (a capture of the whole-run watch)."""
-        for w in self.session.windows.more:
-            if w.probes() is not None:
-                return True
-        return False
 
     def remove(self) -> None:
         for h in self._handles:
@@ -165,21 +158,25 @@ class OptimizerTrigger:
 
     def _scoping(self) -> bool:
         """Whether an optimizer step's scope has a recording to go into: always before the profiled window
-        is collected; after it, only while a window records (a capture of the whole-run watch). The hooks
-        run in every step of the user's loop until it ends, so after the window they return at once."""
-        return not self.session.collected or self._recording()
+        is collected; after it, only while a window records (a capture of the whole-run watch)."""
+        if not self.session.collected:
+            return True
+        for w in self.session.windows.more:
+            if w.probes() is not None:
+                return True
+        return False
 
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._scoping():
-            return
+        """An optimizer step begins (called by _pre_hook, while :meth:`_scoping`)."""
         if opt is self.chosen or (not self.boundaries and self._steps_model(opt)):
             self.session.optimizer_begin()
 
     @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """An optimizer step ended (called by _post_hook: always with boundaries, else while :meth:`_scoping`)."""
         if not self.boundaries:
-            if not self._scoping() or not self._steps_model(opt):
+            if not self._steps_model(opt):
                 return
             self.session.optimizer_end()
             if not any(o is opt for o in self.session.observed.optimizers):

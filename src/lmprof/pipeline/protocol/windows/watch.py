@@ -249,8 +249,8 @@ class WatchWindow(Window):
             self._settling = False
         else:
             w.step_end()
-            unusual = w.last_step_s > self._unusual_s or w.last_wait_s > self._unusual_wait_s
-            self._unusual_run = self._unusual_run + 1 if unusual and self._news(w) else 0
+            slow, waited = w.last_step_s > self._unusual_s, w.last_wait_s > self._unusual_wait_s  # NaN: False
+            self._unusual_run = self._unusual_run + 1 if (slow or waited) and self._news(slow, waited) else 0
             if self._unusual_run >= UNUSUAL_RUN and self._soon is None and self._calm <= 0:
                 # Where an alert may begin (a hiccup is one step, a drift or a starving loader every step): the
                 # detectors look once enough rows follow it for a rolling median to cross, not a budget's
@@ -274,12 +274,11 @@ class WatchWindow(Window):
             self._begin_capture()
         w.add_own(w.clock() - t0)
 
-    def _news(self, w: Watcher) -> bool:
-        """Whether the last (unusual) step could open an alert that is not open already."""
+    def _news(self, slow: bool, waited: bool) -> bool:
+        """Whether a step that was slow or waited long for input could open an alert not open already."""
         an = self.an
         assert an is not None
-        return ((w.last_step_s > self._unusual_s and not an.is_open("drift")) or
-                (w.last_wait_s > self._unusual_wait_s and not an.is_open("input_bound")))
+        return (slow and not an.is_open("drift")) or (waited and not an.is_open("input_bound"))
 
     def _feed(self) -> None:
         """The rows since the last feed to the detectors, the panel and the sink; captures the alerts ask for."""
