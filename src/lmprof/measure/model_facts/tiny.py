@@ -5,11 +5,13 @@ Used to check the describer against transformers' own random-weight models famil
 patterns keep one layer of every kind they mix (attention, linear attention, SSM, convolution,
 dense and MoE MLPs), experts stay experts, latent attention stays latent. Sizes go to a width of
 64, 4 layers, 4 heads (2 key/value heads), a vocabulary of 128; nested configs (a multimodal
-model's text and vision parts) shrink the same way.
+model's text and vision parts) shrink the same way. A family whose own transformers defaults do not
+build a model that runs gets what its checkpoints set (:data:`FIXES`, each with its reason).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable
 
 LAYERS = 4
 # Config keys and the value every family gets, where its config has the key (an int there).
@@ -53,6 +55,43 @@ SIZES: dict[str, int] = {
 _INDEX_LISTS = ("mlp_only_layers", "moe_layers", "no_rope_layers_ids", "full_attn_idxs", "attn_layer_indices",
                 "hybrid_layer_ids")
 _TOKEN_SUFFIX = "_token_id"
+# Sizes some families leave None by default although their model reads a number there (a checkpoint
+# sets them): filled with the value they would derive to, so the layout stays the family's.
+_UNSET: dict[str, Callable[[Any], int]] = {"head_dim": lambda p: p.hidden_size // p.num_attention_heads,
+                                           "num_key_value_heads": lambda p: p.num_attention_heads}
+# Families whose transformers defaults do not build a model that runs (every checkpoint of theirs sets
+# these): the values such a checkpoint has, at the recipe's sizes. A key is set on every part of the
+# config that has it, else on the config itself. scripts/family_walk.py shows what each one gains.
+FIXES: dict[str, dict[str, Any]] = {
+    # attention layers among the SSM ones (the defaults have none, and transformers' masks need one);
+    # Mamba heads x head size = 2 x the width, as in the family's checkpoints
+    "bamba": {"attn_layer_indices": [1], "mamba_d_head": 32},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+                         "mamba_d_head": 32},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv", "full_attention"]},  # None by default
+    # expert counts and the sparse-attention indexer's sizes, None by default
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
+    "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
+                  "indexer_compress_ratio": 4},
+    # layer counts that must add up to num_hidden_layers
+    "dory": {"n_input_layers": 1, "n_recurrent_layers": 2, "n_output_layers": 1},
+    "hrm_text": {"num_layers_per_stack": 1, "L_cycles": 1, "L_bp_cycles": [1]},
+    # two hybrid (shared-attention) layers, whose attention reads the residual and the embeddings
+    # side by side: twice the width
+    "zamba": {"layers_block_type": ["linear_attention", "hybrid", "linear_attention", "hybrid"],
+              "attention_hidden_size": 128},
+    "zamba2": {"layers_block_type": ["linear_attention", "hybrid", "linear_attention", "hybrid"],
+               "hybrid_layer_ids": [1, 3], "attention_hidden_size": 128},
+    # the last layers reuse the caches of earlier layers of their own kind: one of each kind before them
+    "gemma3n_text": {"layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                     "num_kv_shared_layers": 2},
+    # its cache rounds the key width up to a multiple of 64 and its layers do not: a width where both agree
+    "xlstm": {"hidden_size": 128, "embedding_dim": 128},
+    # at 12 tokens a block-sparse BigBird runs full attention (with a warning); the config says so itself
+    "big_bird": {"attention_type": "original_full"},
+    # the default rope_parameters are empty, and each layer type looks its own up
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+}
 
 
 def _configs(cfg: Any, seen: set[int] | None = None) -> list[Any]:
@@ -110,6 +149,10 @@ def shrink(cfg: Any) -> Any:
                     _set(part, key, "".join(picked) if isinstance(value, str) else picked)
                 elif key in _INDEX_LISTS and isinstance(value, list) and all(isinstance(i, int) for i in value):
                     _set(part, key, [i for i in value if i < LAYERS] or ([1] if value else []))
+        for key, derive in _UNSET.items():
+            if key in fields and fields[key] is None:
+                with contextlib.suppress(AttributeError, TypeError, ZeroDivisionError):  # a part without them
+                    _set(part, key, derive(part))
         _derive(part, fields)
         vocab = getattr(part, "vocab_size", None)
         if isinstance(vocab, int):
@@ -141,4 +184,14 @@ def tiny_config(model_type: str) -> Any:
     """The tiny config of a family: its transformers defaults shrunk by :func:`shrink`."""
     from lmprof.workloads.hf import _transformers
 
-    return shrink(_transformers().AutoConfig.for_model(model_type))
+    return _fixed(shrink(_transformers().AutoConfig.for_model(model_type)), model_type)
+
+
+def _fixed(cfg: Any, model_type: str) -> Any:
+    """``cfg`` with the family's :data:`FIXES` applied."""
+    parts = _configs(cfg)
+    for key, value in FIXES.get(model_type, {}).items():
+        having = [p for p in parts if key in vars(p)] or [cfg]
+        for part in having:
+            _set(part, key, value)
+    return cfg
