@@ -377,7 +377,7 @@ def test_calibrate_oom_says_which_sizes_fit(cli, monkeypatch):
 
 def test_a_sweep_records_cpu_oom_as_oom():
     from lmprof.sweep.runner import classify
-    from lmprof.sweep.worker import is_oom
+    from lmprof.errors import is_oom
 
     assert is_oom(RuntimeError(CPU_OOM))
     assert classify(1, ["Traceback ...", f"RuntimeError: {CPU_OOM}", "lmprof.sweep: RuntimeError: x"], False)[0] == "oom"

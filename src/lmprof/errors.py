@@ -5,6 +5,9 @@ bug and keeps its traceback.
 """
 from __future__ import annotations
 
+import re
+import sys
+
 
 class LmprofError(Exception):
     """A problem with the user's input or environment, reported as one line without a traceback."""
@@ -24,3 +27,21 @@ class DataError(LmprofError):
 
 class OutOfMemory(LmprofError):
     """A run asked for more memory than the device has; the message says what ran out and what fits."""
+
+
+class WorkloadError(LmprofError):
+    """The model itself fails: its step raised under lmprof and raises again run plainly, without lmprof."""
+
+
+# CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.
+OOM_TEXT = re.compile(r"out of memory|can'?t allocate memory|cannot allocate memory|\bOOM\b", re.IGNORECASE)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for the ways an out-of-memory shows up in Python: MemoryError, torch's OOM, its message."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom_cls = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    if oom_cls is not None and isinstance(exc, oom_cls):
+        return True
+    return bool(OOM_TEXT.search(str(exc)))

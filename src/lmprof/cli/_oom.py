@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 from lmprof.config import InferConfig, TrainConfig
-from lmprof.errors import OutOfMemory
+from lmprof.errors import OutOfMemory, is_oom
 
 _TRIED_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
 _TRIED_UNITS = re.compile(r"tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b", re.IGNORECASE)
@@ -66,8 +66,6 @@ def human(n: float) -> str:
 @contextlib.contextmanager
 def oom_guard(what: str, fit: Fit | None = None, device_kind: str = "cpu", hint: str = "") -> Iterator[None]:
     """Turn an out-of-memory inside the block into OutOfMemory naming ``what`` ran out and what fits."""
-    from lmprof.sweep.worker import is_oom
-
     text = None
     try:
         yield

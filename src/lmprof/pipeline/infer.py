@@ -12,7 +12,7 @@ from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.protocol.observed import Known
-from lmprof.pipeline.protocol.own_loop import close, drive_generations, own_session
+from lmprof.pipeline.protocol.own_loop import close, drive_generations, own_session, the_models_own_failures
 from lmprof.record.run import Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
@@ -50,6 +50,11 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     return run
 
 
+def _plain_generation(work: InferWorkload) -> None:
+    with torch.inference_mode():
+        generate(work)
+
+
 def _generation_row(work: InferWorkload, tokens: torch.Tensor, i: int) -> dict[str, Any]:
     row: dict[str, Any] = {"sequence": i, "new_token_ids": tokens[i].tolist()}
     if work.tokenizer is not None:
@@ -67,7 +72,8 @@ def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, P
     config.update(described, seq_len=work.prompt.size(1), device_resolved=str(device))
     if cfg.hf or cfg.hf_config:
         config["hf"] = cfg.hf or cfg.hf_config
-    with incomplete_until_saved(folder):
+    # lmprof infer is given a model, not a program: when the model's own generation fails, one line says so
+    with incomplete_until_saved(folder), the_models_own_failures(lambda: _plain_generation(work), "generation"):
         run = measure_inference(work, cfg, folder, config)
         run.save(folder)
     return run, folder

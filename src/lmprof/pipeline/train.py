@@ -20,7 +20,7 @@ from lmprof.hardware.devices import Device, resolve_device
 from lmprof.pipeline.budget import check_duration
 from lmprof.pipeline.protocol.folder import incomplete_until_saved, run_folder
 from lmprof.pipeline.protocol.observed import Known
-from lmprof.pipeline.protocol.own_loop import close, drive_steps, own_session
+from lmprof.pipeline.protocol.own_loop import close, drive_steps, own_session, the_models_own_failures
 from lmprof.record.catalogue import LOSS
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
@@ -82,7 +82,8 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
         raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
     work, described = train_workload(cfg, device)
     folder = out_dir or run_folder(cfg.out, "train", cfg.label(), device, batch=cfg.batch_size)
-    with incomplete_until_saved(folder):
+    # lmprof train is given a model, not a program: when the model's own step fails, one line says so
+    with incomplete_until_saved(folder), the_models_own_failures(TrainStep(work, cfg.dtype), "training step"):
         run = measure_training(work, cfg, folder, run_config(cfg, described, work, device))
         run.save(folder)
     return run, folder

@@ -19,7 +19,7 @@ from typing import IO, Callable, Iterator, Protocol
 
 from lmprof import gc_hold
 from lmprof.atomic import write_text
-from lmprof.errors import ConfigError
+from lmprof.errors import OOM_TEXT, ConfigError
 from lmprof.outdir import check_output_dir
 from lmprof.record.run import Run
 from lmprof.record.store import DB_NAME, FAILED, Store
@@ -142,8 +142,8 @@ def classify(returncode: int, log_lines: list[str], has_record: bool) -> tuple[s
         except ValueError:
             name = f"signal {-returncode}"
         return "error", f"the worker died from {name}" + (f" ({last})" if last else "")
-    if any(worker.OOM_TEXT.search(ln) for ln in lines[-50:]):
-        oom_line = next(ln for ln in reversed(lines) if worker.OOM_TEXT.search(ln))
+    if any(OOM_TEXT.search(ln) for ln in lines[-50:]):
+        oom_line = next(ln for ln in reversed(lines) if OOM_TEXT.search(ln))
         return "oom", oom_line[:300]
     return "error", (last or f"the worker exited with code {returncode}")[:300]
 

@@ -20,13 +20,14 @@ can check how a sweep records an OOM without exhausting memory.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
+
+from lmprof.errors import is_oom
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -37,18 +38,6 @@ RESULT_PREFIX = "lmprof.sweep: "
 RUNNER_PID_ENV = "LMPROF_SWEEP_RUNNER_PID"
 FAKE_OOM_ENV = "LMPROF_SWEEP_FAKE_OOM"
 THREADS_ENV = "LMPROF_SWEEP_THREADS"  # the point's thread count, where its executor sets one (Ray)
-# CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.
-OOM_TEXT = re.compile(r"out of memory|can'?t allocate memory|cannot allocate memory|\bOOM\b", re.IGNORECASE)
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for the ways an out-of-memory shows up in Python: MemoryError, torch's OOM, its message."""
-    if isinstance(exc, MemoryError):
-        return True
-    oom_cls = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
-    if oom_cls is not None and isinstance(exc, oom_cls):
-        return True
-    return bool(OOM_TEXT.search(str(exc)))
 
 
 def one_line(exc: BaseException) -> str:

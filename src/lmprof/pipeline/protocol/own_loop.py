@@ -16,6 +16,7 @@ from typing import Any, Callable
 from lmprof import progress
 from lmprof.config import MeasureSpec
 from lmprof.counts import Counts
+from lmprof.errors import LmprofError, WorkloadError, is_oom
 from lmprof.hardware.devices import Device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.modes import Mode
@@ -69,6 +70,42 @@ def stopped_on_error(session: Session) -> Iterator[None]:
     except BaseException:
         session.abandon()
         raise
+
+
+@contextlib.contextmanager
+def the_models_own_failures(again: Callable[[], object], what: str) -> Iterator[None]:
+    """A failure inside the block that is the model's own becomes one line (:class:`WorkloadError`).
+
+    Whose failure it is, the model's or lmprof's, is asked of the model itself: ``again()`` (one plain
+    step or generation: no profiler, the session's hooks removed by then) runs once more. When it raises
+    too, the model fails without lmprof (a transformers model that cannot train at this sequence
+    length, say), and the user gets that in one line; when it runs, the failure came from lmprof and
+    goes on with its traceback. lmprof's own errors, out-of-memory (the CLI names what fits) and
+    interrupts pass untouched.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, LmprofError) or is_oom(exc):
+            raise
+        try:
+            again()
+        except Exception as plain:  # noqa: BLE001 - any failure of the model's own code
+            if is_oom(plain):
+                raise exc from None
+            raise WorkloadError(f"the model's {what} fails without lmprof too ({_said(plain)}): the model or "
+                                "its settings, not the measurement") from exc
+        raise
+
+
+def _said(exc: BaseException, most: int = 200) -> str:
+    """``Type: first line`` of an error, cut after a sentence when the line is long."""
+    lines = str(exc).strip().splitlines()
+    first = " ".join(lines[0].split()) if lines else ""
+    if len(first) > most:
+        end = first.rfind(". ", 0, most)
+        first = first[: end + 1] if end > 0 else first[:most] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def steps_planned(session: Session) -> int:
