@@ -31,7 +31,7 @@ def test_a_failure_the_plain_step_repeats_is_the_models() -> None:
         with the_models_own_failures(again, "training step"):
             raise RuntimeError("size mismatch in the model")
     assert ran == [1]
-    assert str(info.value) == ("the model's training step fails without lmprof too (RuntimeError: size mismatch in "
+    assert str(info.value) == ("the model's training step fails again run plainly, with no profiler or hooks (RuntimeError: size mismatch in "
                                "the model): the model or its settings, not the measurement")
     assert isinstance(info.value.__cause__, RuntimeError)  # the failure under lmprof, kept for a debugger
 
@@ -96,7 +96,7 @@ def test_cli_says_in_one_line_when_the_model_fails_without_lmprof(cli, monkeypat
     calls = _broken_forward(monkeypatch, lambda n: True)
     code, _, err = cli(verb, "--hf-config", "tiny-gpt2", *COUNTS, *extra, "--out", tmp_path)
     what = "training step" if verb == "train" else "generation"
-    line = one_line_error(code, err, f"the model's {what} fails without lmprof too (ValueError: the model's own bug)")
+    line = one_line_error(code, err, f"the model's {what} fails again run plainly, with no profiler or hooks (ValueError: the model's own bug)")
     assert "not the measurement" in line
     assert len(calls) == 2  # the failing call under lmprof, and the plain one that fails again
 

@@ -28,7 +28,7 @@ SIZES: dict[str, int] = {
     **dict.fromkeys(("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads",
                      "num_key_value_groups"), 2),
     **dict.fromkeys(("head_dim", "kv_channels", "head_size"), 16),
-    **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input"), 128),
+    **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input", "unpadded_vocab_size"), 128),
     "emb_dim": 64, "hidden_size_per_layer_input": 16,
     **dict.fromkeys(("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
                      "max_sequence_length", "original_max_position_embeddings"), 128),

@@ -76,11 +76,11 @@ def stopped_on_error(session: Session) -> Iterator[None]:
 def the_models_own_failures(again: Callable[[], object], what: str) -> Iterator[None]:
     """A failure inside the block that is the model's own becomes one line (:class:`WorkloadError`).
 
-    Whose failure it is, the model's or lmprof's, is asked of the model itself: ``again()`` (one plain
-    step or generation: no profiler, the session's hooks removed by then) runs once more. When it raises
-    too, the model fails without lmprof (a transformers model that cannot train at this sequence
-    length, say), and the user gets that in one line; when it runs, the failure came from lmprof and
-    goes on with its traceback. lmprof's own errors, out-of-memory (the CLI names what fits) and
+    Whose failure it is, the model's or the measurement's, is asked of the model itself: ``again()`` (one
+    plain step or generation: no profiler, the session's hooks removed by then) runs once more. When it
+    raises too, the model fails without the measurement (a transformers model that cannot train at this
+    sequence length, say), and the user gets that in one line; when it runs, the failure came from the
+    measurement and goes on with its traceback. lmprof's own errors, out-of-memory (the CLI names what fits) and
     interrupts pass untouched.
     """
     try:
@@ -93,8 +93,8 @@ def the_models_own_failures(again: Callable[[], object], what: str) -> Iterator[
         except Exception as plain:  # noqa: BLE001 - any failure of the model's own code
             if is_oom(plain):
                 raise exc from None
-            raise WorkloadError(f"the model's {what} fails without lmprof too ({_said(plain)}): the model or "
-                                "its settings, not the measurement") from exc
+            raise WorkloadError(f"the model's {what} fails again run plainly, with no profiler or hooks "
+                                f"({_said(plain)}): the model or its settings, not the measurement") from exc
         raise
 
 
