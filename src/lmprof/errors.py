@@ -30,7 +30,7 @@ class OutOfMemory(LmprofError):
 
 
 class WorkloadError(LmprofError):
-    """The model itself fails: its step raised under lmprof and raises again run plainly, without lmprof."""
+    """The model itself fails: its step raised under lmprof and raises again run plainly (no profiler, no hooks)."""
 
 
 # CUDA/MPS say "out of memory"; PyTorch's CPU allocator says "can't allocate memory"; the OS says ENOMEM.

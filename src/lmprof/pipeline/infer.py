@@ -72,8 +72,9 @@ def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, P
     config.update(described, seq_len=work.prompt.size(1), device_resolved=str(device))
     if cfg.hf or cfg.hf_config:
         config["hf"] = cfg.hf or cfg.hf_config
-    # lmprof infer is given a model, not a program: when the model's own generation fails, one line says so
-    with incomplete_until_saved(folder), the_models_own_failures(lambda: _plain_generation(work), "generation"):
-        run = measure_inference(work, cfg, folder, config)
+    with incomplete_until_saved(folder):
+        # lmprof infer is given a model, not a program: when the model's own generation fails, one line says so
+        with the_models_own_failures(lambda: _plain_generation(work), "generation"):
+            run = measure_inference(work, cfg, folder, config)
         run.save(folder)
     return run, folder

@@ -82,9 +82,10 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
         raise ConfigError("fp16 training is not supported on CPU here: use bf16 or fp32")
     work, described = train_workload(cfg, device)
     folder = out_dir or run_folder(cfg.out, "train", cfg.label(), device, batch=cfg.batch_size)
-    # lmprof train is given a model, not a program: when the model's own step fails, one line says so
-    with incomplete_until_saved(folder), the_models_own_failures(TrainStep(work, cfg.dtype), "training step"):
-        run = measure_training(work, cfg, folder, run_config(cfg, described, work, device))
+    with incomplete_until_saved(folder):
+        # lmprof train is given a model, not a program: when the model's own step fails, one line says so
+        with the_models_own_failures(TrainStep(work, cfg.dtype), "training step"):
+            run = measure_training(work, cfg, folder, run_config(cfg, described, work, device))
         run.save(folder)
     return run, folder
 

@@ -80,8 +80,8 @@ def the_models_own_failures(again: Callable[[], object], what: str) -> Iterator[
     plain step or generation: no profiler, the session's hooks removed by then) runs once more. When it
     raises too, the model fails without the measurement (a transformers model that cannot train at this
     sequence length, say), and the user gets that in one line; when it runs, the failure came from the
-    measurement and goes on with its traceback. lmprof's own errors, out-of-memory (the CLI names what fits) and
-    interrupts pass untouched.
+    measurement and goes on with its traceback. lmprof's own errors, out-of-memory (the CLI names what
+    fits) and interrupts pass untouched.
     """
     try:
         yield
