@@ -107,3 +107,17 @@ def test_cli_keeps_the_traceback_when_a_plain_step_runs(cli, monkeypatch, tmp_pa
     with pytest.raises(ValueError, match="the model's own bug"):
         cli("train", "--hf-config", "tiny-gpt2", *COUNTS, "--seq-len", "16", "-b", "2", "--out", tmp_path)
     assert len(calls) == 3
+
+
+def test_infer_keeps_the_traceback_when_transformers_generate_runs_what_lmprofs_loop_cannot(cli, monkeypatch,
+                                                                                          tmp_path) -> None:
+    # The referee of a generation is transformers' own generate(): a failure of lmprof's cache driver alone
+    # is lmprof's, not the model's.
+    from lmprof.workloads.decoding import HFDecoder
+
+    def step(self, token):  # type: ignore[no-untyped-def]
+        raise IndexError("lmprof's cache driver")
+
+    monkeypatch.setattr(HFDecoder, "step", step)
+    with pytest.raises(IndexError, match="cache driver"):
+        cli("infer", "--hf-config", "tiny-gpt2", *COUNTS, "--prompt-len", "8", "--new-tokens", "2", "--out", tmp_path)

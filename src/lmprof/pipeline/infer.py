@@ -18,7 +18,7 @@ from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
 from lmprof.workloads.builders import infer_workload
 from lmprof.workloads.describe import attention_path
-from lmprof.workloads.inference import InferWorkload, generate
+from lmprof.workloads.inference import InferWorkload, generate, own_generation
 from lmprof.workloads.precision import dtype_name
 
 
@@ -50,11 +50,6 @@ def measure_inference(work: InferWorkload, spec: MeasureSpec, out_dir: Path, con
     return run
 
 
-def _plain_generation(work: InferWorkload) -> None:
-    with torch.inference_mode():
-        generate(work)
-
-
 def _generation_row(work: InferWorkload, tokens: torch.Tensor, i: int) -> dict[str, Any]:
     row: dict[str, Any] = {"sequence": i, "new_token_ids": tokens[i].tolist()}
     if work.tokenizer is not None:
@@ -74,7 +69,7 @@ def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, P
         config["hf"] = cfg.hf or cfg.hf_config
     with incomplete_until_saved(folder):
         # lmprof infer is given a model, not a program: when the model's own generation fails, one line says so
-        with the_models_own_failures(lambda: _plain_generation(work), "generation"):
+        with the_models_own_failures(lambda: own_generation(work), "generation"):
             run = measure_inference(work, cfg, folder, config)
         run.save(folder)
     return run, folder

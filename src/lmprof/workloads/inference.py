@@ -56,3 +56,18 @@ def generate(work: InferWorkload, on_forward: Callable[[], object] | None = None
             on_forward()
         tokens.append(token)
     return torch.cat(tokens, dim=1)
+
+
+def own_generation(work: InferWorkload) -> None:
+    """The model's own greedy generation of the same tokens, as a referee of whose failure one is:
+    transformers' ``generate()`` for its models (not lmprof's cache driver), the greedy loop above for
+    the built-in GPT, whose own it is."""
+    from lmprof.workloads.hf_interface import is_generation_model
+
+    with torch.inference_mode():
+        if is_generation_model(work.model):
+            kv_cache = bool(getattr(work.decoder, "kv_cache", True))
+            work.model.generate(work.prompt, max_new_tokens=work.new_tokens, min_new_tokens=work.new_tokens,  # type: ignore[operator]  # GenerationMixin.generate
+                                do_sample=False, use_cache=kv_cache)
+        else:
+            generate(work)
