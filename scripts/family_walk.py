@@ -61,11 +61,11 @@ def walk_one(model_type: str) -> dict[str, Any]:
         ids = torch.randint(3, 100, (B, T))
         params = sum(p.numel() for p in model.parameters())
         model.eval()
-        with torch.no_grad(), flop_counter() as fc:
+        with torch.no_grad(), flop_counter(by_module=False) as fc:
             model(input_ids=ids, use_cache=True)
         prefill = fc.get_total_flops()
         model.train()
-        with flop_counter() as fc:
+        with flop_counter(by_module=False) as fc:
             model(input_ids=ids, labels=ids).loss.backward()
         real = (params, prefill, fc.get_total_flops())
     except Exception as exc:  # noqa: BLE001

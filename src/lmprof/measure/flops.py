@@ -201,10 +201,35 @@ _SDPA_OFF_CUDA: dict[Any, Callable[..., int]] = {
 _EXTRA_FORMULAS: dict[Any, Callable[..., int]] = {**_SDPA_OFF_CUDA, _aten._grouped_mm: _grouped_mm}
 
 
-def flop_counter() -> FlopCounterMode:
+class _WholeStep:
+    """FlopCounterMode's module tracker for a count of the whole step: every FLOP goes to "Global".
+
+    torch's ModuleTracker hooks every module's outputs for backward, and those hooks fail on outputs no
+    gradient flows to the way they expect: a module that returns one of its parameters under inference
+    mode (GPT-NeoX-Japanese's attention returns its bias: 'NoneType' object has no attribute
+    'next_functions'), or an expert that got no token in a training step (DBRX: "Expected gradient
+    function to be set"). A total needs none of it.
+    """
+
+    parents = frozenset({"Global"})  # FlopCounterMode charges each op to every name in set(parents)
+
+    def __enter__(self) -> "_WholeStep":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def flop_counter(by_module: bool = True) -> FlopCounterMode:
     """torch's FlopCounterMode with the formulas it lacks added: SDPA's ops off CUDA and the grouped
-    matmul of mixture-of-experts layers (see the module docstring)."""
-    return FlopCounterMode(display=False, custom_mapping=_EXTRA_FORMULAS)
+    matmul of mixture-of-experts layers (see the module docstring). ``by_module`` False: totals only
+    (``get_total_flops``), without torch's module hooks (:class:`_WholeStep` says why)."""
+    mode = FlopCounterMode(display=False, custom_mapping=_EXTRA_FORMULAS)
+    if not by_module:
+        # A private attribute of torch's: if it is ever renamed this sets nothing, and the count keeps
+        # torch's tracker (tests/test_flops_whole_step.py checks the tracker is off).
+        mode.mod_tracker = _WholeStep()  # type: ignore[assignment]
+    return mode
 
 
 def formulas() -> dict[Any, Callable[..., int]]:
@@ -456,7 +481,7 @@ class StepFlops:
     """
 
     def __init__(self) -> None:
-        self._mode = flop_counter()
+        self._mode = flop_counter(by_module=False)
         self.marks: list[int] = []
         self._on = False
 
@@ -491,14 +516,14 @@ def count_causal_lm_flops(model: torch.nn.Module, ids: torch.Tensor) -> PhaseFlo
     The decode step feeds the first token back on the prefill's cache, so it attends to T + 1
     positions. Measured (torch's own counter), never estimated.
     """
-    with flop_counter() as fc:
+    with flop_counter(by_module=False) as fc:
         model(input_ids=ids, labels=ids).loss.backward()
     train = fc.get_total_flops()
     with torch.no_grad():
-        with flop_counter() as fc:
+        with flop_counter(by_module=False) as fc:
             out = model(input_ids=ids, use_cache=True)
         prefill = fc.get_total_flops()
-        with flop_counter() as fc:
+        with flop_counter(by_module=False) as fc:
             keyword, cache = require_cache(model, out)
             model(input_ids=ids[:, :1], use_cache=True, **{keyword: cache})
         decode = fc.get_total_flops()

@@ -14,7 +14,7 @@ from lmprof.config import DEFAULT_SEQ_LEN, InferConfig, ModelSpec, TrainConfig
 from lmprof.errors import ConfigError, DataError
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import model_scopes
-from lmprof.workloads.data import CharDataset, SyntheticBatches
+from lmprof.workloads.data import CharDataset, SyntheticBatches, random_tokens
 from lmprof.workloads.decoding import Decoder, GPTDecoder, HFDecoder, decoder_for
 from lmprof.workloads.gpt import GPT
 from lmprof.workloads.gpt_config import GPTConfig, preset
@@ -108,6 +108,7 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
     loaded = _load_hf(cfg, torch.float32, cfg.seed)  # fp32 master weights, autocast does the rest
     model = loaded.model.to(device.torch_device).train()
     context = hfmod.context_length(model) or 1024
+    vocab, special = hfmod.token_space(model)
     seq_len = cfg.seq_len or min(64, context)
     if seq_len > context:
         raise ConfigError(f"seq_len {seq_len} exceeds the model's context of {context}")
@@ -122,7 +123,7 @@ def hf_train_workload(cfg: TrainConfig, device: Device, wrap: Wrap | None = None
 
     work = TrainWorkload(
         model=model, optimizer=_optimizer(cfg, model),
-        batches=SyntheticBatches(int(loaded.config.vocab_size), cfg.batch_size, seq_len, cfg.seed),
+        batches=SyntheticBatches(vocab, cfg.batch_size, seq_len, cfg.seed, avoid=special),
         device=device, loss_fn=loss_fn, tokens_per_step=cfg.batch_size * seq_len, shape=hfmod.shape_of(model),
         batch_size=cfg.batch_size, seq_len=seq_len, attention="sdpa" if impl != "eager" else "math",
         optimizer_name=cfg.optimizer, dropout=training_dropout(model), notes=notes,
@@ -165,7 +166,8 @@ def _local_tokenizer(folder: str) -> Any:
         raise DataError(f"cannot load a tokenizer from {folder}: {' '.join(str(exc).split())[:160]}") from None
 
 
-def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) -> torch.Tensor:
+def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str],
+               special: frozenset[int] = frozenset()) -> torch.Tensor:
     if cfg.prompt_ids is not None:
         if cfg.prompt is not None:
             raise ConfigError("give either --prompt or --prompt-ids, not both")
@@ -187,7 +189,7 @@ def _prompt_ids(cfg: InferConfig, tokenizer: Any, vocab: int, notes: list[str]) 
         row = torch.tensor(ids, dtype=torch.long)
         return row.unsqueeze(0).repeat(cfg.batch_size, 1)
     gen = torch.Generator().manual_seed(cfg.seed)
-    return torch.randint(vocab, (cfg.batch_size, cfg.prompt_len), generator=gen)
+    return random_tokens(vocab, (cfg.batch_size, cfg.prompt_len), gen, special)
 
 
 def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dict[str, Any]]:
@@ -207,7 +209,7 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         model, tokenizer = loaded.model, loaded.tokenizer
         context = hfmod.context_length(model)
         shape = hfmod.shape_of(model)
-        vocab = int(loaded.config.vocab_size)
+        vocab, special = hfmod.token_space(model)
         described = {"model_name": loaded.name, "model_source": loaded.source, "model_type": loaded.config.model_type,
                      # what the model really runs (transformers' choice), not lmprof's built-in default
                      "attention": attention_implementation(model) or "unknown"}
@@ -222,9 +224,10 @@ def infer_workload(cfg: InferConfig, device: Device) -> tuple[InferWorkload, dic
         # (a compiled training run before this one may have turned them off).
         model_scopes(not cfg.compile)
         context, shape, vocab = gcfg.block_size, gcfg.shape(), gcfg.vocab_size
+        special = frozenset()
         described = {"model": gcfg.to_dict()}
     model = model.to(device.torch_device).eval()
-    prompt = _prompt_ids(cfg, tokenizer, vocab, notes).to(device.torch_device)
+    prompt = _prompt_ids(cfg, tokenizer, vocab, notes, special).to(device.torch_device)
     if context is not None and prompt.size(1) + cfg.new_tokens > context:
         raise ConfigError(
             f"prompt of {prompt.size(1)} tokens + {cfg.new_tokens} new tokens exceeds the model's context of {context}")

@@ -6,29 +6,47 @@ them to the device is part of the measured ``data`` block.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 import torch
 
 from lmprof.errors import ConfigError, DataError
 
 
-class SyntheticBatches:
-    """Uniform random tokens, seeded. Targets are the inputs shifted by one, like real LM data."""
+def random_tokens(vocab_size: int, shape: tuple[int, ...], gen: torch.Generator,
+                  avoid: Collection[int] = ()) -> torch.Tensor:
+    """Token ids drawn uniformly from ``range(vocab_size)`` less ``avoid``: a model's special tokens, such
+    as a multimodal model's image token, whose presence makes its forward expect what random text has
+    not (pixels, padding). With nothing to avoid, the same stream as ``torch.randint``."""
+    skip = sorted({i for i in avoid if 0 <= i < vocab_size})
+    if not skip:
+        return torch.randint(vocab_size, shape, generator=gen)
+    if len(skip) >= vocab_size:
+        raise ConfigError(f"every one of the model's {vocab_size} token ids is a special token")
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[skip] = False
+    ids = allowed.nonzero().squeeze(1)
+    return ids[torch.randint(ids.numel(), shape, generator=gen)]
 
-    def __init__(self, vocab_size: int, batch_size: int, seq_len: int, seed: int = 0):
+
+class SyntheticBatches:
+    """Uniform random tokens, seeded (the model's special tokens left out: :func:`random_tokens`). Targets
+    are the inputs shifted by one, like real LM data."""
+
+    def __init__(self, vocab_size: int, batch_size: int, seq_len: int, seed: int = 0, avoid: Collection[int] = ()):
         if batch_size <= 0:
             raise ConfigError(f"batch size must be positive, got {batch_size}")
         if seq_len <= 0:
             raise ConfigError(f"sequence length must be positive, got {seq_len}")
         self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
+        self.avoid = frozenset(avoid)
         self.gen = torch.Generator().manual_seed(seed)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = torch.randint(self.vocab_size, (self.batch_size, self.seq_len + 1), generator=self.gen)
+        tokens = random_tokens(self.vocab_size, (self.batch_size, self.seq_len + 1), self.gen, self.avoid)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 

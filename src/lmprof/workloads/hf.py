@@ -5,6 +5,7 @@ user passes ``download=True``: an uncached hub id is a clear error, never a hang
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -190,8 +191,54 @@ def config_dict(model: torch.nn.Module | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def context_length(model: torch.nn.Module) -> int | None:
+def _text_config(model: torch.nn.Module) -> Any:
+    """The config of the model's language part: the config itself, or a multimodal config's text config."""
     cfg = getattr(model, "config", None)
+    get = getattr(cfg, "get_text_config", None)
+    if callable(get):
+        try:
+            return get()
+        except Exception:  # noqa: BLE001 - a family's own config code; the config itself then
+            return cfg
+    return cfg
+
+
+def token_space(model: torch.nn.Module) -> tuple[int, frozenset[int]]:
+    """How many token ids the model takes (its input embedding's rows, else its text config's
+    ``vocab_size``) and its special ids: every ``*_token_id`` / ``*_token_index`` of its config and the
+    configs nested in it (bos, eos, pad, a multimodal model's image and audio tokens). ConfigError when
+    neither tells the vocabulary."""
+    vocab = None
+    with contextlib.suppress(Exception):  # not every module implements it
+        emb = model.get_input_embeddings()  # type: ignore[operator]  # transformers' PreTrainedModel method
+        if isinstance(emb, torch.nn.Embedding):
+            vocab = emb.num_embeddings
+    if vocab is None:
+        v = getattr(_text_config(model), "vocab_size", None)
+        vocab = v if isinstance(v, int) and not isinstance(v, bool) else None
+    if vocab is None:
+        raise ConfigError(f"cannot tell how many token ids {type(model).__name__} takes (no input embedding, no "
+                          "vocab_size in its config)")
+    special: set[int] = set()
+    seen: set[int] = set()
+    todo = [getattr(model, "config", None)]
+    while todo:
+        cfg = todo.pop()
+        if cfg is None or id(cfg) in seen or not hasattr(cfg, "__dict__"):
+            continue
+        seen.add(id(cfg))
+        for key, value in vars(cfg).items():
+            if key.endswith(("_token_id", "_token_index", "_token_ids")):
+                for v in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(v, int) and not isinstance(v, bool):
+                        special.add(v)
+            elif hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                todo.append(value)  # a nested config (text, vision, audio parts)
+    return vocab, frozenset(i for i in special if 0 <= i < vocab)
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    cfg = _text_config(model)
     for key in ("n_positions", "max_position_embeddings"):
         v = getattr(cfg, key, None)
         if isinstance(v, int):

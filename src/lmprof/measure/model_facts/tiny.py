@@ -61,7 +61,8 @@ _UNSET: dict[str, Callable[[Any], int]] = {"head_dim": lambda p: p.hidden_size /
                                            "num_key_value_heads": lambda p: p.num_attention_heads}
 # Families whose transformers defaults do not build a model that runs (every checkpoint of theirs sets
 # these): the values such a checkpoint has, at the recipe's sizes. A key is set on every part of the
-# config that has it, else on the config itself. scripts/family_walk.py shows what each one gains.
+# config that has it, else on the config itself; ``a.b`` sets ``b`` of the nested config ``a``.
+# scripts/family_walk.py shows what each one gains.
 FIXES: dict[str, dict[str, Any]] = {
     # attention layers among the SSM ones (the defaults have none, and transformers' masks need one);
     # Mamba heads x head size = 2 x the width, as in the family's checkpoints
@@ -70,6 +71,12 @@ FIXES: dict[str, dict[str, Any]] = {
                          "mamba_d_head": 32},
     "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv", "full_attention"]},  # None by default
     # expert counts and the sparse-attention indexer's sizes, None by default
+    # the attention reads rope_theta from attn_config, which lacks it; clip_qkv None fails torch.clamp
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
+    # its causal LM refuses an encoder config; the axial position embeddings must cover the width and
+    # the sequence, and the attention chunks divide it
+    "reformer": {"is_decoder": True, "axial_pos_shape": (3, 4), "axial_pos_embds_dim": (32, 32),
+                 "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2},
     "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
     "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
                   "indexer_compress_ratio": 4},
@@ -191,6 +198,10 @@ def _fixed(cfg: Any, model_type: str) -> Any:
     """``cfg`` with the family's :data:`FIXES` applied."""
     parts = _configs(cfg)
     for key, value in FIXES.get(model_type, {}).items():
+        if "." in key:  # a nested config the key is missing from
+            owner, name = key.split(".", 1)
+            _set(getattr(cfg, owner), name, value)
+            continue
         having = [p for p in parts if key in vars(p)] or [cfg]
         for part in having:
             _set(part, key, value)
