@@ -45,3 +45,19 @@ def is_oom(exc: BaseException) -> bool:
     if oom_cls is not None and isinstance(exc, oom_cls):
         return True
     return bool(OOM_TEXT.search(str(exc)))
+
+
+def first_line(exc: BaseException, most: int = 200) -> str:
+    """An error's message as one line of at most ``most`` characters, for a one-line refusal: its first
+    line; where that line only introduces what follows (it ends in ':', as huggingface_hub's config
+    validation errors do), the cause's message or the next line; cut after a sentence when long; the
+    type's name when the message is empty."""
+    lines = [" ".join(ln.split()) for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    if text.endswith(":"):
+        cause = exc.__cause__
+        text = first_line(cause, most) if cause is not None else " ".join(lines[:2])
+    if len(text) > most:
+        end = text.rfind(". ", 0, most)
+        text = text[: end + 1] if end > 0 else text[:most] + "..."
+    return text or type(exc).__name__

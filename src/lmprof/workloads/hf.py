@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lmprof import safejson
-from lmprof.errors import ConfigError, DataError, LmprofError
+from lmprof.errors import ConfigError, DataError, LmprofError, first_line
 from lmprof.estimate.models import known_config, known_models
 from lmprof.estimate.shape import ModelShape
 
@@ -71,6 +71,20 @@ def _dtype_kw(tf: Any, dtype: torch.dtype) -> dict[str, Any]:
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
+def refusals(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """What transformers raises for a config or folder it refuses (read as the user's input, one line):
+    ValueError and kin, and since transformers 5 the strict-dataclass validation errors of
+    huggingface_hub, which derive from Exception alone (ZAYA's "supports num_experts_per_tok=1 only")."""
+    found: list[type[BaseException]] = [ValueError, KeyError, TypeError, AttributeError, AssertionError, *more]
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub validates nothing of its own
+        pass
+    else:
+        found.append(StrictDataclassError)
+    return tuple(found)
+
+
 def config_for(name: str, **overrides: Any) -> Any:
     """A transformers config for a known architecture name or a local config.json."""
     tf = _transformers()
@@ -82,8 +96,8 @@ def config_for(name: str, **overrides: Any) -> Any:
         safejson.load_file(path / "config.json" if path.is_dir() else path)
         try:
             cfg = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # truncated JSON, unknown model_type, ...
-            raise DataError(f"cannot read the Hugging Face config {path}: {_first_line(exc)}") from None
+        except refusals(OSError) as exc:  # truncated JSON, unknown model_type, values it validates away
+            raise DataError(f"cannot read the Hugging Face config {path}: {first_line(exc, 300)}") from None
     elif name in KNOWN_CONFIGS:
         model_type, kw = KNOWN_CONFIGS[name]
         cfg = tf.AutoConfig.for_model(model_type, **kw)
@@ -95,7 +109,11 @@ def config_for(name: str, **overrides: Any) -> Any:
                           "or a config.json path")
     for k, v in overrides.items():
         if v is not None:
-            setattr(cfg, k, v)
+            try:
+                setattr(cfg, k, v)
+            except refusals() as exc:  # a strict config validates each value set
+                raise ConfigError(f"this {getattr(cfg, 'model_type', '')} config refuses {k}={v!r}: "
+                                  f"{first_line(exc, 300)}") from None
     layers = overrides.get("num_hidden_layers")
     if layers is not None:
         # Per-layer lists (attention type per layer) must shrink or grow with the layer count.
@@ -139,9 +157,10 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool =
         raise DataError(f"cannot load a causal LM from {path}: its weights file holds Python objects, not only "
                         "tensors, and lmprof never unpickles those (nothing was executed); use safetensors "
                         "weights") from None
-    except (OSError, ValueError, KeyError, EOFError) as exc:
-        if local:
-            raise DataError(f"cannot load a causal LM from {path}: {_first_line(exc)}") from None
+    except refusals(OSError, EOFError) as exc:
+        # a cached hub model that is there but refused is the folder's problem, like a local one's
+        if local or not isinstance(exc, (OSError, ValueError, KeyError, EOFError)):
+            raise DataError(f"cannot load a causal LM from {name_or_path}: {first_line(exc, 300)}") from None
         raise DataError(
             f"model {name_or_path!r} is not in the local Hugging Face cache (offline); "
             "pass a local folder, --download to fetch it, or --hf-config for random weights"
@@ -152,12 +171,6 @@ def load(name_or_path: str, dtype: torch.dtype = torch.float32, download: bool =
     except Exception:  # noqa: BLE001 - a model without tokenizer files is still profilable
         tokenizer = None
     return HFModel(model, tokenizer, name_or_path, "local path" if local else "hub cache")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text[:300]
 
 
 def shape_of(model: torch.nn.Module) -> ModelShape | None:

@@ -179,10 +179,10 @@ class _Meta:
 
 
 def _fail(cfg: Any, what: str, exc: BaseException) -> ConfigError:
-    from lmprof.measure.model_facts.meta import _first_line
+    from lmprof.errors import first_line
 
     return ConfigError(f"cannot describe {getattr(cfg, 'model_type', '?')!r}: its {what} failed on the meta device "
-                       f"({type(exc).__name__}: {_first_line(exc)})")
+                       f"({type(exc).__name__}: {first_line(exc)})")
 
 
 def describe(config: Any, *, batch: int = 1, seq_len: int = 16, context: int | None = None, dtype: str = "fp32",

@@ -28,16 +28,11 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lmprof.errors import ConfigError
+from lmprof.errors import ConfigError, first_line
 from lmprof.estimate.models import check_config_sizes
 from lmprof.workloads.precision import TORCH_DTYPES
 
 _FLASH = 1  # torch's SDPBackend.FLASH_ATTENTION
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:200]
 
 
 def transformers_config(config: Any) -> Any:
@@ -45,7 +40,7 @@ def transformers_config(config: Any) -> Any:
 
     ConfigError (one line) when transformers does not know the ``model_type`` or refuses the values.
     """
-    from lmprof.workloads.hf import _transformers
+    from lmprof.workloads.hf import _transformers, refusals
 
     tf = _transformers()
     if isinstance(config, tf.PretrainedConfig):
@@ -59,9 +54,9 @@ def transformers_config(config: Any) -> Any:
     check_config_sizes(config)
     try:
         return tf.AutoConfig.for_model(model_type, **kw)
-    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
+    except refusals() as exc:
         raise ConfigError(f"transformers {tf.__version__} cannot read this {model_type!r} config: "
-                          f"{_first_line(exc)}") from None
+                          f"{first_line(exc)}") from None
 
 
 def build_on_meta(config: Any, dtype: str = "fp32", attention: str | None = None) -> torch.nn.Module:
@@ -85,7 +80,7 @@ def build_on_meta(config: Any, dtype: str = "fp32", attention: str | None = None
                 cfg, **_dtype_kw(tf, TORCH_DTYPES[dtype]), **({"attn_implementation": attention} if attention else {}))
     except Exception as exc:  # noqa: BLE001 - transformers raises anything; the user gets one line
         raise ConfigError(f"cannot build {model_type!r} from this config with transformers {tf.__version__}: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {first_line(exc)}") from None
     assert isinstance(model, torch.nn.Module)
     return model
 

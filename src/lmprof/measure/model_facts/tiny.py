@@ -77,6 +77,7 @@ FIXES: dict[str, dict[str, Any]] = {
     # the sequence, and the attention chunks divide it
     "reformer": {"is_decoder": True, "axial_pos_shape": (3, 4), "axial_pos_embds_dim": (32, 32),
                  "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2},
+    "zaya": {"num_experts_per_tok": 1},  # its config refuses any other top-k when read from a file
     "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
     "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
                   "indexer_compress_ratio": 4},

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from lmprof import progress
 from lmprof.config import MeasureSpec
 from lmprof.counts import Counts
-from lmprof.errors import LmprofError, WorkloadError, is_oom
+from lmprof.errors import LmprofError, WorkloadError, first_line, is_oom
 from lmprof.hardware.devices import Device
 from lmprof.measure.energy import EnergyMonitor
 from lmprof.modes import Mode
@@ -98,14 +98,8 @@ def the_models_own_failures(again: Callable[[], object], what: str) -> Iterator[
         raise
 
 
-def _said(exc: BaseException, most: int = 200) -> str:
-    """``Type: first line`` of an error, cut after a sentence when the line is long."""
-    lines = str(exc).strip().splitlines()
-    first = " ".join(lines[0].split()) if lines else ""
-    if len(first) > most:
-        end = first.rfind(". ", 0, most)
-        first = first[: end + 1] if end > 0 else first[:most] + "..."
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def steps_planned(session: Session) -> int:
