@@ -56,3 +56,14 @@ def test_lmprof_infer_runs_a_multimodal_config(cli, tmp_path) -> None:
                        "--prompt-len", "8", "--new-tokens", "2", "--device", "cpu", "--energy", "off",
                        "--out", tmp_path / "runs")
     assert code == 0, err
+
+
+def test_ids_stay_below_what_the_model_predicts_as_well_as_what_it_embeds() -> None:
+    # Moshi embeds one more id (its padding) than it predicts: a label of 128 was out of bounds.
+    from lmprof.measure.model_facts.tiny import tiny_config
+    from lmprof.workloads.hf import token_space
+
+    model = tf.AutoModelForCausalLM.from_config(tiny_config("moshi"))
+    rows, classes = model.get_input_embeddings().num_embeddings, model.get_output_embeddings().out_features
+    assert rows > classes
+    assert token_space(model)[0] == classes

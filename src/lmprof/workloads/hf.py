@@ -217,18 +217,22 @@ def _text_config(model: torch.nn.Module) -> Any:
 
 
 def token_space(model: torch.nn.Module) -> tuple[int, frozenset[int]]:
-    """How many token ids the model takes (its input embedding's rows, else its text config's
-    ``vocab_size``) and its special ids: every ``*_token_id`` / ``*_token_index`` of its config and the
+    """How many token ids the model takes and predicts (the fewer of its input embedding's rows and
+    its output layer's classes, else its text config's ``vocab_size``) and its special ids: every ``*_token_id`` / ``*_token_index`` of its config and the
     configs nested in it (bos, eos, pad, a multimodal model's image and audio tokens). ConfigError when
     neither tells the vocabulary."""
-    vocab = None
-    with contextlib.suppress(Exception):  # not every module implements it
+    sizes = []
+    with contextlib.suppress(Exception):  # not every module implements them
         emb = model.get_input_embeddings()  # type: ignore[operator]  # transformers' PreTrainedModel method
         if isinstance(emb, torch.nn.Embedding):
-            vocab = emb.num_embeddings
-    if vocab is None:
-        v = getattr(_text_config(model), "vocab_size", None)
-        vocab = v if isinstance(v, int) and not isinstance(v, bool) else None
+            sizes.append(emb.num_embeddings)
+        head = model.get_output_embeddings()  # type: ignore[operator]
+        if isinstance(head, torch.nn.Linear):
+            sizes.append(head.out_features)  # the labels are the inputs: Moshi embeds 129 ids, predicts 128
+    v = getattr(_text_config(model), "vocab_size", None)
+    if not sizes and isinstance(v, int) and not isinstance(v, bool):
+        sizes.append(v)
+    vocab = min(sizes) if sizes else None
     if vocab is None:
         raise ConfigError(f"cannot tell how many token ids {type(model).__name__} takes (no input embedding, no "
                           "vocab_size in its config)")
