@@ -56,3 +56,19 @@ def test_every_family_builds_on_meta_with_the_real_models_parameter_count() -> N
         if count != int(row["params"].replace(",", "")):
             wrong[family] = (count, row["params"])
     assert not wrong
+
+
+def test_a_heterogeneous_config_keeps_its_per_layer_kind_and_reads_back_from_its_file(tmp_path) -> None:
+    # Gemma 4's full-attention layers have a head size of their own (transformers' per_layer_config). The
+    # recipe moves that override to the full-attention layer it keeps, shrunk as the global head was;
+    # before, the override pointed at layers the tiny model lacks, and its config.json did not read back.
+    cfg = tiny_config("gemma4_text")
+    model = tf.AutoModelForCausalLM.from_config(cfg)
+    kinds = cfg.layer_types
+    heads = [layer.self_attn.head_dim for layer in model.model.layers]
+    assert "full_attention" in kinds and "sliding_attention" in kinds
+    assert {h for h, k in zip(heads, kinds) if k == "full_attention"} == {32}
+    assert {h for h, k in zip(heads, kinds) if k == "sliding_attention"} == {16}
+    path = tmp_path / "config.json"
+    path.write_text(cfg.to_json_string())
+    assert tf.AutoConfig.from_pretrained(str(path), local_files_only=True).to_dict()["per_layer_config"]

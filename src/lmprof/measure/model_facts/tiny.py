@@ -29,7 +29,8 @@ SIZES: dict[str, int] = {
                      "num_key_value_groups"), 2),
     **dict.fromkeys(("head_dim", "kv_channels", "head_size"), 16),
     **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input", "unpadded_vocab_size"), 128),
-    "emb_dim": 64, "hidden_size_per_layer_input": 16,
+    "emb_dim": 64, "hidden_size_per_layer_input": 16, "adapter_in_dim": 64, "adapter_out_dim": 64,
+    "adapter_input_size": 64,
     **dict.fromkeys(("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
                      "max_sequence_length", "original_max_position_embeddings"), 128),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"), 4),
@@ -77,6 +78,8 @@ FIXES: dict[str, dict[str, Any]] = {
     # the sequence, and the attention chunks divide it
     "reformer": {"is_decoder": True, "axial_pos_shape": (3, 4), "axial_pos_embds_dim": (32, 32),
                  "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2},
+    # its sliding-window layers' heads are whole (nope + rope of their own, 24 + 8), not latent ones
+    "dots3_note": {"head_dim": 32}, "dots3_note_text": {"head_dim": 32},
     "zaya": {"num_experts_per_tok": 1},  # its config refuses any other top-k when read from a file
     "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
     "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
@@ -141,6 +144,8 @@ def _set(cfg: Any, key: str, value: Any) -> None:
 def shrink(cfg: Any) -> Any:
     """``cfg`` (a transformers config) with every size of :data:`SIZES` it has set small, in place."""
     for part in _configs(cfg):
+        if vars(part).get("_heterogeneity_spec") is not None:  # per-layer sizes: the global ones are shrunk
+            _set(part, "allow_global_per_layer_attribute_access", True)
         fields = dict(vars(part))
         n_old = next((fields[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
                       if isinstance(fields.get(k), int)), None)
@@ -171,6 +176,8 @@ def shrink(cfg: Any) -> Any:
                     _set(part, key, [v if v < vocab else 2 for v in value if isinstance(v, int)])
             if getattr(part, "pad_token_id", None) is None and "pad_token_id" in fields:
                 _set(part, "pad_token_id", 0)
+        if "allow_global_per_layer_attribute_access" in vars(part):
+            _set(part, "allow_global_per_layer_attribute_access", False)
     return cfg
 
 
@@ -192,7 +199,47 @@ def tiny_config(model_type: str) -> Any:
     """The tiny config of a family: its transformers defaults shrunk by :func:`shrink`."""
     from lmprof.workloads.hf import _transformers
 
-    return _fixed(shrink(_transformers().AutoConfig.for_model(model_type)), model_type)
+    tf = _transformers()
+    full = tf.AutoConfig.for_model(model_type)
+    before = full.to_dict()  # shrink works in place
+    cfg = _fixed(shrink(full), model_type)
+    after = cfg.to_dict()
+    if _per_layer(before, after):  # a heterogeneous config: rebuilt from its dict, which it validates
+        after.pop("model_type", None)
+        cfg = tf.AutoConfig.for_model(model_type, **after)
+    return cfg
+
+
+def _per_layer(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Move the per-layer overrides of a heterogeneous config (transformers' ``per_layer_config``:
+    Gemma 4's full-attention layers with a head size of their own) to the layers the recipe kept, their
+    sizes shrunk as the global ones were; overrides of layers left out go. In the dicts of the full and
+    the shrunk config, nested parts included; True when there was any."""
+    found = False
+    for key, value in after.items():
+        if isinstance(value, dict) and isinstance(before.get(key), dict) and key != "per_layer_config":
+            found |= _per_layer(before[key], value)
+    overrides = before.get("per_layer_config")
+    n_old = before.get("num_hidden_layers")
+    if not isinstance(overrides, dict) or not overrides or not isinstance(n_old, int):
+        return found
+    kinds = before.get("layer_types")
+    if not isinstance(kinds, list) or len(kinds) != n_old:  # no kinds named: the overrides are the kinds
+        kinds = [repr(overrides.get(f"{i:02d}", overrides.get(str(i)))) for i in range(n_old)]
+    kept = _keep(n_old, kinds) if n_old > LAYERS else list(range(n_old))
+    moved: dict[str, dict[str, Any]] = {}
+    for old, values in overrides.items():
+        if int(old) not in kept or not isinstance(values, dict):
+            continue
+        scaled = {}
+        for name, v in values.items():
+            was, now = before.get(name), after.get(name)
+            if isinstance(v, int) and isinstance(was, int) and isinstance(now, int) and was > 0:
+                v = max(1, round(v * now / was))
+            scaled[name] = v
+        moved[str(kept.index(int(old)))] = scaled
+    after["per_layer_config"] = moved
+    return True
 
 
 def _fixed(cfg: Any, model_type: str) -> Any:
