@@ -27,7 +27,7 @@ SIZES: dict[str, int] = {
                      "encoder_attention_heads", "num_query_heads"), 4),
     **dict.fromkeys(("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads",
                      "num_key_value_groups"), 2),
-    **dict.fromkeys(("head_dim", "kv_channels", "head_size"), 16),
+    **dict.fromkeys(("head_dim", "kv_channels", "head_size", "d_head"), 16),
     **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input", "unpadded_vocab_size"), 128),
     "emb_dim": 64, "hidden_size_per_layer_input": 16, "adapter_in_dim": 64, "adapter_out_dim": 64,
     "adapter_input_size": 64,
