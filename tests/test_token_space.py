@@ -67,3 +67,14 @@ def test_ids_stay_below_what_the_model_predicts_as_well_as_what_it_embeds() -> N
     rows, classes = model.get_input_embeddings().num_embeddings, model.get_output_embeddings().out_features
     assert rows > classes
     assert token_space(model)[0] == classes
+
+
+def test_a_config_without_a_position_limit_has_no_context_length() -> None:
+    # XLNet says max_position_embeddings = -1 (relative positions): before, every run was refused with
+    # "exceeds the model's context of -1".
+    from lmprof.measure.model_facts.tiny import tiny_config
+    from lmprof.workloads.hf import context_length
+
+    cfg = tiny_config("xlnet")
+    assert getattr(cfg, "max_position_embeddings", getattr(cfg, "n_positions", None)) == -1
+    assert context_length(tf.AutoModelForCausalLM.from_config(cfg)) is None

@@ -255,9 +255,11 @@ def token_space(model: torch.nn.Module) -> tuple[int, frozenset[int]]:
 
 
 def context_length(model: torch.nn.Module) -> int | None:
+    """The longest sequence the model's config allows; None when it names no limit (XLNet's -1: relative
+    positions, no table to run past)."""
     cfg = _text_config(model)
     for key in ("n_positions", "max_position_embeddings"):
         v = getattr(cfg, key, None)
-        if isinstance(v, int):
-            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v if v > 0 else None
     return None
