@@ -218,9 +218,9 @@ def _text_config(model: torch.nn.Module) -> Any:
 
 def token_space(model: torch.nn.Module) -> tuple[int, frozenset[int]]:
     """How many token ids the model takes and predicts (the fewer of its input embedding's rows and
-    its output layer's classes, else its text config's ``vocab_size``) and its special ids: every ``*_token_id`` / ``*_token_index`` of its config and the
-    configs nested in it (bos, eos, pad, a multimodal model's image and audio tokens). ConfigError when
-    neither tells the vocabulary."""
+    its output layer's classes, else its text config's ``vocab_size``) and its special ids: every
+    ``*_token_id`` / ``*_token_index`` of its config and the configs nested in it (bos, eos, pad, a
+    multimodal model's image and audio tokens). ConfigError when neither tells the vocabulary."""
     sizes = []
     with contextlib.suppress(Exception):  # not every module implements them
         emb = model.get_input_embeddings()  # type: ignore[operator]  # transformers' PreTrainedModel method

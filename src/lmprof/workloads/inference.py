@@ -67,7 +67,8 @@ def own_generation(work: InferWorkload) -> None:
     with torch.inference_mode():
         if is_generation_model(work.model):
             kv_cache = bool(getattr(work.decoder, "kv_cache", True))
-            work.model.generate(work.prompt, max_new_tokens=work.new_tokens, min_new_tokens=work.new_tokens,  # type: ignore[operator]  # GenerationMixin.generate
-                                do_sample=False, use_cache=kv_cache)
+            own: Callable[..., Any] = getattr(work.model, "generate")  # noqa: B009 - GenerationMixin's, untyped on Module
+            own(work.prompt, max_new_tokens=work.new_tokens, min_new_tokens=work.new_tokens, do_sample=False,
+                use_cache=kv_cache)
         else:
             generate(work)
