@@ -73,8 +73,8 @@ FIXES: dict[str, dict[str, Any]] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv", "full_attention"]},  # None by default
     # expert counts and the sparse-attention indexer's sizes, None by default
     "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
-    "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
-                  "indexer_compress_ratio": 4},
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16,
+                                                     "indexer_budget": 8, "indexer_compress_ratio": 4}),
     # the attention reads rope_theta from attn_config, which lacks it; clip_qkv None fails torch.clamp
     "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
     # its causal LM refuses an encoder config; the axial position embeddings must cover the width and
@@ -82,7 +82,7 @@ FIXES: dict[str, dict[str, Any]] = {
     "reformer": {"is_decoder": True, "axial_pos_shape": (3, 4), "axial_pos_embds_dim": (32, 32),
                  "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2},
     # its sliding-window layers' heads are whole (nope + rope of their own, 24 + 8), not latent ones
-    "dots3_note": {"head_dim": 32}, "dots3_note_text": {"head_dim": 32},
+    **dict.fromkeys(("dots3_note", "dots3_note_text"), {"head_dim": 32}),
     "zaya": {"num_experts_per_tok": 1},  # its config refuses any other top-k when read from a file
     # layer counts that must add up to num_hidden_layers
     "dory": {"n_input_layers": 1, "n_recurrent_layers": 2, "n_output_layers": 1},
