@@ -5,7 +5,9 @@ work at the boundaries, spilling, the forward hook).
 Marked stopwatch: on a shared machine another process taking the core for a few milliseconds is a
 real spike, and for a few hundred a real drift, which the detectors are right to name; whether the
 watch itself raises nothing can only be judged on a quiet machine, so this runs in make test's
-stopwatch stage, alone. The detectors' own noise rules are tested on synthetic series in
+stopwatch stage, alone. Even there a VM stalls a step now and then: a spike on steps where the watch
+did none of its periodic work (a feed, a spill, a memory read), nor in the step before, is the
+machine's and is let pass; every other alert fails the test. The detectors' own noise rules are tested on synthetic series in
 tests/test_watch_detect.py (test_500_steady_steps_with_realistic_jitter_raise_nothing).
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 import lmprof
-from lmprof.record.run import Run
+from lmprof.record.run import Run, WatchAlert
 from lmprof.record.watch import read_series
 
 WINDOW, WATCHED = 3 + 10 + 1 + 3, 500
@@ -38,6 +40,18 @@ def test_500_steady_watched_steps_raise_no_alert(tmp_path: Path) -> None:
             prof.step(loss=loss)
     w = Run.load(prof.folder).watch
     assert w is not None and w.steps == WATCHED - 1  # the first step after the profiler is left out
-    assert [(a.kind, a.first_step, a.message) for a in w.alerts] == []
     s = read_series([prof.folder / p for p in w.series])
+    assert [(a.kind, a.first_step, a.message) for a in w.alerts if not _the_machines(a, s)] == []
     assert np.isfinite(s["loss"]).all() and np.isfinite(s["rss_B"]).any()
+
+
+def _the_machines(alert: WatchAlert, s: dict[str, np.ndarray]) -> bool:
+    """A spike on steps where the watch did nothing beyond its every-step work, nor in the step before
+    (no feed or spill billed to ``own_s``, no memory read): the machine's, which the detector is right
+    to name (a VM's 0.8 ms hiccup on a 0.9 ms step, 1 run in 5 of make test). Anything else, or a spike
+    on or just after the watch's own periodic work, is the watch's."""
+    if alert.kind != "spike":
+        return False
+    rows = np.flatnonzero((s["step"] >= alert.first_step - 1) & (s["step"] <= alert.last_step))
+    quiet = (np.nan_to_num(s["own_s"][rows]) < 50e-6) & ~np.isfinite(s["rss_B"][rows])
+    return bool(len(rows)) and bool(quiet.all())
