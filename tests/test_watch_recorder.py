@@ -171,6 +171,27 @@ def test_memory_is_read_as_often_as_its_cost_in_the_loop_allows(tmp_path):
     assert np.isnan(got["input_wait_s"]).all()  # no forward was seen
 
 
+def test_a_dear_read_is_still_made_often_enough_for_a_creep_fit(tmp_path):
+    """On a loaded machine a read may cost 100 µs: against 0.05% of a 6 ms step that would be one read in 34
+    steps, and a creep fit over 128 steps would have 4 samples. The watch caps the period at the creep
+    window over its samples (128 // 16 = 8; analysis/watch_detect.py's Rules), so creep is judged on time."""
+    from lmprof.analysis.watch_detect import Rules
+
+    cap = Rules().memory_every_max
+    assert cap == Rules().creep_window // Rules().creep_min_samples == 8
+    clock = Clock()
+    w = Watcher(tmp_path / "watch", clock=clock, timer=None, memory=DearMemory(clock, 100e-6), step_s_hint=0.006,
+                memory_every_max=cap)
+    w.start(0)
+    for _ in range(160):
+        clock.t += 0.006
+        w.step_end()
+    got = read_series(w.close().series)
+    read = np.flatnonzero(np.isfinite(got["rss_B"]))
+    assert w.memory_every == cap and set(np.diff(read)[-10:]) == {cap}
+    assert len(read[read >= 160 - 128]) >= Rules().creep_min_samples  # the last creep window has its samples
+
+
 def test_a_device_that_never_finishes_costs_its_figures_not_memory(tmp_path):
     clock, timer = Clock(), FakeTimer()
     w = Watcher(tmp_path / "watch", clock=clock, timer=timer, memory=None, chunk_rows=16, max_pending=8)

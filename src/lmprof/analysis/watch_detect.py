@@ -76,6 +76,13 @@ class Rules:
         if self.window < 3 or self.creep_window < 8 or not 8 <= self.creep_min_samples <= self.creep_window:
             raise ValueError("window must be >= 3, creep_window >= 8 and creep_min_samples in 8..creep_window")
 
+    @property
+    def memory_every_max(self) -> int:
+        """The widest period (steps) memory may be read at for a fit over ``creep_window`` steps to have its
+        ``creep_min_samples`` samples: a creep is then judged within one window of steps however dear a
+        read is on a loaded machine."""
+        return self.creep_window // self.creep_min_samples
+
 
 # -- pure functions ------------------------------------------------------------------------------------
 

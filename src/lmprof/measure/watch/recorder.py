@@ -81,7 +81,7 @@ class Watcher:
                  tokens_per_step: float | None = None, step_s_hint: float | None = None,
                  clock: Callable[[], float] = time.perf_counter, timer: DeviceTimer | None = AUTO,
                  memory: MemoryReader | None = AUTO, chunk_rows: int = 16384, flush_every_s: float = 300.0,
-                 max_pending: int = 256, memory_every: int | None = None):
+                 max_pending: int = 256, memory_every: int | None = None, memory_every_max: int | None = None):
         if chunk_rows < 1 or max_pending < 1 or not flush_every_s > 0:
             raise ValueError("chunk_rows and max_pending must be >= 1, flush_every_s > 0")
         self._writer = SeriesWriter(out_dir)  # ConfigError without pyarrow, before anything runs
@@ -96,6 +96,7 @@ class Watcher:
         self.chunk_rows, self.flush_every_s, self.max_pending = chunk_rows, flush_every_s, max_pending
         self.memory_every = memory_every
         self._adapt = memory_every is None  # the period follows the reads' own cost, as measured in the loop
+        self._every_max = memory_every_max  # ... but no wider than this (the creep detector's samples)
         self._read_costs: deque[float] = deque(maxlen=5)
         self._widest = 1  # the longest period the memory was read at (the record says it)
         cap = chunk_rows + max_pending
@@ -272,6 +273,8 @@ class Watcher:
         """The memory read's period from its last costs (their median: one slow read is no rule)."""
         costs = sorted(self._read_costs)
         self.memory_every = period_for(costs[len(costs) // 2], self.step_s_hint, MEMORY_SHARE)
+        if self._every_max is not None:
+            self.memory_every = min(self.memory_every, self._every_max)
         self._widest = max(self._widest, self.memory_every)
 
     def _last_step(self) -> int | None:

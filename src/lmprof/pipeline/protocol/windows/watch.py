@@ -189,9 +189,9 @@ class WatchWindow(Window):
         self.base = Baseline.from_samples(steps, memory_bytes=self._memory0,
                                           memory_capacity_bytes=_capacity(seen.device.torch_device),
                                           tokens_per_step=tokens)
-        self.w = Watcher(folder / WATCH_DIR, device=seen.device.torch_device, tokens_per_step=tokens,
-                         step_s_hint=self.base.step_s_median)
         self.an = WatchAnalyzer(self.base)
+        self.w = Watcher(folder / WATCH_DIR, device=seen.device.torch_device, tokens_per_step=tokens,
+                         step_s_hint=self.base.step_s_median, memory_every_max=self.an.rules.memory_every_max)
         self._unusual_s, self._unusual_wait_s = self.an.unusual_step_s, self.an.unusual_wait_s
         self._rows_to_judge = self.an.rules.window // 2 + 1
         self._every = period_for(FEED_COST_S, self.base.step_s_median, FEED_SHARE)
