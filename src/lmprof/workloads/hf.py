@@ -204,6 +204,21 @@ def config_dict(model: torch.nn.Module | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def nested_configs(cfg: Any, seen: set[int] | None = None) -> list[Any]:
+    """``cfg`` (a transformers config) and every config nested in it (text, vision, audio, decoder
+    parts), each once."""
+    tf = _transformers()
+    seen = seen if seen is not None else set()
+    if id(cfg) in seen:
+        return []
+    seen.add(id(cfg))
+    out = [cfg]
+    for value in list(vars(cfg).values()):
+        if isinstance(value, tf.PretrainedConfig):
+            out += nested_configs(value, seen)
+    return out
+
+
 def _text_config(model: torch.nn.Module) -> Any:
     """The config of the model's language part: the config itself, or a multimodal config's text config."""
     cfg = getattr(model, "config", None)
@@ -237,20 +252,13 @@ def token_space(model: torch.nn.Module) -> tuple[int, frozenset[int]]:
         raise ConfigError(f"cannot tell how many token ids {type(model).__name__} takes (no input embedding, no "
                           "vocab_size in its config)")
     special: set[int] = set()
-    seen: set[int] = set()
-    todo = [getattr(model, "config", None)]
-    while todo:
-        cfg = todo.pop()
-        if cfg is None or id(cfg) in seen or not hasattr(cfg, "__dict__"):
-            continue
-        seen.add(id(cfg))
+    config = getattr(model, "config", None)
+    for cfg in nested_configs(config) if config is not None else []:
         for key, value in vars(cfg).items():
             if key.endswith(("_token_id", "_token_index", "_token_ids")):
                 for v in value if isinstance(value, (list, tuple)) else [value]:
                     if isinstance(v, int) and not isinstance(v, bool):
                         special.add(v)
-            elif hasattr(value, "to_dict") and hasattr(value, "model_type"):
-                todo.append(value)  # a nested config (text, vision, audio parts)
     return vocab, frozenset(i for i in special if 0 <= i < vocab)
 
 

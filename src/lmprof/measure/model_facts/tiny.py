@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
+from lmprof.workloads.hf import nested_configs
+
 LAYERS = 4
 # Config keys and the value every family gets, where its config has the key (an int there).
 SIZES: dict[str, int] = {
@@ -105,21 +107,6 @@ FIXES: dict[str, dict[str, Any]] = {
 }
 
 
-def _configs(cfg: Any, seen: set[int] | None = None) -> list[Any]:
-    """``cfg`` and every config nested in it (text, vision, audio, decoder parts)."""
-    from transformers import PretrainedConfig
-
-    seen = seen if seen is not None else set()
-    if id(cfg) in seen:
-        return []
-    seen.add(id(cfg))
-    out = [cfg]
-    for value in list(vars(cfg).values()):
-        if isinstance(value, PretrainedConfig):
-            out += _configs(value, seen)
-    return out
-
-
 def _keep(n_old: int, values: list[Any]) -> list[int]:
     """Indices of ``LAYERS`` layers of an ``n_old``-layer pattern: the first of every kind, then in order."""
     first: dict[str, int] = {}
@@ -143,7 +130,7 @@ def _set(cfg: Any, key: str, value: Any) -> None:
 
 def shrink(cfg: Any) -> Any:
     """``cfg`` (a transformers config) with every size of :data:`SIZES` it has set small, in place."""
-    for part in _configs(cfg):
+    for part in nested_configs(cfg):
         if vars(part).get("_heterogeneity_spec") is not None:  # per-layer sizes: the global ones are shrunk
             _set(part, "allow_global_per_layer_attribute_access", True)
         fields = dict(vars(part))
@@ -244,7 +231,7 @@ def _per_layer(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 def _fixed(cfg: Any, model_type: str) -> Any:
     """``cfg`` with the family's :data:`FIXES` applied."""
-    parts = _configs(cfg)
+    parts = nested_configs(cfg)
     for key, value in FIXES.get(model_type, {}).items():
         if "." in key:  # a nested config the key is missing from
             owner, name = key.split(".", 1)
