@@ -15,6 +15,7 @@ import torch
 from lmprof.hardware.devices import Device
 from lmprof.workloads.blocks import step_scope
 from lmprof.workloads.decoding import Decoder
+from lmprof.workloads.hf_interface import is_generation_model
 from lmprof.estimate.shape import ModelShape
 
 
@@ -62,8 +63,6 @@ def own_generation(work: InferWorkload) -> None:
     """The model's own greedy generation of the same tokens, as a referee of whose failure one is:
     transformers' ``generate()`` for its models (not lmprof's cache driver), the greedy loop above for
     the built-in GPT, whose own it is."""
-    from lmprof.workloads.hf_interface import is_generation_model
-
     with torch.inference_mode():
         if is_generation_model(work.model):
             kv_cache = bool(getattr(work.decoder, "kv_cache", True))
