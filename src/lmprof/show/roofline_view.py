@@ -119,14 +119,16 @@ def roofline_lines(answer: RooflineAnswer) -> list[str]:
            "conventions:"]
     out += [f"  {text}" for text in answer.conventions_lines()]
     show_phase = len(PASS_PHASES[answer.phase]) > 1  # a training step: its forward and backward rows
-    head = f"{'block':<14}" + (f"{'phase':<10}" if show_phase else "") + (
+    # the column as wide as the longest name: a model's own module names ("cpmant.position_bias") run long
+    w = max([14] + [len(c.name) + 1 for c in answer.costs])
+    head = f"{'block':<{w}}" + (f"{'phase':<10}" if show_phase else "") + (
         f"{'x':>4}{'FLOPs':>13}{'bytes':>12}{'FLOP/B':>10}  {'bound':<14}{'time':>11}{'share':>8}")
     out += [head, "-" * len(head)]
     total_time = result.time_s
     for c, p in zip(answer.costs, answer.points):
         share = 100.0 * (p.min_time_s or 0.0) / total_time if total_time else 0.0
         timing = f"{_time(p.min_time_s or 0.0):>11}{share:>7.1f}%" if total_time else f"{'-':>11}{'-':>8}"
-        out.append(f"{c.name:<14}" + (f"{c.phase:<10}" if show_phase else "")
+        out.append(f"{c.name:<{w}}" + (f"{c.phase:<10}" if show_phase else "")
                    + f"{c.count:>4}{si(c.flops):>13}{si(c.bytes, 'B'):>12}{p.intensity:>10.3g}  {p.bound:<14}"
                    + timing)
     out.append("-" * len(head))

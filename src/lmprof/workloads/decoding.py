@@ -12,7 +12,7 @@ import torch
 from lmprof.errors import ConfigError
 from lmprof.workloads.gpt import GPT, KVCache
 from lmprof.workloads.hf_interface import (
-    cache_bytes, cache_keyword, is_generation_model, require_cache, supports_static_cache,
+    cache_bytes, cache_keyword, is_generation_model, require_cache, supports_static_cache, wants_whole_sequence,
 )
 
 
@@ -142,6 +142,10 @@ class HFDecoder(Decoder):
         self.keyword = "past_key_values"  # replaced by the name the model's own output uses
         self.static = False
         self.pos = 0
+        # Whether decode feeds every token so far (asked of the model at its first decode step, then
+        # kept: None until then) and the sequence so far while that may be so.
+        self.whole: bool | None = None
+        self.seq: torch.Tensor | None = None
         self.prefill: Callable[..., torch.Tensor] = hf_prefill
         self.decode: Callable[..., torch.Tensor] = hf_decode
         self._plain = _Recompute(lambda ids: model(input_ids=ids, use_cache=False).logits[:, -1])
@@ -173,6 +177,7 @@ class HFDecoder(Decoder):
             positions = torch.arange(prompt.size(1), device=prompt.device)
             self.pos = prompt.size(1)
             return self.prefill(self.model, prompt, self.past, positions, self.keyword)
+        self.seq = prompt
         out = self.model(input_ids=prompt, use_cache=True)
         self.keyword, self.past = require_cache(self.model, out)
         logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
@@ -185,7 +190,13 @@ class HFDecoder(Decoder):
             positions = torch.full((1,), self.pos, dtype=torch.long, device=token.device)
             self.pos += 1
             return self.decode(self.model, token, self.past, positions, self.keyword)
-        out = self.model(input_ids=token, use_cache=True, **{self.keyword: self.past})
+        ids = token
+        if self.whole is not False and self.seq is not None:
+            self.seq = torch.cat([self.seq, token], dim=1)
+            if self.whole is None:
+                self.whole = wants_whole_sequence(self.model, self.seq, {self.keyword: self.past})
+            ids = self.seq if self.whole else token
+        out = self.model(input_ids=ids, use_cache=True, **{self.keyword: self.past})
         self.keyword, self.past = require_cache(self.model, out)
         logits: torch.Tensor = out.logits  # a transformers CausalLMOutput
         return logits[:, -1]

@@ -9,6 +9,7 @@ that feeds it back. So lmprof reads the name from what the model returned instea
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -69,6 +70,28 @@ def cache_keyword(model: torch.nn.Module, device: torch.device) -> str:
     ids = torch.zeros((1, 1), dtype=torch.long, device=device)
     with torch.no_grad():
         return require_cache(model, model(input_ids=ids, use_cache=True))[0]
+
+
+def wants_whole_sequence(model: torch.nn.Module, ids: torch.Tensor, cache: dict[str, Any]) -> bool:
+    """True when ``model`` takes every token so far at each decode step, not only the new one.
+
+    Asked of the model's own ``prepare_inputs_for_generation``, as transformers' ``generate()`` asks
+    it: with the cache and the sequence so far (``ids``, the new token last) and one new token
+    announced, does it keep the whole sequence? CPM-Ant does (its forward slices the cached prefix
+    off itself, and fails when given one token). False where the method cannot say (transformers
+    before ``next_sequence_length``, or a model whose method fails without its other inputs): the
+    new token alone, as almost every model takes it.
+    """
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    try:
+        if prepare is None or "next_sequence_length" not in inspect.signature(prepare).parameters:
+            return False
+        with torch.no_grad():
+            inputs = prepare(ids, next_sequence_length=1, use_cache=True, **cache)
+    except Exception:  # noqa: BLE001 - a model's own helper, called outside generate(): no answer
+        return False
+    given = inputs.get("input_ids") if isinstance(inputs, dict) else None
+    return isinstance(given, torch.Tensor) and given.shape[-1] == ids.shape[-1] > 1
 
 
 # What a cache layer holds besides keys and values: the states of linear-attention and state-space

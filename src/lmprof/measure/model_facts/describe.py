@@ -31,7 +31,7 @@ from lmprof.measure.model_facts.counter import FactsCounter, _sid, saved_tensors
 from lmprof.measure.model_facts.meta import MetaKernels, build_on_meta, transformers_config
 from lmprof.names import FORWARD_BLOCKS, MIXER_KINDS, PHASE_ROWS, folded
 from lmprof.workloads.hooks import _kind, _split_layers, attention_core_name, block_names, module_scopes
-from lmprof.workloads.hf_interface import returned_cache
+from lmprof.workloads.hf_interface import returned_cache, wants_whole_sequence
 
 # transformers' class name for the routed experts' module, or the path of one expert in a list of them.
 _EXPERT_LIST = re.compile(r"(^|\.)experts\.\d+(\.|$)")
@@ -293,11 +293,13 @@ def _decode(m: _Meta, batch: int, context: int) -> tuple[list[BlockRow], list[Ca
     cache = m.prefill(batch, context - 1)
     counter = FactsCounter(m.param_ids)
     out: dict[str, Any] = {}
+    kw = {} if cache is None else {m.cache_keyword: cache}
+    # as generate() feeds it: the new token, or every token so far for a model that slices the cached prefix off itself
+    fed = context if cache is not None and wants_whole_sequence(m.model, m.ids(batch, context), kw) else 1
 
     def step() -> Any:
-        kw = {} if cache is None else {m.cache_keyword: cache}
         with torch.no_grad():
-            out["o"] = m.model(input_ids=m.ids(batch, 1), use_cache=True, **kw)
+            out["o"] = m.model(input_ids=m.ids(batch, fed), use_cache=True, **kw)
         return out["o"]
 
     m.run(step, counter)
