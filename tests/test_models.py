@@ -97,10 +97,28 @@ def test_unknown_model_lists_supported(bad: str) -> None:
 
 def test_unsupported_architecture(tmp_path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "t5", "hidden_size": 8}')
-    with pytest.raises(ConfigError, match="encoder-decoder.*supported: gpt2"):
+    with pytest.raises(ConfigError, match="encoder-decoder.*causal LMs .*docs/families.md"):
         resolve_model(str(tmp_path))
     with pytest.raises(ConfigError, match="unsupported architecture 't5'"):
         shape_from_config({"model_type": "t5"})
+
+
+def test_bert_is_described_as_the_causal_lm_transformers_builds(tmp_path) -> None:
+    """BERT's config (bert-base's defaults) was refused as 'encoder-only' by the estimate verbs while
+    `lmprof train --hf-config` ran it: transformers builds it as BertLMHeadModel, so its figures come
+    from that model. Truth: the parameters of the model transformers builds from the same file."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from lmprof.measure.model_facts import describe
+
+    cfg = transformers.BertConfig()
+    (tmp_path / "config.json").write_text(cfg.to_json_string())
+    entry = resolve_model(str(tmp_path))
+    assert entry.figures == "model" and entry.shape is None
+    with torch.device("meta"):
+        real = transformers.AutoModelForCausalLM.from_config(cfg)
+    facts = describe(entry.config, batch=1, seq_len=8, phases=("prefill",), memory=False)
+    assert facts.params == sum(p.numel() for p in real.parameters())
 
 
 def test_hf_gpt2_prefill_model_flops_count_every_position() -> None:

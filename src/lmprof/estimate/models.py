@@ -26,11 +26,11 @@ from lmprof.estimate.families import Family, families
 from lmprof.estimate.shape import Mlp, ModelShape, check_size
 
 # model_type values lmprof's formulas describe (one record each, estimate/families.py), and those it
-# knows it cannot (with the reason).
+# knows it cannot (with the reason). BERT is not among them: transformers builds it as a causal LM
+# (BertLMHeadModel), which the describer reads exactly, as `lmprof train --hf-config` runs it.
 SUPPORTED = tuple(families())
 _UNSUPPORTED_WHY = {
     "t5": "encoder-decoder models are not modelled",
-    "bert": "encoder-only models are not modelled",
 }
 # Keys a config of an unknown family must set for the generic (Llama-like) estimate.
 GENERIC_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -170,7 +170,8 @@ def shape_from_config(cfg: Mapping[str, Any], name: str = "") -> ModelShape:
     mt = str(cfg.get("model_type") or "")
     name = name or mt
     if mt in _UNSUPPORTED_WHY:
-        raise ConfigError(f"unsupported architecture {mt!r}: {_UNSUPPORTED_WHY[mt]}; supported: {', '.join(SUPPORTED)}")
+        raise ConfigError(f"unsupported architecture {mt!r}: {_UNSUPPORTED_WHY[mt]}; lmprof describes causal LMs "
+                          "(every family transformers builds with AutoModelForCausalLM: docs/families.md)")
     if mt not in SUPPORTED:
         raise ConfigError(f"unsupported architecture {mt or '(no model_type)'!r}: lmprof describes "
                           f"{', '.join(SUPPORTED)}")
