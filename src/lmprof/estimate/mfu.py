@@ -93,6 +93,7 @@ def mfu_metrics(
     conventions: FlopConventions = DEFAULT_CONVENTIONS,
     peak: object | None = None,
     cache_dir: str | Path | None = None,
+    kv_cache: bool = True,
 ) -> dict[str, Metric]:
     """Model FLOPs, achieved FLOP/s, peak, MFU, HFU and bandwidth utilisation of one step or phase.
 
@@ -101,6 +102,9 @@ def mfu_metrics(
     ``seq_len`` prompt, ``time_s`` the time of all of them). ``recompute`` (train only): ``"full"``
     activation checkpointing adds one forward per step to the hardware FLOPs, a float adds that
     fraction of a forward; None means lmprof's default, no recomputation, so HFU == MFU.
+    ``kv_cache=False`` (decode): each decode step re-runs the whole sequence; the model FLOPs stay the
+    new tokens' work (what a cached step does), the hardware FLOPs are the recomputation
+    (:func:`recomputed_decode_flops`), so MFU shows what the missing cache costs and HFU what ran.
     ``tf32`` with fp32 compares against the TF32 tensor-core peak (what cuBLAS uses when TF32 is on).
     ``peak`` may be a resolved :class:`~lmprof.hardware.calibrate.Peak`; by default it is resolved.
 
@@ -124,6 +128,12 @@ def mfu_metrics(
     # What full recomputation adds per training step: one forward pass (fraction is 0 but in training).
     forward = batch * seq_len * model_flops_per_token(shape, seq_len, "forward", conventions) if fraction else 0.0
     hardware = model + fraction * forward
+    hardware_note = ("model FLOPs, no recomputation" if not fraction
+                     else f"model FLOPs + {fraction:g} x forward recomputed (activation checkpointing)")
+    if mode == "decode" and not kv_cache:
+        hardware = recomputed_decode_flops(shape, batch=batch, seq_len=seq_len, decode_tokens=decode_tokens,
+                                           conventions=conventions)
+        hardware_note = recomputed_note(decode_tokens, "B·T'·(2N + 4·L·d·T') each, summed")
     nbytes = totals(
         phase_costs(shape, batch=batch, seq_len=seq_len, phase=mode, dtype=dt, decode_tokens=decode_tokens,
                     attention=attention, conventions=conventions)
@@ -144,16 +154,33 @@ def mfu_metrics(
     return utilisation_metrics(
         model, hardware, nbytes, time_s, peak, peak_dtype,
         model_note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}",
-        hardware_note="model FLOPs, no recomputation" if not fraction
-        else f"model FLOPs + {fraction:g} x forward recomputed (activation checkpointing)",
-        bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)", recomputed=bool(fraction))
+        hardware_note=hardware_note, bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)",
+        recomputed=hardware != model)
+
+
+def recomputed_decode_flops(shape: ModelShape, *, batch: int, seq_len: int, decode_tokens: int,
+                            conventions: FlopConventions = DEFAULT_CONVENTIONS) -> float:
+    """FLOPs of ``decode_tokens`` decode steps without a KV cache after a ``seq_len``-token prompt: step
+    k runs the model over the whole sequence so far, a forward of ``seq_len + k`` tokens (a prefill)."""
+    return float(sum(model_flops_per_step(shape, batch=batch, seq_len=seq_len + k, mode="prefill",
+                                          conventions=conventions) for k in range(1, decode_tokens + 1)))
+
+
+def recomputed_note(decode_tokens: int, how: str) -> str:
+    """The hardware FLOPs' note of decode without a KV cache (``how``: where the figure comes from)."""
+    return (f"no KV cache: each of the {decode_tokens} decode step(s) re-runs the whole sequence, a forward over "
+            f"T+1 ... T+{decode_tokens} tokens ({how})")
 
 
 def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, device_name: str,
                       device_kind: str | None = None, dtype: object = "bf16", decode_steps: int = 1,
-                      peak: object | None = None) -> dict[str, Metric]:
+                      peak: object | None = None, recomputed: tuple[float | None, str] | None = None,
+                      ) -> dict[str, Metric]:
     """:func:`mfu_metrics` for a model the describer read (:class:`~lmprof.estimate.facts.ModelFacts`):
-    FLOPs and bytes of its blocks as the model runs them; ``decode_steps`` steps of the decode it read."""
+    FLOPs and bytes of its blocks as the model runs them; ``decode_steps`` steps of the decode it read.
+
+    ``recomputed`` (decode without a KV cache): the hardware FLOPs of the recomputing steps and their
+    note (None FLOPs: not known, so HFU is n/a with that note); the describer reads a cached step."""
     from lmprof.hardware.calibrate import Peak, resolve_peak
 
     dt = normalize_dtype(dtype)
@@ -167,21 +194,28 @@ def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, de
     assert isinstance(peak, Peak)
     step = (f"one step at KV length {facts.context} x {decode_steps}" if mode == "decode" else
             f"B={facts.batch}, T={facts.seq_len}")
+    hardware: float | None = flops
+    hardware_note = "the model's FLOPs as it runs them (what a recomputation adds is in them)"
+    if mode == "decode" and recomputed is not None:
+        hardware, hardware_note = recomputed
     return utilisation_metrics(
-        flops, flops, nbytes, time_s, peak, dt,
+        flops, hardware, nbytes, time_s, peak, dt,
         model_note=f"FLOPs per {per} read off the model on the meta device (torch's FlopCounterMode formulas over "
                    f"its ops); {step}",
-        hardware_note="the model's FLOPs as it runs them (what a recomputation adds is in them)",
-        bytes_note=f"bytes its ops read and write per {per} (one kernel per op), read off the model", recomputed=False)
+        hardware_note=hardware_note,
+        bytes_note=f"bytes its ops read and write per {per} (one kernel per op), read off the model",
+        recomputed=hardware != flops)
 
 
-def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: float | None, peak: Peak,
+def utilisation_metrics(model: float, hardware: float | None, nbytes: float, time_s: float | None, peak: Peak,
                         peak_dtype: str, *, model_note: str, hardware_note: str, bytes_note: str,
                         recomputed: bool) -> dict[str, Metric]:
-    """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time."""
+    """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time
+    (``hardware`` None: not known, so it and HFU are n/a with ``hardware_note``)."""
     out: dict[str, Metric] = {
         FLOPS_MODEL: Metric(value=model, unit="FLOP", source="estimated", note=model_note),
-        FLOPS_HARDWARE: Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note),
+        FLOPS_HARDWARE: (Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note)
+                         if hardware is not None else Metric.na("FLOP", hardware_note, source="estimated")),
         BYTES_MODEL: Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
     }
     timed = time_s is not None and time_s > 0
@@ -218,9 +252,12 @@ def utilisation_metrics(model: float, hardware: float, nbytes: float, time_s: fl
             out[key] = Metric(value=100.0 * num / time_s / denom, unit="%", source="derived", note=f"{what} / {of}")
 
     pct(MFU, model, peak.flops_per_s, "model FLOP/s", flops_peak)
-    pct(HFU, hardware, peak.flops_per_s,
-        "hardware FLOP/s (with recomputation)" if recomputed else "hardware FLOP/s (no recomputation: HFU == MFU)",
-        flops_peak)
+    if hardware is None:
+        out[HFU] = Metric.na("%", hardware_note, source="derived")
+    else:
+        pct(HFU, hardware, peak.flops_per_s,
+            "hardware FLOP/s (with recomputation)" if recomputed else "hardware FLOP/s (no recomputation: HFU == MFU)",
+            flops_peak)
     pct(MBU, nbytes, peak.bytes_per_s, "minimum bytes/s", bw_peak)
     return out
 

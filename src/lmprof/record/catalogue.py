@@ -228,7 +228,8 @@ def _costs(pass_: str, modes: tuple[Mode, ...], what: str, ranks: dict[str, dict
            f"model FLOPs per {what} / time / peak FLOP/s; n/a above 100% (the peak is then no ceiling)",
            modes, "compute", True, condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(MFU, {})),
         _m(cost_key(pass_, HFU), "%", "derived", f"{prefix + ' ' if prefix else ''}HFU",
-           f"hardware FLOPs per {what} / time / peak FLOP/s", modes, "compute", True,
+           f"hardware FLOPs per {what} (what ran: with a recomputation's, such as activation checkpointing or "
+           "decode without a KV cache) / time / peak FLOP/s", modes, "compute", True,
            condition=f"{DESCRIBED}, or {COUNTED}", timed=True, **r.get(HFU, {})),
         _m(cost_key(pass_, MBU), "%", "derived",
            f"{prefix} bandwidth use (MBU)" if prefix else "MBU",

@@ -11,7 +11,8 @@ from typing import Literal
 
 from lmprof.estimate.flops import conventions_for
 from lmprof.estimate.facts import ModelFacts
-from lmprof.estimate.mfu import Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs, mfu_metrics
+from lmprof.estimate.mfu import (Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs,
+                                 mfu_metrics, recomputed_note)
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
@@ -32,8 +33,10 @@ def add_costs(
     attention: Literal["math", "sdpa"] = "math",
     decode_tokens: int = 1,
     plots: bool = True,
+    kv_cache: bool = True,
 ) -> None:
-    """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png."""
+    """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png
+    (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`)."""
 
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
@@ -42,7 +45,7 @@ def add_costs(
     for p in passes(run):
         figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p, time_s=pass_time_s(run, p, batch, decode_tokens),
                               decode_tokens=max(decode_tokens, 1), device_name=run.env.device_name, device_kind=kind,
-                              dtype=dtype, attention=attention, conventions=conventions)
+                              dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache)
         if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
             figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
                        for k, v in figures.items()}
@@ -50,23 +53,44 @@ def add_costs(
     # decode_tokens scales the decode blocks, of which a prefill-only generation has none
     run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
                                   decode_tokens=max(decode_tokens, 1), attention=attention, conventions=conventions)
+    no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
 
 def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, decode_tokens: int = 1,
-                    plots: bool = True) -> None:
-    """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for)."""
+                    plots: bool = True, kv_cache: bool = True, counted_decode: tuple[int, str] | None = None) -> None:
+    """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for).
+
+    The describer reads a cached decode step; without a KV cache the hardware FLOPs of decode are
+    FlopCounterMode's count of a whole generation's decode steps (``counted_decode``: the count and
+    where it was taken), or n/a when none was counted."""
     kind = run.env.device.split(":")[0]
+    recomputed: tuple[float | None, str] | None = None
+    if not kv_cache:
+        recomputed = ((float(counted_decode[0]), recomputed_note(decode_tokens, f"FlopCounterMode's count on {counted_decode[1]}"))
+                      if counted_decode else
+                      (None, recomputed_note(decode_tokens, "not counted in this run: its FLOPs are n/a")))
     for p in passes(run):
         put_pass(run, p, facts_mfu_metrics(facts, mode=p, time_s=pass_time_s(run, p, facts.batch, decode_tokens),
                                            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                           decode_steps=max(decode_tokens, 1)))
+                                           decode_steps=max(decode_tokens, 1), recomputed=recomputed))
     run.blocks = fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1))
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
                      + (f"; decode: one step at KV length {facts.context} times the steps"
                         if traits(run.mode).generates else ""))
+    no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, facts.name or "model", plots)
+
+
+def no_cache_note(run: Run, kv_cache: bool, decode_tokens: int) -> None:
+    """Say, in a generation run without a KV cache, what its decode FLOPs count."""
+    if kv_cache or not traits(run.mode).generates or not decode_tokens:
+        return
+    run.notes.append("no KV cache: every decode step re-ran the model over the whole sequence so far. The model "
+                     "FLOPs (decode MFU, the decode blocks' FLOPs and the roofline) count the new tokens' work, "
+                     "what a step through a cache does; the hardware FLOPs (decode HFU) count the recomputation "
+                     "that ran, so MFU against HFU shows what the missing cache costs")
 
 
 def passes(run: Run) -> tuple[Pass, ...]:

@@ -84,11 +84,14 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
-                      attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots)
+                      attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
+                      kv_cache=facts.kv_cache)
     elif described is not None:
         with quick_bandwidth.allowed():
+            counted = facts.counted
             add_model_costs(run, folder, described, dtype=facts.dtype, decode_tokens=decode_tokens,
-                            plots=facts.plots)
+                            plots=facts.plots, kv_cache=facts.kv_cache,
+                            counted_decode=(counted.decode, counted.where) if counted and counted.decode else None)
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)
