@@ -82,3 +82,45 @@ def test_with_a_cache_nothing_changes(tmp_path) -> None:
     recomputed = mfu_metrics(shape, **kw, kv_cache=False)
     assert recomputed["flops.model_per_step"].value == cached["flops.model_per_step"].value
     assert recomputed["flops.hardware_per_step"].value > 10 * cached["flops.hardware_per_step"].value
+
+
+def test_users_generate_without_a_cache_is_seen_as_such(tmp_path) -> None:
+    """A user's generate(use_cache=False) under lmprof.profile: the decode forwards' inputs grow and
+    hand back no cache, so the run knows it recomputed. Truth: FlopCounterMode over one such
+    generate() call, less its prefill (the first forward, counted by a hook of the model)."""
+    transformers = pytest.importorskip("transformers")
+    import lmprof
+    from lmprof.record.run import Run
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=2, n_head=2, n_embd=128, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+
+    x = torch.randint(1, 256, (B, PROMPT))
+    kw = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    runs = {}
+    for cache in (False, True):
+        m = model()
+        with lmprof.profile(m, out=tmp_path / str(cache), infer=True, warmup=2, steps=2, profile_steps=1,
+                            report=False, verbose=False) as prof:
+            for _ in range(6):
+                m.generate(x, use_cache=cache, **kw)
+                prof.step()
+        runs[cache] = Run.load(prof.folder)  # type: ignore[arg-type]
+
+    m, per_forward = model(), []
+    m.register_forward_pre_hook(lambda mod, args, kwargs: per_forward.append(fc.get_total_flops()), with_kwargs=True)
+    with torch.no_grad(), flop_counter(by_module=False) as fc:
+        m.generate(x, use_cache=False, **kw)
+    decode_truth = fc.get_total_flops() - per_forward[1]  # all but the first forward's
+    recomputed, cached = runs[False].metrics, runs[True].metrics
+    # generate() asks for the prefill's last logits only (logits_to_keep=1): the run counts what its
+    # output showed, not GPT-2's lm_head at every prompt position
+    assert recomputed["prefill.flops.model_per_step"].value == pytest.approx(per_forward[1], rel=0.01)
+    assert recomputed["decode.flops.hardware_per_step"].value == pytest.approx(decode_truth, rel=0.01)
+    assert recomputed["decode.hfu"].value > 3 * recomputed["decode.mfu"].value
+    assert any(n.startswith("no KV cache: every decode step re-ran") for n in runs[False].notes)
+    # with its cache, the same figures as before: HFU == MFU, no such note
+    assert cached["decode.flops.hardware_per_step"].value == cached["decode.flops.model_per_step"].value
+    assert not any(n.startswith("no KV cache") for n in runs[True].notes)

@@ -153,7 +153,7 @@ def test_undescribed_model_with_sdpa_counts_its_attention(tmp_path: Path) -> Non
 
 
 def test_generate_gets_prefill_decode_flops_kv_cache_and_mbu(tmp_path: Path) -> None:
-    from lmprof.measure.flops import count_causal_lm_flops
+    from lmprof.measure.flops import count_causal_lm_flops, flop_counter
 
     model = _gpt2().eval()
     x = torch.randint(0, 256, (B, T))
@@ -164,9 +164,18 @@ def test_generate_gets_prefill_decode_flops_kv_cache_and_mbu(tmp_path: Path) -> 
             model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=0)
             prof.step()
     run = Run.load(prof.folder)  # type: ignore[arg-type]
-    truth = count_causal_lm_flops(_gpt2(), x)
+    # The truth is the prefill generate() ran: its first forward, which asks GPT-2 for the last
+    # position's logits only (logits_to_keep=1), counted by FlopCounterMode (a hook marks the forwards).
+    # A plain model(x) computes every position's: 7.6% more here, what the run said before it read
+    # the prefill's logits off its output.
+    truth_model, marks = _gpt2().eval(), []
+    truth_model.register_forward_pre_hook(lambda mod, a, k: marks.append(fc.get_total_flops()), with_kwargs=True)
+    with torch.no_grad(), flop_counter(by_module=False) as fc:
+        truth_model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=0)
+    truth_prefill = marks[1] - marks[0]
+    assert truth_prefill < count_causal_lm_flops(_gpt2(), x).prefill
     prefill = run.value("prefill.flops.model_per_step")
-    assert prefill is not None and abs(prefill - truth.prefill) / truth.prefill < 0.01, (prefill, truth.prefill)
+    assert prefill is not None and abs(prefill - truth_prefill) / truth_prefill < 0.01, (prefill, truth_prefill)
     assert run.value("decode.flops.model_per_step")
     cfg = model.config
     # 6N counts bias and norm parameters as FLOPs, FlopCounterMode counts matmuls only: at n_embd 128 they

@@ -35,6 +35,8 @@ class Known:
     new_tokens: int = 0
     kv_cache: bool = True
     cache_bytes: int | None = None  # the KV cache after a generation, as the driver's decoder holds it
+    # A generation's prefill computed logits at its last position only (None: the model's own convention)
+    last_logits_only: bool | None = None
 
 
 @dataclass

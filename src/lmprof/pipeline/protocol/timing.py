@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from lmprof.pipeline.protocol.plan import Phase, PhasePlan
+from lmprof.workloads.hf_interface import returned_cache
 
 # Where rough timings come from, best first: steps under lmprof's profiler (no first-call costs),
 # plain warm-up steps after the first, the profiler's own warm-up step, the figures step (memory
@@ -54,15 +55,28 @@ class Generation:
     batch: int | None
     prompt_len: int | None
     forwards: int
+    # Every decode forward re-ran the whole sequence: its input grew past one token per sequence and it
+    # handed back no KV cache (generate(use_cache=False), nanoGPT's generate). False when one went
+    # through a cache, or the generation had no decode step.
+    recomputed: bool = False
+    # The prefill computed logits at its last position only (generate() asks for that with
+    # logits_to_keep=1 where the model takes it); None when its output showed none.
+    last_logits_only: bool | None = None
 
     @classmethod
     def from_marks(cls, start: float, forward_ends: list[float], end: float,
-                   shape: tuple[int, ...] | None) -> "Generation":
-        """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``."""
+                   shape: tuple[int, ...] | None, recomputes: list[bool] | None = None,
+                   logits_positions: int | None = None) -> "Generation":
+        """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``
+        (``recomputes``: whether each decode forward re-ran the whole sequence; ``logits_positions``:
+        the positions the prefill's logits had)."""
+        prompt = shape[1] if shape else None
         return cls(prefill_s=forward_ends[0] - start,
                    decode_s=[b - a for a, b in zip(forward_ends, forward_ends[1:])], e2e_s=end - start,
-                   batch=shape[0] if shape else None, prompt_len=shape[1] if shape else None,
-                   forwards=len(forward_ends))
+                   batch=shape[0] if shape else None, prompt_len=prompt,
+                   forwards=len(forward_ends), recomputed=bool(recomputes) and all(recomputes or ()),
+                   last_logits_only=(None if logits_positions is None or not prompt or prompt < 2
+                                     else logits_positions == 1))
 
 
 @dataclass
@@ -123,6 +137,13 @@ def _prompt_shape(ids: Any) -> tuple[int, ...] | None:
     return None
 
 
+def _recomputes(ids: Any, output: Any) -> bool:
+    """A decode forward that re-ran the whole sequence: more than one new token per sequence in, no
+    KV cache out (a model that takes every token with its cache, as CPM-Ant does, returns the cache)."""
+    shape = _prompt_shape(ids)
+    return shape is not None and shape[1] > 1 and returned_cache(output) is None
+
+
 @dataclass
 class _Running:
     """The generation running now: its clock marks and the prompt's shape."""
@@ -130,6 +151,8 @@ class _Running:
     start: float
     shape: tuple[int, ...] | None
     forwards: list[float] = field(default_factory=list)
+    recomputes: list[bool] = field(default_factory=list)  # per decode forward: the whole sequence, no cache
+    logits_positions: int | None = None  # positions of the prefill's logits, when its output showed them
 
 
 class StepClock:
@@ -158,14 +181,23 @@ class StepClock:
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self.gen = _Running(self.start, shape)
 
-    def forward_ends(self, ids: Any) -> bool:
-        """The running generation's forward (on ``ids``) ended: marked; False when none runs."""
+    def forward_ends(self, ids: Any, output: Any = None) -> bool:
+        """The running generation's forward (on ``ids``, returning ``output``) ended: marked; False when
+        none runs."""
         gen = self.gen
         if gen is None:
             return False
         if gen.shape is None and not gen.forwards:  # the prefill's input: batch x prompt
             gen.shape = _prompt_shape(ids)
+        decode = bool(gen.forwards)
         gen.forwards.append(self.mark())
+        # after the mark: looking costs the step nothing
+        if decode:
+            gen.recomputes.append(_recomputes(ids, output))
+        else:
+            logits = getattr(output, "logits", None)
+            if isinstance(logits, torch.Tensor) and logits.dim() == 3:
+                gen.logits_positions = int(logits.shape[1])
         return True
 
     def generation_ends(self, shape: tuple[int, ...] | None) -> tuple[Generation | None, tuple[int, ...] | None]:
@@ -176,4 +208,4 @@ class StepClock:
         if gen is None or not gen.forwards:
             return None, shape
         shape = gen.shape or shape
-        return Generation.from_marks(gen.start, gen.forwards, end, shape), shape
+        return Generation.from_marks(gen.start, gen.forwards, end, shape, gen.recomputes, gen.logits_positions), shape

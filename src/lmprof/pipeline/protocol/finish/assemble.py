@@ -170,7 +170,7 @@ def _facts(m: Measured, run: Run) -> Facts:
     return Facts(
         title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
-        kv_cache=known.kv_cache, optimizer=known.optimizer, dropout=known.dropout, memory=m.memory, counted=m.flops,
+        kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer, dropout=known.dropout, memory=m.memory, counted=m.flops,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas
@@ -187,4 +187,6 @@ def _observed(m: Measured, run: Run) -> Known:
     return Known(
         title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=dtype, shape=facts.shape,
         batch=B, seq_len=T, attention=facts.attention, optimizer=facts.optimizer, dropout=facts.dropout,
-        tokens_per_step=int(tokens) if tokens else None, new_tokens=new_tokens)
+        tokens_per_step=int(tokens) if tokens else None, new_tokens=new_tokens,
+        kv_cache=not (infer and m.timings.gens and m.timings.gens[-1].recomputed),
+        last_logits_only=m.timings.gens[-1].last_logits_only if infer and m.timings.gens else None)

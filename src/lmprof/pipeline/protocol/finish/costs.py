@@ -6,6 +6,7 @@ note instead of invented numbers.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -34,13 +35,18 @@ def add_costs(
     decode_tokens: int = 1,
     plots: bool = True,
     kv_cache: bool = True,
+    last_logits_only: bool | None = None,
 ) -> None:
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png
-    (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`)."""
+    (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`;
+    ``last_logits_only``: what the prefills were seen to compute, else the model's convention)."""
 
     kind = run.env.device.split(":")[0]
-    # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one.
+    # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one;
+    # generate() asks a model that takes logits_to_keep for the last one only, as its output shows.
     conventions = conventions_for(shape)
+    if last_logits_only is not None:
+        conventions = replace(conventions, prefill_logits="last" if last_logits_only else "all")
 
     for p in passes(run):
         figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p, time_s=pass_time_s(run, p, batch, decode_tokens),

@@ -59,6 +59,7 @@ class Facts:
     attention: Literal["math", "sdpa"] = "math"
     new_tokens: int = 0  # inference: tokens generated per sequence (prefill's included)
     kv_cache: bool = True
+    last_logits_only: bool | None = None  # the prefill's logits: last position only (None: the model's convention)
     param_dtype: str | None = None  # None: fp32 parameters (autocast does the rest)
     optimizer: str | None = None
     dropout: float | Dropout = 0.0  # one rate, or by site (a Hugging Face config's)
@@ -85,7 +86,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
-                      kv_cache=facts.kv_cache)
+                      kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only)
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
