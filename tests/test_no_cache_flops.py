@@ -48,6 +48,9 @@ def test_builtin_gpt_without_a_cache(tmp_path) -> None:
     assert m["decode.flops.model_per_step"].value < truth / 3
     assert m["decode.hfu"].value > 3 * m["decode.mfu"].value
     assert any(n.startswith("no KV cache: every decode step re-ran") for n in run.notes)
+    from lmprof.show.summary import shown_keys
+
+    assert "decode.hfu" in shown_keys(run)  # on screen beside MFU when they differ
     # the prefill is one forward either way
     assert m["prefill.flops.hardware_per_step"].value == m["prefill.flops.model_per_step"].value
 
@@ -124,3 +127,6 @@ def test_users_generate_without_a_cache_is_seen_as_such(tmp_path) -> None:
     # with its cache, the same figures as before: HFU == MFU, no such note
     assert cached["decode.flops.hardware_per_step"].value == cached["decode.flops.model_per_step"].value
     assert not any(n.startswith("no KV cache") for n in runs[True].notes)
+    from lmprof.show.summary import shown_keys
+
+    assert "decode.hfu" not in shown_keys(runs[True]) and "decode.hfu" in shown_keys(runs[False])

@@ -351,7 +351,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     *_costs("train", TRAIN, "training step", _TRAIN_COSTS),
     *_costs("prefill", INFER, "prefill", {MFU: {"summary": 90, "card": 50}}),
     *_costs("decode", INFER, "decode phase (every decode step of a generation)",
-            {MFU: {"summary": 100}, MBU: {"summary": 110, "card": 60}}),
+            {MFU: {"summary": 100}, HFU: {"summary": 105}, MBU: {"summary": 110, "card": 60}}),
     # -- the profiler and the workload -------------------------------------------------------------
     _m(PROFILED_STEP_TIME, "ms", "measured", "profiled step time", "median of the steps run under torch.profiler",
        TRAIN, "headline", False, spread=True, summary=140, compare=30, role="profiled"),

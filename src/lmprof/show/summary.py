@@ -39,7 +39,16 @@ def metrics_table(run: Run) -> Table:
 
 
 def shown_keys(run: Run) -> list[str]:
-    return [k for k in HEADLINE if k in run.metrics]
+    """The summary's figures present in ``run``; an HFU only where it differs from its MFU (a
+    recomputation ran: decode without a KV cache)."""
+    return [k for k in HEADLINE if k in run.metrics and not _hfu_as_mfu(run, k)]
+
+
+def _hfu_as_mfu(run: Run, key: str) -> bool:
+    if not key.endswith("hfu"):
+        return False
+    mfu = run.metrics.get(key[: -len("hfu")] + "mfu")
+    return mfu is None or run.metrics[key].value == mfu.value
 
 
 def _notes(run: Run, keys: list[str]) -> list[str]:
