@@ -262,14 +262,17 @@ print("inner run:", prof.run)
 def test_two_threads_entering_lmprof_profile_at_once(tmp_path):
     """Both threads enter lmprof.profile() at the same moment (a barrier): one measures, the other stands
     aside, both loops finish. Two sessions at once started two kineto profilers: a segfault, or a
-    ConfigError raised into one thread, whose loop then never ran."""
+    ConfigError raised into one thread, whose loop then never ran. A second barrier holds both inside
+    their with-blocks until both have entered: without it, a thread descheduled after the first barrier
+    could enter after the other's whole session had ended, and rightly measure too (once in 8 clean runs)."""
     script = write(tmp_path, "threads.py", """
 import sys, threading, torch, lmprof
-barrier = threading.Barrier(2)
+barrier, inside = threading.Barrier(2), threading.Barrier(2)
 def work(k):
     m = torch.nn.Linear(16, 16); opt = torch.optim.SGD(m.parameters(), lr=0.1)
     barrier.wait()
     with lmprof.profile(m, out=sys.argv[1], report=False, verbose=False, warmup=1, steps=2, profile_steps=1) as prof:
+        inside.wait()
         for _ in range(8):
             m(torch.randn(8, 16)).sum().backward(); opt.step(); opt.zero_grad(); prof.step()
     print("thread", k, "done", prof.run is not None, flush=True)
