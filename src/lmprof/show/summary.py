@@ -11,7 +11,7 @@ from rich.text import Text
 from lmprof.analysis.advice import roofline_bound
 from lmprof.analysis.marks import marks, tag
 from lmprof.modes import traits
-from lmprof.record.catalogue import ranked
+from lmprof.record.catalogue import HFU, MFU, PASS_PREFIX, cost_key, ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_table, fused_kernel_lines, off_goal_lines
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
@@ -44,10 +44,14 @@ def shown_keys(run: Run) -> list[str]:
     return [k for k in HEADLINE if k in run.metrics and not _hfu_as_mfu(run, k)]
 
 
+# Each pass's HFU key and the MFU key it is shown beside (the catalogue's names).
+_MFU_OF_HFU = {cost_key(p, HFU): cost_key(p, MFU) for p in PASS_PREFIX}
+
+
 def _hfu_as_mfu(run: Run, key: str) -> bool:
-    if not key.endswith("hfu"):
+    if key not in _MFU_OF_HFU:
         return False
-    mfu = run.metrics.get(key[: -len("hfu")] + "mfu")
+    mfu = run.metrics.get(_MFU_OF_HFU[key])
     return mfu is None or run.metrics[key].value == mfu.value
 
 

@@ -72,10 +72,11 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
     where it was taken), or n/a when none was counted."""
     kind = run.env.device.split(":")[0]
     recomputed: tuple[float | None, str] | None = None
-    if not kv_cache:
-        recomputed = ((float(counted_decode[0]), recomputed_note(decode_tokens, f"FlopCounterMode's count on {counted_decode[1]}"))
-                      if counted_decode else
-                      (None, recomputed_note(decode_tokens, "not counted in this run: its FLOPs are n/a")))
+    if not kv_cache and counted_decode:
+        count, where = counted_decode
+        recomputed = (float(count), recomputed_note(decode_tokens, f"FlopCounterMode's count on {where}"))
+    elif not kv_cache:
+        recomputed = (None, recomputed_note(decode_tokens, "not counted in this run: its FLOPs are n/a"))
     for p in passes(run):
         put_pass(run, p, facts_mfu_metrics(facts, mode=p, time_s=pass_time_s(run, p, facts.batch, decode_tokens),
                                            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
