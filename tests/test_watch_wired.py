@@ -9,6 +9,7 @@ exit codes and stdout.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -48,7 +49,7 @@ class Net(torch.nn.Module):
 
 
 def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_path: Path, capsys) -> None:
-    """A loader that sleeps SLEEP before each forward, a list that keeps KEEP bytes a step, and the loss given
+    """A loader that sleeps SLEEP before each forward, a list that keeps KEEP fresh bytes a step, and the loss given
     to prof.step(loss=...): each figure as injected."""
     SLEEP, KEEP, B, T, STEPS = 0.005, 1024 * 1024, 4, 16, WINDOW + 150
     torch.manual_seed(0)
@@ -63,7 +64,11 @@ def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_pa
             waited[i + 1] = time.perf_counter() - t0  # the loop's step i is the protocol's step i + 1
             loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
             loss.backward()
-            kept.append(torch.ones(KEEP // 4))  # float32: KEEP bytes, every page written
+            # KEEP fresh bytes, every page written: a tensor from malloc may fill a hole the worker's earlier
+            # tests left in the heap, and RSS would not grow (CI once saw no creep at all)
+            page = mmap.mmap(-1, KEEP)
+            page.write(b"\1" * KEEP)
+            kept.append(page)
             opt.step()
             opt.zero_grad()
             losses[i + 1] = loss.item()
