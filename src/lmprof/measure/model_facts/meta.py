@@ -82,6 +82,10 @@ def build_on_meta(config: Any, dtype: str = "fp32", attention: str | None = None
         raise ConfigError(f"cannot build {model_type!r} from this config with transformers {tf.__version__}: "
                           f"{type(exc).__name__}: {first_line(exc)}") from None
     assert isinstance(model, torch.nn.Module)
+    if any(not t.is_meta for t in (*model.parameters(), *model.buffers())):
+        # A factory the device context does not reach (DiffLlama's lambdas: torch.normal(mean, std, size))
+        # left a tensor on the CPU, which a backward on meta cannot send its gradient to.
+        model.to(torch.device("meta"))
     return model
 
 
