@@ -123,3 +123,20 @@ def test_a_model_the_describer_cannot_build_is_one_line() -> None:
         with pytest.raises(ConfigError, match=why) as err:
             describe(cfg, batch=1, seq_len=4)
         assert "\n" not in str(err.value)
+
+
+def test_each_pass_and_layer_is_told_to_progress() -> None:
+    """A model read off meta says which pass runs and how many of its layers are done (a full-size Jamba's
+    training memory takes minutes there): every pass asked for, layers counted against the config's."""
+    from lmprof import progress
+
+    seen = []
+    with progress.listening(seen.append):
+        describe(config("gpt2"), batch=1, seq_len=4, phases=("prefill", "train"))
+    stages = [e.stage for e in seen]
+    n = tiny_config("gpt2").n_layer
+    for what in ("prefill", "training step", "training step at batch 2"):
+        assert any(s.startswith(f"gpt2's {what} ") and "on the meta device" in s for s in stages), (what, stages)
+    assert any(s.endswith(": backward") for s in stages)
+    layer_events = [e for e in seen if e.stage.endswith("layers done")]
+    assert {e.total for e in layer_events} == {n} and {e.done for e in layer_events} == set(range(n))

@@ -22,6 +22,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from lmprof import progress
 from lmprof.errors import ConfigError
 from lmprof.estimate.facts import BlockRow, CacheLayer, ModelFacts, TrainMemory
 from lmprof.estimate.models import EXPERT_KEYS, TOP_K_KEYS
@@ -152,14 +153,26 @@ class _Meta:
         self.vocab = int(getattr(head, "out_features", 0) or _config_value(self.cfg, ("vocab_size",)))
         self.kinds = layer_kinds(self.model)
         self.latent = _config_value(self.cfg, ("kv_lora_rank",)) > 0
+        self.stage = f"{getattr(self.cfg, 'model_type', 'the model')} on the meta device"  # what runs (_tell)
 
     def ids(self, batch: int, tokens: int) -> torch.Tensor:
         return torch.zeros((batch, tokens), dtype=torch.long, device="meta")
 
     def run(self, step: Any, counter: FactsCounter, backward: bool = False) -> None:
-        """``step()`` counted by ``counter`` with the model's block scopes and the CPU's kernels."""
-        with MetaKernels(), module_scopes(self.model):
-            count_flops(step, backward=backward, counter=counter, by_module=False)
+        """``step()`` counted by ``counter`` with the model's block scopes and the CPU's kernels; each layer's
+        forward told to lmprof.progress (layer i of N), the backward as one stage."""
+        layers = _layer_stack(self.model)
+
+        def tick(i: int) -> Callable[..., None]:
+            return lambda *_: progress.report(f"{self.stage}: forward, layers done", i, len(layers))
+
+        handles = [layer.register_forward_pre_hook(tick(i)) for i, layer in enumerate(layers)]
+        try:
+            with MetaKernels(), module_scopes(self.model):
+                count_flops(step, backward=backward, counter=counter, by_module=False)
+        finally:
+            for h in handles:
+                h.remove()
 
     def prefill(self, batch: int, tokens: int, cache: Any = None) -> Any:
         """An uncounted prefill (no grad): the cache it returns."""
@@ -251,12 +264,20 @@ T = TypeVar("T")
 
 def _guarded(m: _Meta, what: str, run: Callable[[], T]) -> T:
     """``run()``, its failure on meta as one line naming the model and the pass."""
+    _tell(m, what)
     try:
         return run()
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own code on meta: one line, not a traceback
         raise _fail(m.cfg, what, exc) from None
+
+
+def _tell(m: _Meta, what: str) -> None:
+    """Say which pass runs (lmprof.progress): a model with a sequential scan (Jamba, RWKV) runs it token by
+    token on meta too, a minute or more at full size, and a command that showed nothing looked hung."""
+    m.stage = f"{getattr(m.cfg, 'model_type', 'the model')}'s {what} on the meta device"
+    progress.report(m.stage)
 
 
 def _prefill(m: _Meta, batch: int, seq_len: int, past: int) -> tuple[list[BlockRow], list[CacheLayer], FactsCounter]:
@@ -331,6 +352,7 @@ def _train_pass(m: _Meta, batch: int, seq_len: int) -> tuple[FactsCounter, dict[
         lg = getattr(out, "logits", None)
         logits["bytes"] = lg.numel() * lg.element_size() if isinstance(lg, torch.Tensor) else 0
         marks["backward"] = counter.mark()
+        progress.report(f"{m.stage}: backward")
         return out.loss
 
     m.run(step, counter, backward=True)
@@ -350,6 +372,7 @@ def _train(m: _Meta, batch: int, seq_len: int, memory: bool) -> tuple[list[Block
     for block, nbytes in saved.values():
         by_block[folded(block)] = by_block.get(folded(block), 0) + nbytes
     m.model.zero_grad(set_to_none=True)
+    _tell(m, f"training step at batch {batch + 1} (how memory grows with the batch)")
     counter2, saved2, _, _, _ = _train_pass(m, batch + 1, seq_len)
     peak2 = counter2.peak()[0]
     m.model.zero_grad(set_to_none=True)
