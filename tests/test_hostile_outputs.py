@@ -524,3 +524,44 @@ def test_standard_output_on_a_full_disk_is_one_line(args):
                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines() == ["lmprof: error: cannot write to standard output: No space left on device"]
+
+
+def test_ctrl_c_in_a_verb_that_keeps_nothing_says_interrupted(cli, monkeypatch, tmp_path):
+    """A Ctrl-C while `lmprof memory` / `roofline --model` read a model off meta (two minutes for a full-size
+    Jamba): typer, out of standalone mode, turned it into exit 130 and said nothing; now one line."""
+    import lmprof.measure.model_facts.resolve as resolve
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(resolve, "describe_entry", ctrl_c)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "jamba", "num_hidden_layers": 2}))
+    code, out, err = cli("memory", "--model", config, "--device", "h100")
+    assert code == 130 and [ln for ln in err.splitlines() if ln.strip()] == [
+        "lmprof: interrupted: reading the model off the meta device did not finish"], err
+    code, out, err = cli("roofline", "--model", config, "--device", "h100")
+    assert code == 130 and [ln for ln in err.splitlines() if ln.strip()] == [
+        "lmprof: interrupted: reading the model off the meta device did not finish"], err
+
+
+@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="the test process has its own SIGINT handler")
+@pytest.mark.parametrize("json_out", [False, True])
+def test_ctrl_c_in_any_other_verb_is_one_line_and_130(cli, monkeypatch, tmp_path, json_out):
+    """A real SIGINT while `lmprof analyze` reads a trace, through typer and through its fast path
+    (--json): both said nothing and exited 130, where docs/reliability.md promises one line."""
+    import lmprof.cli._analyze_run as analyze_run
+    import lmprof.cli.analyze as analyze
+
+    def ctrl_c(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the signal arrives before this ends
+
+    monkeypatch.setattr(analyze_run, "run_analyze", ctrl_c)
+    monkeypatch.setattr(analyze, "run_analyze", ctrl_c)
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    code, out, err = cli("analyze", trace, *(["--json"] if json_out else []))
+    assert code == 130 and [ln for ln in err.splitlines() if ln.strip()] == ["lmprof: interrupted"], err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

@@ -102,14 +102,12 @@ class Aborted(Exception):
 
 def run_fast(kwargs: dict[str, Any], run: Callable[..., None]) -> int:
     """Run the command as typer's runner would; returns the exit code, or raises what typer would
-    let through (the caller turns lmprof's errors into one line)."""
+    let through (the caller turns lmprof's errors and a Ctrl-C into one line)."""
     try:
         run(**kwargs, echo=echo)
     except EOFError:
         print(file=sys.stderr)
         raise Aborted from None
-    except KeyboardInterrupt:
-        return 130
     except OSError as exc:
         if exc.errno == errno.EPIPE:  # `lmprof analyze ... | head`: nothing more to say
             sys.stdout = _QuietFlush(sys.stdout)

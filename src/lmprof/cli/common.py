@@ -32,9 +32,10 @@ class Interrupted(Exception):
 
 
 @contextlib.contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible(unfinished: str = "the run did not finish (no run.json was written)") -> Iterator[None]:
     """SIGTERM acts as Ctrl-C while the block runs, so temporary files are cleaned up the same way;
-    an interruption comes out as :class:`Interrupted` (exit 130 for Ctrl-C, 143 for SIGTERM)."""
+    an interruption comes out as :class:`Interrupted` (exit 130 for Ctrl-C, 143 for SIGTERM), saying
+    ``unfinished`` where no run folder was involved."""
     got: list[int] = []
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -54,7 +55,7 @@ def interruptible() -> Iterator[None]:
         elif hasattr(exc, "folder"):  # the run knew its folder and found nothing measured in it
             message = f"{what} before anything was measured: nothing kept"
         else:
-            message = f"{what}: the run did not finish (no run.json was written)"
+            message = f"{what}: {unfinished}"
         raise Interrupted(message, 143 if got else 130) from None
     finally:
         if main_thread:

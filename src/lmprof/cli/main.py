@@ -8,11 +8,16 @@ modules are imported only when typer parses the command line.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
 import pkgutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from lmprof import gc_hold
 from lmprof.errors import LmprofError
@@ -160,11 +165,14 @@ def _run_typer(argv: list[str] | None, args: list[str]) -> int:
     from lmprof.cli.common import Interrupted
 
     _register_verbs()
-    if next((a for a in args if not a.startswith("-")), None) not in _HELD_INTO_THE_COMMAND:
+    verb = next((a for a in args if not a.startswith("-")), None)
+    if verb not in _HELD_INTO_THE_COMMAND:
         gc_hold.release()
+    ctrl_c: list[int] = []
     try:
         _check_completion_shell(args)
-        result = app(args=argv, standalone_mode=False, prog_name="lmprof")
+        with _ctrl_c_seen(ctrl_c, verb != "run"):  # the user's script keeps its own Ctrl-C (docs/reliability.md)
+            result = app(args=argv, standalone_mode=False, prog_name="lmprof")
     except LmprofError as exc:
         print(f"lmprof: error: {exc}", file=sys.stderr)
         return _exit(2, argv)
@@ -196,7 +204,29 @@ def _run_typer(argv: list[str] | None, args: list[str]) -> int:
             return _exit(2, argv)
         raise
     code = result if isinstance(result, int) else 0
+    if code == 130 and ctrl_c:  # typer, out of standalone mode, turns a Ctrl-C into this code and says nothing
+        print("lmprof: interrupted", file=sys.stderr)
     return _exit(code, argv)
+
+
+@contextlib.contextmanager
+def _ctrl_c_seen(seen: list[int], watch: bool) -> Iterator[None]:
+    """Note a SIGINT in ``seen`` (it still raises KeyboardInterrupt, as Python's own handler does), where
+    ``watch`` and Python's own handler is the one installed in the main thread."""
+    if not watch or threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_int(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_int)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _exit(code: int, argv: list[str] | None) -> int:

@@ -196,12 +196,13 @@ def memory(
         label, pdt = entry.name, param_dtype or dtype
         if entry.figures == "model":
             # A family lmprof's formulas do not know: read off the model on the meta device (imports torch).
-            from lmprof.cli.common import progress_status
+            from lmprof.cli.common import interruptible, progress_status
             from lmprof.measure.model_facts.resolve import describe_entry
 
             positions = config_positions(entry.config or {})
             seq = seq_len if seq_len is not None else min(positions, 4096) - (new_tokens if generates else 0)
-            with progress_status("reading the model"):
+            with interruptible("reading the model off the meta device did not finish"), \
+                    progress_status("reading the model"):
                 entry, facts = describe_entry(entry, allow_generic=allow_generic, batch=batch_size,
                                               seq_len=max(1, seq), dtype=pdt, phases=traits(plan_mode).passes[:1])
         if entry.warning:

@@ -57,7 +57,7 @@ def roofline(
 ) -> None:
     """Analytic per-block roofline (FLOPs, bytes, intensity, bound, attainable time): nothing is run."""
     from lmprof.analysis.what_if import RooflineQuery, parse_batches, roofline_what_if
-    from lmprof.cli.common import console, progress_status
+    from lmprof.cli.common import console, interruptible, progress_status
     from lmprof.hardware.peaks import load_table
     from lmprof.outdir import check_not_input, check_output_file
     from lmprof.show.roofline_view import peak_table_lines, show_roofline
@@ -81,7 +81,8 @@ def roofline(
     if out is not None:
         check_not_input(out, [model if model and Path(model).exists() else None], "--out")
         check_output_file(out, "--out")  # before the work: a folder given as --out is one line, not a traceback
-    with progress_status("reading the model"):  # a model read off the meta device can take minutes (describe.py)
+    # a model read off the meta device can take minutes (describe.py): its progress shown, Ctrl-C one line
+    with interruptible("reading the model off the meta device did not finish"), progress_status("reading the model"):
         answer = roofline_what_if(query, table)
     if answer.entry is not None and answer.entry.warning:
         typer.echo(f"warning: {answer.entry.warning}", err=True)
