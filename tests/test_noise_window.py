@@ -6,6 +6,8 @@ itself (a sleep and a burst of extra operators in one profiled step) for the end
 """
 from __future__ import annotations
 
+import re
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +168,11 @@ def test_disturbed_profiled_step_is_flagged_and_named(tmp_path: Path, one_thread
     run = _loop(tmp_path, disturb_at=16)
     assert run.noisy
     named = [r for r in run.noise if r.startswith("profiled step")]
-    assert len(named) == 1 and "profiled step 2 (" in named[0] and "x) of 3" in named[0], run.noise
+    assert len(named) == 1 and "x) of 3" in named[0], run.noise
+    # Step 2 is named, the most slowed; a loaded machine may push another just over the limit too
+    # (CI: "profiled step 1 (8.93 ms, 1.51x), 2 (105 ms, 17.71x) of 3", the limit 8.86 ms).
+    ratios = {int(n): float(r) for n, r in re.findall(r"(\d+) \([^,()]+, ([\d.]+)x\)", named[0])}
+    assert 2 in ratios and max(ratios, key=lambda k: ratios[k]) == 2 and ratios[2] > 3, named[0]
     # The operator table is the median profiled step: the burst of torch.cat does not reach it.
     cat = [o for o in run.ops if o.name == "aten::cat"]
     assert not cat or cat[0].calls < 300
