@@ -34,7 +34,7 @@ from lmprof.units import si
 from lmprof.record.catalogue import (
     BYTES_MODEL, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL, HFU, MBU, MFU, PEAK_BANDWIDTH, PEAK_FLOPS,
 )
-from lmprof.record.run import Block, Metric
+from lmprof.record.run import Block, Metric, Source
 from lmprof.estimate.shape import ModelShape
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ def mfu_metrics(
     peak: object | None = None,
     cache_dir: str | Path | None = None,
     kv_cache: bool = True,
+    recomputed: tuple[float | None, str] | None = None,
+    recomputed_source: Source = "estimated",
 ) -> dict[str, Metric]:
     """Model FLOPs, achieved FLOP/s, peak, MFU, HFU and bandwidth utilisation of one step or phase.
 
@@ -105,6 +107,9 @@ def mfu_metrics(
     ``kv_cache=False`` (decode): each decode step re-runs the whole sequence; the model FLOPs stay the
     new tokens' work (what a cached step does), the hardware FLOPs are the recomputation
     (:func:`recomputed_decode_flops`), so MFU shows what the missing cache costs and HFU what ran.
+    ``recomputed`` (train): the hardware FLOPs of a step that recomputed, as counted, and their note
+    (None FLOPs: not known, so they and HFU are n/a with that note), ``recomputed_source`` how they were
+    had; it replaces ``recompute``'s model.
     ``tf32`` with fp32 compares against the TF32 tensor-core peak (what cuBLAS uses when TF32 is on).
     ``peak`` may be a resolved :class:`~lmprof.hardware.calibrate.Peak`; by default it is resolved.
 
@@ -134,6 +139,10 @@ def mfu_metrics(
         hardware = recomputed_decode_flops(shape, batch=batch, seq_len=seq_len, decode_tokens=decode_tokens,
                                            conventions=conventions)
         hardware_note = recomputed_note(decode_tokens, "B·T'·(2N + 4·L·d·T') each, summed")
+    hw: float | None = hardware
+    hw_source: Source = "estimated"
+    if mode == "train" and recomputed is not None:
+        (hw, hardware_note), hw_source = recomputed, recomputed_source
     nbytes = totals(
         phase_costs(shape, batch=batch, seq_len=seq_len, phase=mode, dtype=dt, decode_tokens=decode_tokens,
                     attention=attention, conventions=conventions)
@@ -152,10 +161,10 @@ def mfu_metrics(
         peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
     assert isinstance(peak, Peak)
     return utilisation_metrics(
-        model, hardware, nbytes, time_s, peak, peak_dtype,
+        model, hw, nbytes, time_s, peak, peak_dtype,
         model_note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}",
         hardware_note=hardware_note, bytes_note=f"minimum bytes moved per {per} at {dt} width (sum over blocks)",
-        recomputed=hardware != model)
+        recomputed=hw != model, hardware_source=hw_source)
 
 
 def recomputed_decode_flops(shape: ModelShape, *, batch: int, seq_len: int, decode_tokens: int,
@@ -175,12 +184,13 @@ def recomputed_note(decode_tokens: int, how: str) -> str:
 def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, device_name: str,
                       device_kind: str | None = None, dtype: object = "bf16", decode_steps: int = 1,
                       peak: object | None = None, recomputed: tuple[float | None, str] | None = None,
-                      ) -> dict[str, Metric]:
+                      recomputed_source: Source = "estimated") -> dict[str, Metric]:
     """:func:`mfu_metrics` for a model the describer read (:class:`~lmprof.estimate.facts.ModelFacts`):
     FLOPs and bytes of its blocks as the model runs them; ``decode_steps`` steps of the decode it read.
 
-    ``recomputed`` (decode without a KV cache): the hardware FLOPs of the recomputing steps and their
-    note (None FLOPs: not known, so HFU is n/a with that note); the describer reads a cached step."""
+    ``recomputed`` (decode without a KV cache, or a training step that recomputed checkpointed
+    activations): the hardware FLOPs of the recomputing steps and their note (None FLOPs: not known, so
+    HFU is n/a with that note); the describer reads a cached step of a model that recomputes nothing."""
     from lmprof.hardware.calibrate import Peak, resolve_peak
 
     dt = normalize_dtype(dtype)
@@ -195,27 +205,29 @@ def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, de
     step = (f"one step at KV length {facts.context} x {decode_steps}" if mode == "decode" else
             f"B={facts.batch}, T={facts.seq_len}")
     hardware: float | None = flops
-    hardware_note = "the model's FLOPs as it runs them (what a recomputation adds is in them)"
-    if mode == "decode" and recomputed is not None:
-        hardware, hardware_note = recomputed
+    hardware_note = "the model's FLOPs as it runs them, no recomputation"
+    hw_source: Source = "estimated"
+    if mode in ("decode", "train") and recomputed is not None:
+        (hardware, hardware_note), hw_source = recomputed, recomputed_source
     return utilisation_metrics(
         flops, hardware, nbytes, time_s, peak, dt,
         model_note=f"FLOPs per {per} read off the model on the meta device (torch's FlopCounterMode formulas over "
                    f"its ops); {step}",
         hardware_note=hardware_note,
         bytes_note=f"bytes its ops read and write per {per} (one kernel per op), read off the model",
-        recomputed=hardware != flops)
+        recomputed=hardware != flops, hardware_source=hw_source)
 
 
 def utilisation_metrics(model: float, hardware: float | None, nbytes: float, time_s: float | None, peak: Peak,
                         peak_dtype: str, *, model_note: str, hardware_note: str, bytes_note: str,
-                        recomputed: bool) -> dict[str, Metric]:
+                        recomputed: bool, hardware_source: Source = "estimated") -> dict[str, Metric]:
     """The metrics of :func:`mfu_metrics` from model / hardware FLOPs and bytes of one step and its time
-    (``hardware`` None: not known, so it and HFU are n/a with ``hardware_note``)."""
+    (``hardware`` None: not known, so it and HFU are n/a with ``hardware_note``; ``hardware_source``:
+    ``measured`` where FlopCounterMode counted them on a real step)."""
     out: dict[str, Metric] = {
         FLOPS_MODEL: Metric(value=model, unit="FLOP", source="estimated", note=model_note),
-        FLOPS_HARDWARE: (Metric(value=hardware, unit="FLOP", source="estimated", note=hardware_note)
-                         if hardware is not None else Metric.na("FLOP", hardware_note, source="estimated")),
+        FLOPS_HARDWARE: (Metric(value=hardware, unit="FLOP", source=hardware_source, note=hardware_note)
+                         if hardware is not None else Metric.na("FLOP", hardware_note, source=hardware_source)),
         BYTES_MODEL: Metric(value=nbytes, unit="B", source="estimated", note=bytes_note),
     }
     timed = time_s is not None and time_s > 0

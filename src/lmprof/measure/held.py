@@ -59,22 +59,49 @@ def _storage(t: torch.Tensor) -> tuple[int, int] | None:
 
 
 def _saved_by(node: Any) -> Iterator[torch.Tensor]:
-    """The tensors one autograd node saved for backward."""
-    names = [n for n in dir(node) if n.startswith("_saved_")]
-    values: list[Any] = []
-    for n in names:
-        with contextlib.suppress(Exception):  # a field freed already, or not a tensor
-            values.append(getattr(node, n))
-    with contextlib.suppress(Exception):  # a custom autograd.Function's context
-        values.extend(getattr(node, "saved_tensors", ()) or ())
-    for v in values:
-        for item in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(item, torch.Tensor):
-                yield item
+    """The tensors one autograd node saved for backward, read without unpacking them.
+
+    Each is read from its ``_raw_saved_*`` field (a custom Function's ``_raw_saved_tensors``): a
+    ``SavedTensor`` whose ``data`` is the tensor itself when no hook packed it. One a saved-tensor hook
+    packed (non-reentrant activation checkpointing, CPU offloading) is the hook's to unpack, once:
+    reading the ``_saved_*`` field unpacked it, which re-ran a checkpointed region and made the loop's
+    own backward fail ("Unpack is being triggered for a tensor that was already unpacked once"). Those
+    are skipped, as is every field of a torch that does not say whether a hook packed it.
+    """
+    for name in dir(node):
+        if not name.startswith("_raw_saved_"):
+            continue
+        try:
+            value = getattr(node, name)
+        except Exception:  # noqa: BLE001 - a field freed already
+            continue
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if getattr(item, "unpack_hook", True) is not None:
+                continue  # packed by a hook, or not a SavedTensor this torch describes
+            with contextlib.suppress(Exception):
+                data = item.data
+                if isinstance(data, torch.Tensor):
+                    yield data
 
 
-def saved_storages(roots: list[Any]) -> set[int]:
-    """Storage pointers of every tensor autograd saved in the graph behind ``roots`` (autograd nodes)."""
+def _checkpointed(node: Any) -> bool:
+    """Whether the node's saved tensors come back by recomputation (torch.utils.checkpoint): the node of a
+    reentrant checkpoint, or a saved tensor packed by the non-reentrant checkpoint's hook."""
+    if type(node).__name__ == "CheckpointFunctionBackward":
+        return True
+    for name in dir(node):
+        if name.startswith("_raw_saved_"):
+            with contextlib.suppress(Exception):
+                value = getattr(node, name)
+                for item in value if isinstance(value, (tuple, list)) else (value,):
+                    if getattr(getattr(item, "unpack_hook", None), "__module__", "") == "torch.utils.checkpoint":
+                        return True
+    return False
+
+
+def saved_storages(roots: list[Any], recomputes: list[bool] | None = None) -> set[int]:
+    """Storage pointers of every tensor autograd saved in the graph behind ``roots`` (autograd nodes);
+    ``recomputes`` gets True appended when the graph recomputes checkpointed activations in backward."""
     seen: set[int] = set()
     out: set[int] = set()
     stack = [r for r in roots if r is not None]
@@ -87,6 +114,8 @@ def saved_storages(roots: list[Any]) -> set[int]:
             found = _storage(t)
             if found is not None:
                 out.add(found[0])
+        if recomputes is not None and not recomputes and _checkpointed(node):
+            recomputes.append(True)
         stack.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
     return out
 
@@ -97,6 +126,9 @@ class HeldOutputs:
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.held: list[Held] | None = None  # None: backward never reached what the model returned
+        # Whether the step's backward recomputes checkpointed activations (torch.utils.checkpoint, a
+        # Hugging Face model's gradient_checkpointing_enable()); None: backward was not reached.
+        self.recomputes: bool | None = None
         self._outputs: list[tuple[str, weakref.ref[torch.Tensor]]] = []
         self._hooks: list[Any] = []
 
@@ -122,7 +154,10 @@ class HeldOutputs:
     def _backward_reached(self, grad_outputs: Any) -> None:
         if self.held is None:
             with contextlib.suppress(Exception):
-                self.held = self._judge()
+                # The node backward reached: the graph's root even where the loop let go of what the model
+                # returned (``model(x).flatten(0, 1)`` keeps a view, not the output's Python object).
+                current = getattr(torch._C, "_current_autograd_node", lambda: None)()
+                self.held = self._judge(current)
             self._unhook()
 
     def _unhook(self) -> None:
@@ -131,9 +166,12 @@ class HeldOutputs:
                 h.remove()
         self._hooks = []
 
-    def _judge(self) -> list[Held]:
+    def _judge(self, current: Any = None) -> list[Held]:
         alive = [(name, t) for name, ref in self._outputs if (t := ref()) is not None]
-        counted = saved_storages([t.grad_fn for _, t in alive])
+        recomputes: list[bool] = []
+        roots = [t.grad_fn for _, t in alive] + [current]
+        counted = saved_storages(roots, recomputes)
+        self.recomputes = bool(recomputes) if any(r is not None for r in roots) else None
         out = []
         for name, t in alive:
             found = _storage(t)

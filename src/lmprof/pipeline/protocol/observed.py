@@ -54,6 +54,8 @@ class Observed:
     batches_per_step: float | None = None  # distinct inputs per step (probes.py: Probes._count_batch)
     tokens_per_step: float | None = None  # the token ids in them
     generations_without_forward: int = 0  # generations in which the model's hooks saw no forward
+    # The figures step's backward recomputed checkpointed activations (measure/held.py); None: not seen
+    recomputes: bool | None = None
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 

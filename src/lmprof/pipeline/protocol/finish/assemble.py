@@ -171,7 +171,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
-        dropout=known.dropout, memory=m.memory, counted=m.flops,
+        dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas

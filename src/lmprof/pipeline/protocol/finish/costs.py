@@ -36,10 +36,13 @@ def add_costs(
     plots: bool = True,
     kv_cache: bool = True,
     last_logits_only: bool | None = None,
+    recomputed_step: tuple[float | None, str] | None = None,
 ) -> None:
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png
     (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`;
-    ``last_logits_only``: what the prefills were seen to compute, else the model's convention)."""
+    ``last_logits_only``: what the prefills were seen to compute, else the model's convention;
+    ``recomputed_step``: a training step that recomputed checkpointed activations, its hardware FLOPs
+    as counted and their note)."""
 
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one;
@@ -51,7 +54,8 @@ def add_costs(
     for p in passes(run):
         figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p, time_s=pass_time_s(run, p, batch, decode_tokens),
                               decode_tokens=max(decode_tokens, 1), device_name=run.env.device_name, device_kind=kind,
-                              dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache)
+                              dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache,
+                              recomputed=recomputed_step if p == "train" else None, recomputed_source="measured")
         if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
             figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
                        for k, v in figures.items()}
@@ -64,12 +68,13 @@ def add_costs(
 
 
 def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, decode_tokens: int = 1,
-                    plots: bool = True, kv_cache: bool = True, counted_decode: tuple[int, str] | None = None) -> None:
+                    plots: bool = True, kv_cache: bool = True, counted_decode: tuple[int, str] | None = None,
+                    recomputed_step: tuple[float | None, str] | None = None) -> None:
     """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for).
 
     The describer reads a cached decode step; without a KV cache the hardware FLOPs of decode are
     FlopCounterMode's count of a whole generation's decode steps (``counted_decode``: the count and
-    where it was taken), or n/a when none was counted."""
+    where it was taken), or n/a when none was counted. ``recomputed_step``: as for :func:`add_costs`."""
     kind = run.env.device.split(":")[0]
     recomputed: tuple[float | None, str] | None = None
     if not kv_cache and counted_decode:
@@ -80,7 +85,9 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
     for p in passes(run):
         put_pass(run, p, facts_mfu_metrics(facts, mode=p, time_s=pass_time_s(run, p, facts.batch, decode_tokens),
                                            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                           decode_steps=max(decode_tokens, 1), recomputed=recomputed))
+                                           decode_steps=max(decode_tokens, 1),
+                                           recomputed=recomputed_step if p == "train" else recomputed,
+                                           recomputed_source="measured" if p == "train" or counted_decode else "estimated"))
     run.blocks = fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1))
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"

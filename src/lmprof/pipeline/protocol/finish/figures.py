@@ -41,6 +41,7 @@ class CountedFlops:
     step: int | None = None  # training: one step
     prefill: int | None = None  # inference: one generation's prefill ...
     decode: int | None = None  # ... and all its decode steps
+    recomputed: bool = False  # training: the step recomputed checkpointed activations (in the count)
 
     def of(self, pass_: str) -> int | None:
         """The count of one pass (names.PASS_PHASES): ``train`` is the training step."""
@@ -65,6 +66,8 @@ class Facts:
     dropout: float | Dropout = 0.0  # one rate, or by site (a Hugging Face config's)
     memory: MeasuredMemory | None = None
     counted: CountedFlops | None = None
+    # training: the step's backward recomputes checkpointed activations (None: not seen either way)
+    recomputes: bool | None = None
     cache_bytes: int | None = None  # measured KV cache after a generation
     energy: EnergyResult | None = None
     energy_steps: int = 0  # steps (generations) in the metered window
@@ -81,18 +84,20 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         _kv_cache(run, facts, described)
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
+    recomputed = _recomputed_step(facts) if not generates else None
     if facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
-                      kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only)
+                      kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed)
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
             add_model_costs(run, folder, described, dtype=facts.dtype, decode_tokens=decode_tokens,
                             plots=facts.plots, kv_cache=facts.kv_cache,
-                            counted_decode=(counted.decode, counted.where) if counted and counted.decode else None)
+                            counted_decode=(counted.decode, counted.where) if counted and counted.decode else None,
+                            recomputed_step=recomputed)
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)
@@ -101,6 +106,19 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         _energy(run, facts)
+
+
+def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
+    """A training step that recomputes checkpointed activations: its hardware FLOPs (what ran, counted by
+    FlopCounterMode on a real step) and their note; None when the step recomputes nothing."""
+    if not f.recomputes:
+        return None
+    c = f.counted
+    if c is not None and c.step:
+        return float(c.step), (f"counted by torch's FlopCounterMode on {c.where}: the backward re-ran checkpointed "
+                               "parts of the forward (activation checkpointing), and the count has them")
+    return None, ("the backward re-runs checkpointed parts of the forward (activation checkpointing), and no "
+                  "step was counted with FlopCounterMode in this run (raise --warmup): hardware FLOPs are n/a")
 
 
 def _described(run: Run, f: Facts) -> ModelFacts | None:
@@ -129,7 +147,9 @@ def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops 
     if read and count:
         diff = 100.0 * (read - count) / count
         run.notes.append(f"{what} FLOPs read off the model {read:,.0f}, counted on {counted.where} {count:,.0f}"
-                         + (" (equal)" if read == count else f" ({diff:+.2f}%)"))
+                         + (" (equal)" if read == count else f" ({diff:+.2f}%)")
+                         + ("; the count has the recomputation of checkpointed activations" if counted.recomputed
+                            else ""))
 
 
 def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> MemoryEstimate | None:
@@ -195,7 +215,7 @@ def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
         if flops:
             put_pass(run, p, counted_mfu_metrics(flops, pass_time_s(run, p, batch, steps), where=c.where,
                                                  what=per_pass(p, steps), device_name=device_name, device_kind=kind,
-                                                 dtype=dtype))
+                                                 dtype=dtype, recomputed=c.recomputed and p == "train"))
     run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} (lmprof has no formulas for this "
                      "model): MFU from the count; per-block FLOPs, MBU and the roofline are n/a")
 

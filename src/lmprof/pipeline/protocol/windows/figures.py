@@ -64,6 +64,11 @@ class FiguresStep:
         self.cache_bytes: int | None = None
         self.active = False
 
+    @property
+    def recomputes(self) -> bool | None:
+        """Whether the step's backward recomputed checkpointed activations (None: not seen)."""
+        return self._held.recomputes if self._held is not None else None
+
     def start(self) -> None:
         """Begin recording (the step starts now)."""
         model = self.model
@@ -219,6 +224,8 @@ class FiguresWindow(Window):
         if self.step is not None and self.step.active:
             self.ctx.observed.sync()
             self.step.stop()
+            if self.step.recomputes is not None:  # the FLOPs step after it counts what the recomputation adds
+                self.ctx.observed.recomputes = self.step.recomputes
         self._remove_give_way()
 
     def abort(self) -> None:

@@ -1,5 +1,6 @@
-"""The FLOPs step: in training, for a model lmprof has no formulas for, FLOPs are counted with torch's
-FlopCounterMode on the warm-up step after the figures step, a step of their own.
+"""The FLOPs step: in training, for a model lmprof has no formulas for, or whose backward recomputes
+checkpointed activations (seen in the figures step), FLOPs are counted with torch's FlopCounterMode on
+the warm-up step after the figures step, a step of their own.
 
 Counted in the figures step itself, FlopCounterMode's Python cost per operator (tens of µs) would be
 in that step's recording, which is the run's profile when the script ends before lmprof's window: on
@@ -34,8 +35,10 @@ class FlopsWindow(Window):
 
     def step_begins(self, step: int) -> None:
         ctx, seen = self.ctx, self.ctx.observed
+        # Counted where lmprof has no formulas, and where the step recomputes checkpointed activations
+        # (the formulas are model FLOPs; the count is what ran, the hardware FLOPs).
         if not (ctx.plan.flops_apart and step == ctx.plan.flops_at and seen.model is not None
-                and self.counter is None and not seen.compiled and seen.shape() is None):
+                and self.counter is None and not seen.compiled and (seen.shape() is None or seen.recomputes)):
             return
         if user_profiler_active():
             self.gave_way = True
