@@ -141,3 +141,27 @@ def test_saved_tensors_offloaded_to_the_cpu_are_no_recomputation(tmp_path):
     assert seen == alone and run is not None
     assert run.value("flops.model_per_step") == run.value("flops.hardware_per_step") == _count(_net(None), _net_step)
     assert run.value("mfu") == run.value("hfu")
+
+
+def test_trainer_with_gradient_checkpointing_trains_to_the_end_under_the_callback(tmp_path: Path) -> None:
+    """TrainingArguments(gradient_checkpointing=True) with lmprof's Trainer callback: the training failed at
+    the figures step before; now it ends with the loss it has without the callback, and HFU above MFU."""
+    tf = pytest.importorskip("transformers")
+    cfg = tf.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 256, (48, 32), generator=torch.Generator().manual_seed(0))]
+
+    def train(callbacks: list) -> float:
+        torch.manual_seed(0)
+        args = tf.TrainingArguments(output_dir=str(tmp_path / "t"), max_steps=12, per_device_train_batch_size=4,
+                                    gradient_checkpointing=True, report_to=[], logging_steps=100,
+                                    save_strategy="no", use_cpu=True, disable_tqdm=True)
+        out = tf.Trainer(model=tf.GPT2LMHeadModel(cfg), args=args, train_dataset=data, callbacks=callbacks).train()
+        return float(out.training_loss)
+
+    alone = train([])
+    assert train([lmprof.integrations.TrainerCallback(out=tmp_path / "runs", verbose=False)]) == alone
+    (folder,) = [p.parent for p in (tmp_path / "runs").glob("*/run.json")]
+    run = Run.load(folder)
+    assert run.value("flops.hardware_per_step") > run.value("flops.model_per_step") > 0
+    assert run.value("hfu") > run.value("mfu") > 0
