@@ -203,14 +203,14 @@ class Session:
             w.forward_end(output)
 
     @guarded
-    def generation_end(self) -> None:
-        """A generation ended."""
+    def generation_end(self, output: Any = None) -> None:
+        """A generation ended (``output``: what ``generate`` returned, when it did)."""
         aside, self._gen_aside = self._gen_aside, None
         if (aside is not None and aside.skip) or self.clock.gen is None or self.done or self.collected:
             return
         if self._forwards is not None:
             self._forwards.generation_ends()  # a generation that learned where .forward() calls end: its last
-        value, self.observed.input_shape = self.clock.generation_ends(self.observed.input_shape)
+        value, self.observed.input_shape = self.clock.generation_ends(self.observed.input_shape, output)
         for w in self.windows:
             w.boundary()
         if value is None:

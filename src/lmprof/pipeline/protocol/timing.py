@@ -62,21 +62,34 @@ class Generation:
     # The prefill computed logits at its last position only (generate() asks for that with
     # logits_to_keep=1 where the model takes it); None when its output showed none.
     last_logits_only: bool | None = None
+    # New tokens per sequence generate() returned; None: not seen (the loop's own generation, where each
+    # forward makes one). More than ``forwards``: several tokens a forward (assisted, speculative decoding).
+    tokens: int | None = None
+
+    @property
+    def generated(self) -> int:
+        """Tokens made per sequence: what generate() returned, else one a forward."""
+        return self.tokens if self.tokens is not None else self.forwards
+
+    @property
+    def several_per_forward(self) -> bool:
+        """More tokens than forwards of the model (a draft model proposed them: assisted, speculative)."""
+        return self.tokens is not None and self.tokens > self.forwards
 
     @classmethod
     def from_marks(cls, start: float, forward_ends: list[float], end: float,
                    shape: tuple[int, ...] | None, recomputes: list[bool] | None = None,
-                   logits_positions: int | None = None) -> "Generation":
+                   logits_positions: int | None = None, tokens: int | None = None) -> "Generation":
         """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``
         (``recomputes``: whether each decode forward re-ran the whole sequence; ``logits_positions``:
-        the positions the prefill's logits had)."""
+        the positions the prefill's logits had; ``tokens``: new tokens per sequence it returned)."""
         prompt = shape[1] if shape else None
         return cls(prefill_s=forward_ends[0] - start,
                    decode_s=[b - a for a, b in zip(forward_ends, forward_ends[1:])], e2e_s=end - start,
                    batch=shape[0] if shape else None, prompt_len=prompt,
                    forwards=len(forward_ends), recomputed=bool(recomputes) and all(recomputes or ()),
                    last_logits_only=(None if logits_positions is None or not prompt or prompt < 2
-                                     else logits_positions == 1))
+                                     else logits_positions == 1), tokens=tokens)
 
 
 @dataclass
@@ -150,6 +163,7 @@ class _Running:
 
     start: float
     shape: tuple[int, ...] | None
+    called_with: torch.Tensor | None = None  # the prompt generate() was called with (token ids)
     forwards: list[float] = field(default_factory=list)
     recomputes: list[bool] = field(default_factory=list)  # per decode forward: the whole sequence, no cache
     logits_positions: int | None = None  # positions of the prefill's logits, when its output showed them
@@ -179,7 +193,7 @@ class StepClock:
         """The running step is a generation (``ids``: its prompt, when the loop handed it over)."""
         assert self.start is not None
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
-        self.gen = _Running(self.start, shape)
+        self.gen = _Running(self.start, shape, ids if shape else None)
 
     def forward_ends(self, ids: Any, output: Any = None) -> bool:
         """The running generation's forward (on ``ids``, returning ``output``) ended: marked; False when
@@ -200,12 +214,26 @@ class StepClock:
                 gen.logits_positions = int(logits.shape[1])
         return True
 
-    def generation_ends(self, shape: tuple[int, ...] | None) -> tuple[Generation | None, tuple[int, ...] | None]:
-        """The running generation ended: its times (None when no forward was seen) and its prompt's
-        shape (``shape`` when it showed none)."""
+    def generation_ends(self, shape: tuple[int, ...] | None,
+                        output: Any = None) -> tuple[Generation | None, tuple[int, ...] | None]:
+        """The running generation ended (``output``: what generate() returned): its times (None when no
+        forward was seen) and its prompt's shape (``shape`` when it showed none)."""
         gen, self.gen = self.gen, None
         end = self.mark()
         if gen is None or not gen.forwards:
             return None, shape
         shape = gen.shape or shape
-        return Generation.from_marks(gen.start, gen.forwards, end, shape, gen.recomputes, gen.logits_positions), shape
+        return Generation.from_marks(gen.start, gen.forwards, end, shape, gen.recomputes, gen.logits_positions,
+                                     _new_tokens(output, gen.called_with)), shape
+
+
+def _new_tokens(output: Any, prompt: torch.Tensor | None) -> int | None:
+    """New tokens per sequence in what generate() returned (its sequences, or the tensor itself) after
+    ``prompt``; None unless the sequences begin with the prompt (an encoder-decoder's do not; several
+    returned per prompt do not match its batch)."""
+    seq = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+    if prompt is None or not isinstance(seq, torch.Tensor) or seq.dim() != 2 or seq.shape[0] != prompt.shape[0] \
+            or seq.device != prompt.device or seq.shape[1] < prompt.shape[1] \
+            or not torch.equal(seq[:, :prompt.shape[1]], prompt):
+        return None
+    return int(seq.shape[1] - prompt.shape[1])

@@ -277,11 +277,13 @@ class GenerateTrigger:
                 return original(model, *args, **kwargs)
             depth[0] += 1
             session.generation_begin(model, args, kwargs)
+            out = None
             try:
-                return original(model, *args, **kwargs)
+                out = original(model, *args, **kwargs)
+                return out
             finally:
                 depth[0] -= 1
-                session.generation_end()
+                session.generation_end(out)  # its sequences say how many tokens it made
 
         GenerationMixin.generate = generate  # wraps transformers' method; remove() restores it
         self.session.on_done(self.remove)

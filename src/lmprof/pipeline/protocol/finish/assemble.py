@@ -139,8 +139,15 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
         E2E_LATENCY: Metric.from_samples([g.e2e_s * ms for g in gens], "ms", "measured", note=rough or E2E_SPANS,
                                          basis=basis),
     }
-    decode = [d * ms for g in gens for d in g.decode_s]
-    metrics[TPOT] = (Metric.from_samples(decode, "ms", "measured", note=rough or TPOT_SPANS, basis=basis)
+    several = any(g.several_per_forward for g in gens)
+    if several:  # a forward made several tokens: each generation's decode time per token it made
+        decode = [sum(g.decode_s) / (g.generated - 1) * ms for g in gens if g.decode_s and g.generated > 1]
+        notes.append(SEVERAL_PER_FORWARD.format(tokens=gens[-1].generated, forwards=gens[-1].forwards))
+    else:
+        decode = [d * ms for g in gens for d in g.decode_s]
+    metrics[TPOT] = (Metric.from_samples(decode, "ms", "measured", basis=basis,
+                                         note=rough or ("decode time / (tokens generated - 1), per generation"
+                                                        if several else TPOT_SPANS))
                      if decode else Metric.na("ms", "one forward per generation: no decode step"))
     last = gens[-1]
     if last.batch and last.prompt_len:
@@ -149,14 +156,21 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
             basis=basis)
         if decode:
             metrics[DECODE_TOKENS_PER_S] = Metric.from_samples(
-                [g.batch * (g.forwards - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
-                "derived", note="batch x decode forwards / decode time", basis=basis)
+                [g.batch * (g.generated - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
+                "derived", note="batch x tokens generated after the first / decode time", basis=basis)
         metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
-            [g.batch * g.forwards / g.e2e_s for g in gens if g.batch and g.forwards], "tokens/s", "derived",
+            [g.batch * g.generated / g.e2e_s for g in gens if g.batch and g.generated], "tokens/s", "derived",
             note="batch x tokens generated / the whole generation's time", basis=basis)
     _overhead(m, metrics, att)
-    m.config.setdefault("new_tokens", last.forwards)
+    m.config.setdefault("new_tokens", last.generated)
     return metrics
+
+
+SEVERAL_PER_FORWARD = (
+    "several tokens per forward: each generation made {tokens} tokens per sequence in {forwards} forwards of the model "
+    "(assisted or speculative decoding: a draft proposes tokens, the model checks them in one forward). TPOT and "
+    "the decode rates count tokens made, not forwards; the decode FLOPs are the model's for those tokens, one at a "
+    "time; what the draft model and the rejected tokens cost is in the time, not in the FLOPs (decode HFU n/a)")
 
 
 # The timing figures of each mode: a training step's, a generation's.
@@ -172,6 +186,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
         dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
+        several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas
@@ -182,7 +197,7 @@ def _observed(m: Measured, run: Run) -> Known:
     infer, facts = m.spec.traits.generates, m.facts
     dtype = facts.dtype or "fp32"
     B, T = m.input_shape if m.input_shape and len(m.input_shape) == 2 else (None, None)
-    new_tokens = m.timings.gens[-1].forwards if infer and m.timings.gens else 0
+    new_tokens = m.timings.gens[-1].generated if infer and m.timings.gens else 0
     tokens = run.value(TOKENS_PER_STEP) if not infer else (B * new_tokens if B else None)
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
     return Known(

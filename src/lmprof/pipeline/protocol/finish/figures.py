@@ -23,7 +23,7 @@ from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs, pa
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.modes import traits
-from lmprof.record.catalogue import FLOPS_MODEL, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
+from lmprof.record.catalogue import FLOPS_HARDWARE, FLOPS_MODEL, HFU, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
 from lmprof.record.run import Metric, Run
 from lmprof.errors import LmprofError
 from lmprof.estimate.facts import ModelFacts
@@ -68,6 +68,7 @@ class Facts:
     counted: CountedFlops | None = None
     # training: the step's backward recomputes checkpointed activations (None: not seen either way)
     recomputes: bool | None = None
+    several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     cache_bytes: int | None = None  # measured KV cache after a generation
     energy: EnergyResult | None = None
     energy_steps: int = 0  # steps (generations) in the metered window
@@ -104,6 +105,12 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
+    if facts.several_per_forward:  # what ran beyond the model's own tokens (a draft, rejected tokens) is unknown
+        why = ("several tokens per forward (assisted or speculative decoding): the draft model's FLOPs and the "
+               "rejected tokens' are not counted")
+        for key, unit in ((FLOPS_HARDWARE, "FLOP"), (HFU, "%")):
+            if cost_key("decode", key) in run.metrics:
+                run.metrics[cost_key("decode", key)] = Metric.na(unit, why, source="derived" if unit == "%" else "estimated")
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         _energy(run, facts)
 
