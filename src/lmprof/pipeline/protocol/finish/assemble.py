@@ -119,6 +119,15 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     return metrics
 
 
+def _micro_batches(m: Measured) -> float:
+    """Batches of the observed shape per optimizer step in a user's training loop (gradient accumulation),
+    by which one batch's FLOPs and bytes scale to the step's; 1 where the loop's owner described it."""
+    batches = m.batches_per_step
+    if m.known is not None or m.spec.traits.generates or batches is None or batches <= 1.01:
+        return 1.0
+    return batches
+
+
 def _passes_note(m: Measured) -> list[str]:
     """What one step held, when it was more than one forward and one backward on one batch."""
     batches, bwd = m.batches_per_step, m.backwards_per_step
@@ -187,6 +196,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
         dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
+        micro_batches=_micro_batches(m),
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas

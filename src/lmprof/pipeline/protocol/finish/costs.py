@@ -17,8 +17,9 @@ from lmprof.estimate.mfu import (Pass, block_roofline, facts_mfu_metrics, fill_b
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
-from lmprof.record.catalogue import DECODE_TOKENS_PER_S, STEP_TIME, TPOT, TTFT, cost_key
-from lmprof.record.run import Metric, Run
+from lmprof.record.catalogue import (BYTES_MODEL, DECODE_TOKENS_PER_S, FLOPS_HARDWARE, FLOPS_MODEL, STEP_TIME, TPOT,
+                                     TTFT, cost_key)
+from lmprof.record.run import Block, Metric, Run
 from lmprof.estimate.shape import ModelShape
 
 
@@ -37,12 +38,14 @@ def add_costs(
     kv_cache: bool = True,
     last_logits_only: bool | None = None,
     recomputed_step: tuple[float | None, str] | None = None,
+    micro_batches: float = 1.0,
 ) -> None:
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png
     (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`;
     ``last_logits_only``: what the prefills were seen to compute, else the model's convention;
     ``recomputed_step``: a training step that recomputed checkpointed activations, its hardware FLOPs
-    as counted and their note)."""
+    as counted and their note; ``micro_batches``: batches of ``batch`` x ``seq_len`` per optimizer step,
+    gradient accumulation's, :func:`per_optimizer_step`)."""
 
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one;
@@ -52,29 +55,35 @@ def add_costs(
         conventions = replace(conventions, prefill_logits="last" if last_logits_only else "all")
 
     for p in passes(run):
-        figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p, time_s=pass_time_s(run, p, batch, decode_tokens),
+        k = micro_batches if p == "train" else 1.0
+        figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p,
+                              time_s=_per_batch(pass_time_s(run, p, batch, decode_tokens), k),
                               decode_tokens=max(decode_tokens, 1), device_name=run.env.device_name, device_kind=kind,
                               dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache,
-                              recomputed=recomputed_step if p == "train" else None, recomputed_source="measured")
+                              recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else None,
+                              recomputed_source="measured")
+        figures = per_optimizer_step(figures, k)
         if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
             figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
                        for k, v in figures.items()}
         put_pass(run, p, figures)
     # decode_tokens scales the decode blocks, of which a prefill-only generation has none
-    run.blocks = fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
-                                  decode_tokens=max(decode_tokens, 1), attention=attention, conventions=conventions)
+    run.blocks = _blocks_per_step(fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
+                                                   decode_tokens=max(decode_tokens, 1), attention=attention,
+                                                   conventions=conventions), micro_batches)
     no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
 
 def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, decode_tokens: int = 1,
                     plots: bool = True, kv_cache: bool = True, counted_decode: tuple[int, str] | None = None,
-                    recomputed_step: tuple[float | None, str] | None = None) -> None:
+                    recomputed_step: tuple[float | None, str] | None = None, micro_batches: float = 1.0) -> None:
     """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for).
 
     The describer reads a cached decode step; without a KV cache the hardware FLOPs of decode are
     FlopCounterMode's count of a whole generation's decode steps (``counted_decode``: the count and
-    where it was taken), or n/a when none was counted. ``recomputed_step``: as for :func:`add_costs`."""
+    where it was taken), or n/a when none was counted. ``recomputed_step``, ``micro_batches``: as for
+    :func:`add_costs`."""
     kind = run.env.device.split(":")[0]
     recomputed: tuple[float | None, str] | None = None
     if not kv_cache and counted_decode:
@@ -83,18 +92,55 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
     elif not kv_cache:
         recomputed = (None, recomputed_note(decode_tokens, "not counted in this run: its FLOPs are n/a"))
     for p in passes(run):
-        put_pass(run, p, facts_mfu_metrics(facts, mode=p, time_s=pass_time_s(run, p, facts.batch, decode_tokens),
-                                           device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                           decode_steps=max(decode_tokens, 1),
-                                           recomputed=recomputed_step if p == "train" else recomputed,
-                                           recomputed_source="measured" if p == "train" or counted_decode else "estimated"))
-    run.blocks = fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1))
+        k = micro_batches if p == "train" else 1.0
+        figures = facts_mfu_metrics(facts, mode=p, time_s=_per_batch(pass_time_s(run, p, facts.batch, decode_tokens), k),
+                                    device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+                                    decode_steps=max(decode_tokens, 1),
+                                    recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else recomputed,
+                                    recomputed_source="measured" if p == "train" or counted_decode else "estimated")
+        put_pass(run, p, per_optimizer_step(figures, k))
+    run.blocks = _blocks_per_step(fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1)),
+                                  micro_batches)
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
                      + (f"; decode: one step at KV length {facts.context} times the steps"
                         if traits(run.mode).generates else ""))
     no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, facts.name or "model", plots)
+
+
+def per_optimizer_step(figures: dict[str, Metric], k: float) -> dict[str, Metric]:
+    """One micro-batch's figures (its FLOPs and bytes; rates over the step's time / ``k``) as the optimizer
+    step's: its totals times ``k``, the micro-batches of gradient accumulation; the rates stand."""
+    if k == 1.0:
+        return figures
+    out = dict(figures)
+    for key in (FLOPS_MODEL, FLOPS_HARDWARE, BYTES_MODEL):
+        m = out.get(key)
+        if m is not None and m.value is not None:
+            out[key] = m.model_copy(update={"value": m.value * k, "note": f"{m.note}; x {k:g} micro-batches per "
+                                            "optimizer step (gradient accumulation)"})
+    return out
+
+
+def _per_batch(time_s: float | None, k: float) -> float | None:
+    return time_s / k if time_s else time_s
+
+
+def _recomputed_per_batch(recomputed: tuple[float | None, str] | None,
+                          k: float) -> tuple[float | None, str] | None:
+    """A counted optimizer step's hardware FLOPs, per micro-batch (:func:`per_optimizer_step` scales back)."""
+    if recomputed is None or recomputed[0] is None or k == 1.0:
+        return recomputed
+    return recomputed[0] / k, recomputed[1]
+
+
+def _blocks_per_step(blocks: list[Block], k: float) -> list[Block]:
+    """Blocks' FLOPs and bytes of one micro-batch as the optimizer step's, whose time the blocks have."""
+    if k == 1.0:
+        return blocks
+    return [b.model_copy(update={"flops": b.flops * k if b.flops is not None else None,
+                                 "bytes": b.bytes * k if b.bytes is not None else None}) for b in blocks]
 
 
 def no_cache_note(run: Run, kv_cache: bool, decode_tokens: int) -> None:

@@ -69,6 +69,7 @@ class Facts:
     # training: the step's backward recomputes checkpointed activations (None: not seen either way)
     recomputes: bool | None = None
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
+    micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     cache_bytes: int | None = None  # measured KV cache after a generation
     energy: EnergyResult | None = None
     energy_steps: int = 0  # steps (generations) in the metered window
@@ -91,14 +92,15 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
-                      kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed)
+                      kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed,
+                      micro_batches=facts.micro_batches)
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
             add_model_costs(run, folder, described, dtype=facts.dtype, decode_tokens=decode_tokens,
                             plots=facts.plots, kv_cache=facts.kv_cache,
                             counted_decode=(counted.decode, counted.where) if counted and counted.decode else None,
-                            recomputed_step=recomputed)
+                            recomputed_step=recomputed, micro_batches=facts.micro_batches)
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
         _counted(run, facts.counted, facts.dtype)

@@ -1,0 +1,72 @@
+"""Gradient accumulation in a user's loop: the FLOPs, bytes and MFU of an optimizer step are those of all its
+micro-batches.
+
+Before, a step of K micro-batches was counted as one (the model's formulas, or the describer, at the
+first forward's batch): its FLOPs K times too few and MFU K times too low, with the accumulation note
+right beside them (found with an Accelerate loop, ``gradient_accumulation_steps=2``: MFU 2.7% against
+4.8% without accumulation). Truth: torch's FlopCounterMode over one whole optimizer step of an
+identical model, the K forwards and backwards.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import lmprof
+from lmprof.measure.flops import flop_counter
+from lmprof.record.run import Run
+
+tf = pytest.importorskip("transformers")
+K, B, T = 3, 2, 16
+
+
+def _model(family: str) -> nn.Module:
+    torch.manual_seed(0)
+    if family == "gpt2":  # lmprof's formulas
+        cfg = tf.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    else:  # read off the model on the meta device
+        from lmprof.measure.model_facts.tiny import tiny_config
+
+        cfg = tiny_config(family)
+    return tf.AutoModelForCausalLM.from_config(cfg).train()
+
+
+def _micro_batches(i: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return [torch.randint(3, 100, (B, T), generator=g) for _ in range(K)]
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+    for x in _micro_batches(i):
+        (model(input_ids=x, labels=x).loss / K).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "olmo"])
+def test_an_optimizer_step_counts_all_its_micro_batches(tmp_path: Path, family: str) -> None:
+    model = _model(family)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(16):
+            _step(model, opt, i)
+            prof.step()
+    run = Run.load(prof.folder)
+    assert any(n.startswith(f"gradient accumulation: {K} batches") for n in run.notes)
+    assert run.value("tokens_per_step") == K * B * T
+    truth_model = _model(family)
+    truth_opt = torch.optim.AdamW(truth_model.parameters(), lr=1e-3)
+    with flop_counter(by_module=False) as fc:
+        _step(truth_model, truth_opt, 0)
+    flops = run.metrics["flops.model_per_step"]
+    # lmprof's formula counts bias and norm parameters (6N), FlopCounterMode matmuls only: within 1%
+    assert flops.value == pytest.approx(fc.get_total_flops(), rel=0.01), flops.note
+    assert "3 micro-batches per optimizer step" in (flops.note or "")
+    step_s, peak = run.value("step_time") / 1e3, run.value("peak.flops")
+    assert run.value("mfu") == pytest.approx(100 * flops.value / step_s / peak, rel=1e-9)
+    blocks = sum(b.flops or 0 for b in run.blocks if b.phase in ("forward", "backward"))
+    assert blocks == pytest.approx(flops.value, rel=0.05)  # the blocks are the step's too
