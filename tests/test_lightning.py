@@ -58,6 +58,9 @@ def test_lightning_callback_writes_a_run_folder(tmp_path: Path) -> None:
     # The Trainer callback's run folder: both phases, blocks adding up to the clean step, trace and CSVs.
     assert {"forward", "backward", "step"} <= {b.phase for b in run.blocks}
     assert sum(b.time_ms for b in run.blocks) == pytest.approx(run.metrics["step_time"].value, rel=1e-6)
+    # an optimizer step's FLOPs are both micro-batches' (they were one's, MFU half the truth)
+    flops = run.metrics["flops.model_per_step"]
+    assert flops.value and f"x {ACCUM} micro-batches per optimizer step" in (flops.note or ""), flops
     assert run.metrics["step_time"].n == 4
     for name in ("run.json", "blocks.csv", "ops.csv", "trace.json.gz"):
         assert (cb.folder / name).is_file()
