@@ -110,6 +110,13 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                                           note="batch x sequence length")
         metrics[TOKENS_PER_S] = Metric.from_samples([known_tokens / s for s in steps], "tokens/s", "derived",
                                                     basis=basis)
+    elif m.shapes is not None and m.shapes.varied and m.timings.first_call is None:
+        # each clean step's own tokens (its forwards' batch x sequence), beside its own time
+        each = [(sum(b * t for b, t in forwards), s) for s, forwards in m.shapes.clean]
+        metrics[TOKENS_PER_STEP] = Metric(value=sum(n for n, _ in each) / len(each), unit="tokens", source="derived",
+                                          note="the clean steps' mean of their forwards' batch x sequence (the steps "
+                                               "ran different shapes)")
+        metrics[TOKENS_PER_S] = Metric.from_samples([n / s for n, s in each], "tokens/s", "derived", basis=basis)
     elif m.tokens_per_step:
         tokens = m.tokens_per_step
         metrics[TOKENS_PER_STEP] = Metric(value=tokens, unit="tokens", source="derived",
@@ -196,7 +203,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
         dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
-        micro_batches=_micro_batches(m),
+        micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas

@@ -6,6 +6,7 @@ note instead of invented numbers.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -13,14 +14,16 @@ from typing import Literal
 from lmprof.estimate.flops import conventions_for
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.mfu import (Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs,
-                                 mfu_metrics, recomputed_note)
+                                 mfu_metrics, recomputed_note, varied_mfu_metrics)
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
 from lmprof.names import MATMUL_BLOCKS
-from lmprof.record.catalogue import (BYTES_MODEL, DECODE_TOKENS_PER_S, FLOPS_HARDWARE, FLOPS_MODEL, STEP_TIME, TPOT,
-                                     TTFT, cost_key)
+from lmprof.record.catalogue import (BYTES_MODEL, DECODE_TOKENS_PER_S, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL,
+                                     HFU, MBU, MFU, STEP_TIME, TPOT, TTFT, cost_key)
 from lmprof.record.run import Block, Metric, Run
 from lmprof.estimate.shape import ModelShape
+
+Shape = tuple[int, int]  # (batch, sequence) of one forward
 
 
 
@@ -107,6 +110,48 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
                         if traits(run.mode).generates else ""))
     no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, facts.name or "model", plots)
+
+
+def add_varied_costs(run: Run, folder: Path, shape: ModelShape, clean: Sequence[tuple[float, Sequence[Shape]]],
+                     profiled: Sequence[Sequence[Shape]], *, dtype: str, attention: Literal["math", "sdpa"] = "math",
+                     plots: bool = True, recomputed_step: tuple[float | None, str] | None = None) -> None:
+    """:func:`add_costs` for training steps that ran different shapes (``clean``: each clean step's seconds
+    and its forwards' (batch, sequence); ``profiled``: each profiled step's forwards'): each step's FLOPs
+    are its own, MFU their sum over the steps' time, the blocks' FLOPs the profiled steps' mean."""
+    kind = run.env.device.split(":")[0]
+    conventions = conventions_for(shape)
+    hardware = None if recomputed_step is None else (None, "the backward re-runs checkpointed parts of the forward, "
+                                                           "counted on one step whose shape the clean steps did not all "
+                                                           "have: hardware FLOPs are n/a")
+    put_pass(run, "train", varied_mfu_metrics(shape, clean, device_name=run.env.device_name, device_kind=kind,
+                                              dtype=dtype, attention=attention, conventions=conventions,
+                                              hardware=hardware))
+    steps = [forwards for forwards in profiled if forwards]
+    if steps:
+        sums: dict[tuple[str, str], list[float]] = {}
+        for forwards in steps:
+            for b, t in forwards:
+                for blk in fill_block_costs(run.blocks, shape, batch=b, seq_len=t, dtype=dtype, attention=attention,
+                                            conventions=conventions):
+                    if blk.flops is not None:
+                        acc = sums.setdefault((blk.name, blk.phase), [0.0, 0.0])
+                        acc[0] += blk.flops
+                        acc[1] += blk.bytes or 0.0
+        n = len(steps)
+        run.blocks = [b.model_copy(update={"flops": sums[(b.name, b.phase)][0] / n, "bytes": sums[(b.name, b.phase)][1] / n})
+                      if (b.name, b.phase) in sums else b for b in run.blocks]
+    run.notes.append(f"the clean steps ran different shapes ({len({s for _, s in clean})} distinct; padding to each "
+                     "batch's longest sequence does this): each step's FLOPs and bytes are its own forwards', MFU is "
+                     "their sum over the steps' time, the blocks' FLOPs are the profiled steps' mean")
+    _roofline(run, folder, dtype, shape.name or "model", plots)
+
+
+def varied_na(run: Run, why: str) -> None:
+    """The training step's compute figures n/a (``why``): its steps ran different shapes and nothing here
+    gives each its own FLOPs."""
+    put_pass(run, "train", {key: Metric.na(unit, why, source="derived" if unit in ("%", "FLOP/s") else "estimated")
+                            for key, unit in ((FLOPS_MODEL, "FLOP"), (FLOPS_HARDWARE, "FLOP"), (BYTES_MODEL, "B"),
+                                              (FLOPS_ACHIEVED, "FLOP/s"), (MFU, "%"), (HFU, "%"), (MBU, "%"))})
 
 
 def per_optimizer_step(figures: dict[str, Metric], k: float) -> dict[str, Metric]:

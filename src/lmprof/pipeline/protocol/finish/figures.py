@@ -19,7 +19,9 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.pipeline.protocol.finish.costs import add_costs, add_model_costs, pass_time_s, passes, put_pass
+from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, pass_time_s, passes,
+                                                   put_pass, varied_na)
+from lmprof.pipeline.protocol.windows.shapes import StepShapes
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.modes import traits
@@ -70,6 +72,7 @@ class Facts:
     recomputes: bool | None = None
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
+    step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
     cache_bytes: int | None = None  # measured KV cache after a generation
     energy: EnergyResult | None = None
     energy_steps: int = 0  # steps (generations) in the metered window
@@ -87,7 +90,18 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
     recomputed = _recomputed_step(facts) if not generates else None
-    if facts.shape is not None and facts.batch and facts.seq_len:
+    varied = not generates and facts.step_shapes is not None and facts.step_shapes.varied
+    if varied and facts.shape is not None:
+        assert facts.step_shapes is not None
+        with quick_bandwidth.allowed():
+            add_varied_costs(run, folder, facts.shape, facts.step_shapes.clean, facts.step_shapes.profiled,
+                             dtype=facts.dtype, attention=facts.attention, plots=facts.plots, recomputed_step=recomputed)
+    elif varied:
+        varied_na(run, "the clean steps ran different shapes (padding to each batch's longest sequence does this), and "
+                       "lmprof has no formulas for this model to count each its own: one step's FLOPs are not theirs")
+        run.notes.append("no FLOP figures: the clean steps ran different shapes and lmprof has no formulas for this "
+                         "model (a model read off the meta device, or counted on one step, is at one shape)")
+    elif facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,

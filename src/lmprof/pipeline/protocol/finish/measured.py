@@ -21,6 +21,7 @@ from lmprof.pipeline.protocol.finish.figures import CountedFlops
 from lmprof.pipeline.protocol.observed import Known, ModelFacts, Observed, model_facts
 from lmprof.pipeline.protocol.plan import PhasePlan
 from lmprof.pipeline.protocol.spec import Spec
+from lmprof.pipeline.protocol.windows.shapes import StepShapes
 from lmprof.pipeline.protocol.timing import Timings
 from lmprof.pipeline.protocol.windows import Windows
 
@@ -60,6 +61,7 @@ class Measured:
     cache_bytes: int | None  # the KV cache the figures generation's last forward returned
     flops: CountedFlops | None  # counted with FlopCounterMode (a model lmprof has no formulas for)
     recomputes: bool | None  # training: the step recomputed checkpointed activations (None: not seen)
+    shapes: StepShapes | None  # training: what each clean and profiled step's forwards ran on
     figure_notes: list[str]  # why a FLOP count or the memory measurement is missing
     energy: EnergyResult | None
     noise: tuple[Snapshot, Snapshot] | None  # the machine's counters before and after the clean window
@@ -92,7 +94,7 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
         batches_per_step=seen.batches_per_step, tokens_per_step=seen.tokens_per_step,
         memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
-        recomputes=seen.recomputes,
+        recomputes=seen.recomputes, shapes=windows.shapes.record,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
         more=[r for r in (w.result() for w in windows.more) if r is not None])
 

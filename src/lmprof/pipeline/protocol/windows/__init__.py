@@ -3,7 +3,7 @@
 A new window is a module here (a :class:`~lmprof.pipeline.protocol.windows.base.Window`), one line in
 :func:`windows_for`, and, when a run asks for it, a field of the spec (protocol/spec.py). Its
 :meth:`~lmprof.pipeline.protocol.windows.base.Window.result`, when not None, goes into the run through
-its own ``add_to(run, folder)`` (finish/assemble.py calls it for every window beyond the five below).
+its own ``add_to(run, folder)`` (finish/assemble.py calls it for every window beyond the six below).
 """
 from __future__ import annotations
 
@@ -16,26 +16,28 @@ from lmprof.pipeline.protocol.windows.figures import FiguresWindow
 from lmprof.pipeline.protocol.windows.flops import FlopsWindow
 from lmprof.pipeline.protocol.windows.meter import MeterWindow
 from lmprof.pipeline.protocol.windows.profiled import ProfiledWindow
+from lmprof.pipeline.protocol.windows.shapes import ShapesWindow
 from lmprof.pipeline.protocol.windows.watch import WatchWindow
 
 
 @dataclass
 class Windows:
-    """The session's windows: the protocol's own five, then any others."""
+    """The session's windows: the protocol's own six, then any others."""
 
     compile: CompileWindow
     figures: FiguresWindow
     flops: FlopsWindow
     meter: MeterWindow
     profiled: ProfiledWindow
+    shapes: ShapesWindow
     more: list[Window] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Window]:
-        yield from (self.compile, self.figures, self.flops, self.meter, self.profiled, *self.more)
+        yield from (self.compile, self.figures, self.flops, self.meter, self.profiled, self.shapes, *self.more)
 
 
 def windows_for(ctx: Context) -> Windows:
-    """The windows of a session (``ctx``): every session runs the five; a spec may ask for more."""
+    """The windows of a session (``ctx``): every session runs the six; a spec may ask for more."""
     more: list[Window] = [WatchWindow(ctx, ctx.spec.watch)] if ctx.spec.watch is not None else []
     return Windows(CompileWindow(ctx), FiguresWindow(ctx), FlopsWindow(ctx), MeterWindow(ctx), ProfiledWindow(ctx),
-                   more)
+                   ShapesWindow(ctx), more)

@@ -1,0 +1,96 @@
+"""The token shapes of each clean and profiled training step: what the model's top-level forwards ran on.
+
+A loop whose batches are padded to their longest sequence (Hugging Face's collators, length grouping)
+runs a different shape every step. Its FLOPs then differ step to step, and one step's shape (the
+figures step's) does not give the others' FLOPs: an MFU of that step's FLOPs over the clean steps'
+median time was a number of no step (a 4 x 16 step's FLOPs over the time of steps up to 4 x 128).
+This window keeps, per step, the (batch, sequence) of every forward (a micro-batch each), and per
+clean step its time beside them, so the figures can count each step's own FLOPs
+(finish/figures.py). One forward pre-hook on the model, from the first clean step to the end of the
+profiled window: a tuple read per forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lmprof.pipeline.protocol.plan import Phase
+from lmprof.pipeline.protocol.windows.base import Context, Window
+from lmprof.workloads.hooks import takes_hooks
+
+Shape = tuple[int, int]
+
+
+@dataclass
+class StepShapes:
+    """(seconds, forwards' shapes) of each clean step, and the forwards' shapes of each profiled step."""
+
+    clean: list[tuple[float, tuple[Shape, ...]]] = field(default_factory=list)
+    profiled: list[tuple[Shape, ...]] = field(default_factory=list)
+
+    @property
+    def varied(self) -> bool:
+        """Whether the clean steps ran different shapes (a complete record of each is needed)."""
+        seen = {shapes for _, shapes in self.clean}
+        return len(seen) > 1 and all(seen)
+
+
+class ShapesWindow(Window):
+    """Records what each clean and profiled training step's forwards ran on."""
+
+    name = "shapes"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        self.record = StepShapes()
+        self._hook: Any = None
+        self._now: list[Shape] = []
+        self._complete = True  # every forward of the running step had token ids of two dimensions
+        self._timed = 0  # clean steps timed when the running one began
+
+    @property
+    def active(self) -> bool:
+        return self._hook is not None
+
+    def step_begins(self, step: int) -> None:
+        phase = self.ctx.plan.phase_of(step)
+        if phase not in (Phase.CLEAN, Phase.PROFILED):
+            return
+        if self._hook is None:
+            self.start()
+        self._now, self._complete, self._timed = [], True, len(self.ctx.timings.steps)
+
+    def start(self) -> None:
+        seen = self.ctx.observed
+        if not self.ctx.spec.traits.trains or seen.model is None or seen.compiled or not takes_hooks(seen.model):
+            return
+        self._hook = seen.model.register_forward_pre_hook(self._forward, with_kwargs=True)
+
+    def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
+            self._now.append((int(ids.shape[0]), int(ids.shape[1])))
+        else:
+            self._complete = False
+
+    def step_ends(self, step: int) -> None:
+        if self._hook is None:
+            return
+        phase, shapes = self.ctx.plan.phase_of(step), tuple(self._now) if self._complete else ()
+        steps = self.ctx.timings.steps
+        if phase is Phase.CLEAN and len(steps) > self._timed:
+            self.record.clean.append((steps[-1], shapes))
+        elif phase is Phase.PROFILED:
+            self.record.profiled.append(shapes)
+        if self.ctx.plan.window_completes(step):
+            self.stop()
+
+    def stop(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def abort(self) -> None:
+        self.stop()
