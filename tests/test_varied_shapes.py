@@ -91,3 +91,47 @@ def test_a_model_without_formulas_gets_no_flops_of_one_shape(tmp_path: Path) -> 
         m = run.metrics[key]
         assert m.value is None and "different shapes" in (m.note or ""), key
     assert run.value("step_time")  # the timing stands
+
+
+PROMPTS = [16, 128, 32, 96, 64, 16, 128, 48, 112, 24]
+GENERATE = """
+import sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=256, bos_token_id=0, eos_token_id=0,
+                 pad_token_id=0)
+model = GPT2LMHeadModel(cfg).eval()
+for t in %r:
+    ids = torch.randint(3, 100, (2, t), generator=torch.Generator().manual_seed(t))
+    model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                   pad_token_id=0)
+""" % (PROMPTS,)
+
+
+def test_each_generation_counts_its_own_prompt(tmp_path: Path) -> None:
+    """Prompts of different lengths: each clean generation's prefill and decode FLOPs are its own (generations
+    2-6 with the default counts), against FlopCounterMode over generate() at each length."""
+    from tests.test_usercode import lmprof_run, write
+
+    script = write(tmp_path, "gen.py", GENERATE)
+    code, folder = lmprof_run(tmp_path, "--infer", "--profile-steps", 1, script)
+    assert code == 0 and folder is not None
+    run = Run.load(folder)
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=256,
+                                             bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+
+    def count(t: int, new: int) -> float:
+        ids = torch.randint(3, 100, (2, t))
+        with flop_counter(by_module=False) as fc:
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=0)
+        return fc.get_total_flops()
+
+    clean = PROMPTS[1:6]
+    prefill = [count(t, 1) for t in clean]  # generate() of one token: its prefill alone
+    decode = [count(t, 8) - p for t, p in zip(clean, prefill)]
+    # within the formulas' bias and norm parameters (6N / 2N), as at a single length
+    assert run.value("prefill.flops.model_per_step") == pytest.approx(sum(prefill) / 5, rel=0.02)
+    assert run.value("decode.flops.model_per_step") == pytest.approx(sum(decode) / 5, rel=0.02)
+    assert any(n.startswith("the clean generations ran different shapes") for n in run.notes)

@@ -167,40 +167,46 @@ def mfu_metrics(
         recomputed=hw != model, hardware_source=hw_source)
 
 
-def varied_mfu_metrics(shape: ModelShape, steps: Sequence[tuple[float, Sequence[tuple[int, int]]]], *,
-                       device_name: str, device_kind: str | None = None, dtype: object = "bf16",
+def varied_mfu_metrics(shape: ModelShape, steps: Sequence[tuple[float, Sequence[tuple[int, ...]]]], *,
+                       device_name: str, device_kind: str | None = None, dtype: object = "bf16", mode: Pass = "train",
                        attention: Literal["math", "sdpa"] = "math", conventions: FlopConventions = DEFAULT_CONVENTIONS,
                        hardware: tuple[float | None, str] | None = None, peak: object | None = None,
                        ) -> dict[str, Metric]:
-    """:func:`mfu_metrics` of training steps that ran different shapes: ``steps`` holds each step's time
-    (seconds) and the (batch, sequence) of each of its forwards (a micro-batch each). Each step's FLOPs
-    and bytes are its own forwards'; the figures are the steps' means, so the rates are their totals
-    over their total time (MFU = sum of FLOPs / sum of time / peak). ``hardware``: the hardware FLOPs per
-    step and their note where they are not the model FLOPs (None FLOPs: n/a)."""
+    """:func:`mfu_metrics` of steps that ran different shapes: ``steps`` holds each step's time (seconds)
+    and the (batch, sequence) of each of its forwards (a training step's micro-batches; a generation's
+    prompt, with its decode steps as a third number for ``mode="decode"``). Each step's FLOPs and bytes
+    are its own forwards'; the figures are the steps' means, so the rates are their totals over their
+    total time (MFU = sum of FLOPs / sum of time / peak). ``hardware``: the hardware FLOPs per step and
+    their note where they are not the model FLOPs (None FLOPs: n/a)."""
     from lmprof.hardware.calibrate import Peak, resolve_peak
 
     dt = normalize_dtype(dtype)
     flops, nbytes, times = [], [], []
     for time_s, forwards in steps:
-        flops.append(sum(model_flops_per_step(shape, batch=b, seq_len=t, mode="train", conventions=conventions)
-                         for b, t in forwards))
-        nbytes.append(sum(totals(phase_costs(shape, batch=b, seq_len=t, phase="train", dtype=dt, attention=attention,
-                                             conventions=conventions))["bytes"] for b, t in forwards))
+        runs = [(f[0], f[1], f[2] if len(f) > 2 else 1) for f in forwards]
+        flops.append(sum(model_flops_per_step(shape, batch=b, seq_len=t, mode=mode, decode_tokens=d,
+                                              conventions=conventions) for b, t, d in runs))
+        nbytes.append(sum(totals(phase_costs(shape, batch=b, seq_len=t, phase=mode, dtype=dt, decode_tokens=d,
+                                             attention=attention, conventions=conventions))["bytes"]
+                          for b, t, d in runs))
         times.append(time_s)
     n = len(steps)
     model, mean_bytes, mean_time = sum(flops) / n, sum(nbytes) / n, sum(times) / n
-    seen = sorted({f"{b}x{t}" for _, forwards in steps for b, t in forwards}, key=lambda s: [int(x) for x in s.split("x")])
+    seen = sorted({f"{f[0]}x{f[1]}" for _, forwards in steps for f in forwards},
+                  key=lambda s: [int(x) for x in s.split("x")])
     shapes = ", ".join(seen[:6]) + (f" ... ({len(seen)} shapes)" if len(seen) > 6 else "")
+    unit = {"train": "training step", "prefill": "prefill", "decode": "generation's decode steps"}[mode]
+    steps_are = "clean steps" if mode == "train" else "clean generations"
     if peak is None:
         peak = resolve_peak(device_name, device_kind, dt)
     assert isinstance(peak, Peak)
     hw, hw_note = hardware if hardware is not None else (model, "model FLOPs, no recomputation")
     return utilisation_metrics(
         model, hw, mean_bytes, mean_time, peak, dt,
-        model_note=f"model FLOPs per training step, the mean of the {n} clean steps, each B·T·(6N + 12·L·d·T) summed "
-                   f"over its forwards at the shapes they ran (B x T: {shapes})",
+        model_note=f"model FLOPs per {unit}, the mean of the {n} {steps_are}, each at the shapes it ran "
+                   f"(B x T: {shapes})",
         hardware_note=hw_note,
-        bytes_note=f"minimum bytes moved per training step at {dt} width, the mean of the clean steps' own",
+        bytes_note=f"minimum bytes moved per {unit} at {dt} width, the mean of the {steps_are}' own",
         recomputed=hw != model)
 
 

@@ -204,6 +204,8 @@ def _facts(m: Measured, run: Run) -> Facts:
         dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
+        generations=[(g.prefill_s, sum(g.decode_s), g.batch, g.prompt_len, g.generated) for g in m.timings.gens
+                     if g.batch and g.prompt_len] if m.known is None and m.timings.first_call is None else None,
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None)  # the describer reads a model without formulas

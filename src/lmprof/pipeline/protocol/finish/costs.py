@@ -6,7 +6,7 @@ note instead of invented numbers.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -112,46 +112,59 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
     _roofline(run, folder, dtype, facts.name or "model", plots)
 
 
-def add_varied_costs(run: Run, folder: Path, shape: ModelShape, clean: Sequence[tuple[float, Sequence[Shape]]],
-                     profiled: Sequence[Sequence[Shape]], *, dtype: str, attention: Literal["math", "sdpa"] = "math",
-                     plots: bool = True, recomputed_step: tuple[float | None, str] | None = None) -> None:
-    """:func:`add_costs` for training steps that ran different shapes (``clean``: each clean step's seconds
-    and its forwards' (batch, sequence); ``profiled``: each profiled step's forwards'): each step's FLOPs
-    are its own, MFU their sum over the steps' time, the blocks' FLOPs the profiled steps' mean."""
+def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
+                     steps: Mapping[str, Sequence[tuple[float, Sequence[tuple[int, ...]]]]],
+                     blocks_from: Sequence[Sequence[tuple[int, ...]]], *, dtype: str,
+                     attention: Literal["math", "sdpa"] = "math", plots: bool = True,
+                     recomputed_step: tuple[float | None, str] | None = None,
+                     last_logits_only: bool | None = None, note: str) -> None:
+    """:func:`add_costs` for steps that ran different shapes. ``steps``: per pass, each step's seconds and its
+    forwards' (batch, sequence[, decode steps]); each step's FLOPs are its own, MFU their sum over the steps'
+    time. ``blocks_from``: the shapes the blocks' FLOPs are the mean of (the profiled training steps', the
+    clean generations'). ``note``: what the run says of it."""
     kind = run.env.device.split(":")[0]
     conventions = conventions_for(shape)
+    if last_logits_only is not None:
+        conventions = replace(conventions, prefill_logits="last" if last_logits_only else "all")
     hardware = None if recomputed_step is None else (None, "the backward re-runs checkpointed parts of the forward, "
                                                            "counted on one step whose shape the clean steps did not all "
                                                            "have: hardware FLOPs are n/a")
-    put_pass(run, "train", varied_mfu_metrics(shape, clean, device_name=run.env.device_name, device_kind=kind,
-                                              dtype=dtype, attention=attention, conventions=conventions,
-                                              hardware=hardware))
-    steps = [forwards for forwards in profiled if forwards]
-    if steps:
+    for p, each in steps.items():
+        if not each:
+            put_pass(run, p, {k: Metric.na(u, "no such step was timed", source="derived") for k, u in _NA_UNITS})
+            continue
+        put_pass(run, p, varied_mfu_metrics(shape, each, mode=p, device_name=run.env.device_name,  # type: ignore[arg-type]  # a pass name
+                                            device_kind=kind, dtype=dtype, attention=attention,
+                                            conventions=conventions, hardware=hardware if p == "train" else None))
+    runs = [forwards for forwards in blocks_from if forwards]
+    if runs:
         sums: dict[tuple[str, str], list[float]] = {}
-        for forwards in steps:
-            for b, t in forwards:
-                for blk in fill_block_costs(run.blocks, shape, batch=b, seq_len=t, dtype=dtype, attention=attention,
-                                            conventions=conventions):
+        for forwards in runs:
+            for f in forwards:
+                for blk in fill_block_costs(run.blocks, shape, batch=f[0], seq_len=f[1],
+                                            decode_tokens=max(f[2], 1) if len(f) > 2 else 1, dtype=dtype,
+                                            attention=attention, conventions=conventions):
                     if blk.flops is not None:
                         acc = sums.setdefault((blk.name, blk.phase), [0.0, 0.0])
                         acc[0] += blk.flops
                         acc[1] += blk.bytes or 0.0
-        n = len(steps)
+        n = len(runs)
         run.blocks = [b.model_copy(update={"flops": sums[(b.name, b.phase)][0] / n, "bytes": sums[(b.name, b.phase)][1] / n})
                       if (b.name, b.phase) in sums else b for b in run.blocks]
-    run.notes.append(f"the clean steps ran different shapes ({len({s for _, s in clean})} distinct; padding to each "
-                     "batch's longest sequence does this): each step's FLOPs and bytes are its own forwards', MFU is "
-                     "their sum over the steps' time, the blocks' FLOPs are the profiled steps' mean")
+    run.notes.append(note)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
 
+_NA_UNITS = ((FLOPS_MODEL, "FLOP"), (FLOPS_HARDWARE, "FLOP"), (BYTES_MODEL, "B"), (FLOPS_ACHIEVED, "FLOP/s"),
+             (MFU, "%"), (HFU, "%"), (MBU, "%"))
+
+
 def varied_na(run: Run, why: str) -> None:
-    """The training step's compute figures n/a (``why``): its steps ran different shapes and nothing here
+    """The compute figures of every pass n/a (``why``): the steps ran different shapes and nothing here
     gives each its own FLOPs."""
-    put_pass(run, "train", {key: Metric.na(unit, why, source="derived" if unit in ("%", "FLOP/s") else "estimated")
-                            for key, unit in ((FLOPS_MODEL, "FLOP"), (FLOPS_HARDWARE, "FLOP"), (BYTES_MODEL, "B"),
-                                              (FLOPS_ACHIEVED, "FLOP/s"), (MFU, "%"), (HFU, "%"), (MBU, "%"))})
+    for p in passes(run):
+        put_pass(run, p, {key: Metric.na(unit, why, source="derived" if unit in ("%", "FLOP/s") else "estimated")
+                          for key, unit in _NA_UNITS})
 
 
 def per_optimizer_step(figures: dict[str, Metric], k: float) -> dict[str, Metric]:

@@ -73,6 +73,8 @@ class Facts:
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
+    # inference: each clean generation's (prefill s, decode s, batch, prompt, tokens); None: the loop's owner described it
+    generations: list[tuple[float, float, int, int, int]] | None = None
     cache_bytes: int | None = None  # measured KV cache after a generation
     energy: EnergyResult | None = None
     energy_steps: int = 0  # steps (generations) in the metered window
@@ -90,17 +92,19 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
     recomputed = _recomputed_step(facts) if not generates else None
-    varied = not generates and facts.step_shapes is not None and facts.step_shapes.varied
-    if varied and facts.shape is not None:
-        assert facts.step_shapes is not None
+    varied = _varied(facts, generates)
+    if varied is not None and facts.shape is not None:
+        steps, blocks_from, note = varied
         with quick_bandwidth.allowed():
-            add_varied_costs(run, folder, facts.shape, facts.step_shapes.clean, facts.step_shapes.profiled,
-                             dtype=facts.dtype, attention=facts.attention, plots=facts.plots, recomputed_step=recomputed)
-    elif varied:
-        varied_na(run, "the clean steps ran different shapes (padding to each batch's longest sequence does this), and "
-                       "lmprof has no formulas for this model to count each its own: one step's FLOPs are not theirs")
-        run.notes.append("no FLOP figures: the clean steps ran different shapes and lmprof has no formulas for this "
-                         "model (a model read off the meta device, or counted on one step, is at one shape)")
+            add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=facts.dtype, attention=facts.attention,
+                             plots=facts.plots, recomputed_step=recomputed, last_logits_only=facts.last_logits_only,
+                             note=note)
+    elif varied is not None:
+        what = "generations" if generates else "steps"
+        varied_na(run, f"the clean {what} ran different shapes, and lmprof has no formulas for this model to count "
+                       f"each its own: one {what[:-1]}'s FLOPs are not theirs")
+        run.notes.append(f"no FLOP figures: the clean {what} ran different shapes and lmprof has no formulas for this "
+                         "model (a model read off the meta device, or counted once, is at one shape)")
     elif facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
@@ -121,14 +125,38 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
-    if facts.several_per_forward:  # what ran beyond the model's own tokens (a draft, rejected tokens) is unknown
+    if facts.several_per_forward or (varied is not None and generates and not facts.kv_cache):
+        # what ran beyond the model's own tokens (a draft, rejected tokens, a recomputation) is not counted
         why = ("several tokens per forward (assisted or speculative decoding): the draft model's FLOPs and the "
-               "rejected tokens' are not counted")
+               "rejected tokens' are not counted" if facts.several_per_forward else
+               "no KV cache, and the generations ran different shapes: the recomputation is not counted for each")
         for key, unit in ((FLOPS_HARDWARE, "FLOP"), (HFU, "%")):
             if cost_key("decode", key) in run.metrics:
                 run.metrics[cost_key("decode", key)] = Metric.na(unit, why, source="derived" if unit == "%" else "estimated")
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         _energy(run, facts)
+
+
+Varied = tuple[dict[str, list[tuple[float, tuple[tuple[int, ...], ...]]]], list[tuple[tuple[int, ...], ...]], str]
+
+
+def _varied(f: Facts, generates: bool) -> Varied | None:
+    """Per pass, each clean step's (or generation's) time and shapes, the shapes the blocks' FLOPs average
+    over, and the run's note, when the clean steps ran different shapes; None when they ran one."""
+    if not generates and f.step_shapes is not None and f.step_shapes.varied:
+        return ({"train": [(s, tuple(fw)) for s, fw in f.step_shapes.clean]}, [tuple(fw) for fw in f.step_shapes.profiled],
+                f"the clean steps ran different shapes ({len({fw for _, fw in f.step_shapes.clean})} distinct; padding to "
+                "each batch's longest sequence does this): each step's FLOPs and bytes are its own forwards', MFU is "
+                "their sum over the steps' time, the blocks' FLOPs are the profiled steps' mean")
+    gens = f.generations or []
+    if not generates or len({(b, t, n) for _, _, b, t, n in gens}) < 2:
+        return None
+    return ({"prefill": [(p, ((b, t),)) for p, _, b, t, _ in gens],
+             "decode": [(d, ((b, t, n - 1),)) for _, d, b, t, n in gens if n > 1 and d > 0]},
+            [((b, t, n - 1),) for _, _, b, t, n in gens],
+            f"the clean generations ran different shapes ({len({(b, t, n) for _, _, b, t, n in gens})} distinct "
+            "batch x prompt x new tokens): each generation's prefill and decode FLOPs are its own, MFU their sum over "
+            "the generations' prefill and decode time, the blocks' FLOPs the clean generations' mean")
 
 
 def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
