@@ -23,8 +23,6 @@ from lmprof.record.catalogue import (BYTES_MODEL, DECODE_TOKENS_PER_S, FLOPS_ACH
 from lmprof.record.run import Block, Metric, Run
 from lmprof.estimate.shape import ModelShape
 
-Shape = tuple[int, int]  # (batch, sequence) of one forward
-
 
 
 def add_costs(
@@ -131,7 +129,8 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
                                                            "have: hardware FLOPs are n/a")
     for p, each in steps.items():
         if not each:
-            put_pass(run, p, {k: Metric.na(u, "no such step was timed", source="derived") for k, u in _NA_UNITS})
+            put_pass(run, p, {k: Metric.na(u, "no decode step: each generation was its prefill only", source="derived")
+                              for k, u in _NA_UNITS})
             continue
         put_pass(run, p, varied_mfu_metrics(shape, each, mode=p, device_name=run.env.device_name,  # type: ignore[arg-type]  # a pass name
                                             device_kind=kind, dtype=dtype, attention=attention,
