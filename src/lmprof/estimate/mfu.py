@@ -62,6 +62,17 @@ def _recompute_fraction(recompute: Recompute) -> float:
     raise ConfigError(f"recompute must be 'none', 'full' or a fraction in [0, 1], got {recompute!r}")
 
 
+def _resolved(peak: object | None, device_name: str, device_kind: str | None, dtype: str,
+              cache_dir: str | Path | None = None) -> Peak:
+    """``peak`` as given, else the device's peak for ``dtype`` (hardware/calibrate.py)."""
+    from lmprof.hardware.calibrate import Peak, resolve_peak
+
+    if peak is None:
+        peak = resolve_peak(device_name, device_kind, dtype, directory=cache_dir)
+    assert isinstance(peak, Peak)
+    return peak
+
+
 def per_pass(mode: Pass, decode_steps: int) -> str:
     """What one figure of ``mode`` covers, in its notes."""
     return {"train": "training step", "prefill": "prefill", "decode": f"{decode_steps} decode step(s)"}[mode]
@@ -117,8 +128,6 @@ def mfu_metrics(
     (FLOP/s), ``peak.flops`` (FLOP/s), ``peak.bandwidth`` (B/s), ``bytes.model_per_step`` (B),
     ``mfu`` (%), ``hfu`` (%), ``mbu`` (%: minimum bytes / time / peak bandwidth).
     """
-    from lmprof.hardware.calibrate import Peak, resolve_peak
-
     if mode not in ("train", "prefill", "decode"):
         raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")
     dt = normalize_dtype(dtype)
@@ -157,9 +166,7 @@ def mfu_metrics(
         "prefill": f"B·T·(2N + 4·L·d·T){last_only}",
         "decode": "sum over steps of B·(2N + 4·L·d·context)",
     }[mode]
-    if peak is None:
-        peak = resolve_peak(device_name, device_kind, peak_dtype, directory=cache_dir)
-    assert isinstance(peak, Peak)
+    peak = _resolved(peak, device_name, device_kind, peak_dtype, cache_dir)
     return utilisation_metrics(
         model, hw, nbytes, time_s, peak, peak_dtype,
         model_note=f"model FLOPs per {per}: {formula}; B={batch}, T={seq_len}",
@@ -178,8 +185,6 @@ def varied_mfu_metrics(shape: ModelShape, steps: Sequence[tuple[float, Sequence[
     are its own forwards'; the figures are the steps' means, so the rates are their totals over their
     total time (MFU = sum of FLOPs / sum of time / peak). ``hardware``: the hardware FLOPs per step and
     their note where they are not the model FLOPs (None FLOPs: n/a)."""
-    from lmprof.hardware.calibrate import Peak, resolve_peak
-
     dt = normalize_dtype(dtype)
     flops, nbytes, times = [], [], []
     for time_s, forwards in steps:
@@ -197,9 +202,7 @@ def varied_mfu_metrics(shape: ModelShape, steps: Sequence[tuple[float, Sequence[
     shapes = ", ".join(seen[:6]) + (f" ... ({len(seen)} shapes)" if len(seen) > 6 else "")
     unit = {"train": "training step", "prefill": "prefill", "decode": "generation's decode steps"}[mode]
     steps_are = "clean steps" if mode == "train" else "clean generations"
-    if peak is None:
-        peak = resolve_peak(device_name, device_kind, dt)
-    assert isinstance(peak, Peak)
+    peak = _resolved(peak, device_name, device_kind, dt)
     hw, hw_note = hardware if hardware is not None else (model, "model FLOPs, no recomputation")
     return utilisation_metrics(
         model, hw, mean_bytes, mean_time, peak, dt,
@@ -234,17 +237,13 @@ def facts_mfu_metrics(facts: ModelFacts, *, mode: Pass, time_s: float | None, de
     ``recomputed`` (decode without a KV cache, or a training step that recomputed checkpointed
     activations): the hardware FLOPs of the recomputing steps and their note (None FLOPs: not known, so
     HFU is n/a with that note); the describer reads a cached step of a model that recomputes nothing."""
-    from lmprof.hardware.calibrate import Peak, resolve_peak
-
     dt = normalize_dtype(dtype)
     rows = [r for r in facts.rows if r.phase in PASS_PHASES[mode]]
     per = per_pass(mode, decode_steps)
     scale = decode_steps if mode == "decode" else 1
     flops = scale * sum(r.flops for r in rows)
     nbytes = scale * sum(r.bytes for r in rows)
-    if peak is None:
-        peak = resolve_peak(device_name, device_kind, dt)
-    assert isinstance(peak, Peak)
+    peak = _resolved(peak, device_name, device_kind, dt)
     step = (f"one step at KV length {facts.context} x {decode_steps}" if mode == "decode" else
             f"B={facts.batch}, T={facts.seq_len}")
     hardware: float | None = flops
