@@ -149,13 +149,15 @@ def _varied(f: Facts, generates: bool) -> Varied | None:
                 "each batch's longest sequence does this): each step's FLOPs and bytes are its own forwards', MFU is "
                 "their sum over the steps' time, the blocks' FLOPs are the profiled steps' mean")
     gens = f.generations or []
-    if not generates or len({(b, t, n) for _, _, b, t, n in gens}) < 2:
+    # Prompts of one shape whose generations stopped at different lengths (an end-of-sequence token) are
+    # one shape: the decode figures are per token (the decode rate's time), whatever each one's count.
+    if not generates or len({(b, t) for _, _, b, t, _ in gens}) < 2:
         return None
     return ({"prefill": [(p, ((b, t),)) for p, _, b, t, _ in gens],
              "decode": [(d, ((b, t, n - 1),)) for _, d, b, t, n in gens if n > 1 and d > 0]},
             [((b, t, n - 1),) for _, _, b, t, n in gens],
-            f"the clean generations ran different shapes ({len({(b, t, n) for _, _, b, t, n in gens})} distinct "
-            "batch x prompt x new tokens): each generation's prefill and decode FLOPs are its own, MFU their sum over "
+            f"the clean generations ran different shapes ({len({(b, t) for _, _, b, t, _ in gens})} distinct "
+            "batch x prompt): each generation's prefill and decode FLOPs are its own, MFU their sum over "
             "the generations' prefill and decode time, the blocks' FLOPs the clean generations' mean")
 
 
