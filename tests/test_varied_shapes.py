@@ -135,3 +135,23 @@ def test_each_generation_counts_its_own_prompt(tmp_path: Path) -> None:
     assert run.value("prefill.flops.model_per_step") == pytest.approx(sum(prefill) / 5, rel=0.02)
     assert run.value("decode.flops.model_per_step") == pytest.approx(sum(decode) / 5, rel=0.02)
     assert any(n.startswith("the clean generations ran different shapes") for n in run.notes)
+
+
+def test_a_model_read_off_the_meta_device_is_read_at_each_shape(tmp_path: Path) -> None:
+    """OLMo has no lmprof formulas: the describer reads it at each shape the steps ran, and each clean step's
+    FLOPs are its own, equal to FlopCounterMode's at that length (the describer is exact on OLMo)."""
+    from lmprof.measure.model_facts.tiny import tiny_config
+
+    def olmo() -> nn.Module:
+        torch.manual_seed(0)
+        return tf.AutoModelForCausalLM.from_config(tiny_config("olmo")).train()
+
+    run = _loop(olmo(), tmp_path / "runs", _hf_loss)
+    counted = {}
+    for t in set(LENGTHS[i] for i in CLEAN):
+        with flop_counter(by_module=False) as fc:
+            _hf_loss(olmo(), torch.randint(3, 100, (B, t))).backward()
+        counted[t] = fc.get_total_flops()
+    flops = run.metrics["flops.model_per_step"]
+    assert flops.value == pytest.approx(sum(counted[LENGTHS[i]] for i in CLEAN) / len(CLEAN), rel=1e-9), flops.note
+    assert "read off the model on the meta device" in (flops.note or "") and run.value("mfu")

@@ -15,7 +15,7 @@ unless ``recompute`` says otherwise.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 from lmprof.dtypes import normalize_dtype
 from lmprof.estimate.flops import (
@@ -174,42 +174,54 @@ def mfu_metrics(
         recomputed=hw != model, hardware_source=hw_source)
 
 
-def varied_mfu_metrics(shape: ModelShape, steps: Sequence[tuple[float, Sequence[tuple[int, ...]]]], *,
+Cost = Callable[[tuple[int, ...]], tuple[float, float]]  # one forward's (batch, sequence[, decode steps]) -> FLOPs, bytes
+
+
+def formula_cost(shape: ModelShape, mode: Pass, *, dtype: object = "bf16", attention: Literal["math", "sdpa"] = "math",
+                 conventions: FlopConventions = DEFAULT_CONVENTIONS) -> Cost:
+    """One forward's model FLOPs and minimum bytes by lmprof's formulas, for :func:`varied_mfu_metrics`."""
+    dt = normalize_dtype(dtype)
+
+    def cost(f: tuple[int, ...]) -> tuple[float, float]:
+        b, t, d = f[0], f[1], f[2] if len(f) > 2 else 1
+        flops = model_flops_per_step(shape, batch=b, seq_len=t, mode=mode, decode_tokens=d, conventions=conventions)
+        nbytes = totals(phase_costs(shape, batch=b, seq_len=t, phase=mode, dtype=dt, decode_tokens=d,
+                                    attention=attention, conventions=conventions))["bytes"]
+        return flops, nbytes
+
+    return cost
+
+
+def varied_mfu_metrics(steps: Sequence[tuple[float, Sequence[tuple[int, ...]]]], cost: Cost, *, how: str,
                        device_name: str, device_kind: str | None = None, dtype: object = "bf16", mode: Pass = "train",
-                       attention: Literal["math", "sdpa"] = "math", conventions: FlopConventions = DEFAULT_CONVENTIONS,
                        hardware: tuple[float | None, str] | None = None, peak: object | None = None,
                        ) -> dict[str, Metric]:
     """:func:`mfu_metrics` of steps that ran different shapes: ``steps`` holds each step's time (seconds)
     and the (batch, sequence) of each of its forwards (a training step's micro-batches; a generation's
-    prompt, with its decode steps as a third number for ``mode="decode"``). Each step's FLOPs and bytes
-    are its own forwards'; the figures are the steps' means, so the rates are their totals over their
-    total time (MFU = sum of FLOPs / sum of time / peak). ``hardware``: the hardware FLOPs per step and
-    their note where they are not the model FLOPs (None FLOPs: n/a)."""
+    prompt, with its decode steps as a third number for ``mode="decode"``); ``cost`` gives one forward's
+    FLOPs and bytes (:func:`formula_cost`, or a model read off the meta device at each shape), ``how``
+    says how. Each step's FLOPs and bytes are its own forwards'; the figures are the steps' means, so the
+    rates are their totals over their total time (MFU = sum of FLOPs / sum of time / peak). ``hardware``:
+    the hardware FLOPs per step and their note where they are not the model FLOPs (None FLOPs: n/a)."""
     dt = normalize_dtype(dtype)
-    flops, nbytes, times = [], [], []
-    for time_s, forwards in steps:
-        runs = [(f[0], f[1], f[2] if len(f) > 2 else 1) for f in forwards]
-        flops.append(sum(model_flops_per_step(shape, batch=b, seq_len=t, mode=mode, decode_tokens=d,
-                                              conventions=conventions) for b, t, d in runs))
-        nbytes.append(sum(totals(phase_costs(shape, batch=b, seq_len=t, phase=mode, dtype=dt, decode_tokens=d,
-                                             attention=attention, conventions=conventions))["bytes"]
-                          for b, t, d in runs))
-        times.append(time_s)
+    flops, nbytes = [], []
+    for _, forwards in steps:
+        each = [cost(tuple(f)) for f in forwards]
+        flops.append(sum(c[0] for c in each))
+        nbytes.append(sum(c[1] for c in each))
     n = len(steps)
-    model, mean_bytes, mean_time = sum(flops) / n, sum(nbytes) / n, sum(times) / n
+    model = sum(flops) / n
     seen = sorted({f"{f[0]}x{f[1]}" for _, forwards in steps for f in forwards},
                   key=lambda s: [int(x) for x in s.split("x")])
     shapes = ", ".join(seen[:6]) + (f" ... ({len(seen)} shapes)" if len(seen) > 6 else "")
     unit = {"train": "training step", "prefill": "prefill", "decode": "generation's decode steps"}[mode]
     steps_are = "clean steps" if mode == "train" else "clean generations"
-    peak = _resolved(peak, device_name, device_kind, dt)
     hw, hw_note = hardware if hardware is not None else (model, "model FLOPs, no recomputation")
     return utilisation_metrics(
-        model, hw, mean_bytes, mean_time, peak, dt,
-        model_note=f"model FLOPs per {unit}, the mean of the {n} {steps_are}, each at the shapes it ran "
+        model, hw, sum(nbytes) / n, sum(t for t, _ in steps) / n, _resolved(peak, device_name, device_kind, dt), dt,
+        model_note=f"model FLOPs per {unit}, the mean of the {n} {steps_are}, each {how} at the shapes it ran "
                    f"(B x T: {shapes})",
-        hardware_note=hw_note,
-        bytes_note=f"minimum bytes moved per {unit} at {dt} width, the mean of the {steps_are}' own",
+        hardware_note=hw_note, bytes_note=f"bytes moved per {unit} at {dt} width, the mean of the {steps_are}' own",
         recomputed=hw != model)
 
 

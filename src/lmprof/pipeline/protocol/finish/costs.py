@@ -6,7 +6,7 @@ note instead of invented numbers.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -14,10 +14,10 @@ from typing import Literal
 from lmprof.estimate.flops import conventions_for
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.mfu import (Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs,
-                                 mfu_metrics, recomputed_note, varied_mfu_metrics)
+                                 formula_cost, mfu_metrics, recomputed_note, varied_mfu_metrics)
 from lmprof.estimate.roofline import DEFAULT_OVERHEAD_THRESHOLD
 from lmprof.modes import traits
-from lmprof.names import MATMUL_BLOCKS
+from lmprof.names import MATMUL_BLOCKS, PASS_PHASES
 from lmprof.record.catalogue import (BYTES_MODEL, DECODE_TOKENS_PER_S, FLOPS_ACHIEVED, FLOPS_HARDWARE, FLOPS_MODEL,
                                      HFU, MBU, MFU, STEP_TIME, TPOT, TTFT, cost_key)
 from lmprof.record.run import Block, Metric, Run
@@ -132,26 +132,58 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
             put_pass(run, p, {k: Metric.na(u, "no decode step: each generation was its prefill only", source="derived")
                               for k, u in _NA_UNITS})
             continue
-        put_pass(run, p, varied_mfu_metrics(shape, each, mode=p, device_name=run.env.device_name,  # type: ignore[arg-type]  # a pass name
-                                            device_kind=kind, dtype=dtype, attention=attention,
-                                            conventions=conventions, hardware=hardware if p == "train" else None))
-    runs = [forwards for forwards in blocks_from if forwards]
-    if runs:
-        sums: dict[tuple[str, str], list[float]] = {}
-        for forwards in runs:
-            for f in forwards:
-                for blk in fill_block_costs(run.blocks, shape, batch=f[0], seq_len=f[1],
-                                            decode_tokens=max(f[2], 1) if len(f) > 2 else 1, dtype=dtype,
-                                            attention=attention, conventions=conventions):
-                    if blk.flops is not None:
-                        acc = sums.setdefault((blk.name, blk.phase), [0.0, 0.0])
-                        acc[0] += blk.flops
-                        acc[1] += blk.bytes or 0.0
-        n = len(runs)
-        run.blocks = [b.model_copy(update={"flops": sums[(b.name, b.phase)][0] / n, "bytes": sums[(b.name, b.phase)][1] / n})
-                      if (b.name, b.phase) in sums else b for b in run.blocks]
+        put_pass(run, p, varied_mfu_metrics(each, formula_cost(shape, p, dtype=dtype, attention=attention,  # type: ignore[arg-type]  # a pass name
+                                                               conventions=conventions),
+                                            how="by lmprof's formulas", mode=p,  # type: ignore[arg-type]
+                                            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+                                            hardware=hardware if p == "train" else None))
+    run.blocks = _mean_blocks(run.blocks, blocks_from, lambda f: fill_block_costs(
+        run.blocks, shape, batch=f[0], seq_len=f[1], decode_tokens=max(f[2], 1) if len(f) > 2 else 1, dtype=dtype,
+        attention=attention, conventions=conventions))
     run.notes.append(note)
     _roofline(run, folder, dtype, shape.name or "model", plots)
+
+
+def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int], ModelFacts],
+                           clean: Sequence[tuple[float, Sequence[tuple[int, ...]]]],
+                           profiled: Sequence[Sequence[tuple[int, ...]]], *, dtype: str, plots: bool = True,
+                           recomputed_step: tuple[float | None, str] | None = None, note: str) -> None:
+    """:func:`add_varied_costs` of training steps for a model the describer read once at each shape the steps
+    ran (``facts``: by (batch, sequence))."""
+    def cost(f: tuple[int, ...]) -> tuple[float, float]:
+        one = facts[(f[0], f[1])]
+        return one.flops("train"), float(sum(r.bytes for r in one.rows if r.phase in PASS_PHASES["train"]))
+
+    hardware = None if recomputed_step is None else (None, "the backward re-runs checkpointed parts of the forward, "
+                                                           "counted on one step whose shape the clean steps did not all "
+                                                           "have: hardware FLOPs are n/a")
+    kind = run.env.device.split(":")[0]
+    put_pass(run, "train", varied_mfu_metrics(clean, cost, how="read off the model on the meta device",
+                                              device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+                                              hardware=hardware))
+    run.blocks = _mean_blocks(run.blocks, profiled, lambda f: fill_facts_block_costs(run.blocks, facts[(f[0], f[1])]))
+    run.notes.append(note)
+    _roofline(run, folder, dtype, next(iter(facts.values())).name or "model", plots)
+
+
+def _mean_blocks(blocks: list[Block], runs: Sequence[Sequence[tuple[int, ...]]],
+                 fill: Callable[[tuple[int, ...]], list[Block]]) -> list[Block]:
+    """Blocks whose FLOPs and bytes are the mean over ``runs`` (each a step's forwards) of the forwards'
+    sums, ``fill`` giving the blocks' costs of one forward; unchanged where no step is known."""
+    steps = [forwards for forwards in runs if forwards]
+    if not steps:
+        return blocks
+    sums: dict[tuple[str, str], list[float]] = {}
+    for forwards in steps:
+        for f in forwards:
+            for blk in fill(tuple(f)):
+                if blk.flops is not None:
+                    acc = sums.setdefault((blk.name, blk.phase), [0.0, 0.0])
+                    acc[0] += blk.flops
+                    acc[1] += blk.bytes or 0.0
+    n = len(steps)
+    return [b.model_copy(update={"flops": sums[(b.name, b.phase)][0] / n, "bytes": sums[(b.name, b.phase)][1] / n})
+            if (b.name, b.phase) in sums else b for b in blocks]
 
 
 _NA_UNITS = ((FLOPS_MODEL, "FLOP"), (FLOPS_HARDWARE, "FLOP"), (BYTES_MODEL, "B"), (FLOPS_ACHIEVED, "FLOP/s"),

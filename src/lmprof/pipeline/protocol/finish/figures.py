@@ -19,8 +19,8 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
-from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, pass_time_s, passes,
-                                                   put_pass, varied_na)
+from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, add_varied_model_costs,
+                                                   pass_time_s, passes, put_pass, varied_na)
 from lmprof.pipeline.protocol.windows.shapes import StepShapes
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.record import add_energy
@@ -99,6 +99,11 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
             add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=facts.dtype, attention=facts.attention,
                              plots=facts.plots, recomputed_step=recomputed, last_logits_only=facts.last_logits_only,
                              note=note)
+    elif varied is not None and (by_shape := _described_by_shape(run, facts, varied)) is not None:
+        steps, blocks_from, note = varied
+        with quick_bandwidth.allowed():
+            add_varied_model_costs(run, folder, by_shape, steps["train"], blocks_from, dtype=facts.dtype,
+                                   plots=facts.plots, recomputed_step=recomputed, note=note)
     elif varied is not None:
         what = "generations" if generates else "steps"
         varied_na(run, f"the clean {what} ran different shapes, and lmprof has no formulas for this model to count "
@@ -159,6 +164,34 @@ def _varied(f: Facts, generates: bool) -> Varied | None:
             f"the clean generations ran different shapes ({len({(b, t) for _, _, b, t, _ in gens})} distinct "
             "batch x prompt): each generation's prefill and decode FLOPs are its own, MFU their sum over "
             "the generations' prefill and decode time, the blocks' FLOPs the clean generations' mean")
+
+
+# A model read off the meta device once per shape the clean training steps ran, up to this many shapes.
+MAX_DESCRIBED_SHAPES = 8
+
+
+def _described_by_shape(run: Run, f: Facts, varied: Varied) -> dict[tuple[int, int], ModelFacts] | None:
+    """A Hugging Face model lmprof has no formulas for, read off the meta device at each (batch, sequence)
+    its clean and profiled training steps ran; None for generations, for more than
+    :data:`MAX_DESCRIBED_SHAPES` shapes, or a model the describer cannot read."""
+    steps, blocks_from, _ = varied
+    if "train" not in steps or f.config is None:
+        return None
+    shapes = {(fw[0], fw[1]) for _, forwards in steps["train"] for fw in forwards}
+    shapes |= {(fw[0], fw[1]) for forwards in blocks_from for fw in forwards}
+    if len(shapes) > MAX_DESCRIBED_SHAPES:
+        run.notes.append(f"the clean steps ran {len(shapes)} shapes: lmprof reads a model without formulas off the meta "
+                         f"device at {MAX_DESCRIBED_SHAPES} at the most")
+        return None
+    from lmprof.measure.model_facts import describe
+
+    pdt = f.param_dtype or "fp32"
+    try:
+        return {(b, t): describe(f.config, batch=b, seq_len=t, dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
+                                 phases=("train",), memory=False) for b, t in sorted(shapes)}
+    except LmprofError as exc:
+        run.notes.append(f"nothing read off the model at each shape: {exc}")
+        return None
 
 
 def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
