@@ -70,3 +70,32 @@ def test_an_optimizer_step_counts_all_its_micro_batches(tmp_path: Path, family: 
     assert run.value("mfu") == pytest.approx(100 * flops.value / step_s / peak, rel=1e-9)
     blocks = sum(b.flops or 0 for b in run.blocks if b.phase in ("forward", "backward"))
     assert blocks == pytest.approx(flops.value, rel=0.05)  # the blocks are the step's too
+
+
+def test_an_evaluation_inside_the_loop_is_no_micro_batch(tmp_path: Path) -> None:
+    """A no_grad evaluation forward every few steps (another shape) was counted as a second batch: "gradient
+    accumulation: 1.33 batches per optimizer step", tokens 299 per step, and with accumulation read from
+    that, FLOPs 1.33x. Truth: the loop's own training batch (B x T) and FlopCounterMode over its step."""
+    model = _model("gpt2")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train_step(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+        x = _micro_batches(i)[0]
+        m(input_ids=x, labels=x).loss.backward()
+        o.step()
+        o.zero_grad()
+
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(20):
+            train_step(model, opt, i)
+            if i % 3 == 0:
+                with torch.no_grad():
+                    model(input_ids=torch.randint(3, 100, (2 * B, 2 * T)))
+            prof.step()
+    run = Run.load(prof.folder)
+    assert not any(n.startswith("gradient accumulation") for n in run.notes), run.notes
+    assert run.value("tokens_per_step") == B * T
+    truth_model = _model("gpt2")
+    with flop_counter(by_module=False) as fc:
+        train_step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
+    assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.02)

@@ -161,6 +161,8 @@ class Probes:
         self.scopes.open("forward")
         self.forwards += 1
         ids = kwargs.get("input_ids", args[0] if args else None)
+        if not (torch.is_grad_enabled() or not self.trains):
+            return  # an evaluation inside a training step (no grad): neither a micro-batch nor the step's shape
         self._count_batch(ids)
         if self.input_shape is None and isinstance(ids, torch.Tensor) and not ids.is_floating_point():
             self.input_shape = tuple(ids.shape)

@@ -6,7 +6,8 @@ figures step's) does not give the others' FLOPs: an MFU of that step's FLOPs ove
 median time was a number of no step (a 4 x 16 step's FLOPs over the time of steps up to 4 x 128).
 This window keeps, per step, the (batch, sequence) of every forward (a micro-batch each), and per
 clean step its time beside them, so the figures can count each step's own FLOPs
-(finish/figures.py). One forward pre-hook on the model, from the first clean step to the end of the
+(finish/figures.py). A forward without grad (an evaluation inside the step) is not the step's
+training work and is not recorded. One forward pre-hook on the model, from the first clean step to the end of the
 profiled window: a tuple read per forward.
 """
 from __future__ import annotations
@@ -69,6 +70,8 @@ class ShapesWindow(Window):
         self._hook = seen.model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not torch.is_grad_enabled():
+            return  # an evaluation inside the step (no_grad): not the step's training work
         ids = kwargs.get("input_ids", args[0] if args else None)
         if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
             self._now.append((int(ids.shape[0]), int(ids.shape[1])))
