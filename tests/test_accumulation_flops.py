@@ -99,3 +99,28 @@ def test_an_evaluation_inside_the_loop_is_no_micro_batch(tmp_path: Path) -> None
     with flop_counter(by_module=False) as fc:
         train_step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
     assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.02)
+
+
+def test_a_model_fed_embeddings_has_its_tokens_and_flops(tmp_path: Path) -> None:
+    """``model(inputs_embeds=...)`` (a multimodal or prompt-tuning loop): no token ids, so no shape was seen and
+    the run said "lmprof has no formulas for this model" of GPT-2. The embeddings' (batch, sequence) are the
+    step's tokens. Truth: the loop's B x T and FlopCounterMode over the same step."""
+    model = _model("gpt2")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train_step(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+        x = _micro_batches(i)[0]
+        m(inputs_embeds=m.get_input_embeddings()(x), labels=x).loss.backward()
+        o.step()
+        o.zero_grad()
+
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(18):
+            train_step(model, opt, i)
+            prof.step()
+    run = Run.load(prof.folder)
+    assert run.value("tokens_per_step") == B * T and (run.config["batch_size"], run.config["seq_len"]) == (B, T)
+    truth_model = _model("gpt2")
+    with flop_counter(by_module=False) as fc:
+        train_step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
+    assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.02)

@@ -38,6 +38,18 @@ def _is_cache(value: Any) -> bool:
     return isinstance(value, Cache)
 
 
+def forward_tokens(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[int, int] | None]:
+    """What a causal LM's forward was called on: its batch (the token ids, else ``inputs_embeds``, else the
+    first argument) and the (batch, sequence) of its tokens where that shows (None otherwise)."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None and isinstance(kwargs.get("inputs_embeds"), torch.Tensor):
+        ids = kwargs["inputs_embeds"]
+        return ids, (int(ids.shape[0]), int(ids.shape[1])) if ids.dim() == 3 else None
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
+        return ids, (int(ids.shape[0]), int(ids.shape[1]))
+    return ids, None
+
+
 def returned_cache(output: Any) -> tuple[str, Any] | None:
     """``(field, cache)``: the KV cache in a transformers output and the keyword that feeds it back.
 

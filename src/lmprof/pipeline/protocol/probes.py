@@ -29,6 +29,7 @@ import torch
 from lmprof.modes import traits
 from lmprof.names import SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
+from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import module_scopes, takes_hooks
 
 
@@ -160,14 +161,14 @@ class Probes:
         self._end_forward()  # a forward with no backward after it (evaluation) ends here
         self.scopes.open("forward")
         self.forwards += 1
-        ids = kwargs.get("input_ids", args[0] if args else None)
         if not (torch.is_grad_enabled() or not self.trains):
             return  # an evaluation inside a training step (no grad): neither a micro-batch nor the step's shape
-        self._count_batch(ids)
-        if self.input_shape is None and isinstance(ids, torch.Tensor) and not ids.is_floating_point():
-            self.input_shape = tuple(ids.shape)
+        ids, tokens = forward_tokens(args, kwargs)
+        self._count_batch(ids, tokens)
+        if self.input_shape is None and tokens is not None:
+            self.input_shape = tokens
 
-    def _count_batch(self, ids: Any) -> None:
+    def _count_batch(self, ids: Any, tokens: tuple[int, int] | None = None) -> None:
         """A forward on ``ids``: a new batch unless it is one this step already ran (the same tensor, not
         written since: a second backward on one forward, a closure re-evaluating the loss), or it runs
         inside an optimizer step that counted one (LBFGS's closure, which may copy its input each time).
@@ -182,8 +183,8 @@ class Probes:
             if any(ref() is ids and v == version for ref, v in self._inputs):
                 return
             self._inputs.append((weakref.ref(ids), version))
-            if not ids.is_floating_point():
-                self.tokens += ids.numel()
+            if tokens is not None:  # token ids, or the embeddings of (batch, sequence) tokens
+                self.tokens += tokens[0] * tokens[1]
         self.batches += 1
         self._closure_batch = self._in_optimizer
 

@@ -19,6 +19,7 @@ import torch
 
 from lmprof.pipeline.protocol.plan import Phase
 from lmprof.pipeline.protocol.windows.base import Context, Window
+from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import takes_hooks
 
 Shape = tuple[int, int]
@@ -72,9 +73,9 @@ class ShapesWindow(Window):
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
             return  # an evaluation inside the step (no_grad): not the step's training work
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point():
-            self._now.append((int(ids.shape[0]), int(ids.shape[1])))
+        tokens = forward_tokens(args, kwargs)[1]
+        if tokens is not None:
+            self._now.append(tokens)
         else:
             self._complete = False
 
