@@ -155,3 +155,25 @@ def test_a_model_read_off_the_meta_device_is_read_at_each_shape(tmp_path: Path) 
     flops = run.metrics["flops.model_per_step"]
     assert flops.value == pytest.approx(sum(counted[LENGTHS[i]] for i in CLEAN) / len(CLEAN), rel=1e-9), flops.note
     assert "read off the model on the meta device" in (flops.note or "") and run.value("mfu")
+
+
+def test_the_watch_series_has_each_steps_own_tokens(tmp_path: Path) -> None:
+    """The whole-run watch's tokens column: each watched step's own batch x sequence (it was the run's one
+    figure for every step), as the loop fed it."""
+    from lmprof.record.watch import read_series
+
+    model = _gpt2()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    lengths = [LENGTHS[i % len(LENGTHS)] for i in range(50)]
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, watch=True,
+                        watch_max_captures=0) as prof:
+        for t in lengths:
+            x = torch.randint(3, 100, (B, t))
+            _hf_loss(model, x).backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    run = Run.load(prof.folder)
+    s = read_series([prof.folder / p for p in run.watch.series])
+    assert len(s["step"]) > 20
+    assert [int(v) for v in s["tokens"]] == [B * lengths[int(k) - 1] for k in s["step"]]

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from lmprof.analysis.watch_capture import CaptureLimiter, diff_runs
 from lmprof.analysis.watch_detect import WatchAnalyzer
 from lmprof.atomic import write_text
@@ -48,6 +50,7 @@ from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.watch_capture import Capture
 from lmprof.record.run import Baseline, RequestKind, Run, WatchAlert, WatchCapture, WatchSection
 from lmprof.record.watch import WATCH_DIR, StepSummary, save_section
+from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import takes_hooks
 
 if TYPE_CHECKING:
@@ -125,6 +128,8 @@ class WatchWindow(Window):
         self._captured = 0  # captures begun (their folders' numbers)
         self._sink_at = -math.inf
         self._saved: tuple[Any, ...] = ()
+        self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
+        self._batches: set[int] = set()
 
     @property
     def active(self) -> bool:
@@ -202,7 +207,7 @@ class WatchWindow(Window):
             self.panel = WatchPanel()
         model = seen.model
         if model is not None and takes_hooks(model):
-            self._hook = model.register_forward_pre_hook(self._forward, prepend=True)
+            self._hook = model.register_forward_pre_hook(self._forward, prepend=True, with_kwargs=True)
         self._next = first
         self.state = WATCHING
         self.w.start(first)  # the first watched step begins (left out of the series: the profiler's teardown)
@@ -213,11 +218,16 @@ class WatchWindow(Window):
             self.panel.say(f"watching every step from step {first} (series in {folder / WATCH_DIR}); {ask}touch "
                            f"{folder / 'capture'} to capture a window")
 
-    def _forward(self, module: Any, args: Any) -> None:
+    def _forward(self, module: Any, args: Any, kwargs: Any) -> None:
         w = self.w
         if w is not None and this_pid() == self._pid:
             try:
                 w.forward_start()
+                # the step's own tokens, each batch once (steps may differ: batches padded to their longest)
+                batch, tokens = forward_tokens(args, kwargs)
+                if tokens is not None and torch.is_grad_enabled() and id(batch) not in self._batches:
+                    self._batches.add(id(batch))
+                    self._tokens += tokens[0] * tokens[1]
             except Exception as exc:  # noqa: BLE001 - inside the user's forward
                 self._broken(exc)
 
@@ -233,6 +243,7 @@ class WatchWindow(Window):
     def _boundary(self) -> None:
         w = self.w
         assert w is not None
+        tokens, self._tokens, self._batches = self._tokens, 0, set()  # the ended step's, counted by _forward
         if self.capture is not None:
             w.skip()
             t0 = w.clock()
@@ -248,7 +259,7 @@ class WatchWindow(Window):
             w.skip()
             self._settling = False
         else:
-            w.step_end()
+            w.step_end(tokens=tokens or None)
             slow, waited = w.last_step_s > self._unusual_s, w.last_wait_s > self._unusual_wait_s  # NaN: False
             self._unusual_run = self._unusual_run + 1 if (slow or waited) and self._news(slow, waited) else 0
             if self._unusual_run >= UNUSUAL_RUN and self._soon is None and self._calm <= 0:
@@ -494,8 +505,6 @@ class WatchWindow(Window):
 def _capacity(device: Any) -> float | None:
     """The device's memory (CUDA), or the machine's (CPU): what 'full in N steps' counts to."""
     if device.type == "cuda":
-        import torch
-
         return float(torch.cuda.get_device_properties(device).total_memory)
     if device.type == "cpu" and hasattr(os, "sysconf"):
         with contextlib.suppress(ValueError, OSError):
