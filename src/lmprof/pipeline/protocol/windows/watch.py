@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +130,7 @@ class WatchWindow(Window):
         self._sink_at = -math.inf
         self._saved: tuple[Any, ...] = ()
         self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
-        self._batches: set[int] = set()
+        self._batches: list[weakref.ref[Any]] = []
 
     @property
     def active(self) -> bool:
@@ -225,8 +226,9 @@ class WatchWindow(Window):
                 w.forward_start()
                 # the step's own tokens, each batch once (steps may differ: batches padded to their longest)
                 batch, tokens = forward_tokens(args, kwargs)
-                if tokens is not None and torch.is_grad_enabled() and id(batch) not in self._batches:
-                    self._batches.add(id(batch))
+                # a batch run again (a closure) is the same live tensor; a freed one's address may be reused
+                if tokens is not None and torch.is_grad_enabled() and not any(r() is batch for r in self._batches):
+                    self._batches.append(weakref.ref(batch))
                     self._tokens += tokens[0] * tokens[1]
             except Exception as exc:  # noqa: BLE001 - inside the user's forward
                 self._broken(exc)
@@ -243,7 +245,7 @@ class WatchWindow(Window):
     def _boundary(self) -> None:
         w = self.w
         assert w is not None
-        tokens, self._tokens, self._batches = self._tokens, 0, set()  # the ended step's, counted by _forward
+        tokens, self._tokens, self._batches = self._tokens, 0, []  # the ended step's, counted by _forward
         if self.capture is not None:
             w.skip()
             t0 = w.clock()
