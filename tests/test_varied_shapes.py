@@ -19,7 +19,7 @@ from lmprof.record.run import Run
 
 tf = pytest.importorskip("transformers")
 B = 4
-LENGTHS = [16, 32, 64, 128, 48, 96, 16, 128, 32, 64, 80, 112, 16, 64, 32, 128, 48, 96, 16, 64]
+LENGTHS = [16, 32, 64, 128, 32, 64, 16, 128, 32, 64, 16, 128, 16, 64, 32, 128, 32, 64, 16, 64]
 CLEAN = range(3, 13)  # loop iterations (0-based) of the clean window: warm-up 3, clean 10
 
 
