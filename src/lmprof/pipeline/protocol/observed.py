@@ -56,13 +56,17 @@ class Observed:
     generations_without_forward: int = 0  # generations in which the model's hooks saw no forward
     # The figures step's backward recomputed checkpointed activations (measure/held.py); None: not seen
     recomputes: bool | None = None
+    # A compiled model's wrapper (torch.compile's OptimizedModule): a hook on it runs outside the compiled
+    # code, so it sees each call's input without a recompilation (windows/shapes.py)
+    outer: torch.nn.Module | None = None
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None, compiled: bool,
-               device: Device | None = None) -> None:
-        """The model whose blocks are scoped, and where it runs (``device``, else its parameters')."""
-        self.model, self.optimizers, self.compiled = model, list(optimizers or []), compiled
+               device: Device | None = None, outer: torch.nn.Module | None = None) -> None:
+        """The model whose blocks are scoped, and where it runs (``device``, else its parameters');
+        ``outer``: a compiled model's wrapper, the module the loop calls."""
+        self.model, self.optimizers, self.compiled, self.outer = model, list(optimizers or []), compiled, outer
         if not takes_hooks(model):
             self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
                               "its forward is not split into blocks (operators, phases after the forward, and the "

@@ -87,12 +87,16 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         notes.append("no memory measurement: it is taken on a warm-up step, and "
                      + ("--warmup 0 asked for none" if plan.warmup == 0 else "this run had none lmprof saw begin")
                      + " (raise --warmup)")
+    # a compiled model's probes see no forward: its wrapper's calls (windows/shapes.py) say what the steps ran on
+    shape, batches, tokens = seen.input_shape, seen.batches_per_step, seen.tokens_per_step
+    if seen.compiled and (each := windows.shapes.record.per_step()) is not None:
+        shape, batches, tokens = shape or each[0], each[1] if batches is None else batches, tokens or each[2]
     return Measured(
         spec=spec, plan=plan, folder=folder, device=seen.device, config=said.config, step_means=said.step_means,
         timings=timings, profile=profile, notes=list(seen.notes), facts=facts, known=said.known,
-        compiled=seen.compiled, input_shape=seen.input_shape,
+        compiled=seen.compiled, input_shape=shape,
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
-        batches_per_step=seen.batches_per_step, tokens_per_step=seen.tokens_per_step,
+        batches_per_step=batches, tokens_per_step=tokens,
         memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
         recomputes=seen.recomputes, shapes=windows.shapes.record,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,

@@ -32,6 +32,16 @@ class StepShapes:
     clean: list[tuple[float, tuple[Shape, ...]]] = field(default_factory=list)
     profiled: list[tuple[Shape, ...]] = field(default_factory=list)
 
+    def per_step(self) -> tuple[Shape, float, float] | None:
+        """(the first forward's shape, batches and tokens per clean step on average), where every clean step
+        has its forwards' shapes; None otherwise. What the probes see in their steps, for a compiled model,
+        whose probes see no forward."""
+        steps = [forwards for _, forwards in self.clean]
+        if not steps or not all(steps):
+            return None
+        n = len(steps)
+        return (steps[0][0], sum(len(f) for f in steps) / n, sum(b * t for f in steps for b, t in f) / n)
+
     @property
     def varied(self) -> bool:
         """Whether the clean steps ran different shapes (a complete record of each is needed)."""
@@ -66,9 +76,11 @@ class ShapesWindow(Window):
 
     def start(self) -> None:
         seen = self.ctx.observed
-        if not self.ctx.spec.traits.trains or seen.model is None or seen.compiled or not takes_hooks(seen.model):
+        # a compiled model: its wrapper's hook, outside the compiled code (none inside: it would recompile)
+        target = seen.outer if seen.compiled else seen.model
+        if not self.ctx.spec.traits.trains or target is None or not takes_hooks(target):
             return
-        self._hook = seen.model.register_forward_pre_hook(self._forward, with_kwargs=True)
+        self._hook = target.register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
