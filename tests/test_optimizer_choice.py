@@ -25,7 +25,7 @@ class FakeSession:
     def notes(self) -> list[str]:
         return self.observed.notes
 
-    def attach(self, model: torch.nn.Module, optimizers: list[Any], compiled: bool) -> None:
+    def attach(self, model: torch.nn.Module, optimizers: list[Any], compiled: bool, outer: Any = None) -> None:
         self.attached.append((model, optimizers, compiled))
 
 
