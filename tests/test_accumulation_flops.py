@@ -10,6 +10,7 @@ identical model, the K forwards and backwards.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -40,6 +41,9 @@ def _micro_batches(i: int) -> list[torch.Tensor]:
     return [torch.randint(3, 100, (B, T), generator=g) for _ in range(K)]
 
 
+Step = Callable[[nn.Module, torch.optim.Optimizer, int], None]  # the loop's step i, on the model it calls
+
+
 def _step(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
     for x in _micro_batches(i):
         (model(input_ids=x, labels=x).loss / K).backward()
@@ -47,24 +51,33 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
     opt.zero_grad()
 
 
+def _profiled(tmp_path: Path, called: nn.Module, params: nn.Module, step: Step, steps: int = 17) -> Run:
+    """The loop under ``lmprof.profile``: ``step`` on ``called`` (the model, or its compiled wrapper)."""
+    opt = torch.optim.AdamW(params.parameters(), lr=1e-3)
+    with lmprof.profile(called, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(steps):
+            step(called, opt, i)
+            prof.step()
+    return Run.load(prof.folder)
+
+
+def _counted(make: Callable[[], nn.Module], step: Step) -> float:
+    """The truth: FlopCounterMode over one step of a fresh, identical model, run eagerly."""
+    model = make()
+    with flop_counter(by_module=False) as fc:
+        step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), 0)
+    return float(fc.get_total_flops())
+
+
 @pytest.mark.parametrize("family", ["gpt2", "olmo"])
 def test_an_optimizer_step_counts_all_its_micro_batches(tmp_path: Path, family: str) -> None:
     model = _model(family)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
-        for i in range(16):
-            _step(model, opt, i)
-            prof.step()
-    run = Run.load(prof.folder)
+    run = _profiled(tmp_path, model, model, _step)
     assert any(n.startswith(f"gradient accumulation: {K} batches") for n in run.notes)
     assert run.value("tokens_per_step") == K * B * T
-    truth_model = _model(family)
-    truth_opt = torch.optim.AdamW(truth_model.parameters(), lr=1e-3)
-    with flop_counter(by_module=False) as fc:
-        _step(truth_model, truth_opt, 0)
     flops = run.metrics["flops.model_per_step"]
     # lmprof's formula counts bias and norm parameters (6N), FlopCounterMode matmuls only: within 1%
-    assert flops.value == pytest.approx(fc.get_total_flops(), rel=0.01), flops.note
+    assert flops.value == pytest.approx(_counted(lambda: _model(family), _step), rel=0.01), flops.note
     assert "3 micro-batches per optimizer step" in (flops.note or "")
     step_s, peak = run.value("step_time") / 1e3, run.value("peak.flops")
     assert run.value("mfu") == pytest.approx(100 * flops.value / step_s / peak, rel=1e-9)
@@ -72,58 +85,44 @@ def test_an_optimizer_step_counts_all_its_micro_batches(tmp_path: Path, family: 
     assert blocks == pytest.approx(flops.value, rel=0.05)  # the blocks are the step's too
 
 
+def _one_batch(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+    x = _micro_batches(i)[0]
+    m(input_ids=x, labels=x).loss.backward()
+    o.step()
+    o.zero_grad()
+
+
 def test_an_evaluation_inside_the_loop_is_no_micro_batch(tmp_path: Path) -> None:
     """A no_grad evaluation forward every few steps (another shape) was counted as a second batch: "gradient
     accumulation: 1.33 batches per optimizer step", tokens 299 per step, and with accumulation read from
     that, FLOPs 1.33x. Truth: the loop's own training batch (B x T) and FlopCounterMode over its step."""
+    def with_evaluation(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+        _one_batch(m, o, i)
+        if i % 3 == 0:
+            with torch.no_grad():
+                m(input_ids=torch.randint(3, 100, (2 * B, 2 * T)))
+
     model = _model("gpt2")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def train_step(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
-        x = _micro_batches(i)[0]
-        m(input_ids=x, labels=x).loss.backward()
-        o.step()
-        o.zero_grad()
-
-    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
-        for i in range(20):
-            train_step(model, opt, i)
-            if i % 3 == 0:
-                with torch.no_grad():
-                    model(input_ids=torch.randint(3, 100, (2 * B, 2 * T)))
-            prof.step()
-    run = Run.load(prof.folder)
+    run = _profiled(tmp_path, model, model, with_evaluation, steps=20)
     assert not any(n.startswith("gradient accumulation") for n in run.notes), run.notes
     assert run.value("tokens_per_step") == B * T
-    truth_model = _model("gpt2")
-    with flop_counter(by_module=False) as fc:
-        train_step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
-    assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.02)
+    assert run.value("flops.model_per_step") == pytest.approx(_counted(lambda: _model("gpt2"), _one_batch), rel=0.02)
 
 
 def test_a_model_fed_embeddings_has_its_tokens_and_flops(tmp_path: Path) -> None:
     """``model(inputs_embeds=...)`` (a multimodal or prompt-tuning loop): no token ids, so no shape was seen and
     the run said "lmprof has no formulas for this model" of GPT-2. The embeddings' (batch, sequence) are the
     step's tokens. Truth: the loop's B x T and FlopCounterMode over the same step."""
-    model = _model("gpt2")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def train_step(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+    def embedded(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
         x = _micro_batches(i)[0]
         m(inputs_embeds=m.get_input_embeddings()(x), labels=x).loss.backward()
         o.step()
         o.zero_grad()
 
-    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
-        for i in range(18):
-            train_step(model, opt, i)
-            prof.step()
-    run = Run.load(prof.folder)
+    model = _model("gpt2")
+    run = _profiled(tmp_path, model, model, embedded)
     assert run.value("tokens_per_step") == B * T and (run.config["batch_size"], run.config["seq_len"]) == (B, T)
-    truth_model = _model("gpt2")
-    with flop_counter(by_module=False) as fc:
-        train_step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
-    assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.02)
+    assert run.value("flops.model_per_step") == pytest.approx(_counted(lambda: _model("gpt2"), embedded), rel=0.02)
 
 
 def test_a_compiled_model_has_its_tokens_and_flops(tmp_path: Path) -> None:
@@ -136,26 +135,17 @@ def test_a_compiled_model_has_its_tokens_and_flops(tmp_path: Path) -> None:
         return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128, n_positions=64,
                                                 bos_token_id=0, eos_token_id=0)).train()
 
-    model = one_layer()
-    compiled = torch.compile(model, backend="eager")  # dynamo, no inductor: the hooks' question, cheaply
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
+    def two_batches(m: nn.Module, o: torch.optim.Optimizer, i: int) -> None:
         for x in _micro_batches(i)[:2]:
             m(input_ids=x, labels=x).loss.backward()
         o.step()
         o.zero_grad()
 
-    with lmprof.profile(compiled, out=tmp_path / "runs", report=False, verbose=False) as prof:
-        for i in range(18):
-            step(compiled, opt, i)
-            prof.step()
-    run = Run.load(prof.folder)
+    model = one_layer()
+    # dynamo with no inductor: whether a hook recompiles is dynamo's question, answered cheaply
+    run = _profiled(tmp_path, torch.compile(model, backend="eager"), model, two_batches)
     assert run.value("tokens_per_step") == 2 * B * T
     assert any(n.startswith("gradient accumulation: 2 batches") for n in run.notes), run.notes
-    truth_model = one_layer()
-    with flop_counter(by_module=False) as fc:
-        step(truth_model, torch.optim.AdamW(truth_model.parameters(), lr=1e-3), 0)
     # the formulas' 6N counts bias and norm parameters, FlopCounterMode matmuls only (d=32: +2.76%, measured)
-    assert run.value("flops.model_per_step") == pytest.approx(fc.get_total_flops(), rel=0.04)
+    assert run.value("flops.model_per_step") == pytest.approx(_counted(one_layer, two_batches), rel=0.04)
     assert run.value("compile.recompiles") == 0
