@@ -58,16 +58,9 @@ def _storage(t: torch.Tensor) -> tuple[int, int] | None:
         return None
 
 
-def _saved_by(node: Any) -> Iterator[torch.Tensor]:
-    """The tensors one autograd node saved for backward, read without unpacking them.
-
-    Each is read from its ``_raw_saved_*`` field (a custom Function's ``_raw_saved_tensors``): a
-    ``SavedTensor`` whose ``data`` is the tensor itself when no hook packed it. One a saved-tensor hook
-    packed (non-reentrant activation checkpointing, CPU offloading) is the hook's to unpack, once:
-    reading the ``_saved_*`` field unpacked it, which re-ran a checkpointed region and made the loop's
-    own backward fail ("Unpack is being triggered for a tensor that was already unpacked once"). Those
-    are skipped, as is every field of a torch that does not say whether a hook packed it.
-    """
+def _raw_saved(node: Any) -> Iterator[Any]:
+    """The ``SavedTensor`` objects one autograd node holds (its ``_raw_saved_*`` fields; a custom Function's
+    ``_raw_saved_tensors``), read without unpacking them."""
     for name in dir(node):
         if not name.startswith("_raw_saved_"):
             continue
@@ -75,28 +68,32 @@ def _saved_by(node: Any) -> Iterator[torch.Tensor]:
             value = getattr(node, name)
         except Exception:  # noqa: BLE001 - a field freed already
             continue
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if getattr(item, "unpack_hook", True) is not None:
-                continue  # packed by a hook, or not a SavedTensor this torch describes
-            with contextlib.suppress(Exception):
-                data = item.data
-                if isinstance(data, torch.Tensor):
-                    yield data
+        yield from value if isinstance(value, (tuple, list)) else (value,)
 
 
-def _checkpointed(node: Any) -> bool:
-    """Whether the node's saved tensors come back by recomputation (torch.utils.checkpoint): the node of a
-    reentrant checkpoint, or a saved tensor packed by the non-reentrant checkpoint's hook."""
-    if type(node).__name__ == "CheckpointFunctionBackward":
-        return True
-    for name in dir(node):
-        if name.startswith("_raw_saved_"):
-            with contextlib.suppress(Exception):
-                value = getattr(node, name)
-                for item in value if isinstance(value, (tuple, list)) else (value,):
-                    if getattr(getattr(item, "unpack_hook", None), "__module__", "") == "torch.utils.checkpoint":
-                        return True
-    return False
+def _saved_by(items: list[Any]) -> Iterator[torch.Tensor]:
+    """The tensors among one node's ``SavedTensor`` objects (:func:`_raw_saved`), read without unpacking them.
+
+    A ``SavedTensor``'s ``data`` is the tensor itself when no hook packed it. One a saved-tensor hook
+    packed (non-reentrant activation checkpointing, CPU offloading) is the hook's to unpack, once:
+    reading the ``_saved_*`` field unpacked it, which re-ran a checkpointed region and made the loop's
+    own backward fail ("Unpack is being triggered for a tensor that was already unpacked once"). Those
+    are skipped, as is every field of a torch that does not say whether a hook packed it.
+    """
+    for item in items:
+        if getattr(item, "unpack_hook", True) is not None:
+            continue  # packed by a hook, or not a SavedTensor this torch describes
+        with contextlib.suppress(Exception):
+            data = item.data
+            if isinstance(data, torch.Tensor):
+                yield data
+
+
+def _checkpointed(node: Any, items: list[Any]) -> bool:
+    """Whether the node's saved tensors (``items``) come back by recomputation (torch.utils.checkpoint): the
+    node of a reentrant checkpoint, or a saved tensor packed by the non-reentrant checkpoint's hook."""
+    return type(node).__name__ == "CheckpointFunctionBackward" or any(
+        getattr(getattr(item, "unpack_hook", None), "__module__", "") == "torch.utils.checkpoint" for item in items)
 
 
 def saved_storages(roots: list[Any], recomputes: list[bool] | None = None) -> set[int]:
@@ -110,11 +107,12 @@ def saved_storages(roots: list[Any], recomputes: list[bool] | None = None) -> se
         if id(node) in seen:
             continue
         seen.add(id(node))
-        for t in _saved_by(node):
+        items = list(_raw_saved(node))  # each node's fields read once, for both questions
+        for t in _saved_by(items):
             found = _storage(t)
             if found is not None:
                 out.add(found[0])
-        if recomputes is not None and not recomputes and _checkpointed(node):
+        if recomputes is not None and not recomputes and _checkpointed(node, items):
             recomputes.append(True)
         stack.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
     return out
