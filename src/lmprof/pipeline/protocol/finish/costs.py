@@ -124,9 +124,7 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
     conventions = conventions_for(shape)
     if last_logits_only is not None:
         conventions = replace(conventions, prefill_logits="last" if last_logits_only else "all")
-    hardware = None if recomputed_step is None else (None, "the backward re-runs checkpointed parts of the forward, "
-                                                           "counted on one step whose shape the clean steps did not all "
-                                                           "have: hardware FLOPs are n/a")
+    hardware = None if recomputed_step is None else _VARIED_RECOMPUTED
     for p, each in steps.items():
         if not each:
             put_pass(run, p, {k: Metric.na(u, "no decode step: each generation was its prefill only", source="derived")
@@ -154,9 +152,7 @@ def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int
         one = facts[(f[0], f[1])]
         return one.flops("train"), float(sum(r.bytes for r in one.rows if r.phase in PASS_PHASES["train"]))
 
-    hardware = None if recomputed_step is None else (None, "the backward re-runs checkpointed parts of the forward, "
-                                                           "counted on one step whose shape the clean steps did not all "
-                                                           "have: hardware FLOPs are n/a")
+    hardware = None if recomputed_step is None else _VARIED_RECOMPUTED
     kind = run.env.device.split(":")[0]
     put_pass(run, "train", varied_mfu_metrics(clean, cost, how="read off the model on the meta device",
                                               device_name=run.env.device_name, device_kind=kind, dtype=dtype,
@@ -164,6 +160,12 @@ def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int
     run.blocks = _mean_blocks(run.blocks, profiled, lambda f: fill_facts_block_costs(run.blocks, facts[(f[0], f[1])]))
     run.notes.append(note)
     _roofline(run, folder, dtype, next(iter(facts.values())).name or "model", plots)
+
+
+# A checkpointed step's hardware FLOPs are counted on one step: steps of other shapes have none.
+_VARIED_RECOMPUTED: tuple[float | None, str] = (
+    None, "the backward re-runs checkpointed parts of the forward, counted on one step whose shape the clean steps "
+          "did not all have: hardware FLOPs are n/a")
 
 
 def _mean_blocks(blocks: list[Block], runs: Sequence[Sequence[tuple[int, ...]]],
