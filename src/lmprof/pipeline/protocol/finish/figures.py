@@ -185,10 +185,9 @@ def _described_by_shape(run: Run, f: Facts, varied: Varied) -> dict[tuple[int, i
         return None
     from lmprof.measure.model_facts import describe
 
-    pdt = f.param_dtype or "fp32"
     try:
-        return {(b, t): describe(f.config, batch=b, seq_len=t, dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
-                                 phases=("train",), memory=False) for b, t in sorted(shapes)}
+        return {(b, t): describe(f.config, batch=b, seq_len=t, dtype=_built_dtype(f), phases=("train",), memory=False)
+                for b, t in sorted(shapes)}
     except LmprofError as exc:
         run.notes.append(f"nothing read off the model at each shape: {exc}")
         return None
@@ -207,18 +206,22 @@ def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
                   "step was counted with FlopCounterMode in this run (raise --warmup): hardware FLOPs are n/a")
 
 
+def _built_dtype(f: Facts) -> str:
+    """The dtype the describer builds the model in: its parameters', where the describer builds that one."""
+    pdt = f.param_dtype or "fp32"
+    return pdt if pdt in ("fp32", "bf16", "fp16") else "fp32"
+
+
 def _described(run: Run, f: Facts) -> ModelFacts | None:
     """A Hugging Face model lmprof has no formulas for, read off the meta device at the run's shapes."""
     if f.shape is not None or f.config is None or not f.batch or not f.seq_len:
         return None
     from lmprof.measure.model_facts import describe
 
-    pdt = f.param_dtype or "fp32"
     steps = max(f.new_tokens - 1, 1)
     try:  # decode: the middle step's context, times the steps (exact where the cost is linear in the context)
         return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
-                        dtype=pdt if pdt in ("fp32", "bf16", "fp16") else "fp32",
-                        phases=traits(run.mode).passes)
+                        dtype=_built_dtype(f), phases=traits(run.mode).passes)
     except LmprofError as exc:
         run.notes.append(f"nothing read off the model: {exc}")
         return None
