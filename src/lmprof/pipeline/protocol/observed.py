@@ -65,8 +65,9 @@ class Observed:
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None, compiled: bool,
                device: Device | None = None, outer: torch.nn.Module | None = None) -> None:
         """The model whose blocks are scoped, and where it runs (``device``, else its parameters');
-        ``outer``: a compiled model's wrapper, the module the loop calls."""
-        self.model, self.optimizers, self.compiled, self.outer = model, list(optimizers or []), compiled, outer
+        ``outer``: the module the loop calls, kept where it is a compiled model's wrapper."""
+        self.model, self.optimizers, self.compiled = model, list(optimizers or []), compiled
+        self.outer = outer if compiled and outer is not model else None
         if not takes_hooks(model):
             self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
                               "its forward is not split into blocks (operators, phases after the forward, and the "

@@ -97,7 +97,7 @@ class Session:
     def attach(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None = None,
                compiled: bool = False, device: Device | None = None, outer: torch.nn.Module | None = None) -> None:
         """The model whose blocks are scoped, and where it runs (``device``, else its parameters' device);
-        ``outer``: the compiled wrapper the loop calls, whose own hooks run outside the compiled code."""
+        ``outer``: the module the loop calls (a compiled model's wrapper: its hooks run outside the compiled code)."""
         self.observed.attach(model, optimizers, compiled, device, outer)
         self.plan = self._make_plan()
         for w in self.windows:

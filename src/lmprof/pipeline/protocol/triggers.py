@@ -234,7 +234,7 @@ class OptimizerTrigger:
             notes.append("no nn.Module holds the optimizer's parameters: no block scopes, forward shows as 'other'")
             s.observed.device = _device_of_params(self.chosen)
         else:
-            s.attach(model, [self.chosen], compiled=compiled, outer=called if compiled and called is not model else None)
+            s.attach(model, [self.chosen], compiled=compiled, outer=called)
             notes.append(f"model: {type(model).__name__}, the module holding the optimizer's parameters")
             if not compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                 self._forward_hook = model.register_forward_pre_hook(self._forward_ran)

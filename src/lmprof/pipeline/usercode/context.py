@@ -47,7 +47,7 @@ class Profile:
         self._idle = False
         try:
             inner, compiled = unwrap(self.model)
-            self.session.attach(inner, compiled=compiled, outer=self.model if compiled and self.model is not inner else None)
+            self.session.attach(inner, compiled=compiled, outer=self.model)
             if compiled:
                 self.session.observed.notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in "
                                                    "it: its forward is not split into blocks")
