@@ -112,7 +112,7 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                                                     basis=basis)
     elif m.shapes is not None and m.shapes.varied and m.timings.first_call is None:
         # each clean step's own tokens (its forwards' batch x sequence), beside its own time
-        each = [(sum(b * t for b, t in forwards), s) for s, forwards in m.shapes.clean]
+        each = m.shapes.tokens()
         metrics[TOKENS_PER_STEP] = Metric(value=sum(n for n, _ in each) / len(each), unit="tokens", source="derived",
                                           note="the clean steps' mean of their forwards' batch x sequence (the steps "
                                                "ran different shapes)")
@@ -126,19 +126,23 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     return metrics
 
 
+def _accumulated(m: Measured) -> float | None:
+    """Batches per optimizer step where the step ran more than one (gradient accumulation), else None."""
+    batches = m.batches_per_step
+    return batches if batches is not None and batches > 1.01 else None
+
+
 def _micro_batches(m: Measured) -> float:
     """Batches of the observed shape per optimizer step in a user's training loop (gradient accumulation),
     by which one batch's FLOPs and bytes scale to the step's; 1 where the loop's owner described it."""
-    batches = m.batches_per_step
-    if m.known is not None or m.spec.traits.generates or batches is None or batches <= 1.01:
-        return 1.0
-    return batches
+    batches = _accumulated(m)
+    return 1.0 if m.known is not None or m.spec.traits.generates or batches is None else batches
 
 
 def _passes_note(m: Measured) -> list[str]:
     """What one step held, when it was more than one forward and one backward on one batch."""
-    batches, bwd = m.batches_per_step, m.backwards_per_step
-    if batches is not None and batches > 1.01:
+    batches, bwd = _accumulated(m), m.backwards_per_step
+    if batches is not None:
         return [f"gradient accumulation: {batches:g} batches per optimizer step; one step here is one optimizer "
                 "step, all its micro-batches included"]
     if bwd is not None and bwd > 1.01:

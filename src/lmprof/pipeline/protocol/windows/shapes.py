@@ -40,7 +40,11 @@ class StepShapes:
         if not steps or not all(steps):
             return None
         n = len(steps)
-        return (steps[0][0], sum(len(f) for f in steps) / n, sum(b * t for f in steps for b, t in f) / n)
+        return steps[0][0], sum(len(f) for f in steps) / n, sum(tokens for tokens, _ in self.tokens()) / n
+
+    def tokens(self) -> list[tuple[int, float]]:
+        """(tokens, seconds) of each clean step: its forwards' batch x sequence, and its time."""
+        return [(sum(b * t for b, t in forwards), s) for s, forwards in self.clean]
 
     @property
     def varied(self) -> bool:
