@@ -89,6 +89,29 @@ class ScopeStack:
             self._open.pop()[1].__exit__(None, None, None)
 
 
+class SeenBatches:
+    """The batches a step ran so far. A tensor is one already seen while it lives and has not been written
+    since (a second backward on one forward, a closure re-evaluating the loss); held weakly, so a dead one's
+    address, reused by the next batch, is a batch of its own."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[weakref.ref[torch.Tensor], int]] = []
+
+    def new(self, batch: torch.Tensor) -> bool:
+        """Whether ``batch`` is one this step has not run yet; noted as run."""
+        try:
+            version = batch._version
+        except RuntimeError:  # an inference tensor (made under torch.inference_mode) has none: never written
+            version = 0
+        if any(ref() is batch and v == version for ref, v in self._seen):
+            return False
+        self._seen.append((weakref.ref(batch), version))
+        return True
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
 class Probes:
     """Everything lmprof adds to the user's step during the profiled window."""
 
@@ -111,7 +134,7 @@ class Probes:
         self.batches = 0  # distinct inputs the model's forward was called on (a closure's re-evaluations: one)
         self.tokens = 0  # the token ids in those batches
         self.input_shape: tuple[int, ...] | None = None
-        self._inputs: list[tuple[weakref.ref[torch.Tensor], int]] = []  # this step's batches: (tensor, its version)
+        self._inputs = SeenBatches()  # this step's batches
         self._in_backward = 0
         self._in_optimizer = False
         self._closure_batch = False  # a batch was counted inside the running optimizer step
@@ -176,13 +199,8 @@ class Probes:
         if self._in_optimizer and self._closure_batch:
             return
         if isinstance(ids, torch.Tensor):
-            try:
-                version = ids._version
-            except RuntimeError:  # an inference tensor (made under torch.inference_mode) has none: never written
-                version = 0
-            if any(ref() is ids and v == version for ref, v in self._inputs):
+            if not self._inputs.new(ids):
                 return
-            self._inputs.append((weakref.ref(ids), version))
             if tokens is not None:  # token ids, or the embeddings of (batch, sequence) tokens
                 self.tokens += tokens[0] * tokens[1]
         self.batches += 1

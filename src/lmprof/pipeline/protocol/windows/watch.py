@@ -28,7 +28,6 @@ import math
 import os
 import sys
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from lmprof.measure.window import user_profiler_active
 from lmprof.pid import this_pid
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
+from lmprof.pipeline.protocol.probes import SeenBatches
 from lmprof.pipeline.protocol.spec import WatchSpec
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.watch_capture import Capture
@@ -130,7 +130,7 @@ class WatchWindow(Window):
         self._sink_at = -math.inf
         self._saved: tuple[Any, ...] = ()
         self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
-        self._batches: list[weakref.ref[Any]] = []
+        self._batches = SeenBatches()  # the running step's, as the probes count them
 
     @property
     def active(self) -> bool:
@@ -226,9 +226,7 @@ class WatchWindow(Window):
                 w.forward_start()
                 # the step's own tokens, each batch once (steps may differ: batches padded to their longest)
                 batch, tokens = forward_tokens(args, kwargs)
-                # a batch run again (a closure) is the same live tensor; a freed one's address may be reused
-                if tokens is not None and torch.is_grad_enabled() and not any(r() is batch for r in self._batches):
-                    self._batches.append(weakref.ref(batch))
+                if tokens is not None and torch.is_grad_enabled() and self._batches.new(batch):
                     self._tokens += tokens[0] * tokens[1]
             except Exception as exc:  # noqa: BLE001 - inside the user's forward
                 self._broken(exc)
@@ -245,7 +243,8 @@ class WatchWindow(Window):
     def _boundary(self) -> None:
         w = self.w
         assert w is not None
-        tokens, self._tokens, self._batches = self._tokens, 0, []  # the ended step's, counted by _forward
+        tokens, self._tokens = self._tokens, 0  # the ended step's, counted by _forward
+        self._batches.clear()
         if self.capture is not None:
             w.skip()
             t0 = w.clock()
