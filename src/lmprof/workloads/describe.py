@@ -15,7 +15,7 @@ from lmprof.estimate.dropout import Dropout
 from lmprof.estimate.shape import ModelShape
 
 
-def _inner(model: torch.nn.Module) -> torch.nn.Module:
+def inner_module(model: torch.nn.Module) -> torch.nn.Module:
     """The module under torch.compile's and DDP's wrappers."""
     for attr in ("_orig_mod", "module"):
         inner = getattr(model, attr, None)
@@ -29,7 +29,7 @@ def describe_module(model: torch.nn.Module) -> ModelShape | None:
     from lmprof.workloads.gpt import GPT
     from lmprof.workloads.hf import shape_of
 
-    m = _inner(model)
+    m = inner_module(model)
     if isinstance(m, GPT):
         return m.config.shape()
     return shape_of(m)
@@ -40,7 +40,7 @@ def attention_path(model: torch.nn.Module) -> Literal["math", "sdpa"]:
     from lmprof.workloads.gpt import GPT
     from lmprof.workloads.hf_interface import attention_implementation
 
-    m = _inner(model)
+    m = inner_module(model)
     if isinstance(m, GPT):
         return "sdpa" if m.config.attention == "sdpa" else "math"
     impl = attention_implementation(m)
@@ -53,5 +53,5 @@ def dropout_of(model: torch.nn.Module) -> float | Dropout:
     from lmprof.workloads.gpt import GPT
     from lmprof.workloads.hf_interface import training_dropout
 
-    m = _inner(model)
+    m = inner_module(model)
     return float(m.config.dropout) if isinstance(m, GPT) else training_dropout(m)

@@ -59,6 +59,10 @@ class Observed:
     # A compiled model's wrapper (torch.compile's OptimizedModule): a hook on it runs outside the compiled
     # code, so it sees each call's input without a recompilation (windows/shapes.py)
     outer: torch.nn.Module | None = None
+    trains: bool = True  # the session measures training steps (frozen weights change their FLOPs)
+    # Why neither lmprof's formulas nor a model read off the meta device from the config describe the model as
+    # it runs (frozen weights, adapters, layers added or removed); None: nothing seen (departure.py)
+    departs: str | None = None
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 
@@ -91,11 +95,17 @@ class Observed:
             self.tokens_per_step = probes.tokens / steps if probes.tokens else None
 
     def shape(self) -> ModelShape | None:
-        """lmprof's description of the model (None when it has none); looked up once."""
+        """lmprof's description of the model (None when it has none, or when the model departs from the one its
+        config describes: :attr:`departs` says how); looked up once, from the first warm-up step that asks."""
         if not self._described:
+            from lmprof.measure.model_facts.departure import departure
             from lmprof.workloads.describe import describe_module
 
-            self._shape = describe_module(self.model) if self.model is not None else None
+            shape = describe_module(self.model) if self.model is not None else None
+            if self.model is not None:
+                self.departs = departure(self.model, shape.n_params() if shape is not None else None,
+                                         trains=self.trains)
+            self._shape = None if self.departs else shape
             self._described = True
         return self._shape
 
@@ -114,6 +124,7 @@ class ModelFacts:
     shape: ModelShape | None
     optimizer: str | None
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
+    departs: str | None = None  # Observed.departs: why neither the formulas nor the describer fit the model
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:
@@ -136,6 +147,7 @@ def model_facts(seen: Observed) -> ModelFacts:
     from lmprof.workloads.hf import config_dict
 
     model = seen.model
+    shape = seen.shape() if model is not None else None
     return ModelFacts(
         name=model_name(model),
         params=sum(p.numel() for p in model.parameters()) if model is not None else None,
@@ -144,7 +156,8 @@ def model_facts(seen: Observed) -> ModelFacts:
         attention_impl=attention_implementation(model) if model is not None else None,
         attention=attention_path(model) if model is not None else "math",
         dropout=dropout_of(model) if model is not None else 0.0,
-        shape=seen.shape() if model is not None else None,
+        shape=shape,
         optimizer=type(seen.optimizers[0]).__name__.lower() if seen.optimizers else None,
-        config=config_dict(model),
+        config=None if seen.departs else config_dict(model),
+        departs=seen.departs,
     )

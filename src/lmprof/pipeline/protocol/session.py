@@ -43,7 +43,7 @@ class Session:
     def __init__(self, spec: Spec, driver: Driver | None = None, clock: Callable[[], float] = time.perf_counter):
         # the command's start-up is over: nothing is measured, no user code runs, with the collector off
         gc_hold.release()
-        self.observed, self.timings, self.aside = Observed(), Timings(), Aside()
+        self.observed, self.timings, self.aside = Observed(trains=spec.traits.trains), Timings(), Aside()
         self.spec, self.driver, self.clock = spec, driver or Observer(), StepClock(clock, self.observed.sync)
         self.counts = self.driver.counts(spec.counts())
         self.windows = windows_for(self)

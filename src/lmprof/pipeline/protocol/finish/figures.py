@@ -81,11 +81,18 @@ class Facts:
     tokens_per_step: int | None = None  # training tokens per step / generated tokens per generation
     plots: bool = True
     config: dict[str, Any] | None = None  # a Hugging Face model's config, for the describer (no formulas)
+    # How the model departs from what its config builds (workloads/departure.py); its FLOPs are then counted
+    departs: str | None = None
+    model_params: int | None = None  # the model's own parameters, which the describer's must equal
 
 
 def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     """Fill memory, FLOP/MFU/roofline, KV-cache and energy figures of ``run`` (its timings already in)."""
     described = _described(run, facts)
+    if facts.departs:
+        from lmprof.measure.model_facts.departure import departure_note
+
+        run.notes.append(departure_note(facts.departs))
     generates = traits(run.mode).generates
     if generates:
         _kv_cache(run, facts, described)
@@ -106,10 +113,10 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                                    plots=facts.plots, recomputed_step=recomputed, note=note)
     elif varied is not None:
         what = "generations" if generates else "steps"
-        varied_na(run, f"the clean {what} ran different shapes, and lmprof has no formulas for this model to count "
-                       f"each its own: one {what[:-1]}'s FLOPs are not theirs")
-        run.notes.append(f"no FLOP figures: the clean {what} ran different shapes and lmprof has no formulas for this "
-                         "model (a model read off the meta device, or counted once, is at one shape)")
+        varied_na(run, f"the clean {what} ran different shapes, and {_no_formulas(facts)} to count each its own: "
+                       f"one {what[:-1]}'s FLOPs are not theirs")
+        run.notes.append(f"no FLOP figures: the clean {what} ran different shapes and {_no_formulas(facts)} (a model "
+                         "read off the meta device, or counted once, is at one shape)")
     elif facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
@@ -126,7 +133,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                             recomputed_step=recomputed, micro_batches=facts.micro_batches)
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
-        _counted(run, facts.counted, facts.dtype)
+        _counted(run, facts.counted, facts.dtype, _no_formulas(facts))
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
@@ -175,7 +182,7 @@ def _described_by_shape(run: Run, f: Facts, varied: Varied) -> dict[tuple[int, i
     its clean and profiled training steps ran; None for generations, for more than
     :data:`MAX_DESCRIBED_SHAPES` shapes, or a model the describer cannot read."""
     steps, blocks_from, _ = varied
-    if "train" not in steps or f.config is None:
+    if "train" not in steps or f.config is None or f.departs:
         return None
     shapes = {(fw[0], fw[1]) for _, forwards in steps["train"] for fw in forwards}
     shapes |= {(fw[0], fw[1]) for forwards in blocks_from for fw in forwards}
@@ -186,11 +193,12 @@ def _described_by_shape(run: Run, f: Facts, varied: Varied) -> dict[tuple[int, i
     from lmprof.measure.model_facts import describe
 
     try:
-        return {(b, t): describe(f.config, batch=b, seq_len=t, dtype=_built_dtype(f), phases=("train",), memory=False)
-                for b, t in sorted(shapes)}
+        by_shape = {(b, t): describe(f.config, batch=b, seq_len=t, dtype=_built_dtype(f), phases=("train",),
+                                     memory=False) for b, t in sorted(shapes)}
     except LmprofError as exc:
         run.notes.append(f"nothing read off the model at each shape: {exc}")
         return None
+    return by_shape if _fits(f, next(iter(by_shape.values()))) else None
 
 
 def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
@@ -220,11 +228,23 @@ def _described(run: Run, f: Facts) -> ModelFacts | None:
 
     steps = max(f.new_tokens - 1, 1)
     try:  # decode: the middle step's context, times the steps (exact where the cost is linear in the context)
-        return describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
-                        dtype=_built_dtype(f), phases=traits(run.mode).passes)
+        facts = describe(f.config, batch=f.batch, seq_len=f.seq_len, context=f.seq_len + (steps + 1) // 2, past=0,
+                         dtype=_built_dtype(f), phases=traits(run.mode).passes)
     except LmprofError as exc:
         run.notes.append(f"nothing read off the model: {exc}")
         return None
+    return facts if _fits(f, facts) else None
+
+
+def _fits(f: Facts, described: ModelFacts) -> bool:
+    """Whether the model read off the meta device from the config has the running model's parameters; else
+    the model departs from its config (:attr:`Facts.departs` set, and the FLOPs are counted instead)."""
+    from lmprof.measure.model_facts.departure import departure_clause
+
+    if f.model_params is None or described.params == f.model_params:
+        return True
+    f.departs = departure_clause(f.model_params, described.params)
+    return False
 
 
 def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops | None) -> None:
@@ -296,7 +316,13 @@ def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
         f.memory.kv_cache = f.cache_bytes  # the cache is created inside the generation
 
 
-def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
+def _no_formulas(f: Facts) -> str:
+    """Why the FLOPs are not lmprof's formulas' or the describer's, as a clause."""
+    return ("lmprof's formulas describe the config's model, which this one departs from" if f.departs
+            else "lmprof has no formulas for this model")
+
+
+def _counted(run: Run, c: CountedFlops, dtype: str, why: str) -> None:
     device_name, kind = run.env.device_name, run.env.device.split(":")[0]
     batch, steps = run.config.get("batch_size"), int(run.config.get("new_tokens") or 1) - 1
     for p in passes(run):
@@ -305,8 +331,8 @@ def _counted(run: Run, c: CountedFlops, dtype: str) -> None:
             put_pass(run, p, counted_mfu_metrics(flops, pass_time_s(run, p, batch, steps), where=c.where,
                                                  what=per_pass(p, steps), device_name=device_name, device_kind=kind,
                                                  dtype=dtype, recomputed=c.recomputed and p == "train"))
-    run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} (lmprof has no formulas for this "
-                     "model): MFU from the count; per-block FLOPs, MBU and the roofline are n/a")
+    run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} ({why}): MFU from the count; "
+                     "per-block FLOPs, MBU and the roofline are n/a")
 
 
 def _energy(run: Run, f: Facts) -> None:
