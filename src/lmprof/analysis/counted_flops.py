@@ -13,12 +13,13 @@ from lmprof.units import si
 
 
 def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what: str, device_name: str,
-                        device_kind: str, dtype: str, recomputed: bool = False) -> dict[str, Metric]:
+                        device_kind: str, dtype: str, beyond: str | None = None) -> dict[str, Metric]:
     """Model FLOPs (counted), achieved FLOP/s, peak, MFU (= HFU: counted FLOPs are what ran) and MBU n/a.
 
     ``where`` says which step was counted, ``what`` what one count covers ("training step", "prefill", ...).
-    ``recomputed``: the counted step re-ran checkpointed parts of its forward, so the count is hardware
-    FLOPs only: the model FLOPs, their FLOP/s and MFU are n/a with that reason, HFU stands.
+    ``beyond``: what the counted step ran beyond the model's FLOPs (checkpointed parts of its forward again,
+    other models' forwards), so the count is hardware FLOPs only: the model FLOPs, their FLOP/s and MFU are
+    n/a with that reason, HFU stands.
     """
     from lmprof.hardware.calibrate import resolve_peak
 
@@ -27,7 +28,7 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
                             note=f"FLOPs per {what} counted by torch's FlopCounterMode on {where} "
                                  "(matmuls, convolutions and attention; elementwise ops not counted)"),
         FLOPS_HARDWARE: Metric(value=float(flops), unit="FLOP", source="measured",
-                               note="the counted FLOPs: what ran, recomputation included"),
+                               note="the counted FLOPs: everything the step ran"),
     }
     timed = time_s is not None and time_s > 0
     out[FLOPS_ACHIEVED] = (Metric(value=flops / time_s, unit="FLOP/s", source="derived",
@@ -48,9 +49,9 @@ def counted_mfu_metrics(flops: float, time_s: float | None, *, where: str, what:
             out[key] = Metric(value=100.0 * flops / time_s / peak.flops_per_s, unit="%", source="derived",
                               note=f"counted FLOP/s / peak {dtype} FLOP/s ({si(peak.flops_per_s, sep='')}, {peak.source})")
     out[MBU] = Metric.na("%", "bytes moved per step need lmprof's formulas for this model", source="derived")
-    if recomputed:
-        why = ("the counted step re-ran checkpointed parts of its forward (activation checkpointing): the count is "
-               "hardware FLOPs, and lmprof has no formulas for this model to take the recomputation out")
+    if beyond:
+        why = (f"the counted step ran more than the model's FLOPs ({beyond}): the count is hardware FLOPs, and lmprof "
+               "has no formulas for this model to take that out")
         out[FLOPS_MODEL] = Metric.na("FLOP", why, source="measured")
         out[FLOPS_ACHIEVED] = Metric.na("FLOP/s", why, source="derived")
         out[MFU] = Metric.na("%", why, source="derived")

@@ -56,6 +56,8 @@ class Observed:
     generations_without_forward: int = 0  # generations in which the model's hooks saw no forward
     # The figures step's backward recomputed checkpointed activations (measure/held.py); None: not seen
     recomputes: bool | None = None
+    # Other models the figures step ran forwards of (measure/other_models.py); None: not watched
+    others: list[Any] | None = None
     # A compiled model's wrapper (torch.compile's OptimizedModule): a hook on it runs outside the compiled
     # code, so it sees each call's input without a recompilation (windows/shapes.py)
     outer: torch.nn.Module | None = None

@@ -205,7 +205,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
-        dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes,
+        dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes, others=m.others,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
         generations=[(g.prefill_s, sum(g.decode_s), g.batch, g.prompt_len, g.generated) for g in m.timings.gens

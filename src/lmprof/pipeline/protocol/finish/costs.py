@@ -162,10 +162,11 @@ def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int
     _roofline(run, folder, dtype, next(iter(facts.values())).name or "model", plots)
 
 
-# A checkpointed step's hardware FLOPs are counted on one step: steps of other shapes have none.
+# The hardware FLOPs of a step that ran more than the model's (checkpointing, other models) are counted on
+# one step: steps of other shapes have none.
 _VARIED_RECOMPUTED: tuple[float | None, str] = (
-    None, "the backward re-runs checkpointed parts of the forward, counted on one step whose shape the clean steps "
-          "did not all have: hardware FLOPs are n/a")
+    None, "the step ran more than the model's FLOPs (recomputed activations, other models), counted on one step "
+          "whose shape the clean steps did not all have: hardware FLOPs are n/a")
 
 
 def _mean_blocks(blocks: list[Block], runs: Sequence[Sequence[tuple[int, ...]]],

@@ -19,6 +19,7 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
+from lmprof.measure.other_models import OtherModel
 from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, add_varied_model_costs,
                                                    pass_time_s, passes, put_pass, varied_na)
 from lmprof.pipeline.protocol.windows.shapes import StepShapes
@@ -44,6 +45,7 @@ class CountedFlops:
     prefill: int | None = None  # inference: one generation's prefill ...
     decode: int | None = None  # ... and all its decode steps
     recomputed: bool = False  # training: the step recomputed checkpointed activations (in the count)
+    others: bool = False  # training: the step ran other models' forwards too (in the count)
 
     def of(self, pass_: str) -> int | None:
         """The count of one pass (names.PASS_PHASES): ``train`` is the training step."""
@@ -70,6 +72,7 @@ class Facts:
     counted: CountedFlops | None = None
     # training: the step's backward recomputes checkpointed activations (None: not seen either way)
     recomputes: bool | None = None
+    others: list[OtherModel] | None = None  # training: other models the step ran (a teacher, a reference model)
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
@@ -98,7 +101,9 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         _kv_cache(run, facts, described)
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
-    recomputed = _recomputed_step(facts) if not generates else None
+    recomputed = _hardware_step(facts) if not generates else None
+    if facts.others and not generates:
+        run.notes.append(_others_note(facts.others))
     varied = _varied(facts, generates)
     if varied is not None and facts.shape is not None:
         steps, blocks_from, note = varied
@@ -201,17 +206,30 @@ def _described_by_shape(run: Run, f: Facts, varied: Varied) -> dict[tuple[int, i
     return by_shape if _fits(f, next(iter(by_shape.values()))) else None
 
 
-def _recomputed_step(f: Facts) -> tuple[float | None, str] | None:
-    """A training step that recomputes checkpointed activations: its hardware FLOPs (what ran, counted by
-    FlopCounterMode on a real step) and their note; None when the step recomputes nothing."""
-    if not f.recomputes:
+def _hardware_step(f: Facts) -> tuple[float | None, str] | None:
+    """A training step that ran more than the model's FLOPs (it recomputes checkpointed activations, or runs
+    other models too): its hardware FLOPs (what ran, counted by FlopCounterMode on a real step) and their
+    note; None when it ran the model's FLOPs only."""
+    beyond = [what for what, seen in ((RECOMPUTES, f.recomputes), (OTHERS, f.others)) if seen]
+    if not beyond:
         return None
-    c = f.counted
+    what, c = " and ".join(beyond), f.counted
     if c is not None and c.step:
-        return float(c.step), (f"counted by torch's FlopCounterMode on {c.where}: the backward re-ran checkpointed "
-                               "parts of the forward (activation checkpointing), and the count has them")
-    return None, ("the backward re-runs checkpointed parts of the forward (activation checkpointing), and no "
-                  "step was counted with FlopCounterMode in this run (raise --warmup): hardware FLOPs are n/a")
+        return float(c.step), f"counted by torch's FlopCounterMode on {c.where}: {what}, and the count has them"
+    return None, (f"{what}, and no step was counted with FlopCounterMode in this run (raise --warmup): hardware "
+                  "FLOPs are n/a")
+
+
+RECOMPUTES = "the backward re-ran checkpointed parts of the forward (activation checkpointing)"
+OTHERS = "the step ran other models' forwards too"
+
+
+def _others_note(others: list[OtherModel]) -> str:
+    one = len(others) == 1
+    return (f"the step also ran {'another model' if one else f'{len(others)} other models'} than the one profiled "
+            f"(a teacher, a reference or a reward model): {', '.join(o.said() for o in others)}. "
+            f"{'Its' if one else 'Their'} forwards are in the hardware FLOPs and HFU (counted), not in the model "
+            "FLOPs and MFU, which are the profiled model's")
 
 
 def _built_dtype(f: Facts) -> str:
@@ -258,7 +276,7 @@ def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops 
         run.notes.append(f"{what} FLOPs read off the model {read:,.0f}, counted on {counted.where} {count:,.0f}"
                          + (" (equal)" if read == count else f" ({diff:+.2f}%)")
                          + ("; the count has the recomputation of checkpointed activations" if counted.recomputed
-                            else ""))
+                            else "") + ("; the count has the other models' forwards" if counted.others else ""))
 
 
 def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> MemoryEstimate | None:
@@ -330,9 +348,15 @@ def _counted(run: Run, c: CountedFlops, dtype: str, why: str) -> None:
         if flops:
             put_pass(run, p, counted_mfu_metrics(flops, pass_time_s(run, p, batch, steps), where=c.where,
                                                  what=per_pass(p, steps), device_name=device_name, device_kind=kind,
-                                                 dtype=dtype, recomputed=c.recomputed and p == "train"))
+                                                 dtype=dtype, beyond=_beyond(c) if p == "train" else None))
     run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} ({why}): MFU from the count; "
                      "per-block FLOPs, MBU and the roofline are n/a")
+
+
+def _beyond(c: CountedFlops) -> str | None:
+    """What a counted training step ran beyond the model's FLOPs, as a clause; None: nothing."""
+    beyond = [what for what, seen in ((RECOMPUTES, c.recomputed), (OTHERS, c.others)) if seen]
+    return " and ".join(beyond) or None
 
 
 def _energy(run: Run, f: Facts) -> None:

@@ -61,6 +61,7 @@ class Measured:
     cache_bytes: int | None  # the KV cache the figures generation's last forward returned
     flops: CountedFlops | None  # counted with FlopCounterMode (a model lmprof has no formulas for)
     recomputes: bool | None  # training: the step recomputed checkpointed activations (None: not seen)
+    others: list[Any] | None  # training: other models the step ran forwards of (None: not watched)
     shapes: StepShapes | None  # training: what each clean and profiled step's forwards ran on
     figure_notes: list[str]  # why a FLOP count or the memory measurement is missing
     energy: EnergyResult | None
@@ -98,7 +99,7 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
         batches_per_step=batches, tokens_per_step=tokens,
         memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
-        recomputes=seen.recomputes, shapes=windows.shapes.record,
+        recomputes=seen.recomputes, others=seen.others, shapes=windows.shapes.record,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
         more=[r for r in (w.result() for w in windows.more) if r is not None])
 
@@ -110,12 +111,13 @@ def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
     where = f"warm-up {spec.unit} {plan.flops_at}, before the timed windows"
     shape = facts.shape
     if windows.flops.counted:  # counted on a step of their own (training only)
-        return CountedFlops(where=where, step=windows.flops.counted, recomputed=bool(seen.recomputes)), []
+        return CountedFlops(where=where, step=windows.flops.counted, recomputed=bool(seen.recomputes),
+                            others=bool(seen.others)), []
     if step is not None and step.flops:
         if spec.traits.generates:
             decode = step.flops - step.prefill_flops if step.prefill_flops else None
             return CountedFlops(where=where, prefill=step.prefill_flops, decode=decode), []
-        return CountedFlops(where=where, step=step.flops, recomputed=bool(seen.recomputes)), []
+        return CountedFlops(where=where, step=step.flops, recomputed=bool(seen.recomputes), others=bool(seen.others)), []
     if windows.flops.gave_way:
         return None, []  # the window said why already (your own profiler ran in the counting step)
     if shape is None and not seen.compiled and plan.flops_apart:

@@ -21,6 +21,7 @@ from lmprof.hardware.devices import Device
 from lmprof.measure.flops import StepFlops
 from lmprof.measure.held import HeldOutputs
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
+from lmprof.measure.other_models import OtherModel, OtherModels
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
 from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
@@ -55,6 +56,7 @@ class FiguresStep:
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
         self._held: HeldOutputs | None = None  # training: what the loop keeps alive into backward
+        self._others: OtherModels | None = None  # training: other models the step runs (a teacher, a reference)
         self._memory: MemoryWindow | None = None
         self._stopped = False
         self._range: Any = None  # the step's ProfilerStep range while it runs
@@ -69,6 +71,11 @@ class FiguresStep:
         """Whether the step's backward recomputed checkpointed activations (None: not seen)."""
         return self._held.recomputes if self._held is not None else None
 
+    @property
+    def others(self) -> list[OtherModel] | None:
+        """Other models the step ran forwards of (None: not watched)."""
+        return self._others.others if self._others is not None else None
+
     def start(self) -> None:
         """Begin recording (the step starts now)."""
         model = self.model
@@ -80,6 +87,7 @@ class FiguresStep:
                 self._grads = self._stack.enter_context(record_grads(model))
                 if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
+                    self._others = self._stack.enter_context(OtherModels(model).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
@@ -226,6 +234,8 @@ class FiguresWindow(Window):
             self.step.stop()
             if self.step.recomputes is not None:  # the FLOPs step after it counts what the recomputation adds
                 self.ctx.observed.recomputes = self.step.recomputes
+            if self.step.others is not None:  # ... and what other models' forwards add
+                self.ctx.observed.others = self.step.others
         self._remove_give_way()
 
     def abort(self) -> None:

@@ -1,5 +1,5 @@
-"""The FLOPs step: in training, for a model lmprof has no formulas for, or whose backward recomputes
-checkpointed activations (seen in the figures step), FLOPs are counted with torch's FlopCounterMode on
+"""The FLOPs step: in training, for a model lmprof has no formulas for, whose backward recomputes
+checkpointed activations, or whose step runs other models too (both seen in the figures step), FLOPs are counted with torch's FlopCounterMode on
 the warm-up step after the figures step, a step of their own.
 
 Counted in the figures step itself, FlopCounterMode's Python cost per operator (tens of µs) would be
@@ -35,10 +35,10 @@ class FlopsWindow(Window):
 
     def step_begins(self, step: int) -> None:
         ctx, seen = self.ctx, self.ctx.observed
-        # Counted where lmprof has no formulas, and where the step recomputes checkpointed activations
-        # (the formulas are model FLOPs; the count is what ran, the hardware FLOPs).
+        # Counted where lmprof has no formulas, and where the step recomputes checkpointed activations or runs
+        # other models (the formulas are model FLOPs; the count is what ran, the hardware FLOPs).
         if not (ctx.plan.flops_apart and step == ctx.plan.flops_at and seen.model is not None
-                and self.counter is None and not seen.compiled and (seen.shape() is None or seen.recomputes)):
+                and self.counter is None and not seen.compiled and (seen.shape() is None or seen.recomputes or seen.others)):
             return
         if user_profiler_active():
             self.gave_way = True

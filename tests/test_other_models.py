@@ -1,0 +1,116 @@
+"""A training step that runs another model too: a distillation teacher, a DPO reference model.
+
+Before, such a step's FLOPs were the trained model's alone and nothing said the step ran more: a student
+GPT-2 (2 layers, d 64) distilled from a 4-layer d-128 teacher got 89.5 MFLOP a step where the step ran
+302 MFLOP, and its HFU was its MFU. Now the figures step sees the other model's outermost calls (torch's
+global module hooks, that one warm-up step), the FLOPs step counts the whole step, and the hardware FLOPs
+(HFU) are that count, the model FLOPs (MFU) the trained model's. Truth: FlopCounterMode (lmprof's counter)
+over one step of identical models, and the student's FLOPs of a run without the teacher.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import lmprof
+from lmprof.measure.flops import flop_counter
+from lmprof.record.catalogue import FLOPS_HARDWARE, FLOPS_MODEL, HFU, MFU
+from lmprof.record.run import Run
+
+tf = pytest.importorskip("transformers")
+B, T = 2, 16
+
+
+def _gpt2(layers: int, width: int) -> nn.Module:
+    cfg = tf.GPT2Config(n_layer=layers, n_head=2, n_embd=width, vocab_size=128, n_positions=64, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return tf.AutoModelForCausalLM.from_config(cfg)
+
+
+def _models() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    return _gpt2(2, 64).train(), _gpt2(4, 128).eval()
+
+
+def _ids(i: int) -> torch.Tensor:
+    return torch.randint(3, 100, (B, T), generator=torch.Generator().manual_seed(i))
+
+
+Step = Callable[[nn.Module, nn.Module, torch.optim.Optimizer, int], None]
+
+
+def _distil(student: nn.Module, teacher: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+    x = _ids(i)
+    with torch.no_grad():
+        target = F.softmax(teacher(input_ids=x).logits, -1)
+    F.kl_div(F.log_softmax(student(input_ids=x).logits, -1), target, reduction="batchmean").backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _alone(student: nn.Module, teacher: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+    x = _ids(i)
+    F.cross_entropy(student(input_ids=x).logits.flatten(0, 1), x.flatten()).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _profiled(tmp_path: Path, step: Step, student: nn.Module, teacher: nn.Module) -> Run:
+    opt = torch.optim.AdamW(student.parameters(), lr=1e-3)
+    with lmprof.profile(student, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(14):
+            step(student, teacher, opt, i)
+            prof.step()
+    return Run.load(prof.folder)
+
+
+def _counted(step: Step) -> float:
+    student, teacher = _models()
+    with flop_counter(by_module=False) as fc:
+        step(student, teacher, torch.optim.AdamW(student.parameters(), lr=1e-3), 0)
+    return float(fc.get_total_flops())
+
+
+def test_a_distillation_step_counts_the_teacher_in_its_hardware_flops(tmp_path: Path) -> None:
+    run = _profiled(tmp_path / "distil", _distil, *_models())
+    alone = _profiled(tmp_path / "alone", _alone, *_models())
+    hardware = run.metrics[FLOPS_HARDWARE]
+    assert hardware.source == "measured"
+    assert hardware.value == _counted(_distil)  # the old code: the student's 6N formula, a third of this
+    assert run.metrics[FLOPS_MODEL].value == alone.metrics[FLOPS_MODEL].value  # the student's, as without a teacher
+    assert run.metrics[HFU].value > 2 * run.metrics[MFU].value
+    assert any("another model" in n and "GPT2LMHeadModel" in n for n in run.notes)
+    assert not any("another model" in n for n in alone.notes)  # a loss function, a model's own parts: no model
+
+
+class _Wrapper(nn.Module):
+    """The loop calls a module around the profiled model (the model's parameters are its parameters)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs_embeds=x).logits
+
+
+def test_a_wrapper_and_the_model_s_own_embedding_are_no_other_model(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    student = _gpt2(2, 64).train()
+    wrapper, embed = _Wrapper(student), student.get_input_embeddings()
+    opt = torch.optim.AdamW(student.parameters(), lr=1e-3)
+    with lmprof.profile(student, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(14):
+            x = _ids(i)
+            F.cross_entropy(wrapper(embed(x)).flatten(0, 1), x.flatten()).backward()  # embed: called outermost
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    run = Run.load(prof.folder)
+    assert not any("another model" in n for n in run.notes)
+    assert run.metrics[FLOPS_HARDWARE].value == run.metrics[FLOPS_MODEL].value
