@@ -114,3 +114,20 @@ def test_a_wrapper_and_the_model_s_own_embedding_are_no_other_model(tmp_path: Pa
     run = Run.load(prof.folder)
     assert not any("another model" in n for n in run.notes)
     assert run.metrics[FLOPS_HARDWARE].value == run.metrics[FLOPS_MODEL].value
+
+
+def test_a_compiled_teacher_is_named_and_not_compiled_again(tmp_path: Path) -> None:
+    """The watch hooks the teacher's torch.compile wrapper, outside its compiled code: dynamo compiles it
+    once, as without lmprof (torch's global module hooks made it compile twice more, with a warning)."""
+    import warnings
+
+    from torch._dynamo.utils import counters
+
+    student, teacher = _models()
+    compiled = torch.compile(teacher, backend="eager")
+    frames = counters["frames"]["total"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a warning of torch's would reach the user's stderr
+        run = _profiled(tmp_path, _distil, student, compiled)
+    assert counters["frames"]["total"] - frames == 1
+    assert any("another model" in n and "GPT2LMHeadModel (compiled)" in n for n in run.notes)

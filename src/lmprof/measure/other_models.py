@@ -1,21 +1,20 @@
 """Other models a training step runs beside the one it trains: a teacher, a reference or reward model.
 
 A distillation step runs a teacher's forward, a DPO step a frozen reference model's: real work of the
-step that is not the trained model's FLOPs. The figures step watches, through torch's global module
-hooks (installed for that one warm-up step only), which modules the step calls outermost; one with
-parameters, none of them the trained model's, is another model. A module inside the model, or a wrapper
-around it, shares its parameters, and a loss module has none.
+step that is not the trained model's FLOPs. When the figures step begins, the live root modules (no
+module's child) with parameters, none of them the trained model's, are the candidates; a forward
+pre-hook on each (for that one warm-up step only) tells which the step calls. A module inside the
+model, or a wrapper around it, shares its parameters, and a loss module has none.
 """
 from __future__ import annotations
 
 import contextlib
-import threading
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 
 @dataclass
@@ -31,47 +30,52 @@ class OtherModel:
 
 
 class OtherModels:
-    """Records, while :meth:`watching`, the outermost module calls that are other models than ``model``."""
+    """Records, while :meth:`watching`, the calls of other models than ``model``: root modules (no module's
+    child) with parameters, none of them ``model``'s, found among the live objects when watching begins."""
 
     def __init__(self, model: torch.nn.Module):
-        self._ours = {id(p) for p in model.parameters()}
-        self._local = threading.local()  # depth per thread: nn.DataParallel runs replicas in threads
-        self._verdict: dict[int, bool] = {}  # module id -> is another model
+        self._model = model
         self.seen: dict[int, OtherModel] = {}
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[OtherModels]:
-        pre = register_module_forward_pre_hook(self._pre)
-        post = register_module_forward_hook(self._post, always_call=True)  # also when a forward raises
+        # A hook on each candidate rather than torch's global module hooks: a global hook reaches inside a
+        # compiled model and makes dynamo compile it again, twice (hooks on, hooks off), and warns.
+        handles = [m.register_forward_pre_hook(self._called) for m in candidates(self._model)]
         try:
             yield self
         finally:
-            pre.remove()
-            post.remove()
+            for h in handles:
+                h.remove()
 
     @property
     def others(self) -> list[OtherModel]:
         return list(self.seen.values())
 
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        depth = getattr(self._local, "depth", 0)
-        self._local.depth = depth + 1
-        if depth == 0 and self._other(module):
-            found = self.seen.get(id(module))
-            if found is None:
-                self.seen[id(module)] = OtherModel(type(module).__name__, sum(p.numel() for p in module.parameters()), 1)
-            else:
-                found.calls += 1
+    def _called(self, module: torch.nn.Module, args: Any) -> None:
+        found = self.seen.get(id(module))
+        if found is None:
+            inner = getattr(module, "_orig_mod", None)  # torch.compile's wrapper: the model it compiled
+            name = f"{type(inner).__name__} (compiled)" if isinstance(inner, torch.nn.Module) else type(module).__name__
+            self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in module.parameters()), 1)
+        else:
+            found.calls += 1
 
-    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        self._local.depth = max(0, getattr(self._local, "depth", 1) - 1)
 
-    def _other(self, module: torch.nn.Module) -> bool:
-        verdict = self._verdict.get(id(module))
-        if verdict is None:
-            params = list(module.parameters())
-            # a replica nn.DataParallel made of the model for a device is the model
-            verdict = (bool(params) and not getattr(module, "_is_replica", False)
-                       and not any(id(p) in self._ours for p in params))
-            self._verdict[id(module)] = verdict
-        return verdict
+def candidates(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The live root modules with parameters that share none with ``model`` (a module inside the model, or a
+    wrapper around it, shares its parameters; a loss module has none), each of which takes hooks."""
+    from lmprof.workloads.hooks import takes_hooks
+
+    # type(), not isinstance(): isinstance reads __class__, which some objects compute (and warn in)
+    modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]
+    children = {id(c) for m in modules for c in m.children()}
+    ours = {id(p) for p in model.parameters()}
+    out = []
+    for m in modules:
+        if id(m) in children or getattr(m, "_is_replica", False) or not takes_hooks(m):
+            continue  # a replica nn.DataParallel made of the model for a device is the model
+        params = list(m.parameters())
+        if params and not any(id(p) in ours for p in params):
+            out.append(m)
+    return out
