@@ -88,6 +88,29 @@ def test_a_distillation_step_counts_the_teacher_in_its_hardware_flops(tmp_path: 
     assert not any("another model" in n for n in alone.notes)  # a loss function, a model's own parts: no model
 
 
+def _log_probs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    lp = F.log_softmax(model(input_ids=x).logits[:, :-1], -1)
+    return lp.gather(-1, x[:, 1:, None]).squeeze(-1).sum(-1)
+
+
+def _dpo(policy: nn.Module, reference: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+    """A preference pair: the policy's two forwards in one loss, the frozen reference's two without grad."""
+    chosen, rejected = _ids(2 * i), _ids(2 * i + 1)
+    with torch.no_grad():
+        ref = _log_probs(reference, chosen) - _log_probs(reference, rejected)
+    margin = _log_probs(policy, chosen) - _log_probs(policy, rejected) - ref
+    (-F.logsigmoid(0.1 * margin).mean()).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_a_preference_step_counts_the_reference_model_and_both_forwards(tmp_path: Path) -> None:
+    run = _profiled(tmp_path, _dpo, *_models())
+    assert run.metrics[FLOPS_HARDWARE].value == _counted(_dpo)
+    assert any(n.startswith("2 batches per optimizer step in 1 backward pass") for n in run.notes)  # not accumulation
+    assert any("another model" in n and "2 calls a step" in n for n in run.notes)
+
+
 class _Wrapper(nn.Module):
     """The loop calls a module around the profiled model (the model's parameters are its parameters)."""
 

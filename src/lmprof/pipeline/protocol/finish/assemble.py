@@ -142,6 +142,10 @@ def _micro_batches(m: Measured) -> float:
 def _passes_note(m: Measured) -> list[str]:
     """What one step held, when it was more than one forward and one backward on one batch."""
     batches, bwd = _accumulated(m), m.backwards_per_step
+    if batches is not None and bwd is not None and bwd < batches - 0.01:  # the forwards of one loss
+        return [f"{batches:g} batches per optimizer step in {bwd:g} backward pass{'es' if bwd > 1.01 else ''} (several "
+                "forwards of one loss, as a preference pair's); one step here is one optimizer step, all its "
+                "batches included"]
     if batches is not None:
         return [f"gradient accumulation: {batches:g} batches per optimizer step; one step here is one optimizer "
                 "step, all its micro-batches included"]
