@@ -68,7 +68,8 @@ def _with_lora(model: nn.Module) -> nn.Module:
 
 def _step(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
     x = torch.randint(3, 100, (B, T), generator=torch.Generator().manual_seed(i))
-    model(input_ids=x, labels=x).loss.backward()
+    labels = x[:, 0] % 3 if isinstance(model, tf.GPT2ForSequenceClassification) else x
+    model(input_ids=x, labels=labels).loss.backward()
     opt.step()
     opt.zero_grad()
 
@@ -93,10 +94,17 @@ def _counted(make: Callable[[], nn.Module]) -> float:
     return float(fc.get_total_flops())
 
 
+def _classifier() -> nn.Module:  # another head on the same body: the config's LM head is not there
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64, num_labels=3, pad_token_id=0)
+    return tf.GPT2ForSequenceClassification(cfg).train()
+
+
 CASES = {
     "gpt2, last layer trained": (lambda: _last_layer_only(_gpt2()), "freezes"),
-    "gpt2, LoRA adapters": (lambda: _with_lora(_gpt2()), "parameters where its config builds"),
+    "gpt2, LoRA adapters": (lambda: _with_lora(_gpt2()), "parameters where the causal LM its config describes"),
     "olmo, last layer trained": (lambda: _last_layer_only(_olmo()), "freezes"),
+    "gpt2, a classification head": (_classifier, "parameters where the causal LM its config describes"),
 }
 
 

@@ -59,8 +59,8 @@ def _frozen_as_built(model: torch.nn.Module) -> set[str]:
 
 def departure_clause(params: int, described_params: int) -> str:
     """The clause for a model of ``params`` parameters whose config builds ``described_params``."""
-    return (f"the model has {params:,} parameters where its config builds {described_params:,} (adapters such as "
-            "LoRA, a new head, layers added or removed)")
+    return (f"the model has {params:,} parameters where the causal LM its config describes has {described_params:,} "
+            "(adapters such as LoRA, another head, layers added or removed)")
 
 
 def departure_note(why: str) -> str:
