@@ -14,7 +14,7 @@ import transformers
 
 from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.protocol import active
-from lmprof.pipeline.protocol.triggers import unwrap
+from lmprof.workloads.hooks import unwrap
 
 
 class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: ignore[misc]  # transformers is not followed by mypy

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import re
 import sys
 from typing import Any, Callable, Iterator
@@ -344,6 +345,40 @@ def generic_names(modules: dict[str, torch.nn.Module], attention_core: str = "at
 def takes_hooks(module: torch.nn.Module) -> bool:
     """False for a TorchScript module: it refuses forward hooks (so no scope can be placed in it)."""
     return not isinstance(module, torch.jit.ScriptModule)
+
+
+def unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
+    """The module that really runs, and whether it is compiled (torch.compile or Module.compile)."""
+    compiled = False
+    while True:
+        inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
+        if isinstance(inner, torch.nn.Module):
+            module, compiled = inner, True
+            continue
+        inner = getattr(module, "module", None)  # DistributedDataParallel, DataParallel
+        if isinstance(inner, torch.nn.Module) and isinstance(
+                module, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            module = inner
+            continue
+        break
+    return module, compiled or compiled_inside(module)
+
+
+def compiled_inside(module: torch.nn.Module) -> bool:
+    """Whether ``module`` or one of its submodules runs compiled code without a wrapper around it:
+    ``Module.compile()``, or a ``forward`` replaced by (or defined as) a ``torch.compile``'d function, as
+    Hugging Face's static-cache recipe does (``model.forward = torch.compile(model.forward)``). A hook
+    placed inside such code is traced into it, and placing or removing one makes dynamo compile again."""
+    for m in module.modules():
+        if not takes_hooks(m):
+            continue
+        if getattr(m, "_compiled_call_impl", None) is not None:
+            return True
+        # as stored, the instance's or the class's: reading it through the class runs descriptors
+        forward = inspect.getattr_static(m, "forward", None)
+        if getattr(forward, "_torchdynamo_orig_callable", None) is not None:
+            return True
+    return False
 
 
 def attention_core_name(model: torch.nn.Module) -> str:

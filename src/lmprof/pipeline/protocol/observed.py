@@ -58,8 +58,9 @@ class Observed:
     recomputes: bool | None = None
     # Other models the figures step ran forwards of (measure/other_models.py); None: not watched
     others: list[Any] | None = None
-    # A compiled model's wrapper (torch.compile's OptimizedModule): a hook on it runs outside the compiled
-    # code, so it sees each call's input without a recompilation (windows/shapes.py)
+    # Where a compiled model takes a hook outside its compiled code (torch.compile's OptimizedModule, or the
+    # model itself when only parts of it are compiled): it sees each call's input without a recompilation
+    # (windows/shapes.py)
     outer: torch.nn.Module | None = None
     trains: bool = True  # the session measures training steps (frozen weights change their FLOPs)
     # Why neither lmprof's formulas nor a model read off the meta device from the config describe the model as
@@ -73,7 +74,11 @@ class Observed:
         """The model whose blocks are scoped, and where it runs (``device``, else its parameters');
         ``outer``: the module the loop calls, kept where it is a compiled model's wrapper."""
         self.model, self.optimizers, self.compiled = model, list(optimizers or []), compiled
-        self.outer = outer if compiled and outer is not model else None
+        # The module whose hooks run outside the compiled code: torch.compile's wrapper, or the model itself
+        # where only parts of it are compiled (its forward replaced, Module.compile() on its layers)
+        own_call_compiled = getattr(model, "_compiled_call_impl", None) is not None
+        self.outer = (outer if compiled and outer is not None and outer is not model
+                      else model if compiled and not own_call_compiled else None)
         if not takes_hooks(model):
             self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
                               "its forward is not split into blocks (operators, phases after the forward, and the "

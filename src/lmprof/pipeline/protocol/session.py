@@ -35,6 +35,7 @@ from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
 from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, rough_kind
 from lmprof.pipeline.protocol.windows import windows_for
+from lmprof.workloads.hooks import unwrap
 
 
 class Session:
@@ -183,7 +184,8 @@ class Session:
         if self.done or self.collected:
             return
         if self.observed.model is None and model is not None:
-            self.attach(model)
+            inner, compiled = unwrap(model)  # a forward compiled in place (HF's static-cache recipe) takes no hooks
+            self.attach(inner, compiled=compiled, outer=model)
         self._gen_aside = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
         if self._gen_aside is not None and self._gen_aside.skip:
             return

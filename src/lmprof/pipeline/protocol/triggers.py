@@ -21,7 +21,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lmprof.pipeline.protocol.guard import run_guarded
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.hooks import takes_hooks, unwrap
 
 if TYPE_CHECKING:
     from lmprof.pipeline.protocol.session import Session
@@ -39,23 +39,6 @@ def _live_objects() -> list[Any]:
 
 def _n_params(opt: torch.optim.Optimizer) -> int:
     return sum(p.numel() for g in opt.param_groups for p in g["params"])
-
-
-def unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
-    """The module that really runs, and whether it is compiled (torch.compile or Module.compile)."""
-    compiled = False
-    while True:
-        inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
-        if isinstance(inner, torch.nn.Module):
-            module, compiled = inner, True
-            continue
-        inner = getattr(module, "module", None)  # DistributedDataParallel, DataParallel
-        if isinstance(inner, torch.nn.Module) and isinstance(
-                module, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            module = inner
-            continue
-        break
-    return module, compiled or getattr(module, "_compiled_call_impl", None) is not None
 
 
 def _holders(opt: torch.optim.Optimizer, live: list[Any]) -> tuple[torch.nn.Module | None, bool]:
