@@ -9,7 +9,6 @@ model, or a wrapper around it, shares its parameters, and a loss module has none
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -66,9 +65,9 @@ def candidates(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The live root modules with parameters that share none with ``model`` (a module inside the model, or a
     wrapper around it, shares its parameters; a loss module has none), each of which takes hooks."""
     from lmprof.workloads.hooks import takes_hooks
+    from lmprof.workloads.live import live_objects
 
-    # type(), not isinstance(): isinstance reads __class__, which some objects compute (and warn in)
-    modules = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]
+    modules = live_objects(torch.nn.Module)
     children = {id(c) for m in modules for c in m.children()}
     ours = {id(p) for p in model.parameters()}
     out = []

@@ -22,19 +22,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from lmprof.pipeline.protocol.guard import run_guarded
 from lmprof.workloads.hooks import takes_hooks, unwrap
+from lmprof.workloads.live import live_objects
 
 if TYPE_CHECKING:
     from lmprof.pipeline.protocol.session import Session
-
-
-def _live_objects() -> list[Any]:
-    # One pass over every object the collector tracks: half a million in a process that has
-    # transformers loaded, about 0.1 s a pass, so the optimizers and the modules come from the same one.
-    # The type, not isinstance(): isinstance() asks an object for its __class__, which a weakref.proxy
-    # to a dead object answers with ReferenceError, and some lazily deprecated module attributes with
-    # a warning (torch.distributed.reduce_op).
-    wanted = (torch.nn.Module, torch.optim.Optimizer)
-    return [o for o in gc.get_objects() if issubclass(type(o), wanted)]
 
 
 def _n_params(opt: torch.optim.Optimizer) -> int:
@@ -202,13 +193,13 @@ class OptimizerTrigger:
                               "the same parameters): its steps are counted as the first one's were")
 
     def _choose(self, stepped: torch.optim.Optimizer) -> None:
-        opts, model, ambiguous = _choice(stepped, _live_objects())
+        opts, model, ambiguous = _choice(stepped, live_objects(torch.nn.Module, torch.optim.Optimizer))
         if ambiguous:
             # Optimizers and models of code that already finished must not be counted: a reference
             # cycle keeps them alive until a collection (0.15-0.3 s), paid only when they could matter.
             del opts, model  # (held here, they would survive it)
             gc.collect()
-            opts, model, _ = _choice(stepped, _live_objects())
+            opts, model, _ = _choice(stepped, live_objects(torch.nn.Module, torch.optim.Optimizer))
         self.chosen = opts[0]
         called = model
         model, compiled = (None, False) if model is None else unwrap(model)
