@@ -69,9 +69,9 @@ def test_one_optimizer_one_model_needs_no_collection(collect_calls, monkeypatch)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # A script's process, without the optimizers and models other tests left alive in this worker
-    real = triggers._live_objects
+    real = triggers.live_objects
     ours = {id(opt), *(id(m) for m in model.modules())}
-    monkeypatch.setattr(triggers, "_live_objects", lambda: [o for o in real() if id(o) in ours])
+    monkeypatch.setattr(triggers, "live_objects", lambda *types: [o for o in real(*types) if id(o) in ours])
     trigger, session = _choose(opt)
     assert trigger.chosen is opt
     assert session.attached[0][0] is model  # the outermost, not one of its Linear layers
@@ -145,10 +145,10 @@ def test_a_failure_while_choosing_is_one_line_and_the_users_step_goes_on(tmp_pat
     from lmprof.pipeline.protocol.session import Session
     from lmprof.pipeline.protocol.spec import Spec
 
-    def boom() -> list[Any]:
+    def boom(*types: type) -> list[Any]:
         raise RuntimeError("scan failed")
 
-    monkeypatch.setattr(triggers, "_live_objects", boom)
+    monkeypatch.setattr(triggers, "live_objects", boom)
     session = Session(Spec(out=tmp_path, verbose=False))
     trigger = OptimizerTrigger(session)
     trigger.install()

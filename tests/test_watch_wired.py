@@ -9,7 +9,6 @@ exit codes and stdout.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import signal
 import subprocess
@@ -48,14 +47,14 @@ class Net(torch.nn.Module):
         return self.head(self.emb(ids))
 
 
-def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_path: Path, capsys) -> None:
-    """A loader that sleeps SLEEP before each forward, a list that keeps KEEP fresh bytes a step, and the loss given
-    to prof.step(loss=...): each figure as injected."""
-    SLEEP, KEEP, B, T, STEPS = 0.005, 1024 * 1024, 4, 16, WINDOW + 150
+def test_profile_watch_sees_the_loaders_sleep_and_the_loss(tmp_path: Path, capsys) -> None:
+    """A loader that sleeps SLEEP before each forward, and the loss given to prof.step(loss=...): each figure as
+    injected. (The bytes a loop keeps: test_run_watch_sees_the_kept_bytes, in a process of their own.)"""
+    SLEEP, B, T, STEPS = 0.005, 4, 16, WINDOW + 150
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    kept, losses, ends, waited = [], {}, [], {}
+    losses, ends, waited = {}, [], {}
     with lmprof.profile(model, out=tmp_path / "runs", report=False, watch=True, watch_max_captures=0, **COUNTS) as prof:
         for i in range(STEPS):
             t0 = time.perf_counter()
@@ -64,11 +63,6 @@ def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_pa
             waited[i + 1] = time.perf_counter() - t0  # the loop's step i is the protocol's step i + 1
             loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
             loss.backward()
-            # KEEP fresh bytes, every page written: a tensor from malloc may fill a hole the worker's earlier
-            # tests left in the heap, and RSS would not grow (CI once saw no creep at all)
-            page = mmap.mmap(-1, KEEP)
-            page.write(b"\1" * KEEP)
-            kept.append(page)
             opt.step()
             opt.zero_grad()
             losses[i + 1] = loss.item()
@@ -102,12 +96,46 @@ def test_profile_watch_sees_the_loaders_sleep_the_kept_bytes_and_the_loss(tmp_pa
     lately = [waited[k] for k in range(ib.last_step - 15, ib.last_step + 1)]  # 'mean over the last 16 steps'
     assert ib.evidence["input_wait"].value == pytest.approx(np.mean(lately) * 1e3, rel=0.10)
     assert ib.evidence["input_wait"].unit == "ms"
-    # memory: RSS grows by the kept bytes a step, each creep alert's rate within 10%
+    assert not [a for a in w.alerts if a.kind == "memory_creep"]
+    # the panel said it on stderr (not a terminal: plain lines)
+    assert "lmprof watch: watching every step from step 11" in err and "lmprof watch: input bound (steps 12-" in err
+
+
+KEEPS = """
+import mmap, sys, torch
+torch.set_num_threads(1)
+KEEP, STEPS = int(sys.argv[1]), int(sys.argv[2])
+model = torch.nn.Linear(32, 32)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+kept = []
+for i in range(STEPS):
+    model(torch.randn(8, 32)).pow(2).mean().backward()
+    page = mmap.mmap(-1, KEEP)  # fresh pages, every one written: RSS grows by KEEP a step
+    page.write(b"\\1" * KEEP)
+    kept.append(page)
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_run_watch_sees_the_kept_bytes(tmp_path: Path) -> None:
+    """A loop that keeps KEEP bytes a step: a memory-creep alert whose rate is KEEP within 10%. In a process of
+    its own, as a script is: a test worker's RSS moves with what its earlier tests left (heap holes that
+    glibc fills before RSS grows, threads still running), and CI once saw no creep in one."""
+    KEEP, STEPS = 1024 * 1024, WINDOW + 150
+    script = tmp_path / "keeps.py"
+    script.write_text(textwrap.dedent(KEEPS))
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--watch", "--no-report", "--out", str(out),
+                           "--warmup", "2", "--steps", "5", "--profile-steps", "2", "--watch-max-captures", "0",
+                           str(script), str(KEEP), str(STEPS)], capture_output=True, text=True, timeout=240,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    w = Run.load(max(out.iterdir())).watch
+    assert w is not None
     creep = [a for a in w.alerts if a.kind == "memory_creep"]
     assert creep and all(a.evidence["rate"].value == pytest.approx(KEEP, rel=0.10) for a in creep)
     assert creep[0].evidence["rate"].unit == "B/step"
-    # the panel said it on stderr (not a terminal: plain lines)
-    assert "lmprof watch: watching every step from step 11" in err and "lmprof watch: input bound (steps 12-" in err
 
 
 DRIFT = """
@@ -167,8 +195,8 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
 
     A shared machine can slow the steps before K by itself (another process taking the core for a while is
     a drift too, and a real one), or one of the two profiled steps either side of the diff: such a round
-    (a drift before K + 1; the diff's names missing in a run lmprof itself calls noisy) is run again, up
-    to 3 times."""
+    (a drift before K + 1, or one of 2x or less; the diff's names missing in a run lmprof itself calls
+    noisy) is run again, up to 3 times."""
     K, TERM = 25, 125  # the watch's first row is step 17: few steps before K for a busy machine to slow
     for _ in range(3):
         folder, proc = _watched_drift(tmp_path, K, TERM)
@@ -181,7 +209,11 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
         # enough to hide a growth, and lmprof says so (a noisy run, or profiled steps spread by a quarter)
         spread = max([profiled_spread(run)] + [profiled_spread(Run.load(folder / c.path)) for c in w.captures])
         hidden = not {("block", "slow"), ("operator", "aten::mm")} <= named and (run.noisy or spread > 0.25)
-        if not early and not hidden:
+        # steps before K slowed by the machine (the other test worker) make the slowdown the drift reports less
+        # than the 3x injected
+        drifts = [a for a in w.alerts if a.kind == "drift"]
+        blunted = bool(drifts) and drifts[0].evidence["slowdown"].value <= 2.0
+        if not early and not hidden and not blunted:
             break
     assert proc.stdout == "sending SIGTERM\n"
     assert not (folder / "INCOMPLETE").exists()

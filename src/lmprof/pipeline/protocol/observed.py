@@ -14,7 +14,7 @@ import torch
 from lmprof.estimate.shape import ModelShape
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.workloads.hf_interface import attention_implementation
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.hooks import compiled_inside, takes_hooks
 
 
 @dataclass
@@ -76,9 +76,9 @@ class Observed:
         self.model, self.optimizers, self.compiled = model, list(optimizers or []), compiled
         # The module whose hooks run outside the compiled code: torch.compile's wrapper, or the model itself
         # where only parts of it are compiled (its forward replaced, Module.compile() on its layers)
-        own_call_compiled = getattr(model, "_compiled_call_impl", None) is not None
+        in_place = compiled_inside(model) and getattr(model, "_compiled_call_impl", None) is None
         self.outer = (outer if compiled and outer is not None and outer is not model
-                      else model if compiled and not own_call_compiled else None)
+                      else model if compiled and in_place else None)
         if not takes_hooks(model):
             self.notes.append("TorchScript: the model is a ScriptModule, which takes no hooks, so lmprof placed none: "
                               "its forward is not split into blocks (operators, phases after the forward, and the "
