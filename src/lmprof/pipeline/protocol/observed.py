@@ -37,6 +37,7 @@ class Known:
     cache_bytes: int | None = None  # the KV cache after a generation, as the driver's decoder holds it
     # A generation's prefill computed logits at its last position only (None: the model's own convention)
     last_logits_only: bool | None = None
+    tf32: bool = False  # fp32 matmuls ran on CUDA's TF32 tensor cores: MFU against the TF32 peak
 
 
 @dataclass

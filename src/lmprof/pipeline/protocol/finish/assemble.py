@@ -209,7 +209,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         title=known.title, dtype=known.dtype, param_dtype=known.param_dtype, shape=known.shape,
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
-        dropout=known.dropout, memory=m.memory, counted=m.flops, recomputes=m.recomputes, others=m.others,
+        dropout=known.dropout, tf32=known.tf32, memory=m.memory, counted=m.flops, recomputes=m.recomputes, others=m.others,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
         generations=[(g.prefill_s, sum(g.decode_s), g.batch, g.prompt_len, g.generated) for g in m.timings.gens
@@ -223,14 +223,23 @@ def _facts(m: Measured, run: Run) -> Facts:
 def _observed(m: Measured, run: Run) -> Known:
     """What a user's script did not describe, read off the model and the steps the session observed."""
     infer, facts = m.spec.traits.generates, m.facts
-    dtype = facts.dtype or "fp32"
+    params = facts.dtype or "fp32"
+    # training: what the forwards' matmuls ran in (autocast, TF32), seen by the shapes window
+    dtype, note = m.shapes.compute_dtype(params) if m.shapes is not None and not infer else (params, None)
+    if note:
+        run.notes.append(note)
+    tf32, dtype = dtype == "tf32", "fp32" if dtype == "tf32" else dtype  # fp32 storage, TF32's peak
+    if dtype != params:  # the run's dtype is the compute dtype, as lmprof train's --dtype (autocast) is
+        run.config.update(dtype=dtype, param_dtype=params)
+    if tf32:
+        run.config["tf32"] = True
     B, T = m.input_shape if m.input_shape and len(m.input_shape) == 2 else (None, None)
     new_tokens = m.timings.gens[-1].generated if infer and m.timings.gens else 0
     tokens = run.value(TOKENS_PER_STEP) if not infer else (B * new_tokens if B else None)
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
     return Known(
-        title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=dtype, shape=facts.shape,
+        title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=params, shape=facts.shape,
         batch=B, seq_len=T, attention=facts.attention, optimizer=facts.optimizer, dropout=facts.dropout,
         tokens_per_step=int(tokens) if tokens else None, new_tokens=new_tokens,
         kv_cache=not (infer and m.timings.gens and m.timings.gens[-1].recomputed),
-        last_logits_only=m.timings.gens[-1].last_logits_only if infer and m.timings.gens else None)
+        last_logits_only=m.timings.gens[-1].last_logits_only if infer and m.timings.gens else None, tf32=tf32)

@@ -78,13 +78,15 @@ def add_costs(
 
 def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, decode_tokens: int = 1,
                     plots: bool = True, kv_cache: bool = True, counted_decode: tuple[int, str] | None = None,
-                    recomputed_step: tuple[float | None, str] | None = None, micro_batches: float = 1.0) -> None:
+                    recomputed_step: tuple[float | None, str] | None = None, micro_batches: float = 1.0,
+                    no_bytes: str | None = None) -> None:
     """:func:`add_costs` for a model the describer read (a family lmprof has no formulas for).
 
     The describer reads a cached decode step; without a KV cache the hardware FLOPs of decode are
     FlopCounterMode's count of a whole generation's decode steps (``counted_decode``: the count and
     where it was taken), or n/a when none was counted. ``recomputed_step``, ``micro_batches``: as for
-    :func:`add_costs`."""
+    :func:`add_costs`. ``no_bytes``: why the bytes it read are not the run's (bytes, MBU and the
+    roofline n/a)."""
     kind = run.env.device.split(":")[0]
     recomputed: tuple[float | None, str] | None = None
     if not kv_cache and counted_decode:
@@ -99,9 +101,11 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
                                     decode_steps=max(decode_tokens, 1),
                                     recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else recomputed,
                                     recomputed_source="measured" if p == "train" or counted_decode else "estimated")
-        put_pass(run, p, per_optimizer_step(figures, k))
+        put_pass(run, p, per_optimizer_step(_without_bytes(figures, no_bytes), k))
     run.blocks = _blocks_per_step(fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1)),
                                   micro_batches)
+    if no_bytes:
+        run.blocks = [b.model_copy(update={"bytes": None}) for b in run.blocks]
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
                      + (f"; decode: one step at KV length {facts.context} times the steps"
@@ -145,19 +149,22 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
 def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int], ModelFacts],
                            clean: Sequence[tuple[float, Sequence[tuple[int, ...]]]],
                            profiled: Sequence[Sequence[tuple[int, ...]]], *, dtype: str, plots: bool = True,
-                           recomputed_step: tuple[float | None, str] | None = None, note: str) -> None:
+                           recomputed_step: tuple[float | None, str] | None = None, note: str,
+                           no_bytes: str | None = None) -> None:
     """:func:`add_varied_costs` of training steps for a model the describer read once at each shape the steps
-    ran (``facts``: by (batch, sequence))."""
+    ran (``facts``: by (batch, sequence)); ``no_bytes`` as for :func:`add_model_costs`."""
     def cost(f: tuple[int, ...]) -> tuple[float, float]:
         one = facts[(f[0], f[1])]
         return one.flops("train"), float(sum(r.bytes for r in one.rows if r.phase in PASS_PHASES["train"]))
 
     hardware = None if recomputed_step is None else _VARIED_RECOMPUTED
     kind = run.env.device.split(":")[0]
-    put_pass(run, "train", varied_mfu_metrics(clean, cost, how="read off the model on the meta device",
-                                              device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                              hardware=hardware))
+    put_pass(run, "train", _without_bytes(varied_mfu_metrics(clean, cost, how="read off the model on the meta device",
+                                                             device_name=run.env.device_name, device_kind=kind,
+                                                             dtype=dtype, hardware=hardware), no_bytes))
     run.blocks = _mean_blocks(run.blocks, profiled, lambda f: fill_facts_block_costs(run.blocks, facts[(f[0], f[1])]))
+    if no_bytes:
+        run.blocks = [b.model_copy(update={"bytes": None}) for b in run.blocks]
     run.notes.append(note)
     _roofline(run, folder, dtype, next(iter(facts.values())).name or "model", plots)
 
@@ -191,6 +198,13 @@ def _mean_blocks(blocks: list[Block], runs: Sequence[Sequence[tuple[int, ...]]],
 
 _NA_UNITS = ((FLOPS_MODEL, "FLOP"), (FLOPS_HARDWARE, "FLOP"), (BYTES_MODEL, "B"), (FLOPS_ACHIEVED, "FLOP/s"),
              (MFU, "%"), (HFU, "%"), (MBU, "%"))
+
+
+def _without_bytes(figures: dict[str, Metric], why: str | None) -> dict[str, Metric]:
+    """``figures`` with the bytes and MBU n/a (``why``), where the bytes read are not the run's."""
+    if not why:
+        return figures
+    return {**figures, BYTES_MODEL: Metric.na("B", why, source="estimated"), MBU: Metric.na("%", why, source="derived")}
 
 
 def varied_na(run: Run, why: str) -> None:

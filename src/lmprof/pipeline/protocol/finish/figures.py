@@ -58,6 +58,7 @@ class Facts:
 
     title: str
     dtype: str  # compute dtype (fp32, bf16, fp16)
+    tf32: bool = False  # fp32 matmuls ran on CUDA's TF32 tensor cores: the peak is TF32's
     shape: ModelShape | None = None  # lmprof's description of the model; None: none exists
     batch: int | None = None
     seq_len: int | None = None  # training sequence, or the prompt
@@ -101,6 +102,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         _kv_cache(run, facts, described)
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
+    peak_dtype = "tf32" if facts.tf32 and facts.dtype == "fp32" else facts.dtype  # the peak MFU is against
     recomputed = _hardware_step(facts) if not generates else None
     if facts.others and not generates:
         run.notes.append(_others_note(facts.others))
@@ -108,14 +110,15 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     if varied is not None and facts.shape is not None:
         steps, blocks_from, note = varied
         with quick_bandwidth.allowed():
-            add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=facts.dtype, attention=facts.attention,
+            add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=peak_dtype, attention=facts.attention,
                              plots=facts.plots, recomputed_step=recomputed, last_logits_only=facts.last_logits_only,
                              note=note)
     elif varied is not None and (by_shape := _described_by_shape(run, facts, varied)) is not None:
         steps, blocks_from, note = varied
         with quick_bandwidth.allowed():
-            add_varied_model_costs(run, folder, by_shape, steps["train"], blocks_from, dtype=facts.dtype,
-                                   plots=facts.plots, recomputed_step=recomputed, note=note)
+            add_varied_model_costs(run, folder, by_shape, steps["train"], blocks_from, dtype=peak_dtype,
+                                   plots=facts.plots, recomputed_step=recomputed, note=note,
+                                   no_bytes=_autocast_bytes(facts))
     elif varied is not None:
         what = "generations" if generates else "steps"
         varied_na(run, f"the clean {what} ran different shapes, and {_no_formulas(facts)} to count each its own: "
@@ -125,20 +128,21 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     elif facts.shape is not None and facts.batch and facts.seq_len:
         # The timed and profiled windows are over: a CPU without a cached bandwidth may measure one here.
         with quick_bandwidth.allowed():
-            add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=facts.dtype,
+            add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=peak_dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
                       kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed,
                       micro_batches=facts.micro_batches)
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
-            add_model_costs(run, folder, described, dtype=facts.dtype, decode_tokens=decode_tokens,
+            add_model_costs(run, folder, described, dtype=peak_dtype, decode_tokens=decode_tokens,
                             plots=facts.plots, kv_cache=facts.kv_cache,
                             counted_decode=(counted.decode, counted.where) if counted and counted.decode else None,
-                            recomputed_step=recomputed, micro_batches=facts.micro_batches)
+                            recomputed_step=recomputed, micro_batches=facts.micro_batches,
+                            no_bytes=_autocast_bytes(facts))
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None:
-        _counted(run, facts.counted, facts.dtype, _no_formulas(facts))
+        _counted(run, facts.counted, peak_dtype, _no_formulas(facts))
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
@@ -230,6 +234,16 @@ def _others_note(others: list[OtherModel]) -> str:
             f"(a teacher, a reference or a reward model): {', '.join(o.said() for o in others)}. "
             f"{'Its' if one else 'Their'} forwards are in the hardware FLOPs and HFU (counted), not in the model "
             "FLOPs and MFU, which are the profiled model's")
+
+
+def _autocast_bytes(f: Facts) -> str | None:
+    """Why a model read off the meta device has no bytes for this run: it is built in its weights' dtype,
+    and the forwards ran under autocast in another (None: they ran in the weights' dtype)."""
+    params = f.param_dtype or f.dtype
+    if params == f.dtype:
+        return None
+    return (f"the forwards ran under {f.dtype} autocast and the model read off the meta device is built in its "
+            f"weights' {params}: its bytes are not the run's")
 
 
 def _built_dtype(f: Facts) -> str:

@@ -12,6 +12,7 @@ profiled window: a tuple read per forward.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from lmprof.pipeline.protocol.plan import Phase
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.precision import dtype_name
 
 Shape = tuple[int, int]
 
@@ -31,6 +33,27 @@ class StepShapes:
 
     clean: list[tuple[float, tuple[Shape, ...]]] = field(default_factory=list)
     profiled: list[tuple[Shape, ...]] = field(default_factory=list)
+    # The autocast dtype each recorded forward ran under (None: no autocast), and whether an fp32 forward on
+    # CUDA ran with TF32 matmuls allowed: the dtype the matmuls ran in, whose peak MFU is against
+    autocast: set[str | None] = field(default_factory=set)
+    tf32: bool = False
+
+    def compute_dtype(self, params: str) -> tuple[str, str | None]:
+        """The dtype the steps' matmuls ran in, for weights of dtype ``params``, and a note where it is not
+        the weights' (or cannot be told): autocast's when every recorded forward ran under one, ``tf32``
+        for fp32 matmuls on CUDA with TF32 allowed."""
+        if len(self.autocast) > 1:
+            return params, (f"the steps' forwards ran under different autocast settings "
+                            f"({', '.join(sorted(d or 'none' for d in self.autocast))}): MFU is against the "
+                            f"{params} peak of the weights")
+        (dt,) = self.autocast or {None}
+        if dt is not None and dt != params:
+            return dt, (f"autocast: the forwards ran under {dt} autocast, weights in {params}; MFU is against the "
+                        f"{dt} peak, what the matmuls ran in")
+        if params == "fp32" and self.tf32:
+            return "tf32", ("TF32: fp32 matmuls on CUDA with TF32 allowed (torch.backends.cuda.matmul.allow_tf32, "
+                            "set_float32_matmul_precision('high')) run on tensor cores; MFU is against the TF32 peak")
+        return params, None
 
     def per_step(self) -> tuple[Shape, float, float] | None:
         """(the first forward's shape, batches and tokens per clean step on average), where every clean step
@@ -89,11 +112,21 @@ class ShapesWindow(Window):
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
             return  # an evaluation inside the step (no_grad): not the step's training work
+        self._compute()
         tokens = forward_tokens(args, kwargs)[1]
         if tokens is not None:
             self._now.append(tokens)
         else:
             self._complete = False
+
+    def _compute(self) -> None:
+        """What this forward's matmuls run in: autocast's dtype on the model's device type, TF32 on CUDA."""
+        kind = self.ctx.observed.device.kind if self.ctx.observed.device is not None else "cpu"
+        with contextlib.suppress(RuntimeError, AttributeError, TypeError):  # a device type autocast does not know
+            on = torch.is_autocast_enabled(kind)
+            self.record.autocast.add(dtype_name(torch.get_autocast_dtype(kind)) if on else None)
+            if kind == "cuda" and not on and torch.backends.cuda.matmul.allow_tf32:
+                self.record.tf32 = True
 
     def step_ends(self, step: int) -> None:
         if self._hook is None:

@@ -1,0 +1,123 @@
+"""The dtype a user's training step computes in: autocast's, TF32's, not only the weights'.
+
+The common training loop keeps fp32 weights and runs its forward under ``torch.autocast`` (nanoGPT's
+``ctx``, Accelerate's ``mixed_precision``), or allows TF32 matmuls on CUDA. lmprof read the dtype off the
+weights: MFU against the fp32 peak, which is 15x below the bf16 peak on an H100 (2x on this CPU), and
+the run's dtype fp32. Now the model's forward pre-hook (the shapes window, clean and profiled steps) reads
+the autocast state as the forward begins. Truth: the dtype torch's dispatcher sees the step's matmuls run
+in (a TorchDispatchMode over a step of the same loop).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import lmprof
+from lmprof.pipeline.protocol.windows.shapes import StepShapes
+from lmprof.record.catalogue import BYTES_MODEL, FLOPS_MODEL, MBU, MFU
+from lmprof.record.run import Run
+from lmprof.workloads.precision import dtype_name
+
+tf = pytest.importorskip("transformers")
+B, T = 2, 16
+
+
+class _MatmulDtypes(TorchDispatchMode):
+    """The dtypes of the weight matmuls' inputs (mm, addmm: the bulk of a step's FLOPs), as the dispatcher runs
+    them. (CPU autocast leaves the attention core's bmm in fp32; CUDA autocast runs it in bf16 too.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
+            self.seen.add(dtype_name(args[1 if func.overloadpacket is torch.ops.aten.addmm else 0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def _gpt2() -> nn.Module:
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    return tf.AutoModelForCausalLM.from_config(cfg).train()
+
+
+def _olmo() -> nn.Module:
+    from lmprof.measure.model_facts.tiny import tiny_config
+
+    torch.manual_seed(0)
+    return tf.AutoModelForCausalLM.from_config(tiny_config("olmo")).train()
+
+
+Step = Callable[[nn.Module, torch.optim.Optimizer, int], None]
+
+
+def _autocast(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+    x = torch.randint(3, 100, (B, T), generator=torch.Generator().manual_seed(i))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=x, labels=x).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _profiled(tmp_path: Path, model: nn.Module, step: Step) -> Run:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(14):
+            step(model, opt, i)
+            prof.step()
+    return Run.load(prof.folder)
+
+
+def _matmul_dtypes(model: nn.Module, step: Step) -> set[str]:
+    with _MatmulDtypes() as seen:
+        step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), 0)
+    return seen.seen
+
+
+def test_an_autocast_step_is_measured_against_the_peak_of_the_dtype_it_ran_in(tmp_path: Path) -> None:
+    assert _matmul_dtypes(_gpt2(), _autocast) == {"bf16"}  # what the step ran in
+    run = _profiled(tmp_path, _gpt2(), _autocast)
+    assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")  # the old code: fp32, none
+    assert "peak bf16" in (run.metrics[MFU].note or "")
+    assert any(n.startswith("autocast: the forwards ran under bf16") for n in run.notes)
+
+
+def test_a_model_read_off_the_meta_device_under_autocast_has_no_bytes(tmp_path: Path) -> None:
+    """The describer builds the model in its weights' dtype: its bytes are fp32's, not the run's."""
+    run = _profiled(tmp_path, _olmo(), _autocast)
+    assert run.metrics[FLOPS_MODEL].value and "peak bf16" in (run.metrics[MFU].note or "")
+    for key in (BYTES_MODEL, MBU):
+        assert run.metrics[key].value is None and "autocast" in (run.metrics[key].note or "")
+    assert all(b.bytes is None for b in run.blocks)
+
+
+def test_forwards_with_and_without_autocast_keep_the_weights_peak(tmp_path: Path) -> None:
+    def sometimes(model: nn.Module, opt: torch.optim.Optimizer, i: int) -> None:
+        x = torch.randint(3, 100, (B, T), generator=torch.Generator().manual_seed(i))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=i % 2 == 0):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    run = _profiled(tmp_path, _gpt2(), sometimes)
+    assert run.config["dtype"] == "fp32" and "peak fp32" in (run.metrics[MFU].note or "")
+    assert any("different autocast settings (bf16, none)" in n for n in run.notes)
+
+
+def test_tf32_matmuls_are_measured_against_the_tf32_peak() -> None:
+    """On CUDA with TF32 allowed, fp32 matmuls run on tensor cores (no GPU here: the rule itself)."""
+    shapes = StepShapes(autocast={None}, tf32=True)
+    dtype, note = shapes.compute_dtype("fp32")
+    assert dtype == "tf32" and note and "TF32 peak" in note
+    assert StepShapes(autocast={"bf16"}, tf32=False).compute_dtype("fp32")[0] == "bf16"
+    assert StepShapes(autocast={None}, tf32=False).compute_dtype("fp32") == ("fp32", None)
+    assert StepShapes(autocast={None}, tf32=True).compute_dtype("bf16") == ("bf16", None)  # bf16 weights: no TF32
