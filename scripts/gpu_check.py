@@ -786,6 +786,12 @@ def step_user_scripts(s: StepRun) -> None:
         s.blocks_add_up(run, "e2e_latency" if label == "user_generate" else "step_time", label)
         for name in ("step_time", "mfu", "memory.peak") if label == "user_train" else ("ttft", "tpot", "memory.peak"):
             s.metric(run, name, f"{label}: {name}")
+        if label == "user_train":  # the script trains under bf16 autocast with fp32 weights
+            cfg, note = run.get("config", {}), str(run.get("metrics", {}).get("mfu", {}).get("note") or "")
+            s.check(f"{label}: dtype read off its forwards", (cfg.get("dtype"), cfg.get("param_dtype")), "",
+                    "('bf16', 'fp32')", (cfg.get("dtype"), cfg.get("param_dtype")) == ("bf16", "fp32"), cuda_only=True)
+            s.check(f"{label}: MFU against the bf16 peak", "peak bf16" in note, "", "'peak bf16' in the note",
+                    "peak bf16" in note, note=note[:120], cuda_only=True)
         s.analyze(s.keep_trace(folder, label), label)
     if ok < 2:
         raise StepFailed(f"{2 - ok} of the two user scripts left no run")
