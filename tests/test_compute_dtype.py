@@ -121,3 +121,20 @@ def test_tf32_matmuls_are_measured_against_the_tf32_peak() -> None:
     assert StepShapes(autocast={"bf16"}, tf32=False).compute_dtype("fp32")[0] == "bf16"
     assert StepShapes(autocast={None}, tf32=False).compute_dtype("fp32") == ("fp32", None)
     assert StepShapes(autocast={None}, tf32=True).compute_dtype("bf16") == ("bf16", None)  # bf16 weights: no TF32
+
+
+def test_the_trainer_s_bf16_is_read_inside_the_forward(tmp_path: Path) -> None:
+    """``TrainingArguments(bf16=True)``: Accelerate enters autocast inside ``model.forward`` (it wraps the
+    method), after the model's own pre-hooks ran: lmprof reads it at the first matmul module's."""
+    from transformers import Trainer, TrainingArguments
+
+    model = _gpt2()
+    data = [{"input_ids": t, "labels": t} for t in torch.randint(3, 100, (16 * B, T))]
+    args = TrainingArguments(output_dir=str(tmp_path / "trainer"), max_steps=16, per_device_train_batch_size=B,
+                             logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+                             disable_tqdm=True, seed=0, bf16=True)
+    callback = lmprof.integrations.TrainerCallback(out=tmp_path / "runs", verbose=False, report=False)
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[callback]).train()
+    run = callback.run
+    assert run is not None and (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
+    assert "peak bf16" in (run.metrics[MFU].note or "")

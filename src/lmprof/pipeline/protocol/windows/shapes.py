@@ -27,6 +27,17 @@ from lmprof.workloads.precision import dtype_name
 Shape = tuple[int, int]
 
 
+def first_matmul_module(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The first submodule with a 2-D weight that is not an embedding (a Linear, transformers' Conv1D):
+    called inside the model's forward, under whatever autocast that forward enters."""
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if (m is not model and isinstance(w, torch.Tensor) and w.dim() == 2 and w.is_floating_point()
+                and not isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and takes_hooks(m)):
+            return m
+    return None
+
+
 @dataclass
 class StepShapes:
     """(seconds, forwards' shapes) of each clean step, and the forwards' shapes of each profiled step."""
@@ -85,6 +96,7 @@ class ShapesWindow(Window):
         super().__init__(ctx)
         self.record = StepShapes()
         self._hook: Any = None
+        self._inner: Any = None  # the first matmul module's pre-hook, which reads autocast inside the forward
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
@@ -108,16 +120,26 @@ class ShapesWindow(Window):
         if not self.ctx.spec.traits.trains or target is None or not takes_hooks(target):
             return
         self._hook = target.register_forward_pre_hook(self._forward, with_kwargs=True)
+        # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
+        # enter it inside model.forward, after the model's own pre-hooks ran
+        inner = None if seen.compiled else first_matmul_module(target)
+        if inner is not None:
+            self._inner = inner.register_forward_pre_hook(self._inner_forward)
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
             return  # an evaluation inside the step (no_grad): not the step's training work
-        self._compute()
+        if self._inner is None:
+            self._compute()
         tokens = forward_tokens(args, kwargs)[1]
         if tokens is not None:
             self._now.append(tokens)
         else:
             self._complete = False
+
+    def _inner_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        if torch.is_grad_enabled():
+            self._compute()
 
     def _compute(self) -> None:
         """What this forward's matmuls run in: autocast's dtype on the model's device type, TF32 on CUDA."""
@@ -144,6 +166,9 @@ class ShapesWindow(Window):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._inner is not None:
+            self._inner.remove()
+            self._inner = None
 
     def abort(self) -> None:
         self.stop()
