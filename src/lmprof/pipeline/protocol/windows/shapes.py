@@ -95,21 +95,21 @@ class ShapesWindow(Window):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.record = StepShapes()
-        self._hook: Any = None
-        self._inner: Any = None  # the first matmul module's pre-hook, which reads autocast inside the forward
+        self._hooks: list[Any] = []  # the model's pre-hook, and the first matmul module's (autocast, inside)
+        self._inner = False  # autocast is read at the first matmul module's pre-hook, not the model's
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
 
     @property
     def active(self) -> bool:
-        return self._hook is not None
+        return bool(self._hooks)
 
     def step_begins(self, step: int) -> None:
         phase = self.ctx.plan.phase_of(step)
         if phase not in (Phase.CLEAN, Phase.PROFILED):
             return
-        if self._hook is None:
+        if not self._hooks:
             self.start()
         self._now, self._complete, self._timed = [], True, len(self.ctx.timings.steps)
 
@@ -119,17 +119,18 @@ class ShapesWindow(Window):
         target = seen.outer if seen.compiled else seen.model
         if not self.ctx.spec.traits.trains or target is None or not takes_hooks(target):
             return
-        self._hook = target.register_forward_pre_hook(self._forward, with_kwargs=True)
+        self._hooks.append(target.register_forward_pre_hook(self._forward, with_kwargs=True))
         # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
         # enter it inside model.forward, after the model's own pre-hooks ran
         inner = None if seen.compiled else first_matmul_module(target)
         if inner is not None:
-            self._inner = inner.register_forward_pre_hook(self._inner_forward)
+            self._hooks.append(inner.register_forward_pre_hook(self._inner_forward))
+            self._inner = True
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
             return  # an evaluation inside the step (no_grad): not the step's training work
-        if self._inner is None:
+        if not self._inner:
             self._compute()
         tokens = forward_tokens(args, kwargs)[1]
         if tokens is not None:
@@ -151,7 +152,7 @@ class ShapesWindow(Window):
                 self.record.tf32 = True
 
     def step_ends(self, step: int) -> None:
-        if self._hook is None:
+        if not self._hooks:
             return
         phase, shapes = self.ctx.plan.phase_of(step), tuple(self._now) if self._complete else ()
         steps = self.ctx.timings.steps
@@ -163,12 +164,9 @@ class ShapesWindow(Window):
             self.stop()
 
     def stop(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        if self._inner is not None:
-            self._inner.remove()
-            self._inner = None
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
     def abort(self) -> None:
         self.stop()
