@@ -154,3 +154,23 @@ def test_a_compiled_teacher_is_named_and_not_compiled_again(tmp_path: Path) -> N
         run = _profiled(tmp_path, _distil, student, compiled)
     assert counters["frames"]["total"] - frames == 1
     assert any("another model" in n and "GPT2LMHeadModel (compiled)" in n for n in run.notes)
+
+
+def test_modules_that_fail_to_answer_are_passed_over() -> None:
+    """Every live module is asked for its children and parameters: one whose answer fails (a half-built
+    module, an override that raises) is skipped, not a failure of lmprof's in the user's step."""
+    from lmprof.measure.other_models import candidates
+
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        def parameters(self, recurse: bool = True):  # type: ignore[override]
+            raise RuntimeError("no parameters today")
+
+    broken, half, other = Broken(), nn.Linear.__new__(nn.Linear), nn.Linear(3, 3)
+    model = nn.Linear(2, 2)
+    found = candidates(model)
+    assert other in found and broken not in found and model not in found
+    del broken, half

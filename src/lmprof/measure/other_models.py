@@ -68,13 +68,19 @@ def candidates(model: torch.nn.Module) -> list[torch.nn.Module]:
     from lmprof.workloads.live import live_objects
 
     modules = live_objects(torch.nn.Module)
-    children = {id(c) for m in modules for c in m.children()}
+    children: set[int] = set()
+    for m in modules:
+        with contextlib.suppress(Exception):  # a module of someone else's whose children() fails: not ours to mend
+            children.update(id(c) for c in m.children())
     ours = {id(p) for p in model.parameters()}
     out = []
     for m in modules:
-        if id(m) in children or getattr(m, "_is_replica", False) or not takes_hooks(m):
-            continue  # a replica nn.DataParallel made of the model for a device is the model
-        params = list(m.parameters())
+        try:
+            if id(m) in children or getattr(m, "_is_replica", False) or not takes_hooks(m):
+                continue  # a replica nn.DataParallel made of the model for a device is the model
+            params = list(m.parameters())
+        except Exception:  # noqa: BLE001 - a half-built or half-torn-down module (its __getattr__ fails): skipped
+            continue
         if params and not any(id(p) in ours for p in params):
             out.append(m)
     return out
