@@ -6,6 +6,7 @@ over (:func:`model_facts`), never inside the user's step.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -111,8 +112,9 @@ class Observed:
 
             shape = describe_module(self.model) if self.model is not None else None
             if self.model is not None:
-                self.departs = departure(self.model, shape.n_params() if shape is not None else None,
-                                         trains=self.trains)
+                with contextlib.suppress(Exception):  # a model whose parameters cannot be listed: read as built
+                    self.departs = departure(self.model, shape.n_params() if shape is not None else None,
+                                             trains=self.trains)
             self._shape = None if self.departs else shape
             self._described = True
         return self._shape
