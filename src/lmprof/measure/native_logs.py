@@ -41,6 +41,10 @@ _KINETO_LINE = re.compile(
     rb"^(?:VERBOSE|INFO|WARNING|STAGE|ERROR|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [^\]\s]+:\d+\] ")
 # c10's (glog-like) prefix: "[W1126 00:37:53.774155731 CPUAllocator.cpp:245] " (a thread id may precede the file)
 _C10_LINE = re.compile(rb"^\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? [^\]\s]+:\d+\] ")
+# kineto's bare line when a process's first profiler starts outside the main thread (a generate() in a
+# streamer's thread): the start goes on and works; the line says nothing to lmprof's user
+_KINETO_THREAD_LINE = re.compile(rb"^ERROR: External init callback must run in same thread as registerClient "
+                                 rb"\(-?\d+ != -?\d+\)")
 
 
 def verbose() -> bool:
@@ -73,7 +77,7 @@ def quiet_process(on_verbose: bool = False) -> dict[str, str]:
 
 def is_native_line(line: bytes) -> bool:
     """Whether ``line`` is one of kineto's or c10's log lines (by their fixed prefixes)."""
-    return bool(_KINETO_LINE.match(line) or _C10_LINE.match(line))
+    return bool(_KINETO_LINE.match(line) or _C10_LINE.match(line) or _KINETO_THREAD_LINE.match(line))
 
 
 def drop_native_lines(data: bytes) -> bytes:

@@ -9,6 +9,7 @@ window is dropped, unwritten, and the run keeps its clean figures.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from lmprof.measure.profiling import ProfiledPhase
@@ -30,6 +31,7 @@ class ProfiledWindow(Window):
         self.stopped: ProfilerWindow | None = None  # the completed window, stopped, its trace not yet written
         self._probes: Probes | None = None
         self._give_way: GiveWay | None = None
+        self.off_thread = False  # the window's first step ran outside the main thread: no window
 
     @property
     def active(self) -> bool:
@@ -55,8 +57,19 @@ class ProfiledWindow(Window):
         self._give_way.install()
 
     def step_begins(self, step: int) -> None:
-        if self.ctx.plan.window_starts(step):
-            self.start()
+        if not self.ctx.plan.window_starts(step):
+            return
+        if threading.current_thread() is not threading.main_thread():
+            # torch's profiler must stop in the thread that started it, and the window spans several steps:
+            # a generate() per thread (a streamer's) would stop it from another, which kills the process
+            if not self.off_thread:
+                self.off_thread = True
+                self.ctx.observed.notes.append(
+                    f"no profiled window: {self.ctx.spec.unit} {step}, where it starts, ran outside the main thread "
+                    f"(a streamer's generate() in a thread of its own?), and torch's profiler must stop in the thread "
+                    "that started it; the clean timings and the figures stand")
+            return
+        self.start()
 
     def clock_started(self, step: int) -> None:
         if self.window is not None and self.ctx.plan.phase_of(step) is Phase.PROFILED:
