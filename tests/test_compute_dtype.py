@@ -138,3 +138,20 @@ def test_the_trainer_s_bf16_is_read_inside_the_forward(tmp_path: Path) -> None:
     run = callback.run
     assert run is not None and (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
     assert "peak bf16" in (run.metrics[MFU].note or "")
+
+
+def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) -> None:
+    """``generate()`` under bf16 autocast with fp32 weights: prefill and decode MFU against the bf16 peak, and
+    the KV cache estimate in bf16, as the cache the projections made is (the measured cache's bytes)."""
+    model = _gpt2().eval()
+    x = torch.randint(3, 100, (B, 8), generator=torch.Generator().manual_seed(0))
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, infer=True) as prof:
+        for _ in range(8):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=4, min_new_tokens=4,
+                               do_sample=False, pad_token_id=0)
+            prof.step()
+    run = Run.load(prof.folder)
+    assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
+    assert all("peak bf16" in (run.metrics[k].note or "") for k in ("prefill.mfu", "decode.mfu"))
+    assert run.value("kv_cache") and run.value("kv_cache.estimated") == run.value("kv_cache")  # old: 2x, fp32's

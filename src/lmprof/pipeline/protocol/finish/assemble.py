@@ -224,8 +224,8 @@ def _observed(m: Measured, run: Run) -> Known:
     """What a user's script did not describe, read off the model and the steps the session observed."""
     infer, facts = m.spec.traits.generates, m.facts
     params = facts.dtype or "fp32"
-    # training: what the forwards' matmuls ran in (autocast, TF32), seen by the shapes window
-    dtype, note = m.shapes.compute_dtype(params) if m.shapes is not None and not infer else (params, None)
+    # what the forwards' matmuls ran in (autocast, TF32), seen by the shapes window
+    dtype, note = m.shapes.compute_dtype(params) if m.shapes is not None else (params, None)
     if note:
         run.notes.append(note)
     tf32, dtype = dtype == "tf32", "fp32" if dtype == "tf32" else dtype  # fp32 storage, TF32's peak

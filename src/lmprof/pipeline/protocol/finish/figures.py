@@ -334,7 +334,7 @@ def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
             value=described.cache_bytes(f.batch, tokens) if f.kv_cache else 0, unit="B", source="estimated",
             note=f"the model's own cache ({kinds}) after prompt + new tokens - 1, read off the model on the meta device")
     elif s is not None and f.batch and f.seq_len and f.new_tokens:
-        width = DTYPE_BYTES.get(f.param_dtype or f.dtype, 4)
+        width = DTYPE_BYTES.get(f.dtype, 4)  # under autocast the projections, and so the cache, are in its dtype
         # The last new token is never fed back, so the cache ends holding prompt + new - 1 tokens.
         est = s.kv_cache_elements(f.seq_len + f.new_tokens - 1) * f.batch * width
         run.metrics[KV_CACHE_ESTIMATED] = Metric(

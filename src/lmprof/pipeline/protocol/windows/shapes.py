@@ -1,4 +1,5 @@
-"""The token shapes of each clean and profiled training step: what the model's top-level forwards ran on.
+"""The token shapes of each clean and profiled training step: what the model's top-level forwards ran on;
+and the dtype the forwards' matmuls ran in (autocast, TF32), of training steps and generations.
 
 A loop whose batches are padded to their longest sequence (Hugging Face's collators, length grouping)
 runs a different shape every step. Its FLOPs then differ step to step, and one step's shape (the
@@ -97,6 +98,7 @@ class ShapesWindow(Window):
         self.record = StepShapes()
         self._hooks: list[Any] = []  # the model's pre-hook, and the first matmul module's (autocast, inside)
         self._inner = False  # autocast is read at the first matmul module's pre-hook, not the model's
+        self._started = False
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
@@ -109,17 +111,19 @@ class ShapesWindow(Window):
         phase = self.ctx.plan.phase_of(step)
         if phase not in (Phase.CLEAN, Phase.PROFILED):
             return
-        if not self._hooks:
+        if not self._started:
             self.start()
         self._now, self._complete, self._timed = [], True, len(self.ctx.timings.steps)
 
     def start(self) -> None:
-        seen = self.ctx.observed
+        self._started = True
+        seen, trains = self.ctx.observed, self.ctx.spec.traits.trains
         # a compiled model: its wrapper's hook, outside the compiled code (none inside: it would recompile)
         target = seen.outer if seen.compiled else seen.model
-        if not self.ctx.spec.traits.trains or target is None or not takes_hooks(target):
+        if target is None or not takes_hooks(target):
             return
-        self._hooks.append(target.register_forward_pre_hook(self._forward, with_kwargs=True))
+        if trains:  # generations: their dtype only (a generation's shapes are its own, timing.py)
+            self._hooks.append(target.register_forward_pre_hook(self._forward, with_kwargs=True))
         # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
         # enter it inside model.forward, after the model's own pre-hooks ran
         inner = None if seen.compiled else first_matmul_module(target)
@@ -139,7 +143,7 @@ class ShapesWindow(Window):
             self._complete = False
 
     def _inner_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or not self.ctx.spec.traits.trains:  # training: not an evaluation's
             self._compute()
 
     def _compute(self) -> None:
@@ -156,7 +160,9 @@ class ShapesWindow(Window):
             return
         phase, shapes = self.ctx.plan.phase_of(step), tuple(self._now) if self._complete else ()
         steps = self.ctx.timings.steps
-        if phase is Phase.CLEAN and len(steps) > self._timed:
+        if not self.ctx.spec.traits.trains:
+            pass  # a generation's shapes are its own (timing.py); only its dtype is read here
+        elif phase is Phase.CLEAN and len(steps) > self._timed:
             self.record.clean.append((steps[-1], shapes))
         elif phase is Phase.PROFILED:
             self.record.profiled.append(shapes)
