@@ -107,6 +107,11 @@ def test_an_evaluation_inside_the_loop_is_no_micro_batch(tmp_path: Path) -> None
     assert not any(n.startswith("gradient accumulation") for n in run.notes), run.notes
     assert run.value("tokens_per_step") == B * T
     assert run.value("flops.model_per_step") == pytest.approx(_counted(lambda: _model("gpt2"), _one_batch), rel=0.02)
+    # the evaluation is in the time of the steps it ran in (loop step i is the protocol's step i + 1), and said
+    w, n = run.config["warmup"], run.config["steps"]
+    evaluated = sum(1 for k in range(w + 1, w + n + 1) if (k - 1) % 3 == 0)
+    assert any(note.startswith(f"{evaluated} of the {n} clean steps also ran the model without grad")
+               for note in run.notes), run.notes
 
 
 def test_a_model_fed_embeddings_has_its_tokens_and_flops(tmp_path: Path) -> None:

@@ -141,6 +141,21 @@ def _micro_batches(m: Measured) -> float:
 
 def _passes_note(m: Measured) -> list[str]:
     """What one step held, when it was more than one forward and one backward on one batch."""
+    return _evaluations_note(m) + _batches_note(m)
+
+
+def _evaluations_note(m: Measured) -> list[str]:
+    """Clean steps that also ran the model without grad: an evaluation is in their time."""
+    n = m.shapes.evaluated if m.shapes is not None else 0
+    if not n:
+        return []
+    return [f"{n} of the {len(m.shapes.clean) if m.shapes else n} clean steps also ran the model without grad (an "
+            "evaluation, in the loop or a framework's between its steps): it is in their time (a step runs from one "
+            "optimizer step to the next); the step time is the clean steps' median, and their p90 shows those steps"]
+
+
+def _batches_note(m: Measured) -> list[str]:
+    """Batches and backward passes per step, when not one each."""
     batches, bwd = _accumulated(m), m.backwards_per_step
     if batches is not None and bwd is not None and bwd < batches - 0.01:  # the forwards of one loss
         return [f"{batches:g} batches per optimizer step in {bwd:g} backward pass{'es' if bwd > 1.01 else ''} (several "

@@ -49,6 +49,7 @@ class StepShapes:
     # CUDA ran with TF32 matmuls allowed: the dtype the matmuls ran in, whose peak MFU is against
     autocast: set[str | None] = field(default_factory=set)
     tf32: bool = False
+    evaluated: int = 0  # clean steps that also ran the model without grad (an evaluation): it is in their time
 
     def compute_dtype(self, params: str) -> tuple[str, str | None]:
         """The dtype the steps' matmuls ran in, for weights of dtype ``params``, and a note where it is not
@@ -99,6 +100,7 @@ class ShapesWindow(Window):
         self._hooks: list[Any] = []  # the model's pre-hook, and the first matmul module's (autocast, inside)
         self._inner = False  # autocast is read at the first matmul module's pre-hook, not the model's
         self._started = False
+        self._evaluated = False  # the running step ran a forward without grad (an evaluation)
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
@@ -113,7 +115,7 @@ class ShapesWindow(Window):
             return
         if not self._started:
             self.start()
-        self._now, self._complete, self._timed = [], True, len(self.ctx.timings.steps)
+        self._now, self._complete, self._timed, self._evaluated = [], True, len(self.ctx.timings.steps), False
 
     def start(self) -> None:
         self._started = True
@@ -133,7 +135,8 @@ class ShapesWindow(Window):
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
-            return  # an evaluation inside the step (no_grad): not the step's training work
+            self._evaluated = True  # an evaluation in the step (no_grad): not its training work, but in its time
+            return
         if not self._inner:
             self._compute()
         tokens = forward_tokens(args, kwargs)[1]
@@ -164,6 +167,7 @@ class ShapesWindow(Window):
             pass  # a generation's shapes are its own (timing.py); only its dtype is read here
         elif phase is Phase.CLEAN and len(steps) > self._timed:
             self.record.clean.append((steps[-1], shapes))
+            self.record.evaluated += self._evaluated
         elif phase is Phase.PROFILED:
             self.record.profiled.append(shapes)
         if self.ctx.plan.window_completes(step):
