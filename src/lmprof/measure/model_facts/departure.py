@@ -66,5 +66,5 @@ def departure_clause(params: int, described_params: int) -> str:
 def departure_note(why: str) -> str:
     """The run's note for a model that departs from its config (``why``: :func:`departure`'s clause)."""
     return (f"{why}: lmprof's formulas, and a model read off the meta device, describe the model its config builds, "
-            "trained as built, not this one: its FLOPs are counted on a real step, and there is no memory "
-            "estimate")
+            "trained as built, not this one: its FLOPs are only those counted on a real step, and there is no "
+            "memory estimate")

@@ -127,6 +127,6 @@ def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
         return None, ["no FLOP count: it is taken on a warm-up step, and this run had "
                       f"{'none' if plan.warmup == 0 else 'none lmprof saw begin'} (raise --warmup)"]
     if shape is None:
-        return None, ["no FLOP count for a compiled model lmprof has no formulas for "
-                      "(FlopCounterMode would recompile it)"]
+        what = "that departs from its config" if facts.departs else "lmprof has no formulas for"
+        return None, [f"no FLOP count for a compiled model {what} (FlopCounterMode would recompile it)"]
     return None, []
