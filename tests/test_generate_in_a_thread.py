@@ -39,7 +39,7 @@ class Tok:  # what the streamer decodes with
         return " ".join(map(str, ids))
 
 
-for i in range(8):
+for i in range(5):
     streamer = tf.TextIteratorStreamer(Tok(), skip_prompt=True)
     x = torch.randint(3, 100, (1, 8), generator=torch.Generator().manual_seed(i))
     t = Thread(target=model.generate, kwargs=dict(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=6,
@@ -57,8 +57,9 @@ def test_a_streamed_generate_in_its_own_thread_runs_as_alone(tmp_path: Path) -> 
     with contextlib.redirect_stdout(alone):
         runpy.run_path(str(script), run_name="__main__")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--infer", "--no-report", "--out", str(tmp_path / "runs"),
-                           str(script)], capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--infer", "--no-report", "--warmup", "1", "--steps", "2",
+                           "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script)],
+                          capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]  # the old code: -11, a segmentation fault
     assert proc.stdout == alone.getvalue()
     assert "External init callback" not in proc.stderr
