@@ -22,6 +22,7 @@ import pytest
 from lmprof.record.run import Run
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow  # a subprocess that imports torch and transformers: scheduled first
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = """
