@@ -118,6 +118,7 @@ for i in range(STEPS):
 """
 
 
+@pytest.mark.slow  # a subprocess: scheduled with the long tests first
 def test_run_watch_sees_the_kept_bytes(tmp_path: Path) -> None:
     """A loop that keeps KEEP bytes a step: a memory-creep alert whose rate is KEEP within 10%. In a process of
     its own, as a script is: a test worker's RSS moves with what its earlier tests left (heap holes that
@@ -188,6 +189,7 @@ def _watched_drift(tmp_path: Path, k: int, term: int) -> tuple[Path, subprocess.
     return max(out.iterdir()), proc
 
 
+@pytest.mark.slow  # a subprocess: scheduled with the long tests first
 def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(tmp_path: Path) -> None:
     """``lmprof run --watch``: a 3x slowdown from loop step K by a matmul in module ``slow`` is a drift from
     step K + 1, a captured window's diff names ``slow`` and ``aten::mm``; a SIGTERM later ends the script as
