@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from lmprof.workloads.hooks import never_compiled
+
 
 @dataclass
 class OtherModel:
@@ -40,7 +42,8 @@ class OtherModels:
     def watching(self) -> Iterator[OtherModels]:
         # A hook on each candidate rather than torch's global module hooks: a global hook reaches inside a
         # compiled model and makes dynamo compile it again, twice (hooks on, hooks off), and warns.
-        handles = [m.register_forward_pre_hook(self._called) for m in candidates(self._model)]
+        called = never_compiled(self._called)
+        handles = [m.register_forward_pre_hook(called) for m in candidates(self._model)]
         try:
             yield self
         finally:

@@ -157,6 +157,32 @@ def training_dropout(model: torch.nn.Module) -> Dropout:
     return dropout_from_config(cfg.to_dict())
 
 
+def generate_compiles(model: torch.nn.Module, kwargs: dict[str, Any]) -> bool:
+    """Whether transformers' ``generate()`` (called with ``kwargs``) compiles the model's whole call for its
+    decode steps, or did already: a static cache on a device it compiles on (CUDA, XPU, ...) or with a
+    compile config that asks for every device, unless ``disable_compile``. A hook on the model, or inside
+    it, is then inside compiled code, and placing or removing one makes dynamo compile again."""
+    if getattr(model, "_compiled_call", None) is not None:
+        return True
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+
+    def said(name: str) -> Any:
+        return kwargs.get(name, getattr(config, name, None))
+
+    if said("disable_compile"):
+        return False
+    try:  # transformers' own list of the caches its generate() may compile
+        from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS as static
+    except ImportError:
+        static = ("static", "offloaded_static")
+    cache = kwargs.get("past_key_values")
+    compilable = said("cache_implementation") in static or (
+        cache is not None and bool(getattr(cache, "is_compileable", False)) and type(cache).__name__ != "DynamicCache")
+    device = getattr(getattr(model, "device", None), "type", "cpu")
+    every_device = bool(getattr(said("compile_config"), "_compile_all_devices", False))
+    return compilable and (device in ("cuda", "xpu", "neuron", "tpu") or every_device)
+
+
 def supports_static_cache(model: torch.nn.Module) -> bool:
     """True when transformers marks ``model`` as compilable whole with a ``StaticCache``."""
     return bool(getattr(model, "_can_compile_fullgraph", False))

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.hooks import never_compiled, takes_hooks
 
 OnForward = Callable[[Any, Any], None]
 
@@ -37,9 +37,11 @@ def _ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 class ForwardEnds:
     """Calls ``on_forward(output, ids)`` as each top-level forward of ``model`` ends (``ids``: its input)."""
 
-    def __init__(self, model: torch.nn.Module, on_forward: OnForward):
+    def __init__(self, model: torch.nn.Module, on_forward: OnForward, compiled: bool = False):
         self.model, self.on_forward = model, on_forward
-        self.mode = "deciding"  # then "own" (model(x)), "learning" or "bypass" (model.forward(x))
+        # then "own" (model(x)), "learning" or "bypass" (model.forward(x)); a compiled model is called, and no
+        # hook goes inside it (nor a global one, whose removal would make dynamo compile its call again)
+        self.mode = "own" if compiled else "deciding"
         self._handles: list[Any] = []  # the model's own hooks, kept to the end
         self._learning: list[Any] = []  # submodules' hooks: every one while learning, then first and last
         self._decider: Any = None
@@ -53,9 +55,9 @@ class ForwardEnds:
 
     @classmethod
     def installed(cls, model: torch.nn.Module, on_forward: OnForward,
-                  on_done: Callable[[Callable[[], None]], None]) -> "ForwardEnds":
+                  on_done: Callable[[Callable[[], None]], None], compiled: bool = False) -> "ForwardEnds":
         """Hooked on ``model`` (nothing when it takes no hooks), ``on_done`` given what removes them."""
-        ends = cls(model, on_forward)
+        ends = cls(model, on_forward, compiled)
         if ends.install():
             on_done(ends.remove)
         return ends
@@ -64,9 +66,11 @@ class ForwardEnds:
         """Hook the model; False when it takes no hooks (TorchScript)."""
         if not takes_hooks(self.model):
             return False
-        self._handles.append(self.model.register_forward_pre_hook(self._own_begins))
-        self._handles.append(self.model.register_forward_hook(self._own_end, with_kwargs=True, always_call=True))
-        self._decider = torch.nn.modules.module.register_module_forward_pre_hook(self._decide)
+        self._handles.append(self.model.register_forward_pre_hook(never_compiled(self._own_begins)))
+        self._handles.append(self.model.register_forward_hook(never_compiled(self._own_end), with_kwargs=True,
+                                                              always_call=True))
+        if self.mode == "deciding":
+            self._decider = torch.nn.modules.module.register_module_forward_pre_hook(self._decide)
         return True
 
     def remove(self) -> None:

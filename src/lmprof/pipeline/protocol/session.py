@@ -35,6 +35,7 @@ from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
 from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, rough_kind
 from lmprof.pipeline.protocol.windows import windows_for
+from lmprof.workloads.hf_interface import generate_compiles
 from lmprof.workloads.hooks import unwrap
 
 
@@ -184,14 +185,15 @@ class Session:
         if self.done or self.collected:
             return
         if self.observed.model is None and model is not None:
-            inner, compiled = unwrap(model)  # a forward compiled in place (HF's static-cache recipe) takes no hooks
-            self.attach(inner, compiled=compiled, outer=model)
+            # compiled code takes no hook: a forward compiled in place, generate()'s own compilation of the call
+            inner, compiled = unwrap(model)
+            self.attach(inner, compiled=compiled or generate_compiles(inner, kwargs or {}), outer=model)
         self._gen_aside = None if self.windows.profiled.active else self.aside.at_generation_begin(self.k, self.plan.warmup)
         if self._gen_aside is not None and self._gen_aside.skip:
             return
         model = self.observed.model
         if self.driver.hooks_forwards and self._forwards is None and model is not None:
-            self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done)
+            self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done, self.observed.compiled)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         self._begin(self.k + 1, fresh=True)
         self.clock.generation_begins(ids)

@@ -22,7 +22,7 @@ import torch
 from lmprof.pipeline.protocol.plan import Phase
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.hooks import never_compiled, takes_hooks
 from lmprof.workloads.precision import dtype_name
 
 Shape = tuple[int, int]
@@ -125,12 +125,12 @@ class ShapesWindow(Window):
         if target is None or not takes_hooks(target):
             return
         if trains:  # generations: their dtype only (a generation's shapes are its own, timing.py)
-            self._hooks.append(target.register_forward_pre_hook(self._forward, with_kwargs=True))
+            self._hooks.append(target.register_forward_pre_hook(never_compiled(self._forward), with_kwargs=True))
         # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
         # enter it inside model.forward, after the model's own pre-hooks ran
         inner = None if seen.compiled else first_matmul_module(target)
         if inner is not None:
-            self._hooks.append(inner.register_forward_pre_hook(self._inner_forward))
+            self._hooks.append(inner.register_forward_pre_hook(never_compiled(self._inner_forward)))
             self._inner = True
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ from lmprof.pipeline.protocol.windows.watch_capture import Capture
 from lmprof.record.run import Baseline, RequestKind, Run, WatchAlert, WatchCapture, WatchSection
 from lmprof.record.watch import WATCH_DIR, StepSummary, save_section
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.hooks import never_compiled, takes_hooks
 
 if TYPE_CHECKING:
     from lmprof.pipeline.protocol.probes import Probes
@@ -208,7 +208,7 @@ class WatchWindow(Window):
             self.panel = WatchPanel()
         model = seen.model
         if model is not None and takes_hooks(model):
-            self._hook = model.register_forward_pre_hook(self._forward, prepend=True, with_kwargs=True)
+            self._hook = model.register_forward_pre_hook(never_compiled(self._forward), prepend=True, with_kwargs=True)
         self._next = first
         self.state = WATCHING
         self.w.start(first)  # the first watched step begins (left out of the series: the profiler's teardown)
