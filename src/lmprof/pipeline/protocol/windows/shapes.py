@@ -48,6 +48,8 @@ class StepShapes:
     # The autocast dtype each recorded forward ran under (None: no autocast), and whether an fp32 forward on
     # CUDA ran with TF32 matmuls allowed: the dtype the matmuls ran in, whose peak MFU is against
     autocast: set[str | None] = field(default_factory=set)
+    # the same read at the model's own call, where the first matmul module's was never called
+    autocast_outer: set[str | None] = field(default_factory=set)
     tf32: bool = False
     evaluated: int = 0  # clean steps that also ran the model without grad (an evaluation): it is in their time
 
@@ -55,11 +57,12 @@ class StepShapes:
         """The dtype the steps' matmuls ran in, for weights of dtype ``params``, and a note where it is not
         the weights' (or cannot be told): autocast's when every recorded forward ran under one, ``tf32``
         for fp32 matmuls on CUDA with TF32 allowed."""
-        if len(self.autocast) > 1:
+        seen = self.autocast or self.autocast_outer
+        if len(seen) > 1:
             return params, (f"the steps' forwards ran under different autocast settings "
-                            f"({', '.join(sorted(d or 'none' for d in self.autocast))}): MFU is against the "
+                            f"({', '.join(sorted(d or 'none' for d in seen))}): MFU is against the "
                             f"{params} peak of the weights")
-        (dt,) = self.autocast or {None}
+        (dt,) = seen or {None}
         if dt is not None and dt != params:
             return dt, (f"autocast: the forwards ran under {dt} autocast, weights in {params}; MFU is against the "
                         f"{dt} peak, what the matmuls ran in")
@@ -137,8 +140,7 @@ class ShapesWindow(Window):
         if not torch.is_grad_enabled():
             self._evaluated = True  # an evaluation in the step (no_grad): not its training work, but in its time
             return
-        if not self._inner:
-            self._compute()
+        self._compute(self.record.autocast_outer if self._inner else self.record.autocast)
         tokens = forward_tokens(args, kwargs)[1]
         if tokens is not None:
             self._now.append(tokens)
@@ -147,14 +149,15 @@ class ShapesWindow(Window):
 
     def _inner_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if torch.is_grad_enabled() or not self.ctx.spec.traits.trains:  # training: not an evaluation's
-            self._compute()
+            self._compute(self.record.autocast)
 
-    def _compute(self) -> None:
-        """What this forward's matmuls run in: autocast's dtype on the model's device type, TF32 on CUDA."""
+    def _compute(self, into: set[str | None]) -> None:
+        """What this forward's matmuls run in (``into``): autocast's dtype on the model's device type; TF32 on
+        CUDA."""
         kind = self.ctx.observed.device.kind if self.ctx.observed.device is not None else "cpu"
         with contextlib.suppress(RuntimeError, AttributeError, TypeError):  # a device type autocast does not know
             on = torch.is_autocast_enabled(kind)
-            self.record.autocast.add(dtype_name(torch.get_autocast_dtype(kind)) if on else None)
+            into.add(dtype_name(torch.get_autocast_dtype(kind)) if on else None)
             if kind == "cuda" and not on and torch.backends.cuda.matmul.allow_tf32:
                 self.record.tf32 = True
 
