@@ -121,11 +121,13 @@ class ShapesWindow(Window):
         self._now, self._complete, self._timed, self._evaluated = [], True, len(self.ctx.timings.steps), False
 
     def start(self) -> None:
-        self._started = True
         seen, trains = self.ctx.observed, self.ctx.spec.traits.trains
         # a compiled model: its wrapper's hook, outside the compiled code (none inside: it would recompile)
         target = seen.outer if seen.compiled else seen.model
-        if target is None or not takes_hooks(target):
+        if target is None:
+            return  # no model yet (a script's first optimizer step names it): the next step tries again
+        self._started = True
+        if not takes_hooks(target):
             return
         if trains:  # generations: their dtype only (a generation's shapes are its own, timing.py)
             self._hooks.append(target.register_forward_pre_hook(never_compiled(self._forward), with_kwargs=True))
