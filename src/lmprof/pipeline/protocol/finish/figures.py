@@ -85,7 +85,7 @@ class Facts:
     tokens_per_step: int | None = None  # training tokens per step / generated tokens per generation
     plots: bool = True
     config: dict[str, Any] | None = None  # a Hugging Face model's config, for the describer (no formulas)
-    # How the model departs from what its config builds (workloads/departure.py); its FLOPs are then counted
+    # How the model departs from what its config builds (measure/model_facts/departure.py); FLOPs are then counted
     departs: str | None = None
     model_params: int | None = None  # the model's own parameters, which the describer's must equal
 
