@@ -9,21 +9,15 @@ script's own output alone, and its exit code.
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from lmprof.cli.main import main
 from lmprof.record.run import Run
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow  # a subprocess that imports torch and transformers: scheduled first
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = """
 from threading import Thread
@@ -51,19 +45,18 @@ for i in range(5):
 """
 
 
-def test_a_streamed_generate_in_its_own_thread_runs_as_alone(tmp_path: Path) -> None:
+def test_a_streamed_generate_in_its_own_thread_runs_as_alone(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """In this process (a crash would fail the test as a lost worker): the script alone, then under
+    ``lmprof run --infer``; captured at the file descriptors, where kineto writes."""
     script = tmp_path / "stream.py"
     script.write_text(SCRIPT)
-    alone = io.StringIO()
-    with contextlib.redirect_stdout(alone):
-        runpy.run_path(str(script), run_name="__main__")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--infer", "--no-report", "--warmup", "1", "--steps", "2",
-                           "--profile-steps", "1", "--out", str(tmp_path / "runs"), str(script)],
-                          capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]  # the old code: -11, a segmentation fault
-    assert proc.stdout == alone.getvalue()
-    assert "External init callback" not in proc.stderr
+    runpy.run_path(str(script), run_name="__main__")
+    alone = capfd.readouterr().out
+    assert main(["run", "--infer", "--no-report", "--warmup", "1", "--steps", "2", "--profile-steps", "1", "--out",
+                 str(tmp_path / "runs"), str(script)]) == 0  # the old code: a segmentation fault
+    seen = capfd.readouterr()
+    assert seen.out == alone
+    assert "External init callback" not in seen.err
     run = Run.load(next((tmp_path / "runs").iterdir()))
     assert run.value("ttft") and run.value("tpot")
     assert any(n.startswith("no profiled window: generation") and "main thread" in n for n in run.notes)
