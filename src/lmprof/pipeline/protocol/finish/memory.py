@@ -24,7 +24,8 @@ def add_memory(run: Run, folder: Path, measured: MeasuredMemory | None, estimate
             value, note = measured.value(key)
             run.metrics[memory_key(key)] = (Metric(value=float(value), unit="B", source="measured", note=note)
                                             if value is not None else Metric.na("B", note or "not measurable here"))
-        run.notes.append("no memory formulas for this module: memory figures are measured only")
+        if not any("no memory estimate" in n for n in run.notes):  # a note said why already
+            run.notes.append("no memory formulas for this module: memory figures are measured only")
     if measured is None:
         return
     note = held_note(measured, estimate)
