@@ -155,3 +155,19 @@ def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) 
     assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
     assert all("peak bf16" in (run.metrics[k].note or "") for k in ("prefill.mfu", "decode.mfu"))
     assert run.value("kv_cache") and run.value("kv_cache.estimated") == run.value("kv_cache")  # old: 2x, fp32's
+
+
+def test_generations_of_a_described_model_under_autocast_have_no_cache_estimate(tmp_path: Path) -> None:
+    """The describer's cache is its build dtype's (the weights'); autocast's cache is another: n/a, said why."""
+    model = _olmo().eval()
+    x = torch.randint(3, 100, (B, 8), generator=torch.Generator().manual_seed(0))
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, infer=True) as prof:
+        for _ in range(8):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=4, min_new_tokens=4,
+                               do_sample=False, pad_token_id=0)
+            prof.step()
+    run = Run.load(prof.folder)
+    estimate = run.metrics["kv_cache.estimated"]
+    assert run.value("kv_cache") and estimate.value is None and "autocast" in (estimate.note or "")
+    assert run.value("prefill.flops.model_per_step")  # the FLOPs stand

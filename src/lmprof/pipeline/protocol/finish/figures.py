@@ -327,7 +327,9 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
 
 def _kv_cache(run: Run, f: Facts, described: ModelFacts | None = None) -> None:
     s = f.shape
-    if described is not None and f.batch and f.seq_len and f.new_tokens:
+    if described is not None and f.batch and f.seq_len and f.new_tokens and (why := _autocast_bytes(f)):
+        run.metrics[KV_CACHE_ESTIMATED] = Metric.na("B", why, source="estimated")  # its cache is autocast's
+    elif described is not None and f.batch and f.seq_len and f.new_tokens:
         tokens = f.seq_len + f.new_tokens - 1
         kinds = ", ".join(described.cache_by_kind(tokens))
         run.metrics[KV_CACHE_ESTIMATED] = Metric(
