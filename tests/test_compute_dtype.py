@@ -140,10 +140,8 @@ def test_the_trainer_s_bf16_is_read_inside_the_forward(tmp_path: Path) -> None:
     assert "peak bf16" in (run.metrics[MFU].note or "")
 
 
-def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) -> None:
-    """``generate()`` under bf16 autocast with fp32 weights: prefill and decode MFU against the bf16 peak, and
-    the KV cache estimate in bf16, as the cache the projections made is (the measured cache's bytes)."""
-    model = _gpt2().eval()
+def _generated_under_autocast(tmp_path: Path, model: nn.Module) -> Run:
+    """``generate()`` under CPU bf16 autocast, 8 times, under ``lmprof.profile(infer=True)``."""
     x = torch.randint(3, 100, (B, 8), generator=torch.Generator().manual_seed(0))
     with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, infer=True) as prof:
         for _ in range(8):
@@ -151,7 +149,13 @@ def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) 
                 model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=4, min_new_tokens=4,
                                do_sample=False, pad_token_id=0)
             prof.step()
-    run = Run.load(prof.folder)
+    return Run.load(prof.folder)
+
+
+def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) -> None:
+    """``generate()`` under bf16 autocast with fp32 weights: prefill and decode MFU against the bf16 peak, and
+    the KV cache estimate in bf16, as the cache the projections made is (the measured cache's bytes)."""
+    run = _generated_under_autocast(tmp_path, _gpt2().eval())
     assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
     assert all("peak bf16" in (run.metrics[k].note or "") for k in ("prefill.mfu", "decode.mfu"))
     assert run.value("kv_cache") and run.value("kv_cache.estimated") == run.value("kv_cache")  # old: 2x, fp32's
@@ -159,15 +163,7 @@ def test_generations_under_autocast_have_its_peak_and_its_cache(tmp_path: Path) 
 
 def test_generations_of_a_described_model_under_autocast_have_no_cache_estimate(tmp_path: Path) -> None:
     """The describer's cache is its build dtype's (the weights'); autocast's cache is another: n/a, said why."""
-    model = _olmo().eval()
-    x = torch.randint(3, 100, (B, 8), generator=torch.Generator().manual_seed(0))
-    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, infer=True) as prof:
-        for _ in range(8):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=4, min_new_tokens=4,
-                               do_sample=False, pad_token_id=0)
-            prof.step()
-    run = Run.load(prof.folder)
+    run = _generated_under_autocast(tmp_path, _olmo().eval())
     estimate = run.metrics["kv_cache.estimated"]
     assert run.value("kv_cache") and estimate.value is None and "autocast" in (estimate.note or "")
     assert run.value("prefill.flops.model_per_step")  # the FLOPs stand
