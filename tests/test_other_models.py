@@ -174,3 +174,19 @@ def test_modules_that_fail_to_answer_are_passed_over() -> None:
     found = candidates(model)
     assert other in found and broken not in found and model not in found
     del broken, half
+
+
+def test_a_module_trained_beside_the_model_is_said_to_be_trained(tmp_path: Path) -> None:
+    """A head outside the profiled model, trained by the same optimizer: named as trained, not as a teacher."""
+    torch.manual_seed(0)
+    model, head = _gpt2(2, 64).train(), nn.Linear(128, 4)
+    opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-3)
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(14):
+            head(model(input_ids=_ids(i)).logits).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    run = Run.load(prof.folder)
+    assert any("a module trained beside it" in n and "Linear (516 parameters, 516 of them trained" in n
+               for n in run.notes), run.notes

@@ -25,9 +25,12 @@ class OtherModel:
     name: str  # its class
     params: int
     calls: int  # outermost calls in the step
+    trained: int = 0  # its parameters that require grad: a module trained beside the model, not a frozen one
 
     def said(self) -> str:
-        return f"{self.name} ({self.params:,} parameters, {self.calls} call{'s' if self.calls != 1 else ''} a step)"
+        trained = f", {self.trained:,} of them trained" if self.trained else ""
+        return (f"{self.name} ({self.params:,} parameters{trained}, {self.calls} call{'s' if self.calls != 1 else ''} "
+                "a step)")
 
 
 class OtherModels:
@@ -59,7 +62,9 @@ class OtherModels:
         if found is None:
             inner = getattr(module, "_orig_mod", None)  # torch.compile's wrapper: the model it compiled
             name = f"{type(inner).__name__} (compiled)" if isinstance(inner, torch.nn.Module) else type(module).__name__
-            self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in module.parameters()), 1)
+            params = list(module.parameters())
+            self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in params), 1,
+                                               sum(p.numel() for p in params if p.requires_grad))
         else:
             found.calls += 1
 

@@ -230,10 +230,11 @@ OTHERS = "the step ran other models' forwards too"
 
 def _others_note(others: list[OtherModel]) -> str:
     one = len(others) == 1
+    beside = "; one with trained parameters is a module trained beside it" if any(o.trained for o in others) else ""
     return (f"the step also ran {'another model' if one else f'{len(others)} other models'} than the one profiled "
-            f"(a teacher, a reference or a reward model): {', '.join(o.said() for o in others)}. "
-            f"{'Its' if one else 'Their'} forwards are in the hardware FLOPs and HFU (counted), not in the model "
-            "FLOPs and MFU, which are the profiled model's")
+            f"(a teacher, a reference or a reward model{beside}): {', '.join(o.said() for o in others)}. "
+            f"{'Its' if one else 'Their'} work is in the hardware FLOPs and HFU (counted), not in the model FLOPs "
+            "and MFU, which are the profiled model's")
 
 
 def _autocast_bytes(f: Facts) -> str | None:
