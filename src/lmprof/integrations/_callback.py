@@ -17,9 +17,9 @@ from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import OptimizerTrigger
-from lmprof.workloads.hooks import unwrap
 from lmprof.pipeline.protocol.windows.watch import watch_of
 from lmprof.pipeline.usercode.guard import watch_spec
+from lmprof.workloads.hooks import unwrap
 
 
 class SessionCallback:

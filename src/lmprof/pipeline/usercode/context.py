@@ -12,8 +12,8 @@ from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.triggers import OptimizerTrigger
-from lmprof.workloads.hooks import unwrap
 from lmprof.pipeline.protocol.windows.watch import watch_of
+from lmprof.workloads.hooks import unwrap
 
 
 class Profile:

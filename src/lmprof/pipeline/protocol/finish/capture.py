@@ -42,7 +42,8 @@ def capture_run(spec: Spec, plan: PhasePlan, seen: Observed, folder: Path, profi
         timings=Timings(steps=list(step_s)), profile=profile, notes=[], facts=facts, known=said.known,
         compiled=seen.compiled, input_shape=seen.input_shape, backwards_per_step=backwards, forwards_per_step=forwards,
         batches_per_step=batches, tokens_per_step=tokens,
-        memory=None, cache_bytes=None, flops=None, recomputes=seen.recomputes, others=seen.others, shapes=None, energy=None, noise=None, compile=None,
+        memory=None, cache_bytes=None, flops=None, recomputes=seen.recomputes, others=seen.others, shapes=None,
+        energy=None, noise=None, compile=None,
         figure_notes=["a window captured by the whole-run watch: its memory measurement, FLOP count and energy "
                       "are the parent run's (one folder up)"])
     run = assemble(m)

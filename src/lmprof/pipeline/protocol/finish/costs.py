@@ -104,8 +104,7 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
         put_pass(run, p, per_optimizer_step(_without_bytes(figures, no_bytes), k))
     run.blocks = _blocks_per_step(fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1)),
                                   micro_batches)
-    if no_bytes:
-        run.blocks = [b.model_copy(update={"bytes": None}) for b in run.blocks]
+    run.blocks = _blocks_without_bytes(run.blocks, no_bytes)
     run.notes.append(f"FLOPs, bytes and block costs read off the model on the meta device ({facts.family!r} has no "
                      "lmprof formulas): torch's FlopCounterMode formulas over the ops it runs"
                      + (f"; decode: one step at KV length {facts.context} times the steps"
@@ -163,8 +162,7 @@ def add_varied_model_costs(run: Run, folder: Path, facts: Mapping[tuple[int, int
                                                              device_name=run.env.device_name, device_kind=kind,
                                                              dtype=dtype, hardware=hardware), no_bytes))
     run.blocks = _mean_blocks(run.blocks, profiled, lambda f: fill_facts_block_costs(run.blocks, facts[(f[0], f[1])]))
-    if no_bytes:
-        run.blocks = [b.model_copy(update={"bytes": None}) for b in run.blocks]
+    run.blocks = _blocks_without_bytes(run.blocks, no_bytes)
     run.notes.append(note)
     _roofline(run, folder, dtype, next(iter(facts.values())).name or "model", plots)
 
@@ -205,6 +203,11 @@ def _without_bytes(figures: dict[str, Metric], why: str | None) -> dict[str, Met
     if not why:
         return figures
     return {**figures, BYTES_MODEL: Metric.na("B", why, source="estimated"), MBU: Metric.na("%", why, source="derived")}
+
+
+def _blocks_without_bytes(blocks: list[Block], why: str | None) -> list[Block]:
+    """``blocks`` with no bytes (so no roofline point), where the bytes read are not the run's (``why``)."""
+    return [b.model_copy(update={"bytes": None}) for b in blocks] if why else blocks
 
 
 def varied_na(run: Run, why: str) -> None:

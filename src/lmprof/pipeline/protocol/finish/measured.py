@@ -110,14 +110,15 @@ def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
     step = windows.figures.result()
     where = f"warm-up {spec.unit} {plan.flops_at}, before the timed windows"
     shape = facts.shape
+    # a training step's count has what it ran beyond the model's FLOPs in it (recomputation, other models)
+    beyond = {"recomputed": bool(seen.recomputes), "others": bool(seen.others)}
     if windows.flops.counted:  # counted on a step of their own (training only)
-        return CountedFlops(where=where, step=windows.flops.counted, recomputed=bool(seen.recomputes),
-                            others=bool(seen.others)), []
+        return CountedFlops(where=where, step=windows.flops.counted, **beyond), []
     if step is not None and step.flops:
         if spec.traits.generates:
             decode = step.flops - step.prefill_flops if step.prefill_flops else None
             return CountedFlops(where=where, prefill=step.prefill_flops, decode=decode), []
-        return CountedFlops(where=where, step=step.flops, recomputed=bool(seen.recomputes), others=bool(seen.others)), []
+        return CountedFlops(where=where, step=step.flops, **beyond), []
     if windows.flops.gave_way:
         return None, []  # the window said why already (your own profiler ran in the counting step)
     if shape is None and not seen.compiled and plan.flops_apart:

@@ -1,6 +1,6 @@
 """The FLOPs step: in training, for a model lmprof has no formulas for, whose backward recomputes
-checkpointed activations, or whose step runs other models too (both seen in the figures step), FLOPs are counted with torch's FlopCounterMode on
-the warm-up step after the figures step, a step of their own.
+checkpointed activations, or whose step runs other models too (both seen in the figures step), FLOPs
+are counted with torch's FlopCounterMode on the warm-up step after the figures step, a step of their own.
 
 Counted in the figures step itself, FlopCounterMode's Python cost per operator (tens of µs) would be
 in that step's recording, which is the run's profile when the script ends before lmprof's window: on
@@ -38,7 +38,8 @@ class FlopsWindow(Window):
         # Counted where lmprof has no formulas, and where the step recomputes checkpointed activations or runs
         # other models (the formulas are model FLOPs; the count is what ran, the hardware FLOPs).
         if not (ctx.plan.flops_apart and step == ctx.plan.flops_at and seen.model is not None
-                and self.counter is None and not seen.compiled and (seen.shape() is None or seen.recomputes or seen.others)):
+                and self.counter is None and not seen.compiled
+                and (seen.shape() is None or seen.recomputes or seen.others)):
             return
         if user_profiler_active():
             self.gave_way = True
