@@ -167,3 +167,17 @@ def test_generations_of_a_described_model_under_autocast_have_no_cache_estimate(
     estimate = run.metrics["kv_cache.estimated"]
     assert run.value("kv_cache") and estimate.value is None and "autocast" in (estimate.note or "")
     assert run.value("prefill.flops.model_per_step")  # the FLOPs stand
+
+
+def test_a_run_without_clean_steps_reads_the_dtype_in_its_profiled_ones(tmp_path: Path) -> None:
+    """The dtype is read in the clean steps, and only there once read (a hook in the profiled steps is their
+    blocks' "other"); a run with none reads it where it can."""
+    model = _gpt2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with lmprof.profile(model, out=tmp_path / "runs", report=False, verbose=False, warmup=1, steps=0,
+                        profile_steps=1) as prof:
+        for i in range(4):
+            _autocast(model, opt, i)
+            prof.step()
+    run = Run.load(prof.folder)
+    assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
