@@ -5,7 +5,9 @@
   unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest. An
   optimizer created later that holds all of its parameters replaces it (one re-created every epoch).
   An optimizer step with no forward of the model since the last boundary (``opt.step()`` twice per
-  batch) ends no step: it belongs to the next one, so a step stays one pass of the loop.
+  batch) ends no step: it belongs to the next one, so a step stays one pass of the loop. A
+  ``GradScaler.step(opt)`` that skips ``opt.step()`` (inf or NaN gradients, as fp16 training has now
+  and then) ends a step all the same: ``GradScaler.step`` is patched on the class while the session runs.
 * Inference: ``transformers``' ``GenerationMixin.generate``, patched on the class while the session
   runs: each call is a generation, the receiver is the model; a forward hook on the model marks the
   end of each of its top-level forwards (timing.py: :func:`hook_forward_ends`).
@@ -94,11 +96,37 @@ class OptimizerTrigger:
         self._replaces: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
         self._forward_hook: Any = None  # the model's forward pre-hook: a forward ran since the last boundary
         self._forward_since = self._forward_seen = False
+        self._last_stepped: Any = None  # the optimizer the post hook saw last (a scaler's step ran it)
+        self._skips = 0  # optimizer steps the GradScaler skipped
+        self._scaler_step: Any = None  # GradScaler.step as it was before the session patched it
 
     def install(self) -> None:
         self._handles = [register_optimizer_step_pre_hook(self._pre_hook),
                          register_optimizer_step_post_hook(self._post_hook)]
+        if self.boundaries:
+            self._patch_scaler()
         self.session.on_done(self.remove)
+
+    def _patch_scaler(self) -> None:
+        """Patch ``GradScaler.step``: when it skips the optimizer's step (inf or NaN gradients), no
+        optimizer hook runs, and without this the loop's pass and the next one would be one step (twice
+        the tokens, a backward too many, shapes said to vary)."""
+        from torch.amp.grad_scaler import GradScaler
+
+        original, trigger = GradScaler.step, self
+
+        @functools.wraps(original)
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if trigger.session.done:
+                return original(scaler, optimizer, *args, **kwargs)
+            trigger._last_stepped = None
+            out = original(scaler, optimizer, *args, **kwargs)
+            if trigger._last_stepped is not optimizer:
+                trigger._skipped(optimizer)
+            return out
+
+        self._scaler_step = original
+        GradScaler.step = step  # type: ignore[method-assign]  # remove() restores it
 
     # The hooks run in every optimizer step of the user's loop until it ends. After the profiled window
     # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
@@ -108,6 +136,7 @@ class OptimizerTrigger:
             self._pre(opt, args, kwargs)
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._last_stepped = opt
         if self.boundaries or self._scoping():
             self._post(opt, args, kwargs)
 
@@ -115,6 +144,13 @@ class OptimizerTrigger:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._scaler_step is not None:
+            from torch.amp.grad_scaler import GradScaler
+
+            if getattr(GradScaler.step, "__wrapped__", None) is self._scaler_step:
+                GradScaler.step = self._scaler_step  # type: ignore[method-assign]
+            # else another session patched it over this one's: this one's wrapper passes calls through
+            self._scaler_step = None
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
@@ -156,12 +192,31 @@ class OptimizerTrigger:
             if not any(o is opt for o in self.session.observed.optimizers):
                 self.session.observed.optimizers.append(opt)  # its zero_grad gets a scope in the window
             return
+        self._step_ended(opt, ran=True)
+
+    @_in_session
+    def _skipped(self, opt: torch.optim.Optimizer) -> None:
+        """``GradScaler.step(opt)`` skipped ``opt.step()``: the loop's pass ended all the same."""
+        if not self.session.collected:  # the steps the run's figures come from
+            self._skips += 1
+            notes = self.session.observed.notes
+            note = (f"the GradScaler skipped {self._skips} optimizer step(s) before the profiled window ended (inf "
+                    "or NaN gradients: fp16 loss scaling skips those steps); each still ended a step of the loop")
+            at = next((i for i, n in enumerate(notes) if n.startswith("the GradScaler skipped")), None)
+            if at is None:
+                notes.append(note)
+            else:
+                notes[at] = note
+        self._step_ended(opt, ran=False)
+
+    def _step_ended(self, opt: torch.optim.Optimizer, ran: bool) -> None:
+        """An optimizer step ended (``ran``) or was skipped: the chosen optimizer's ends a step."""
         if self.chosen is None:
             self._choose(opt)
         elif opt is not self.chosen and self._replaces_chosen(opt):
             self._replace(opt)
         if opt is self.chosen:
-            if self._scoping():
+            if ran and self._scoping():
                 self.session.optimizer_end()
             if self._forward_seen and not self._forward_since:
                 return  # no forward of the model since the last boundary: this step belongs to the next one
