@@ -18,7 +18,7 @@ from lmprof.pipeline.protocol.triggers import OptimizerTrigger
 
 class FakeSession:
     def __init__(self) -> None:
-        self.observed = SimpleNamespace(notes=[], device=None, optimizers=[])
+        self.observed = SimpleNamespace(notes=[], device=None, optimizers=[], model=None)
         self.attached: list[Any] = []
 
     @property
@@ -27,6 +27,7 @@ class FakeSession:
 
     def attach(self, model: torch.nn.Module, optimizers: list[Any], compiled: bool, outer: Any = None) -> None:
         self.attached.append((model, optimizers, compiled))
+        self.observed.model, self.observed.optimizers = model, list(optimizers)
 
 
 def _step(opt: torch.optim.Optimizer, model: torch.nn.Module) -> None:
@@ -85,7 +86,8 @@ def test_the_largest_of_two_optimizers_is_chosen_and_named(collect_calls):
     _step(d_opt, disc)  # the discriminator steps first
     trigger, session = _choose(d_opt)
     assert trigger.chosen is g_opt and session.attached[0][0] is gen
-    assert any("2 optimizers" in n and "Adam" in n for n in session.notes), session.notes
+    assert any("2 optimizers" in n and "Adam" in n and "not stepping the model: SGD" in n for n in session.notes), \
+        session.notes
     assert len(collect_calls) == 1  # two candidates: leftovers could matter, so the collector ran
 
 

@@ -10,7 +10,7 @@ import contextlib
 import resource
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
@@ -95,10 +95,11 @@ class StaticMemory:
         return self.params + self.buffers + self.grads + self.optimizer
 
 
-def static_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> StaticMemory:
-    """Exact bytes of parameters, buffers, current gradients and optimizer state."""
+def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> StaticMemory:
+    """Exact bytes of parameters, buffers, current gradients and the state of every optimizer given
+    (a model trained by several, as Muon for its matrices and AdamW for the rest, holds all their states)."""
     params = list(model.parameters())
-    state = list(_state_tensors(optimizer)) if optimizer is not None else []
+    state = [t for opt in optimizers for t in _state_tensors(opt)]
     return StaticMemory(
         params=tensor_bytes(params),
         buffers=tensor_bytes(model.buffers()),

@@ -167,7 +167,15 @@ def model_facts(seen: Observed) -> ModelFacts:
         attention=attention_path(model) if model is not None else "math",
         dropout=dropout_of(model) if model is not None else 0.0,
         shape=shape,
-        optimizer=type(seen.optimizers[0]).__name__.lower() if seen.optimizers else None,
+        optimizer=optimizer_name(seen.optimizers),
         config=None if seen.departs else config_dict(model),
         departs=seen.departs,
     )
+
+
+def optimizer_name(optimizers: list[torch.optim.Optimizer]) -> str | None:
+    """The optimizer the memory estimate models: the class of them all (two AdamWs, one per group of
+    weights, are AdamW); several classes (Muon and AdamW) are named together, which no formula models."""
+    names = list(dict.fromkeys(type(o).__name__.lower() for o in optimizers))
+    return "+".join(names) if names else None
+

@@ -2,7 +2,9 @@
 
 * Training: torch.optim's global optimizer-step hooks. At the first optimizer step, the model is
   found as the module holding the most of the optimizer's parameters (the outermost one on a tie,
-  unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest. An
+  unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest, and
+  every one that steps the model's parameters (Muon for its matrices, AdamW for the rest) has its step
+  in the ``optimizer`` phase, its state in the memory figures and its ``zero_grad`` scoped. An
   optimizer created later that holds all of its parameters replaces it (one re-created every epoch).
   An optimizer step with no forward of the model since the last boundary (``opt.step()`` twice per
   batch) ends no step: it belongs to the next one, so a step stays one pass of the loop. A
@@ -126,7 +128,7 @@ class OptimizerTrigger:
             return out
 
         self._scaler_step = original
-        GradScaler.step = step  # type: ignore[method-assign]  # remove() restores it
+        GradScaler.step = step  # type: ignore[method-assign,assignment]  # remove() restores it
 
     # The hooks run in every optimizer step of the user's loop until it ends. After the profiled window
     # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
@@ -148,7 +150,7 @@ class OptimizerTrigger:
             from torch.amp.grad_scaler import GradScaler
 
             if getattr(GradScaler.step, "__wrapped__", None) is self._scaler_step:
-                GradScaler.step = self._scaler_step  # type: ignore[method-assign]
+                GradScaler.step = self._scaler_step  # type: ignore[method-assign,assignment]
             # else another session patched it over this one's: this one's wrapper passes calls through
             self._scaler_step = None
         if self._forward_hook is not None:
@@ -176,10 +178,17 @@ class OptimizerTrigger:
                 return True
         return False
 
+    def _counts(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether ``opt``'s step is part of the model's training step: the chosen optimizer, or
+        (once a model is known) any optimizer that steps its parameters."""
+        if self.boundaries and (opt is self.chosen or self.chosen is None or self.session.observed.model is None):
+            return opt is self.chosen
+        return self._steps_model(opt)
+
     @_in_session
     def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """An optimizer step begins (called by _pre_hook, while :meth:`_scoping`)."""
-        if opt is self.chosen or (not self.boundaries and self._steps_model(opt)):
+        if self._counts(opt):
             self.session.optimizer_begin()
 
     @_in_session
@@ -215,9 +224,12 @@ class OptimizerTrigger:
             self._choose(opt)
         elif opt is not self.chosen and self._replaces_chosen(opt):
             self._replace(opt)
-        if opt is self.chosen:
-            if ran and self._scoping():
+        if ran and self._counts(opt):
+            if self._scoping():
                 self.session.optimizer_end()
+            if not any(o is opt for o in self.session.observed.optimizers):
+                self.session.observed.optimizers.append(opt)  # one created later: its state and zero_grad count
+        if opt is self.chosen:
             if self._forward_seen and not self._forward_since:
                 return  # no forward of the model since the last boundary: this step belongs to the next one
             self._forward_since = False
@@ -264,13 +276,20 @@ class OptimizerTrigger:
             s.observed.device = _device_of_params(self.chosen)
         else:
             s.attach(model, [self.chosen], compiled=compiled, outer=called)
+            s.observed.optimizers += [o for o in opts[1:] if self._steps_model(o)]
             notes.append(f"model: {type(model).__name__}, the module holding the optimizer's parameters")
             if not compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                 self._forward_hook = model.register_forward_pre_hook(self._forward_ran)
         if len(opts) > 1:
-            others = ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in opts[1:4])
-            notes.append(f"{len(opts)} optimizers: steps are counted on the largest, {type(self.chosen).__name__} "
-                           f"({_n_params(self.chosen):,} params); also present: {others}")
+            mine = s.observed.optimizers[1:] if model is not None else []
+            also = [o for o in opts[1:] if not any(o is m for m in mine)]
+            def named(group: list[torch.optim.Optimizer]) -> str:
+                return ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in group[:3])
+            notes.append(f"{len(opts)} optimizers: steps end at the largest's, {type(self.chosen).__name__} "
+                         f"({_n_params(self.chosen):,} params)"
+                         + (f"; also training the model, their steps in 'optimizer' and their state in memory: "
+                            f"{named(mine)}" if mine else "")
+                         + (f"; also present, not stepping the model: {named(also)}" if also else ""))
         if compiled:
             notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it (they would force "
                            "a recompilation): its forward is not split into blocks and shows as step 'other'")

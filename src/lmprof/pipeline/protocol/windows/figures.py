@@ -79,9 +79,9 @@ class FiguresStep:
     def start(self) -> None:
         """Begin recording (the step starts now)."""
         model = self.model
-        opt = self.optimizers[0] if self.optimizers else None
+        opts = list(self.optimizers)
         if model is not None:
-            self._memory = MemoryWindow(self.device, lambda: static_memory(model, opt), out_dir=self.snapshot_dir,
+            self._memory = MemoryWindow(self.device, lambda: static_memory(model, opts), out_dir=self.snapshot_dir,
                                         snapshot=self.snapshot_dir is not None)
             if self.probes.trains:
                 self._grads = self._stack.enter_context(record_grads(model))
@@ -127,7 +127,7 @@ class FiguresStep:
                 self._memory.stop()
                 self._stopped = True
                 if self.model is not None:  # the optimizer's state exists once a step ran (a first call made it)
-                    self._static_after = static_memory(self.model, self.optimizers[0] if self.optimizers else None)
+                    self._static_after = static_memory(self.model, self.optimizers)
         finally:
             self.probes.remove()
             self._stack.close()
