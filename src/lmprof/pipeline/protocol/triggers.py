@@ -206,7 +206,9 @@ class OptimizerTrigger:
     @_in_session
     def _skipped(self, opt: torch.optim.Optimizer) -> None:
         """``GradScaler.step(opt)`` skipped ``opt.step()``: the loop's pass ended all the same."""
-        if not self.session.collected:  # the steps the run's figures come from
+        if self.chosen is None:
+            self._choose(opt)
+        if opt is self.chosen and not self.session.collected:  # a skipped step of those the figures come from
             self._skips += 1
             notes = self.session.observed.notes
             note = (f"the GradScaler skipped {self._skips} optimizer step(s) before the profiled window ended (inf "
@@ -216,7 +218,7 @@ class OptimizerTrigger:
                 notes.append(note)
             else:
                 notes[at] = note
-        self._step_ended(opt, ran=False)
+        self._step_ended(opt, ran=False)  # before the boundary it may bring: the run may be written there
 
     def _step_ended(self, opt: torch.optim.Optimizer, ran: bool) -> None:
         """An optimizer step ended (``ran``) or was skipped: the chosen optimizer's ends a step."""
