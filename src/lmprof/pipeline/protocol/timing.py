@@ -65,6 +65,16 @@ class Generation:
     # New tokens per sequence generate() returned; None: not seen (the loop's own generation, where each
     # forward makes one). More than ``forwards``: several tokens a forward (assisted, speculative decoding).
     tokens: int | None = None
+    # ``batch`` is the rows the forwards ran; generate() may run more than it was given prompts (beam search
+    # runs num_beams rows a prompt, num_return_sequences as many) and return fewer (a beam search returns
+    # its best). The prompts it was given and the sequences it returned, where they differ from ``batch``.
+    prompts: int | None = None
+    returned: int | None = None
+
+    @property
+    def outputs(self) -> int | None:
+        """The sequences generate() handed back (the rows the forwards ran, where it showed none)."""
+        return self.returned if self.returned is not None else self.batch
 
     @property
     def generated(self) -> int:
@@ -79,17 +89,21 @@ class Generation:
     @classmethod
     def from_marks(cls, start: float, forward_ends: list[float], end: float,
                    shape: tuple[int, ...] | None, recomputes: list[bool] | None = None,
-                   logits_positions: int | None = None, tokens: int | None = None) -> "Generation":
+                   logits_positions: int | None = None, tokens: int | None = None,
+                   prompts: int | None = None, returned: int | None = None) -> "Generation":
         """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``
-        (``recomputes``: whether each decode forward re-ran the whole sequence; ``logits_positions``:
-        the positions the prefill's logits had; ``tokens``: new tokens per sequence it returned)."""
+        (``shape``: the rows its forwards ran x the prompt's length; ``recomputes``: whether each decode
+        forward re-ran the whole sequence; ``logits_positions``: the positions the prefill's logits had;
+        ``tokens``: new tokens per sequence it returned; ``prompts``, ``returned``: see the fields)."""
         prompt = shape[1] if shape else None
+        batch = shape[0] if shape else None
         return cls(prefill_s=forward_ends[0] - start,
                    decode_s=[b - a for a, b in zip(forward_ends, forward_ends[1:])], e2e_s=end - start,
-                   batch=shape[0] if shape else None, prompt_len=prompt,
+                   batch=batch, prompt_len=prompt,
                    forwards=len(forward_ends), recomputed=bool(recomputes) and all(recomputes or ()),
                    last_logits_only=(None if logits_positions is None or not prompt or prompt < 2
-                                     else logits_positions == 1), tokens=tokens)
+                                     else logits_positions == 1), tokens=tokens,
+                   prompts=prompts if prompts != batch else None, returned=returned if returned != batch else None)
 
 
 @dataclass
@@ -164,6 +178,7 @@ class _Running:
     start: float
     shape: tuple[int, ...] | None
     called_with: torch.Tensor | None = None  # the prompt generate() was called with (token ids)
+    prompts: int | None = None  # its rows, where the forwards ran more (beams, several sequences a prompt)
     forwards: list[float] = field(default_factory=list)
     recomputes: list[bool] = field(default_factory=list)  # per decode forward: the whole sequence, no cache
     logits_positions: int | None = None  # positions of the prefill's logits, when its output showed them
@@ -201,8 +216,13 @@ class StepClock:
         gen = self.gen
         if gen is None:
             return False
-        if gen.shape is None and not gen.forwards:  # the prefill's input: batch x prompt
-            gen.shape = _prompt_shape(ids)
+        if not gen.forwards:  # the prefill's input: batch x prompt
+            ran = _prompt_shape(ids)
+            if gen.shape is None:
+                gen.shape = ran
+            elif ran is not None and ran[1] == gen.shape[1] and ran[0] != gen.shape[0] and ran[0] % gen.shape[0] == 0:
+                # generate() expanded its prompts before the prefill: num_beams, num_return_sequences
+                gen.prompts, gen.shape = gen.shape[0], ran
         decode = bool(gen.forwards)
         gen.forwards.append(self.mark())
         # after the mark: looking costs the step nothing
@@ -223,17 +243,26 @@ class StepClock:
         if gen is None or not gen.forwards:
             return None, shape
         shape = gen.shape or shape
+        seq = _sequences(output)
         return Generation.from_marks(gen.start, gen.forwards, end, shape, gen.recomputes, gen.logits_positions,
-                                     _new_tokens(output, gen.called_with)), shape
+                                     _new_tokens(seq, gen.called_with), prompts=gen.prompts,
+                                     returned=int(seq.shape[0]) if seq is not None else None), shape
 
 
-def _new_tokens(output: Any, prompt: torch.Tensor | None) -> int | None:
-    """New tokens per sequence in what generate() returned (its sequences, or the tensor itself) after
-    ``prompt``; None unless the sequences begin with the prompt (an encoder-decoder's do not; several
-    returned per prompt do not match its batch)."""
+def _sequences(output: Any) -> torch.Tensor | None:
+    """The token ids generate() returned: its sequences, or the tensor itself (None: neither)."""
     seq = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-    if prompt is None or not isinstance(seq, torch.Tensor) or seq.dim() != 2 or seq.shape[0] != prompt.shape[0] \
-            or seq.device != prompt.device or seq.shape[1] < prompt.shape[1] \
-            or not torch.equal(seq[:, :prompt.shape[1]], prompt):
+    return seq if isinstance(seq, torch.Tensor) and seq.dim() == 2 and not seq.is_floating_point() else None
+
+
+def _new_tokens(seq: torch.Tensor | None, prompt: torch.Tensor | None) -> int | None:
+    """New tokens per sequence in ``seq`` (what generate() returned) after ``prompt``; None unless the
+    sequences begin with the prompt (an encoder-decoder's do not), or with each prompt repeated as many
+    times as it returned sequences for each (num_return_sequences)."""
+    if prompt is None or seq is None or seq.device != prompt.device or seq.shape[1] < prompt.shape[1] \
+            or not prompt.shape[0] or seq.shape[0] % prompt.shape[0]:
+        return None
+    each = seq.shape[0] // prompt.shape[0]
+    if not torch.equal(seq[:, :prompt.shape[1]], prompt.repeat_interleave(each, 0) if each > 1 else prompt):
         return None
     return int(seq.shape[1] - prompt.shape[1])

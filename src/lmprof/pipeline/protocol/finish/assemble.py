@@ -198,12 +198,19 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                 [g.batch * (g.generated - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
                 "derived", note="batch x tokens generated after the first / decode time", basis=basis)
         metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
-            [g.batch * g.generated / g.e2e_s for g in gens if g.batch and g.generated], "tokens/s", "derived",
-            note="batch x tokens generated / the whole generation's time", basis=basis)
+            [g.outputs * g.generated / g.e2e_s for g in gens if g.outputs and g.generated], "tokens/s", "derived",
+            note="sequences returned x tokens generated / the whole generation's time", basis=basis)
+    if last.prompts is not None or last.returned is not None:
+        notes.append(EXPANDED.format(rows=last.batch, prompts=last.prompts or last.batch, returned=last.outputs))
     _overhead(m, metrics, att)
     m.config.setdefault("new_tokens", last.generated)
     return metrics
 
+
+EXPANDED = (
+    "generate() ran its forwards on {rows} rows for {prompts} prompt(s) and returned {returned} sequence(s) (beam search "
+    "runs num_beams rows a prompt, num_return_sequences as many): FLOPs, bytes, the KV cache and the prefill and "
+    "decode throughputs are those rows'; output throughput and tokens per generation count the sequences returned")
 
 SEVERAL_PER_FORWARD = (
     "several tokens per forward: each generation made {tokens} tokens per sequence in {forwards} forwards of the model "
@@ -250,7 +257,8 @@ def _observed(m: Measured, run: Run) -> Known:
         run.config["tf32"] = True
     B, T = m.input_shape if m.input_shape and len(m.input_shape) == 2 else (None, None)
     new_tokens = m.timings.gens[-1].generated if infer and m.timings.gens else 0
-    tokens = run.value(TOKENS_PER_STEP) if not infer else (B * new_tokens if B else None)
+    outputs = m.timings.gens[-1].outputs if infer and m.timings.gens else B
+    tokens = run.value(TOKENS_PER_STEP) if not infer else (outputs * new_tokens if outputs else None)
     shown = f"batch {B}, {'prompt ' if infer else 'seq '}{T}" if B else "input shape unknown"
     return Known(
         title=f"{facts.name}, {shown}, {dtype}, {m.device}", dtype=dtype, param_dtype=params, shape=facts.shape,
