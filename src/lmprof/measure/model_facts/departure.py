@@ -23,14 +23,18 @@ def departure(model: torch.nn.Module, described_params: int | None, *, trains: b
     parameters tell. ``trains``: the steps train the model, so frozen weights change their FLOPs."""
     from lmprof.workloads.describe import inner_module
 
+    from lmprof.measure.model_facts.quantized import quantized
+
     m = inner_module(model)
     params = dict(m.named_parameters())  # a weight tied to another is listed once
-    total = sum(p.numel() for p in params.values())
+    q = quantized(m)  # quantized weights count at their logical shape: packed ones are not parameters of it
+    total = sum(p.numel() for p in params.values()) + (q.hidden if q is not None else 0)
     why = []
     if described_params is not None and total != described_params:
         why.append(departure_clause(total, described_params))
     if trains:
         frozen = {n for n, p in params.items() if p.is_floating_point() and not p.requires_grad}
+        # (bitsandbytes' packed weights are integer tensors, never trained: not frozen by the loop)
         if frozen:
             frozen -= _frozen_as_built(m)
         if frozen:

@@ -68,6 +68,7 @@ class Observed:
     # Why neither lmprof's formulas nor a model read off the meta device from the config describe the model as
     # it runs (frozen weights, adapters, layers added or removed); None: nothing seen (departure.py)
     departs: str | None = None
+    quantized: Any = None  # how its weights are quantized (measure/model_facts/quantized.py); None: they are not
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 
@@ -108,11 +109,13 @@ class Observed:
         config describes: :attr:`departs` says how); looked up once, from the first warm-up step that asks."""
         if not self._described:
             from lmprof.measure.model_facts.departure import departure
-            from lmprof.workloads.describe import describe_module
+            from lmprof.measure.model_facts.quantized import quantized
+            from lmprof.workloads.describe import describe_module, inner_module
 
             shape = describe_module(self.model) if self.model is not None else None
             if self.model is not None:
                 with contextlib.suppress(Exception):  # a model whose parameters cannot be listed: read as built
+                    self.quantized = quantized(inner_module(self.model))
                     self.departs = departure(self.model, shape.n_params() if shape is not None else None,
                                              trains=self.trains)
             self._shape = None if self.departs else shape
@@ -135,6 +138,7 @@ class ModelFacts:
     optimizer: str | None
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
     departs: str | None = None  # Observed.departs: why neither the formulas nor the describer fit the model
+    quantized: Any = None  # Observed.quantized
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:
@@ -160,7 +164,9 @@ def model_facts(seen: Observed) -> ModelFacts:
     shape = seen.shape() if model is not None else None
     return ModelFacts(
         name=model_name(model),
-        params=sum(p.numel() for p in model.parameters()) if model is not None else None,
+        # quantized weights at their logical shape (packed ones are not parameters of it)
+        params=(sum(p.numel() for p in model.parameters()) + (seen.quantized.hidden if seen.quantized else 0)
+                if model is not None else None),
         dtype=dtype_of(model),
         model_type=getattr(getattr(model, "config", None), "model_type", None) or None,
         attention_impl=attention_implementation(model) if model is not None else None,
@@ -170,6 +176,7 @@ def model_facts(seen: Observed) -> ModelFacts:
         optimizer=optimizer_name(seen.optimizers),
         config=None if seen.departs else config_dict(model),
         departs=seen.departs,
+        quantized=seen.quantized,
     )
 
 

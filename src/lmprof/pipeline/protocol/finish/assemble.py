@@ -239,7 +239,8 @@ def _facts(m: Measured, run: Run) -> Facts:
         cache_bytes=known.cache_bytes if known.cache_bytes is not None else m.cache_bytes, energy=m.energy,
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None,  # the describer reads a model without formulas
-        departs=m.facts.departs if m.known is None else None, model_params=m.facts.params if m.known is None else None)
+        departs=m.facts.departs if m.known is None else None, model_params=m.facts.params if m.known is None else None,
+        quantized=m.facts.quantized if m.known is None else None)
 
 
 def _observed(m: Measured, run: Run) -> Known:

@@ -40,13 +40,15 @@ def add_costs(
     last_logits_only: bool | None = None,
     recomputed_step: tuple[float | None, str] | None = None,
     micro_batches: float = 1.0,
+    no_bytes: str | None = None,
 ) -> None:
     """Fill block FLOPs/bytes, MFU figures, the roofline table and (with ``plots``) roofline.png
     (``kv_cache=False``: decode re-ran the whole sequence each step, :func:`no_cache_note`;
     ``last_logits_only``: what the prefills were seen to compute, else the model's convention;
     ``recomputed_step``: a training step that recomputed checkpointed activations, its hardware FLOPs
     as counted and their note; ``micro_batches``: batches of ``batch`` x ``seq_len`` per optimizer step,
-    gradient accumulation's, :func:`per_optimizer_step`)."""
+    gradient accumulation's, :func:`per_optimizer_step`; ``no_bytes``: why the formulas' bytes are not the
+    run's, as for :func:`add_model_costs`)."""
 
     kind = run.env.device.split(":")[0]
     # Hugging Face models compute logits at every prompt position, the built-in GPT at the last one;
@@ -63,7 +65,7 @@ def add_costs(
                               dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache,
                               recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else None,
                               recomputed_source="measured")
-        figures = per_optimizer_step(figures, k)
+        figures = per_optimizer_step(_without_bytes(figures, no_bytes), k)
         if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
             figures = {k: Metric.na(v.unit, "no decode step: each generation was its prefill only", v.source)
                        for k, v in figures.items()}
@@ -72,6 +74,7 @@ def add_costs(
     run.blocks = _blocks_per_step(fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
                                                    decode_tokens=max(decode_tokens, 1), attention=attention,
                                                    conventions=conventions), micro_batches)
+    run.blocks = _blocks_without_bytes(run.blocks, no_bytes)
     no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
@@ -118,11 +121,11 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
                      blocks_from: Sequence[Sequence[tuple[int, ...]]], *, dtype: str,
                      attention: Literal["math", "sdpa"] = "math", plots: bool = True,
                      recomputed_step: tuple[float | None, str] | None = None,
-                     last_logits_only: bool | None = None, note: str) -> None:
+                     last_logits_only: bool | None = None, note: str, no_bytes: str | None = None) -> None:
     """:func:`add_costs` for steps that ran different shapes. ``steps``: per pass, each step's seconds and its
     forwards' (batch, sequence[, decode steps]); each step's FLOPs are its own, MFU their sum over the steps'
     time. ``blocks_from``: the shapes the blocks' FLOPs are the mean of (the profiled training steps', the
-    clean generations'). ``note``: what the run says of it."""
+    clean generations'). ``note``: what the run says of it; ``no_bytes`` as for :func:`add_model_costs`."""
     kind = run.env.device.split(":")[0]
     conventions = conventions_for(shape)
     if last_logits_only is not None:
@@ -133,14 +136,15 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
             put_pass(run, p, {k: Metric.na(u, "no decode step: each generation was its prefill only", source="derived")
                               for k, u in _NA_UNITS})
             continue
-        put_pass(run, p, varied_mfu_metrics(each, formula_cost(shape, p, dtype=dtype, attention=attention,  # type: ignore[arg-type]  # a pass name
-                                                               conventions=conventions),
-                                            how="by lmprof's formulas", mode=p,  # type: ignore[arg-type]
-                                            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
-                                            hardware=hardware if p == "train" else None))
-    run.blocks = _mean_blocks(run.blocks, blocks_from, lambda f: fill_block_costs(
+        put_pass(run, p, _without_bytes(varied_mfu_metrics(
+            each, formula_cost(shape, p, dtype=dtype, attention=attention,  # type: ignore[arg-type]  # a pass name
+                               conventions=conventions),
+            how="by lmprof's formulas", mode=p,  # type: ignore[arg-type]
+            device_name=run.env.device_name, device_kind=kind, dtype=dtype,
+            hardware=hardware if p == "train" else None), no_bytes))
+    run.blocks = _blocks_without_bytes(_mean_blocks(run.blocks, blocks_from, lambda f: fill_block_costs(
         run.blocks, shape, batch=f[0], seq_len=f[1], decode_tokens=max(f[2], 1) if len(f) > 2 else 1, dtype=dtype,
-        attention=attention, conventions=conventions))
+        attention=attention, conventions=conventions)), no_bytes)
     run.notes.append(note)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 

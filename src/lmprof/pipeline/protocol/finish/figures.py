@@ -24,6 +24,7 @@ from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, a
                                                    pass_time_s, passes, put_pass, varied_na)
 from lmprof.pipeline.protocol.windows.shapes import StepShapes
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
+from lmprof.pipeline.protocol.finish.quantized import COUNTS_NO_QUANTIZED, quantized_bytes, quantized_note, withhold_peak
 from lmprof.pipeline.protocol.finish.record import add_energy
 from lmprof.modes import traits
 from lmprof.record.catalogue import FLOPS_HARDWARE, FLOPS_MODEL, HFU, KV_CACHE, KV_CACHE_ESTIMATED, cost_key
@@ -88,6 +89,7 @@ class Facts:
     # How the model departs from what its config builds (measure/model_facts/departure.py); FLOPs are then counted
     departs: str | None = None
     model_params: int | None = None  # the model's own parameters, which the describer's must equal
+    quantized: Any = None  # how its weights are quantized (measure/model_facts/quantized.py); None: not
 
 
 def add_figures(run: Run, folder: Path, facts: Facts) -> None:
@@ -97,6 +99,8 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         from lmprof.measure.model_facts.departure import departure_note
 
         run.notes.append(departure_note(facts.departs))
+    if facts.quantized is not None:
+        run.notes.append(quantized_note(facts.quantized))
     generates = traits(run.mode).generates
     if generates:
         _kv_cache(run, facts, described)
@@ -112,13 +116,13 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         with quick_bandwidth.allowed():
             add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=peak_dtype, attention=facts.attention,
                              plots=facts.plots, recomputed_step=recomputed, last_logits_only=facts.last_logits_only,
-                             note=note)
+                             note=note, no_bytes=quantized_bytes(facts.quantized))
     elif varied is not None and (by_shape := _described_by_shape(run, facts, varied)) is not None:
         steps, blocks_from, note = varied
         with quick_bandwidth.allowed():
             add_varied_model_costs(run, folder, by_shape, steps["train"], blocks_from, dtype=peak_dtype,
                                    plots=facts.plots, recomputed_step=recomputed, note=note,
-                                   no_bytes=_autocast_bytes(facts))
+                                   no_bytes=quantized_bytes(facts.quantized) or _autocast_bytes(facts))
     elif varied is not None:
         what = "generations" if generates else "steps"
         varied_na(run, f"the clean {what} ran different shapes, and {_no_formulas(facts)} to count each its own: "
@@ -131,7 +135,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=peak_dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
                       kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed,
-                      micro_batches=facts.micro_batches)
+                      micro_batches=facts.micro_batches, no_bytes=quantized_bytes(facts.quantized))
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
@@ -139,8 +143,11 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                             plots=facts.plots, kv_cache=facts.kv_cache,
                             counted_decode=(counted.decode, counted.where) if counted and counted.decode else None,
                             recomputed_step=recomputed, micro_batches=facts.micro_batches,
-                            no_bytes=_autocast_bytes(facts))
+                            no_bytes=quantized_bytes(facts.quantized) or _autocast_bytes(facts))
         _check_against_count(run, described, facts.counted)
+    elif facts.counted is not None and facts.quantized is not None:
+        varied_na(run, f"{COUNTS_NO_QUANTIZED}, and {_no_formulas(facts)}")
+        run.notes.append(f"no FLOP count: {COUNTS_NO_QUANTIZED} and {_no_formulas(facts)}")
     elif facts.counted is not None:
         _counted(run, facts.counted, peak_dtype, _no_formulas(facts))
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
@@ -154,6 +161,8 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         for key, unit in ((FLOPS_HARDWARE, "FLOP"), (HFU, "%")):
             if cost_key("decode", key) in run.metrics:
                 run.metrics[cost_key("decode", key)] = Metric.na(unit, why, source="derived" if unit == "%" else "estimated")
+    if facts.quantized is not None:
+        withhold_peak(run, facts.quantized)
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         _energy(run, facts)
 
@@ -295,6 +304,9 @@ def _check_against_count(run: Run, described: ModelFacts, counted: CountedFlops 
 
 
 def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> MemoryEstimate | None:
+    if f.quantized is not None:
+        run.notes.append(f"no memory estimate: {quantized_bytes(f.quantized)}; memory figures are measured only")
+        return None
     if described is not None and f.batch and f.seq_len:
         kind = run.env.device.split(":")[0]
         if (f.param_dtype or "fp32") != f.dtype:
