@@ -35,6 +35,7 @@ class OwnLoop(Driver):
     hooks_forwards = False
     raises = True
     sizes_energy_window = True
+    other_models = False
 
     def __init__(self, known: Known, idle_s: float = 1.0):
         self.known = known

@@ -47,8 +47,9 @@ class FiguresStep:
 
     def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
                  mode: str, *, count_flops: bool, compiled: bool, phases: bool = True,
-                 snapshot_dir: Path | None = None):
+                 snapshot_dir: Path | None = None, other_models: bool = True):
         self.model, self.optimizers, self.device = model, optimizers, device
+        self.other_models = other_models  # look for other models the step runs (driver.py: Driver.other_models)
         self.compiled = compiled
         self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
         self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
@@ -87,7 +88,8 @@ class FiguresStep:
                 self._grads = self._stack.enter_context(record_grads(model))
                 if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
-                    self._others = self._stack.enter_context(OtherModels(model).watching())
+                    if self.other_models:
+                        self._others = self._stack.enter_context(OtherModels(model).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
@@ -219,7 +221,7 @@ class FiguresWindow(Window):
         snapshot_dir = ctx.claim_folder() if seen.device.kind == "cuda" else None
         self.step = FiguresStep(seen.model, seen.optimizers, seen.device, ctx.spec.mode, count_flops=describe,
                                 compiled=seen.compiled, phases=ctx.driver.probes_place_phases,
-                                snapshot_dir=snapshot_dir)
+                                snapshot_dir=snapshot_dir, other_models=ctx.driver.other_models)
         ctx.kineto_ran = True
         self.step.start()
         self._give_way = GiveWay(lambda: run_guarded(ctx, self._user_profiler_starts))  # after lmprof's own started
