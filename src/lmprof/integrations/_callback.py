@@ -54,11 +54,15 @@ class SessionCallback:
                 watch.report_loss(loss)
         s.boundary()
 
-    def _start(self, spec: Spec, model: torch.nn.Module, optimizers: Sequence[Any]) -> Session:
-        """Watch ``model`` (unwrapped) stepped by ``optimizers`` (unwrapped from the framework's wrappers)."""
-        inner, compiled = unwrap(model)
+    def _start(self, spec: Spec, model: torch.nn.Module, optimizers: Sequence[Any], compiled: bool = False) -> Session:
+        """Watch ``model`` (unwrapped) stepped by ``optimizers`` (unwrapped from the framework's wrappers);
+        ``compiled``: the framework runs it inside compiled code of its own."""
+        inner, wrapped = unwrap(model)
+        compiled = compiled or wrapped
         session = self.session = Session(spec)
-        session.attach(inner, [getattr(opt, "optimizer", opt) for opt in optimizers], compiled=compiled)
+        # a compiled model's wrapper: its hooks run outside the compiled code
+        session.attach(inner, [getattr(opt, "optimizer", opt) for opt in optimizers], compiled=compiled,
+                       outer=model if compiled and model is not inner else None)
         OptimizerTrigger(session, boundaries=False).install()
         active.register(session)
         session.begin()

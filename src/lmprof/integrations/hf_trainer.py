@@ -14,7 +14,7 @@ import transformers
 
 from lmprof.integrations._callback import SessionCallback
 from lmprof.pipeline.protocol import active
-from lmprof.workloads.hooks import unwrap
+from lmprof.workloads.hooks import compiled_wrapper, unwrap
 
 
 class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: ignore[misc]  # transformers is not followed by mypy
@@ -34,6 +34,11 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
         if model is None:
             return
         opt = kwargs.get("optimizer")
+        if getattr(args, "torch_compile", False):
+            # The Trainer hands its callbacks the model, but trains accelerate's torch.compile wrapper of it:
+            # taken for an eager model, it got lmprof's hooks, and dynamo compiled 6 graphs where it compiles 2.
+            wrapper = compiled_wrapper(model)
+            model = model if wrapper is None else wrapper
         self.spec.label = type(unwrap(model)[0]).__name__
         self._start(self.spec, model, [opt] if opt is not None else [])  # accelerate wraps the optimizer
         if self.log_to:  # the Trainer's reporting callbacks have opened their runs by now (and end them first)

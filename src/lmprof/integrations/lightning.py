@@ -55,6 +55,11 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
             print("lmprof: LightningCallback is idle: lmprof run already profiles this script", file=sys.stderr)
             self._idle = True
             return
+        if getattr(pl_module, "_compiler_ctx", None):
+            # its training_step is compiled (lightning's from_compiled): a global hook would be traced into it
+            # and its removal compile it again; the module itself is watched
+            self._last_step = int(trainer.global_step)
+            return
         mine = {id(m) for m in pl_module.modules()}
 
         def first_called(module: torch.nn.Module, args: Any) -> None:
@@ -71,8 +76,12 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         try:
             self.spec.label = type(pl_module).__name__
             # LightningOptimizer wraps each optimizer
+            # trainer.fit(torch.compile(module)): Lightning compiles the module's training_step in place
+            # (lightning's from_compiled), and the model it calls runs inside that compiled code; lmprof's
+            # hooks there were traced, and dynamo compiled 7 graphs where it compiles 2
             self._start(self.spec, self._called if self._called is not None else pl_module,
-                        list(getattr(trainer, "optimizers", None) or []))
+                        list(getattr(trainer, "optimizers", None) or []),
+                        compiled=bool(getattr(pl_module, "_compiler_ctx", None)))
         except Exception as exc:  # an lmprof failure must not stop the user's training
             print(f"lmprof: LightningCallback disabled: {exc}", file=sys.stderr)
             self.session = None

@@ -26,6 +26,7 @@ class Policy(Protocol):
 
     probes_place_phases: bool
     sizes_energy_window: bool
+    other_models: bool
 
     def meter(self, device: "Device", spec: "Spec", notes: list[str]) -> "EnergyMonitor | None": ...
 
