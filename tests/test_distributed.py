@@ -15,7 +15,7 @@ from lmprof.record.run import Run
 def ddp_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp") / "run"
     cfg = TrainConfig(preset="tiny", n_layer=2, batch_size=2, seq_len=16, steps=2, warmup=1, profile_steps=1,
-                      device="cpu", energy="off", nproc=2)
+                      device="cpu", energy="off", nproc=2, plots=False)
     run, out = run_training(cfg, out_dir=folder)
     return run, out
 
@@ -55,7 +55,7 @@ def test_allreduce_is_its_own_block(ddp_run):
 def test_crashed_rank_is_named_and_nothing_hangs(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("LMPROF_FAKE_RANK_CRASH", "1")
     code, _, err = cli("train", "--nproc", "2", "--n-layer", "1", "--steps", "1", "--warmup", "0",
-                       "--profile-steps", "1", "--device", "cpu", "--energy", "off", "--out", tmp_path)
+                       "--profile-steps", "1", "--device", "cpu", "--energy", "off", "--no-report", "--out", tmp_path)
     assert code == 2
     assert "rank 1" in err and "simulated crash" in err
     assert len(err.strip().splitlines()) == 1
