@@ -434,7 +434,7 @@ def test_cli_leaves_stdout_to_the_script(tmp_path: Path) -> None:
         sys.exit(5)
     """)
     proc = subprocess.run([sys.executable, "-m", "lmprof", "run", "--steps", "3", "--warmup", "1", "--profile-steps", "1",
-                           "--no-report", "--out", str(tmp_path / "runs"), str(script), "--lr", "3e-4"],
+                           "--no-plots", "--out", str(tmp_path / "runs"), str(script), "--lr", "3e-4"],
                           capture_output=True, text=True, timeout=240, env=_env())
     assert proc.returncode == 5
     assert proc.stdout == "out: ['--lr', '3e-4']\n"
