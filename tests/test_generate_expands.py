@@ -18,6 +18,7 @@ import pytest
 
 from lmprof.record.catalogue import E2E_LATENCY, FLOPS_MODEL, OUTPUT_TOKENS_PER_S, cost_key
 from lmprof.record.run import Run
+from script_truth import run_with_truth
 
 pytest.importorskip("transformers")
 
@@ -41,13 +42,7 @@ open(sys.argv[1], "w").write(json.dumps({"flops": fc.get_total_flops(), "rows": 
 
 
 def _generate(tmp_path: Path, cli, name: str, **kw: object) -> tuple[Run, dict]:
-    script = tmp_path / "gen.py"
-    script.write_text(SCRIPT)
-    truth, out = tmp_path / f"{name}.json", tmp_path / f"runs-{name}"
-    code, _, err = cli("run", "--infer", "--no-report", "--no-plots", "--warmup", "1", "--steps", "2",
-                       "--profile-steps", "1", "--out", str(out), str(script), str(truth), json.dumps(kw))
-    assert code == 0, err
-    return Run.load(next(out.iterdir())), json.loads(truth.read_text())
+    return run_with_truth(cli, tmp_path, SCRIPT, name, json.dumps(kw), infer=True)
 
 
 def _flops(run: Run) -> float:

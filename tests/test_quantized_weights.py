@@ -11,13 +11,13 @@ lmprof's formulas give within 2% of FlopCounterMode over its generate() (non-mat
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from lmprof.record.catalogue import BYTES_MODEL, FLOPS_MODEL, MBU, MFU, cost_key
 from lmprof.record.run import Run
+from script_truth import run_with_truth
 
 pytest.importorskip("transformers")
 
@@ -47,13 +47,7 @@ open(sys.argv[1], "w").write(json.dumps(fc.get_total_flops()))
 
 
 def _generate(tmp_path: Path, cli, *weights: str) -> tuple[Run, int]:
-    script = tmp_path / "quantized.py"
-    script.write_text(SCRIPT)
-    truth, out = tmp_path / f"{'-'.join(weights)}.json", tmp_path / f"runs-{'-'.join(weights)}"
-    code, _, err = cli("run", "--infer", "--no-report", "--no-plots", "--warmup", "1", "--steps", "2",
-                       "--profile-steps", "1", "--out", str(out), str(script), str(truth), *weights)
-    assert code == 0, err
-    return Run.load(next(out.iterdir())), json.loads(truth.read_text())
+    return run_with_truth(cli, tmp_path, SCRIPT, "-".join(weights), *weights, infer=True)
 
 
 def _flops(run: Run) -> float:

@@ -16,6 +16,7 @@ import pytest
 
 from lmprof.record.catalogue import memory_key
 from lmprof.record.run import Run
+from script_truth import run_with_truth
 
 pytest.importorskip("transformers")
 
@@ -43,17 +44,10 @@ open(sys.argv[1], "w").write(json.dumps(state))
 
 
 def _run(tmp_path: Path, cli, first: str) -> tuple[Run, int, list[dict]]:
-    script = tmp_path / "two_optimizers.py"
-    script.write_text(SCRIPT)
-    truth = tmp_path / f"state-{first}.json"
-    out = tmp_path / f"runs-{first}"
-    code, _, err = cli("run", "--no-report", "--no-plots", "--warmup", "2", "--steps", "3", "--profile-steps", "2",
-                       "--out", str(out), str(script), str(truth), first)
-    assert code == 0, err
-    folder = next(out.iterdir())
-    with gzip.open(folder / "trace.json.gz", "rt") as f:
+    run, state = run_with_truth(cli, tmp_path, SCRIPT, first, first, warmup=2, steps=3, profile_steps=2)
+    with gzip.open(tmp_path / f"runs-{first}" / run.id / "trace.json.gz", "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    return Run.load(folder), json.loads(truth.read_text()), events
+    return run, state, events
 
 
 def test_every_optimizer_of_the_model_is_counted(tmp_path: Path, cli) -> None:
