@@ -61,7 +61,12 @@ class MeasuredMemory:
     def value(self, key: str) -> tuple[int | None, str | None]:
         """(bytes, note) for a run-record key: params, grads, optimizer, activations, kv_cache, peak."""
         if key == "params":
-            return self.static.params, f"{self.static.n_params:,} parameters, storages counted once"
+            s = self.static
+            if s.offloaded:  # accelerate's device_map keeps them on disk or another device between forwards
+                return s.params, (f"{s.n_params - s.offloaded:,} of its {s.n_params:,} parameters, storages counted "
+                                  f"once; {s.offloaded:,} were offloaded (on the meta device between forwards, "
+                                  "brought in by each forward: their bytes come and go in the step's)")
+            return s.params, f"{s.n_params:,} parameters, storages counted once"
         if key == "grads":
             if self.grads is None:
                 return None, "no gradients were produced in the measured step"

@@ -27,6 +27,8 @@ def tensor_range(t: torch.Tensor) -> Range:
     to_local = getattr(t, "to_local", None)
     if callable(to_local):
         t = to_local()
+    if t.is_meta:  # no storage: a weight offloaded between forwards (accelerate's device_map) holds nothing here
+        return (id(t), 0, 0)
     try:
         st = t.untyped_storage()
         key = st.data_ptr() or id(st)  # meta / zero-size storages have no address
@@ -89,6 +91,7 @@ class StaticMemory:
     optimizer: int
     optimizer_scalars: int
     n_params: int
+    offloaded: int = 0  # parameters on the meta device (no storage here: offloaded between forwards)
 
     @property
     def total(self) -> int:
@@ -107,6 +110,7 @@ def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optim
         optimizer=tensor_bytes(state),
         optimizer_scalars=tensor_bytes(t for t in state if t.dim() == 0),
         n_params=sum(p.numel() for p in params),
+        offloaded=sum(p.numel() for p in params if p.is_meta),
     )
 
 
