@@ -70,6 +70,9 @@ class Generation:
     # its best). The prompts it was given and the sequences it returned, where they differ from ``batch``.
     prompts: int | None = None
     returned: int | None = None
+    # Prompt tokens the prefill did not run: a cache passed to generate() (past_key_values, a multi-turn
+    # chat's or a shared system prompt's) held them, and the prefill ran only the prompt's last tokens.
+    cached: int = 0
 
     @property
     def outputs(self) -> int | None:
@@ -90,7 +93,7 @@ class Generation:
     def from_marks(cls, start: float, forward_ends: list[float], end: float,
                    shape: tuple[int, ...] | None, recomputes: list[bool] | None = None,
                    logits_positions: int | None = None, tokens: int | None = None,
-                   prompts: int | None = None, returned: int | None = None) -> "Generation":
+                   prompts: int | None = None, returned: int | None = None, cached: int = 0) -> "Generation":
         """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``
         (``shape``: the rows its forwards ran x the prompt's length; ``recomputes``: whether each decode
         forward re-ran the whole sequence; ``logits_positions``: the positions the prefill's logits had;
@@ -103,7 +106,8 @@ class Generation:
                    forwards=len(forward_ends), recomputed=bool(recomputes) and all(recomputes or ()),
                    last_logits_only=(None if logits_positions is None or not prompt or prompt < 2
                                      else logits_positions == 1), tokens=tokens,
-                   prompts=prompts if prompts != batch else None, returned=returned if returned != batch else None)
+                   prompts=prompts if prompts != batch else None, returned=returned if returned != batch else None,
+                   cached=cached)
 
 
 @dataclass
@@ -179,6 +183,7 @@ class _Running:
     shape: tuple[int, ...] | None
     called_with: torch.Tensor | None = None  # the prompt generate() was called with (token ids)
     prompts: int | None = None  # its rows, where the forwards ran more (beams, several sequences a prompt)
+    cached: int = 0  # prompt tokens a cache passed to generate() held: the prefill did not run them
     forwards: list[float] = field(default_factory=list)
     recomputes: list[bool] = field(default_factory=list)  # per decode forward: the whole sequence, no cache
     logits_positions: int | None = None  # positions of the prefill's logits, when its output showed them
@@ -223,6 +228,8 @@ class StepClock:
             elif ran is not None and ran[1] == gen.shape[1] and ran[0] != gen.shape[0] and ran[0] % gen.shape[0] == 0:
                 # generate() expanded its prompts before the prefill: num_beams, num_return_sequences
                 gen.prompts, gen.shape = gen.shape[0], ran
+            elif ran is not None and ran[0] == gen.shape[0] and ran[1] < gen.shape[1]:
+                gen.cached = gen.shape[1] - ran[1]  # the prompt's first tokens came from a cache passed in
         decode = bool(gen.forwards)
         gen.forwards.append(self.mark())
         # after the mark: looking costs the step nothing
@@ -246,7 +253,8 @@ class StepClock:
         seq = _sequences(output)
         return Generation.from_marks(gen.start, gen.forwards, end, shape, gen.recomputes, gen.logits_positions,
                                      _new_tokens(seq, gen.called_with), prompts=gen.prompts,
-                                     returned=int(seq.shape[0]) if seq is not None else None), shape
+                                     returned=int(seq.shape[0]) if seq is not None else None,
+                                     cached=gen.cached), shape
 
 
 def _sequences(output: Any) -> torch.Tensor | None:

@@ -190,9 +190,9 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                      if decode else Metric.na("ms", "one forward per generation: no decode step"))
     last = gens[-1]
     if last.batch and last.prompt_len:
-        metrics[PREFILL_TOKENS_PER_S] = Metric.from_samples(
-            [g.batch * g.prompt_len / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s", "derived",
-            basis=basis)
+        metrics[PREFILL_TOKENS_PER_S] = Metric.from_samples(  # the tokens it ran: a cached prefix's are not
+            [g.batch * (g.prompt_len - g.cached) / g.prefill_s for g in gens if g.batch and g.prompt_len], "tokens/s",
+            "derived", basis=basis)
         if decode:
             metrics[DECODE_TOKENS_PER_S] = Metric.from_samples(
                 [g.batch * (g.generated - 1) / sum(g.decode_s) for g in gens if g.decode_s and g.batch], "tokens/s",
@@ -240,7 +240,8 @@ def _facts(m: Measured, run: Run) -> Facts:
         energy_steps=m.timings.clean, tokens_per_step=known.tokens_per_step, plots=m.spec.draws_plots(),
         config=m.facts.config if known.shape is None else None,  # the describer reads a model without formulas
         departs=m.facts.departs if m.known is None else None, model_params=m.facts.params if m.known is None else None,
-        quantized=m.facts.quantized if m.known is None else None)
+        quantized=m.facts.quantized if m.known is None else None,
+        cached_prefix=max((g.cached for g in m.timings.gens), default=0))
 
 
 def _observed(m: Measured, run: Run) -> Known:

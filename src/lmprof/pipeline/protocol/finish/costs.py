@@ -214,12 +214,13 @@ def _blocks_without_bytes(blocks: list[Block], why: str | None) -> list[Block]:
     return [b.model_copy(update={"bytes": None}) for b in blocks] if why else blocks
 
 
-def varied_na(run: Run, why: str) -> None:
-    """The compute figures of every pass n/a (``why``): the steps ran different shapes and nothing here
-    gives each its own FLOPs."""
+def varied_na(run: Run, why: str, only: Pass | None = None) -> None:
+    """The compute figures of every pass (or ``only`` that one) n/a (``why``): nothing here gives the
+    steps their own FLOPs (they ran different shapes; a prefill ran part of its prompt)."""
     for p in passes(run):
-        put_pass(run, p, {key: Metric.na(unit, why, source="derived" if unit in ("%", "FLOP/s") else "estimated")
-                          for key, unit in _NA_UNITS})
+        if only is None or p == only:
+            put_pass(run, p, {key: Metric.na(unit, why, source="derived" if unit in ("%", "FLOP/s") else "estimated")
+                              for key, unit in _NA_UNITS})
 
 
 def per_optimizer_step(figures: dict[str, Metric], k: float) -> dict[str, Metric]:

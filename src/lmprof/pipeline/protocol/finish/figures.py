@@ -90,6 +90,7 @@ class Facts:
     departs: str | None = None
     model_params: int | None = None  # the model's own parameters, which the describer's must equal
     quantized: Any = None  # how its weights are quantized (measure/model_facts/quantized.py); None: not
+    cached_prefix: int = 0  # prompt tokens a cache passed to generate() held (the prefill did not run them)
 
 
 def add_figures(run: Run, folder: Path, facts: Facts) -> None:
@@ -167,6 +168,8 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                 run.metrics[cost_key("decode", key)] = Metric.na(unit, why, source="derived" if unit == "%" else "estimated")
     if facts.quantized is not None:
         withhold_peak(run, facts.quantized)
+    if facts.cached_prefix and generates:
+        _cached_prefix(run, facts.cached_prefix)
     if facts.energy is not None:  # after the FLOP counts, so FLOP/J can be derived
         _energy(run, facts)
 
@@ -384,6 +387,18 @@ def _counted(run: Run, c: CountedFlops, dtype: str, why: str) -> None:
                                                  dtype=dtype, beyond=_beyond(c) if p == "train" else None))
     run.notes.append(f"FLOPs counted with torch's FlopCounterMode on {c.where} ({why}): MFU from the count; "
                      "per-block FLOPs, MBU and the roofline are n/a")
+
+
+def _cached_prefix(run: Run, cached: int) -> None:
+    """A prefill that ran only its prompt's last tokens (the rest came from a cache passed to generate()):
+    the formulas count a whole prompt's prefill, so its compute figures and blocks' FLOPs are n/a; decode,
+    whose context the cache holds, stands."""
+    why = (f"the prefill ran the prompt's last tokens only: {cached:,} came from a cache passed to generate() "
+           "(past_key_values), and lmprof's formulas count a whole prompt's prefill")
+    varied_na(run, why, only="prefill")
+    run.blocks = [b.model_copy(update={"flops": None, "bytes": None}) if b.phase == "prefill" else b
+                  for b in run.blocks]
+    run.notes.append(f"no prefill FLOPs: {why}; decode's figures stand (its context is the whole prompt's)")
 
 
 def _beyond(c: CountedFlops) -> str | None:
