@@ -97,7 +97,7 @@ class Generation:
         """The generation between ``start`` and ``end`` whose forwards ended at ``forward_ends``
         (``shape``: the rows its forwards ran x the prompt's length; ``recomputes``: whether each decode
         forward re-ran the whole sequence; ``logits_positions``: the positions the prefill's logits had;
-        ``tokens``: new tokens per sequence it returned; ``prompts``, ``returned``: see the fields)."""
+        ``tokens``: new tokens per sequence it returned; ``prompts``, ``returned``, ``cached``: see the fields)."""
         prompt = shape[1] if shape else None
         batch = shape[0] if shape else None
         return cls(prefill_s=forward_ends[0] - start,
