@@ -14,17 +14,12 @@ from pathlib import Path
 import pytest
 
 from lmprof.record.catalogue import FLOPS_MODEL, MFU, PREFILL_TOKENS_PER_S, TTFT, cost_key
-from script_truth import run_with_truth
+from script_truth import TINY_GPT2, run_with_truth
 
 pytest.importorskip("transformers")
 
-SCRIPT = """
-import copy, json, sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel, DynamicCache
-from torch.utils.flop_counter import FlopCounterMode
-torch.manual_seed(0)
-m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=256, bos_token_id=0,
-                               eos_token_id=0, attn_implementation="eager")).eval()
+SCRIPT = TINY_GPT2 + """
+from transformers import DynamicCache
 prefix = torch.randint(1, 256, (1, 64))
 with torch.no_grad():
     cache = DynamicCache(config=m.config)

@@ -18,17 +18,11 @@ import pytest
 
 from lmprof.record.catalogue import E2E_LATENCY, FLOPS_MODEL, OUTPUT_TOKENS_PER_S, cost_key
 from lmprof.record.run import Run
-from script_truth import run_with_truth
+from script_truth import TINY_GPT2, run_with_truth
 
 pytest.importorskip("transformers")
 
-SCRIPT = """
-import json, sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel
-from torch.utils.flop_counter import FlopCounterMode
-torch.manual_seed(0)
-m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128, bos_token_id=0,
-                               eos_token_id=0, attn_implementation="eager")).eval()
+SCRIPT = TINY_GPT2 + """
 x = torch.randint(1, 256, (2, 16))
 kw = dict(max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
 kw.update(json.loads(sys.argv[2]))
