@@ -197,7 +197,7 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
 
     A shared machine can slow the steps before K by itself (another process taking the core for a while is
     a drift too, and a real one), or one of the two profiled steps either side of the diff: such a round
-    (a drift before K + 1, or one of 2x or less; the diff's names missing in a run lmprof itself calls
+    (a drift before K + 1, one of 2x or less, or none; the diff's names missing in a run lmprof itself calls
     noisy) is run again, up to 3 times."""
     K, TERM = 25, 125  # the watch's first row is step 17: few steps before K for a busy machine to slow
     for _ in range(3):
@@ -212,9 +212,9 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
         spread = max([profiled_spread(run)] + [profiled_spread(Run.load(folder / c.path)) for c in w.captures])
         hidden = not {("block", "slow"), ("operator", "aten::mm")} <= named and (run.noisy or spread > 0.25)
         # steps before K slowed by the machine (the other test worker) make the slowdown the drift reports less
-        # than the 3x injected
+        # than the 3x injected, or hide it (a clean clone's suite once saw no drift in a round)
         drifts = [a for a in w.alerts if a.kind == "drift"]
-        blunted = bool(drifts) and drifts[0].evidence["slowdown"].value <= 2.0
+        blunted = not drifts or drifts[0].evidence["slowdown"].value <= 2.0
         if not early and not hidden and not blunted:
             break
     assert proc.stdout == "sending SIGTERM\n"
