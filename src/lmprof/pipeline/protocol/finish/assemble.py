@@ -7,6 +7,8 @@ timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, `
 """
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Any, Callable
 
 from lmprof.analysis.block_truth import mark_uncertain
@@ -47,7 +49,8 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     run = assemble_run(m.spec.mode, m.device, m.folder, m.config, metrics, att or empty, clean, phase, notes, None)
     if m.noise is not None:
         before, after = m.noise
-        mark_noise(run, [s * 1e3 for s in m.timings.seconds()], m.spec.unit, before, after, m.device.kind)
+        mark_noise(run, [s * 1e3 for s in _timed(m)], m.spec.unit, before, after, m.device.kind,
+                   m.shapes.profiled_evaluated if m.shapes is not None else ())
     if stopwatch is not None:
         run.blocks = mark_uncertain(run.blocks, stopwatch)
     if att is None:
@@ -98,8 +101,16 @@ def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None) 
                                                           "one with")
 
 
+def _timed(m: Measured) -> list[float]:
+    """The clean steps' (or generations') seconds the timing figures come from: a training step that also ran
+    an evaluation is left out (its time is the evaluation's too), unless every one did."""
+    if m.spec.traits.generates or m.shapes is None:
+        return m.timings.seconds()
+    return m.shapes.training(m.timings.steps)
+
+
 def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> dict[str, Metric]:
-    steps, basis = m.timings.steps, _basis(m)
+    steps, basis = _timed(m), _basis(m)
     metrics = {STEP_TIME: Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
                                               note=_rough(m) or m.step_means, basis=basis)}
     _overhead(m, metrics, att)
@@ -147,11 +158,17 @@ def _passes_note(m: Measured) -> list[str]:
 def _evaluations_note(m: Measured) -> list[str]:
     """Clean steps that also ran the model without grad: an evaluation is in their time."""
     n = m.shapes.evaluated if m.shapes is not None else 0
-    if not n:
+    if not n or m.shapes is None:
         return []
-    return [f"{n} of the {len(m.shapes.clean) if m.shapes else n} clean steps also ran the model without grad (an "
-            "evaluation, in the loop or a framework's between its steps): it is in their time (a step runs from one "
-            "optimizer step to the next); the step time is the clean steps' median, and their p90 shows those steps"]
+    said = (f"{n} of the {len(m.shapes.clean)} clean steps also ran the model without grad (an evaluation, in the "
+            "loop or a framework's between its steps)")
+    kept = _timed(m)
+    if len(kept) == len(m.timings.steps):  # every one did: there is nothing else to time
+        return [f"{said}: it is in their time (a step runs from one optimizer step to the next)"]
+    every = sorted(s * 1e3 for s in m.timings.steps)
+    return [f"{said}: they are left out of the step time, its spread, the rates and MFU, which are the other "
+            f"{len(kept)} steps' (with them, the median is {float(np.median(every)):.3g} ms and the slowest "
+            f"{every[-1]:.3g} ms)"]
 
 
 def _batches_note(m: Measured) -> list[str]:

@@ -52,6 +52,18 @@ class StepShapes:
     autocast_outer: set[str | None] = field(default_factory=set)
     tf32: bool = False
     evaluated: int = 0  # clean steps that also ran the model without grad (an evaluation): it is in their time
+    # those steps' times (the values kept in Timings.steps): the step time leaves them out
+    evaluated_s: list[float] = field(default_factory=list)
+    profiled_evaluated: list[int] = field(default_factory=list)  # profiled steps (from 0) that ran one too
+
+    def training(self, seconds: list[float]) -> list[float]:
+        """``seconds`` (the clean steps' times) without the steps that also ran an evaluation, unless every
+        one did (then there is nothing else to time)."""
+        out, left = list(seconds), list(self.evaluated_s)
+        for s in left:
+            if s in out:
+                out.remove(s)
+        return out or list(seconds)
 
     def compute_dtype(self, params: str) -> tuple[str, str | None]:
         """The dtype the steps' matmuls ran in, for weights of dtype ``params``, and a note where it is not
@@ -83,7 +95,8 @@ class StepShapes:
 
     def tokens(self) -> list[tuple[int, float]]:
         """(tokens, seconds) of each clean step: its forwards' batch x sequence, and its time."""
-        return [(sum(b * t for b, t in forwards), s) for s, forwards in self.clean]
+        kept = self.training([s for s, _ in self.clean])
+        return [(sum(b * t for b, t in forwards), s) for s, forwards in self.clean if s in kept]
 
     @property
     def varied(self) -> bool:
@@ -183,7 +196,11 @@ class ShapesWindow(Window):
         elif phase is Phase.CLEAN and len(steps) > self._timed:
             self.record.clean.append((steps[-1], shapes))
             self.record.evaluated += self._evaluated
+            if self._evaluated:
+                self.record.evaluated_s.append(steps[-1])
         elif phase is Phase.PROFILED:
+            if self._evaluated:
+                self.record.profiled_evaluated.append(len(self.record.profiled))
             self.record.profiled.append(shapes)
         if self.ctx.plan.window_completes(step):
             self.stop()
