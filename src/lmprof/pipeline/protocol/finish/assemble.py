@@ -50,7 +50,7 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     if m.noise is not None:
         before, after = m.noise
         mark_noise(run, [s * 1e3 for s in _timed(m)], m.spec.unit, before, after, m.device.kind,
-                   m.shapes.profiled_evaluated if m.shapes is not None else ())
+                   m.shapes.profiled_aside if m.shapes is not None else ())
     if stopwatch is not None:
         run.blocks = mark_uncertain(run.blocks, stopwatch)
     if att is None:
@@ -156,12 +156,14 @@ def _passes_note(m: Measured) -> list[str]:
 
 
 def _evaluations_note(m: Measured) -> list[str]:
-    """Clean steps that also ran the model without grad: an evaluation is in their time."""
-    n = m.shapes.evaluated if m.shapes is not None else 0
-    if not n or m.shapes is None:
+    """Clean steps that also ran the model without grad (an evaluation) or saved a checkpoint: known work in
+    their time, not the training step's."""
+    if m.shapes is None or not (m.shapes.evaluated or m.shapes.saved):
         return []
-    said = (f"{n} of the {len(m.shapes.clean)} clean steps also ran the model without grad (an evaluation, in the "
-            "loop or a framework's between its steps)")
+    n, k, total = m.shapes.evaluated, m.shapes.saved, len(m.shapes.clean)
+    evaluation = "ran the model without grad (an evaluation, in the loop or a framework's between its steps)"
+    said = (f"{n} of the {total} clean steps also {evaluation}" + (f", and {k} saved a checkpoint (torch.save)" if k else "")
+            if n else f"{k} of the {total} clean steps also saved a checkpoint (torch.save)")
     kept = _timed(m)
     if len(kept) == len(m.timings.steps):  # every one did: there is nothing else to time
         return [f"{said}: it is in their time (a step runs from one optimizer step to the next)"]

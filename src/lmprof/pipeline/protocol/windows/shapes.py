@@ -14,6 +14,7 @@ profiled window: a tuple read per forward.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,16 +52,18 @@ class StepShapes:
     # the same read at the model's own call, where the first matmul module's was never called
     autocast_outer: set[str | None] = field(default_factory=set)
     tf32: bool = False
-    evaluated: int = 0  # clean steps that also ran the model without grad (an evaluation): it is in their time
-    # those steps' times (the values kept in Timings.steps): the step time leaves them out
-    evaluated_s: list[float] = field(default_factory=list)
-    profiled_evaluated: list[int] = field(default_factory=list)  # profiled steps (from 0) that ran one too
+    evaluated: int = 0  # clean steps that also ran the model without grad (an evaluation)
+    saved: int = 0  # clean steps that also saved a checkpoint (torch.save)
+    # the times of the clean steps that did either (the values kept in Timings.steps): the step time leaves
+    # them out, as known work that is not the training step's
+    aside_s: list[float] = field(default_factory=list)
+    profiled_aside: list[int] = field(default_factory=list)  # profiled steps (from 0) that did either
 
     def training(self, seconds: list[float]) -> list[float]:
-        """``seconds`` (the clean steps' times) without the steps that also ran an evaluation, unless every
-        one did (then there is nothing else to time)."""
-        out, left = list(seconds), list(self.evaluated_s)
-        for s in left:
+        """``seconds`` (the clean steps' times) without the steps that also ran an evaluation or saved a
+        checkpoint, unless every one did (then there is nothing else to time)."""
+        out = list(seconds)
+        for s in self.aside_s:
             if s in out:
                 out.remove(s)
         return out or list(seconds)
@@ -119,6 +122,8 @@ class ShapesWindow(Window):
         self._reads = False  # the running step reads the dtype (a clean one, or none was read yet)
         self._started = False
         self._evaluated = False  # the running step ran a forward without grad (an evaluation)
+        self._saved = False  # the running step called torch.save (a checkpoint)
+        self._torch_save: Any = None  # torch.save as it was before this window patched it
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
@@ -141,6 +146,7 @@ class ShapesWindow(Window):
         if not self._started:
             self.start()
         self._now, self._complete, self._timed, self._evaluated = [], True, len(self.ctx.timings.steps), False
+        self._saved = False
 
     def start(self) -> None:
         seen, trains = self.ctx.observed, self.ctx.spec.traits.trains
@@ -153,6 +159,7 @@ class ShapesWindow(Window):
             return
         if trains:  # generations: their dtype only (a generation's shapes are its own, timing.py)
             self._hooks.append(target.register_forward_pre_hook(never_compiled(self._forward), with_kwargs=True))
+            self._patch_save()
         # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
         # enter it inside model.forward, after the model's own pre-hooks ran
         inner = None if seen.compiled or not self._reads else first_matmul_module(target)
@@ -196,19 +203,36 @@ class ShapesWindow(Window):
         elif phase is Phase.CLEAN and len(steps) > self._timed:
             self.record.clean.append((steps[-1], shapes))
             self.record.evaluated += self._evaluated
-            if self._evaluated:
-                self.record.evaluated_s.append(steps[-1])
+            self.record.saved += self._saved
+            if self._evaluated or self._saved:
+                self.record.aside_s.append(steps[-1])
         elif phase is Phase.PROFILED:
-            if self._evaluated:
-                self.record.profiled_evaluated.append(len(self.record.profiled))
+            if self._evaluated or self._saved:
+                self.record.profiled_aside.append(len(self.record.profiled))
             self.record.profiled.append(shapes)
         if self.ctx.plan.window_completes(step):
             self.stop()
+
+    def _patch_save(self) -> None:
+        """Patch ``torch.save`` while the window runs: a step that saves a checkpoint (nanoGPT's, the HF
+        Trainer's ``save_steps``, Lightning's) is known work, not the training step's, nor noise."""
+        original = torch.save
+
+        @functools.wraps(original)
+        def save(*args: Any, **kwargs: Any) -> Any:
+            self._saved = True
+            return original(*args, **kwargs)
+
+        self._torch_save, torch.save = original, save  # stop() restores it
 
     def stop(self) -> None:
         for hook in [*self._hooks, *([self._dtype_hook] if self._dtype_hook is not None else [])]:
             hook.remove()
         self._hooks, self._dtype_hook = [], None
+        if self._torch_save is not None:
+            if getattr(torch.save, "__wrapped__", None) is self._torch_save:
+                torch.save = self._torch_save  # type: ignore[assignment]  # what it was
+            self._torch_save = None  # else another patched it over this one: this one's only sets a flag
 
     def abort(self) -> None:
         self.stop()
