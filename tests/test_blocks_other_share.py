@@ -109,7 +109,10 @@ def _run_nanogpt(out: Path) -> Run:
 # step: about 4 us a node, a hundred nodes). They are the rows model_glue, loss and autograd_engine
 # now. What is left is the loop between the phases (1.5-3.5%) and under 0.5% in the forward; quiet
 # machine, one round each: OPT 1.9%, Falcon 2.0%, Mixtral 2.0%, nanoGPT 3.5%.
-@pytest.mark.parametrize("model_type", [*TINY, "nanogpt"])
+# nanoGPT's share sits near the bound on its own (3.9-4.1% on a quiet machine, its loop's work between the
+# phases is ~0.11 ms of a 3.4 ms step): beside the other test worker every round of a clean clone's suite
+# once measured 5.1-5.3%, so it is judged in the stopwatch stage, alone
+@pytest.mark.parametrize("model_type", [*TINY, pytest.param("nanogpt", marks=pytest.mark.stopwatch)])
 @pytest.mark.slow
 def test_attention_core_residual_rows_and_other_under_5_percent(model_type: str, work: Path) -> None:
     run = _family_run(model_type, work, 0)
