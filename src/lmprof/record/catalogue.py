@@ -315,7 +315,8 @@ _TRAIN_COSTS: dict[str, dict[str, object]] = {
 CATALOGUE: tuple[MetricSpec, ...] = (
     # -- timing and throughput -------------------------------------------------------------------
     _m(STEP_TIME, "ms", "measured", "step time (clean median)",
-       "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised",
+       "median of the clean (profiler-free) steps, optimizer step to optimizer step, device synchronised; a "
+       "user's loop's steps that also ran an evaluation or saved a checkpoint are left out",
        TRAIN, "headline", False, spread=True, summary=10, card=10, compare=10, view=10, results_header="step ms",
        best="lowest step time", best_rank=20, headline=30, role="timing"),
     _m(TOKENS_PER_S, "tokens/s", "derived", "throughput", "tokens per step / each clean step's time (median)",
