@@ -27,10 +27,12 @@ x = torch.randint(1, 256, (2, 16))
 kw = dict(max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
 kw.update(json.loads(sys.argv[2]))
 with torch.no_grad():
+    # the prompt as token ids, or as their embeddings (a multimodal or prompt-tuning caller's generate())
+    prompt = {"inputs_embeds": m.get_input_embeddings()(x)} if kw.pop("embeds", False) else {"input_ids": x}
     for i in range(5):
-        out = m.generate(x, **kw)
+        out = m.generate(**prompt, **kw)
     with FlopCounterMode(display=False) as fc:
-        out = m.generate(x, **kw)
+        out = m.generate(**prompt, **kw)
 open(sys.argv[1], "w").write(json.dumps({"flops": fc.get_total_flops(), "rows": out.shape[0]}))
 """
 
@@ -58,3 +60,12 @@ def test_beams_and_several_sequences_count_the_rows_the_forwards_ran(tmp_path: P
         assert [n for n in run.notes if n.startswith(f"generate() ran its forwards on {8 if run is beams else 6} rows "
                                                      f"for 2 prompt(s) and returned {returned} sequence(s)")], run.notes
     assert not [n for n in greedy.notes if "rows for" in n]
+
+
+def test_a_prompt_of_embeddings_has_its_flops(tmp_path: Path, cli) -> None:
+    """``generate(inputs_embeds=...)``: no token ids, and the run had no FLOP count ("saw no forward's input");
+    the embeddings' (batch, length) are the prompt's. Truth: greedy's ratio to FlopCounterMode, as above."""
+    greedy, g_truth = _generate(tmp_path, cli, "greedy")
+    embeds, e_truth = _generate(tmp_path, cli, "embeds", embeds=True)
+    assert _flops(embeds) / e_truth["flops"] == pytest.approx(_flops(greedy) / g_truth["flops"], rel=1e-3)
+    assert not [n for n in embeds.notes if "rows for" in n]

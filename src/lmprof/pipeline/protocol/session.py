@@ -195,6 +195,8 @@ class Session:
         if self.driver.hooks_forwards and self._forwards is None and model is not None:
             self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done, self.observed.compiled)
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
+        if ids is None:  # generate(inputs_embeds=...): a prompt of embeddings, its (batch, length) the same
+            ids = (kwargs or {}).get("inputs_embeds")
         self._begin(self.k + 1, fresh=True)
         self.clock.generation_begins(ids)
 

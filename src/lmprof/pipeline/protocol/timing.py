@@ -210,8 +210,12 @@ class StepClock:
         self.start = self.mark() if fresh or self.last is None else self.last
 
     def generation_begins(self, ids: Any) -> None:
-        """The running step is a generation (``ids``: its prompt, when the loop handed it over)."""
+        """The running step is a generation (``ids``: its prompt, when the loop handed it over: token ids, or
+        the embeddings of ``generate(inputs_embeds=...)``)."""
         assert self.start is not None
+        if isinstance(ids, torch.Tensor) and ids.dim() == 3 and ids.is_floating_point():  # embeddings
+            self.gen = _Running(self.start, (int(ids.shape[0]), int(ids.shape[1])), None)
+            return
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
         self.gen = _Running(self.start, shape, ids if shape else None)
 

@@ -219,7 +219,7 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
         metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
             [g.outputs * g.generated / g.e2e_s for g in gens if g.outputs and g.generated], "tokens/s", "derived",
             note="sequences returned x tokens generated / the whole generation's time", basis=basis)
-    if last.prompts is not None or last.returned is not None:
+    if last.batch and (last.prompts is not None or last.returned is not None):
         notes.append(EXPANDED.format(rows=last.batch, prompts=last.prompts or last.batch, returned=last.outputs))
     _overhead(m, metrics, att)
     m.config.setdefault("new_tokens", last.generated)

@@ -152,9 +152,9 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     elif facts.counted is not None:
         _counted(run, facts.counted, peak_dtype, _no_formulas(facts))
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
-        run.notes.append("no FLOP count: lmprof has formulas for this model but saw no forward's input (the model runs "
-                         "inside compiled code, where lmprof places no hook, with no call of it outside that code: "
-                         "Lightning compiles a compiled module's training_step); MFU and roofline are n/a"
+        run.notes.append("no FLOP count: lmprof has formulas for this model but saw no input's shape (neither token "
+                         "ids nor embeddings reached a hook: a model inside compiled code with no call of it outside "
+                         "that code, as Lightning's compiled training_step, shows none); MFU and roofline are n/a"
                          if facts.shape is not None and not (facts.batch and facts.seq_len) else
                          "no FLOP count: lmprof has no formulas for this model and none was counted "
                          "(FlopCounterMode needs a warm-up step lmprof sees begin and end); MFU and roofline are n/a")
