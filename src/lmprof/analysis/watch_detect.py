@@ -230,6 +230,17 @@ class WatchAnalyzer:
         self._creep_seen = 0
         self._per_fit: int | None = None  # samples in a fit, set by the first ones (_samples_per_fit)
         self._first: list[tuple[float, float]] = []
+        # Steps that also ran an evaluation or saved a checkpoint (set_aside): their extra time is that known
+        # work, so they are no spike; kept only until judged (bounded), counted for the note.
+        self._aside: set[int] = set()
+        self._aside_seen = 0
+        self._aside_worst_ms = 0.0
+
+    def set_aside(self, step: int) -> None:
+        """``step`` also ran an evaluation or saved a checkpoint (the watch saw a no-grad forward of the
+        model, or ``torch.save``): a slow step there is that work, not a spike."""
+        self._aside.add(step)
+        self._aside_seen += 1
 
     def is_open(self, kind: str) -> bool:
         """Whether an alert of ``kind`` is open (its condition held at the last row fed)."""
@@ -269,6 +280,11 @@ class WatchAnalyzer:
             fits = self._fits
             self._fit(thin=False)
             self._fits = fits
+        if self._aside_seen:
+            self.notes.append(f"{self._aside_seen} watched step(s) also ran an evaluation or saved a checkpoint: not "
+                              "taken for spikes, their extra time being that work"
+                              + (f" (the slowest above its neighbours' median: {self._aside_worst_ms:.3g} ms)"
+                                 if self._aside_worst_ms else ""))
         return self.alerts
 
     # -- each detector ----------------------------------------------------------------------------------
@@ -341,7 +357,12 @@ class WatchAnalyzer:
         steps of a lasting slowdown look like a spike until the rolling median catches up."""
         half = self.rules.window // 2
         prev = first_new - 1
+        if self._aside:
+            self._aside = {a for a in self._aside if a >= int(s[first_new])}  # the earlier ones were judged
         for j in np.flatnonzero(x[first_new:] > med_at[first_new:]) + first_new:
+            if int(s[j]) in self._aside:  # known work (an evaluation, a checkpoint): ends a stretch, opens none
+                self._aside_worst_ms = max(self._aside_worst_ms, float(x[j]))
+                continue
             sp = self._spike
             if sp is not None and j > prev + 1:  # a step at or below the median came between: the stretch ended
                 self._end_spike(sp, half)

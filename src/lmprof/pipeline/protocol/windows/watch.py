@@ -24,6 +24,7 @@ the next row's ``own_s``, which the detectors take out.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -131,6 +132,8 @@ class WatchWindow(Window):
         self._saved: tuple[Any, ...] = ()
         self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
         self._batches = SeenBatches()  # the running step's, as the probes count them
+        self._step_aside = False  # the running step ran a no-grad forward (an evaluation) or torch.save
+        self._torch_save: Any = None  # torch.save as it was before the watch patched it
 
     @property
     def active(self) -> bool:
@@ -209,6 +212,7 @@ class WatchWindow(Window):
         model = seen.model
         if model is not None and takes_hooks(model):
             self._hook = model.register_forward_pre_hook(never_compiled(self._forward), prepend=True, with_kwargs=True)
+        self._patch_save()
         self._next = first
         self.state = WATCHING
         self.w.start(first)  # the first watched step begins (left out of the series: the profiler's teardown)
@@ -219,9 +223,22 @@ class WatchWindow(Window):
             self.panel.say(f"watching every step from step {first} (series in {folder / WATCH_DIR}); {ask}touch "
                            f"{folder / 'capture'} to capture a window")
 
+    def _patch_save(self) -> None:
+        """Patch ``torch.save`` while the watch runs: a step that saves a checkpoint is known work, no spike."""
+        original = torch.save
+
+        @functools.wraps(original)
+        def save(*args: Any, **kwargs: Any) -> Any:
+            self._step_aside = True
+            return original(*args, **kwargs)
+
+        self._torch_save, torch.save = original, save  # _release() restores it
+
     def _forward(self, module: Any, args: Any, kwargs: Any) -> None:
         w = self.w
         if w is not None and this_pid() == self._pid:
+            if not torch.is_grad_enabled():
+                self._step_aside = True  # an evaluation in the step: known work, no spike
             try:
                 w.forward_start()
                 # the step's own tokens, each batch once (steps may differ: batches padded to their longest)
@@ -244,6 +261,7 @@ class WatchWindow(Window):
         w = self.w
         assert w is not None
         tokens, self._tokens = self._tokens, 0  # the ended step's, counted by _forward
+        aside, self._step_aside = self._step_aside, False
         self._batches.clear()
         if self.capture is not None:
             w.skip()
@@ -260,6 +278,9 @@ class WatchWindow(Window):
             w.skip()
             self._settling = False
         else:
+            if aside:
+                assert self.an is not None
+                self.an.set_aside(self._next)
             w.step_end(tokens=tokens or None)
             slow, waited = w.last_step_s > self._unusual_s, w.last_wait_s > self._unusual_wait_s  # NaN: False
             self._unusual_run = self._unusual_run + 1 if (slow or waited) and self._news(slow, waited) else 0
@@ -469,10 +490,15 @@ class WatchWindow(Window):
                 self.notes.append(f"watch/watch.json could not be written ({why(exc)})")
 
     def _release(self) -> None:
-        """Remove what the watch placed (the forward hook, the SIGUSR2 handler, the panel, the sink)."""
+        """Remove what the watch placed (the forward hook, torch.save's patch, the SIGUSR2 handler, the panel,
+        the sink)."""
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._torch_save is not None:
+            if getattr(torch.save, "__wrapped__", None) is self._torch_save:
+                torch.save = self._torch_save  # type: ignore[assignment]  # what it was
+            self._torch_save = None  # else another patched it over this one: this one's only sets a flag
         if self.requests is not None:
             self.requests.close()
         if self.panel is not None:
