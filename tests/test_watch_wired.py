@@ -197,8 +197,8 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
 
     A shared machine can slow the steps before K by itself (another process taking the core for a while is
     a drift too, and a real one), or one of the two profiled steps either side of the diff: such a round
-    (a drift before K + 1, one of 2x or less, or none; the diff's names missing in a run lmprof itself calls
-    noisy) is run again, up to 3 times."""
+    (a drift before K + 1 or after K + 3, one of 2x or less, or none; the diff's names missing in a run lmprof
+    itself calls noisy) is run again, up to 3 times."""
     K, TERM = 25, 125  # the watch's first row is step 17: few steps before K for a busy machine to slow
     for _ in range(3):
         folder, proc = _watched_drift(tmp_path, K, TERM)
@@ -215,7 +215,10 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
         # than the 3x injected, or hide it (a clean clone's suite once saw no drift in a round)
         drifts = [a for a in w.alerts if a.kind == "drift"]
         blunted = not drifts or drifts[0].evidence["slowdown"].value <= 2.0
-        if not early and not hidden and not blunted:
+        # the other worker's load around the onset can make the rolling median cross late (a clean clone's
+        # suite once saw the drift from step 38 for the onset at 26)
+        late = bool(drifts) and drifts[0].first_step > K + 3
+        if not early and not hidden and not blunted and not late:
             break
     assert proc.stdout == "sending SIGTERM\n"
     assert not (folder / "INCOMPLETE").exists()
