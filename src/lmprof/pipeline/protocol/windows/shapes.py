@@ -14,13 +14,13 @@ profiled window: a tuple read per forward.
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from lmprof.pipeline.protocol.plan import Phase
+from lmprof.pipeline.protocol.saves import SaveSpy
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import never_compiled, takes_hooks
@@ -123,7 +123,7 @@ class ShapesWindow(Window):
         self._started = False
         self._evaluated = False  # the running step ran a forward without grad (an evaluation)
         self._saved = False  # the running step called torch.save (a checkpoint)
-        self._torch_save: Any = None  # torch.save as it was before this window patched it
+        self._saves = SaveSpy(self._saw_save)  # torch.save, patched while the window runs
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began
@@ -159,7 +159,7 @@ class ShapesWindow(Window):
             return
         if trains:  # generations: their dtype only (a generation's shapes are its own, timing.py)
             self._hooks.append(target.register_forward_pre_hook(never_compiled(self._forward), with_kwargs=True))
-            self._patch_save()
+            self._saves.install()  # a step that saves a checkpoint is known work, not the training step's
         # Autocast is read inside the forward where lmprof may hook inside: Accelerate (and the HF Trainer)
         # enter it inside model.forward, after the model's own pre-hooks ran
         inner = None if seen.compiled or not self._reads else first_matmul_module(target)
@@ -213,26 +213,14 @@ class ShapesWindow(Window):
         if self.ctx.plan.window_completes(step):
             self.stop()
 
-    def _patch_save(self) -> None:
-        """Patch ``torch.save`` while the window runs: a step that saves a checkpoint (nanoGPT's, the HF
-        Trainer's ``save_steps``, Lightning's) is known work, not the training step's, nor noise."""
-        original = torch.save
-
-        @functools.wraps(original)
-        def save(*args: Any, **kwargs: Any) -> Any:
-            self._saved = True
-            return original(*args, **kwargs)
-
-        self._torch_save, torch.save = original, save  # stop() restores it
+    def _saw_save(self) -> None:
+        self._saved = True
 
     def stop(self) -> None:
         for hook in [*self._hooks, *([self._dtype_hook] if self._dtype_hook is not None else [])]:
             hook.remove()
         self._hooks, self._dtype_hook = [], None
-        if self._torch_save is not None:
-            if getattr(torch.save, "__wrapped__", None) is self._torch_save:
-                torch.save = self._torch_save  # type: ignore[assignment]  # what it was
-            self._torch_save = None  # else another patched it over this one: this one's only sets a flag
+        self._saves.remove()
 
     def abort(self) -> None:
         self.stop()

@@ -24,7 +24,6 @@ the next row's ``own_s``, which the detectors take out.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import sys
@@ -47,6 +46,7 @@ from lmprof.pid import this_pid
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
 from lmprof.pipeline.protocol.probes import SeenBatches
+from lmprof.pipeline.protocol.saves import SaveSpy
 from lmprof.pipeline.protocol.spec import WatchSpec
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.watch_capture import Capture
@@ -133,7 +133,7 @@ class WatchWindow(Window):
         self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
         self._batches = SeenBatches()  # the running step's, as the probes count them
         self._step_aside = False  # the running step ran a no-grad forward (an evaluation) or torch.save
-        self._torch_save: Any = None  # torch.save as it was before the watch patched it
+        self._saves = SaveSpy(self._saw_save)  # torch.save, patched while the watch runs
 
     @property
     def active(self) -> bool:
@@ -212,7 +212,7 @@ class WatchWindow(Window):
         model = seen.model
         if model is not None and takes_hooks(model):
             self._hook = model.register_forward_pre_hook(never_compiled(self._forward), prepend=True, with_kwargs=True)
-        self._patch_save()
+        self._saves.install()
         self._next = first
         self.state = WATCHING
         self.w.start(first)  # the first watched step begins (left out of the series: the profiler's teardown)
@@ -223,16 +223,8 @@ class WatchWindow(Window):
             self.panel.say(f"watching every step from step {first} (series in {folder / WATCH_DIR}); {ask}touch "
                            f"{folder / 'capture'} to capture a window")
 
-    def _patch_save(self) -> None:
-        """Patch ``torch.save`` while the watch runs: a step that saves a checkpoint is known work, no spike."""
-        original = torch.save
-
-        @functools.wraps(original)
-        def save(*args: Any, **kwargs: Any) -> Any:
-            self._step_aside = True
-            return original(*args, **kwargs)
-
-        self._torch_save, torch.save = original, save  # _release() restores it
+    def _saw_save(self) -> None:
+        self._step_aside = True  # a checkpoint in the step: known work, no spike
 
     def _forward(self, module: Any, args: Any, kwargs: Any) -> None:
         w = self.w
@@ -495,10 +487,7 @@ class WatchWindow(Window):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if self._torch_save is not None:
-            if getattr(torch.save, "__wrapped__", None) is self._torch_save:
-                torch.save = self._torch_save  # type: ignore[assignment]  # what it was
-            self._torch_save = None  # else another patched it over this one: this one's only sets a flag
+        self._saves.remove()
         if self.requests is not None:
             self.requests.close()
         if self.panel is not None:
