@@ -19,6 +19,7 @@ from torch.profiler import profile
 from lmprof.atomic import atomic_path
 from lmprof.measure.native_logs import native_logs_dropped
 from lmprof.measure.profiling import ProfiledPhase, _activities, export_trace
+from lmprof.patch import Patch
 
 STEP_PREFIX = "ProfilerStep#"
 
@@ -46,23 +47,21 @@ class GiveWay:
 
     def __init__(self, on_other: Callable[[], None]):
         self.on_other = on_other
-        self._original: Any = None
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def _prepare_trace(prof: Any) -> Any:
+                on_other()
+                return original(prof)
+
+            return _prepare_trace
+
+        self._patch = Patch(torch.autograd.profiler.profile, "_prepare_trace", wrap)
 
     def install(self) -> None:
-        cls = torch.autograd.profiler.profile
-        original, on_other = cls._prepare_trace, self.on_other
-        self._original = original
-
-        def _prepare_trace(prof: Any) -> Any:
-            on_other()
-            return original(prof)  # type: ignore[no-untyped-call]  # torch leaves _prepare_trace unannotated
-
-        cls._prepare_trace = _prepare_trace  # type: ignore[method-assign]  # remove() restores torch's own
+        self._patch.install()  # remove() restores torch's own
 
     def remove(self) -> None:
-        if self._original is not None:
-            torch.autograd.profiler.profile._prepare_trace = self._original  # type: ignore[method-assign]
-            self._original = None
+        self._patch.remove()
 
 
 class ProfilerWindow:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import functools
 import gc
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lmprof.pipeline.protocol.guard import run_guarded
+from lmprof.patch import Patch
 from lmprof.workloads.hooks import takes_hooks, unwrap
 from lmprof.workloads.live import live_objects
 
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 
 def _n_params(opt: torch.optim.Optimizer) -> int:
     return sum(p.numel() for g in opt.param_groups for p in g["params"])
+
+
+def _named(opts: list[torch.optim.Optimizer]) -> str:
+    """The first few of ``opts``, each with its class and parameter count, for a note."""
+    return ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in opts[:3])
 
 
 def _holders(opt: torch.optim.Optimizer, live: list[Any]) -> tuple[torch.nn.Module | None, bool]:
@@ -100,7 +106,7 @@ class OptimizerTrigger:
         self._forward_since = self._forward_seen = False
         self._last_stepped: Any = None  # the optimizer the post hook saw last (a scaler's step ran it)
         self._skips = 0  # optimizer steps the GradScaler skipped
-        self._scaler_step: Any = None  # GradScaler.step as it was before the session patched it
+        self._scaler: Patch | None = None  # GradScaler.step, patched while the session runs
 
     def install(self) -> None:
         self._handles = [register_optimizer_step_pre_hook(self._pre_hook),
@@ -115,20 +121,22 @@ class OptimizerTrigger:
         the tokens, a backward too many, shapes said to vary)."""
         from torch.amp.grad_scaler import GradScaler
 
-        original, trigger = GradScaler.step, self
+        trigger = self
 
-        @functools.wraps(original)
-        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            if trigger.session.done:
-                return original(scaler, optimizer, *args, **kwargs)
-            trigger._last_stepped = None
-            out = original(scaler, optimizer, *args, **kwargs)
-            if trigger._last_stepped is not optimizer:
-                trigger._skipped(optimizer)
-            return out
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+                if trigger.session.done:
+                    return original(scaler, optimizer, *args, **kwargs)
+                trigger._last_stepped = None
+                out = original(scaler, optimizer, *args, **kwargs)
+                if trigger._last_stepped is not optimizer:
+                    trigger._skipped(optimizer)
+                return out
 
-        self._scaler_step = original
-        GradScaler.step = step  # type: ignore[method-assign,assignment]  # remove() restores it
+            return step
+
+        self._scaler = Patch(GradScaler, "step", wrap)
+        self._scaler.install()  # remove() restores it
 
     # The hooks run in every optimizer step of the user's loop until it ends. After the profiled window
     # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
@@ -146,13 +154,8 @@ class OptimizerTrigger:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        if self._scaler_step is not None:
-            from torch.amp.grad_scaler import GradScaler
-
-            if getattr(GradScaler.step, "__wrapped__", None) is self._scaler_step:
-                GradScaler.step = self._scaler_step  # type: ignore[method-assign,assignment]
-            # else another session patched it over this one's: this one's wrapper passes calls through
-            self._scaler_step = None
+        if self._scaler is not None:
+            self._scaler.remove()
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
@@ -285,13 +288,11 @@ class OptimizerTrigger:
         if len(opts) > 1:
             mine = s.observed.optimizers[1:] if model is not None else []
             also = [o for o in opts[1:] if not any(o is m for m in mine)]
-            def named(group: list[torch.optim.Optimizer]) -> str:
-                return ", ".join(f"{type(o).__name__} ({_n_params(o):,} params)" for o in group[:3])
             notes.append(f"{len(opts)} optimizers: steps end at the largest's, {type(self.chosen).__name__} "
                          f"({_n_params(self.chosen):,} params)"
                          + (f"; also training the model, their steps in 'optimizer' and their state in memory: "
-                            f"{named(mine)}" if mine else "")
-                         + (f"; also present, not stepping the model: {named(also)}" if also else ""))
+                            f"{_named(mine)}" if mine else "")
+                         + (f"; also present, not stepping the model: {_named(also)}" if also else ""))
         if compiled:
             notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it (they would force "
                            "a recompilation): its forward is not split into blocks and shows as step 'other'")
@@ -309,8 +310,7 @@ class GenerateTrigger:
 
     def __init__(self, session: "Session"):
         self.session = session
-        self._original: Any = None
-        self._cls: Any = None
+        self._patch: Patch | None = None
 
     def install(self) -> bool:
         """Patch ``GenerationMixin.generate``; False when transformers is not installed."""
@@ -318,30 +318,31 @@ class GenerateTrigger:
             from transformers.generation.utils import GenerationMixin
         except ImportError:
             return False
-        self._cls, self._original = GenerationMixin, GenerationMixin.generate
-        original, session = self._original, self.session
+        session = self.session
         depth = [0]
 
-        @functools.wraps(original)
-        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
-            if depth[0] or session.done:  # generate calling generate (assisted decoding): one generation
-                return original(model, *args, **kwargs)
-            depth[0] += 1
-            session.generation_begin(model, args, kwargs)
-            out = None
-            try:
-                out = original(model, *args, **kwargs)
-                return out
-            finally:
-                depth[0] -= 1
-                session.generation_end(out)  # its sequences say how many tokens it made
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+                if depth[0] or session.done:  # generate calling generate (assisted decoding): one generation
+                    return original(model, *args, **kwargs)
+                depth[0] += 1
+                session.generation_begin(model, args, kwargs)
+                out = None
+                try:
+                    out = original(model, *args, **kwargs)
+                    return out
+                finally:
+                    depth[0] -= 1
+                    session.generation_end(out)  # its sequences say how many tokens it made
 
-        GenerationMixin.generate = generate  # wraps transformers' method; remove() restores it
+            return generate
+
+        self._patch = Patch(GenerationMixin, "generate", wrap)
+        self._patch.install()  # wraps transformers' method; remove() restores it
         self.session.on_done(self.remove)
         return True
 
     def remove(self) -> None:
-        if self._cls is not None:
-            self._cls.generate = self._original
-            self._cls = None
-
+        if self._patch is not None:
+            self._patch.remove()
+            self._patch = None

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from lmprof.pipeline.protocol.plan import Phase
-from lmprof.pipeline.protocol.saves import SaveSpy
+from lmprof.pipeline.protocol.saves import save_spy
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import never_compiled, takes_hooks
@@ -123,7 +123,7 @@ class ShapesWindow(Window):
         self._started = False
         self._evaluated = False  # the running step ran a forward without grad (an evaluation)
         self._saved = False  # the running step called torch.save (a checkpoint)
-        self._saves = SaveSpy(self._saw_save)  # torch.save, patched while the window runs
+        self._saves = save_spy(self._saw_save)  # torch.save, patched while the window runs
         self._now: list[Shape] = []
         self._complete = True  # every forward of the running step had token ids of two dimensions
         self._timed = 0  # clean steps timed when the running one began

@@ -46,7 +46,7 @@ from lmprof.pid import this_pid
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
 from lmprof.pipeline.protocol.probes import SeenBatches
-from lmprof.pipeline.protocol.saves import SaveSpy
+from lmprof.pipeline.protocol.saves import save_spy
 from lmprof.pipeline.protocol.spec import WatchSpec
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.watch_capture import Capture
@@ -133,7 +133,7 @@ class WatchWindow(Window):
         self._tokens = 0  # the running step's tokens, each distinct batch once (_forward)
         self._batches = SeenBatches()  # the running step's, as the probes count them
         self._step_aside = False  # the running step ran a no-grad forward (an evaluation) or torch.save
-        self._saves = SaveSpy(self._saw_save)  # torch.save, patched while the watch runs
+        self._saves = save_spy(self._saw_save)  # torch.save, patched while the watch runs
 
     @property
     def active(self) -> bool:
