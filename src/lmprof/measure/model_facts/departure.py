@@ -17,18 +17,17 @@ import warnings
 import torch
 
 
-def departure(model: torch.nn.Module, described_params: int | None, *, trains: bool) -> str | None:
+def departure(model: torch.nn.Module, described_params: int | None, *, trains: bool, hidden: int = 0) -> str | None:
     """How ``model`` departs from the model its config describes (``described_params``: the parameters the
     config builds, None when not known here), in a clause for a note; None when it does not, as far as its
-    parameters tell. ``trains``: the steps train the model, so frozen weights change their FLOPs."""
+    parameters tell. ``trains``: the steps train the model, so frozen weights change their FLOPs; ``hidden``:
+    its weights that are not parameters of it, at their logical shape (quantized ones packed elsewhere:
+    ``Quantized.hidden``)."""
     from lmprof.workloads.describe import inner_module
-
-    from lmprof.measure.model_facts.quantized import quantized
 
     m = inner_module(model)
     params = dict(m.named_parameters())  # a weight tied to another is listed once
-    q = quantized(m)  # quantized weights count at their logical shape: packed ones are not parameters of it
-    total = sum(p.numel() for p in params.values()) + (q.hidden if q is not None else 0)
+    total = sum(p.numel() for p in params.values()) + hidden
     why = []
     if described_params is not None and total != described_params:
         why.append(departure_clause(total, described_params))

@@ -14,6 +14,7 @@ import torch
 
 from lmprof.estimate.shape import ModelShape
 from lmprof.hardware.devices import Device, resolve_device
+from lmprof.measure.model_facts.quantized import Quantized, quantized
 from lmprof.workloads.hf_interface import attention_implementation
 from lmprof.workloads.hooks import compiled_inside, takes_hooks
 
@@ -68,7 +69,7 @@ class Observed:
     # Why neither lmprof's formulas nor a model read off the meta device from the config describe the model as
     # it runs (frozen weights, adapters, layers added or removed); None: nothing seen (departure.py)
     departs: str | None = None
-    quantized: Any = None  # how its weights are quantized (measure/model_facts/quantized.py); None: they are not
+    quantized: Quantized | None = None  # how its weights are quantized; None: they are not
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 
@@ -109,7 +110,6 @@ class Observed:
         config describes: :attr:`departs` says how); looked up once, from the first warm-up step that asks."""
         if not self._described:
             from lmprof.measure.model_facts.departure import departure
-            from lmprof.measure.model_facts.quantized import quantized
             from lmprof.workloads.describe import describe_module, inner_module
 
             shape = describe_module(self.model) if self.model is not None else None
@@ -117,7 +117,7 @@ class Observed:
                 with contextlib.suppress(Exception):  # a model whose parameters cannot be listed: read as built
                     self.quantized = quantized(inner_module(self.model))
                     self.departs = departure(self.model, shape.n_params() if shape is not None else None,
-                                             trains=self.trains)
+                                             trains=self.trains, hidden=self.quantized.hidden if self.quantized else 0)
             self._shape = None if self.departs else shape
             self._described = True
         return self._shape
@@ -138,7 +138,7 @@ class ModelFacts:
     optimizer: str | None
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
     departs: str | None = None  # Observed.departs: why neither the formulas nor the describer fit the model
-    quantized: Any = None  # Observed.quantized
+    quantized: Quantized | None = None  # Observed.quantized
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:

@@ -7,9 +7,9 @@ timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, `
 """
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Any, Callable
+
+import numpy as np
 
 from lmprof.analysis.block_truth import mark_uncertain
 from lmprof.measure.profiling import ProfiledPhase, op_table

@@ -214,7 +214,7 @@ def _blocks_without_bytes(blocks: list[Block], why: str | None) -> list[Block]:
     return [b.model_copy(update={"bytes": None}) for b in blocks] if why else blocks
 
 
-def varied_na(run: Run, why: str, only: Pass | None = None) -> None:
+def compute_na(run: Run, why: str, only: Pass | None = None) -> None:
     """The compute figures of every pass (or ``only`` that one) n/a (``why``): nothing here gives the
     steps their own FLOPs (they ran different shapes; a prefill ran part of its prompt)."""
     for p in passes(run):

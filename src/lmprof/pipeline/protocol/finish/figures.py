@@ -19,9 +19,10 @@ from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
+from lmprof.measure.model_facts.quantized import Quantized
 from lmprof.measure.other_models import OtherModel
 from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, add_varied_model_costs,
-                                                   pass_time_s, passes, put_pass, varied_na)
+                                                   pass_time_s, passes, put_pass, compute_na)
 from lmprof.pipeline.protocol.windows.shapes import StepShapes
 from lmprof.pipeline.protocol.finish.memory import add_memory, held_logits
 from lmprof.pipeline.protocol.finish.quantized import COUNTS_NO_QUANTIZED, quantized_bytes, quantized_note, withhold_peak
@@ -89,7 +90,7 @@ class Facts:
     # How the model departs from what its config builds (measure/model_facts/departure.py); FLOPs are then counted
     departs: str | None = None
     model_params: int | None = None  # the model's own parameters, which the describer's must equal
-    quantized: Any = None  # how its weights are quantized (measure/model_facts/quantized.py); None: not
+    quantized: Quantized | None = None  # how its weights are quantized (measure/model_facts/quantized.py); None: not
     cached_prefix: int = 0  # prompt tokens a cache passed to generate() held (the prefill did not run them)
 
 
@@ -108,6 +109,9 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     add_memory(run, folder, facts.memory, _estimate(run, facts, described), facts.title, plots=facts.plots)
     decode_tokens = max(facts.new_tokens - 1, 0) if generates else 1
     peak_dtype = "tf32" if facts.tf32 and facts.dtype == "fp32" else facts.dtype  # the peak MFU is against
+    # why the bytes the formulas count, or those of a model read off the meta device, are not the run's
+    no_bytes = quantized_bytes(facts.quantized)
+    no_described_bytes = no_bytes or _autocast_bytes(facts)
     recomputed = _hardware_step(facts) if not generates else None
     if facts.others and not generates:
         run.notes.append(_others_note(facts.others))
@@ -117,16 +121,16 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         with quick_bandwidth.allowed():
             add_varied_costs(run, folder, facts.shape, steps, blocks_from, dtype=peak_dtype, attention=facts.attention,
                              plots=facts.plots, recomputed_step=recomputed, last_logits_only=facts.last_logits_only,
-                             note=note, no_bytes=quantized_bytes(facts.quantized))
+                             note=note, no_bytes=no_bytes)
     elif varied is not None and (by_shape := _described_by_shape(run, facts, varied)) is not None:
         steps, blocks_from, note = varied
         with quick_bandwidth.allowed():
             add_varied_model_costs(run, folder, by_shape, steps["train"], blocks_from, dtype=peak_dtype,
                                    plots=facts.plots, recomputed_step=recomputed, note=note,
-                                   no_bytes=quantized_bytes(facts.quantized) or _autocast_bytes(facts))
+                                   no_bytes=no_described_bytes)
     elif varied is not None:
         what = "generations" if generates else "steps"
-        varied_na(run, f"the clean {what} ran different shapes, and {_no_formulas(facts)} to count each its own: "
+        compute_na(run, f"the clean {what} ran different shapes, and {_no_formulas(facts)} to count each its own: "
                        f"one {what[:-1]}'s FLOPs are not theirs")
         run.notes.append(f"no FLOP figures: the clean {what} ran different shapes and {_no_formulas(facts)} (a model "
                          "read off the meta device, or counted once, is at one shape)")
@@ -136,7 +140,7 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
             add_costs(run, folder, facts.shape, batch=facts.batch, seq_len=facts.seq_len, dtype=peak_dtype,
                       attention=facts.attention, decode_tokens=decode_tokens, plots=facts.plots,
                       kv_cache=facts.kv_cache, last_logits_only=facts.last_logits_only, recomputed_step=recomputed,
-                      micro_batches=facts.micro_batches, no_bytes=quantized_bytes(facts.quantized))
+                      micro_batches=facts.micro_batches, no_bytes=no_bytes)
     elif described is not None:
         with quick_bandwidth.allowed():
             counted = facts.counted
@@ -144,10 +148,10 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
                             plots=facts.plots, kv_cache=facts.kv_cache,
                             counted_decode=(counted.decode, counted.where) if counted and counted.decode else None,
                             recomputed_step=recomputed, micro_batches=facts.micro_batches,
-                            no_bytes=quantized_bytes(facts.quantized) or _autocast_bytes(facts))
+                            no_bytes=no_described_bytes)
         _check_against_count(run, described, facts.counted)
     elif facts.counted is not None and facts.quantized is not None:
-        varied_na(run, f"{COUNTS_NO_QUANTIZED}, and {_no_formulas(facts)}")
+        compute_na(run, f"{COUNTS_NO_QUANTIZED}, and {_no_formulas(facts)}")
         run.notes.append(f"no FLOP count: {COUNTS_NO_QUANTIZED} and {_no_formulas(facts)}")
     elif facts.counted is not None:
         _counted(run, facts.counted, peak_dtype, _no_formulas(facts))
@@ -395,7 +399,7 @@ def _cached_prefix(run: Run, cached: int) -> None:
     whose context the cache holds, stands."""
     why = (f"the prefill ran the prompt's last tokens only: {cached:,} came from a cache passed to generate() "
            "(past_key_values), and lmprof's formulas count a whole prompt's prefill")
-    varied_na(run, why, only="prefill")
+    compute_na(run, why, only="prefill")
     run.blocks = [b.model_copy(update={"flops": None, "bytes": None}) if b.phase == "prefill" else b
                   for b in run.blocks]
     run.notes.append(f"no prefill FLOPs: {why}; decode's figures stand (its context is the whole prompt's)")

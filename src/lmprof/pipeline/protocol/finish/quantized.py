@@ -7,8 +7,7 @@ weight-only quantization and int8 for dynamic quantization, whose peak lmprof do
 """
 from __future__ import annotations
 
-from typing import Any
-
+from lmprof.measure.model_facts.quantized import Quantized
 from lmprof.pipeline.protocol.finish.costs import passes
 from lmprof.record.catalogue import HFU, MFU, cost_key
 from lmprof.record.run import Metric, Run
@@ -17,7 +16,7 @@ from lmprof.record.run import Metric, Run
 COUNTS_NO_QUANTIZED = "FlopCounterMode counts no quantized kernel, so a count of this model's step misses its matmuls"
 
 
-def quantized_note(q: Any) -> str:
+def quantized_note(q: Quantized) -> str:
     """The run's note for a model with quantized weights."""
     runs_in = ("the activations' dtype (the weights are widened first)" if q.matmuls is None
                else "a format lmprof does not know" if q.matmuls == "unknown" else q.matmuls)
@@ -29,14 +28,14 @@ def quantized_note(q: Any) -> str:
                else ""))
 
 
-def quantized_bytes(q: Any) -> str | None:
+def quantized_bytes(q: Quantized | None) -> str | None:
     """Why the formulas' bytes are not a quantized model's (None: its weights are not quantized)."""
     if q is None:
         return None
     return f"the weights are quantized ({q.kind}): the formulas' bytes read each weight in the model's dtype"
 
 
-def withhold_peak(run: Run, q: Any) -> None:
+def withhold_peak(run: Run, q: Quantized) -> None:
     """MFU and HFU n/a where the quantized matmuls run in a format whose peak lmprof does not know."""
     if q.matmuls is None:
         return

@@ -94,15 +94,15 @@ def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
 
 
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
-               device_kind: str, evaluated: Sequence[int] = ()) -> None:
+               device_kind: str, aside: Sequence[int] = ()) -> None:
     """Mark ``run`` noisy, with the reasons, when its timed window was not steady; first steps still
-    warming up and a window too short for the load counters to judge are notes. ``evaluated``: profiled
+    warming up and a window too short for the load counters to judge are notes. ``aside``: profiled
     steps (from 0) that also ran an evaluation or saved a checkpoint, whose extra time is known work."""
     window = profiled_window(run)
-    if window is not None and evaluated and len(evaluated) < len(window.steps_ms):
-        kept = [s for i, s in enumerate(window.steps_ms) if i not in set(evaluated)]
-        window = dataclasses.replace(window, steps_ms=kept)
-        listed = ", ".join(str(i + 1) for i in evaluated)
+    if window is not None and aside and len(aside) < len(window.steps_ms):
+        left_out = set(aside)
+        window = dataclasses.replace(window, steps_ms=[s for i, s in enumerate(window.steps_ms) if i not in left_out])
+        listed = ", ".join(str(i + 1) for i in aside)
         run.notes.append(f"profiled {what} {listed} also ran an evaluation or saved a checkpoint: its extra time "
                          "is that work, not noise; the profiled window is judged without it")
     reasons = noise_reasons(samples_ms, what, before, after, device_kind, window)
