@@ -169,7 +169,7 @@ class ShapesWindow(Window):
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not torch.is_grad_enabled():
-            self._evaluated = True  # an evaluation in the step (no_grad): not its training work, but in its time
+            self._evaluated = True  # an evaluation in the step (no_grad): not its training work (StepShapes.training)
             return
         if self._reads:
             self._compute(self.record.autocast_outer if self._inner else self.record.autocast)
