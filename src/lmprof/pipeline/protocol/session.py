@@ -166,7 +166,9 @@ class Session:
             return
         self._end(self.k + 1, end - start if start is not None else None)
         if not (self.collected or self.done):
-            self._begin(self.k + 1, fresh=False)
+            # A fresh mark: from the end's mark to here only lmprof's own work ran (the user's loop waits
+            # in the hook), so the next step's time starts after it
+            self._begin(self.k + 1, fresh=True)
 
     @guarded
     def optimizer_begin(self) -> None:

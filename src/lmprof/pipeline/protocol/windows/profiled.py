@@ -77,6 +77,15 @@ class ProfiledWindow(Window):
         if self._probes is not None and self._probes.active and not self._probes.trains:
             self._probes.generation_begin()
 
+    def boundary(self) -> None:
+        # The step's range ends at once, as its clock did: lmprof's own work at the boundary (the
+        # windows, the bookkeeping) is neither in the step's time nor in its range, where it would
+        # read as the user's loop ('other').
+        if self._probes is not None and self._probes.active:
+            self._probes.scopes.close_all()  # inside the step's range: none may outlast it
+        if self.window is not None:
+            self.window.close_step()
+
     def step_ends(self, step: int) -> None:
         phase = self.ctx.plan.phase_of(step)
         if self._probes is not None and self._probes.active:
