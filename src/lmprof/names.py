@@ -63,7 +63,11 @@ PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
 # Parts of a training step that are rows on their own (phase ``step``).
 # grad_clip: torch.nn.utils.clip_grad_norm_ / clip_grad_value_ in a user's loop (nanoGPT, the HF
 # Trainer and Lightning clip by default), timed where the loop calls them.
-LEAF_PARTS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad")
+LEAF_PARTS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad", "lmprof")
+# lmprof's own work inside a profiled step of someone else's loop (its optimizer hooks before and after
+# the step, the step's end): a range of its own, so that the time is neither 'other' (the user's loop)
+# nor a block's; the rows leave it out (analysis/reconcile.py) and the run says how much it was.
+LMPROF = "lmprof"
 # Scopes a training step is made of, in order.
 STEP_PARTS: tuple[str, ...] = ("data", "forward", "backward", "grad_clip", "optimizer", "zero_grad")
 # Scopes an inference run is made of.

@@ -81,6 +81,8 @@ def profiled_window(run: Run) -> ProfiledWindow | None:
         return None
     row = rows[0]
     cost = row.get("removed_ms_per_step") if row.get("event_cost_us") else None
+    if cost is not None:  # lmprof's own hooks in a profiled step are instrumentation too (not in a clean step)
+        cost = float(cost) + float(row.get("lmprof_ms_per_step") or 0.0)
     return ProfiledWindow([float(x) for x in row["profiled_step_ms"]], None if cost is None else float(cost),
                           list(row.get("outliers") or []))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lmprof import names
 from lmprof.measure.profiler_cost import EventCost
 from lmprof.record.run import Block
 from lmprof.trace.attribution import Attribution, EventCounts, Key
@@ -43,6 +44,7 @@ class Reconciled:
     removed_us_per_step: float  # profiler cost taken out before scaling
     scale: float  # clean step / sum of corrected block medians
     notes: list[str] = field(default_factory=list)
+    own_us_per_step: float = 0.0  # lmprof's own ranges in a profiled step (median), left out of the rows
 
 
 def event_overhead_us(counts: EventCounts, cost: EventCost) -> float:
@@ -66,6 +68,11 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
     subtract = att.clock == "cpu" and cost is not None
     steps = att.per_step or [{(p.name, p.phase): p.us for p in att.parts}]
     keys: list[Key] = sorted({k for s in steps for k in s} | {(p.name, p.phase) for p in att.parts})
+    # lmprof's own work in the step (names.LMPROF) is neither a block's nor the user's loop: it is not
+    # in the clean step, so it is no row and is not scaled to it
+    own = [k for k in keys if k[0] == names.LMPROF]
+    own_us = float(np.median([sum(s.get(k, 0.0) for k in own) for s in steps])) if own else 0.0
+    keys = [k for k in keys if k[0] != names.LMPROF]
     overhead = {k: event_overhead_us(att.events.get(k, EventCounts()), cost) if subtract and cost else 0.0
                 for k in keys}
     corrected = {k: np.array([max(s.get(k, 0.0) - overhead[k], FLOOR_SHARE * s.get(k, 0.0)) if subtract
@@ -99,7 +106,9 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
                      + ", ".join(f"{n} ({p})" for n, p in floored[:8]) + (" ..." if len(floored) > 8 else ""))
     if subtract and cost is not None:
         correction = (f"profiler cost per event subtracted before scaling (CPU clock): {cost.op_us:.2f} us per "
-                      f"operator, {cost.scope_us:.2f} us per scope, measured on this machine")
+                      f"operator, {cost.scope_us:.2f} us per scope, measured on this machine"
+                      + (f"; lmprof's own hooks in the step ({own_us:.0f} us a profiled step, timed by their own "
+                         "ranges) left out" if own_us > 0 else ""))
         mismatch = 100.0 * (1.0 / scale - 1.0) if scale else 0.0
         if abs(mismatch) > MISMATCH_NOTE_PCT:
             notes.append(
@@ -110,4 +119,4 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
         correction = "none: device clock (kernel durations are not inflated by host-side recording)"
     else:
         correction = "none: profiler cost per event not measured; blocks scaled by one factor"
-    return Reconciled(rows, correction, removed, scale, notes)
+    return Reconciled(rows, correction, removed, scale, notes, own_us)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 
 from lmprof.modes import traits
-from lmprof.names import SCOPE_PREFIX
+from lmprof.names import LMPROF, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import module_scopes, takes_hooks
@@ -57,10 +57,26 @@ class ScopeStack:
         return stack
 
     def open(self, name: str) -> None:
+        self.end_own()  # lmprof's own range never holds a scope: it ends where the scope begins
         # held as the context manager it is: record_function's own __enter__/__exit__ are unannotated
         rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
         rf.__enter__()
         self._open.append((name, rf))
+
+    def own(self) -> None:
+        """lmprof's own work begins (``names.LMPROF``): open its range unless it is open already. It ends at
+        the next scope opened or closed, or at :meth:`end_own`."""
+        stack = self._open
+        if not stack or stack[-1][0] != LMPROF:
+            rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + LMPROF)
+            rf.__enter__()
+            stack.append((LMPROF, rf))
+
+    def end_own(self) -> None:
+        """lmprof's own work ended: close its range when it is the innermost one."""
+        stack = self._open
+        if stack and stack[-1][0] == LMPROF:
+            stack.pop()[1].__exit__(None, None, None)
 
     def close(self, name: str) -> None:
         """Close ``name`` and everything opened after it; nothing when it is not open."""
@@ -186,10 +202,14 @@ class Probes:
         self.forwards += 1
         if not (torch.is_grad_enabled() or not self.trains):
             return  # an evaluation inside a training step (no grad): neither a micro-batch nor the step's shape
-        ids, tokens = forward_tokens(args, kwargs)
-        self._count_batch(ids, tokens)
-        if self.input_shape is None and tokens is not None:
-            self.input_shape = tokens
+        self.scopes.own()  # counting the batch is lmprof's, not the model's forward
+        try:
+            ids, tokens = forward_tokens(args, kwargs)
+            self._count_batch(ids, tokens)
+            if self.input_shape is None and tokens is not None:
+                self.input_shape = tokens
+        finally:
+            self.scopes.end_own()  # before the model's own hooks open their ranges (not on this stack)
 
     def _count_batch(self, ids: Any, tokens: tuple[int, int] | None = None) -> None:
         """A forward on ``ids``: a new batch unless it is one this step already ran (the same tensor, not
@@ -256,6 +276,7 @@ class Probes:
         self._in_optimizer = False
         if self.active:
             self.scopes.close("optimizer")
+            self.scopes.own()  # what follows in the hook, up to the step's end, is lmprof's (the trigger ends it)
 
     # -- inference phases --------------------------------------------------------------------
     def generation_begin(self) -> None:

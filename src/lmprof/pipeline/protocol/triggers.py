@@ -141,14 +141,30 @@ class OptimizerTrigger:
     # The hooks run in every optimizer step of the user's loop until it ends. After the profiled window
     # they have nothing to do unless a capture records (or, with boundaries, the post hook marks them):
     # they return before the guard and the rest, a few µs a step that the whole-run watch counts.
+    # While scopes record, the hooks' own work is in lmprof's own range (ScopeStack.own): from the pre hook's
+    # start to the optimizer's scope, from its end to the step's; else it would read as the user's loop.
     def _pre_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._scoping():
-            self._pre(opt, args, kwargs)
+            stacks = self.session.windows.scope_stacks()
+            for s in stacks:
+                s.own()
+            try:
+                self._pre(opt, args, kwargs)
+            finally:
+                for s in stacks:
+                    s.end_own()
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._last_stepped = opt
-        if self.boundaries or self._scoping():
+        if not self._scoping():
+            if self.boundaries:
+                self._post(opt, args, kwargs)
+            return
+        try:
             self._post(opt, args, kwargs)
+        finally:
+            for s in self.session.windows.scope_stacks():
+                s.end_own()  # a step that did not end here (another optimizer's): what follows is the user's
 
     def remove(self) -> None:
         for h in self._handles:

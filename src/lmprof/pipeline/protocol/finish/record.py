@@ -78,7 +78,8 @@ def assemble_run(
     run.tables["attribution"] = [{
         "clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us],
         "correction": rec.correction, "event_cost_us": cost.to_dict() if cost else None,
-        "removed_ms_per_step": rec.removed_us_per_step / 1e3, "scale_to_clean": rec.scale,
+        "removed_ms_per_step": rec.removed_us_per_step / 1e3, "lmprof_ms_per_step": rec.own_us_per_step / 1e3,
+        "scale_to_clean": rec.scale,
         "outliers": block_outliers(att),
     }]
     if att.fused_kernels:
