@@ -198,18 +198,16 @@ class Probes:
 
     def _fwd_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._end_forward()  # a forward with no backward after it (evaluation) ends here
-        self.scopes.open("forward")
-        self.forwards += 1
-        if not (torch.is_grad_enabled() or not self.trains):
-            return  # an evaluation inside a training step (no grad): neither a micro-batch nor the step's shape
-        self.scopes.own()  # counting the batch is lmprof's, not the model's forward
+        self.scopes.own()  # counting the batch is lmprof's, not the model's forward: before the forward's scope
         try:
-            ids, tokens = forward_tokens(args, kwargs)
-            self._count_batch(ids, tokens)
-            if self.input_shape is None and tokens is not None:
-                self.input_shape = tokens
+            self.forwards += 1
+            if torch.is_grad_enabled() or not self.trains:  # not an evaluation inside a training step (no grad)
+                ids, tokens = forward_tokens(args, kwargs)
+                self._count_batch(ids, tokens)
+                if self.input_shape is None and tokens is not None:
+                    self.input_shape = tokens
         finally:
-            self.scopes.end_own()  # before the model's own hooks open their ranges (not on this stack)
+            self.scopes.open("forward")  # ends lmprof's own range
 
     def _count_batch(self, ids: Any, tokens: tuple[int, int] | None = None) -> None:
         """A forward on ``ids``: a new batch unless it is one this step already ran (the same tensor, not
