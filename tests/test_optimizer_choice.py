@@ -171,12 +171,11 @@ def test_after_the_window_the_optimizer_hooks_return_at_once_unless_a_window_rec
     after the profiled window, with nothing recording, they reach none of the session's scopes (each
     call walked every window for probes); a capture (a window whose probes() is not None) gets them again."""
     import lmprof
-    from lmprof.pipeline.protocol.session import Session
+    from lmprof.pipeline.protocol.windows import Windows
 
     calls: list[str] = []
-    for name in ("optimizer_begin", "optimizer_end"):
-        real = getattr(Session, name)
-        monkeypatch.setattr(Session, name, lambda self, _r=real, _n=name: (calls.append(_n), _r(self))[1])
+    real = Windows.recording
+    monkeypatch.setattr(Windows, "recording", lambda self: (calls.append("recording"), real(self))[1])
     model = torch.nn.Sequential(torch.nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with lmprof.profile(model, out=tmp_path, report=False, verbose=False, warmup=1, steps=2, profile_steps=1,

@@ -171,16 +171,6 @@ class Session:
             self._begin(self.k + 1, fresh=True)
 
     @guarded
-    def optimizer_begin(self) -> None:
-        for probes in filter(None, (w.probes() for w in self.windows)):
-            probes.optimizer_begin()
-
-    @guarded
-    def optimizer_end(self) -> None:
-        for probes in filter(None, (w.probes() for w in self.windows)):
-            probes.optimizer_end()
-
-    @guarded
     def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
                          kwargs: dict[str, Any] | None = None) -> None:
         """A generation starts (``generate`` was called, ``prof.step()`` in inference, lmprof's own loop)."""

@@ -30,6 +30,7 @@ from lmprof.workloads.hooks import takes_hooks, unwrap
 from lmprof.workloads.live import live_objects
 
 if TYPE_CHECKING:
+    from lmprof.pipeline.protocol.probes import Probes
     from lmprof.pipeline.protocol.session import Session
 
 
@@ -145,14 +146,14 @@ class OptimizerTrigger:
     # start to the optimizer's scope, from its end to the step's; else it would read as the user's loop.
     def _pre_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._scoping():
-            stacks = self.session.windows.scope_stacks()
-            for s in stacks:
-                s.own()
+            recording = self.session.windows.recording()
+            for p in recording:
+                p.scopes.own()
             try:
-                self._pre(opt, args, kwargs)
+                self._pre(opt, recording)
             finally:
-                for s in stacks:
-                    s.end_own()
+                for p in recording:
+                    p.scopes.end_own()
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._last_stepped = opt
@@ -163,8 +164,8 @@ class OptimizerTrigger:
         try:
             self._post(opt, args, kwargs)
         finally:
-            for s in self.session.windows.scope_stacks():
-                s.end_own()  # a step that did not end here (another optimizer's): what follows is the user's
+            for p in self.session.windows.recording():
+                p.scopes.end_own()  # a step that did not end here (another optimizer's): what follows is the user's
 
     def remove(self) -> None:
         for h in self._handles:
@@ -205,10 +206,16 @@ class OptimizerTrigger:
         return self._steps_model(opt)
 
     @_in_session
-    def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """An optimizer step begins (called by _pre_hook, while :meth:`_scoping`)."""
+    def _pre(self, opt: torch.optim.Optimizer, recording: list[Probes]) -> None:
+        """An optimizer step begins (called by _pre_hook, while :meth:`_scoping`): its scope opens in the
+        probes that record."""
         if self._counts(opt):
-            self.session.optimizer_begin()
+            for p in recording:
+                p.optimizer_begin()
+
+    def _optimizer_ended(self) -> None:
+        for p in self.session.windows.recording():
+            p.optimizer_end()
 
     @_in_session
     def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -216,7 +223,7 @@ class OptimizerTrigger:
         if not self.boundaries:
             if not self._steps_model(opt):
                 return
-            self.session.optimizer_end()
+            self._optimizer_ended()
             if not any(o is opt for o in self.session.observed.optimizers):
                 self.session.observed.optimizers.append(opt)  # its zero_grad gets a scope in the window
             return
@@ -247,7 +254,7 @@ class OptimizerTrigger:
             self._replace(opt)
         if ran and self._counts(opt):
             if self._scoping():
-                self.session.optimizer_end()
+                self._optimizer_ended()
             if not any(o is opt for o in self.session.observed.optimizers):
                 self.session.observed.optimizers.append(opt)  # one created later: its state and zero_grad count
         if opt is self.chosen:

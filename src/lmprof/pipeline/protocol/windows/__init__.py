@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from lmprof.pipeline.protocol.probes import ScopeStack
+from lmprof.pipeline.protocol.probes import Probes
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.pipeline.protocol.windows.compile import CompileWindow
 from lmprof.pipeline.protocol.windows.figures import FiguresWindow
@@ -36,9 +36,10 @@ class Windows:
     def __iter__(self) -> Iterator[Window]:
         yield from (self.compile, self.figures, self.flops, self.meter, self.profiled, self.shapes, *self.more)
 
-    def scope_stacks(self) -> list[ScopeStack]:
-        """The scope stacks of the windows that place scopes in the running step (none outside them)."""
-        return [p.scopes for p in (w.probes() for w in self) if p is not None and p.active]
+    def recording(self) -> list[Probes]:
+        """The probes placing scopes in the running step (the optimizer hooks reach them); none outside
+        the windows that record."""
+        return [p for p in (w.probes() for w in self) if p is not None]
 
 
 def windows_for(ctx: Context) -> Windows:
