@@ -24,7 +24,7 @@ from lmprof.pipeline.protocol import probes as probes_mod
 from lmprof.pipeline.protocol.windows.shapes import ShapesWindow
 from lmprof.record.run import Run
 
-SLEEP_S = 0.004  # each injected delay: far above a tiny step's own loop time
+SLEEP_S = 0.02  # each injected delay: far above a tiny step's own loop time and a busy machine's preemptions
 STEPS = 8
 
 
@@ -86,10 +86,10 @@ def test_the_hooks_own_work_is_left_out_of_other(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(probes_mod.Probes, "optimizer_end", end)
     monkeypatch.setattr(probes_mod, "forward_tokens", tokens)
     run = _loop(tmp_path, [])
-    profiled = {(b.name, b.phase): b.profiled_ms for b in run.blocks}
-    other = sum(v for (n, _), v in profiled.items() if n == "other")
-    assert other < SLEEP_S * 1e3 / 2, profiled  # three delays a step; the old rows held all of them
+    rows = {(b.name, b.phase): b.time_ms for b in run.blocks}  # medians over the profiled steps
+    other = sum(v for (n, _), v in rows.items() if n == "other")
+    assert other < 0.5 * sum(rows.values()), rows  # three delays a step: the old rows' 'other' was nearly all of it
     assert "lmprof" not in {b.name for b in run.blocks}
     row = run.tables["attribution"][0]
-    assert 3 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 3 * SLEEP_S * 1e3 + 2.0, row
+    assert 3 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 4 * SLEEP_S * 1e3, row  # a sleep may overrun a little
     assert "lmprof's own hooks" in row["correction"]
