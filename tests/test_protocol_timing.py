@@ -103,7 +103,7 @@ def test_step_clock_marks_and_builds_generations_from_its_marks():
     ticks = iter([1.0, 1.2, 1.5, 2.0])
     syncs: list[int] = []
     clock = StepClock(lambda: next(ticks), lambda: syncs.append(1))
-    clock.restart(fresh=True)
+    clock.restart()
     clock.generation_begins(torch.zeros(2, 3, dtype=torch.long))
     assert clock.forward_ends(None) and clock.forward_ends(None)
     gen, shape = clock.generation_ends(None)

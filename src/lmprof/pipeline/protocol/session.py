@@ -111,18 +111,17 @@ class Session:
         if self.spec.traits.generates:
             self.generation_begin()
         else:
-            self._begin(1, fresh=True)
+            self._begin(1)
 
     # -- steps -------------------------------------------------------------------------------------
-    def _begin(self, n: int, fresh: bool) -> None:
-        """Step ``n`` begins: the windows act, then its clock starts (a fresh mark unless the last one,
-        the previous step's end, still stands)."""
-        before = [w.active for w in self.windows]
+    def _begin(self, n: int) -> None:
+        """Step ``n`` begins: the windows act, then its clock starts with a fresh mark (what lmprof did
+        since the last step's end mark is in neither step)."""
         for w in self.windows:
             w.step_begins(n)
         self.clock.kind = rough_kind(n, self.plan.phase_of(n), counting=self.windows.flops.active,
                                      figures=self.windows.figures.active)
-        self.clock.restart(fresh or [w.active for w in self.windows] != before)
+        self.clock.restart()
         for w in self.windows:
             w.clock_started(n)
 
@@ -162,13 +161,13 @@ class Session:
                 return
         start = None if tainted else self.clock.start  # a step the user's profiler ran in is never timed
         if self.k == 0 and self.plan.warmup == 0 and start is None:
-            self._begin(1, fresh=True)  # nothing marked a start: the first boundary only marks one
+            self._begin(1)  # nothing marked a start: the first boundary only marks one
             return
         self._end(self.k + 1, end - start if start is not None else None)
         if not (self.collected or self.done):
-            # A fresh mark: from the end's mark to here only lmprof's own work ran (the user's loop waits
-            # in the hook), so the next step's time starts after it
-            self._begin(self.k + 1, fresh=True)
+            # from the end's mark to the next step's start only lmprof's own work runs (the user's loop
+            # waits in the hook): in neither step
+            self._begin(self.k + 1)
 
     @guarded
     def generation_begin(self, model: torch.nn.Module | None = None, args: tuple[Any, ...] = (),
@@ -189,7 +188,7 @@ class Session:
         ids = (kwargs or {}).get("input_ids", args[0] if args else None)
         if ids is None:  # generate(inputs_embeds=...): a prompt of embeddings, its (batch, length) the same
             ids = (kwargs or {}).get("inputs_embeds")
-        self._begin(self.k + 1, fresh=True)
+        self._begin(self.k + 1)
         self.clock.generation_begins(ids)
 
     @guarded

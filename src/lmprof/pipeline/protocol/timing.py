@@ -195,19 +195,17 @@ class StepClock:
 
     def __init__(self, clock: Callable[[], float], sync: Callable[[], None]):
         self.clock, self.sync = clock, sync
-        self.last: float | None = None  # the last mark
         self.start: float | None = None  # when the running step began (None: untimed)
         self.kind: str | None = None  # what the running warm-up step is
         self.gen: _Running | None = None
 
     def mark(self) -> float:
         self.sync()
-        self.last = self.clock()
-        return self.last
+        return self.clock()
 
-    def restart(self, fresh: bool) -> None:
-        """The next step's clock starts: a fresh mark, or the last one (the previous step's end)."""
-        self.start = self.mark() if fresh or self.last is None else self.last
+    def restart(self) -> None:
+        """The next step's clock starts (a fresh mark)."""
+        self.start = self.mark()
 
     def generation_begins(self, ids: Any) -> None:
         """The running step is a generation (``ids``: its prompt, when the loop handed it over: token ids, or
