@@ -115,19 +115,28 @@ def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optim
 
 
 @contextlib.contextmanager
-def record_grads(model: torch.nn.Module) -> Iterator[dict[int, Range]]:
-    """Within the block, remember the storage range of every parameter's final .grad.
+def record_grads(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Iterator[dict[int, Range]]:
+    """Within the block, remember the storage range of every parameter's final .grad: as backward
+    accumulates it, and, for one no backward accumulated, as an optimizer in ``optimizers`` steps
+    (a loop that sets ``p.grad`` itself from ``torch.autograd.grad``).
 
     Only the range is kept, never the tensor, so the step frees its gradients as it always would.
     """
     seen: dict[int, Range] = {}
     handles = []
-    for p in model.parameters():
-        if p.requires_grad:
-            def hook(param: torch.Tensor) -> None:
-                if param.grad is not None:
-                    seen[id(param)] = tensor_range(param.grad)
-            handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        def hook(param: torch.Tensor) -> None:
+            if param.grad is not None:
+                seen[id(param)] = tensor_range(param.grad)
+        handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+
+    def set_by_the_loop(*_: Any) -> None:
+        for p in params:
+            if p.grad is not None and id(p) not in seen:
+                seen[id(p)] = tensor_range(p.grad)
+
+    handles += [opt.register_step_pre_hook(set_by_the_loop) for opt in optimizers]
     try:
         yield seen
     finally:

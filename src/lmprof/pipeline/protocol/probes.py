@@ -5,7 +5,8 @@ Phase scopes (what attribution splits a step by):
 
 * training: ``forward`` from the model's top-level forward until the backward starts, with ``loss``
   inside it from the model's return until then (a loss computed outside the model lands there);
-  ``backward`` around every ``torch.autograd.backward`` call (``loss.backward()`` goes through it);
+  ``backward`` around every ``torch.autograd.backward`` call (``loss.backward()`` goes through it) and
+  every ``torch.autograd.grad`` call without ``create_graph`` (a loop that sets ``.grad`` itself);
   ``optimizer`` around every torch.optim step; ``zero_grad`` around the optimizer's and the
   model's ``zero_grad``.
 * inference: ``prefill`` from the generation's start to the end of its first top-level forward,
@@ -167,6 +168,7 @@ class Probes:
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
         if self.trains and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+            self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
             for name in ("clip_grad_norm_", "clip_grad_value_"):  # looked up at call time by nanoGPT,
                 self._patch(torch.nn.utils, name, self._wrap_clip(getattr(torch.nn.utils, name)))  # accelerate, Lightning
             owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
@@ -232,16 +234,32 @@ class Probes:
         def backward(*args: Any, **kwargs: Any) -> Any:
             if self._in_backward:  # inside a backward (a reentrant checkpoint recomputing): part of that one
                 return original(*args, **kwargs)
-            self._end_forward()
-            self.backwards += 1
-            self._in_backward += 1
-            try:
-                with self.scopes.around("backward"):
-                    return original(*args, **kwargs)
-            finally:
-                self._in_backward -= 1
+            return self._backward(original, *args, **kwargs)
 
         return backward
+
+    def _backward(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A top-level backward pass of the step (``torch.autograd.backward`` or ``grad``), scoped."""
+        self._end_forward()
+        self.backwards += 1
+        self._in_backward += 1
+        try:
+            with self.scopes.around("backward"):
+                return original(*args, **kwargs)
+        finally:
+            self._in_backward -= 1
+
+    def _wrap_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def grad(*args: Any, **kwargs: Any) -> Any:
+            # A loop that takes its gradients as torch.autograd.grad(loss, params) and sets .grad itself
+            # runs its backward here. With create_graph the gradients are part of a loss still being built
+            # (a gradient penalty, a meta-learning inner step): the forward's work, its backward is to come.
+            if self._in_backward or kwargs.get("create_graph") or (len(args) > 4 and args[4]):
+                return original(*args, **kwargs)
+            return self._backward(original, *args, **kwargs)
+
+        return grad
 
     def _wrap_clip(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)

@@ -85,7 +85,7 @@ class FiguresStep:
             self._memory = MemoryWindow(self.device, lambda: static_memory(model, opts), out_dir=self.snapshot_dir,
                                         snapshot=self.snapshot_dir is not None)
             if self.probes.trains:
-                self._grads = self._stack.enter_context(record_grads(model))
+                self._grads = self._stack.enter_context(record_grads(model, opts))
                 if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
                     if self.other_models:
