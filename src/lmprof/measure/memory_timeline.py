@@ -77,6 +77,16 @@ class MemoryTimeline:
         return level
 
 
+def _training_forwards(forwards: list[Phase], backwards: list[Phase]) -> list[Phase]:
+    """The forwards a backward follows (before the next forward begins), else all of them: a step that also
+    evaluates the model without grad (each step, or the Trainer's eval_steps) runs a forward that saves
+    nothing, and when it comes first (evaluated after the last optimizer step) it held no activations."""
+    forwards = sorted(forwards, key=lambda f: f.start_ms)
+    ends = [f.start_ms for f in forwards[1:]] + [float("inf")]
+    trained = [f for f, nxt in zip(forwards, ends) if any(f.end_ms <= b.start_ms < nxt for b in backwards)]
+    return trained or forwards
+
+
 def classify(alloc_phase: str | None, free_phase: str | None, freed: bool, same_step: bool = True) -> str:
     """A block's category from the phase that allocated it and the one that freed it.
 
@@ -226,7 +236,7 @@ def _build_timeline(
     else:
         peak, peak_ms = base_total, 0.0
         notes.append(f"no memory events for {device} in the trace")
-    fwd = [p for p in phases if p.name == "forward"]
+    fwd = _training_forwards([p for p in phases if p.name == "forward"], [p for p in phases if p.name == "backward"])
     activations = None
     if fwd:
         # What the forward allocated and still holds when it ends: a block allocated before it and freed
