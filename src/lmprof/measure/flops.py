@@ -48,6 +48,7 @@ from lmprof.errors import ConfigError
 from lmprof.names import FORWARD_BLOCKS, INFER_PARTS, PHASES, SCOPE_PREFIX, STEP_PARTS
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import require_cache
+from lmprof.workloads.hooks import takes_hooks
 
 if TYPE_CHECKING:
     from torch.autograd.graph import Node
@@ -478,27 +479,56 @@ class StepFlops:
 
     ``mark()`` notes the count so far (the end of a generation's prefill, say), so one counted
     generation gives its prefill and its decode FLOPs apart. Counted, never estimated.
+
+    ``model``: a training step's model. Its forwards without grad (an evaluation inside the step: the
+    loop's, or the Trainer's ``eval_steps``) are counted apart (:attr:`aside`) and left out of the
+    step's count: they are not the training step's FLOPs, and the step time leaves such steps out.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model: torch.nn.Module | None = None) -> None:
         self._mode = flop_counter(by_module=False)
         self.marks: list[int] = []
+        self.aside = 0  # FLOPs of the model's forwards without grad
+        self._model = model
+        self._handles: list[Any] = []
+        self._since: int | None = None  # the count when a forward without grad began
         self._on = False
 
     def start(self) -> None:
         self._mode.__enter__()  # type: ignore[no-untyped-call]  # torch leaves FlopCounterMode.__enter__ unannotated
         self._on = True
+        if self._model is not None and takes_hooks(self._model):
+            self._handles = [self._model.register_forward_pre_hook(self._forward_begins),
+                             self._model.register_forward_hook(self._forward_ends, always_call=True)]
+
+    def _forward_begins(self, module: torch.nn.Module, args: Any) -> None:
+        if self._since is None and not torch.is_grad_enabled():
+            self._since = int(self._mode.get_total_flops())
+
+    def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._since is not None:
+            self.aside += int(self._mode.get_total_flops()) - self._since
+            self._since = None
 
     def mark(self) -> None:
         if self._on:
             self.marks.append(int(self._mode.get_total_flops()))
 
     def stop(self) -> int:
-        """Stop counting; the FLOPs counted since :meth:`start`."""
+        """Stop counting; the FLOPs counted since :meth:`start`, less :attr:`aside`."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
         if self._on:
             self._on = False
             self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # likewise __exit__
-        return int(self._mode.get_total_flops())
+        return int(self._mode.get_total_flops()) - self.aside
+
+
+def aside_note(aside: int, where: str) -> str:
+    """What a run says when its counted step also evaluated the model (:attr:`StepFlops.aside`)."""
+    return (f"the FLOP count's step ({where}) also ran the model without grad (an evaluation): its "
+            f"{aside:,} FLOPs are left out of the count, which is the training step's")
 
 
 @dataclass(frozen=True)

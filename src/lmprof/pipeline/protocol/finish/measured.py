@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from lmprof.hardware.devices import Device
 from lmprof.measure.compile_events import CompileReport
+from lmprof.measure.flops import aside_note
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.measure.noise import Snapshot
@@ -118,7 +119,8 @@ def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
         if spec.traits.generates:
             decode = step.flops - step.prefill_flops if step.prefill_flops else None
             return CountedFlops(where=where, prefill=step.prefill_flops, decode=decode), []
-        return CountedFlops(where=where, step=step.flops, **beyond), []
+        return CountedFlops(where=where, step=step.flops, **beyond), ([aside_note(step.flops_aside, where)]
+                                                                      if step.flops_aside else [])
     if windows.flops.gave_way:
         return None, []  # the window said why already (your own profiler ran in the counting step)
     if shape is None and not seen.compiled and plan.flops_apart:

@@ -40,6 +40,7 @@ class StepFigures:
     flops: int | None  # the whole step (training) or generation (inference)
     prefill_flops: int | None  # inference: up to the end of the first forward
     cache_bytes: int | None  # inference: the KV cache the last forward returned
+    flops_aside: int = 0  # training: FLOPs of the model's forwards without grad, left out of ``flops``
 
 
 class FiguresStep:
@@ -53,7 +54,8 @@ class FiguresStep:
         self.compiled = compiled
         self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
         self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
-        self.flops = StepFlops() if count_flops else None
+        # a training step's evaluations (the model without grad) are counted apart
+        self.flops = StepFlops(model if self.probes.trains and not compiled else None) if count_flops else None
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
         self._held: HeldOutputs | None = None  # training: what the loop keeps alive into backward
@@ -183,7 +185,8 @@ class FiguresStep:
             mem.held = self._held.held
         total = self.flops.stop() if self.flops is not None else None
         prefill = self.flops.marks[0] if self.flops is not None and self.flops.marks else None
-        return StepFigures(memory=mem, flops=total or None, prefill_flops=prefill, cache_bytes=self.cache_bytes)
+        return StepFigures(memory=mem, flops=total or None, prefill_flops=prefill, cache_bytes=self.cache_bytes,
+                           flops_aside=self.flops.aside if self.flops is not None else 0)
 
 
 class FiguresWindow(Window):

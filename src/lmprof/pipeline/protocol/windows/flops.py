@@ -11,7 +11,7 @@ does: not started under it (its cost would be in their profile), stopped unused 
 from __future__ import annotations
 
 
-from lmprof.measure.flops import StepFlops
+from lmprof.measure.flops import StepFlops, aside_note
 from lmprof.measure.window import GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded
 from lmprof.pipeline.protocol.windows.base import Context, Window
@@ -49,7 +49,7 @@ class FlopsWindow(Window):
         self.start()
 
     def start(self) -> None:
-        self.counter = StepFlops()
+        self.counter = StepFlops(self.ctx.observed.model)  # the model's evaluations in the step: apart
         self.counter.start()
         self._give_way = GiveWay(lambda: run_guarded(self.ctx, self._user_profiler_starts))
         self._give_way.install()
@@ -65,6 +65,8 @@ class FlopsWindow(Window):
         if self.counter is not None and self.counted is None:
             counted = self.counter.stop()
             self.counted = counted if keep else 0
+            if keep and self.counter.aside:
+                self.ctx.observed.notes.append(aside_note(self.counter.aside, f"warm-up step {self.ctx.plan.flops_at}"))
 
     def abort(self) -> None:
         self.stop(keep=False)  # ended inside its step: no count
