@@ -375,7 +375,7 @@ def test_script_without_optimizer(tmp_path: Path, capsys: pytest.CaptureFixture[
     code, folder = lmprof_run(tmp_path, script)
     captured = capsys.readouterr()
     assert code == 0 and folder is None and captured.out == "hello\n"
-    assert "without stepping a torch.optim optimizer: nothing measured" in captured.err
+    assert "without stepping a torch.optim optimizer lmprof could see: nothing measured" in captured.err
 
 
 def test_module_mode_and_stop_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

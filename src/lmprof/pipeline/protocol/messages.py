@@ -36,8 +36,9 @@ def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit:
         return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                 "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
     if counted == 0:
-        return (f"{what} without stepping a torch.optim optimizer: nothing measured (for a loop without "
-                "one, use lmprof.profile(model) and call prof.step() after each step)")
+        return (f"{what} without stepping a torch.optim optimizer lmprof could see: nothing measured (an "
+                "optimizer step compiled with torch.compile runs no hooks; for such a loop, or one without an "
+                "optimizer, use lmprof.profile(model) and call prof.step() after each step)")
     first = " (lmprof run's first optimizer step only marks a start)" if not infer and counted == 1 else ""
     return (f"{what} {here}: nothing measured: no {unit} could be timed{first}; the counts asked for measure "
             f"{plan.layout(unit)}")

@@ -145,6 +145,8 @@ class OptimizerTrigger:
     # While scopes record, the hooks' own work is in lmprof's own range (ScopeStack.own): from the pre hook's
     # start to the optimizer's scope, from its end to the step's; else it would read as the user's loop.
     def _pre_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():
+            return  # dynamo traces a compiled optimizer step (below)
         if self._scoping():
             recording = self.session.windows.recording()
             for p in recording:
@@ -156,6 +158,10 @@ class OptimizerTrigger:
                     p.scopes.end_own()
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():
+            # A loop that compiles its optimizer step (PyTorch's "compiling the optimizer" recipe): dynamo
+            # traces the hooks into its graph, where they are nothing; lmprof sees no such step
+            return
         self._last_stepped = opt
         if not self._scoping():
             if self.boundaries:

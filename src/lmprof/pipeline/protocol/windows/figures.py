@@ -30,6 +30,7 @@ from lmprof.pipeline.protocol.probes import Probes
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.live import live_objects
 
 
 @dataclass
@@ -219,6 +220,8 @@ class FiguresWindow(Window):
     def start(self) -> None:
         ctx, seen = self.ctx, self.ctx.observed
         assert seen.device is not None
+        if ctx.spec.traits.trains and not seen.optimizers and seen.model is not None:
+            self._find_optimizers()
         describe = seen.shape() is None and not seen.compiled and not ctx.plan.flops_apart
         # On CUDA the step's allocation history goes into the run folder (memory_snapshot.pickle).
         snapshot_dir = ctx.claim_folder() if seen.device.kind == "cuda" else None
@@ -229,6 +232,21 @@ class FiguresWindow(Window):
         self.step.start()
         self._give_way = GiveWay(lambda: run_guarded(ctx, self._user_profiler_starts))  # after lmprof's own started
         self._give_way.install()
+
+    def _find_optimizers(self) -> None:
+        """No optimizer step was seen (a loop that compiles its optimizer step runs no hooks: triggers.py): the
+        optimizers holding the model's parameters, found among live objects, so their state is measured."""
+        seen = self.ctx.observed
+        assert seen.model is not None
+        mine = {id(p) for p in seen.model.parameters()}
+        found = [o for o in live_objects(torch.optim.Optimizer)
+                 if any(id(p) in mine for g in o.param_groups for p in g["params"])]
+        if found:
+            seen.optimizers.extend(found)
+            seen.notes.append(f"no optimizer step was seen (an optimizer step compiled with torch.compile runs no hooks): "
+                              f"the optimizer(s) holding the model's parameters ({', '.join(type(o).__name__ for o in found)}) "
+                              "were found among live objects, their state is in memory.optimizer, and their step "
+                              "time is in 'other (step)'")
 
     def boundary(self) -> None:
         self.stop()
