@@ -9,7 +9,8 @@ nothing in the graph, so the user's step compiles as it does alone), and:
 * under ``lmprof run``, whose steps end at optimizer steps, nothing is measured and the one line
   says why (a compiled optimizer step runs no hooks) and what to use instead;
 * under ``lmprof.profile()``, whose steps are ``prof.step()``, the run is whole; the optimizer,
-  which no hook saw step, is found among live objects, so its state is measured (it read 0 B).
+  which no hook sees step now, is found among live objects, so its state is measured (without that
+  it read 0 B; before, dynamo traced the hooks through there).
 
 Truths: the script alone (its output and how many graphs dynamo compiled), and the optimizer's state
 tensors summed by the script.
@@ -96,5 +97,5 @@ def test_lmprof_profile_measures_a_loop_whose_optimizer_step_is_compiled(tmp_pat
     out = json.loads(under.stdout)
     assert out == alone, (out, alone)  # the loop's losses and graphs as alone
     run = Run.load(Path(under.stderr.strip().splitlines()[-1]))
-    assert run.metrics["memory.optimizer"].value == out["state"]  # the old figure: 0 B (no optimizer seen)
+    assert run.metrics["memory.optimizer"].value == out["state"]  # 0 B when no optimizer is known
     assert any(n.startswith("no optimizer step was seen") for n in run.notes), run.notes
