@@ -44,6 +44,18 @@ def tensor_range(t: torch.Tensor) -> Range:
     return (key, start, start + (last + 1) * size)
 
 
+def tensor_ranges(t: torch.Tensor) -> list[Range]:
+    """:func:`tensor_range` of each storage a tensor holds: one for a strided tensor; a sparse one (the
+    gradient of ``nn.Embedding(sparse=True)``) holds its indices and its values, and has no storage of its own."""
+    if t.layout == torch.sparse_coo:
+        return [tensor_range(t._indices()), tensor_range(t._values())]
+    if t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        compressed, plain = ((t.crow_indices(), t.col_indices()) if t.layout in (torch.sparse_csr, torch.sparse_bsr)
+                             else (t.ccol_indices(), t.row_indices()))
+        return [tensor_range(compressed), tensor_range(plain), tensor_range(t.values())]
+    return [tensor_range(t)]
+
+
 def ranges_bytes(ranges: Iterable[Range]) -> int:
     """Bytes covered by ranges, overlaps counted once (tied weights, views of one storage)."""
     by_key: dict[Any, list[tuple[int, int]]] = {}
@@ -66,7 +78,7 @@ def ranges_bytes(ranges: Iterable[Range]) -> int:
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Exact bytes held by tensors, each storage byte counted once."""
-    return ranges_bytes(tensor_range(t) for t in tensors)
+    return ranges_bytes(r for t in tensors for r in tensor_ranges(t))
 
 
 def _state_tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
@@ -115,26 +127,27 @@ def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optim
 
 
 @contextlib.contextmanager
-def record_grads(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Iterator[dict[int, Range]]:
+def record_grads(model: torch.nn.Module,
+                 optimizers: Sequence[torch.optim.Optimizer] = ()) -> Iterator[dict[int, list[Range]]]:
     """Within the block, remember the storage range of every parameter's final .grad: as backward
     accumulates it, and, for one no backward accumulated, as an optimizer in ``optimizers`` steps
     (a loop that sets ``p.grad`` itself from ``torch.autograd.grad``).
 
     Only the range is kept, never the tensor, so the step frees its gradients as it always would.
     """
-    seen: dict[int, Range] = {}
+    seen: dict[int, list[Range]] = {}
     handles = []
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         def hook(param: torch.Tensor) -> None:
             if param.grad is not None:
-                seen[id(param)] = tensor_range(param.grad)
+                seen[id(param)] = tensor_ranges(param.grad)
         handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
     def set_by_the_loop(*_: Any) -> None:
         for p in params:
             if p.grad is not None and id(p) not in seen:
-                seen[id(p)] = tensor_range(p.grad)
+                seen[id(p)] = tensor_ranges(p.grad)
 
     handles += [opt.register_step_pre_hook(set_by_the_loop) for opt in optimizers]
     try:

@@ -181,7 +181,7 @@ class FiguresStep:
         if mem is not None and self._static_after is not None:
             mem.static = self._static_after
         if mem is not None and self._grads:
-            mem.grads = ranges_bytes(self._grads.values())
+            mem.grads = ranges_bytes(r for ranges in self._grads.values() for r in ranges)
         if mem is not None and self._held is not None:
             mem.held = self._held.held
         total = self.flops.stop() if self.flops is not None else None
