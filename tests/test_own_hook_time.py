@@ -93,3 +93,30 @@ def test_the_hooks_own_work_is_left_out_of_other(tmp_path: Path, monkeypatch: py
     row = run.tables["attribution"][0]
     assert 3 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 4 * SLEEP_S * 1e3, row  # a sleep may overrun a little
     assert "lmprof's own hooks" in row["correction"]
+
+
+def test_the_forward_hooks_own_work_in_a_generation_is_left_out_of_decode(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLEEP_S in lmprof's work at each forward's end of a profiled generation (where the decode scope
+    turns over): not in the decode rows' 'other'."""
+    after = probes_mod.Probes.forward_end
+
+    def end(self: probes_mod.Probes) -> None:
+        after(self)
+        time.sleep(SLEEP_S)
+
+    monkeypatch.setattr(probes_mod.Probes, "forward_end", end)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, report=False, verbose=False,
+                                         warmup=1, steps=2, profile_steps=1) as prof:
+        for _ in range(4):
+            ids = torch.randint(0, 64, (2, 8))
+            for _ in range(4):  # a prefill and three decode steps, greedy
+                ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+            prof.step()
+    run = Run.load(prof.folder)
+    decode = {b.name: b.profiled_ms for b in run.blocks if b.phase == "decode"}  # as profiled, not scaled
+    assert decode.get("other", 0.0) < SLEEP_S * 1e3, decode  # three delays in decode: the old rows held them all
+    row = run.tables["attribution"][0]
+    assert 4 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 5 * SLEEP_S * 1e3, row  # four forwards' ends

@@ -65,7 +65,7 @@ PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
 # Trainer and Lightning clip by default), timed where the loop calls them.
 LEAF_PARTS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad", "lmprof")
 # lmprof's own work inside a profiled step of someone else's loop (its optimizer hooks before and after
-# the step, the step's end): a range of its own, so that the time is neither 'other' (the user's loop)
+# the optimizer's step, the step's end, each forward's end in a generation): a range of its own, so that the time is neither 'other' (the user's loop)
 # nor a block's; the rows leave it out (analysis/reconcile.py) and the run says how much it was.
 LMPROF = "lmprof"
 # Scopes a training step is made of, in order.

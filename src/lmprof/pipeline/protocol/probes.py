@@ -307,6 +307,7 @@ class Probes:
         for phase in ("prefill", "decode"):
             self.scopes.close(phase)
         self.scopes.open("decode")
+        self.scopes.own()  # the rest of the hook is lmprof's (Windows.own_work ends it)
 
     def step_end(self) -> None:
         """The step's boundary: nothing stays open across it, and the next step's batches are its own."""

@@ -195,10 +195,11 @@ class Session:
     def forward_end(self, output: Any = None, ids: Any = None) -> None:
         """A top-level forward of the running generation ended (a hook saw it, or lmprof's loop said so);
         ``ids``: its input, whose shape is the prompt's when it is the generation's first forward."""
-        if self.done or not self.clock.forward_ends(ids, output):
-            return
-        for w in self.windows:
-            w.forward_end(output)
+        with self.windows.own_work():  # lmprof's, not the generation's
+            if self.done or not self.clock.forward_ends(ids, output):
+                return
+            for w in self.windows:
+                w.forward_end(output)
 
     @guarded
     def generation_end(self, output: Any = None) -> None:

@@ -148,14 +148,8 @@ class OptimizerTrigger:
         if torch.compiler.is_compiling():
             return  # dynamo traces a compiled optimizer step (below)
         if self._scoping():
-            recording = self.session.windows.recording()
-            for p in recording:
-                p.scopes.own()
-            try:
+            with self.session.windows.own_work() as recording:
                 self._pre(opt, recording)
-            finally:
-                for p in recording:
-                    p.scopes.end_own()
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if torch.compiler.is_compiling():

@@ -7,6 +7,7 @@ its own ``add_to(run, folder)`` (finish/assemble.py calls it for every window be
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -35,6 +36,20 @@ class Windows:
 
     def __iter__(self) -> Iterator[Window]:
         yield from (self.compile, self.figures, self.flops, self.meter, self.profiled, self.shapes, *self.more)
+
+    @contextlib.contextmanager
+    def own_work(self) -> Iterator[list[Probes]]:
+        """lmprof's own work in a hook inside the user's step: in its own range in each recording probe
+        (probes.py: ScopeStack.own), from here to the first scope opened or closed, and again after the
+        probes reopen it, until the block ends. Yields the recording probes."""
+        recording = self.recording()
+        for p in recording:
+            p.scopes.own()
+        try:
+            yield recording
+        finally:
+            for p in recording:
+                p.scopes.end_own()
 
     def recording(self) -> list[Probes]:
         """The probes placing scopes in the running step (the optimizer hooks reach them); none outside
