@@ -64,6 +64,8 @@ PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
 # grad_clip: torch.nn.utils.clip_grad_norm_ / clip_grad_value_ in a user's loop (nanoGPT, the HF
 # Trainer and Lightning clip by default), timed where the loop calls them.
 LEAF_PARTS: tuple[str, ...] = ("data", "grad_clip", "optimizer", "zero_grad", "lmprof")
+# data: lmprof's own loop's batch, or in a user's loop torch's range around its DataLoader's __next__
+DATA = "data"
 # lmprof's own work inside a profiled step of someone else's loop (its optimizer hooks before and after
 # the optimizer's step, the step's end, each forward's end in a generation): a range of its own, so that the time is neither 'other' (the user's loop)
 # nor a block's; the rows leave it out (analysis/reconcile.py) and the run says how much it was.

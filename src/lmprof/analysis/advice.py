@@ -25,6 +25,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from lmprof import names
 from lmprof.analysis.doors import door_of
 from lmprof.analysis.marks import NOISY, run_marks
+from lmprof.analysis.watch_detect import Rules
 from lmprof.modes import traits
 from lmprof.names import PASS_PHASES
 from lmprof.record.catalogue import (
@@ -76,6 +77,9 @@ PHASE_SHARE_MIN_PCT = 20.0
 SYNC_IDLE_MIN_PCT = 5.0
 #: The optimizer step takes more than this share of the training step (%).
 OPTIMIZER_SHARE_MAX_PCT = 15.0
+#: Fetching the batch (the ``data`` row) takes at least this share of the training step (%): the whole-run
+#: watch's input-bound share (analysis/watch_detect.py: Rules.input_share).
+DATA_SHARE_MIN_PCT = 100.0 * Rules().input_share
 #: Peak memory below this share of the device's capacity (%) leaves room for a larger batch.
 MEMORY_USED_MAX_PCT = 50.0
 #: Fraction of device memory a suggested batch may plan to use (keeps room for fragmentation).
@@ -533,6 +537,25 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
     )
 
 
+def rule_data_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """The loop waits for its batches: fetching them (the ``data`` row) is a large share of the step."""
+    if not traits(run.mode).trains:
+        return None
+    share = block_share(run, (names.DATA,), phase="step")
+    if share is None or share < DATA_SHARE_MIN_PCT:
+        return None
+    return Recommendation(
+        rule="data_share", title="The step waits for its data",
+        why=(f"Fetching the batch takes {share:.1f}% of the profiled step: the model waits while the batch is "
+             "read, decoded or collated in the training process."),
+        actions=("Load in the background: DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=...), "
+                 "pin_memory=True with non_blocking copies on CUDA.",
+                 "Move per-sample work out of the loop: tokenize and pack ahead of time, read from a faster disk "
+                 "or memory-mapped arrays."),
+        evidence=(Evidence("blocks[data].pct", share, "%", DATA_SHARE_MIN_PCT, ">="),),
+    )
+
+
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Peak memory uses little of the device: a larger batch fits."""
     peak = run.value(memory_key("peak"))
@@ -608,6 +631,7 @@ RULES: tuple[Rule, ...] = (
     rule_low_mfu,
     rule_host_sync,
     rule_optimizer_share,
+    rule_data_share,
     rule_memory_headroom,
     rule_recompiles,
 )
@@ -616,7 +640,7 @@ RULES: tuple[Rule, ...] = (
 # Rules whose evidence rests on the run's timing (block shares, times per call, MFU, idle time): on a
 # run marked noisy each says so. The others are about the noise itself, memory or compilations.
 TIMING_RULES = frozenset({"attention_unfused", "memory_bound", "overhead_bound", "framework_overhead", "low_mfu",
-                          "host_sync", "optimizer_share"})
+                          "host_sync", "optimizer_share", "data_share"})
 
 
 def advise(run: Run, trace: Mapping[str, float] | None = None) -> list[Recommendation]:

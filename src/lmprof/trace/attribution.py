@@ -56,6 +56,7 @@ from lmprof.trace.compiled import KernelOwner, kernel_owners
 from lmprof.trace.launches import launching_calls
 from lmprof.trace.load import TraceTable
 from lmprof.trace.nesting import enclosing, parents
+from lmprof.trace.phases import DATA_PREFIX
 from lmprof.trace.steps import profiler_steps
 
 # Host-side collective calls, DDP's gradient-bucket work and FSDP's gather/reduce ranges.
@@ -251,6 +252,8 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     leaf_mask = scope_mask & kinds.name_mask(table, lambda n: _scope_name(n) in names.LEAF_PARTS)
     block_mask = scope_mask & ~phase_mask & ~leaf_mask
     comm_mask = host & kinds.name_mask(table, lambda n: n.startswith(COMM_PREFIXES))
+    # torch's own range around a DataLoader's __next__ (the loop fetching its batch): the step's data
+    data_mask = host & kinds.name_mask(table, lambda n: n.startswith(DATA_PREFIX))
     phase_rows = np.flatnonzero(phase_mask)
     phase_name = np.array([_scope_name(n) for n in name_col[phase_rows]], dtype=object)
     bwd_rows = phase_rows[phase_name == "backward"]
@@ -268,7 +271,7 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     # Only with the kernel record: without it the kernels inside are unnamed, and the call's whole
     # time (compute included) would pass for overhead.
     call_mask = host & kinds.name_mask(table, _is_compiled_call) & ~node_mask if compiled else np.zeros(len(ev), bool)
-    owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask | call_mask
+    owner_mask = scope_mask | node_mask | comm_mask | step_mask | kernel_mask | call_mask | data_mask
     rows = np.flatnonzero(owner_mask)
     step_of = _containing(s0, s1, ts[rows])
     rows, step_of = rows[step_of >= 0], step_of[step_of >= 0]
@@ -276,6 +279,8 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
     label: dict[int, Key] = {}
     for r in rows[leaf_mask[rows]]:
         label[int(r)] = (_scope_name(name_col[r]), names.STEP)
+    for r in rows[data_mask[rows]]:
+        label[int(r)] = (names.DATA, names.STEP)
     for r, p in zip(phase_rows, phase_name):
         # a phase scope's own time: in the backward, the autograd engine between nodes; else unclaimed
         label[int(r)] = (names.AUTOGRAD_ENGINE if p == "backward" else names.OTHER, str(p))
