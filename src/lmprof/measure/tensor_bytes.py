@@ -141,13 +141,15 @@ def record_grads(model: torch.nn.Module,
     for p in params:
         def hook(param: torch.Tensor) -> None:
             if param.grad is not None:
-                seen[id(param)] = tensor_ranges(param.grad)
+                with contextlib.suppress(Exception):  # in the user's backward: a gradient not read is a missing byte count
+                    seen[id(param)] = tensor_ranges(param.grad)
         handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
     def set_by_the_loop(*_: Any) -> None:
         for p in params:
             if p.grad is not None and id(p) not in seen:
-                seen[id(p)] = tensor_ranges(p.grad)
+                with contextlib.suppress(Exception):  # in the user's optimizer step, as above
+                    seen[id(p)] = tensor_ranges(p.grad)
 
     handles += [opt.register_step_pre_hook(set_by_the_loop) for opt in optimizers]
     try:

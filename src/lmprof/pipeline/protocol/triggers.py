@@ -30,7 +30,6 @@ from lmprof.workloads.hooks import takes_hooks, unwrap
 from lmprof.workloads.live import live_objects
 
 if TYPE_CHECKING:
-    from lmprof.pipeline.protocol.probes import Probes
     from lmprof.pipeline.protocol.session import Session
 
 
@@ -148,8 +147,7 @@ class OptimizerTrigger:
         if torch.compiler.is_compiling():
             return  # dynamo traces a compiled optimizer step (below)
         if self._scoping():
-            with self.session.windows.own_work() as recording:
-                self._pre(opt, recording)
+            self._pre(opt)
 
     def _post_hook(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if torch.compiler.is_compiling():
@@ -157,15 +155,11 @@ class OptimizerTrigger:
             # traces the hooks into its graph, where they are nothing; lmprof sees no such step
             return
         self._last_stepped = opt
-        if not self._scoping():
-            if self.boundaries:
-                self._post(opt, args, kwargs)
-            return
-        try:
+        scoping = self._scoping()
+        if self.boundaries or scoping:
             self._post(opt, args, kwargs)
-        finally:
-            for p in self.session.windows.recording():
-                p.scopes.end_own()  # a step that did not end here (another optimizer's): what follows is the user's
+        if scoping:
+            self._end_own()  # a step that did not end here (another optimizer's): what follows is the user's
 
     def remove(self) -> None:
         for h in self._handles:
@@ -206,12 +200,18 @@ class OptimizerTrigger:
         return self._steps_model(opt)
 
     @_in_session
-    def _pre(self, opt: torch.optim.Optimizer, recording: list[Probes]) -> None:
+    def _pre(self, opt: torch.optim.Optimizer) -> None:
         """An optimizer step begins (called by _pre_hook, while :meth:`_scoping`): its scope opens in the
         probes that record."""
-        if self._counts(opt):
-            for p in recording:
-                p.optimizer_begin()
+        with self.session.windows.own_work() as recording:
+            if self._counts(opt):
+                for p in recording:
+                    p.optimizer_begin()
+
+    @_in_session
+    def _end_own(self) -> None:
+        for p in self.session.windows.recording():
+            p.scopes.end_own()
 
     def _optimizer_ended(self) -> None:
         for p in self.session.windows.recording():
