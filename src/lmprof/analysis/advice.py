@@ -519,12 +519,17 @@ def rule_host_sync(run: Run, trace: Mapping[str, float]) -> Recommendation | Non
     )
 
 
+def _training_step_share(run: Run, part: str, above: float, equal: bool = False) -> float | None:
+    """A training run's step part (a row of phase ``step``) as a share of the step, when it is above
+    ``above`` (or ``equal`` to it); else None."""
+    share = block_share(run, (part,), phase="step") if traits(run.mode).trains else None
+    return share if share is not None and (share > above or (equal and share == above)) else None
+
+
 def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The optimizer step is a large share of a training step."""
-    if not traits(run.mode).trains:
-        return None
-    share = block_share(run, ("optimizer",), phase="step")
-    if share is None or share <= OPTIMIZER_SHARE_MAX_PCT:
+    share = _training_step_share(run, "optimizer", OPTIMIZER_SHARE_MAX_PCT)
+    if share is None:
         return None
     opt = str(run.config.get("optimizer") or "the optimizer")
     return Recommendation(
@@ -539,10 +544,8 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
 
 def rule_data_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """The loop waits for its batches: fetching them (the ``data`` row) is a large share of the step."""
-    if not traits(run.mode).trains:
-        return None
-    share = block_share(run, (names.DATA,), phase="step")
-    if share is None or share < DATA_SHARE_MIN_PCT:
+    share = _training_step_share(run, names.DATA, DATA_SHARE_MIN_PCT, equal=True)
+    if share is None:
         return None
     return Recommendation(
         rule="data_share", title="The step waits for its data",
