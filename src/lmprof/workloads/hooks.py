@@ -469,6 +469,21 @@ def _loss_scoped(model: torch.nn.Module) -> Iterator[None]:
                 vars(model).pop("_loss_function", None)
 
 
+_quiet = False  # module_scopes' hooks place no ranges (blocks_quiet)
+
+
+@contextlib.contextmanager
+def blocks_quiet() -> Iterator[None]:
+    """Within the block, the hooks :func:`module_scopes` placed open no ranges: a span the caller
+    times as one row (a training step's ``generate()``, an RL loop's rollout)."""
+    global _quiet
+    before, _quiet = _quiet, True
+    try:
+        yield
+    finally:
+        _quiet = before
+
+
 @contextlib.contextmanager
 def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     """Install scope hooks on ``model``'s modules for the duration of the ``with`` body.
@@ -485,6 +500,8 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
 
     def pre(name: str) -> Callable[[torch.nn.Module, object], None]:
         def hook(module: torch.nn.Module, args: object) -> None:
+            if _quiet:  # inside a span that is one row (a training step's generate())
+                return
             rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
             rf.__enter__()
             open_ranges.setdefault(id(module), []).append(rf)
@@ -493,7 +510,7 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
 
     def post(module: torch.nn.Module, args: object, output: object) -> None:
         stack = open_ranges.get(id(module))
-        if stack:
+        if stack and not _quiet:
             stack.pop().__exit__(None, None, None)
 
     try:  # a hook refused half-way (a TorchScript submodule) takes the ones already placed with it

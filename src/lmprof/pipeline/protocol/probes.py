@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -31,7 +32,7 @@ from lmprof.modes import traits
 from lmprof.names import LMPROF, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.workloads.hooks import module_scopes, takes_hooks
+from lmprof.workloads.hooks import blocks_quiet, module_scopes, takes_hooks
 
 
 def _scopes_itself(model: torch.nn.Module) -> bool:
@@ -155,6 +156,7 @@ class Probes:
         self._in_backward = 0
         self._in_optimizer = False
         self._closure_batch = False  # a batch was counted inside the running optimizer step
+        self._in_generate = False  # a training step's generate() runs (an RL loop's rollout)
 
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -171,6 +173,10 @@ class Probes:
             self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
             for name in ("clip_grad_norm_", "clip_grad_value_"):  # looked up at call time by nanoGPT,
                 self._patch(torch.nn.utils, name, self._wrap_clip(getattr(torch.nn.utils, name)))  # accelerate, Lightning
+            generation = sys.modules.get("transformers.generation.utils")  # loaded by the user's code, or not used
+            if generation is not None:
+                mixin = generation.GenerationMixin
+                self._patch(mixin, "generate", self._wrap_generate(mixin.generate))
             owners: list[Any] = [*optimizers, *([self.model] if self.model is not None else [])]
             for obj in owners:
                 self._patch(obj, "zero_grad", self._wrap_zero_grad(obj.zero_grad), instance=True)
@@ -199,6 +205,8 @@ class Probes:
         self.scopes.close("forward")
 
     def _fwd_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._in_generate:
+            return  # a rollout's forwards are the generate row's, not the training forward
         self._end_forward()  # a forward with no backward after it (evaluation) ends here
         self.scopes.own()  # counting the batch is lmprof's, not the model's forward: before the forward's scope
         try:
@@ -227,7 +235,7 @@ class Probes:
         self._closure_batch = self._in_optimizer
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self.scopes.is_open("forward"):
+        if not self._in_generate and self.scopes.is_open("forward"):
             self.scopes.open("loss")
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -260,6 +268,23 @@ class Probes:
             return self._backward(original, *args, **kwargs)
 
         return grad
+
+    def _wrap_generate(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            # generate() inside a training step (an RL loop's rollout: GRPO, PPO): one row, 'generate', with
+            # no forward scope nor block ranges inside, so the training forward's rows stay the training's
+            if self._in_generate:
+                return original(model, *args, **kwargs)
+            self._end_forward()
+            self._in_generate = True
+            try:
+                with self.scopes.around("generate"), blocks_quiet():
+                    return original(model, *args, **kwargs)
+            finally:
+                self._in_generate = False
+
+        return generate
 
     def _wrap_clip(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
