@@ -52,3 +52,6 @@ def test_a_training_steps_rollout_is_the_generate_row(tmp_path: Path) -> None:
     spans = [e["dur"] for e in events if e["name"] == "lmprof:generate" and any(a <= e["ts"] < b for a, b in steps)]
     assert len(spans) == len(steps) == 2
     assert row.profiled_ms == pytest.approx(sum(spans) / len(steps) / 1e3, rel=1e-6)  # nothing of it elsewhere
+    from lmprof.analysis.advice import advise
+
+    assert "rollout_share" in [r.rule for r in advise(run)]  # the rollout is about 62% of this step

@@ -80,6 +80,9 @@ OPTIMIZER_SHARE_MAX_PCT = 15.0
 #: Fetching the batch (the ``data`` row) takes at least this share of the training step (%): the whole-run
 #: watch's input-bound share (analysis/watch_detect.py: Rules.input_share).
 DATA_SHARE_MIN_PCT = 100.0 * Rules().input_share
+#: generate() inside the training step (an RL loop's rollout) takes at least this share of it (%): the
+#: rollout, not the training, is what sets the step time.
+ROLLOUT_SHARE_MIN_PCT = 50.0
 #: Peak memory below this share of the device's capacity (%) leaves room for a larger batch.
 MEMORY_USED_MAX_PCT = 50.0
 #: Fraction of device memory a suggested batch may plan to use (keeps room for fragmentation).
@@ -559,6 +562,23 @@ def rule_data_share(run: Run, trace: Mapping[str, float]) -> Recommendation | No
     )
 
 
+def rule_rollout_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+    """An RL loop's rollout (``generate()`` inside the training step) is most of the step."""
+    share = _training_step_share(run, "generate", ROLLOUT_SHARE_MIN_PCT, equal=True)
+    if share is None:
+        return None
+    return Recommendation(
+        rule="rollout_share", title="Generation, not training, sets the step time",
+        why=(f"generate() inside the training step takes {share:.1f}% of the profiled step: the rollout's "
+             "token-by-token decoding, not the forward and backward, is what to speed up."),
+        actions=("Generate with an inference engine (vLLM, SGLang: TRL's use_vllm=True) or at least a static "
+                 "KV cache with torch.compile (generate(cache_implementation='static')).",
+                 "Generate for the whole batch at once and reuse rollouts for several optimizer steps where the "
+                 "algorithm allows it."),
+        evidence=(Evidence("blocks[generate].pct", share, "%", ROLLOUT_SHARE_MIN_PCT, ">="),),
+    )
+
+
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Peak memory uses little of the device: a larger batch fits."""
     peak = run.value(memory_key("peak"))
@@ -635,6 +655,7 @@ RULES: tuple[Rule, ...] = (
     rule_host_sync,
     rule_optimizer_share,
     rule_data_share,
+    rule_rollout_share,
     rule_memory_headroom,
     rule_recompiles,
 )
@@ -643,7 +664,7 @@ RULES: tuple[Rule, ...] = (
 # Rules whose evidence rests on the run's timing (block shares, times per call, MFU, idle time): on a
 # run marked noisy each says so. The others are about the noise itself, memory or compilations.
 TIMING_RULES = frozenset({"attention_unfused", "memory_bound", "overhead_bound", "framework_overhead", "low_mfu",
-                          "host_sync", "optimizer_share", "data_share"})
+                          "host_sync", "optimizer_share", "data_share", "rollout_share"})
 
 
 def advise(run: Run, trace: Mapping[str, float] | None = None) -> list[Recommendation]:
