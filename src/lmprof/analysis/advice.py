@@ -545,38 +545,40 @@ def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation
     )
 
 
-def rule_data_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-    """The loop waits for its batches: fetching them (the ``data`` row) is a large share of the step."""
-    share = _training_step_share(run, names.DATA, DATA_SHARE_MIN_PCT, equal=True)
-    if share is None:
-        return None
-    return Recommendation(
-        rule="data_share", title="The step waits for its data",
-        why=(f"Fetching the batch takes {share:.1f}% of the profiled step: the model waits while the batch is "
-             "read, decoded or collated in the training process."),
-        actions=("Load in the background: DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=...), "
-                 "pin_memory=True with non_blocking copies on CUDA.",
-                 "Move per-sample work out of the loop: tokenize and pack ahead of time, read from a faster disk "
-                 "or memory-mapped arrays."),
-        evidence=(Evidence("blocks[data].pct", share, "%", DATA_SHARE_MIN_PCT, ">="),),
-    )
+def _step_part_rule(part: str, min_pct: float, rule: str, title: str, why: str,
+                    actions: tuple[str, ...]) -> Rule:
+    """A rule that fires when a training step's part (a ``step`` row) is at least ``min_pct`` of the step;
+    ``why`` is formatted with that ``share``."""
+
+    def check(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
+        share = _training_step_share(run, part, min_pct, equal=True)
+        if share is None:
+            return None
+        return Recommendation(rule=rule, title=title, why=why.format(share=share), actions=actions,
+                              evidence=(Evidence(f"blocks[{part}].pct", share, "%", min_pct, ">="),))
+
+    check.__name__ = f"rule_{rule}"
+    check.__doc__ = f"{title} (the step's {part!r} row at {min_pct:g}% or more)."
+    return check
 
 
-def rule_rollout_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-    """An RL loop's rollout (``generate()`` inside the training step) is most of the step."""
-    share = _training_step_share(run, "generate", ROLLOUT_SHARE_MIN_PCT, equal=True)
-    if share is None:
-        return None
-    return Recommendation(
-        rule="rollout_share", title="Generation, not training, sets the step time",
-        why=(f"generate() inside the training step takes {share:.1f}% of the profiled step: the rollout's "
-             "token-by-token decoding, not the forward and backward, is what to speed up."),
-        actions=("Generate with an inference engine (vLLM, SGLang: TRL's use_vllm=True) or at least a static "
-                 "KV cache with torch.compile (generate(cache_implementation='static')).",
-                 "Generate for the whole batch at once and reuse rollouts for several optimizer steps where the "
-                 "algorithm allows it."),
-        evidence=(Evidence("blocks[generate].pct", share, "%", ROLLOUT_SHARE_MIN_PCT, ">="),),
-    )
+rule_data_share = _step_part_rule(
+    names.DATA, DATA_SHARE_MIN_PCT, "data_share", "The step waits for its data",
+    "Fetching the batch takes {share:.1f}% of the profiled step: the model waits while the batch is read, decoded "
+    "or collated in the training process.",
+    ("Load in the background: DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=...), "
+     "pin_memory=True with non_blocking copies on CUDA.",
+     "Move per-sample work out of the loop: tokenize and pack ahead of time, read from a faster disk or "
+     "memory-mapped arrays."))
+
+rule_rollout_share = _step_part_rule(
+    "generate", ROLLOUT_SHARE_MIN_PCT, "rollout_share", "Generation, not training, sets the step time",
+    "generate() inside the training step takes {share:.1f}% of the profiled step: the rollout's token-by-token "
+    "decoding, not the forward and backward, is what to speed up.",
+    ("Generate with an inference engine (vLLM, SGLang: TRL's use_vllm=True) or at least a static KV cache with "
+     "torch.compile (generate(cache_implementation='static')).",
+     "Generate for the whole batch at once and reuse rollouts for several optimizer steps where the algorithm "
+     "allows it."))
 
 
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
