@@ -117,6 +117,7 @@ def test_the_forward_hooks_own_work_in_a_generation_is_left_out_of_decode(tmp_pa
             prof.step()
     run = Run.load(prof.folder)
     decode = {b.name: b.profiled_ms for b in run.blocks if b.phase == "decode"}  # as profiled, not scaled
-    assert decode.get("other", 0.0) < SLEEP_S * 1e3, decode  # three delays in decode: the old rows held them all
+    loop = decode.get("other", 0.0) + decode.get("generate_loop", 0.0)  # what is outside the model's forward
+    assert loop < SLEEP_S * 1e3, decode  # three delays in decode: the old rows held them all
     row = run.tables["attribution"][0]
     assert 4 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 5 * SLEEP_S * 1e3, row  # four forwards' ends

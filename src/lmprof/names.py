@@ -90,11 +90,15 @@ MODEL_GLUE = "model_glue"
 # (what compiled autograd removes). Its own row, so that `other` in the backward is only nodes no
 # block claims.
 AUTOGRAD_ENGINE = "autograd_engine"
+# A generation's prefill or decode outside the model's forward, where model_glue shows that forward is
+# claimed whole: the generation loop's own work (token choice: logits processors, sampling; stopping
+# criteria, cache bookkeeping, a streamer). Without model_glue (a compiled model) that time is `other`.
+GENERATE_LOOP = "generate_loop"
 # Communication rows: gradient reduction, FSDP's parameter gathers, anything else collective.
 ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 
 # Rows of a phase that are not sub-blocks of a layer, in display order after the blocks.
-PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
+PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, GENERATE_LOOP, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
 # Step rows in display order after the blocks.
 STEP_ROWS: tuple[str, ...] = ("data", "generate", "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 
