@@ -9,6 +9,7 @@ no training step of this tiny model comes near.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,5 +53,7 @@ def test_steps_that_also_evaluated_or_saved_are_left_out_of_the_step_time(tmp_pa
     assert step.n == 6  # the 9 clean steps, 3 of which evaluated or saved
     said = "ran the model without grad" if aside == "evaluate" else "saved a checkpoint (torch.save)"
     assert any(n.startswith("3 of the 9 clean steps also " + said) and "left out" in n for n in run.notes), run.notes
-    assert not any("took longer" in r for r in run.noise), run.noise
+    for r in run.noise:  # the step that also saved or evaluated is out of the judged window (3 profiled, 2 judged)
+        # (a busy machine may still slow another profiled step: that is noise, said so, and not what this checks)
+        assert "of 3" not in r and not re.search(r"\(\d{3,}(\.\d+)? ms, ", r), run.noise
     assert torch.save is save  # as it was
