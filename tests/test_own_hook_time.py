@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -95,10 +96,27 @@ def test_the_hooks_own_work_is_left_out_of_other(tmp_path: Path, monkeypatch: py
     assert "lmprof's own hooks" in row["correction"]
 
 
+def greedy_run(tmp_path: Path, token_choice: Callable[[], None] = lambda: None, forwards: int = 4) -> Run:
+    """A hand-written greedy decoding loop under ``lmprof.profile(infer=True)`` (a prefill and
+    ``forwards - 1`` decode steps a generation); ``token_choice`` runs after each forward, as the loop's own."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
+    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, report=False, verbose=False,
+                                         warmup=1, steps=2, profile_steps=1) as prof:
+        for _ in range(4):
+            ids = torch.randint(0, 64, (2, 8))
+            for _ in range(forwards):
+                logits = model(ids)
+                token_choice()
+                ids = torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1)
+            prof.step()
+    return Run.load(prof.folder)
+
+
 def test_the_forward_hooks_own_work_in_a_generation_is_left_out_of_decode(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """SLEEP_S in lmprof's work at each forward's end of a profiled generation (where the decode scope
-    turns over): not in the decode rows' 'other'."""
+    turns over): not in the decode rows' 'other' nor 'generate_loop'."""
     after = probes_mod.Probes.forward_end
 
     def end(self: probes_mod.Probes) -> None:
@@ -106,18 +124,22 @@ def test_the_forward_hooks_own_work_in_a_generation_is_left_out_of_decode(tmp_pa
         time.sleep(SLEEP_S)
 
     monkeypatch.setattr(probes_mod.Probes, "forward_end", end)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
-    with torch.no_grad(), lmprof.profile(model, out=tmp_path, infer=True, report=False, verbose=False,
-                                         warmup=1, steps=2, profile_steps=1) as prof:
-        for _ in range(4):
-            ids = torch.randint(0, 64, (2, 8))
-            for _ in range(4):  # a prefill and three decode steps, greedy
-                ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
-            prof.step()
-    run = Run.load(prof.folder)
+    run = greedy_run(tmp_path)
     decode = {b.name: b.profiled_ms for b in run.blocks if b.phase == "decode"}  # as profiled, not scaled
     loop = decode.get("other", 0.0) + decode.get("generate_loop", 0.0)  # what is outside the model's forward
     assert loop < SLEEP_S * 1e3, decode  # three delays in decode: the old rows held them all
     row = run.tables["attribution"][0]
     assert 4 * SLEEP_S * 1e3 <= row["lmprof_ms_per_step"] < 5 * SLEEP_S * 1e3, row  # four forwards' ends
+
+
+def test_the_loops_own_work_between_forwards_is_the_generate_loop_row(tmp_path: Path) -> None:
+    """A generation's time outside the model's forward (claimed whole by model_glue) is the generation
+    loop's, ``generate_loop`` (it was 'other'): a token choice slowed by SLEEP_S after each forward is there,
+    and in none of the model's rows. Truth: the loop's own sleeps."""
+    run = greedy_run(tmp_path, lambda: time.sleep(SLEEP_S))
+    rows = {(b.name, b.phase): b.profiled_ms for b in run.blocks}
+    # decode runs from the first forward's end on: at least the three decode steps' token choices in it
+    assert rows[("generate_loop", "decode")] >= 3 * SLEEP_S * 1e3, rows
+    assert ("other", "decode") not in rows, rows
+    model_rows = sum(v for (n, p), v in rows.items() if p == "decode" and n != "generate_loop")
+    assert model_rows < SLEEP_S * 1e3, rows  # none of the sleeps in the model's rows
