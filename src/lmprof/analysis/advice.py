@@ -13,19 +13,21 @@ the run has, gives phase advice on the phase that holds the time, and on a run m
 so on every recommendation that rests on its timing (a roofline "overhead-bound" label, which rests
 on a block's time, is not trusted there: the block is judged by its intensity).
 
-Thresholds are the named constants below; docs/reports.md lists every rule with its threshold.
+Thresholds are named constants (below; those of the rules on the step's parts outside the model, in
+:mod:`lmprof.analysis.step_parts_advice`); docs/reports.md lists every rule with its threshold.
 Pure functions: no I/O, no torch.
 """
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 from lmprof import names
 from lmprof.analysis.doors import door_of
 from lmprof.analysis.marks import NOISY, run_marks
-from lmprof.analysis.watch_detect import Rules
+from lmprof.analysis.recommendation import Evidence, Recommendation, Rule, block_share
+from lmprof.analysis.step_parts_advice import rule_data_share, rule_optimizer_share, rule_rollout_share
 from lmprof.modes import traits
 from lmprof.names import PASS_PHASES
 from lmprof.record.catalogue import (
@@ -75,14 +77,6 @@ MEMORY_BOUND_MAX_INTENSITY = 4.0
 PHASE_SHARE_MIN_PCT = 20.0
 #: Device idle while the host waits in synchronising calls (%, from trace analysis).
 SYNC_IDLE_MIN_PCT = 5.0
-#: The optimizer step takes more than this share of the training step (%).
-OPTIMIZER_SHARE_MAX_PCT = 15.0
-#: Fetching the batch (the ``data`` row) takes at least this share of the training step (%): the whole-run
-#: watch's input-bound share (analysis/watch_detect.py: Rules.input_share).
-DATA_SHARE_MIN_PCT = 100.0 * Rules().input_share
-#: generate() inside the training step (an RL loop's rollout) takes at least this share of it (%): the
-#: rollout, not the training, is what sets the step time.
-ROLLOUT_SHARE_MIN_PCT = 50.0
 #: Peak memory below this share of the device's capacity (%) leaves room for a larger batch.
 MEMORY_USED_MAX_PCT = 50.0
 #: Fraction of device memory a suggested batch may plan to use (keeps room for fragmentation).
@@ -100,58 +94,12 @@ MATMUL_BLOCKS = names.WEIGHT_MATMUL_BLOCKS
 # The env key hardware/devices.py writes the device's memory capacity under (bytes).
 CAPACITY_ENV_KEY = "gpu_memory_bytes"
 
-Comparison = Literal[">", ">=", "<", "<=", "|x| >", "present"]
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One recorded figure a rule relied on, and the threshold it was held against."""
-
-    key: str
-    value: float
-    unit: str
-    threshold: float | None
-    comparison: Comparison
-
-    def describe(self) -> str:
-        """'profiler_overhead = 45.0 % (threshold |x| > 30 %)'."""
-        limit = "" if self.threshold is None else f" (threshold {self.comparison} {self.threshold:g} {self.unit})"
-        return f"{self.key} = {_num(self.value)} {self.unit}{limit}"
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """What to try, why, and the evidence that made the rule fire."""
-
-    rule: str
-    title: str
-    why: str
-    actions: tuple[str, ...]
-    evidence: tuple[Evidence, ...]
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict (evidence as a list of dicts)."""
-        return asdict(self)
-
-
-def _num(x: float) -> str:
-    """A figure in a recommendation: three significant digits; whole, with separators, from 100 to a million."""
-    return f"{x:,.0f}" if 100 <= abs(x) < 1e6 else f"{x:.3g}"
-
-
 def _narrow(run: Run) -> bool:
     """The run already computes in 16 bits (as far as its config says)."""
     return str(run.config.get("dtype") or "").lower() in ("bf16", "fp16", "bfloat16", "float16")
 
 
 # -- figures the rules read --------------------------------------------------------------------
-
-
-def block_share(run: Run, names: Sequence[str], phase: str | None = None) -> float | None:
-    """Summed share (%) of the profiled step held by blocks ``names``; None if none is recorded."""
-    rows = [b for b in run.blocks if b.name in names and (phase is None or b.phase == phase)]
-    return sum(b.pct for b in rows) if rows else None
 
 
 def ops_per_step(run: Run) -> int | None:
@@ -188,9 +136,6 @@ def device_capacity(run: Run) -> tuple[str, float] | None:
 
 
 # -- the rules -----------------------------------------------------------------------------------
-
-Rule = Callable[[Run, Mapping[str, float]], "Recommendation | None"]
-
 
 def rule_profiler_overhead(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
     """Profiled steps differ from clean steps by more than PROFILER_OVERHEAD_MAX_PCT."""
@@ -520,65 +465,6 @@ def rule_host_sync(run: Run, trace: Mapping[str, float]) -> Recommendation | Non
                  "Use non_blocking=True copies from pinned memory for input batches."),
         evidence=(Evidence("trace.sync_idle_pct", v, "%", SYNC_IDLE_MIN_PCT, ">="),),
     )
-
-
-def _training_step_share(run: Run, part: str, above: float, equal: bool = False) -> float | None:
-    """A training run's step part (a row of phase ``step``) as a share of the step, when it is above
-    ``above`` (or ``equal`` to it); else None."""
-    share = block_share(run, (part,), phase="step") if traits(run.mode).trains else None
-    return share if share is not None and (share > above or (equal and share == above)) else None
-
-
-def rule_optimizer_share(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-    """The optimizer step is a large share of a training step."""
-    share = _training_step_share(run, "optimizer", OPTIMIZER_SHARE_MAX_PCT)
-    if share is None:
-        return None
-    opt = str(run.config.get("optimizer") or "the optimizer")
-    return Recommendation(
-        rule="optimizer_share", title="The optimizer step is a large part of the step",
-        why=(f"{opt} takes {share:.1f}% of the profiled step. A per-parameter loop launches several small "
-             "ops for every parameter tensor."),
-        actions=(f"Update all parameters in a few multi-tensor kernels: {door_of(run).fused_optimizer}.",
-                 "A larger batch amortises the optimizer over more tokens."),
-        evidence=(Evidence("blocks[optimizer].pct", share, "%", OPTIMIZER_SHARE_MAX_PCT, ">"),),
-    )
-
-
-def _step_part_rule(part: str, min_pct: float, rule: str, title: str, why: str,
-                    actions: tuple[str, ...]) -> Rule:
-    """A rule that fires when a training step's part (a ``step`` row) is at least ``min_pct`` of the step;
-    ``why`` is formatted with that ``share``."""
-
-    def check(run: Run, trace: Mapping[str, float]) -> Recommendation | None:
-        share = _training_step_share(run, part, min_pct, equal=True)
-        if share is None:
-            return None
-        return Recommendation(rule=rule, title=title, why=why.format(share=share), actions=actions,
-                              evidence=(Evidence(f"blocks[{part}].pct", share, "%", min_pct, ">="),))
-
-    check.__name__ = f"rule_{rule}"
-    check.__doc__ = f"{title} (the step's {part!r} row at {min_pct:g}% or more)."
-    return check
-
-
-rule_data_share = _step_part_rule(
-    names.DATA, DATA_SHARE_MIN_PCT, "data_share", "The step waits for its data",
-    "Fetching the batch takes {share:.1f}% of the profiled step: the model waits while the batch is read, decoded "
-    "or collated in the training process.",
-    ("Load in the background: DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=...), "
-     "pin_memory=True with non_blocking copies on CUDA.",
-     "Move per-sample work out of the loop: tokenize and pack ahead of time, read from a faster disk or "
-     "memory-mapped arrays."))
-
-rule_rollout_share = _step_part_rule(
-    "generate", ROLLOUT_SHARE_MIN_PCT, "rollout_share", "Generation, not training, sets the step time",
-    "generate() inside the training step takes {share:.1f}% of the profiled step: the rollout's token-by-token "
-    "decoding, not the forward and backward, is what to speed up.",
-    ("Generate with an inference engine (vLLM, SGLang: TRL's use_vllm=True) or at least a static KV cache with "
-     "torch.compile (generate(cache_implementation='static')).",
-     "Generate for the whole batch at once and reuse rollouts for several optimizer steps where the algorithm "
-     "allows it."))
 
 
 def rule_memory_headroom(run: Run, trace: Mapping[str, float]) -> Recommendation | None:

@@ -6,7 +6,8 @@ import io
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from lmprof.analysis.advice import RULES, Recommendation, advise, roofline_bound
+from lmprof.analysis.advice import RULES, advise, roofline_bound
+from lmprof.analysis.recommendation import Recommendation
 from lmprof.analysis.marks import FIRST_CALL, NOISY, marks, tag
 from lmprof.errors import DataError
 from lmprof.atomic import write_text
