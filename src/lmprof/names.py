@@ -63,16 +63,18 @@ PHASE_ORDER: tuple[str, ...] = (*PHASES, STEP)
 # Parts of a training step that are rows on their own (phase ``step``).
 # grad_clip: torch.nn.utils.clip_grad_norm_ / clip_grad_value_ in a user's loop (nanoGPT, the HF
 # Trainer and Lightning clip by default), timed where the loop calls them.
-# generate: a generate() call inside a training step (an RL loop's rollout), one row
-LEAF_PARTS: tuple[str, ...] = ("data", "generate", "grad_clip", "optimizer", "zero_grad", "lmprof")
 # data: lmprof's own loop's batch, or in a user's loop torch's range around its DataLoader's __next__
 DATA = "data"
+# generate: a generate() call inside a training step (an RL loop's rollout), one row
+GENERATE = "generate"
 # lmprof's own work inside a profiled step of someone else's loop (its optimizer hooks before and after
-# the optimizer's step, the step's end, each forward's end in a generation): a range of its own, so that the time is neither 'other' (the user's loop)
-# nor a block's; the rows leave it out (analysis/reconcile.py) and the run says how much it was.
+# the optimizer's step, the step's end, each forward's end in a generation): a range of its own, so that
+# the time is neither 'other' (the user's loop) nor a block's; the rows leave it out
+# (analysis/reconcile.py) and the run says how much it was.
 LMPROF = "lmprof"
+LEAF_PARTS: tuple[str, ...] = (DATA, GENERATE, "grad_clip", "optimizer", "zero_grad", LMPROF)
 # Scopes a training step is made of, in order.
-STEP_PARTS: tuple[str, ...] = ("data", "generate", "forward", "backward", "grad_clip", "optimizer", "zero_grad")
+STEP_PARTS: tuple[str, ...] = (DATA, GENERATE, "forward", "backward", "grad_clip", "optimizer", "zero_grad")
 # Scopes an inference run is made of.
 INFER_PARTS: tuple[str, ...] = INFER_PHASES
 
@@ -100,7 +102,7 @@ ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 # Rows of a phase that are not sub-blocks of a layer, in display order after the blocks.
 PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, GENERATE_LOOP, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
 # Step rows in display order after the blocks.
-STEP_ROWS: tuple[str, ...] = ("data", "generate", "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
+STEP_ROWS: tuple[str, ...] = (DATA, GENERATE, "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 
 
 def folded(block: str) -> str:

@@ -74,7 +74,7 @@ rule_data_share = _step_part_rule(
      "memory-mapped arrays."))
 
 rule_rollout_share = _step_part_rule(
-    "generate", ROLLOUT_SHARE_MIN_PCT, "rollout_share", "Generation, not training, sets the step time",
+    names.GENERATE, ROLLOUT_SHARE_MIN_PCT, "rollout_share", "Generation, not training, sets the step time",
     "generate() inside the training step takes {share:.1f}% of the profiled step: the rollout's token-by-token "
     "decoding, not the forward and backward, is what to speed up.",
     ("Generate with an inference engine (vLLM, SGLang: TRL's use_vllm=True) or at least a static KV cache with "

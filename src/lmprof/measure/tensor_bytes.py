@@ -138,18 +138,20 @@ def record_grads(model: torch.nn.Module,
     seen: dict[int, list[Range]] = {}
     handles = []
     params = [p for p in model.parameters() if p.requires_grad]
+
+    def remember(param: torch.Tensor) -> None:
+        if param.grad is not None:
+            # in the user's backward or optimizer step: a gradient not read is a missing byte count
+            with contextlib.suppress(Exception):
+                seen[id(param)] = tensor_ranges(param.grad)
+
     for p in params:
-        def hook(param: torch.Tensor) -> None:
-            if param.grad is not None:
-                with contextlib.suppress(Exception):  # in the user's backward: a gradient not read is a missing byte count
-                    seen[id(param)] = tensor_ranges(param.grad)
-        handles.append(p.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        handles.append(p.register_post_accumulate_grad_hook(remember))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
     def set_by_the_loop(*_: Any) -> None:
         for p in params:
-            if p.grad is not None and id(p) not in seen:
-                with contextlib.suppress(Exception):  # in the user's optimizer step, as above
-                    seen[id(p)] = tensor_ranges(p.grad)
+            if id(p) not in seen:
+                remember(p)
 
     handles += [opt.register_step_pre_hook(set_by_the_loop) for opt in optimizers]
     try:

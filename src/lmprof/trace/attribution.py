@@ -283,8 +283,7 @@ def _find_owners(table: TraceTable, s0: np.ndarray, s1: np.ndarray, step_rows: n
         label[int(r)] = (names.DATA, names.STEP)
     # the model's forward is claimed whole (its model_glue range holds all of it): in a generation, the
     # phase's own time is then the generation loop's, between forwards
-    glue = bool(block_mask.any()) and bool((block_mask & kinds.name_mask(
-        table, lambda n: _scope_name(n) == names.MODEL_GLUE)).any())
+    glue = bool((block_mask & kinds.name_mask(table, lambda n: _scope_name(n) == names.MODEL_GLUE)).any())
     for r, p in zip(phase_rows, phase_name):
         # a phase scope's own time: in the backward, the autograd engine between nodes; in a generation
         # whose model's forward is claimed, the generation loop; else unclaimed

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from lmprof.modes import traits
-from lmprof.names import LMPROF, SCOPE_PREFIX
+from lmprof.names import GENERATE, LMPROF, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
 from lmprof.workloads.hooks import blocks_quiet, module_scopes, takes_hooks
@@ -279,7 +279,7 @@ class Probes:
             self._end_forward()
             self._in_generate = True
             try:
-                with self.scopes.around("generate"), blocks_quiet():
+                with self.scopes.around(GENERATE), blocks_quiet():
                     return original(model, *args, **kwargs)
             finally:
                 self._in_generate = False

@@ -25,6 +25,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lmprof.pipeline.protocol.guard import run_guarded
+from lmprof.pipeline.protocol.stepping import param_ids
 from lmprof.patch import Patch
 from lmprof.workloads.hooks import takes_hooks, unwrap
 from lmprof.workloads.live import live_objects
@@ -45,7 +46,7 @@ def _named(opts: list[torch.optim.Optimizer]) -> str:
 def _holders(opt: torch.optim.Optimizer, live: list[Any]) -> tuple[torch.nn.Module | None, bool]:
     """The outermost module holding the most of ``opt``'s parameters, and whether another module holds
     some of them without being inside it (a second model sharing them, or a dead one not yet collected)."""
-    wanted = {id(p) for g in opt.param_groups for p in g["params"]}
+    wanted = param_ids(opt)
     best: tuple[tuple[int, int], torch.nn.Module] | None = None
     holders: list[torch.nn.Module] = []
     for obj in live:
@@ -177,8 +178,7 @@ class OptimizerTrigger:
         known = self._ours.get(opt)
         if known is None:
             model = self.session.observed.model
-            mine = {id(p) for p in model.parameters()} if model is not None else set()
-            known = model is None or any(id(p) in mine for g in opt.param_groups for p in g["params"])
+            known = model is None or not {id(p) for p in model.parameters()}.isdisjoint(param_ids(opt))
             self._ours[opt] = known
         return known
 
@@ -272,8 +272,7 @@ class OptimizerTrigger:
         known = self._replaces.get(opt)
         if known is None:
             assert self.chosen is not None
-            have = {id(p) for g in opt.param_groups for p in g["params"]}
-            known = all(id(p) in have for g in self.chosen.param_groups for p in g["params"])
+            known = param_ids(self.chosen) <= param_ids(opt)
             self._replaces[opt] = known
         return known
 

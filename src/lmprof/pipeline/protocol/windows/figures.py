@@ -27,10 +27,10 @@ from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memor
 from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
+from lmprof.pipeline.protocol.stepping import optimizers_stepping
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
-from lmprof.workloads.live import live_objects
 
 
 @dataclass
@@ -238,9 +238,7 @@ class FiguresWindow(Window):
         optimizers holding the model's parameters, found among live objects, so their state is measured."""
         seen = self.ctx.observed
         assert seen.model is not None
-        mine = {id(p) for p in seen.model.parameters()}
-        found = [o for o in live_objects(torch.optim.Optimizer)
-                 if any(id(p) in mine for g in o.param_groups for p in g["params"])]
+        found = optimizers_stepping(seen.model)
         if found:
             seen.optimizers.extend(found)
             seen.notes.append(f"no optimizer step was seen (an optimizer step compiled with torch.compile runs no hooks): "
