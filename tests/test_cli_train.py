@@ -17,7 +17,7 @@ import pytest
         (["--dtype", "fp8"], "dtype"),
         (["--config", "/no/such.yaml"], "config file not found"),
         (["--seq-len", "999"], "exceeds the model's block_size"),
-        (["--steps", "0"], "must be positive"),
+        (["--steps", "0"], "steps: must be at least 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(cli, args, needle):

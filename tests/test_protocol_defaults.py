@@ -47,3 +47,33 @@ def test_the_help_prints_the_table(verb, capsys):
     for mode in modes:
         for value in DEFAULT_COUNTS[mode]:
             assert f"[default: {value}]" in text, (verb, mode, value)
+
+
+# The counts each door takes, written here by hand: no warm-up is a choice, no profiled step is not,
+# and no clean window only where the door times from the profiled steps (a user's script; the built-in
+# loops and their sweeps always run one). Above 2**62 no clock could finish.
+_ALLOWED = {"warmup": (0, 0), "steps": (1, 0), "profile_steps": (1, 1)}  # fewest: (built-in, script)
+
+
+@pytest.mark.parametrize("field", sorted(_ALLOWED))
+def test_every_door_refuses_the_same_counts(field: str) -> None:
+    from lmprof.config import build
+    from lmprof.errors import LmprofError
+    from lmprof.pipeline.usercode.guard import check_counts
+    from lmprof.sweep.spec import parse_spec
+
+    def refused(check, value: int) -> bool:
+        try:
+            check(value)
+        except LmprofError:
+            return True
+        return False
+
+    built_in = [lambda v: build(TrainConfig, {field: v}), lambda v: build(InferConfig, {field: v}),
+                lambda v: parse_spec({field: v})]
+    script = [lambda v: parse_spec({"script": __file__, field: v}),
+              lambda v: check_counts(**{"warmup": None, "steps": None, "profile_steps": None, field: v}, flags=True)]
+    for doors, fewest in ((built_in, _ALLOWED[field][0]), (script, _ALLOWED[field][1])):
+        for check in doors:
+            assert [refused(check, v) for v in (fewest - 1, fewest, 2**62, 2**62 + 1, -10**40)] == \
+                [True, False, False, True, True], (field, fewest)

@@ -207,7 +207,7 @@ def test_steps_0_accepted_by_profile(tmp_path: Path) -> None:
 
 def test_negative_steps_refused(tmp_path: Path, run_cli) -> None:
     proc = run_cli(tmp_path, THREE_STEPS, "--steps", "-1")
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be >= 0, got -1"]
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["lmprof: error: --steps must be at least 0, got -1"]
 
 
 @pytest.mark.parametrize("flags", [["--steps", "-1"], ["--warmup", "-2"], ["--log-to", "nope"], ["--nproc", "0"],

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 import math
 import os
@@ -10,7 +10,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from lmprof.counts import DEFAULT_COUNTS
+from lmprof.counts import DEFAULT_COUNTS, count_error
 from lmprof.errors import ConfigError, DataError, DeviceError
 from lmprof.safeyaml import load_file
 
@@ -108,6 +108,48 @@ def _bounded(name: str, v: _Count, low: int, high: int) -> _Count:
     return v
 
 
+def _checked_count(v: _Count, info: ValidationInfo, *, zero_steps: bool) -> _Count:
+    problem = None if v is None else count_error(info.field_name or "steps", v, zero_steps=zero_steps)
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+class Asked(TypedDict, total=False):
+    """The counts a spec gave, by field name."""
+
+    warmup: int
+    steps: int
+    profile_steps: int
+
+
+class AskedCounts(Checked):
+    """The protocol's counts as a spec asks for them (a sweep, a sweep's point); None: the table's
+    (lmprof/counts.py), and the rule of lmprof/counts.py on what is given."""
+
+    ZERO_STEPS: ClassVar[bool] = False  # whether no clean window may be asked for (counts.fewest)
+
+    warmup: int | None = None
+    steps: int | None = None
+    profile_steps: int | None = None
+
+    @field_validator("warmup", "steps", "profile_steps")
+    @classmethod
+    def _count(cls, v: int | None, info: ValidationInfo) -> int | None:
+        return _checked_count(v, info, zero_steps=cls.ZERO_STEPS)
+
+    def asked(self) -> Asked:
+        """The counts given, by field name: what a point passes on to its run."""
+        given = Asked()
+        if self.warmup is not None:
+            given["warmup"] = self.warmup
+        if self.steps is not None:
+            given["steps"] = self.steps
+        if self.profile_steps is not None:
+            given["profile_steps"] = self.profile_steps
+        return given
+
+
 class ModelSpec(Checked):
     """Which built-in GPT: a preset plus optional overrides."""
 
@@ -189,25 +231,10 @@ class MeasureSpec(Checked):
         # YAML 1.1 reads a bare `off` as false.
         return "off" if v is False else v
 
-    @field_validator("warmup")
-    @classmethod
-    def _warmup(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"warm-up steps must be >= 0, got {v}")
-        return v
-
-    @field_validator("steps", "profile_steps")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be positive, got {v}")
-        return v
-
     @field_validator("warmup", "steps", "profile_steps")
     @classmethod
-    def _countable(cls, v: int, info: ValidationInfo) -> int:
-        # Beyond this no clock could finish; below it, lmprof.pipeline.budget estimates the duration.
-        return _bounded(info.field_name or "steps", v, 0, 2**62)
+    def _count(cls, v: int, info: ValidationInfo) -> int:
+        return _checked_count(v, info, zero_steps=False)
 
 
 class TrainConfig(ModelSpec, MeasureSpec):

@@ -27,6 +27,28 @@ def default_help(mode: str, field: str) -> str:
     return f"[default: {getattr(DEFAULT_COUNTS[mode], field)}]"
 
 
+# Beyond this no clock could finish a run; below it, lmprof.pipeline.budget estimates the duration.
+MOST_STEPS = 2**62
+
+
+def fewest(field: str, *, zero_steps: bool) -> int:
+    """The fewest steps of a phase the protocol runs. No warm-up is a choice; no profiled step is not.
+    ``zero_steps``: the door may run no clean window and time from the profiled steps, marked rough
+    (``lmprof run``, ``lmprof.profile()``, a script sweep); the built-in loops always run one."""
+    return 0 if field == "warmup" or (zero_steps and field == "steps") else 1
+
+
+def count_error(field: str, value: int, *, zero_steps: bool) -> str | None:
+    """Why ``value`` cannot be the count of phase ``field`` (``warmup``, ``steps``, ``profile_steps``);
+    None when it can. The one rule every door's check reads."""
+    low = fewest(field, zero_steps=zero_steps)
+    if value < low:
+        return f"must be at least {low}, got {value if value > -10**30 else 'a huge negative number'}"
+    if value > MOST_STEPS:
+        return f"must be at most {MOST_STEPS:,}, got a {len(str(value))}-digit number"
+    return None
+
+
 def counts_for(mode: str, warmup: int | None = None, steps: int | None = None,
                profile_steps: int | None = None) -> Counts:
     """The counts asked for, the table's where one is None."""

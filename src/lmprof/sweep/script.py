@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import ConfigDict, field_validator, model_validator
 
-from lmprof.config import Checked
+from lmprof.config import AskedCounts
 from lmprof.errors import LmprofError
 from lmprof.modes import Mode, traits
 from lmprof.safeyaml import short_repr
@@ -36,10 +36,11 @@ UNMAPPED = 0  # batch_size / seq_len of a point whose spec does not say which ar
 MAX_POINTS = 10_000  # the default grid bound of every sweep (spec.py too); `max_points: N` raises it
 
 
-class ScriptPoint(BaseModel):
+class ScriptPoint(AskedCounts):
     """One run of a script sweep: the script, its whole argv, and the axis values read from it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    ZERO_STEPS = True  # a script's run may time from its profiled steps (lmprof run --steps 0)
 
     mode: Mode
     model: str
@@ -48,9 +49,6 @@ class ScriptPoint(BaseModel):
     grid: dict[str, str]  # this point's value of each swept argument (label, exclude rules)
     batch_size: int = UNMAPPED
     seq_len: int = UNMAPPED
-    steps: int | None = None
-    warmup: int | None = None
-    profile_steps: int | None = None
     stop_after: bool = False
     repeat: int = 0
 
@@ -83,10 +81,8 @@ class ScriptPoint(BaseModel):
     def command(self, run_dir: Path, python: str = sys.executable) -> list[str]:
         """The ``lmprof run`` command line of this point, as argv elements (never a shell string)."""
         cmd = [python, "-m", "lmprof", "run", "--no-report", "--out", str(run_dir.parent), "--run-dir", str(run_dir)]
-        for key in ("steps", "warmup", "profile_steps"):
-            value = getattr(self, key)
-            if value is not None:
-                cmd += [f"--{key.replace('_', '-')}", str(value)]
+        for key, value in self.asked().items():
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
         if traits(self.mode).generates:
             cmd.append("--infer")
         if self.stop_after:
@@ -110,10 +106,11 @@ def find_arg(argv: list[str], name: str) -> str | None:
     return None
 
 
-class ScriptSweepSpec(Checked):
+class ScriptSweepSpec(AskedCounts):
     """A validated script sweep: ``args`` are the product's axes; the rest applies to every point."""
 
     model_config = ConfigDict(extra="forbid")
+    ZERO_STEPS = True  # a script's run may time from its profiled steps (lmprof run --steps 0)
 
     script: str
     name: str | None = None
@@ -123,9 +120,6 @@ class ScriptSweepSpec(Checked):
     batch_size_arg: str | None = None
     seq_len_arg: str | None = None
     infer: bool = False
-    steps: int | None = None
-    warmup: int | None = None
-    profile_steps: int | None = None
     stop_after: bool = False
     repeats: int = 1
     timeout_s: float = 600.0
@@ -178,17 +172,10 @@ class ScriptSweepSpec(Checked):
             raise ValueError(f"elements must be strings or numbers, got {short_repr(bad[0], 40)}")
         return args
 
-    @field_validator("steps", "warmup")
+    @field_validator("repeats")
     @classmethod
-    def _non_negative(cls, v: int | None) -> int | None:
-        if v is not None and not 0 <= v <= 2**62:  # steps 0: times from the profiled steps (lmprof run)
-            raise ValueError(f"must be between 0 and {2**62:,}, got {short_repr(v, 40)}")
-        return v
-
-    @field_validator("profile_steps", "repeats")
-    @classmethod
-    def _at_least_one(cls, v: int | None) -> int | None:
-        if v is not None and not 1 <= v <= 2**62:
+    def _at_least_one(cls, v: int) -> int:
+        if not 1 <= v <= 2**62:
             raise ValueError(f"must be between 1 and {2**62:,}, got {short_repr(v, 40)}")
         return v
 
@@ -258,7 +245,7 @@ class ScriptSweepSpec(Checked):
             for r in range(self.repeats):
                 kept.append(ScriptPoint(
                     mode="infer" if self.infer else "train", model=self.model_name, script=self.script, argv=argv,
-                    grid=where, steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
+                    grid=where, **self.asked(),
                     stop_after=self.stop_after, repeat=r, batch_size=batch, seq_len=seq))
         unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]
         return Plan(points=kept, excluded=excluded, unused_rules=unused)

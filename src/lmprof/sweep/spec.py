@@ -21,11 +21,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, TypeAdapter, ValidationError, ValidationInfo, field_validator,
+from pydantic import (ConfigDict, TypeAdapter, ValidationError, field_validator,
                       model_validator)
 
 from lmprof.errors import ConfigError, LmprofError
-from lmprof.config import MAX_SEED, Checked, Dtype, EnergyMode, check_tdp, load_yaml
+from lmprof.config import MAX_SEED, AskedCounts, Checked, Dtype, EnergyMode, check_tdp, load_yaml
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
 from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
@@ -118,7 +118,7 @@ class ModelEntry(Checked):
         return out
 
 
-class Point(BaseModel):
+class Point(AskedCounts):
     """One run of the sweep: everything the worker needs, nothing about how it is scheduled."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -132,9 +132,6 @@ class Point(BaseModel):
     dtype: Dtype
     compile: bool
     attention: AttentionImpl
-    steps: int | None = None
-    warmup: int | None = None
-    profile_steps: int | None = None
     new_tokens: int
     energy: EnergyMode
     seed: int
@@ -172,9 +169,7 @@ class Point(BaseModel):
         )
         if self.tdp_w is not None:
             values["tdp_w"] = self.tdp_w
-        for key in ("steps", "warmup", "profile_steps"):
-            if getattr(self, key) is not None:
-                values[key] = getattr(self, key)
+        values.update(self.asked())
         if traits(self.mode).trains:
             values["seq_len"] = self.seq_len
             if self.data:
@@ -185,7 +180,7 @@ class Point(BaseModel):
         return values
 
 
-class SweepSpec(Checked):
+class SweepSpec(AskedCounts):
     """The validated spec. Lists are the product's axes; scalars apply to every point."""
 
     model_config = ConfigDict(extra="forbid")
@@ -198,9 +193,6 @@ class SweepSpec(Checked):
     compile: list[bool] = [False]
     attention: list[AttentionImpl] = ["math"]
     modes: list[Mode] = ["train"]
-    steps: int | None = None
-    warmup: int | None = None
-    profile_steps: int | None = None
     repeats: int = 1
     timeout_s: float = 600.0
     new_tokens: int = 16
@@ -265,12 +257,11 @@ class SweepSpec(Checked):
     def _energy(cls, v: object) -> object:
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
-    @field_validator("steps", "profile_steps", "repeats", "new_tokens", "warmup")
+    @field_validator("repeats", "new_tokens")
     @classmethod
-    def _at_least(cls, v: int | None, info: ValidationInfo) -> int | None:
-        low = 0 if info.field_name == "warmup" else 1  # no warm-up is a choice; no timed step is not
-        if v is not None and v < low:
-            raise ValueError(f"must be at least {low}, got {v}")
+    def _at_least_one(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"must be at least 1, got {v}")
         return v
 
     _timeout = field_validator("timeout_s")(positive_seconds)
@@ -282,7 +273,7 @@ class SweepSpec(Checked):
             raise ValueError(f"must be between 0 and {MAX_SEED:,}, got {short_repr(v, 40)}")
         return v
 
-    @field_validator("steps", "warmup", "profile_steps", "new_tokens", "repeats", "max_points")
+    @field_validator("new_tokens", "repeats", "max_points")
     @classmethod
     def _not_astronomical(cls, v: int | None) -> int | None:
         if v is not None and v > 2**62:
@@ -362,8 +353,7 @@ class SweepSpec(Checked):
                     mode=where["mode"], model=where["model"], model_spec=resolved[where["model"]],
                     batch_size=where["batch_size"], seq_len=where["seq_len"], device=where["device"],
                     dtype=where["dtype"], compile=where["compile"], attention=where["attention"],
-                    steps=self.steps, warmup=self.warmup, profile_steps=self.profile_steps,
-                    new_tokens=self.new_tokens, energy=self.energy, seed=self.seed, tdp_w=self.tdp_w,
+                    **self.asked(), new_tokens=self.new_tokens, energy=self.energy, seed=self.seed, tdp_w=self.tdp_w,
                     data=self.data if traits(where["mode"]).trains else None, repeat=r,
                 ))
         unused = [self.exclude[i] for i, n in enumerate(used) if n == 0]

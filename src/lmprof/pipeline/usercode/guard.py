@@ -55,17 +55,13 @@ def check_counts(warmup: int | None, steps: int | None, profile_steps: int | Non
     """Refuse counts the protocol cannot run, in one line naming the option (``--steps`` on the
     command line, ``steps`` in the Python API). ``steps`` may be 0: no clean window, times from the
     profiled steps (marked rough)."""
+    from lmprof.counts import count_error
     from lmprof.errors import ConfigError
 
-    def name(option: str) -> str:
-        return "--" + option.replace("_", "-") if flags else option
-
-    if steps is not None and steps < 0:
-        raise ConfigError(f"{name('steps')} must be >= 0, got {steps}")
-    if profile_steps is not None and profile_steps <= 0:
-        raise ConfigError(f"{name('profile_steps')} must be positive, got {profile_steps}")
-    if warmup is not None and warmup < 0:
-        raise ConfigError(f"{name('warmup')} must be >= 0, got {warmup}")
+    for field, value in (("warmup", warmup), ("steps", steps), ("profile_steps", profile_steps)):
+        problem = None if value is None else count_error(field, value, zero_steps=True)
+        if problem:
+            raise ConfigError(f"{'--' + field.replace('_', '-') if flags else field} {problem}")
 
 
 def check_target(target: str, module: bool) -> None:
