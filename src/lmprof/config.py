@@ -2,20 +2,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypedDict, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypedDict, TypeVar
 
 import math
 import os
 import re
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo,
+                      field_validator)
 
 from lmprof.counts import DEFAULT_COUNTS, count_error
 from lmprof.errors import ConfigError, DataError, DeviceError
 from lmprof.safeyaml import load_file
 
 Dtype = Literal["fp32", "bf16", "fp16"]
-EnergyMode = Literal["auto", "off", "estimate"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
 # Default sequence length per preset: short enough for a quick CPU run, the model's context for gpt2.
@@ -31,6 +31,21 @@ def check_tdp(v: float | None) -> float | None:
     if v is not None and not (math.isfinite(v) and v > 0):
         raise ValueError(f"rated power must be a positive number of watts, got {v}")
     return v
+
+
+def _yaml_off(v: object) -> object:
+    return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
+
+def _seed(v: int) -> int:
+    return _bounded("seed", v, 0, MAX_SEED)
+
+
+# Field types that carry their rule, so a spec of lmprof train/infer and a sweep's check them alike.
+EnergyMode = Annotated[Literal["auto", "off", "estimate"], BeforeValidator(_yaml_off)]
+Seed = Annotated[int, AfterValidator(_seed)]
+RatedWatts = Annotated[float | None, AfterValidator(check_tdp)]
+
 
 class Checked(BaseModel):
     """Rules every run option shares, so they exist once: no true/false where a number is meant."""
@@ -191,12 +206,12 @@ class MeasureSpec(Checked):
     compile: bool = False
     compile_mode: CompileMode = "default"  # torch.compile's mode, used with compile
     energy: EnergyMode = "auto"
-    tdp_w: float | None = None  # rated power for --energy estimate
+    tdp_w: RatedWatts = None  # rated power for --energy estimate
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
     # per-run PNGs (roofline, memory timeline): most of a second of matplotlib, so off unless asked;
     # the CLI asks with the report, --log-to or --plots (cli.common.plots_wanted)
     plots: bool = False
-    seed: int = 0
+    seed: Seed = 0
     force: bool = False  # run even when the steps asked for would take longer than lmprof.pipeline.budget allows
 
     @field_validator("device")
@@ -208,28 +223,12 @@ class MeasureSpec(Checked):
             raise ValueError(str(exc)) from None
         return v
 
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        return _bounded("seed", v, 0, MAX_SEED)
-
-    @field_validator("tdp_w")
-    @classmethod
-    def _tdp(cls, v: float | None) -> float | None:
-        return check_tdp(v)
-
     @field_validator("idle_s")
     @classmethod
     def _idle(cls, v: float) -> float:
         if not (math.isfinite(v) and v >= 0):
             raise ValueError(f"must be a finite number of seconds >= 0, got {v}")
         return v
-
-    @field_validator("energy", mode="before")
-    @classmethod
-    def _energy(cls, v: object) -> object:
-        # YAML 1.1 reads a bare `off` as false.
-        return "off" if v is False else v
 
     @field_validator("warmup", "steps", "profile_steps")
     @classmethod

@@ -25,7 +25,7 @@ from pydantic import (ConfigDict, TypeAdapter, ValidationError, field_validator,
                       model_validator)
 
 from lmprof.errors import ConfigError, LmprofError
-from lmprof.config import MAX_SEED, AskedCounts, Checked, Dtype, EnergyMode, check_tdp, load_yaml
+from lmprof.config import AskedCounts, Checked, Dtype, EnergyMode, RatedWatts, Seed, load_yaml
 from lmprof.safeyaml import short_repr
 # MAX_POINTS: the default grid bound (a spec raises it with `max_points: N`), shared with script sweeps
 from lmprof.sweep.plan import Plan, check_rules, listed, matches, positive_seconds
@@ -197,8 +197,8 @@ class SweepSpec(AskedCounts):
     timeout_s: float = 600.0
     new_tokens: int = 16
     energy: EnergyMode = "auto"
-    tdp_w: float | None = None  # rated power in watts, needed by energy: estimate
-    seed: int = 0
+    tdp_w: RatedWatts = None  # rated power in watts, needed by energy: estimate
+    seed: Seed = 0
     data: str | None = None
     exclude: list[dict[str, Any]] = []
     max_points: int = MAX_POINTS  # the grid's bound (points x repeats): a typo must not queue a million runs
@@ -252,11 +252,6 @@ class SweepSpec(AskedCounts):
             raise ValueError(f"unknown device {bad[0]!r}: use auto, cpu, cuda, cuda:N or mps")
         return out
 
-    @field_validator("energy", mode="before")
-    @classmethod
-    def _energy(cls, v: object) -> object:
-        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
-
     @field_validator("repeats", "new_tokens")
     @classmethod
     def _at_least_one(cls, v: int) -> int:
@@ -265,13 +260,6 @@ class SweepSpec(AskedCounts):
         return v
 
     _timeout = field_validator("timeout_s")(positive_seconds)
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        if not 0 <= v <= MAX_SEED:
-            raise ValueError(f"must be between 0 and {MAX_SEED:,}, got {short_repr(v, 40)}")
-        return v
 
     @field_validator("new_tokens", "repeats", "max_points")
     @classmethod
@@ -301,11 +289,6 @@ class SweepSpec(AskedCounts):
             if m.hf_config is not None:
                 _check_hf_config(i, m)
         return v
-
-    @field_validator("tdp_w")
-    @classmethod
-    def _tdp(cls, v: float | None) -> float | None:
-        return check_tdp(v)
 
     @model_validator(mode="after")
     def _estimate_needs_tdp(self) -> "SweepSpec":
