@@ -209,7 +209,7 @@ class MeasureSpec(Checked):
     tdp_w: RatedWatts = None  # rated power for --energy estimate
     idle_s: float = 1.0  # idle baseline before warm-up, when a real meter exists
     # per-run PNGs (roofline, memory timeline): most of a second of matplotlib, so off unless asked;
-    # the CLI asks with the report, --log-to or --plots (cli.common.plots_wanted)
+    # the CLI asks with the report, --log-to or --plots (cli.measuring.Measuring.values)
     plots: bool = False
     seed: Seed = 0
     force: bool = False  # run even when the steps asked for would take longer than lmprof.pipeline.budget allows

@@ -119,23 +119,6 @@ def progress_status(what: str, every_s: float = 10.0) -> Iterator[None]:
             yield
 
 
-def merged(yaml_values: dict[str, Any], **flags: Any) -> dict[str, Any]:
-    """YAML values overridden by the flags the user actually gave (None means not given)."""
-    out = dict(yaml_values)
-    out.update({k: v for k, v in flags.items() if v is not None})
-    return out
-
-
-def plots_wanted(values: dict[str, Any], flag: bool | None, report: bool, trackers: list[str]) -> dict[str, Any]:
-    """Set ``values["plots"]``: ``--plots/--no-plots`` when given, else the YAML's, else on only when
-    something shows the PNGs (the report, a tracker): drawing them costs seconds a run."""
-    if flag is not None:
-        values["plots"] = flag
-    else:
-        values.setdefault("plots", report or bool(trackers))
-    return values
-
-
 def log_to_trackers(folder: Path, trackers: list[str]) -> None:
     """``--log-to``: export the written run folder to each tracker."""
     if trackers:
@@ -155,37 +138,9 @@ def write_report(run: Any, folder: Path, enabled: bool = True) -> None:
     console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")
 
 
-# -- the flags every verb that measures a run shares (lmprof train, infer; run has some) -----------------
+# -- flags lmprof train and infer share whose help differs around them (the rest: cli/measuring.py) ----------
 DEVICE = typer.Option(None, help="auto, cpu, cuda, cuda:N or mps [default: auto]")
 COMPILE_MODE = typer.Option(None, "--compile-mode", help="default, reduce-overhead or max-autotune [default: default]")
-ENERGY = typer.Option(None, help="auto, off or estimate [default: auto]")
-TDP_W = typer.Option(None, "--tdp-w", help="Rated power (W) for --energy estimate")
-CONFIG = typer.Option(None, "--config", "-c", help="YAML file with any of these options")
-OUT = typer.Option(None, help="Folder that receives the run folder [default: runs]")
-REPORT = typer.Option(True, "--report/--no-report", help="Write report.html into the run folder")
-VERBOSE = typer.Option(False, "--verbose", help="Also show torch's own C++ log lines (kineto's profiler_start/stop, "
-                       "allocator warnings)")
-PLOTS = typer.Option(None, "--plots/--no-plots", help="Draw roofline.png and memory.png [default: with the report or "
-                     "--log-to]")
-LOG_TO = typer.Option([], "--log-to", help="Also export the run to tensorboard, mlflow or wandb (repeatable; offline, "
-                      "default destinations: docs/trackers.md)")
-FORCE = typer.Option(None, "--force", help="Run even when the steps asked for would take over an hour")
-
-
-def check_before_measuring(cfg: Any, out: Path | str, flag: str, trackers: list[str]) -> None:
-    """What the user gave, checked before torch is imported so that a refusal is one quick line: the
-    output folder, the trackers (a missing package too) and the built-in GPT's preset."""
-    from lmprof.outdir import check_output_dir
-
-    check_output_dir(out, flag)
-    if trackers:
-        from lmprof.trackers.export import check_trackers
-
-        check_trackers(trackers)
-    if not (cfg.hf or cfg.hf_config):
-        from lmprof.workloads.gpt_config import check_preset
-
-        check_preset(cfg.preset)
 
 
 def show_run(run: Any, folder: Path, report: bool, trackers: list[str]) -> None:

@@ -1,22 +1,19 @@
 """``lmprof infer``: profile prefill and decode, block by block."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import (COMPILE_MODE, CONFIG, DEVICE, ENERGY, FORCE, LOG_TO, OUT, PLOTS, REPORT, TDP_W,
-                               VERBOSE, check_before_measuring, merged, plots_wanted)
+from lmprof.cli.common import COMPILE_MODE, DEVICE
+from lmprof.cli.measuring import GIVEN, Measuring, measuring_options
 from lmprof.counts import default_help
 
 
 @app.command()
+@measuring_options
 def infer(
-    preset: Optional[str] = typer.Option(None, help="Built-in GPT preset: tiny, small or gpt2 [default: tiny]"),
-    hf: Optional[str] = typer.Option(None, "--hf", help="Hugging Face model: local folder or cached hub id"),
-    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Architecture with random weights (gpt2, tiny-llama, ...) or a config.json"),
     download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Allow fetching --hf from the hub"),
     prompt: Optional[str] = typer.Option(None, help="Prompt text (else random tokens of --prompt-len)"),
     prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="Prompt as comma-separated token ids (1,2,3)"),
@@ -34,23 +31,14 @@ def infer(
     attention: Optional[str] = typer.Option(None, help="Built-in GPT: math or sdpa [default: math]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the built-in GPT (KV cache on)"),
     compile_mode: Optional[str] = COMPILE_MODE,
-    energy: Optional[str] = ENERGY,
-    tdp_w: Optional[float] = TDP_W,
     seed: Optional[int] = typer.Option(None, help="Seed for weights and prompts [default: 0]"),
-    config: Optional[Path] = CONFIG,
-    out: Optional[str] = OUT,
-    report: bool = REPORT,
-    verbose: bool = VERBOSE,
-    plots: Optional[bool] = PLOTS,
-    log_to: List[str] = LOG_TO,
-    force: Optional[bool] = FORCE,
+    opts: Measuring = GIVEN,
 ) -> None:
     """Profile generation: time to first token, time per output token, and where each phase's time goes."""
     from lmprof.measure.native_logs import quiet_process
 
-    quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
-    from lmprof.config import build, load_yaml
-    from lmprof.config import InferConfig
+    quiet_process(opts.verbose)  # before torch is imported: its log levels are read then, or at the first profile
+    from lmprof.config import InferConfig, build
 
     from lmprof.errors import ConfigError
 
@@ -58,19 +46,20 @@ def infer(
         ids = [int(x) for x in prompt_ids.split(",") if x.strip()] if prompt_ids is not None else None
     except ValueError:
         raise ConfigError(f"--prompt-ids takes comma-separated integers, got {(prompt_ids or '')[:80]!r}") from None
-    values = merged(
-        load_yaml(config), preset=preset, hf=hf, hf_config=hf_config, download=download, prompt=prompt,
+    values = opts.values(
+        download=download, prompt=prompt,
         prompt_ids=ids, tokenizer=tokenizer, n_layer=n_layer,
         prompt_len=prompt_len, batch_size=batch_size, new_tokens=new_tokens, kv_cache=kv_cache, steps=steps,
         warmup=warmup, profile_steps=profile_steps, device=device, dtype=dtype, attention=attention,
-        compile=compile, compile_mode=compile_mode, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force,
+        compile=compile, compile_mode=compile_mode, seed=seed,
     )
-    cfg = build(InferConfig, plots_wanted(values, plots, report, log_to))
-    check_before_measuring(cfg, cfg.out, "--out", log_to)
+    cfg = build(InferConfig, values)
+    opts.check(cfg, cfg.out)
     from lmprof.pipeline.infer import run_inference
 
     from lmprof.cli._measure import measure_and_show
 
     what = (f"generating with {cfg.label()} at batch {cfg.batch_size}, {cfg.prompt_len}-token prompts"
             f" + {cfg.new_tokens} new tokens")
-    measure_and_show(cfg, what, "profiling generation", lambda: run_inference(cfg), report, log_to)
+    measure_and_show(cfg, what, "profiling generation", lambda: run_inference(cfg), opts.report,
+                     opts.log_to)

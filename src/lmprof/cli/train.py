@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from lmprof.cli.app import app
-from lmprof.cli.common import (COMPILE_MODE, CONFIG, DEVICE, ENERGY, FORCE, LOG_TO, OUT, PLOTS, REPORT, TDP_W,
-                               VERBOSE, check_before_measuring, merged, plots_wanted, show_run)
+from lmprof.cli.common import COMPILE_MODE, DEVICE, show_run
+from lmprof.cli.measuring import GIVEN, Measuring, measuring_options
 from lmprof.counts import default_help
 
 
 @app.command()
+@measuring_options
 def train(
-    preset: Optional[str] = typer.Option(None, help="Model preset: tiny, small or gpt2 [default: tiny]"),
-    hf: Optional[str] = typer.Option(None, "--hf", help="Train a Hugging Face model: local folder or cached hub id"),
-    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="Hugging Face architecture with random weights (gpt2, tiny-llama, ...)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Sequences per step [default: 8]"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-t", help="Tokens per sequence [default: per preset]"),
     steps: Optional[int] = typer.Option(None, help=f"Clean timed steps {default_help('train', 'steps')}"),
@@ -32,16 +30,8 @@ def train(
     n_embd: Optional[int] = typer.Option(None, "--n-embd", help="Override the preset's width"),
     data: Optional[Path] = typer.Option(None, help="Train on a text file (character-level vocabulary)"),
     optimizer: Optional[str] = typer.Option(None, help="adamw or sgd [default: adamw]"),
-    energy: Optional[str] = ENERGY,
-    tdp_w: Optional[float] = TDP_W,
     seed: Optional[int] = typer.Option(None, help="Seed for weights and data [default: 0]"),
-    config: Optional[Path] = CONFIG,
-    out: Optional[str] = OUT,
-    report: bool = REPORT,
-    verbose: bool = VERBOSE,
-    plots: Optional[bool] = PLOTS,
-    log_to: List[str] = LOG_TO,
-    force: Optional[bool] = FORCE,
+    opts: Measuring = GIVEN,
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Ranks: > 1 launches torchrun with DDP (gloo on CPU, nccl on CUDA)"),
     parallel: Optional[str] = typer.Option(None, "--parallel", help="With --nproc: ddp (replicas) or fsdp (FSDP2 shards) [default: ddp]"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", hidden=True, help="Exact run folder (used by the torchrun launcher)"),
@@ -49,19 +39,17 @@ def train(
     """Profile training steps (forward, backward, optimizer) and attribute time to every sub-block."""
     from lmprof.measure.native_logs import quiet_process
 
-    quiet_process(verbose)  # before torch is imported: its log levels are read then, or at the first profile
-    from lmprof.config import TrainConfig, build, load_yaml
+    quiet_process(opts.verbose)  # before torch is imported: its log levels are read then, or at the first profile
+    from lmprof.config import TrainConfig, build
 
-    values = merged(
-        load_yaml(config),
-        preset=preset, hf=hf, hf_config=hf_config, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
+    values = opts.values(
+        batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=warmup,
         profile_steps=profile_steps, device=device, dtype=dtype, compile=compile, compile_mode=compile_mode, attention=attention,
         n_layer=n_layer, n_head=n_head, n_embd=n_embd, data=str(data) if data else None,
-        optimizer=optimizer, energy=energy, tdp_w=tdp_w, seed=seed, out=out, force=force, nproc=nproc, parallel=parallel,
+        optimizer=optimizer, seed=seed, nproc=nproc, parallel=parallel,
     )
-    cfg = build(TrainConfig, plots_wanted(values, plots, report, log_to))
-    check_before_measuring(cfg, run_dir if run_dir is not None else cfg.out,
-                           "--run-dir" if run_dir is not None else "--out", log_to)
+    cfg = build(TrainConfig, values)
+    opts.check(cfg, run_dir if run_dir is not None else cfg.out, "--run-dir" if run_dir is not None else "--out")
     from lmprof.pipeline.train import run_training
 
     from lmprof.pipeline.distributed import is_distributed, world
@@ -69,9 +57,10 @@ def train(
     if is_distributed():  # a rank under torchrun: rank 0 reports unless the launcher will
         run, folder = run_training(cfg, out_dir=run_dir)
         if world()[0] == 0 and run_dir is None:
-            show_run(run, folder, report, log_to)
+            show_run(run, folder, opts.report, opts.log_to)
         return
     from lmprof.cli._measure import measure_and_show
 
     what = f"training {cfg.label()} at batch {cfg.batch_size}" + (f" x {cfg.seq_len} tokens" if cfg.seq_len else "")
-    measure_and_show(cfg, what, "profiling training steps", lambda: run_training(cfg, out_dir=run_dir), report, log_to)
+    measure_and_show(cfg, what, "profiling training steps", lambda: run_training(cfg, out_dir=run_dir), opts.report,
+                     opts.log_to)
