@@ -78,3 +78,25 @@ def test_estimate_idle_is_modelled_even_without_measure_idle() -> None:
     assert m["energy.estimated.power.idle"].value == pytest.approx(30.0)
     assert m["energy.estimated.above_idle"].value == pytest.approx(70.0)
     assert {x.source for x in m.values()} == {"estimated"}
+
+
+def test_a_window_is_read_once_and_an_end_needs_a_begin() -> None:
+    """Every window (a meter's, the monitor's, the poller's) ends once: a second end(), or an end()
+    without begin(), is an error, never a window measured from an old start (base.WindowClock)."""
+    from lmprof.measure.energy.base import MeterError
+    from lmprof.measure.energy.polling import PowerPoller
+
+    clock = FakeClock()
+    meter = EstimateMeter(domain="gpu:0", tdp_w=400, clock=clock)
+    mon = EnergyMonitor([meter], mode="estimate", clock=clock, sleep=lambda s: None)
+    poller = PowerPoller(lambda: 10.0, clock=clock, interval_s=0.5, sync_edges=True, threaded=False)
+    for begin, end in ((meter.begin, meter.end), (mon.begin, mon.end), (poller.start, poller.stop)):
+        with pytest.raises(MeterError, match="without begin"):
+            end()
+        clock.t += 1.0
+        begin()
+        clock.t += 2.0
+        first = end()
+        assert getattr(first, "seconds", None) == 2.0 or first[1] == 2.0  # the poller gives (J, s, samples)
+        with pytest.raises(MeterError, match="without begin"):
+            end()

@@ -19,6 +19,42 @@ class MeterError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Span:
+    """A window's start and end on a meter's clock, in seconds."""
+
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class WindowClock:
+    """The clock of a ``begin()``..``end()`` window: started by begin, read and cleared once by end, so an
+    end without a begin is an error (``what`` names the window in it) rather than a window from an old start."""
+
+    def __init__(self, clock: Clock, what: str) -> None:
+        self._clock = clock
+        self._what = what
+        self._start: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._start is not None
+
+    def start(self) -> None:
+        self._start = self._clock()
+
+    def stop(self) -> Span:
+        if self._start is None:
+            raise MeterError(f"{self._what}.end() without begin()")
+        span = Span(self._start, self._clock())
+        self._start = None
+        return span
+
+
+@dataclass(frozen=True)
 class Availability:
     """Whether a meter can read here; ``reason`` says why not (or, when ok, how it will read)."""
 

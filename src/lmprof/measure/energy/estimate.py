@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from lmprof.errors import ConfigError
-from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, MeterError
+from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, WindowClock
 
 DEFAULT_IDLE_FRACTION = 0.2  # datacentre GPUs idle near 10-20 % of TDP, desktop CPUs somewhat more
 
@@ -44,8 +44,7 @@ class EstimateMeter(EnergyMeter):
         self.tdp_w = float(tdp_w)
         self.utilisation = float(utilisation)
         self.idle_fraction = float(idle_fraction)
-        self._clock = clock
-        self._t0: float | None = None
+        self._window = WindowClock(clock, "EstimateMeter")
 
     @property
     def method(self) -> str:
@@ -74,11 +73,8 @@ class EstimateMeter(EnergyMeter):
         return self.idle_w
 
     def begin(self) -> None:
-        self._t0 = self._clock()
+        self._window.start()
 
     def end(self) -> EnergyWindow:
-        if self._t0 is None:
-            raise MeterError("EstimateMeter.end() without begin()")
-        seconds = self._clock() - self._t0
-        self._t0 = None
+        seconds = self._window.stop().seconds
         return EnergyWindow(joules=self.watts * seconds, seconds=seconds, method="model", note=self.describe())

@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from lmprof.errors import ConfigError
 from lmprof.measure.energy.apple import PowermetricsMeter
-from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, Source
+from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, Source, WindowClock
 from lmprof.measure.energy.estimate import DEFAULT_IDLE_FRACTION, EstimateMeter
 from lmprof.measure.energy.nvml import NvmlMeter
 from lmprof.measure.energy.rapl import POWERCAP_ROOT, Reader, rapl_meters, read_text
@@ -217,12 +217,11 @@ class EnergyMonitor:
         self.mode = mode
         self.idle_s = idle_s
         self._min_window_override = min_window_s
-        self._clock = clock
         self._sleep = sleep
         self._meters: list[tuple[EnergyMeter, Availability]] = [(m, _probe(m)) for m in meters]
         self._idle: dict[int, tuple[float | None, str | None]] = {}  # id(meter) -> (watts, note)
         self._idle_seconds: float | None = None
-        self._t0: float | None = None
+        self._window = WindowClock(clock, "EnergyMonitor")
         self._begun: dict[int, str | None] = {}  # id(meter) -> None if begun, else the error
 
     # -- construction -------------------------------------------------------------------------
@@ -349,7 +348,7 @@ class EnergyMonitor:
     # -- the measured window ------------------------------------------------------------------
     def begin(self) -> None:
         """Start the window; call right before the first measured step (device already synchronized)."""
-        if self._t0 is not None:
+        if self._window.running:
             raise RuntimeError("EnergyMonitor.begin() called twice without end()")
         self._begun = {}
         for m in self._ready():
@@ -358,14 +357,11 @@ class EnergyMonitor:
                 self._begun[id(m)] = None
             except Exception as exc:  # noqa: BLE001
                 self._begun[id(m)] = f"{m.name} failed to start: {exc}"
-        self._t0 = self._clock()
+        self._window.start()
 
     def end(self) -> EnergyResult:
         """Finish the window (call right after the last measured step, after synchronizing) and return it."""
-        if self._t0 is None:
-            raise RuntimeError("EnergyMonitor.end() without begin()")
-        seconds = self._clock() - self._t0
-        self._t0 = None
+        seconds = self._window.stop().seconds
         if self.mode == "off":
             return EnergyResult(mode="off", seconds=seconds)
         result = EnergyResult(mode=self.mode, seconds=seconds, idle_seconds=self._idle_seconds)

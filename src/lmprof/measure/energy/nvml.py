@@ -19,7 +19,7 @@ import argparse
 import time
 from typing import Any
 
-from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, MeterError
+from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, MeterError, WindowClock
 from lmprof.measure.energy.polling import PowerPoller
 
 MJ_PER_J = 1000.0  # NVML energy counter unit: millijoules
@@ -68,7 +68,7 @@ class NvmlMeter(EnergyMeter):
         self._initialised = False
         self._poller: PowerPoller | None = None
         self._start_mj: int | None = None
-        self._t0: float | None = None
+        self._window = WindowClock(clock, "NvmlMeter")
         self.device_name: str | None = None
 
     # -- probing ----------------------------------------------------------------------------
@@ -158,7 +158,7 @@ class NvmlMeter(EnergyMeter):
             raise MeterError("NvmlMeter.begin() before a successful probe()")
         if self._method == "counter":
             self._start_mj = self._read_mj()
-            self._t0 = self._clock()
+            self._window.start()
         else:
             assert self._poller is not None
             self._poller.start()
@@ -171,11 +171,11 @@ class NvmlMeter(EnergyMeter):
 
     def end(self) -> EnergyWindow:
         if self._method == "counter":
-            if self._start_mj is None or self._t0 is None:
+            if self._start_mj is None or not self._window.running:
                 raise MeterError("NvmlMeter.end() without begin()")
             end_mj = self._read_mj()
-            seconds = self._clock() - self._t0
-            start_mj, self._start_mj, self._t0 = self._start_mj, None, None
+            seconds = self._window.stop().seconds
+            start_mj, self._start_mj = self._start_mj, None
             if end_mj < start_mj:
                 # The counter only restarts when the driver reloads; the window is lost.
                 raise MeterError(f"{self.domain} energy counter went backwards (driver reloaded?)")

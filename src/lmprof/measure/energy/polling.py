@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Sequence
 
-from lmprof.measure.energy.base import Clock, MeterError
+from lmprof.measure.energy.base import Clock, MeterError, WindowClock
 
 
 def integrate(points: Sequence[tuple[float, float]], start: float, stop: float) -> float:
@@ -68,7 +68,7 @@ class PowerPoller:
         self._thread: threading.Thread | None = None
         self._points: list[tuple[float, float]] = []
         self._error: BaseException | None = None
-        self._t0: float | None = None
+        self._window = WindowClock(clock, "power poller")
 
     def sample(self) -> None:
         """Read the power once now and keep (time, watts)."""
@@ -94,7 +94,7 @@ class PowerPoller:
         self._points = []
         self._error = None
         self._stop.clear()
-        self._t0 = self._clock()
+        self._window.start()
         if self._sync_edges:
             self.sample()
         if self._threaded:
@@ -103,14 +103,12 @@ class PowerPoller:
 
     def stop(self) -> tuple[float, float, int]:
         """End the window: (joules, seconds, samples). Raises MeterError if sampling failed."""
-        if self._t0 is None:
-            raise MeterError("power poller stopped before it was started")
-        t1 = self._clock()
+        span = self._window.stop()
+        t0, t1 = span.start, span.end
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        t0, self._t0 = self._t0, None
         if self._error is not None:
             raise MeterError(f"power sampling failed: {self._error}")
         if self._sync_edges:

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lmprof.measure.energy.base import Availability, Clock, EnergyMeter, EnergyWindow, MeterError, UnavailableMeter
+from lmprof.measure.energy.base import (Availability, Clock, EnergyMeter, EnergyWindow, MeterError, UnavailableMeter,
+                                        WindowClock)
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 UJ_PER_J = 1e6
@@ -56,10 +57,9 @@ class RaplMeter(EnergyMeter):
         self.zone = zone
         self.domain = domain
         self._read = read
-        self._clock = clock
         self._max_uj: int | None = None
         self._start_uj: int | None = None
-        self._t0: float | None = None
+        self._window = WindowClock(clock, "RaplMeter")
 
     def _read_int(self, fname: str) -> int:
         return int(self._read(self.zone / fname).strip())
@@ -88,15 +88,15 @@ class RaplMeter(EnergyMeter):
         if self._max_uj is None:
             raise MeterError("RaplMeter.begin() before a successful probe()")
         self._start_uj = self._read_int("energy_uj")
-        self._t0 = self._clock()
+        self._window.start()
 
     def end(self) -> EnergyWindow:
-        if self._start_uj is None or self._t0 is None or self._max_uj is None:
+        if self._start_uj is None or not self._window.running or self._max_uj is None:
             raise MeterError("RaplMeter.end() without begin()")
         end_uj = self._read_int("energy_uj")
-        seconds = self._clock() - self._t0
+        seconds = self._window.stop().seconds
         delta = end_uj - self._start_uj
-        self._start_uj = self._t0 = None
+        self._start_uj = None
         note = None
         if delta < 0:
             # The counter passed max_energy_range_uj and restarted from zero once.
