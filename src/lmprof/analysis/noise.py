@@ -11,7 +11,8 @@ run is not flagged for a few percent), and the step is named with how much slowe
 holds the other way: a profiled window faster than the clean steps is flagged only when it is
 below their fastest step by their own spread. With one or two profiled steps, a block repeated in
 every layer whose one instance far exceeds the others is flagged too (a disturbance inside the
-window that per-step medians cannot reject).
+window that per-step medians cannot reject). Clean steps on a steady trend (analysis/step_trend.py)
+are said as one, and the profiled steps are judged where the trend leads.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lmprof.analysis.step_trend import steady_trend
 from lmprof.measure.noise import OTHER_CORES_LIMIT, Snapshot, other_load
 from lmprof.record.run import Run
 from lmprof.trace.attribution import Attribution
@@ -110,15 +112,22 @@ def _ratio(samples_ms: list[float]) -> float:
 
 def spread_reason(samples_ms: list[float], what: str) -> str | None:
     """A sentence when the timed samples spread more than :data:`SPREAD_LIMIT`; leading samples that were
-    still warming up (:func:`warming_steps`) are not noise: :func:`warming_note` says so instead."""
+    still warming up (:func:`warming_steps`) are not noise: :func:`warming_note` says so instead. Samples
+    spread by a steady trend (analysis/step_trend.py) get a sentence that says so, not one of noise."""
     samples_ms = samples_ms[warming_steps(samples_ms):]
     if len(samples_ms) < MIN_SPREAD_SAMPLES:
         return None
     p10, p90 = np.percentile(samples_ms, [10, 90])
-    if p10 > 0 and p90 / p10 > SPREAD_LIMIT:
-        return (f"{what} times vary {p90 / p10:.2f}x between p10 ({p10:.3g} ms) and p90 ({p90:.3g} ms); "
-                f"steady runs stay under {SPREAD_LIMIT:.2f}x")
-    return None
+    if not (p10 > 0 and p90 / p10 > SPREAD_LIMIT):
+        return None
+    trend = steady_trend(samples_ms, SPREAD_LIMIT)
+    if trend is not None:
+        return (f"{trend.describe(what)}: the {what}'s own work grows or shrinks (an optimizer's history, a "
+                f"sequence-length schedule, tensors kept alive) or the device changed speed (clocks, heat); not "
+                f"random noise, but the median ({np.median(samples_ms):.3g} ms) is of these {what}s, not of a "
+                "steady state")
+    return (f"{what} times vary {p90 / p10:.2f}x between p10 ({p10:.3g} ms) and p90 ({p90:.3g} ms); "
+            f"steady runs stay under {SPREAD_LIMIT:.2f}x")
 
 
 def warming_note(samples_ms: list[float], what: str) -> str | None:
@@ -191,7 +200,9 @@ def window_slow_limit_ms(median_ms: float, spread_ms: float) -> float:
 
 def window_reasons(samples_ms: list[float], what: str, window: ProfiledWindow | None) -> list[str]:
     """Sentences naming the profiled step(s) much slower, or the window clearly faster, than the clean
-    steps explain (the profiler's measured cost and the clean steps' own spread allowed for)."""
+    steps explain (the profiler's measured cost and the clean steps' own spread allowed for). Clean steps
+    on a steady trend (analysis/step_trend.py) are extrapolated to the profiled ones, which come after them
+    (and after the profiler's own warm-up step): the growth they showed is not a disturbance."""
     if window is None or not samples_ms or not window.steps_ms:
         return []
     med = float(np.median(samples_ms))
@@ -199,28 +210,41 @@ def window_reasons(samples_ms: list[float], what: str, window: ProfiledWindow | 
         return []
     steps, n = window.steps_ms, len(window.steps_ms)
     cost = window.cost_ms
-    expected = med + (cost or 0.0)
-    explained = (f"the clean {what} ({med:.3g} ms) + the profiler's measured cost ({cost:.3g} ms)" if cost is not None
-                 else f"the clean {what} ({med:.3g} ms; the profiler's cost is not measured on this clock)")
-    hi = slow_limit_ms(samples_ms, cost)
-    slow = [i for i, s in enumerate(steps) if s > hi]
+    trend = steady_trend(samples_ms, SPREAD_LIMIT) if _ratio(samples_ms) > SPREAD_LIMIT else None
+    if trend is None:
+        base = [med] * n
+        his = [slow_limit_ms(samples_ms, cost)] * n
+        lo = fast_limit_ms(samples_ms)
+        clean = f"the clean {what} ({med:.3g} ms)"
+    else:
+        base = [trend.at(len(samples_ms) + 1 + j) for j in range(n)]
+        ratios = np.asarray(samples_ms) / np.asarray([trend.at(i) for i in range(len(samples_ms))])
+        his = [step_slow_limit_ms(b, b * (float(ratios.max()) - 1), cost) for b in base]
+        b = float(np.median(base))
+        lo = min(b * float(ratios.min()) - FAST_SPREADS * b * (1 - float(ratios.min())), b * (1 - FAST_MIN_SHARE))
+        clean = f"where the clean {what}s' trend leads ({', '.join(f'{x:.3g}' for x in base)} ms)"
+    expected = float(np.median(base)) + (cost or 0.0)
+    explained = (f"{clean} + the profiler's measured cost ({cost:.3g} ms)" if cost is not None
+                 else f"{clean}; the profiler's cost is not measured on this clock")
+    slow = [i for i, s in enumerate(steps) if s > his[i]]
     out = []
     tables = ("the operator table and block times use the median profiled step" if n >= MEDIAN_STEPS
               else "the operator table and block times come from these steps alone: rerun")
+    limit = f"limit {his[0]:.3g} ms" if trend is None else f"limits {', '.join(f'{h:.3g}' for h in his)} ms"
     if slow and len(slow) == n:
         window_ms = float(np.median(steps))
         out.append(f"the profiled window ({n} {what}{'s' if n > 1 else ''}, median {window_ms:.3g} ms) ran "
                    f"{window_ms / expected:.2f}x {explained}, beyond the clean {what}s' own spread "
-                   f"(limit {hi:.3g} ms): something else ran while profiling; {tables}")
+                   f"({limit}): something else ran while profiling; {tables}")
     elif slow:
-        listed = ", ".join(f"{i + 1} ({steps[i]:.3g} ms, {steps[i] / expected:.2f}x)" for i in slow)
+        listed = ", ".join(f"{i + 1} ({steps[i]:.3g} ms, {steps[i] / (base[i] + (cost or 0.0)):.2f}x)" for i in slow)
         out.append(f"profiled {what} {listed} of {n} took longer than {explained} by more than the clean "
-                   f"{what}s' own spread allows (limit {hi:.3g} ms): something else ran during it; {tables}")
-    lo = fast_limit_ms(samples_ms)
+                   f"{what}s' own spread allows ({limit}): something else ran during it; {tables}")
     window_ms = float(np.median(steps))
     if window_ms < lo:
-        out.append(f"the profiled window (median {window_ms:.3g} ms) ran {100 * (1 - window_ms / med):.1f}% faster "
-                   f"than the clean {what} ({med:.3g} ms), below the clean {what}s' own spread (limit {lo:.3g} ms): "
+        ref = float(np.median(base))
+        out.append(f"the profiled window (median {window_ms:.3g} ms) ran {100 * (1 - window_ms / ref):.1f}% faster "
+                   f"than {clean}, below the clean {what}s' own spread (limit {lo:.3g} ms): "
                    "the clean window was disturbed or the machine changed speed")
     out.extend(repeat_reasons(window, samples_ms))
     return out
