@@ -96,13 +96,19 @@ AUTOGRAD_ENGINE = "autograd_engine"
 # claimed whole: the generation loop's own work (token choice: logits processors, sampling; stopping
 # criteria, cache bookkeeping, a streamer). Without model_glue (a compiled model) that time is `other`.
 GENERATE_LOOP = "generate_loop"
+# The forwards of models beside the profiled one that the step or generation ran: a distillation
+# teacher, a DPO reference, a reward model, a GAN's other half, speculative decoding's assistant. Each
+# call of such a model (a live root module with parameters, none of them the profiled model's) is one
+# range, its row in the phase it ran in: their time was the loss's, `other` or the generation loop's.
+OTHER_MODELS = "other_models"
 # Communication rows: gradient reduction, FSDP's parameter gathers, anything else collective.
 ALLREDUCE, ALLGATHER, COMM = "allreduce", "allgather", "comm"
 
 # Rows of a phase that are not sub-blocks of a layer, in display order after the blocks.
-PHASE_ROWS: tuple[str, ...] = (MODEL_GLUE, GENERATE_LOOP, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL, OTHER)
+PHASE_ROWS: tuple[str, ...] = (OTHER_MODELS, MODEL_GLUE, GENERATE_LOOP, ACCUMULATE_GRAD, AUTOGRAD_ENGINE, COMPILED_CALL,
+                                OTHER)
 # Step rows in display order after the blocks.
-STEP_ROWS: tuple[str, ...] = (DATA, GENERATE, "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
+STEP_ROWS: tuple[str, ...] = (DATA, GENERATE, OTHER_MODELS, "grad_clip", "optimizer", "zero_grad", ALLREDUCE, COMM, OTHER, IDLE)
 
 
 def folded(block: str) -> str:

@@ -27,10 +27,12 @@ class OtherModel:
     calls: int  # outermost calls in the step
     trained: int = 0  # its parameters that require grad: a module trained beside the model, not a frozen one
 
-    def said(self) -> str:
-        trained = f", {self.trained:,} of them trained" if self.trained else ""
+    def said(self, per: str = "step") -> str:
+        """E.g. 'Teacher (1,024 parameters, 1 call a step)'; ``per`` a step (training: what is trained is
+        said) or a generation (which trains nothing)."""
+        trained = f", {self.trained:,} of them trained" if self.trained and per == "step" else ""
         return (f"{self.name} ({self.params:,} parameters{trained}, {self.calls} call{'s' if self.calls != 1 else ''} "
-                "a step)")
+                f"a {per})")
 
 
 class OtherModels:

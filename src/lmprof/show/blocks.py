@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from lmprof.names import FORWARD_BLOCKS, PHASE_ROWS, PHASES, STEP_ROWS, folded
+from lmprof.names import FORWARD_BLOCKS, OTHER_MODELS, PHASE_ROWS, PHASES, STEP_ROWS, folded
 from lmprof.record.run import Run
 
 
@@ -13,7 +13,8 @@ def block_cells(run: Run) -> tuple[list[str], list[str], dict[str, dict[str, flo
     pct: dict[str, float] = defaultdict(float)
     for b in run.blocks:
         name = folded(b.name)  # per-layer rows of models without block rules: one row for all layers
-        key = name if b.phase != "step" else f"step:{name}"
+        # the other models' forwards are one row wherever they ran (a phase's, or between phases: its total)
+        key = name if b.phase != "step" or name == OTHER_MODELS else f"step:{name}"
         cells[key][b.phase] = cells[key].get(b.phase, 0.0) + b.time_ms
         pct[key] += b.pct
     phases = [p for p in PHASES if any(b.phase == p for b in run.blocks)]

@@ -484,6 +484,46 @@ def blocks_quiet() -> Iterator[None]:
         _quiet = before
 
 
+class _RangeHooks:
+    """Forward hooks that open an ``lmprof:<name>`` range as a module's forward begins and close it as it
+    ends (on every exit: ``always_call``), silent within :func:`blocks_quiet`."""
+
+    def __init__(self) -> None:
+        # record_function's own __enter__/__exit__ are unannotated: held as the context managers they are
+        self._open: dict[int, list[contextlib.AbstractContextManager[object]]] = {}
+
+    def pre(self, name: str) -> Callable[[torch.nn.Module, object], None]:
+        def hook(module: torch.nn.Module, args: object) -> None:
+            if _quiet:  # inside a span that is one row (a training step's generate())
+                return
+            rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
+            rf.__enter__()
+            self._open.setdefault(id(module), []).append(rf)
+
+        return hook
+
+    def post(self, module: torch.nn.Module, args: object, output: object) -> None:
+        stack = self._open.get(id(module))
+        if stack and not _quiet:
+            stack.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def named_scopes(modules: list[torch.nn.Module], name: str) -> Iterator[None]:
+    """One scope, ``name``, around every forward of each of ``modules`` for the duration of the ``with``
+    body (other models a step runs beside the profiled one: their row)."""
+    hooks, handles = _RangeHooks(), []
+    try:
+        for m in modules:
+            if takes_hooks(m):
+                handles.append(m.register_forward_pre_hook(never_compiled(hooks.pre(name))))
+                handles.append(m.register_forward_hook(never_compiled(hooks.post), always_call=True))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 @contextlib.contextmanager
 def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     """Install scope hooks on ``model``'s modules for the duration of the ``with`` body.
@@ -495,33 +535,16 @@ def module_scopes(model: torch.nn.Module) -> Iterator[dict[str, str]]:
     names = block_names(model, attention_core_name(model))
     modules = dict(model.named_modules())
     handles = []
-    # record_function's own __enter__/__exit__ are unannotated: held as the context managers they are
-    open_ranges: dict[int, list[contextlib.AbstractContextManager[object]]] = {}
-
-    def pre(name: str) -> Callable[[torch.nn.Module, object], None]:
-        def hook(module: torch.nn.Module, args: object) -> None:
-            if _quiet:  # inside a span that is one row (a training step's generate())
-                return
-            rf: contextlib.AbstractContextManager[object] = torch.profiler.record_function(SCOPE_PREFIX + name)
-            rf.__enter__()
-            open_ranges.setdefault(id(module), []).append(rf)
-
-        return hook
-
-    def post(module: torch.nn.Module, args: object, output: object) -> None:
-        stack = open_ranges.get(id(module))
-        if stack and not _quiet:
-            stack.pop().__exit__(None, None, None)
-
+    hooks = _RangeHooks()
     try:  # a hook refused half-way (a TorchScript submodule) takes the ones already placed with it
-        handles.append(model.register_forward_pre_hook(pre(MODEL_GLUE)))
-        handles.append(model.register_forward_hook(post, always_call=True, prepend=True))
+        handles.append(model.register_forward_pre_hook(hooks.pre(MODEL_GLUE)))
+        handles.append(model.register_forward_hook(hooks.post, always_call=True, prepend=True))
         for path, name in names.items():
             m = modules[path]
             if not takes_hooks(m):  # its time stays its parent's
                 continue
-            handles.append(m.register_forward_pre_hook(pre(name)))
-            handles.append(m.register_forward_hook(post, always_call=True))
+            handles.append(m.register_forward_pre_hook(hooks.pre(name)))
+            handles.append(m.register_forward_hook(hooks.post, always_call=True))
         with _loss_scoped(model):
             yield names
     finally:

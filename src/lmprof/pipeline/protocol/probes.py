@@ -29,10 +29,11 @@ from typing import Any, Callable
 import torch
 
 from lmprof.modes import traits
-from lmprof.names import GENERATE, LMPROF, SCOPE_PREFIX
+from lmprof.names import GENERATE, LMPROF, OTHER_MODELS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.workloads.hooks import blocks_quiet, module_scopes, takes_hooks
+from lmprof.measure.other_models import candidates
+from lmprof.workloads.hooks import blocks_quiet, module_scopes, named_scopes, takes_hooks
 
 
 def _scopes_itself(model: torch.nn.Module) -> bool:
@@ -164,6 +165,8 @@ class Probes:
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
+            if self.phases:  # in someone else's loop: other models it runs beside the profiled one get their row
+                self._stack.enter_context(named_scopes(candidates(self.model), OTHER_MODELS))
             if self.trains and self.phases and self.hookable:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))

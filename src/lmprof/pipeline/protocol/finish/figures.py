@@ -75,7 +75,7 @@ class Facts:
     counted: CountedFlops | None = None
     # training: the step's backward recomputes checkpointed activations (None: not seen either way)
     recomputes: bool | None = None
-    others: list[OtherModel] | None = None  # training: other models the step ran (a teacher, a reference model)
+    others: list[OtherModel] | None = None  # other models the step ran (a teacher, a reference, an assistant)
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
@@ -113,8 +113,8 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     no_bytes = quantized_bytes(facts.quantized)
     no_described_bytes = no_bytes or _autocast_bytes(facts)
     recomputed = _hardware_step(facts) if not generates else None
-    if facts.others and not generates:
-        run.notes.append(_others_note(facts.others))
+    if facts.others:
+        run.notes.append(_assistant_note(facts.others) if generates else _others_note(facts.others))
     varied = _varied(facts, generates)
     if varied is not None and facts.shape is not None:
         steps, blocks_from, note = varied
@@ -255,6 +255,15 @@ def _others_note(others: list[OtherModel]) -> str:
             f"(a teacher, a reference or a reward model{beside}): {', '.join(o.said() for o in others)}. "
             f"{'Its' if one else 'Their'} work is in the hardware FLOPs and HFU (counted), not in the model FLOPs "
             "and MFU, which are the profiled model's")
+
+
+def _assistant_note(others: list[OtherModel]) -> str:
+    one = len(others) == 1
+    return (f"the generation also ran {'another model' if one else f'{len(others)} other models'} than the one "
+            f"profiled (an assistant model: speculative decoding's draft; a reward or safety model): "
+            f"{', '.join(o.said('generation') for o in others)}. "
+            f"{'Its' if one else 'Their'} forwards are the other_models row; TTFT, TPOT and the latency are the "
+            "generation's as its caller saw it, with them; MFU and MBU count the profiled model's FLOPs and bytes")
 
 
 def _autocast_bytes(f: Facts) -> str | None:

@@ -60,7 +60,7 @@ class FiguresStep:
         self._stack = contextlib.ExitStack()
         self._grads: dict[int, Any] | None = None
         self._held: HeldOutputs | None = None  # training: what the loop keeps alive into backward
-        self._others: OtherModels | None = None  # training: other models the step runs (a teacher, a reference)
+        self._others: OtherModels | None = None  # other models the step runs (a teacher, a reference, an assistant)
         self._memory: MemoryWindow | None = None
         self._stopped = False
         self._range: Any = None  # the step's ProfilerStep range while it runs
@@ -87,12 +87,13 @@ class FiguresStep:
         if model is not None:
             self._memory = MemoryWindow(self.device, lambda: static_memory(model, opts), out_dir=self.snapshot_dir,
                                         snapshot=self.snapshot_dir is not None)
+            hooked = not self.compiled and takes_hooks(model)  # a hook in a compiled model would recompile it
             if self.probes.trains:
                 self._grads = self._stack.enter_context(record_grads(model, opts))
-                if not self.compiled and takes_hooks(model):  # a hook in a compiled model would recompile it
+                if hooked:
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
-                    if self.other_models:
-                        self._others = self._stack.enter_context(OtherModels(model).watching())
+            if hooked and self.other_models:
+                self._others = self._stack.enter_context(OtherModels(model).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
