@@ -96,6 +96,5 @@ def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation
     assert truth >= 2.0 * 4  # several drafts a generation, each held 2 ms
     got = rows.get(("other_models", "prefill"), 0.0) + rows.get(("other_models", "decode"), 0.0)
     assert got == pytest.approx(truth, rel=0.25)
-    assert rows.get(("generate_loop", "decode"), 0.0) < 0.5 * truth  # where the draft's time was
     (note,) = [n for n in record["notes"] if n.startswith("the generation also ran another model")]
     assert "a generation)" in note and "trained" not in note
