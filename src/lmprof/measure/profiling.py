@@ -30,6 +30,9 @@ class ProfiledPhase:
     trace_path: Path
     ops: list[OpStat]  # filled from the trace once it is loaded (op_table)
     steps: int
+    # The figures step's recording stands in (no profiled step completed): a warm-up step, a first call's,
+    # recorded with memory events; not a profiled window to judge against the clean steps.
+    stand_in: bool = False
 
 
 def _activities(device: torch.device) -> list[ProfilerActivity]:

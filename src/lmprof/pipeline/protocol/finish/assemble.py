@@ -50,7 +50,8 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     if m.noise is not None:
         before, after = m.noise
         mark_noise(run, [s * 1e3 for s in _timed(m)], m.spec.unit, before, after, m.device.kind,
-                   m.shapes.profiled_aside if m.shapes is not None else ())
+                   m.shapes.profiled_aside if m.shapes is not None else (),
+                   judge_window=not (m.profile is not None and m.profile.stand_in))
     if stopwatch is not None:
         run.blocks = mark_uncertain(run.blocks, stopwatch)
     if att is None:

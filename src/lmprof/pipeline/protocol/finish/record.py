@@ -95,11 +95,13 @@ def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
 
 
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
-               device_kind: str, aside: Sequence[int] = ()) -> None:
+               device_kind: str, aside: Sequence[int] = (), judge_window: bool = True) -> None:
     """Mark ``run`` noisy, with the reasons, when its timed window was not steady; first steps still
     warming up and a window too short for the load counters to judge are notes. ``aside``: profiled
-    steps (from 0) that also ran an evaluation or saved a checkpoint, whose extra time is known work."""
-    window = profiled_window(run)
+    steps (from 0) that also ran an evaluation or saved a checkpoint, whose extra time is known work.
+    ``judge_window`` False: the profile is the figures step's, a warm-up step recorded with memory events,
+    whose time is a first call's and not the profiled window's to judge against the clean steps."""
+    window = profiled_window(run) if judge_window else None
     if window is not None and aside and len(aside) < len(window.steps_ms):
         left_out = set(aside)
         window = dataclasses.replace(window, steps_ms=[s for i, s in enumerate(window.steps_ms) if i not in left_out])
