@@ -156,9 +156,19 @@ def _passes_note(m: Measured) -> list[str]:
     return _evaluations_note(m) + _batches_note(m)
 
 
+def _forward_only(m: Measured) -> bool:
+    """Training steps (``prof.step()`` after each) whose forwards all ran without grad and no backward."""
+    return m.spec.traits.trains and bool(m.forwards_per_step) and not m.backwards_per_step
+
+
 def _evaluations_note(m: Measured) -> list[str]:
     """Clean steps that also ran the model without grad (an evaluation) or saved a checkpoint: known work in
     their time, not the training step's."""
+    if _forward_only(m):
+        return ["no step ran a backward: every forward of the model ran without grad (an evaluation or scoring "
+                "loop, timed as steps from one prof.step() to the next): the step time and the blocks are of those "
+                "forwards; the training figures (gradients, optimizer state, activations kept for backward, a "
+                "training step's FLOPs and MFU) do not apply (a generation is profiled with infer=True)"]
     if m.shapes is None or not (m.shapes.evaluated or m.shapes.saved):
         return []
     n, k, total = m.shapes.evaluated, m.shapes.saved, len(m.shapes.clean)
@@ -252,6 +262,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
         dropout=known.dropout, tf32=known.tf32, memory=m.memory, counted=m.flops, recomputes=m.recomputes, others=m.others,
+        forward_only=_forward_only(m),
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
         generations=[(g.prefill_s, sum(g.decode_s), g.batch, g.prompt_len, g.generated) for g in m.timings.gens

@@ -76,6 +76,7 @@ class Facts:
     # training: the step's backward recomputes checkpointed activations (None: not seen either way)
     recomputes: bool | None = None
     others: list[OtherModel] | None = None  # other models the step ran (a teacher, a reference, an assistant)
+    forward_only: bool = False  # training steps whose forwards all ran without grad, with no backward
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
@@ -155,6 +156,9 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
         run.notes.append(f"no FLOP count: {COUNTS_NO_QUANTIZED} and {_no_formulas(facts)}")
     elif facts.counted is not None:
         _counted(run, facts.counted, peak_dtype, _no_formulas(facts))
+    elif facts.forward_only:
+        run.notes.append("no FLOP count: no step ran a backward, and a training step's FLOPs are a forward's and a "
+                         "backward's; MFU and roofline are n/a")
     elif not any(n.startswith("no FLOP count") for n in run.notes):  # one line, the most specific one
         run.notes.append("no FLOP count: lmprof has formulas for this model but saw no input's shape (neither token "
                          "ids nor embeddings reached a hook: a model inside compiled code with no call of it outside "
