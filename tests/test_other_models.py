@@ -190,3 +190,24 @@ def test_a_module_trained_beside_the_model_is_said_to_be_trained(tmp_path: Path)
     run = Run.load(prof.folder)
     assert any("a module trained beside it" in n and "Linear (516 parameters, 516 of them trained" in n
                for n in run.notes), run.notes
+
+
+def test_an_unfrozen_reference_model_under_no_grad_is_not_said_to_be_trained(tmp_path: Path) -> None:
+    """A DPO-style reference model left with requires_grad on (as many loops leave it) and run under no_grad:
+    no optimizer steps its parameters, so it is not 'trained beside the model' (it was, by requires_grad)."""
+    torch.manual_seed(0)
+    policy, ref = _gpt2(2, 64).train(), _gpt2(2, 64).eval()
+    assert all(p.requires_grad for p in ref.parameters())
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    with lmprof.profile(policy, out=tmp_path / "runs", report=False, verbose=False) as prof:
+        for i in range(14):
+            x = _ids(i)
+            with torch.no_grad():
+                target = ref(input_ids=x).logits.softmax(-1)
+            F.kl_div(policy(input_ids=x).logits.log_softmax(-1), target, reduction="batchmean").backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    run = Run.load(prof.folder)
+    (note,) = [n for n in run.notes if n.startswith("the step also ran another model")]
+    assert "trained" not in note and "1 call a step" in note

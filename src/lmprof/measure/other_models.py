@@ -25,7 +25,7 @@ class OtherModel:
     name: str  # its class
     params: int
     calls: int  # outermost calls in the step
-    trained: int = 0  # its parameters that require grad: a module trained beside the model, not a frozen one
+    trained: int = 0  # its parameters an optimizer steps: a module trained beside the model (a GAN's other half)
 
     def said(self, per: str = "step") -> str:
         """E.g. 'Teacher (1,024 parameters, 1 call a step)'; ``per`` a step (training: what is trained is
@@ -39,8 +39,11 @@ class OtherModels:
     """Records, while :meth:`watching`, the calls of other models than ``model``: root modules (no module's
     child) with parameters, none of them ``model``'s, found among the live objects when watching begins."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, stepped: set[int] | None = None):
         self._model = model
+        # ids of the parameters some optimizer steps: an other model's are trained beside the model. Not
+        # requires_grad: a reference model left unfrozen under no_grad (as many DPO loops leave it) trains nothing
+        self._stepped = stepped or set()
         self.seen: dict[int, OtherModel] = {}
 
     @contextlib.contextmanager
@@ -66,7 +69,7 @@ class OtherModels:
             name = f"{type(inner).__name__} (compiled)" if isinstance(inner, torch.nn.Module) else type(module).__name__
             params = list(module.parameters())
             self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in params), 1,
-                                               sum(p.numel() for p in params if p.requires_grad))
+                                               sum(p.numel() for p in params if id(p) in self._stepped))
         else:
             found.calls += 1
 

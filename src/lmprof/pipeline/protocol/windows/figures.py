@@ -27,10 +27,11 @@ from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memor
 from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
-from lmprof.pipeline.protocol.stepping import optimizers_stepping
+from lmprof.pipeline.protocol.stepping import optimizers_stepping, param_ids
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
+from lmprof.workloads.live import live_objects
 
 
 @dataclass
@@ -93,7 +94,8 @@ class FiguresStep:
                 if hooked:
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
             if hooked and self.other_models:
-                self._others = self._stack.enter_context(OtherModels(model).watching())
+                stepped = set().union(*map(param_ids, live_objects(torch.optim.Optimizer)))
+                self._others = self._stack.enter_context(OtherModels(model, stepped).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
