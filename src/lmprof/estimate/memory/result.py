@@ -177,7 +177,9 @@ class MemoryEstimate:
         return f"{self.device_params:,} on this device, {_name_bytes(self.param_dtype)} each"
 
     def _optimizer_note(self) -> str:
-        parts = {"adamw": "two fp32 moments", "sgd": "one fp32 momentum buffer",
+        # moments in fp32 with fp32 parameters or a master copy, else in the parameters' dtype (torch's optimizers)
+        state = "fp32" if self.master_weights or self.param_dtype == "fp32" else self.param_dtype
+        parts = {"adamw": f"two {state} moments", "sgd": f"one {state} momentum buffer",
                  "adamw8bit": "two 1-byte moments + fp32 block scales"}[self.optimizer]
         if self.master_weights:
             parts += " + fp32 master weights"

@@ -139,6 +139,25 @@ class ModelFacts:
     config: dict[str, Any] | None = None  # a Hugging Face model's config.json, for the describer (no formulas)
     departs: str | None = None  # Observed.departs: why neither the formulas nor the describer fit the model
     quantized: Quantized | None = None  # Observed.quantized
+    # Whether the optimizers keep an fp32 master copy of 16-bit parameters (None: fp32 parameters, or not seen):
+    # False where they step the model's own parameters, whose moments torch's optimizers keep in their dtype
+    master_weights: bool | None = None
+
+
+def master_copy(model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer]) -> bool | None:
+    """:attr:`ModelFacts.master_weights`, from what the optimizers step: the model's own 16-bit parameters (no
+    master copy), or fp32 tensors none of which is the model's (a master copy the loop keeps, as apex O2 and
+    DeepSpeed's bf16 optimizer do)."""
+    params = list(model.parameters()) if model is not None else []
+    if not params or not optimizers or all(p.dtype == torch.float32 for p in params):
+        return None
+    own = {id(p) for p in params}
+    stepped = [p for o in optimizers for g in o.param_groups for p in g["params"]]
+    if stepped and all(id(p) in own for p in stepped):
+        return False
+    if stepped and all(id(p) not in own and p.dtype == torch.float32 for p in stepped):
+        return True
+    return None
 
 
 def dtype_of(model: torch.nn.Module | None) -> str | None:
@@ -177,6 +196,7 @@ def model_facts(seen: Observed) -> ModelFacts:
         config=None if seen.departs else config_dict(model),
         departs=seen.departs,
         quantized=seen.quantized,
+        master_weights=master_copy(model, seen.optimizers),
     )
 
 

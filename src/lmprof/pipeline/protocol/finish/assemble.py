@@ -262,7 +262,7 @@ def _facts(m: Measured, run: Run) -> Facts:
         batch=known.batch, seq_len=known.seq_len, attention=known.attention, new_tokens=known.new_tokens,
         kv_cache=known.kv_cache, last_logits_only=known.last_logits_only, optimizer=known.optimizer,
         dropout=known.dropout, tf32=known.tf32, memory=m.memory, counted=m.flops, recomputes=m.recomputes, others=m.others,
-        forward_only=_forward_only(m),
+        forward_only=_forward_only(m), master_weights=m.facts.master_weights if m.known is None else None,
         several_per_forward=any(g.several_per_forward for g in m.timings.gens),
         micro_batches=_micro_batches(m), step_shapes=m.shapes if m.known is None else None,
         generations=[(g.prefill_s, sum(g.decode_s), g.batch, g.prompt_len, g.generated) for g in m.timings.gens

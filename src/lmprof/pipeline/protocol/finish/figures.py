@@ -77,6 +77,7 @@ class Facts:
     recomputes: bool | None = None
     others: list[OtherModel] | None = None  # other models the step ran (a teacher, a reference, an assistant)
     forward_only: bool = False  # training steps whose forwards all ran without grad, with no backward
+    master_weights: bool | None = None  # an fp32 master copy of 16-bit parameters (None: the estimate's default)
     several_per_forward: bool = False  # inference: a forward made several tokens (assisted, speculative decoding)
     micro_batches: float = 1.0  # training: batches of batch x seq_len per optimizer step (gradient accumulation)
     step_shapes: StepShapes | None = None  # training: what each clean and profiled step's forwards ran on
@@ -343,7 +344,8 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
                                    new_tokens=f.new_tokens - 1 if f.kv_cache and f.new_tokens else 0)
         if f.optimizer in ESTIMATED_OPTIMIZERS:
             return estimate_memory(described, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype, param_dtype=f.dtype,
-                                   device_kind=kind, optimizer=f.optimizer)  # type: ignore[arg-type]  # checked just above
+                                   device_kind=kind, optimizer=f.optimizer,  # type: ignore[arg-type]  # checked just above
+                                   master_weights=f.master_weights)
     if f.shape is None or not f.batch or not f.seq_len:
         return None
     kind = run.env.device.split(":")[0]
@@ -358,7 +360,7 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
     return estimate_memory(f.shape, batch=f.batch, seq_len=f.seq_len, dtype=f.dtype,
                            param_dtype=f.param_dtype or "fp32", attention=f.attention,
                            optimizer=f.optimizer,  # type: ignore[arg-type]  # checked against ESTIMATED_OPTIMIZERS
-                           device_kind=kind, dropout=f.dropout,
+                           device_kind=kind, dropout=f.dropout, master_weights=f.master_weights,
                            hold_logits=held_logits(f.memory, f.batch, f.seq_len, f.shape.vocab_size) is not None)
 
 
