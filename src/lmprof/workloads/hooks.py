@@ -217,8 +217,11 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
                         name = "moe.experts" if hasattr(module, "experts") else "mlp.act"
                     names[path] = name
                     break
-        elif not any(True for _ in module.children()):
-            names[path] = _per_layer_name(path, modules)  # unknown model: every leaf module by its path
+        elif not any(True for _ in module.children()) or any(True for _ in module.parameters(recurse=False)):
+            # unknown model: every leaf module by its path, and every module with parameters of its own, whose
+            # work its children do not hold (nn.MultiheadAttention's input projection and attention: its
+            # out_proj child is a weight it reads, never called)
+            names[path] = _per_layer_name(path, modules)
     return names
 
 

@@ -1,0 +1,60 @@
+"""A model lmprof has no rules for (PyTorch's nn.Transformer language-modeling tutorial, as users copy it):
+every leaf module is a block by its path, and so is every module with parameters of its own, whose work its
+children do not hold. nn.MultiheadAttention computes its input projection and attention from its own
+in_proj_weight and reads its out_proj child's weight without calling it: before, none of its work had a
+row, and 30% of the step sat in model_glue. Truth: the script's own stopwatch around each self_attn call."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+LOOP = """
+import json, sys, time, torch
+from torch import nn
+class LM(nn.Module):
+    def __init__(self, ntoken=500, d=96, heads=2, hidden=192, layers=2):
+        super().__init__()
+        self.embedding = nn.Embedding(ntoken, d)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, heads, hidden, 0.0), layers,
+                                             enable_nested_tensor=False)
+        self.linear = nn.Linear(d, ntoken)
+    def forward(self, src, mask):
+        return self.linear(self.encoder(self.embedding(src), mask, is_causal=True))
+torch.manual_seed(0)
+model = LM()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+mask = nn.Transformer.generate_square_subsequent_mask(32)
+spent, began = [], []
+for layer in model.encoder.layers:  # the script's own stopwatch around each attention call
+    layer.self_attn.register_forward_pre_hook(lambda m, a: began.append(time.perf_counter()))
+    layer.self_attn.register_forward_hook(lambda m, a, o: spent.append(time.perf_counter() - began.pop()))
+per_step = []
+for i in range(20):
+    before = len(spent)
+    out = model(torch.randint(0, 500, (32, 16)), mask)
+    nn.functional.cross_entropy(out.view(-1, 500), torch.randint(0, 500, (32 * 16,))).backward()
+    opt.step()
+    opt.zero_grad()
+    per_step.append(sum(spent[before:]) * 1e3)
+json.dump(per_step, open(sys.argv[1], "w"))
+"""
+
+
+def test_multihead_attention_has_its_row(tmp_path: Path, cli) -> None:
+    script, own = tmp_path / "lm.py", tmp_path / "own.json"
+    script.write_text(LOOP)
+    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
+    assert code == 0, err
+    (folder,) = (tmp_path / "runs").iterdir()
+    rows: dict[tuple[str, str], float] = {}
+    for b in json.loads((folder / "run.json").read_text())["blocks"]:  # per-layer rows: self_attn[0], [1]
+        key = (b["name"].split("[")[0], b["phase"])
+        rows[key] = rows.get(key, 0.0) + b["time_ms"]
+    attn = rows.get(("encoder.layers.*.self_attn", "forward"), 0.0)
+    truth = statistics.median(json.loads(own.read_text()))  # both layers' attention forwards, a step
+    assert attn == pytest.approx(truth, rel=0.35)
+    assert rows[("encoder.layers.*.self_attn", "backward")] > 0
+    assert rows.get(("model_glue", "forward"), 0.0) < 0.5 * attn  # where the attention's time was
