@@ -4,11 +4,13 @@ A distillation step runs a teacher's forward, a DPO step a frozen reference mode
 step that is not the trained model's FLOPs. When the figures step begins, the live root modules (no
 module's child) with parameters, none of them the trained model's, are the candidates; a forward
 pre-hook on each (for that one warm-up step only) tells which the step calls. A module inside the
-model, or a wrapper around it, shares its parameters, and a loss module has none.
+model, or a wrapper around it, shares its parameters, and a loss module has none. The recording probes
+give each call of them a range of its own, the ``other_models`` row (names.py).
 """
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,15 +37,36 @@ class OtherModel:
                 f"a {per})")
 
 
-class OtherModels:
-    """Records, while :meth:`watching`, the calls of other models than ``model``: root modules (no module's
-    child) with parameters, none of them ``model``'s, found among the live objects when watching begins."""
+class Beside:
+    """The other models beside ``model`` (:func:`candidates`) and the parameters some optimizer steps, read off
+    the live objects once, at the first ask (one pass over what the collector tracks: 30-100 ms), for every
+    recording of a session; the models are held weakly."""
 
-    def __init__(self, model: torch.nn.Module, stepped: set[int] | None = None):
-        self._model = model
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self._found: list[weakref.ref[torch.nn.Module]] | None = None
         # ids of the parameters some optimizer steps: an other model's are trained beside the model. Not
         # requires_grad: a reference model left unfrozen under no_grad (as many DPO loops leave it) trains nothing
-        self._stepped = stepped or set()
+        self.stepped: set[int] = set()
+
+    def modules(self) -> list[torch.nn.Module]:
+        if self._found is None:
+            from lmprof.workloads.live import live_objects
+
+            live = live_objects(torch.nn.Module, torch.optim.Optimizer)
+            opts = [o for o in live if isinstance(o, torch.optim.Optimizer)]
+            self.stepped = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
+            self._found = [weakref.ref(m) for m in candidates(self.model, [o for o in live
+                                                                           if isinstance(o, torch.nn.Module)])]
+        return [m for m in (r() for r in self._found) if m is not None]
+
+
+class OtherModels:
+    """Records, while :meth:`watching`, the calls of other models than the one ``beside`` is of: root modules
+    (no module's child) with parameters, none of them the model's."""
+
+    def __init__(self, beside: Beside):
+        self._beside = beside
         self.seen: dict[int, OtherModel] = {}
 
     @contextlib.contextmanager
@@ -51,7 +74,7 @@ class OtherModels:
         # A hook on each candidate rather than torch's global module hooks: a global hook reaches inside a
         # compiled model and makes dynamo compile it again, twice (hooks on, hooks off), and warns.
         called = never_compiled(self._called)
-        handles = [m.register_forward_pre_hook(called) for m in candidates(self._model)]
+        handles = [m.register_forward_pre_hook(called) for m in self._beside.modules()]
         try:
             yield self
         finally:
@@ -69,18 +92,20 @@ class OtherModels:
             name = f"{type(inner).__name__} (compiled)" if isinstance(inner, torch.nn.Module) else type(module).__name__
             params = list(module.parameters())
             self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in params), 1,
-                                               sum(p.numel() for p in params if id(p) in self._stepped))
+                                               sum(p.numel() for p in params if id(p) in self._beside.stepped))
         else:
             found.calls += 1
 
 
-def candidates(model: torch.nn.Module) -> list[torch.nn.Module]:
+def candidates(model: torch.nn.Module, modules: list[torch.nn.Module] | None = None) -> list[torch.nn.Module]:
     """The live root modules with parameters that share none with ``model`` (a module inside the model, or a
-    wrapper around it, shares its parameters; a loss module has none), each of which takes hooks."""
+    wrapper around it, shares its parameters; a loss module has none), each of which takes hooks;
+    ``modules``: the live modules, when the caller has read them off the collector already."""
     from lmprof.workloads.hooks import takes_hooks
     from lmprof.workloads.live import live_objects
 
-    modules = live_objects(torch.nn.Module)
+    if modules is None:
+        modules = live_objects(torch.nn.Module)
     children: set[int] = set()
     for m in modules:
         with contextlib.suppress(Exception):  # a module of someone else's whose children() fails: not ours to mend

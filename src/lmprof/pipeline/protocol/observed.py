@@ -15,6 +15,7 @@ import torch
 from lmprof.estimate.shape import ModelShape
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.model_facts.quantized import Quantized, quantized
+from lmprof.measure.other_models import Beside
 from lmprof.workloads.hf_interface import attention_implementation
 from lmprof.workloads.hooks import compiled_inside, takes_hooks
 
@@ -70,6 +71,7 @@ class Observed:
     # it runs (frozen weights, adapters, layers added or removed); None: nothing seen (departure.py)
     departs: str | None = None
     quantized: Quantized | None = None  # how its weights are quantized; None: they are not
+    _beside: Beside | None = field(default=None, repr=False)
     _shape: ModelShape | None = field(default=None, repr=False)
     _described: bool = field(default=False, repr=False)
 
@@ -89,6 +91,14 @@ class Observed:
                               "step's figures are measured as usual)")
         p = next(model.parameters(), None)
         self.device = device or resolve_device(str(p.device) if p is not None else "cpu")
+
+    def beside(self) -> Beside | None:
+        """The other models beside the observed one, found once a session (None: no model yet)."""
+        if self.model is None:
+            return None
+        if self._beside is None or self._beside.model is not self.model:
+            self._beside = Beside(self.model)
+        return self._beside
 
     def sync(self) -> None:
         """Wait for the device's queued work (nothing before a model is attached)."""

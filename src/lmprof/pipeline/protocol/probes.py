@@ -32,7 +32,7 @@ from lmprof.modes import traits
 from lmprof.names import GENERATE, LMPROF, OTHER_MODELS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.measure.other_models import candidates
+from lmprof.measure.other_models import Beside
 from lmprof.workloads.hooks import blocks_quiet, module_scopes, named_scopes, takes_hooks
 
 
@@ -134,8 +134,10 @@ class SeenBatches:
 class Probes:
     """Everything lmprof adds to the user's step during the profiled window."""
 
-    def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True, phases: bool = True):
+    def __init__(self, model: torch.nn.Module | None, mode: str, *, blocks: bool = True, phases: bool = True,
+                 beside: Beside | None = None):
         self.model = model
+        self.beside = beside  # other models the step runs: each call of one is a range, the other_models row
         self.trains = traits(mode).trains  # training steps: forward, backward and optimizer phases are scoped
         # TorchScript modules refuse hooks: neither blocks nor the forward phase can be scoped in them
         self.hookable = model is not None and takes_hooks(model)
@@ -165,8 +167,8 @@ class Probes:
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
-            if self.phases:  # in someone else's loop: other models it runs beside the profiled one get their row
-                self._stack.enter_context(named_scopes(candidates(self.model), OTHER_MODELS))
+            if self.phases and self.beside is not None:  # in someone else's loop: other models get their row
+                self._stack.enter_context(named_scopes(self.beside.modules(), OTHER_MODELS))
             if self.trains and self.phases and self.hookable:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))

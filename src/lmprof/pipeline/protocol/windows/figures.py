@@ -21,17 +21,16 @@ from lmprof.hardware.devices import Device
 from lmprof.measure.flops import StepFlops
 from lmprof.measure.held import HeldOutputs
 from lmprof.measure.memory import MeasuredMemory, MemoryWindow
-from lmprof.measure.other_models import OtherModel, OtherModels
+from lmprof.measure.other_models import Beside, OtherModel, OtherModels
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memory
 from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
-from lmprof.pipeline.protocol.stepping import optimizers_stepping, param_ids
+from lmprof.pipeline.protocol.stepping import optimizers_stepping
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
-from lmprof.workloads.live import live_objects
 
 
 @dataclass
@@ -50,12 +49,13 @@ class FiguresStep:
 
     def __init__(self, model: torch.nn.Module | None, optimizers: list[torch.optim.Optimizer], device: Device,
                  mode: str, *, count_flops: bool, compiled: bool, phases: bool = True,
-                 snapshot_dir: Path | None = None, other_models: bool = True):
+                 snapshot_dir: Path | None = None, beside: Beside | None = None):
         self.model, self.optimizers, self.device = model, optimizers, device
-        self.other_models = other_models  # look for other models the step runs (driver.py: Driver.other_models)
+        # other models the step runs (None: not looked for, driver.py: Driver.other_models)
+        self.beside = beside
         self.compiled = compiled
         self.snapshot_dir = snapshot_dir  # CUDA: the allocator's history of the step, memory_snapshot.pickle there
-        self.probes = Probes(model, mode, blocks=not compiled, phases=phases)
+        self.probes = Probes(model, mode, blocks=not compiled, phases=phases, beside=beside)
         # a training step's evaluations (the model without grad) are counted apart
         self.flops = StepFlops(model if self.probes.trains and not compiled else None) if count_flops else None
         self._stack = contextlib.ExitStack()
@@ -93,9 +93,8 @@ class FiguresStep:
                 self._grads = self._stack.enter_context(record_grads(model, opts))
                 if hooked:
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
-            if hooked and self.other_models:
-                stepped = set().union(*map(param_ids, live_objects(torch.optim.Optimizer)))
-                self._others = self._stack.enter_context(OtherModels(model, stepped).watching())
+            if hooked and self.beside is not None:
+                self._others = self._stack.enter_context(OtherModels(self.beside).watching())
         self.probes.install(self.optimizers)
         self.active = True
         if self._memory is not None:
@@ -230,7 +229,8 @@ class FiguresWindow(Window):
         snapshot_dir = ctx.claim_folder() if seen.device.kind == "cuda" else None
         self.step = FiguresStep(seen.model, seen.optimizers, seen.device, ctx.spec.mode, count_flops=describe,
                                 compiled=seen.compiled, phases=ctx.driver.probes_place_phases,
-                                snapshot_dir=snapshot_dir, other_models=ctx.driver.other_models)
+                                snapshot_dir=snapshot_dir,
+                                beside=seen.beside() if ctx.driver.other_models else None)
         ctx.kineto_ran = True
         self.step.start()
         self._give_way = GiveWay(lambda: run_guarded(ctx, self._user_profiler_starts))  # after lmprof's own started

@@ -49,7 +49,8 @@ class ProfiledWindow(Window):
         assert seen.device is not None
         self.window = ProfilerWindow(seen.device.torch_device, folder / "trace.json.gz")
         self._probes = Probes(seen.model, ctx.spec.mode, blocks=not seen.compiled,
-                              phases=ctx.driver.probes_place_phases)
+                              phases=ctx.driver.probes_place_phases,
+                              beside=seen.beside() if ctx.driver.other_models else None)
         self._probes.install(seen.optimizers)
         ctx.kineto_ran = True
         self.window.start()

@@ -49,7 +49,8 @@ class Capture:
         self.folder.mkdir(parents=True)  # a new folder: never into an earlier capture's
         write_text(self.folder / INCOMPLETE, MARK)
         self._probes = Probes(seen.model, self.ctx.spec.mode, blocks=not seen.compiled,
-                              phases=self.ctx.driver.probes_place_phases)
+                              phases=self.ctx.driver.probes_place_phases,
+                              beside=seen.beside() if self.ctx.driver.other_models else None)
         self._probes.install(seen.optimizers)
         self.window = ProfilerWindow(seen.device.torch_device, self.folder / "trace.json.gz")
         self.ctx.kineto_ran = True
