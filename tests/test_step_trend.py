@@ -90,3 +90,10 @@ def test_lmprof_run_says_the_steps_grew_by_what_the_scripts_own_stopwatch_saw(tm
     slope = float(said[0].split("(")[1].split(" ms a step")[0])
     assert slope == pytest.approx(truth, rel=0.2)
     assert not any("something else ran" in r for r in reasons), reasons
+
+
+def test_a_falling_trend_that_leads_below_zero_judges_by_the_median() -> None:
+    falling = [20.0 - 2.5 * i for i in range(8)]  # 20 ... 2.5 ms: the line reaches 0 by the profiled steps
+    assert steady_trend(falling, SPREAD_LIMIT) is not None
+    said = window_reasons(falling, "step", ProfiledWindow([11.0, 11.0, 11.0], 0.5))
+    assert all("trend leads" not in r for r in said)

@@ -211,6 +211,8 @@ def window_reasons(samples_ms: list[float], what: str, window: ProfiledWindow | 
     steps, n = window.steps_ms, len(window.steps_ms)
     cost = window.cost_ms
     trend = steady_trend(samples_ms, SPREAD_LIMIT) if _ratio(samples_ms) > SPREAD_LIMIT else None
+    if trend is not None and trend.at(len(samples_ms) + n) <= 0:
+        trend = None  # a falling line that leads below zero by the profiled steps: no time to judge them by
     if trend is None:
         base = [med] * n
         his = [slow_limit_ms(samples_ms, cost)] * n
