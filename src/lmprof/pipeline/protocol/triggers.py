@@ -11,13 +11,16 @@
   ``GradScaler.step(opt)`` that skips ``opt.step()`` (inf or NaN gradients, as fp16 training has now
   and then) ends a step all the same: ``GradScaler.step`` is patched on the class while the session runs.
 * Inference: ``transformers``' ``GenerationMixin.generate``, patched on the class while the session
-  runs: each call is a generation, the receiver is the model; a forward hook on the model marks the
+  runs, and the ``generate`` of every model class the script defines with one of its own (nanoGPT's,
+  minGPT's: wrapped as the class is created, through ``torch.nn.Module.__init_subclass__``, restored at
+  the end): each call is a generation, the receiver is the model; a forward hook on the model marks the
   end of each of its top-level forwards (timing.py: :func:`hook_forward_ends`).
 """
 from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -328,43 +331,81 @@ def _device_of_params(opt: torch.optim.Optimizer) -> Any:
 
 
 class GenerateTrigger:
-    """Generations from ``transformers``' ``generate`` (class patched while the session runs)."""
+    """Generations from a ``generate`` method: ``transformers``' ``GenerationMixin.generate`` (class patched
+    while the session runs), and that of every model class the script defines with a ``generate`` of its own
+    (nanoGPT's and minGPT's sample loops: wrapped as the class is created, while the session runs)."""
 
     def __init__(self, session: "Session"):
         self.session = session
         self._patch: Patch | None = None
+        self._depth = [0]  # generate calling generate (assisted decoding, an override calling super): one
+        self._classes: list[tuple[Any, Any]] = []  # model classes whose own generate is wrapped
+        self._hooked: Any = None  # the __init_subclass__ lmprof set on torch.nn.Module (None: not set)
+        self._had_hook: Any = None  # torch.nn.Module's own __init_subclass__, where it has one
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        session, depth = self.session, self._depth
+
+        @functools.wraps(original)
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if depth[0] or session.done:
+                return original(model, *args, **kwargs)
+            depth[0] += 1
+            session.generation_begin(model, args, kwargs)
+            out = None
+            try:
+                out = original(model, *args, **kwargs)
+                return out
+            finally:
+                depth[0] -= 1
+                session.generation_end(out)  # its sequences say how many tokens it made
+
+        return generate
 
     def install(self) -> bool:
-        """Patch ``GenerationMixin.generate``; False when transformers is not installed."""
+        """Patch ``GenerationMixin.generate`` where transformers is installed, and wrap the ``generate`` of
+        model classes created from now on; always True (a script's own model may generate)."""
         try:
             from transformers.generation.utils import GenerationMixin
         except ImportError:
-            return False
-        session = self.session
-        depth = [0]
-
-        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-            def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
-                if depth[0] or session.done:  # generate calling generate (assisted decoding): one generation
-                    return original(model, *args, **kwargs)
-                depth[0] += 1
-                session.generation_begin(model, args, kwargs)
-                out = None
-                try:
-                    out = original(model, *args, **kwargs)
-                    return out
-                finally:
-                    depth[0] -= 1
-                    session.generation_end(out)  # its sequences say how many tokens it made
-
-            return generate
-
-        self._patch = Patch(GenerationMixin, "generate", wrap)
-        self._patch.install()  # wraps transformers' method; remove() restores it
+            pass
+        else:
+            self._patch = Patch(GenerationMixin, "generate", self._wrap)
+            self._patch.install()  # wraps transformers' method; remove() restores it
+        self._hook_classes()
         self.session.on_done(self.remove)
         return True
+
+    def _hook_classes(self) -> None:
+        module = torch.nn.Module
+        self._had_hook = vars(module).get("__init_subclass__")
+        trigger = self
+
+        def init_subclass(cls: Any, /, **kwargs: Any) -> None:
+            if trigger._had_hook is not None:
+                trigger._had_hook.__get__(None, cls)(**kwargs)
+            else:
+                super(module, cls).__init_subclass__(**kwargs)  # type: ignore[misc]  # cls is a subclass being made
+            own = vars(cls).get("generate")
+            if inspect.isfunction(own) and not trigger.session.done:
+                cls.generate = trigger._wrap(own)
+                trigger._classes.append((cls, own))
+
+        self._hooked = classmethod(init_subclass)
+        module.__init_subclass__ = self._hooked  # type: ignore[method-assign]
 
     def remove(self) -> None:
         if self._patch is not None:
             self._patch.remove()
             self._patch = None
+        module = torch.nn.Module
+        if self._hooked is not None and vars(module).get("__init_subclass__") is self._hooked:
+            if self._had_hook is not None:
+                module.__init_subclass__ = self._had_hook  # type: ignore[method-assign]
+            else:
+                delattr(module, "__init_subclass__")
+        self._hooked = None
+        for cls, own in self._classes:
+            if getattr(vars(cls).get("generate"), "__wrapped__", None) is own:
+                cls.generate = own  # the class as the script defined it
+        self._classes.clear()

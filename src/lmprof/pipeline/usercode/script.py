@@ -15,7 +15,6 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmprof.errors import ConfigError
 from lmprof.pipeline.protocol import active
 from lmprof.pipeline.protocol.driver import Observer
 from lmprof.pipeline.protocol.ending import StopScript, TermHandler, exit_now
@@ -66,8 +65,7 @@ def run_script(target: str, args: list[str], spec: Spec, module: bool = False) -
     check_target(target, module)
     session = _session(spec)
     if spec.traits.generates:
-        if not GenerateTrigger(session).install():
-            raise ConfigError("--infer marks Hugging Face generate() calls, but transformers is not installed")
+        GenerateTrigger(session).install()
     else:
         OptimizerTrigger(session).install()
     old_argv, old_path = sys.argv[:], sys.path[:]
