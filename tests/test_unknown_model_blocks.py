@@ -49,8 +49,11 @@ def test_multihead_attention_has_its_row(tmp_path: Path, cli) -> None:
     code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
     assert code == 0, err
     (folder,) = (tmp_path / "runs").iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    # its ids are (sequence 32, batch 16), as nn.Transformer's default layout wants them (batch_first=False)
+    assert (record["config"]["batch_size"], record["config"]["seq_len"]) == (16, 32)
     rows: dict[tuple[str, str], float] = {}
-    for b in json.loads((folder / "run.json").read_text())["blocks"]:  # per-layer rows: self_attn[0], [1]
+    for b in record["blocks"]:  # per-layer rows: self_attn[0], [1]
         key = (b["name"].split("[")[0], b["phase"])
         rows[key] = rows.get(key, 0.0) + b["time_ms"]
     attn = rows.get(("encoder.layers.*.self_attn", "forward"), 0.0)
@@ -58,3 +61,18 @@ def test_multihead_attention_has_its_row(tmp_path: Path, cli) -> None:
     assert attn == pytest.approx(truth, rel=0.35)
     assert rows[("encoder.layers.*.self_attn", "backward")] > 0
     assert rows.get(("model_glue", "forward"), 0.0) < 0.5 * attn  # where the attention's time was
+
+
+def test_ids_a_seq_first_model_transposes_itself_stay_batch_first(tmp_path: Path, cli) -> None:
+    """The same model fed (batch 16, sequence 32) ids that it transposes itself: read as they are."""
+    script = tmp_path / "lm.py"
+    script.write_text(LOOP.replace("self.encoder(self.embedding(src), mask, is_causal=True)",
+                                   "self.encoder(self.embedding(src).transpose(0, 1), mask, is_causal=True)"
+                                   ".transpose(0, 1)")
+                      .replace("torch.randint(0, 500, (32, 16))", "torch.randint(0, 500, (16, 32))")
+                      .replace("json.dump(per_step, open(sys.argv[1], \"w\"))", ""))
+    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
+    assert code == 0, err
+    (folder,) = (tmp_path / "runs").iterdir()
+    config = json.loads((folder / "run.json").read_text())["config"]
+    assert (config["batch_size"], config["seq_len"]) == (16, 32)

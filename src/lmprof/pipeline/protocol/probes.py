@@ -173,6 +173,10 @@ class Probes:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
+                seq_first = [m for m in self.model.modules()
+                             if isinstance(m, torch.nn.MultiheadAttention) and not m.batch_first]
+                if seq_first:
+                    self._handles.append(seq_first[0].register_forward_pre_hook(self._attention_layout))
         if self.trains and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
             self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
@@ -223,6 +227,16 @@ class Probes:
                     self.input_shape = tokens
         finally:
             self.scopes.open("forward")  # ends lmprof's own range
+
+    def _attention_layout(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        """torch's nn.MultiheadAttention with ``batch_first=False`` (nn.Transformer's default) takes its query
+        as (sequence, batch, width): token ids of that (sequence, batch) shape were read as (batch, sequence)
+        (PyTorch's language-modeling tutorial feeds them so). Ids the model transposes itself stay as read."""
+        query = args[0] if args else None
+        shape = self.input_shape
+        if (isinstance(query, torch.Tensor) and query.dim() == 3 and shape is not None and len(shape) == 2
+                and shape[0] != shape[1] and tuple(shape) == (query.shape[0], query.shape[1])):
+            self.input_shape = (shape[1], shape[0])
 
     def _count_batch(self, ids: Any, tokens: tuple[int, int] | None = None) -> None:
         """A forward on ``ids``: a new batch unless it is one this step already ran (the same tensor, not
