@@ -164,11 +164,13 @@ class Probes:
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self._stack.enter_context(scopes_enabled(True))
+        if self.phases and self.beside is not None:
+            # in someone else's loop: other models get their row (their hooks touch nothing of the model's,
+            # compiled or not; a compiled one's are on torch.compile's wrapper, outside its compiled code)
+            self._stack.enter_context(named_scopes(self.beside.modules(), OTHER_MODELS))
         if self.model is not None and self.blocks:
             if not _scopes_itself(self.model):
                 self._stack.enter_context(module_scopes(self.model))
-            if self.phases and self.beside is not None:  # in someone else's loop: other models get their row
-                self._stack.enter_context(named_scopes(self.beside.modules(), OTHER_MODELS))
             if self.trains and self.phases and self.hookable:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))

@@ -116,7 +116,8 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     no_described_bytes = no_bytes or _autocast_bytes(facts)
     recomputed = _hardware_step(facts) if not generates else None
     if facts.others:
-        run.notes.append(_assistant_note(facts.others) if generates else _others_note(facts.others))
+        run.notes.append(_assistant_note(facts.others) if generates
+                         else _others_note(facts.others, counted=facts.counted is not None))
     varied = _varied(facts, generates)
     if varied is not None and facts.shape is not None:
         steps, blocks_from, note = varied
@@ -253,13 +254,15 @@ RECOMPUTES = "the backward re-ran checkpointed parts of the forward (activation 
 OTHERS = "the step ran other models' forwards too"
 
 
-def _others_note(others: list[OtherModel]) -> str:
+def _others_note(others: list[OtherModel], counted: bool) -> str:
     one = len(others) == 1
     beside = "; one with trained parameters is a module trained beside it" if any(o.trained for o in others) else ""
+    flops = ("in the hardware FLOPs and HFU (counted), not in the model FLOPs and MFU, which are the profiled "
+             "model's" if counted else "not in any FLOP figure (none was counted)")
     return (f"the step also ran {'another model' if one else f'{len(others)} other models'} than the one profiled "
             f"(a teacher, a reference or a reward model{beside}): {', '.join(o.said() for o in others)}. "
-            f"{'Its' if one else 'Their'} work is in the hardware FLOPs and HFU (counted), not in the model FLOPs "
-            "and MFU, which are the profiled model's")
+            f"{'Its' if one else 'Their'} forwards are the other_models row; {'its' if one else 'their'} work is "
+            f"{flops}")
 
 
 def _assistant_note(others: list[OtherModel]) -> str:

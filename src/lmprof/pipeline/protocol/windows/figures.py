@@ -93,7 +93,7 @@ class FiguresStep:
                 self._grads = self._stack.enter_context(record_grads(model, opts))
                 if hooked:
                     self._held = self._stack.enter_context(HeldOutputs(model).watching())
-            if hooked and self.beside is not None:
+            if self.beside is not None:  # hooks on the other models, not on the model: it may be compiled
                 self._others = self._stack.enter_context(OtherModels(self.beside).watching())
         self.probes.install(self.optimizers)
         self.active = True
