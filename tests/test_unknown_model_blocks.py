@@ -76,3 +76,63 @@ def test_ids_a_seq_first_model_transposes_itself_stay_batch_first(tmp_path: Path
     (folder,) = (tmp_path / "runs").iterdir()
     config = json.loads((folder / "run.json").read_text())["config"]
     assert (config["batch_size"], config["seq_len"]) == (16, 32)
+
+
+CUSTOM = """
+import torch, torch.nn as nn, torch.nn.functional as F
+class Attention(nn.Module):  # a hand-written attention: projections as children, the attention in its forward
+    def __init__(self, d, h):
+        super().__init__(); self.h = h; self.qkv = nn.Linear(d, 3 * d); self.out = nn.Linear(d, d)
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C))
+class Layer(nn.Module):
+    def __init__(self, d, h):
+        super().__init__(); self.n1, self.attn, self.n2 = nn.LayerNorm(d), Attention(d, h), nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        return x + self.ff(self.n2(x))
+class LM(nn.Module):
+    def __init__(self, V=128, d=64, h=4, L=2):
+        super().__init__(); self.tok = nn.Embedding(V, d); self.layers = nn.ModuleList(Layer(d, h) for _ in range(L))
+        self.head = nn.Linear(d, V)
+    def forward(self, idx):
+        x = self.tok(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+torch.manual_seed(0)
+m = LM(); opt = torch.optim.AdamW(m.parameters(), 3e-4)
+for i in range(18):
+    x = torch.randint(0, 128, (4, 128))
+    F.cross_entropy(m(x).flatten(0, 1), x.flatten()).backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_hand_written_attention_core_is_its_modules_row(tmp_path: Path, cli) -> None:
+    """The attention between the projections (F.scaled_dot_product_attention, in the module's own forward)
+    was model_glue; now its module's row. Truth: torch's own trace, event by event: the innermost lmprof
+    range around every SDPA operator."""
+    import gzip
+
+    script = tmp_path / "custom.py"
+    script.write_text(CUSTOM)
+    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
+    assert code == 0, err
+    (folder,) = (tmp_path / "runs").iterdir()
+    events = json.loads(gzip.decompress((folder / "trace.json.gz").read_bytes()))["traceEvents"]
+    ranges = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("lmprof:")]
+    sdpa = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::_scaled_dot_product_flash_attention_for_cpu"]
+    assert sdpa
+    for op in sdpa:
+        around = [r for r in ranges if r["tid"] == op["tid"] and r["ts"] <= op["ts"]
+                  and op["ts"] + op["dur"] <= r["ts"] + r["dur"]]
+        innermost = min(around, key=lambda r: r["dur"])
+        assert innermost["name"].startswith("lmprof:layers.*.attn["), innermost["name"]
+    rows: dict[tuple[str, str], float] = {}
+    for b in json.loads((folder / "run.json").read_text())["blocks"]:
+        key = (b["name"].split("[")[0], b["phase"])
+        rows[key] = rows.get(key, 0.0) + b["time_ms"]
+    assert rows[("model_glue", "forward")] < 0.2 * rows[("layers.*.attn", "forward")]

@@ -196,6 +196,9 @@ def _per_layer_name(path: str, modules: dict[str, torch.nn.Module]) -> str:
     return f"{collapsed}[{','.join(indices)}]" if indices else collapsed
 
 
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
 def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> dict[str, str]:
     """Module path -> block name for every module that gets a scope."""
     family = family_of(model)
@@ -217,10 +220,12 @@ def block_names(model: torch.nn.Module, attention_core: str = "attn.core") -> di
                         name = "moe.experts" if hasattr(module, "experts") else "mlp.act"
                     names[path] = name
                     break
-        elif not any(True for _ in module.children()) or any(True for _ in module.parameters(recurse=False)):
-            # unknown model: every leaf module by its path, and every module with parameters of its own, whose
-            # work its children do not hold (nn.MultiheadAttention's input projection and attention: its
-            # out_proj child is a weight it reads, never called)
+        elif not isinstance(module, _CONTAINERS):
+            # unknown model: every module by its path, each row its own time outside its children (attribution
+            # takes the innermost range): a leaf's all of it; an attention module's the attention itself
+            # between its projections (F.scaled_dot_product_attention; nn.MultiheadAttention's input
+            # projection too, from its own in_proj_weight); a layer's its residual adds. Containers that only
+            # chain their children have nothing of their own to show
             names[path] = _per_layer_name(path, modules)
     return names
 
