@@ -102,27 +102,15 @@ def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation
     assert "a generation)" in note and "trained" not in note
 
 
-COMPILED_STUDENT = STOPWATCH + """
-torch.manual_seed(0)
-student = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
-teacher = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).eval()
-opt = torch.optim.SGD(student.parameters(), lr=0.01)
-spent = []
-timed(teacher, spent, 0.003)
-for i in range(20):
-    x = torch.randn(16, 32)
-    with torch.no_grad():
-        target = teacher(x)
-    torch.nn.functional.mse_loss(student(x), target).backward()
-    opt.step()
-    opt.zero_grad()
-json.dump([s * 1e3 for s in spent], open(sys.argv[1], "w"))
-"""
+COMPILED_STUDENT = TEACHER.replace(  # the same loop, its student compiled
+    "student = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))",
+    "student = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))")
 
 
 def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(tmp_path: Path, cli) -> None:
     """The student is compiled (no hooks in it); the teacher's hooks touch nothing of the student's.
     Before, the teacher's forward was the step's `other`, and no note named it."""
+    assert "torch.compile(" in COMPILED_STUDENT
     rows, own_ms, record = _run(cli, tmp_path, COMPILED_STUDENT)
     truth = statistics.median(own_ms)
     got = sum(v for (name, _), v in rows.items() if name == "other_models")
