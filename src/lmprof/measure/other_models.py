@@ -50,6 +50,7 @@ class Beside:
         self.stepped: set[int] = set()
 
     def modules(self) -> list[torch.nn.Module]:
+        """The other models still alive (found at the first call, with the parameters optimizers step)."""
         if self._found is None:
             from lmprof.workloads.live import live_objects
 

@@ -28,11 +28,11 @@ from typing import Any, Callable
 
 import torch
 
+from lmprof.measure.other_models import Beside
 from lmprof.modes import traits
 from lmprof.names import GENERATE, LMPROF, OTHER_MODELS, SCOPE_PREFIX
 from lmprof.workloads.blocks import scopes_enabled
 from lmprof.workloads.hf_interface import forward_tokens
-from lmprof.measure.other_models import Beside
 from lmprof.workloads.hooks import blocks_quiet, module_scopes, named_scopes, takes_hooks
 
 
