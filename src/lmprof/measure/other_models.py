@@ -53,10 +53,10 @@ class Beside:
         """The other models still alive (found at the first call, with the parameters optimizers step)."""
         if self._found is None:
             from lmprof.workloads.live import live_objects
+            from lmprof.workloads.stepping import param_ids
 
             live = live_objects(torch.nn.Module, torch.optim.Optimizer)
-            opts = [o for o in live if isinstance(o, torch.optim.Optimizer)]
-            self.stepped = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
+            self.stepped = set().union(*(param_ids(o) for o in live if isinstance(o, torch.optim.Optimizer)))
             self._found = [weakref.ref(m) for m in candidates(self.model, [o for o in live
                                                                            if isinstance(o, torch.nn.Module)])]
         return [m for m in (r() for r in self._found) if m is not None]

@@ -18,6 +18,7 @@ from lmprof.measure.model_facts.quantized import Quantized, quantized
 from lmprof.measure.other_models import Beside
 from lmprof.workloads.hf_interface import attention_implementation
 from lmprof.workloads.hooks import compiled_inside, takes_hooks
+from lmprof.workloads.stepping import params as stepped_params
 
 
 @dataclass
@@ -162,7 +163,7 @@ def master_copy(model: torch.nn.Module | None, optimizers: list[torch.optim.Opti
     if not params or not optimizers or all(p.dtype == torch.float32 for p in params):
         return None
     own = {id(p) for p in params}
-    stepped = [p for o in optimizers for g in o.param_groups for p in g["params"]]
+    stepped = [p for o in optimizers for p in stepped_params(o)]
     if stepped and all(id(p) in own for p in stepped):
         return False
     if stepped and all(id(p) not in own and p.dtype == torch.float32 for p in stepped):

@@ -28,7 +28,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from lmprof.pipeline.protocol.guard import run_guarded
-from lmprof.pipeline.protocol.stepping import param_ids
+from lmprof.workloads.stepping import param_ids, params
 from lmprof.patch import Patch
 from lmprof.workloads.hooks import takes_hooks, unwrap
 from lmprof.workloads.live import live_objects
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def _n_params(opt: torch.optim.Optimizer) -> int:
-    return sum(p.numel() for g in opt.param_groups for p in g["params"])
+    return sum(p.numel() for p in params(opt))
 
 
 def _named(opts: list[torch.optim.Optimizer]) -> str:
@@ -326,7 +326,7 @@ class OptimizerTrigger:
 def _device_of_params(opt: torch.optim.Optimizer) -> Any:
     from lmprof.hardware.devices import resolve_device
 
-    p = next((p for g in opt.param_groups for p in g["params"]), None)
+    p = next(iter(params(opt)), None)
     return resolve_device(str(p.device) if p is not None else "cpu")
 
 

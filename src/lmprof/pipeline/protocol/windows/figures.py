@@ -27,7 +27,7 @@ from lmprof.measure.tensor_bytes import ranges_bytes, record_grads, static_memor
 from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
-from lmprof.pipeline.protocol.stepping import optimizers_stepping
+from lmprof.workloads.stepping import optimizers_stepping
 from lmprof.pipeline.protocol.windows.base import Context, Window
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
