@@ -102,9 +102,18 @@ def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation
     assert "a generation)" in note and "trained" not in note
 
 
-COMPILED_STUDENT = TEACHER.replace(  # the same loop, its student compiled
+# The same loop, its student compiled. The student's class is the script's own: torch.compile caches compiled
+# frames by code object, and nn.Sequential.forward's, compiled by another test in the same process for another
+# instance, made a guard fail here (one recompilation that the script alone never has).
+COMPILED_STUDENT = TEACHER.replace(
     "student = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))",
-    "student = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))")
+    "class Student(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc, self.out = torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)\n"
+    "    def forward(self, x):\n"
+    "        return self.out(torch.relu(self.fc(x)))\n"
+    "student = torch.compile(Student())")
 
 
 def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(tmp_path: Path, cli) -> None:
