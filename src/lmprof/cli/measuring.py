@@ -90,10 +90,11 @@ def measuring_options(verb: _F) -> _F:
     types = get_type_hints(Measuring)
     shared = {f.name: inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.metadata["option"],
                                         annotation=types[f.name]) for f in fields(Measuring)}
-    params = [shared[f.name] for f in fields(Measuring) if f.metadata["first"]]
+    first = [shared[f.name] for f in fields(Measuring) if f.metadata["first"]]
+    rest = [shared[f.name] for f in fields(Measuring) if not f.metadata["first"]]
+    params = list(first)
     for p in signature.parameters.values():
-        params.extend([shared[f.name] for f in fields(Measuring) if not f.metadata["first"]] if p.name == "opts"
-                      else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])
+        params.extend(rest if p.name == "opts" else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])
 
     @functools.wraps(verb)
     def command(**kwargs: Any) -> None:

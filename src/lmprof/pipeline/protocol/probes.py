@@ -160,6 +160,7 @@ class Probes:
         self._in_optimizer = False
         self._closure_batch = False  # a batch was counted inside the running optimizer step
         self._in_generate = False  # a training step's generate() runs (an RL loop's rollout)
+        self._layout_hook: Any = None  # reads whether token ids are (sequence, batch): _attention_layout
 
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -177,8 +178,9 @@ class Probes:
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
                 seq_first = [m for m in self.model.modules()
                              if isinstance(m, torch.nn.MultiheadAttention) and not m.batch_first]
-                if seq_first:
-                    self._handles.append(seq_first[0].register_forward_pre_hook(self._attention_layout))
+                if seq_first:  # read once, at the first forward: then the hook goes
+                    self._layout_hook = seq_first[0].register_forward_pre_hook(self._attention_layout)
+                    self._handles.append(self._layout_hook)
         if self.trains and self.phases:
             self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
             self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
@@ -234,9 +236,14 @@ class Probes:
         """torch's nn.MultiheadAttention with ``batch_first=False`` (nn.Transformer's default) takes its query
         as (sequence, batch, width): token ids of that (sequence, batch) shape were read as (batch, sequence)
         (PyTorch's language-modeling tutorial feeds them so). Ids the model transposes itself stay as read."""
-        query = args[0] if args else None
         shape = self.input_shape
-        if (isinstance(query, torch.Tensor) and query.dim() == 3 and shape is not None and len(shape) == 2
+        if shape is None:
+            return  # no batch read yet (a forward without grad in a training step): the next forward tells
+        if self._layout_hook is not None:
+            self._layout_hook.remove()  # one forward tells; the others would only cost time in the attention's row
+            self._layout_hook = None
+        query = args[0] if args else None
+        if (isinstance(query, torch.Tensor) and query.dim() == 3 and len(shape) == 2
                 and shape[0] != shape[1] and tuple(shape) == (query.shape[0], query.shape[1])):
             self.input_shape = (shape[1], shape[0])
 

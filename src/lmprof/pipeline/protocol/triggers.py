@@ -338,26 +338,26 @@ class GenerateTrigger:
     def __init__(self, session: "Session"):
         self.session = session
         self._patch: Patch | None = None
-        self._depth = [0]  # generate calling generate (assisted decoding, an override calling super): one
+        self._depth = 0  # generate calling generate (assisted decoding, an override calling super): one
         self._classes: list[tuple[Any, Any]] = []  # model classes whose own generate is wrapped
         self._hooked: Any = None  # the __init_subclass__ lmprof set on torch.nn.Module (None: not set)
         self._had_hook: Any = None  # torch.nn.Module's own __init_subclass__, where it has one
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        session, depth = self.session, self._depth
+        session = self.session
 
         @functools.wraps(original)
         def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
-            if depth[0] or session.done:
+            if self._depth or session.done:
                 return original(model, *args, **kwargs)
-            depth[0] += 1
+            self._depth += 1
             session.generation_begin(model, args, kwargs)
             out = None
             try:
                 out = original(model, *args, **kwargs)
                 return out
             finally:
-                depth[0] -= 1
+                self._depth -= 1
                 session.generation_end(out)  # its sequences say how many tokens it made
 
         return generate
