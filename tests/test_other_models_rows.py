@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -102,25 +103,24 @@ def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation
     assert "a generation)" in note and "trained" not in note
 
 
-# The same loop, its student compiled. The student's class is the script's own: torch.compile caches compiled
-# frames by code object, and nn.Sequential.forward's, compiled by another test in the same process for another
-# instance, made a guard fail here (one recompilation that the script alone never has).
-COMPILED_STUDENT = TEACHER.replace(
+COMPILED_STUDENT = TEACHER.replace(  # the same loop, its student compiled
     "student = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))",
-    "class Student(torch.nn.Module):\n"
-    "    def __init__(self):\n"
-    "        super().__init__()\n"
-    "        self.fc, self.out = torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)\n"
-    "    def forward(self, x):\n"
-    "        return self.out(torch.relu(self.fc(x)))\n"
-    "student = torch.compile(Student())")
+    "student = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))")
 
 
 def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(tmp_path: Path, cli) -> None:
     """The student is compiled (no hooks in it); the teacher's hooks touch nothing of the student's.
     Before, the teacher's forward was the step's `other`, and no note named it."""
     assert "torch.compile(" in COMPILED_STUDENT
-    rows, own_ms, record = _run(cli, tmp_path, COMPILED_STUDENT)
+    # The script runs in this process: dynamo's caches are the process's. Emptied before, so that another test's
+    # compiled nn.Sequential.forward cannot fail a guard here and count a recompilation the script alone never
+    # has (1 of 2 group runs did); and after, so that no compiled frame keeps this script's objects (its
+    # optimizer) alive into the next test's run.
+    torch._dynamo.reset()
+    try:
+        rows, own_ms, record = _run(cli, tmp_path, COMPILED_STUDENT)
+    finally:
+        torch._dynamo.reset()
     truth = statistics.median(own_ms)
     got = sum(v for (name, _), v in rows.items() if name == "other_models")
     assert got == pytest.approx(truth, rel=0.25), (rows, own_ms)
