@@ -9,6 +9,7 @@ well above this machine's noise.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def _rows(folder: Path) -> dict[tuple[str, str], float]:
     return {(b["name"], b["phase"]): b["time_ms"] for b in record["blocks"]}
 
 
-def _run(cli, tmp_path: Path, body: str, *flags: str) -> tuple[dict[tuple[str, str], float], list[float], dict]:
+def _run(cli, tmp_path: Path, body: str, *flags: str) -> tuple[dict[tuple[str, str], float], dict[str, list[float]],
+                                                                 dict]:
     script, own = tmp_path / "loop.py", tmp_path / "own.json"
     script.write_text(body)
     code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), *flags, str(script), str(own))
@@ -45,14 +47,37 @@ def _run(cli, tmp_path: Path, body: str, *flags: str) -> tuple[dict[tuple[str, s
     return _rows(folder), json.loads(own.read_text()), json.loads((folder / "run.json").read_text())
 
 
+def _stated_pct(record: dict) -> float:
+    """The uncertainty the run itself states for its rows (the blocks-against-clean-step note), in percent."""
+    found = [re.search(r"\(([+-]\d+)%\): the difference is spread", n) for n in record["notes"]]
+    return max((abs(float(m.group(1))) for m in found if m), default=0.0)
+
+
+def _check(rows: dict[tuple[str, str], float], own: dict[str, list[float]], record: dict) -> None:
+    """The other model's row against the script's stopwatch, two ways.
+
+    Its share of the step (or generation) against the stopwatch's share of the same loop: scaling the rows
+    to the clean step does not move a share, so this is the attribution's own error. Its time against the
+    stopwatch's, within 25% plus what the run states its rows carry (the rows are scaled to the clean step
+    by one factor; on a loaded machine the profiled steps and the clean ones disagree, and the run says by
+    how much — a CI run failed a plain 25% with the note stating +35%)."""
+    other = sum(v for (name, _), v in rows.items() if name == "other_models")
+    share = other / sum(rows.values())
+    truth_share = statistics.median(o / w for o, w in zip(own["other"], own["whole"]))
+    assert share == pytest.approx(truth_share, rel=0.2), (share, truth_share, own)
+    truth = statistics.median(own["other"])
+    assert other == pytest.approx(truth, rel=0.25 + _stated_pct(record) / 100), (other, own, record["notes"])
+
+
 TEACHER = STOPWATCH + """
 torch.manual_seed(0)
 student = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
 teacher = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).eval()
 opt = torch.optim.SGD(student.parameters(), lr=0.01)
-spent = []
+spent, whole = [], []
 timed(teacher, spent, 0.003)
 for i in range(20):
+    began = time.perf_counter()
     x = torch.randn(16, 32)
     out = student(x)
     with torch.no_grad():
@@ -60,15 +85,17 @@ for i in range(20):
     torch.nn.functional.mse_loss(out, target).backward()
     opt.step()
     opt.zero_grad()
-json.dump([s * 1e3 for s in spent], open(sys.argv[1], "w"))
+    whole.append(time.perf_counter() - began)
+json.dump({"other": [s * 1e3 for s in spent], "whole": [s * 1e3 for s in whole]}, open(sys.argv[1], "w"))
 """
 
 
 def test_a_teachers_forward_is_the_other_models_row_not_the_loss(tmp_path: Path, cli) -> None:
-    rows, own_ms, record = _run(cli, tmp_path, TEACHER)
-    truth = statistics.median(own_ms)  # one teacher forward a step, by the script's stopwatch: >= 3 ms
+    rows, own, record = _run(cli, tmp_path, TEACHER)
+    truth = statistics.median(own["other"])  # one teacher forward a step, by the script's stopwatch: >= 3 ms
     assert truth >= 3.0
-    assert rows[("other_models", "forward")] == pytest.approx(truth, rel=0.25), (rows, own_ms)
+    assert set(k for k in rows if k[0] == "other_models") == {("other_models", "forward")}
+    _check(rows, own, record)
     assert rows.get(("loss", "forward"), 0.0) < 0.5 * truth  # it was the loss's (the teacher ran after the model)
     assert any("also ran another model" in n for n in record["notes"])
 
@@ -80,23 +107,24 @@ cfg = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key
            max_position_embeddings=128)
 target = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, **cfg)).eval()
 draft = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, **cfg)).eval()
-spent, per_generation = [], []
+spent, per_generation, whole = [], [], []
 timed(draft, spent, 0.002)
 ids = torch.randint(0, 128, (1, 8))
 for i in range(12):
-    before = len(spent)
+    before, began = len(spent), time.perf_counter()
     target.generate(ids, assistant_model=draft, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    whole.append((time.perf_counter() - began) * 1e3)
     per_generation.append(sum(spent[before:]) * 1e3)
-json.dump(per_generation, open(sys.argv[1], "w"))
+json.dump({"other": per_generation, "whole": whole}, open(sys.argv[1], "w"))
 """
 
 
 def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation(tmp_path: Path, cli) -> None:
-    rows, own_ms, record = _run(cli, tmp_path, ASSISTED, "--infer")
-    truth = statistics.median(own_ms)  # the draft's forwards a generation, by the script's stopwatch
-    assert truth >= 2.0 * 4, own_ms  # several drafts a generation, each held 2 ms
-    got = rows.get(("other_models", "prefill"), 0.0) + rows.get(("other_models", "decode"), 0.0)
-    assert got == pytest.approx(truth, rel=0.25), (got, own_ms)
+    rows, own, record = _run(cli, tmp_path, ASSISTED, "--infer")
+    truth = statistics.median(own["other"])  # the draft's forwards a generation, by the script's stopwatch
+    assert truth >= 2.0 * 4, own  # several drafts a generation, each held 2 ms
+    assert set(k for k in rows if k[0] == "other_models") <= {("other_models", "prefill"), ("other_models", "decode")}
+    _check(rows, own, record)
     notes = [n for n in record["notes"] if n.startswith("the generation also ran another model")]
     assert len(notes) == 1, record["notes"]
     note = notes[0]
@@ -118,12 +146,10 @@ def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(
     # optimizer) alive into the next test's run.
     torch._dynamo.reset()
     try:
-        rows, own_ms, record = _run(cli, tmp_path, COMPILED_STUDENT)
+        rows, own, record = _run(cli, tmp_path, COMPILED_STUDENT)
     finally:
         torch._dynamo.reset()
-    truth = statistics.median(own_ms)
-    got = sum(v for (name, _), v in rows.items() if name == "other_models")
-    assert got == pytest.approx(truth, rel=0.25), (rows, own_ms)
+    _check(rows, own, record)
     assert record["metrics"]["compile.recompiles"]["value"] == 0
     (note,) = [n for n in record["notes"] if n.startswith("the step also ran another model")]
     assert "not in any FLOP figure" in note  # a compiled model without formulas has no FLOP count
