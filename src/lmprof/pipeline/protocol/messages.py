@@ -35,6 +35,8 @@ def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit:
     if counted == 0 and infer:
         return (f"{what} without calling generate(): nothing measured (for your own decoding loop, "
                 "use lmprof.profile(model, infer=True) and call prof.step() after each generation)")
+    if counted == 0 and seen.unstepped:
+        return f"{what}: nothing measured: {seen.unstepped}"
     if counted == 0:
         return (f"{what} without stepping a torch.optim optimizer lmprof could see: nothing measured (an "
                 "optimizer step compiled with torch.compile runs no hooks; for such a loop, or one without an "

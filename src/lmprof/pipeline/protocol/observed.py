@@ -71,6 +71,9 @@ class Observed:
     # Why neither lmprof's formulas nor a model read off the meta device from the config describe the model as
     # it runs (frozen weights, adapters, layers added or removed); None: nothing seen (departure.py)
     departs: str | None = None
+    # The optimizer whose steps end the loop's steps never stepped while others did (triggers.py): which, for
+    # the message of a run that measured nothing; None: not so
+    unstepped: str | None = None
     quantized: Quantized | None = None  # how its weights are quantized; None: they are not
     _beside: Beside | None = field(default=None, repr=False)
     _shape: ModelShape | None = field(default=None, repr=False)
@@ -92,6 +95,11 @@ class Observed:
                               "step's figures are measured as usual)")
         p = next(model.parameters(), None)
         self.device = device or resolve_device(str(p.device) if p is not None else "cpu")
+
+    def detach(self) -> None:
+        """Forget the model and what was read off it (:meth:`attach` of another follows)."""
+        self.model, self.optimizers, self.compiled, self.outer, self.device = None, [], False, None, None
+        self._beside, self._shape, self._described = None, None, False
 
     def beside(self) -> Beside | None:
         """The other models beside the observed one, found once a session (None: no model yet)."""

@@ -4,7 +4,9 @@
   found as the module holding the most of the optimizer's parameters (the outermost one on a tie,
   unwrapped from DDP and torch.compile); with several optimizers, steps are those of the largest, and
   every one that steps the model's parameters (Muon for its matrices, AdamW for the rest) has its step
-  in the ``optimizer`` phase, its state in the memory figures and its ``zero_grad`` scoped. An
+  in the ``optimizer`` phase, its state in the memory figures and its ``zero_grad`` scoped. A largest
+  one that has not stepped, its model running no forward, by another's second step is not the loop's
+  (created and left): the choice goes to the largest that stepped, before anything was measured. An
   optimizer created later that holds all of its parameters replaces it (one re-created every epoch).
   An optimizer step with no forward of the model since the last boundary (``opt.step()`` twice per
   batch) ends no step: it belongs to the next one, so a step stays one pass of the loop. A
@@ -106,6 +108,10 @@ class OptimizerTrigger:
         # boundaries=False: optimizers judged to step the session's model, or not (another thread's, another model's)
         self._ours: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
         self._replaces: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
+        # Steps each optimizer took (ran or skipped by a scaler) until the chosen one first steps
+        self._stepped: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()
+        self._chosen_stepped = False
+        self._choice_notes: list[str] = []  # the notes the choice wrote (a re-choice takes them back)
         self._forward_hook: Any = None  # the model's forward pre-hook: a forward ran since the last boundary
         self._forward_since = self._forward_seen = False
         self._last_stepped: Any = None  # the optimizer the post hook saw last (a scaler's step ran it)
@@ -166,6 +172,19 @@ class OptimizerTrigger:
             self._end_own()  # a step that did not end here (another optimizer's): what follows is the user's
 
     def remove(self) -> None:
+        if self.chosen is not None and not self._chosen_stepped and self._stepped:
+            others = ", ".join(f"{type(o).__name__}: {n} step{'s' if n > 1 else ''}"
+                               for o, n in list(self._stepped.items())[:3])
+            if max(self._stepped.values()) < 2:
+                why = "one pass of the loop is too few to tell which optimizer is the loop's, or to time a step"
+            elif self._forward_seen:
+                why = "its model ran forwards, so it was kept as the loop's"
+            else:
+                why = "its model is compiled (no hook tells whether it ran), so it was kept as the loop's"
+            self.session.observed.unstepped = (
+                f"steps end at the largest optimizer's, {type(self.chosen).__name__} ({_n_params(self.chosen):,} "
+                f"params), which never stepped, while others did ({others}); {why} (for a loop whose steps are "
+                "another optimizer's, use lmprof.profile(model) and call prof.step() after each step)")
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -251,10 +270,17 @@ class OptimizerTrigger:
 
     def _step_ended(self, opt: torch.optim.Optimizer, ran: bool) -> None:
         """An optimizer step ended (``ran``) or was skipped: the chosen optimizer's ends a step."""
+        if not self._chosen_stepped:
+            self._stepped[opt] = self._stepped.get(opt, 0) + 1
         if self.chosen is None:
             self._choose(opt)
         elif opt is not self.chosen and self._replaces_chosen(opt):
             self._replace(opt)
+        elif opt is not self.chosen and self._chosen_idle(opt):
+            self._rechoose()
+        if opt is self.chosen and not self._chosen_stepped:
+            self._chosen_stepped = True
+            self._stepped = weakref.WeakKeyDictionary()  # needed no more
         if ran and self._counts(opt):
             if self._scoping():
                 self._optimizer_ended()
@@ -289,18 +315,61 @@ class OptimizerTrigger:
             seen.notes.append(f"the optimizer was re-created during the run (a new {type(opt).__name__} holding "
                               "the same parameters): its steps are counted as the first one's were")
 
-    def _choose(self, stepped: torch.optim.Optimizer) -> None:
-        opts, model, ambiguous = _choice(stepped, live_objects(torch.nn.Module, torch.optim.Optimizer))
+    def _chosen_idle(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether the chosen optimizer is one the loop does not use (created and left, a larger one than
+        the loop's): it has not stepped, its model ran no forward, and ``opt`` has now stepped twice, so a
+        whole pass of the loop went by without it. A GAN's generator optimizer, chosen while the critic
+        steps several times first (WGAN's n_critic), stays: its model ran forwards for the critic's input.
+        With no forward hook (a compiled model) there is no telling, and the choice stays."""
+        if self._chosen_stepped or self._stepped.get(opt, 0) < 2 or self._forward_seen:
+            return False
+        return self._forward_hook is not None or self.session.observed.model is None
+
+    def _rechoose(self) -> None:
+        """The choice goes to the largest of the optimizers that stepped: the first one's model, hooks, windows'
+        set-up and notes (the choice's and its attach's) are taken back (nothing was measured: no step of the
+        chosen one ever ended)."""
+        idle = self.chosen
+        assert idle is not None
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+        had_model = self.session.observed.model is not None
+        self.session.detach()
+        notes = self.session.observed.notes
+        notes[:] = [n for n in notes if not any(n is c for c in self._choice_notes)]
+        self._ours, self._replaces = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+        stepped = list(self._stepped)
+        self.chosen = None
+        self._choose(stepped[0], among=stepped)
+        unused = "its model ran no forward" if had_model else "no module holds its parameters"
+        self._choice_notes.append(f"{type(idle).__name__} ({_n_params(idle):,} params), the largest optimizer when "
+                                  f"the first step ended, never stepped and {unused} while "
+                                  f"{type(stepped[0]).__name__} stepped twice: steps end at the largest of those "
+                                  "that stepped")
+        notes.append(self._choice_notes[-1])
+
+    def _choose(self, stepped: torch.optim.Optimizer, among: list[torch.optim.Optimizer] | None = None) -> None:
+        """Choose the optimizer whose steps end the loop's steps, and its model: the largest of the live
+        hooked optimizers (``among``: of these only)."""
+        def live() -> list[Any]:
+            found = live_objects(torch.nn.Module, torch.optim.Optimizer)
+            if among is None:
+                return found
+            return [o for o in found if not isinstance(o, torch.optim.Optimizer) or any(o is a for a in among)]
+
+        opts, model, ambiguous = _choice(stepped, live())
         if ambiguous:
             # Optimizers and models of code that already finished must not be counted: a reference
             # cycle keeps them alive until a collection (0.15-0.3 s), paid only when they could matter.
             del opts, model  # (held here, they would survive it)
             gc.collect()
-            opts, model, _ = _choice(stepped, live_objects(torch.nn.Module, torch.optim.Optimizer))
+            opts, model, _ = _choice(stepped, live())
         self.chosen = opts[0]
         called = model
         model, compiled = (None, False) if model is None else unwrap(model)
         s, notes = self.session, self.session.observed.notes
+        before = len(notes)
         if model is None:
             notes.append("no nn.Module holds the optimizer's parameters: no block scopes, forward shows as 'other'")
             s.observed.device = _device_of_params(self.chosen)
@@ -321,6 +390,7 @@ class OptimizerTrigger:
         if compiled:
             notes.append("torch.compile: the model is compiled, so lmprof placed no hooks in it (they would force "
                            "a recompilation): its forward is not split into blocks and shows as step 'other'")
+        self._choice_notes = notes[before:]
 
 
 def _device_of_params(opt: torch.optim.Optimizer) -> Any:

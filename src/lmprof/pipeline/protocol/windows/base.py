@@ -94,6 +94,10 @@ class Window:
     def attached(self) -> None:
         """The session learned its model (``ctx.observed``): before the first step, or in it."""
 
+    def detached(self) -> None:
+        """The session's model was taken back before any step was measured (another is attached next): what
+        :meth:`attached` set up goes."""
+
     def step_begins(self, step: int) -> None:
         """Step ``step`` begins (counted: the plan says what it is), before its clock starts."""
 

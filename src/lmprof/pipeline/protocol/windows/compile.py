@@ -45,6 +45,9 @@ class CompileWindow(Window):
             self.watch.first_call_s = self.ctx.timings.first()
             self.watch.phase(MEASURED)
 
+    def detached(self) -> None:
+        self.abort()
+
     def step_ends(self, step: int) -> None:
         if self.watch is not None and self.ctx.plan.clean_ends(step):
             self.watch.count(MEASURED, self.ctx.timings.clean)

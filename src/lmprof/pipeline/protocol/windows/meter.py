@@ -37,6 +37,9 @@ class MeterWindow(Window):
         if self.monitor is None and seen.device is not None:
             self.monitor = self.ctx.driver.meter(seen.device, self.ctx.spec, seen.notes)
 
+    def detached(self) -> None:
+        self.abort()
+
     def step_begins(self, step: int) -> None:
         plan = self.ctx.plan
         if plan.warmup_ends(step) and self.ctx.driver.sizes_energy_window:
