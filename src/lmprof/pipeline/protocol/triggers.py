@@ -180,7 +180,8 @@ class OptimizerTrigger:
             elif self._forward_seen:
                 why = "its model ran forwards, so it was kept as the loop's"
             else:
-                why = "its model is compiled (no hook tells whether it ran), so it was kept as the loop's"
+                why = ("its model takes no hook (compiled or TorchScript: nothing tells whether it ran), so it was "
+                       "kept as the loop's")
             self.session.observed.unstepped = (
                 f"steps end at the largest optimizer's, {type(self.chosen).__name__} ({_n_params(self.chosen):,} "
                 f"params), which never stepped, while others did ({others}); {why} (for a loop whose steps are "
@@ -277,7 +278,7 @@ class OptimizerTrigger:
         elif opt is not self.chosen and self._replaces_chosen(opt):
             self._replace(opt)
         elif opt is not self.chosen and self._chosen_idle(opt):
-            self._rechoose()
+            self._rechoose(opt)
         if opt is self.chosen and not self._chosen_stepped:
             self._chosen_stepped = True
             self._stepped = weakref.WeakKeyDictionary()  # needed no more
@@ -320,13 +321,13 @@ class OptimizerTrigger:
         the loop's): it has not stepped, its model ran no forward, and ``opt`` has now stepped twice, so a
         whole pass of the loop went by without it. A GAN's generator optimizer, chosen while the critic
         steps several times first (WGAN's n_critic), stays: its model ran forwards for the critic's input.
-        With no forward hook (a compiled model) there is no telling, and the choice stays."""
+        With no forward hook (a compiled or TorchScript model) there is no telling, and the choice stays."""
         if self._chosen_stepped or self._stepped.get(opt, 0) < 2 or self._forward_seen:
             return False
         return self._forward_hook is not None or self.session.observed.model is None
 
-    def _rechoose(self) -> None:
-        """The choice goes to the largest of the optimizers that stepped: the first one's model, hooks, windows'
+    def _rechoose(self, again: torch.optim.Optimizer) -> None:
+        """``again`` stepped twice: the choice goes to the largest of the optimizers that stepped: the first one's model, hooks, windows'
         set-up and notes (the choice's and its attach's) are taken back (nothing was measured: no step of the
         chosen one ever ended)."""
         idle = self.chosen
@@ -345,7 +346,7 @@ class OptimizerTrigger:
         unused = "its model ran no forward" if had_model else "no module holds its parameters"
         self._choice_notes.append(f"{type(idle).__name__} ({_n_params(idle):,} params), the largest optimizer when "
                                   f"the first step ended, never stepped and {unused} while "
-                                  f"{type(stepped[0]).__name__} stepped twice: steps end at the largest of those "
+                                  f"{type(again).__name__} stepped twice: steps end at the largest of those "
                                   "that stepped")
         notes.append(self._choice_notes[-1])
 
