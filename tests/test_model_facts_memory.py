@@ -5,7 +5,8 @@ from what the describer read off the meta device (estimate/memory/from_facts.py)
 lmprof's measurement of a real random-weight model's fp32 AdamW step on the CPU
 (through the figures step a run uses, tests/memory_step.py, after one warm-up step): the parameters and optimizer state exactly, the
 activations (saved for backward) and the peak above the parameters and optimizer state (the
-gradients made by then included on both sides) within 5%.
+gradients made by then included on both sides) within 2.5% (measured: within 0.05%, but for the
+linear-attention hybrid's activations, 1.8%, and the dense model's peak, 0.9%).
 """
 from __future__ import annotations
 
@@ -54,9 +55,23 @@ def test_training_memory_read_off_the_model_matches_a_measured_step(kind: str) -
     measured = measure_step_memory(step, model, opt, "cpu", warmup=1)
     value = {k: measured.value(k)[0] for k in ("params", "grads", "optimizer", "activations", "peak")}
     assert (value["params"], value["grads"], value["optimizer"]) == (est.params, est.grads, est.optimizer_state)
-    assert est.activations == pytest.approx(value["activations"], rel=0.05)
+    assert est.activations == pytest.approx(value["activations"], rel=0.025)
     static = est.params + est.optimizer_state
-    assert est.peak - static == pytest.approx(value["peak"] - static, rel=0.05)
+    assert est.peak - static == pytest.approx(value["peak"] - static, rel=0.025)
+
+
+def test_the_saved_bytes_read_off_the_model_do_not_move_with_the_heap() -> None:
+    """The latent-attention MoE's router saves tensors for nodes it then drops (scores used only for their
+    indices). Keyed by storage address, a later saved storage at a freed one's address went uncounted: the
+    activations moved by up to 4% from one description to the next in one process (5.03-5.25 MB against a
+    measured 5.24 MB), and failed the test above in 1 of 3 full-suite runs."""
+    got = set()
+    for junk in (0, 3, 7):
+        held = [torch.empty(1 << k, device="meta") for k in range(junk)]  # a different heap each time
+        facts = describe(dict(CONFIGS["latent"]), batch=B, seq_len=T, phases=("train",))
+        got.add(estimate_memory(facts, batch=B, seq_len=T, device_kind="cpu").activations)
+        del held
+    assert len(got) == 1, got
 
 
 def test_estimate_memory_refuses_what_a_described_model_has_no_figures_for() -> None:

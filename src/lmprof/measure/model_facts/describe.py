@@ -346,7 +346,7 @@ def _train_pass(m: _Meta, batch: int, seq_len: int) -> tuple[FactsCounter, dict[
 
     def step() -> Any:
         nonlocal saved
-        with saved_tensors(m.param_ids, counter.tracker.current) as s:
+        with saved_tensors(m.param_ids, counter.tracker.current, counter.key_of) as s:
             out = m.model(input_ids=ids, labels=ids)
         saved = s
         lg = getattr(out, "logits", None)
