@@ -17,7 +17,7 @@ are said as one, and the profiled steps are judged where the trend leads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -128,6 +128,48 @@ def spread_reason(samples_ms: list[float], what: str) -> str | None:
                 "steady state")
     return (f"{what} times vary {p90 / p10:.2f}x between p10 ({p10:.3g} ms) and p90 ({p90:.3g} ms); "
             f"steady runs stay under {SPREAD_LIMIT:.2f}x")
+
+
+# A sample spread is the input's when the samples less their waits spread by at most this share of it.
+INPUT_SHARE = 0.25
+
+
+def _input_paced(samples_ms: list[float], waits_ms: Sequence[float | None] | None) -> tuple[list[float], list[float]] | None:
+    """The samples past warm-up and their waits, when the samples spread more than :data:`SPREAD_LIMIT` by their
+    wait for input: the rest of each sample (its time less its wait) stays within the limit, or spreads by at
+    most :data:`INPUT_SHARE` of the samples' own spread (p90 - p10; a 0.5 ms step waiting 1-13 ms for its
+    batch jitters by more than 1.25x, and that jitter is not what spreads it)."""
+    if waits_ms is None or len(waits_ms) != len(samples_ms) or any(w is None for w in waits_ms):
+        return None
+    k = warming_steps(samples_ms)
+    samples, waits = samples_ms[k:], [float(w) for w in waits_ms[k:] if w is not None]
+    if len(samples) < MIN_SPREAD_SAMPLES or _ratio(samples) <= SPREAD_LIMIT:
+        return None
+    rest = [s - w for s, w in zip(samples, waits)]
+    if min(rest) <= 0:
+        return None
+    spread, rest_spread = (float(np.subtract(*np.percentile(x, [90, 10]))) for x in (samples, rest))
+    if _ratio(rest) > SPREAD_LIMIT and rest_spread > INPUT_SHARE * spread:
+        return None
+    return samples, waits
+
+
+def input_note(samples_ms: list[float], waits_ms: Sequence[float | None] | None, what: str) -> str | None:
+    """The run's note when its samples spread only by their wait for input (:func:`_input_paced`): a loop
+    whose batches arrive unevenly (DataLoader workers delivering in bursts), not noise."""
+    paced = _input_paced(samples_ms, waits_ms)
+    if paced is None:
+        return None
+    samples, waits = paced
+    rest = [s - w for s, w in zip(samples, waits)]
+    (p10, p90), (w10, w90), (r10, r90) = (np.percentile(x, [10, 90]) for x in (samples, waits, rest))
+    mean = float(np.mean(samples))
+    return (f"{what} times vary {p90 / p10:.2f}x (p10 {p10:.3g} ms, p90 {p90:.3g} ms) only by their wait for input: "
+            f"the time from each {what}'s start to the model's first forward (host clock) spans {w10:.3g}-{w90:.3g} "
+            f"ms, and the rest of the {what} only {r10:.3g}-{r90:.3g} ms: the loop waits on batches that "
+            f"arrive unevenly (DataLoader workers delivering in bursts, or too few of them), which is its own "
+            f"behaviour, not noise. Throughput follows the mean, {mean:.3g} ms a {what} ({1e3 / mean:.3g} {what}s/s); "
+            f"the median ({np.median(samples):.3g} ms) falls between the waiting {what}s and the others")
 
 
 def warming_note(samples_ms: list[float], what: str) -> str | None:
@@ -278,8 +320,11 @@ def repeat_reasons(window: ProfiledWindow, samples_ms: list[float]) -> list[str]
 
 
 def noise_reasons(samples_ms: list[float], what: str, before: Snapshot, after: Snapshot, device_kind: str,
-                  window: ProfiledWindow | None = None) -> list[str]:
+                  window: ProfiledWindow | None = None, waits_ms: Sequence[float | None] | None = None) -> list[str]:
     """Every reason the run's timing is not to be trusted as it stands (empty: a steady run). The profiled
-    window is judged against the clean steps past any still warming up (their spread is not the run's)."""
-    found = [spread_reason(samples_ms, what), load_reason(before, after, device_kind)]
+    window is judged against the clean steps past any still warming up (their spread is not the run's).
+    Samples that spread only by their wait for input (``waits_ms``, one a sample) are no reason:
+    :func:`input_note` says so."""
+    spread = None if _input_paced(samples_ms, waits_ms) is not None else spread_reason(samples_ms, what)
+    found = [spread, load_reason(before, after, device_kind)]
     return [r for r in found if r] + window_reasons(samples_ms[warming_steps(samples_ms):], what, window)

@@ -135,7 +135,7 @@ class Session:
         """Counted step ``n`` ended, its time ``value`` (None: untimed): kept by what the step was."""
         self.k = n
         if value is not None and self.plan.phase_of(n) is Phase.CLEAN:
-            self.timings.keep(value, None)
+            self.timings.keep(value, None, self.clock.wait())
         elif value is not None and self.clock.kind:  # every other step is a rough time, of its kind
             self.timings.keep(value, self.clock.kind)
         for w in self.windows:

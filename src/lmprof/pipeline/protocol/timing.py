@@ -115,17 +115,22 @@ class Timings:
     """Clean times (the run's figures) and rough ones by kind (:data:`ROUGH`)."""
 
     steps: list[float] = field(default_factory=list)  # clean training steps, seconds
+    # Each clean training step's wait for its input, seconds (StepClock.first_forward); None: no forward seen
+    waits: list[float | None] = field(default_factory=list)
     gens: list[Generation] = field(default_factory=list)  # clean generations
     rough_steps: dict[str, list[float]] = field(default_factory=dict)
     rough_gens: dict[str, list[Generation]] = field(default_factory=dict)
     first_call: str | None = None  # the run's times are rough ones: the kind they came from
 
-    def keep(self, value: float | Generation, kind: str | None) -> None:
-        """A step's time: clean (``kind`` None) or rough, kept by kind."""
+    def keep(self, value: float | Generation, kind: str | None, wait: float | None = None) -> None:
+        """A step's time: clean (``kind`` None, with its wait for input) or rough, kept by kind."""
         if isinstance(value, Generation):
             (self.gens if kind is None else self.rough_gens.setdefault(kind, [])).append(value)
+        elif kind is None:
+            self.steps.append(value)
+            self.waits.append(wait)
         else:
-            (self.steps if kind is None else self.rough_steps.setdefault(kind, [])).append(value)
+            self.rough_steps.setdefault(kind, []).append(value)
 
     @property
     def clean(self) -> int:
@@ -155,6 +160,7 @@ class Timings:
         if kind is None:
             return None
         self.steps, self.gens = list(self.rough_steps.get(kind, [])), list(self.rough_gens.get(kind, []))
+        self.waits = [None] * len(self.steps)
         self.first_call = kind
         return (f"first call: includes warm-up costs: no clean {unit} was timed, so the {self.clean} {unit}(s) here "
                 f"were timed {ROUGH[kind]}: a rough figure, not a clean timing; for a clean one run at least "
@@ -196,6 +202,9 @@ class StepClock:
     def __init__(self, clock: Callable[[], float], sync: Callable[[], None]):
         self.clock, self.sync = clock, sync
         self.start: float | None = None  # when the running step began (None: untimed)
+        # When the running step's first forward of the model began: host clock, no sync (a sync in a forward
+        # hook would change the user's step); the time before it is the step's wait for its input
+        self.first_forward: float | None = None
         self.kind: str | None = None  # what the running warm-up step is
         self.gen: _Running | None = None
 
@@ -206,6 +215,18 @@ class StepClock:
     def restart(self) -> None:
         """The next step's clock starts (a fresh mark)."""
         self.start = self.mark()
+        self.first_forward = None
+
+    def forward_began(self) -> None:
+        """A forward of the model begins: the running step's first one is marked (host clock)."""
+        if self.first_forward is None and self.start is not None:
+            self.first_forward = self.clock()
+
+    def wait(self) -> float | None:
+        """The running step's wait for its input: from its start to its first forward (None: none seen)."""
+        if self.first_forward is None or self.start is None:
+            return None
+        return max(0.0, self.first_forward - self.start)
 
     def generation_begins(self, ids: Any) -> None:
         """The running step is a generation (``ids``: its prompt, when the loop handed it over: token ids, or

@@ -295,6 +295,7 @@ class OptimizerTrigger:
 
     def _forward_ran(self, module: torch.nn.Module, args: Any) -> None:
         self._forward_since = self._forward_seen = True
+        self.session.clock.forward_began()  # the step's wait for its input ends at its first forward
 
     def _replaces_chosen(self, opt: torch.optim.Optimizer) -> bool:
         """Whether ``opt`` steps every parameter the chosen optimizer steps (it was re-created); judged

@@ -49,9 +49,10 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     run = assemble_run(m.spec.mode, m.device, m.folder, m.config, metrics, att or empty, clean, phase, notes, None)
     if m.noise is not None:
         before, after = m.noise
-        mark_noise(run, [s * 1e3 for s in _timed(m)], m.spec.unit, before, after, m.device.kind,
+        timed = _timed(m)
+        mark_noise(run, [s * 1e3 for s in timed], m.spec.unit, before, after, m.device.kind,
                    m.shapes.profiled_aside if m.shapes is not None else (),
-                   judge_window=not (m.profile is not None and m.profile.stand_in))
+                   judge_window=not (m.profile is not None and m.profile.stand_in), waits_ms=_waits_ms(m, timed))
     if stopwatch is not None:
         run.blocks = mark_uncertain(run.blocks, stopwatch)
     if att is None:
@@ -100,6 +101,20 @@ def _overhead(m: Measured, metrics: dict[str, Metric], att: Attribution | None) 
         if m.timings.first_call:
             metrics[PROFILER_OVERHEAD] = Metric.na("%", f"no clean {m.spec.unit} was timed to compare the profiled "
                                                           "one with")
+
+
+def _waits_ms(m: Measured, timed: list[float]) -> list[float | None] | None:
+    """Each of the ``timed`` clean steps' wait for its input, ms (None: generations, or a step of them whose
+    first forward was not seen)."""
+    if m.spec.traits.generates or len(m.timings.waits) != len(m.timings.steps):
+        return None
+    left = list(timed)
+    out: list[float | None] = []
+    for s, w in zip(m.timings.steps, m.timings.waits):
+        if s in left:
+            left.remove(s)
+            out.append(None if w is None else w * 1e3)
+    return out
 
 
 def _timed(m: Measured) -> list[float]:

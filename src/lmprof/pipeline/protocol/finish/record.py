@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lmprof.analysis.noise import block_outliers, load_note, noise_reasons, profiled_window, warming_note
+from lmprof.analysis.noise import (block_outliers, input_note, load_note, noise_reasons, profiled_window,
+                                   warming_note)
 from lmprof.analysis.reconcile import reconcile
 from lmprof.hardware.devices import Device, environment
 from lmprof.measure.energy import energy_metrics
@@ -95,12 +96,15 @@ def fused_kernel_rows(att: Attribution) -> list[dict[str, Any]]:
 
 
 def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, after: Snapshot,
-               device_kind: str, aside: Sequence[int] = (), judge_window: bool = True) -> None:
+               device_kind: str, aside: Sequence[int] = (), judge_window: bool = True,
+               waits_ms: Sequence[float | None] | None = None) -> None:
     """Mark ``run`` noisy, with the reasons, when its timed window was not steady; first steps still
     warming up and a window too short for the load counters to judge are notes. ``aside``: profiled
     steps (from 0) that also ran an evaluation or saved a checkpoint, whose extra time is known work.
     ``judge_window`` False: the profile is the figures step's, a warm-up step recorded with memory events,
-    whose time is a first call's and not the profiled window's to judge against the clean steps."""
+    whose time is a first call's and not the profiled window's to judge against the clean steps.
+    ``waits_ms``: each sample's wait for its input (None: not known), so that a loop whose batches arrive
+    unevenly is said to be so, not noisy."""
     window = profiled_window(run) if judge_window else None
     if window is not None and aside and len(aside) < len(window.steps_ms):
         left_out = set(aside)
@@ -108,9 +112,10 @@ def mark_noise(run: Run, samples_ms: list[float], what: str, before: Snapshot, a
         listed = ", ".join(str(i + 1) for i in aside)
         run.notes.append(f"profiled {what} {listed} also ran an evaluation or saved a checkpoint: its extra time "
                          "is that work, not noise; the profiled window is judged without it")
-    reasons = noise_reasons(samples_ms, what, before, after, device_kind, window)
+    reasons = noise_reasons(samples_ms, what, before, after, device_kind, window, waits_ms)
     run.noisy, run.noise = bool(reasons), reasons
-    run.notes.extend(n for n in [warming_note(samples_ms, what), load_note(before, after, device_kind)] if n)
+    run.notes.extend(n for n in [warming_note(samples_ms, what), input_note(samples_ms, waits_ms, what),
+                                 load_note(before, after, device_kind)] if n)
 
 
 COMPILED_KERNELS = "compiled_kernels.json"
