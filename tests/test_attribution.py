@@ -132,3 +132,21 @@ def test_device_clock_backward_on_the_engine_thread(tmp_path):
     assert got[("backward", "autograd_engine")] == 3 and ("backward", "other") not in got
     assert got[("step", "idle")] == 100 - 53
     assert att.total_us() == pytest.approx(100)
+
+
+def test_the_operators_of_the_unclaimed_time_are_named_with_their_time(tmp_path):
+    """The step's own work (an EMA update between the optimizer and the next forward) and the forward's time in
+    no block: the operators called directly in each ``other``, by name, children included, largest first."""
+    events = one_step() + [
+        X("aten::_foreach_lerp_", 2, 5),  # in the step, before the forward: 5 us
+        X("aten::copy_", 3, 1),  # inside the lerp: its child, not listed on its own
+        X("aten::randn", 8, 1),  # 1 us
+        X("aten::_foreach_lerp_", 98.5, 1),  # a second call, after the optimizer
+        X("aten::add", 45, 3),  # in the forward, in no block: 3 us
+        X("aten::mul", 91, 2, tid=2),  # another thread's, in no range of this step: not listed
+    ]
+    att = attribute(write(tmp_path, events), clock="cpu")
+    total, ops = att.other_ops[("other", "step")]
+    assert ops == [("aten::_foreach_lerp_", 6.0), ("aten::randn", 1.0)] and total == 7.0
+    assert att.other_ops[("other", "forward")] == (3.0, [("aten::add", 3.0)])
+    assert set(att.other_ops) == {("other", "step"), ("other", "forward")}  # only the unclaimed rows

@@ -70,6 +70,21 @@ def test_device_clock_is_not_corrected():
     assert rec.correction.startswith("none: device clock")
 
 
+def test_an_other_row_of_a_tenth_or_more_names_its_operators():
+    """other (step) holds 30 of a 100 us step, 12 us of it in operators called directly in it: the note gives its
+    share, that share and the operators; other (forward) at 5% gets none."""
+    parts = [Part("mlp", "forward", 65, 1), Part("other", "forward", 5, 1), Part("other", "step", 30, 1)]
+    att = Attribution(1, [100.0], parts, "cpu", per_step=[{(p.name, p.phase): p.us for p in parts}],
+                      other_ops={("other", "step"): (12.0, [("aten::_foreach_lerp_", 9.0), ("aten::randn", 3.0)]),
+                                 ("other", "forward"): (5.0, [("aten::add", 5.0)])})
+    notes = [n for n in reconcile(att, clean_ms=0.1, cost=None).notes if n.startswith("other")]
+    assert notes == ["other (step) is 30% of the profiled step: the loop's own work between the model's phases "
+                     "(outside its forward and backward, the optimizer and zero_grad: an EMA update, metrics, "
+                     "logging). Operators called directly in it take 40% of its profiled time (the rest is Python "
+                     "between them); the largest, profiled time a step: aten::_foreach_lerp_ (0.009 ms), "
+                     "aten::randn (0.003 ms)"]
+
+
 def X(name, ts, dur, cat="cpu_op", tid=1, **args):
     return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
 

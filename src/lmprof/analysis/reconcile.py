@@ -30,6 +30,8 @@ from lmprof.trace.attribution import Attribution, EventCounts, Key
 
 # Above this the blocks' sum after correction and the clean step disagree enough to say so.
 MISMATCH_NOTE_PCT = 10.0
+# An ``other`` row at or above this share of the profiled step gets a note naming its largest operators.
+OTHER_NOTE_PCT = 10.0
 # The correction never takes a block below this share of its profiled time: a block that ran did
 # take time, and past this point the profiler's cost dwarfs the block (the run names such blocks).
 FLOOR_SHARE = 0.1
@@ -61,6 +63,22 @@ def _fused_fraction(att: Attribution, key: Key) -> float:
     raw = sum(s.get(key, 0.0) for s in att.per_step)
     fused = sum(s.get(key, 0.0) for s in att.fused_per_step)
     return min(1.0, max(0.0, fused / raw)) if raw > 0 else 0.0
+
+
+def _other_note(block: Block, att: Attribution) -> str | None:
+    """What an ``other`` row of :data:`OTHER_NOTE_PCT` or more holds: its largest operators (CPU clock)."""
+    found = att.other_ops.get((block.name, block.phase))
+    if block.name != names.OTHER or block.pct < OTHER_NOTE_PCT or not found or block.profiled_ms <= 0:
+        return None
+    total_us, ops = found
+    where = ("the loop's own work between the model's phases (outside its forward and backward, the optimizer "
+             "and zero_grad: an EMA update, metrics, logging)" if block.phase == names.STEP
+             else f"time in the {block.phase} that no block's scope holds")
+    listed = ", ".join(f"{name} ({us / 1e3:.3g} ms)" for name, us in ops)
+    share = min(100.0, 100.0 * total_us / 1e3 / block.profiled_ms)
+    return (f"{block.name} ({block.phase}) is {block.pct:.0f}% of the profiled step: {where}. Operators called "
+            f"directly in it take {share:.0f}% of its profiled time (the rest is Python between them); the largest, "
+            f"profiled time a step: {listed}")
 
 
 def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reconciled:
@@ -99,7 +117,7 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
             ops=round(att.issued[k], 3) if k in att.issued else (0.0 if att.issued else None),
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
-    notes = []
+    notes = [n for n in map(lambda b: _other_note(b, att), rows) if n]
     if floored:
         notes.append("the profiler's own cost exceeded most of these blocks' profiled time, so their figures are "
                      f"uncertain (kept at {FLOOR_SHARE:.0%} of the profiled time): "

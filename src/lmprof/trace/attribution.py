@@ -148,6 +148,9 @@ class Attribution:
     issued: dict[Key, float] = field(default_factory=dict)
     # CPU clock: owners repeated in a step whose largest instance is far above their median.
     repeats: list[Repeats] = field(default_factory=list)
+    # CPU clock: for the time no block claims (``other`` in a phase), the operators called directly in it: their
+    # profiled time per step (us, children included) all together, and by name, largest first (at most three)
+    other_ops: dict[Key, tuple[float, list[tuple[str, float]]]] = field(default_factory=dict)
 
     @property
     def mean_step_us(self) -> float:
@@ -451,7 +454,8 @@ def attribute(table: TraceTable, clock: Clock | None = None, compiled: Sequence[
     counts = _event_counts(table, host, own.mask, own.scope_mask, own.rows, parent, own.label, n_steps)
     return Attribution(n_steps, [float(e - s) for s, e in zip(s0, s1)], parts, clock, notes,
                        [dict(t) for t in totals], counts, [dict(f) for f in credit.fused],
-                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps), repeats)
+                       credit.fused_table(n_steps), bool(compiled), _issued(table, own, n_steps), repeats,
+                       _other_ops(table, own, n_steps) if clock == "cpu" else {})
 
 
 def _give_launch_gaps(table: TraceTable, own: _Owners, parent: np.ndarray, exclusive: np.ndarray) -> None:
@@ -510,6 +514,25 @@ def _issued(table: TraceTable, own: _Owners, n_steps: int) -> dict[Key, float]:
         for block in owner.blocks:
             out[(block, own.label[r][1])] += 1 / n_steps
     return dict(out)
+
+
+def _other_ops(table: TraceTable, own: _Owners, n_steps: int,
+               most: int = 3) -> dict[Key, tuple[float, list[tuple[str, float]]]]:
+    """Per ``other`` (name, phase), the operators whose direct parent is one of its ranges: their time per step
+    (us, their own children included), all together and by name, the ``most`` largest."""
+    others = np.array([r for r, k in own.label.items() if k[0] == names.OTHER], dtype=np.int64)
+    if others.size == 0:
+        return {}
+    ops = np.flatnonzero(kinds.op_mask(table) & ~own.mask)
+    par = parents(table)[ops]
+    hit = np.isin(par, others)
+    ops, par = ops[hit], par[hit]
+    dur = np.maximum(np.asarray(table.event_cols["dur"], dtype=float), 0.0)
+    name_col = table.names()
+    sums: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r, p in zip(ops.tolist(), par.tolist()):
+        sums[own.label[p]][str(name_col[r])] += float(dur[r]) / n_steps
+    return {k: (sum(v.values()), sorted(v.items(), key=lambda kv: -kv[1])[:most]) for k, v in sums.items()}
 
 
 def _event_counts(
