@@ -104,3 +104,33 @@ def test_a_dataloader_whose_workers_deliver_in_bursts_is_said_to_wait_on_its_inp
     record = json.loads((folder / "run.json").read_text())
     assert not any("vary" in r for r in record["noise"]), record["noise"]
     assert any("only by their wait for input" in n for n in record["notes"]), record["notes"]
+
+
+@pytest.mark.stopwatch
+def test_lmprof_profile_times_the_wait_too(tmp_path: Path) -> None:
+    """The same uneven input under ``lmprof.profile()``, steps from ``prof.step()``: the wait is marked by the
+    forward hook every door has in its clean steps (windows/shapes.py), not by lmprof run's trigger."""
+    import time
+
+    import torch
+
+    import lmprof
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = []
+    with lmprof.profile(model, out=tmp_path, report=False, verbose=False) as prof:
+        for i in range(24):
+            began = time.perf_counter()
+            time.sleep(0.012 if i % 2 else 0.0005)
+            model(torch.randn(64, 32)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+            steps.append((time.perf_counter() - began) * 1e3)
+    record = json.loads((prof.folder / "run.json").read_text())
+    assert not any("vary" in r for r in record["noise"]), record["noise"]
+    (note,) = [n for n in record["notes"] if "only by their wait for input" in n]
+    mean = float(re.search(r"Throughput follows the mean, ([\d.]+) ms a step", note).group(1))
+    assert mean == pytest.approx(statistics.mean(steps[-10:]), rel=0.15), (note, steps)

@@ -105,12 +105,6 @@ class Session:
         for w in self.windows:
             w.attached()
 
-    def detach(self) -> None:
-        """Take the model back before any step was measured (the optimizer chosen first was not the loop's)."""
-        for w in self.windows:
-            w.detached()
-        self.observed.detach()
-
     @guarded
     def begin(self) -> None:
         """Mark step 1's start (``lmprof.profile``, the callbacks, lmprof's own loop)."""

@@ -295,7 +295,6 @@ class OptimizerTrigger:
 
     def _forward_ran(self, module: torch.nn.Module, args: Any) -> None:
         self._forward_since = self._forward_seen = True
-        self.session.clock.forward_began()  # the step's wait for its input ends at its first forward
 
     def _replaces_chosen(self, opt: torch.optim.Optimizer) -> bool:
         """Whether ``opt`` steps every parameter the chosen optimizer steps (it was re-created); judged
@@ -337,7 +336,8 @@ class OptimizerTrigger:
             self._forward_hook.remove()
             self._forward_hook = None
         had_model = self.session.observed.model is not None
-        self.session.detach()
+        self.session.windows.detached()
+        self.session.observed.detach()
         notes = self.session.observed.notes
         notes[:] = [n for n in notes if not any(n is c for c in self._choice_notes)]
         self._ours, self._replaces = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()

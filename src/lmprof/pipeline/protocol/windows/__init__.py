@@ -51,6 +51,11 @@ class Windows:
             for p in recording:
                 p.scopes.end_own()
 
+    def detached(self) -> None:
+        """The session's model was taken back before any step was measured: each window's set-up for it goes."""
+        for w in self:
+            w.detached()
+
     def recording(self) -> list[Probes]:
         """The probes placing scopes in the running step (the optimizer hooks reach them); none outside
         the windows that record."""

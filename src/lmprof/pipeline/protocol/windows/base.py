@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from lmprof.pipeline.protocol.plan import PhasePlan
     from lmprof.pipeline.protocol.probes import Probes
     from lmprof.pipeline.protocol.spec import Spec
-    from lmprof.pipeline.protocol.timing import Timings
+    from lmprof.pipeline.protocol.timing import StepClock, Timings
 
 
 class Policy(Protocol):
@@ -39,6 +39,7 @@ class Context(Protocol):
     spec: "Spec"
     observed: "Observed"
     timings: "Timings"
+    clock: "StepClock"  # the running step's marks (a window's forward hook marks the step's first forward)
     kineto_ran: bool  # lmprof started a profiler in this process (a forked child must not finalize)
     failed: bool
     pid: int

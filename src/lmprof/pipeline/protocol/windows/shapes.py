@@ -9,7 +9,8 @@ This window keeps, per step, the (batch, sequence) of every forward (a micro-bat
 clean step its time beside them, so the figures can count each step's own FLOPs
 (finish/figures.py). A forward without grad (an evaluation inside the step) is not the step's
 training work and is not recorded. One forward pre-hook on the model, from the first clean step to the end of the
-profiled window: a tuple read per forward.
+profiled window: a tuple read per forward; it also marks each step's first forward, which ends the step's
+wait for its input (timing.py: StepClock.wait), for every door.
 """
 from __future__ import annotations
 
@@ -168,6 +169,7 @@ class ShapesWindow(Window):
             self._inner = True
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.ctx.clock.forward_began()  # the step's wait for its input ends at its first forward (timing.py)
         if not torch.is_grad_enabled():
             self._evaluated = True  # an evaluation in the step (no_grad): not its training work (StepShapes.training)
             return
