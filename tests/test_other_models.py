@@ -177,7 +177,8 @@ def test_modules_that_fail_to_answer_are_passed_over() -> None:
 
 
 def test_a_module_trained_beside_the_model_is_said_to_be_trained(tmp_path: Path) -> None:
-    """A head outside the profiled model, trained by the same optimizer: named as trained, not as a teacher."""
+    """A head outside the profiled model, trained by the same optimizer: trained with the model, not a teacher; its
+    parameters and gradients are in the memory figures (before, the model's alone: the optimizer state had both)."""
     torch.manual_seed(0)
     model, head = _gpt2(2, 64).train(), nn.Linear(128, 4)
     opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-3)
@@ -188,8 +189,11 @@ def test_a_module_trained_beside_the_model_is_said_to_be_trained(tmp_path: Path)
             opt.zero_grad()
             prof.step()
     run = Run.load(prof.folder)
-    assert any("a module trained beside it" in n and "Linear (516 parameters, 516 of them trained" in n
-               for n in run.notes), run.notes
+    (note,) = [n for n in run.notes if n.startswith("the model's own optimizer also trains another module")]
+    assert "Linear (516 parameters, 516 of them trained" in note
+    assert "not in the model FLOPs and MFU, which lmprof's formulas give for the profiled model alone" in note
+    both = 4 * (sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in head.parameters()))  # fp32
+    assert run.metrics["memory.params"].value == both and run.metrics["memory.grads"].value == both
 
 
 def test_an_unfrozen_reference_model_under_no_grad_is_not_said_to_be_trained(tmp_path: Path) -> None:

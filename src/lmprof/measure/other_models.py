@@ -6,12 +6,16 @@ module's child) with parameters, none of them the trained model's, are the candi
 pre-hook on each (for that one warm-up step only) tells which the step calls. A module inside the
 model, or a wrapper around it, shares its parameters, and a loss module has none. The recording probes
 give each call of them a range of its own, the ``other_models`` row (names.py).
+
+One whose every parameter the model's own optimizers step is no other model: it is trained with the model
+(an encoder-decoder's or a two-tower model's other half, a value head kept apart), ``cotrained``: its
+FLOPs are the training's when lmprof counts them (:func:`beyond_model`), its memory the model's.
 """
 from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +32,7 @@ class OtherModel:
     params: int
     calls: int  # outermost calls in the step
     trained: int = 0  # its parameters an optimizer steps: a module trained beside the model (a GAN's other half)
+    cotrained: bool = False  # the model's own optimizers step every parameter of it: trained with the model
 
     def said(self, per: str = "step") -> str:
         """E.g. 'Teacher (1,024 parameters, 1 call a step)'; ``per`` a step (training: what is trained is
@@ -42,8 +47,10 @@ class Beside:
     the live objects once, at the first ask (one pass over what the collector tracks: 30-100 ms), for every
     recording of a session; the models are held weakly."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, optimizers: Callable[[], Sequence[torch.optim.Optimizer]] = tuple):
         self.model = model
+        self._optimizers = optimizers  # the model's own, read at the first ask (a step has named them by then)
+        self.cotrained: set[int] = set()  # ids of the parameters the model's own optimizers step
         self._found: list[weakref.ref[torch.nn.Module]] | None = None
         # ids of the parameters some optimizer steps: an other model's are trained beside the model. Not
         # requires_grad: a reference model left unfrozen under no_grad (as many DPO loops leave it) trains nothing
@@ -57,6 +64,7 @@ class Beside:
 
             live = live_objects(torch.nn.Module, torch.optim.Optimizer)
             self.stepped = set().union(*(param_ids(o) for o in live if isinstance(o, torch.optim.Optimizer)))
+            self.cotrained = set().union(*(param_ids(o) for o in self._optimizers()))
             self._found = [weakref.ref(m) for m in candidates(self.model, [o for o in live
                                                                            if isinstance(o, torch.nn.Module)])]
         return [m for m in (r() for r in self._found) if m is not None]
@@ -93,7 +101,8 @@ class OtherModels:
             name = f"{type(inner).__name__} (compiled)" if isinstance(inner, torch.nn.Module) else type(module).__name__
             params = list(module.parameters())
             self.seen[id(module)] = OtherModel(name, sum(p.numel() for p in params), 1,
-                                               sum(p.numel() for p in params if id(p) in self._beside.stepped))
+                                               sum(p.numel() for p in params if id(p) in self._beside.stepped),
+                                               all(id(p) in self._beside.cotrained for p in params))
         else:
             found.calls += 1
 
@@ -123,3 +132,9 @@ def candidates(model: torch.nn.Module, modules: list[torch.nn.Module] | None = N
         if params and not any(id(p) in ours for p in params):
             out.append(m)
     return out
+
+
+def beyond_model(others: Sequence[OtherModel] | None, formulas: bool) -> bool:
+    """Whether the other models a step ran put FLOPs in it beyond the model's own: any that is not trained with
+    the model; and one that is, where lmprof's formulas give the model's FLOPs (they know the model alone)."""
+    return any(not o.cotrained or formulas for o in others or ())

@@ -110,10 +110,26 @@ class StaticMemory:
         return self.params + self.buffers + self.grads + self.optimizer
 
 
+def trained_params(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> list[torch.Tensor]:
+    """The model's parameters, then every other one ``optimizers`` step (a module trained with the model that the
+    loop calls apart from it), each once."""
+    params: list[torch.Tensor] = list(model.parameters())
+    ours = {id(p) for p in params}
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if isinstance(p, torch.Tensor) and id(p) not in ours:
+                    ours.add(id(p))
+                    params.append(p)
+    return params
+
+
 def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> StaticMemory:
     """Exact bytes of parameters, buffers, current gradients and the state of every optimizer given
-    (a model trained by several, as Muon for its matrices and AdamW for the rest, holds all their states)."""
-    params = list(model.parameters())
+    (a model trained by several, as Muon for its matrices and AdamW for the rest, holds all their states).
+    The parameters are the model's and every other one those optimizers step (a module trained with the
+    model that the loop calls apart from it: an encoder-decoder's other half), each once."""
+    params = trained_params(model, optimizers)
     state = [t for opt in optimizers for t in _state_tensors(opt)]
     return StaticMemory(
         params=tensor_bytes(params),
@@ -129,7 +145,8 @@ def static_memory(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optim
 @contextlib.contextmanager
 def record_grads(model: torch.nn.Module,
                  optimizers: Sequence[torch.optim.Optimizer] = ()) -> Iterator[dict[int, list[Range]]]:
-    """Within the block, remember the storage range of every parameter's final .grad: as backward
+    """Within the block, remember the storage range of every parameter's final .grad (the model's and those
+    ``optimizers`` step: :func:`trained_params`): as backward
     accumulates it, and, for one no backward accumulated, as an optimizer in ``optimizers`` steps
     (a loop that sets ``p.grad`` itself from ``torch.autograd.grad``).
 
@@ -137,7 +154,7 @@ def record_grads(model: torch.nn.Module,
     """
     seen: dict[int, list[Range]] = {}
     handles = []
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in trained_params(model, optimizers) if p.requires_grad]
 
     def remember(param: torch.Tensor) -> None:
         if param.grad is not None:

@@ -106,7 +106,7 @@ class Observed:
         if self.model is None:
             return None
         if self._beside is None or self._beside.model is not self.model:
-            self._beside = Beside(self.model)
+            self._beside = Beside(self.model, lambda: self.optimizers)
         return self._beside
 
     def sync(self) -> None:

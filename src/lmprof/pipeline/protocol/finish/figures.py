@@ -20,7 +20,7 @@ from lmprof.hardware import quick_bandwidth
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.measure.model_facts.quantized import Quantized
-from lmprof.measure.other_models import OtherModel
+from lmprof.measure.other_models import OtherModel, beyond_model
 from lmprof.pipeline.protocol.finish.costs import (add_costs, add_model_costs, add_varied_costs, add_varied_model_costs,
                                                    pass_time_s, passes, put_pass, compute_na)
 from lmprof.pipeline.protocol.windows.shapes import StepShapes
@@ -115,9 +115,14 @@ def add_figures(run: Run, folder: Path, facts: Facts) -> None:
     no_bytes = quantized_bytes(facts.quantized)
     no_described_bytes = no_bytes or _autocast_bytes(facts)
     recomputed = _hardware_step(facts) if not generates else None
-    if facts.others:
-        run.notes.append(_assistant_note(facts.others) if generates
-                         else _others_note(facts.others, counted=facts.counted is not None))
+    if facts.others and generates:
+        run.notes.append(_assistant_note(facts.others))
+    elif facts.others:
+        apart = [o for o in facts.others if not o.cotrained]
+        cotrained = [o for o in facts.others if o.cotrained]
+        run.notes.extend(([_others_note(apart, counted=facts.counted is not None)] if apart else [])
+                         + ([_cotrained_note(cotrained, facts.shape is not None, facts.counted is not None)]
+                            if cotrained else []))
     varied = _varied(facts, generates)
     if varied is not None and facts.shape is not None:
         steps, blocks_from, note = varied
@@ -240,7 +245,8 @@ def _hardware_step(f: Facts) -> tuple[float | None, str] | None:
     """A training step that ran more than the model's FLOPs (it recomputes checkpointed activations, or runs
     other models too): its hardware FLOPs (what ran, counted by FlopCounterMode on a real step) and their
     note; None when it ran the model's FLOPs only."""
-    beyond = [what for what, seen in ((RECOMPUTES, f.recomputes), (OTHERS, f.others)) if seen]
+    beyond = [what for what, seen in ((RECOMPUTES, f.recomputes), (OTHERS, beyond_model(f.others, f.shape is not None)))
+              if seen]
     if not beyond:
         return None
     what, c = " and ".join(beyond), f.counted
@@ -252,6 +258,19 @@ def _hardware_step(f: Facts) -> tuple[float | None, str] | None:
 
 RECOMPUTES = "the backward re-ran checkpointed parts of the forward (activation checkpointing)"
 OTHERS = "the step ran other models' forwards too"
+
+
+def _cotrained_note(cotrained: list[OtherModel], formulas: bool, counted: bool) -> str:
+    one = len(cotrained) == 1
+    flops = ("in the hardware FLOPs and HFU (counted), not in the model FLOPs and MFU, which lmprof's formulas give "
+             "for the profiled model alone" if formulas and counted
+             else "in the model FLOPs and MFU with the model's (the count is the whole training step)" if counted
+             else "not in any FLOP figure (none was counted)")
+    return (f"the model's own optimizer also trains {'another module' if one else f'{len(cotrained)} other modules'} "
+            f"the loop calls apart from it (an encoder-decoder's or a two-tower model's other half, a value head): "
+            f"{', '.join(o.said() for o in cotrained)}. {'Its' if one else 'Their'} forwards are the other_models row; "
+            f"{'its' if one else 'their'} parameters, gradients and optimizer state are in the memory figures, "
+            f"{'its' if one else 'their'} work {flops}")
 
 
 def _others_note(others: list[OtherModel], counted: bool) -> str:

@@ -18,6 +18,7 @@ from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
 from lmprof.measure.noise import Snapshot
 from lmprof.measure.profiling import ProfiledPhase
+from lmprof.measure.other_models import beyond_model
 from lmprof.pipeline.protocol.finish.figures import CountedFlops
 from lmprof.pipeline.protocol.observed import Known, ModelFacts, Observed, model_facts
 from lmprof.pipeline.protocol.plan import PhasePlan
@@ -112,7 +113,7 @@ def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
     where = f"warm-up {spec.unit} {plan.flops_at}, before the timed windows"
     shape = facts.shape
     # a training step's count has what it ran beyond the model's FLOPs in it (recomputation, other models)
-    beyond = {"recomputed": bool(seen.recomputes), "others": bool(seen.others)}
+    beyond = {"recomputed": bool(seen.recomputes), "others": beyond_model(seen.others, shape is not None)}
     if windows.flops.counted:  # counted on a step of their own (training only)
         return CountedFlops(where=where, step=windows.flops.counted, **beyond), []
     if step is not None and step.flops:

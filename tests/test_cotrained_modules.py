@@ -1,0 +1,47 @@
+"""Two modules the loop calls apart and one optimizer trains (an encoder and a decoder): one training.
+
+Before, the module holding most of the optimizer's parameters was the model and the other "another model ...
+(a teacher, a reference or a reward model)": memory.params and memory.grads were the encoder's alone while
+memory.optimizer held both, and MFU was refused ("the step ran other models' forwards too"). Truth: the
+parameter counts of the script's own modules, and the step's FLOPs by hand (matmuls, 2 FLOPs a multiply-add).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+LOOP = """
+import torch
+torch.manual_seed(0)
+enc = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+dec = torch.nn.Sequential(torch.nn.Linear(64, 384), torch.nn.GELU(), torch.nn.Linear(384, 128))
+opt = torch.optim.AdamW(list(enc.parameters()) + list(dec.parameters()), lr=1e-3)
+for i in range(20):
+    x = torch.randn(64, 128)
+    torch.nn.functional.mse_loss(dec(enc(x)), x).backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_an_encoder_and_decoder_trained_by_one_optimizer_are_one_training(tmp_path: Path, cli) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
+    assert code == 0, err
+    (folder,) = (tmp_path / "runs").iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    m = {k: v["value"] for k, v in record["metrics"].items()}
+    enc = 128 * 512 + 512 + 512 * 64 + 64
+    dec = 64 * 384 + 384 + 384 * 128 + 128
+    assert m["memory.params"] == m["memory.grads"] == 4 * (enc + dec)
+    assert m["memory.optimizer"] == 2 * 4 * (enc + dec) + 8 * 4  # AdamW's two moments; a 4-byte step count a tensor
+    # forward 2 x 64 x (all weights' multiply-adds); backward twice that, less the first layer's input gradient
+    macs = 128 * 512 + 512 * 64 + 64 * 384 + 384 * 128
+    assert m["flops.model_per_step"] == 3 * 2 * 64 * macs - 2 * 64 * 128 * 512
+    assert m["mfu"] == pytest.approx(m["hfu"]) and m["mfu"] > 0
+    (note,) = [n for n in record["notes"] if n.startswith("the model's own optimizer also trains another module")]
+    assert "Sequential (74,240 parameters" in note and "in the model FLOPs and MFU with the model's" in note
+    assert not any("a teacher, a reference or a reward model" in n for n in record["notes"])
