@@ -70,6 +70,18 @@ def test_device_clock_is_not_corrected():
     assert rec.correction.startswith("none: device clock")
 
 
+def test_a_block_of_one_profiled_step_in_three_is_a_note_not_a_row_of_nothing():
+    """An evaluation's generate() in one of three profiled steps: its median is 0, and it was a row of 0.000 ms."""
+    steps = [{("mlp", "forward"): 100.0}, {("mlp", "forward"): 104.0},
+             {("mlp", "forward"): 102.0, ("generate", "step"): 10_600.0}]
+    parts = [Part("mlp", "forward", 102, 1), Part("generate", "step", 10_600 / 3, 1 / 3)]
+    rec = reconcile(Attribution(3, [100.0, 104.0, 10_702.0], parts, "cpu", per_step=steps), clean_ms=0.1, cost=None)
+    assert [(b.name, b.phase) for b in rec.blocks] == [("mlp", "forward")]
+    assert rec.blocks[0].time_ms == pytest.approx(0.1)
+    assert ("ran in fewer than half of the 3 profiled steps, so in no row (each row is the median step's): "
+            "generate (step): 10.6 ms (profiled) in step 3") in rec.notes
+
+
 def test_an_other_row_of_a_tenth_or_more_names_its_operators():
     """other (step) holds 30 of a 100 us step, 12 us of it in operators called directly in it: the note gives its
     share, that share and the operators; other (forward) at 5% gets none."""

@@ -99,6 +99,10 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
     floored = [k for k in keys if subtract and any(s.get(k, 0.0) > 0 and s.get(k, 0.0) - overhead[k] < FLOOR_SHARE
                                                    * s.get(k, 0.0) for s in steps)]
     median = {k: float(np.median(v)) for k, v in corrected.items()}
+    # A block that ran in fewer than half of the profiled steps (an evaluation's generate() in one of them) has a
+    # median of nothing: no row of 0 ms, a note that says where it ran and for how long
+    rare = [k for k in keys if median[k] == 0.0 and any(s.get(k, 0.0) > 0 for s in steps) and len(steps) > 1]
+    keys = [k for k in keys if k not in rare]
     total = sum(median.values())
     clean_us = clean_ms * 1e3
     scale = clean_us / total if total > 0 else 1.0
@@ -118,6 +122,12 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
     notes = [n for n in map(lambda b: _other_note(b, att), rows) if n]
+    if rare:
+        notes.append(f"ran in fewer than half of the {len(steps)} profiled steps, so in no row (each row is the "
+                     "median step's): " + "; ".join(
+                         f"{n} ({p}): " + ", ".join(f"{s.get((n, p), 0.0) / 1e3:.3g} ms (profiled) in step {i + 1}"
+                                                    for i, s in enumerate(steps) if s.get((n, p), 0.0) > 0)
+                         for n, p in rare[:6]))
     if floored:
         notes.append("the profiler's own cost exceeded most of these blocks' profiled time, so their figures are "
                      f"uncertain (kept at {FLOOR_SHARE:.0%} of the profiled time): "
