@@ -45,3 +45,18 @@ def test_an_encoder_and_decoder_trained_by_one_optimizer_are_one_training(tmp_pa
     (note,) = [n for n in record["notes"] if n.startswith("the model's own optimizer also trains another module")]
     assert "Sequential (74,240 parameters" in note and "in the model FLOPs and MFU with the model's" in note
     assert not any("a teacher, a reference or a reward model" in n for n in record["notes"])
+
+
+def test_an_fp32_master_copy_is_not_a_parameter() -> None:
+    """An optimizer stepping fp32 copies of a bf16 model's weights (apex O2's master weights) and a bf16 head kept
+    outside the model: the head's parameters are trained ones, the copies are not parameters."""
+    import torch
+
+    from lmprof.measure.tensor_bytes import static_memory
+
+    model = torch.nn.Linear(16, 16).to(torch.bfloat16)
+    head = torch.nn.Linear(16, 2).to(torch.bfloat16)
+    masters = [p.detach().float().requires_grad_() for p in model.parameters()]
+    opt = torch.optim.SGD([*masters, *head.parameters()], lr=0.1)
+    got = static_memory(model, [opt])
+    assert got.n_params == (16 * 16 + 16) + (16 * 2 + 2) and got.params == 2 * got.n_params

@@ -112,13 +112,14 @@ class StaticMemory:
 
 def trained_params(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = ()) -> list[torch.Tensor]:
     """The model's parameters, then every other one ``optimizers`` step (a module trained with the model that the
-    loop calls apart from it), each once."""
+    loop calls apart from it), each once; not a tensor of another dtype than the model's, which is an fp32 master
+    copy an optimizer keeps of 16-bit weights (apex O2, DeepSpeed's bf16 optimizer), not a parameter."""
     params: list[torch.Tensor] = list(model.parameters())
-    ours = {id(p) for p in params}
+    ours, dtypes = {id(p) for p in params}, {p.dtype for p in params}
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
-                if isinstance(p, torch.Tensor) and id(p) not in ours:
+                if isinstance(p, torch.Tensor) and id(p) not in ours and (not dtypes or p.dtype in dtypes):
                     ours.add(id(p))
                     params.append(p)
     return params
