@@ -123,6 +123,11 @@ class Observed:
         if probes.batches:
             self.batches_per_step = probes.batches / steps
             self.tokens_per_step = probes.tokens / steps if probes.tokens else None
+        direct = ("the loop calls model.forward(...) itself, which runs none of the model's own hooks: the forward "
+                  "phase opens at its first submodule, and the model's own code outside its submodules and the loss "
+                  "are not told apart (both in the forward's 'other'); model(...) runs them")
+        if getattr(probes, "direct", 0) and direct not in self.notes:
+            self.notes.append(direct)
 
     def shape(self) -> ModelShape | None:
         """lmprof's description of the model (None when it has none, or when the model departs from the one its

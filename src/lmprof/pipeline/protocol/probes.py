@@ -161,6 +161,7 @@ class Probes:
         self._closure_batch = False  # a batch was counted inside the running optimizer step
         self._in_generate = False  # a training step's generate() runs (an RL loop's rollout)
         self._layout_hook: Any = None  # reads whether token ids are (sequence, batch): _attention_layout
+        self.direct = 0  # forwards opened at a child of the model: the loop called model.forward() itself
 
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -176,6 +177,9 @@ class Probes:
                 # first of the model's pre-hooks: the forward phase opens around model_glue's range
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
+                # model.forward(x) called directly runs none of the model's own hooks: its first child opens the phase
+                self._handles += [c.register_forward_pre_hook(self._child_pre, with_kwargs=True, prepend=True)
+                                  for c in self.model.children() if takes_hooks(c)]
                 seq_first = [m for m in self.model.modules()
                              if isinstance(m, torch.nn.MultiheadAttention) and not m.batch_first]
                 if seq_first:  # read once, at the first forward: then the hook goes
@@ -231,6 +235,14 @@ class Probes:
                     self.input_shape = tokens
         finally:
             self.scopes.open("forward")  # ends lmprof's own range
+
+    def _child_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A child of the model runs outside the model's forward: the loop called ``model.forward(x)``, which runs
+        none of the model's hooks, so the forward phase opens here (its batch read off the child's input)."""
+        if self.scopes.is_open("forward") or self._in_backward or self._in_optimizer or self._in_generate:
+            return
+        self.direct += 1
+        self._fwd_pre(module, args, kwargs)
 
     def _attention_layout(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         """torch's nn.MultiheadAttention with ``batch_first=False`` (nn.Transformer's default) takes its query

@@ -1,0 +1,48 @@
+"""A loop that calls ``model.forward(x)`` itself runs none of the model's own hooks.
+
+Before, the forward phase never opened: the model's blocks ran in the step's phase ("0", "1", "2" as step
+rows, no forward column) and their backward nodes were said to have no forward op. Now the model's first child
+opens the phase. Truth: the script's own stopwatch around each ``model.forward(x)`` (its own forward hooks
+cannot see it: it times the call).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+LOOP = """
+import json, sys, time
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+spent = []
+for i in range(24):
+    x = torch.randn(64, 256)
+    began = time.perf_counter()
+    out = model.forward(x)
+    spent.append((time.perf_counter() - began) * 1e3)
+    out.pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+json.dump(spent, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_direct_forward_call_is_the_forward_phase(tmp_path: Path, cli) -> None:
+    script, own = tmp_path / "loop.py", tmp_path / "own.json"
+    script.write_text(LOOP)
+    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
+    assert code == 0, err
+    (folder,) = (tmp_path / "runs").iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    rows = {(b["name"], b["phase"]): b["time_ms"] for b in record["blocks"]}
+    assert {("0", "forward"), ("1", "forward"), ("2", "forward")} <= set(rows), rows
+    assert not any(name in ("0", "1", "2") and phase == "step" for name, phase in rows), rows
+    blocks = sum(rows[(n, "forward")] for n in ("0", "1", "2"))
+    truth = statistics.median(json.loads(own.read_text())[4:14])  # the clean steps' calls
+    assert blocks == pytest.approx(truth, rel=0.3), (rows, truth)
+    assert any(n.startswith("the loop calls model.forward(...) itself") for n in record["notes"])
