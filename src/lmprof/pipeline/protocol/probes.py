@@ -162,6 +162,7 @@ class Probes:
         self._in_generate = False  # a training step's generate() runs (an RL loop's rollout)
         self._layout_hook: Any = None  # reads whether token ids are (sequence, batch): _attention_layout
         self.direct = 0  # forwards opened at a child of the model: the loop called model.forward() itself
+        self._child_hooks: list[Any] = []  # their pre-hooks, until a forward through model(...) shows they are idle
 
     # -- install / remove --------------------------------------------------------------------
     def install(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -178,8 +179,9 @@ class Probes:
                 self._handles.append(self.model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True, prepend=True))
                 self._handles.append(self.model.register_forward_hook(self._fwd_post, always_call=True))
                 # model.forward(x) called directly runs none of the model's own hooks: its first child opens the phase
-                self._handles += [c.register_forward_pre_hook(self._child_pre, with_kwargs=True, prepend=True)
-                                  for c in self.model.children() if takes_hooks(c)]
+                self._child_hooks = [c.register_forward_pre_hook(self._child_pre, with_kwargs=True, prepend=True)
+                                     for c in self.model.children() if takes_hooks(c)]
+                self._handles += self._child_hooks
                 seq_first = [m for m in self.model.modules()
                              if isinstance(m, torch.nn.MultiheadAttention) and not m.batch_first]
                 if seq_first:  # read once, at the first forward: then the hook goes
@@ -224,6 +226,10 @@ class Probes:
     def _fwd_pre(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._in_generate:
             return  # a rollout's forwards are the generate row's, not the training forward
+        if module is self.model and self._child_hooks:
+            for h in self._child_hooks:  # the loop calls model(...): the children's hooks would only cost time
+                h.remove()
+            self._child_hooks = []
         self._end_forward()  # a forward with no backward after it (evaluation) ends here
         self.scopes.own()  # counting the batch is lmprof's, not the model's forward: before the forward's scope
         try:
