@@ -134,7 +134,7 @@ def spread_reason(samples_ms: list[float], what: str) -> str | None:
 INPUT_SHARE = 0.25
 
 
-def _input_paced(samples_ms: list[float], waits_ms: Sequence[float | None] | None) -> tuple[list[float], list[float]] | None:
+def input_paced(samples_ms: list[float], waits_ms: Sequence[float | None] | None) -> tuple[list[float], list[float]] | None:
     """The samples past warm-up and their waits, when the samples spread more than :data:`SPREAD_LIMIT` by their
     wait for input: the rest of each sample (its time less its wait) stays within the limit, or spreads by at
     most :data:`INPUT_SHARE` of the samples' own spread (p90 - p10; a 0.5 ms step waiting 1-13 ms for its
@@ -155,9 +155,9 @@ def _input_paced(samples_ms: list[float], waits_ms: Sequence[float | None] | Non
 
 
 def input_note(samples_ms: list[float], waits_ms: Sequence[float | None] | None, what: str) -> str | None:
-    """The run's note when its samples spread only by their wait for input (:func:`_input_paced`): a loop
+    """The run's note when its samples spread only by their wait for input (:func:`input_paced`): a loop
     whose batches arrive unevenly (DataLoader workers delivering in bursts), not noise."""
-    paced = _input_paced(samples_ms, waits_ms)
+    paced = input_paced(samples_ms, waits_ms)
     if paced is None:
         return None
     samples, waits = paced
@@ -168,8 +168,9 @@ def input_note(samples_ms: list[float], waits_ms: Sequence[float | None] | None,
             f"the time from each {what}'s start to the model's first forward (host clock) spans {w10:.3g}-{w90:.3g} "
             f"ms, and the rest of the {what} only {r10:.3g}-{r90:.3g} ms: the loop waits on batches that "
             f"arrive unevenly (DataLoader workers delivering in bursts, or too few of them), which is its own "
-            f"behaviour, not noise. Throughput follows the mean, {mean:.3g} ms a {what} ({1e3 / mean:.3g} {what}s/s); "
-            f"the median ({np.median(samples):.3g} ms) falls between the waiting {what}s and the others")
+            f"behaviour, not noise. The {what} time is therefore their mean, {mean:.3g} ms ({1e3 / mean:.3g} {what}s/s), "
+            f"which throughput follows, and the rates and MFU are of it; their median ({np.median(samples):.3g} ms) "
+            f"falls between the waiting {what}s and the others")
 
 
 def warming_note(samples_ms: list[float], what: str) -> str | None:
@@ -325,6 +326,6 @@ def noise_reasons(samples_ms: list[float], what: str, before: Snapshot, after: S
     window is judged against the clean steps past any still warming up (their spread is not the run's).
     Samples that spread only by their wait for input (``waits_ms``, one a sample) are no reason:
     :func:`input_note` says so."""
-    spread = None if _input_paced(samples_ms, waits_ms) is not None else spread_reason(samples_ms, what)
+    spread = None if input_paced(samples_ms, waits_ms) is not None else spread_reason(samples_ms, what)
     found = [spread, load_reason(before, after, device_kind)]
     return [r for r in found if r] + window_reasons(samples_ms[warming_steps(samples_ms):], what, window)

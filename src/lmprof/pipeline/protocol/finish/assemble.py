@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lmprof.analysis.block_truth import mark_uncertain
+from lmprof.analysis.noise import input_paced
 from lmprof.measure.profiling import ProfiledPhase, op_table
 from lmprof.measure.window import compress, drop_partial
 from lmprof.pipeline.protocol.finish.figures import Facts, add_figures
@@ -129,6 +130,14 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     steps, basis = _timed(m), _basis(m)
     metrics = {STEP_TIME: Metric.from_samples([s * 1e3 for s in steps], "ms", "measured",
                                               note=_rough(m) or m.step_means, basis=basis)}
+    # Steps that wait unevenly for their input (analysis/noise.py): a median between the steps that waited and
+    # the others is no step's, and the rates would overstate throughput; the mean is what throughput follows
+    paced = input_paced([s * 1e3 for s in steps], _waits_ms(m, steps)) is not None
+    mean = float(np.mean(steps)) if steps else 0.0
+    if paced:
+        metrics[STEP_TIME] = metrics[STEP_TIME].model_copy(update={
+            "value": mean * 1e3, "note": f"{metrics[STEP_TIME].note or ''}; the mean of the clean steps, which wait "
+                                         "unevenly for their input (see the note): throughput follows the mean"})
     _overhead(m, metrics, att)
     notes.extend(_passes_note(m))
     known_tokens = m.known.tokens_per_step if m.known is not None else None
@@ -150,6 +159,12 @@ def _train_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                                           note="token ids of the distinct batches the model's forward ran on per "
                                                "step (a batch run twice, e.g. by a closure, counted once)")
         metrics[TOKENS_PER_S] = Metric.from_samples([tokens / s for s in steps], "tokens/s", "derived", basis=basis)
+    rate = metrics.get(TOKENS_PER_S)
+    if paced and rate is not None and rate.value is not None and mean > 0:
+        per_step = metrics[TOKENS_PER_STEP].value or 0.0
+        metrics[TOKENS_PER_S] = rate.model_copy(update={
+            "value": per_step / mean, "note": "tokens a step over the mean clean step (the steps wait unevenly for "
+                                              "their input: throughput follows the mean); p10-p90 of each step's own"})
     return metrics
 
 
