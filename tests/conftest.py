@@ -61,6 +61,37 @@ def cli(capsys):
     return run
 
 
+
+class ScriptRun:
+    """What ``lmprof run`` of a script did: exit code, stdout, stderr, its run folder and that folder's run.json
+    (None: none written), and what the script wrote to the JSON file named by its first argument (None: nothing)."""
+
+    def __init__(self, code: int, out: str, err: str, folder, record: dict | None, own) -> None:  # noqa: ANN001
+        self.code, self.out, self.err, self.folder, self.record, self.own = code, out, err, folder, record, own
+
+    def rows(self) -> dict[tuple[str, str], float]:
+        """The run's block rows: (name, phase) -> time_ms."""
+        assert self.record is not None, self.err
+        return {(b["name"], b["phase"]): b["time_ms"] for b in self.record["blocks"]}
+
+
+@pytest.fixture
+def run_script(cli, tmp_path):
+    """``lmprof run --no-report`` in-process on a script's text (``flags`` before the script, ``args`` after its first
+    argument, a JSON file for its own stopwatch): a :class:`ScriptRun`."""
+    import json
+
+    def run(body: str, *flags: str, args: tuple[str, ...] = (), name: str = "loop.py") -> ScriptRun:
+        script, own, runs = tmp_path / name, tmp_path / "own.json", tmp_path / "runs"
+        script.write_text(body)
+        code, out, err = cli("run", "--no-report", "--out", str(runs), *flags, str(script), str(own), *args)
+        folder = sorted(runs.iterdir())[-1] if runs.exists() and any(runs.iterdir()) else None
+        record = json.loads((folder / "run.json").read_text()) if folder is not None else None
+        return ScriptRun(code, out, err, folder, record, json.loads(own.read_text()) if own.exists() else None)
+
+    return run
+
+
 # The hostile suites' shared checks: a refusal is one line, exit 2, before anything is measured.
 def one_line_error(code: int, err: str, *needles: str) -> str:
     """Exit 2, exactly one non-empty stderr line starting 'lmprof: error:', no traceback, naming the problem."""

@@ -7,8 +7,6 @@ parameter counts of the script's own modules, and the step's FLOPs by hand (matm
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 
@@ -26,13 +24,10 @@ for i in range(20):
 """
 
 
-def test_an_encoder_and_decoder_trained_by_one_optimizer_are_one_training(tmp_path: Path, cli) -> None:
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP)
-    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
+def test_an_encoder_and_decoder_trained_by_one_optimizer_are_one_training(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    record = done.record
     m = {k: v["value"] for k, v in record["metrics"].items()}
     enc = 128 * 512 + 512 + 512 * 64 + 64
     dec = 64 * 384 + 384 + 384 * 128 + 128

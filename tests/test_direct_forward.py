@@ -7,9 +7,7 @@ cannot see it: it times the call).
 """
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -32,17 +30,14 @@ json.dump(spent, open(sys.argv[1], "w"))
 """
 
 
-def test_a_direct_forward_call_is_the_forward_phase(tmp_path: Path, cli) -> None:
-    script, own = tmp_path / "loop.py", tmp_path / "own.json"
-    script.write_text(LOOP)
-    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
-    rows = {(b["name"], b["phase"]): b["time_ms"] for b in record["blocks"]}
+def test_a_direct_forward_call_is_the_forward_phase(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    record = done.record
+    rows = done.rows()
     assert {("0", "forward"), ("1", "forward"), ("2", "forward")} <= set(rows), rows
     assert not any(name in ("0", "1", "2") and phase == "step" for name, phase in rows), rows
     blocks = sum(rows[(n, "forward")] for n in ("0", "1", "2"))
-    truth = statistics.median(json.loads(own.read_text())[4:14])  # the clean steps' calls
+    truth = statistics.median(done.own[4:14])  # the clean steps' calls
     assert blocks == pytest.approx(truth, rel=0.3), (rows, truth)
     assert any(n.startswith("the loop calls model.forward(...) itself") for n in record["notes"])

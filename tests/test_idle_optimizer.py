@@ -6,9 +6,7 @@ saying the script stepped no optimizer. Truth: the script's own stopwatch around
 """
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -32,19 +30,10 @@ json.dump(spent, open(sys.argv[1], "w"))
 """
 
 
-def _run(cli, tmp_path: Path, body: str) -> tuple[int, str, list[float], dict | None]:
-    script, own = tmp_path / "loop.py", tmp_path / "own.json"
-    script.write_text(body)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    folders = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
-    record = json.loads((folders[0] / "run.json").read_text()) if folders else None
-    return code, err, json.loads(own.read_text()), record
-
-
-def test_a_larger_optimizer_left_unused_does_not_take_the_loops_steps(tmp_path: Path, cli) -> None:
-    code, err, own_ms, record = _run(cli, tmp_path, LOOP.format(forward_note="", forward=""))
-    assert code == 0, err
-    assert record is not None, err
+def test_a_larger_optimizer_left_unused_does_not_take_the_loops_steps(run_script) -> None:
+    done = run_script(LOOP.format(forward_note="", forward=""))
+    record, own_ms = done.record, done.own
+    assert done.code == 0 and record is not None, done.err
     assert record["metrics"]["params"]["value"] == 8 * 16 + 16 + 16 * 8 + 8  # the loop's model, not the leftover
     # The script's own stopwatch around the same passes: the first boundary is SGD's second step (the re-choice),
     # then 3 warm-up steps, then the 10 clean ones: passes 5 to 14 (from 0)
@@ -56,15 +45,15 @@ def test_a_larger_optimizer_left_unused_does_not_take_the_loops_steps(tmp_path: 
     assert not any("2 optimizers" in n for n in record["notes"])  # the first choice's notes were taken back
 
 
-def test_a_larger_optimizer_whose_model_runs_but_never_steps_is_said_by_name(tmp_path: Path, cli) -> None:
+def test_a_larger_optimizer_whose_model_runs_but_never_steps_is_said_by_name(run_script) -> None:
     """Its model ran forwards (a frozen teacher with an optimizer made for it): it might be the loop's, so it
     stays chosen, and the run that measured nothing says why, with the optimizers' names and steps."""
     body = LOOP.format(forward_note="; its model runs",
                        forward="    with torch.no_grad():\n        big(torch.randn(4, 256))\n")
-    code, err, _, record = _run(cli, tmp_path, body)
-    assert code == 0 and record is None
-    assert "never stepped, while others did (SGD: 24 steps)" in err and "AdamW (65,792 params)" in err, err
-    assert "without stepping a torch.optim optimizer" not in err
+    done = run_script(body)
+    assert done.code == 0 and done.record is None
+    assert "never stepped, while others did (SGD: 24 steps)" in done.err and "AdamW (65,792 params)" in done.err, done.err
+    assert "without stepping a torch.optim optimizer" not in done.err
 
 
 CRITIC = """
@@ -93,11 +82,12 @@ json.dump(spent, open(sys.argv[1], "w"))
 """
 
 
-def test_a_generator_chosen_while_its_critic_steps_first_stays_the_loops(tmp_path: Path, cli) -> None:
+def test_a_generator_chosen_while_its_critic_steps_first_stays_the_loops(run_script) -> None:
     """The generator's optimizer (the largest) has not stepped when the critic's steps twice, but the generator
     ran forwards for the critic's input: it is the loop's, and a step is one pass of the outer loop."""
-    code, err, own_ms, record = _run(cli, tmp_path, CRITIC)
-    assert code == 0 and record is not None, err
+    done = run_script(CRITIC)
+    record, own_ms = done.record, done.own
+    assert done.code == 0 and record is not None, done.err
     assert record["metrics"]["params"]["value"] == 16 * 128 + 128 + 128 * 16 + 16  # the generator
     truth = statistics.median(own_ms[4:14])  # the clean steps' passes: the first pass's step marks a start, 3 warm up
     assert record["metrics"]["step_time"]["value"] == pytest.approx(truth, rel=0.25), (record["metrics"]["step_time"],
@@ -105,10 +95,10 @@ def test_a_generator_chosen_while_its_critic_steps_first_stays_the_loops(tmp_pat
     assert not any("never stepped" in n for n in record["notes"])
 
 
-def test_one_pass_says_it_is_too_few_to_tell(tmp_path: Path, cli) -> None:
+def test_one_pass_says_it_is_too_few_to_tell(run_script) -> None:
     """One pass of the loop: the leftover is still the choice (nothing tells it apart yet), and the message
     says so, rather than that no optimizer stepped."""
     body = LOOP.format(forward_note="", forward="").replace("range(24)", "range(1)")
-    code, err, _, record = _run(cli, tmp_path, body)
-    assert code == 0 and record is None
-    assert "while others did (SGD: 1 step); one pass of the loop is too few" in err, err
+    done = run_script(body)
+    assert done.code == 0 and done.record is None
+    assert "while others did (SGD: 1 step); one pass of the loop is too few" in done.err, done.err

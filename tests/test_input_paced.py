@@ -42,18 +42,15 @@ json.dump({{"waits": [w * 1e3 for w in waits], "steps": [s * 1e3 for s in steps]
 UNEVEN = "time.sleep(0.012 if i % 2 else 0.0005)"
 
 
-def _run(cli, tmp_path: Path, body: str) -> tuple[dict, dict]:
-    script, own = tmp_path / "loop.py", tmp_path / "own.json"
-    script.write_text(body)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    return json.loads((folder / "run.json").read_text()), json.loads(own.read_text())
+def _run(run_script, body: str) -> tuple[dict, dict]:
+    done = run_script(body)
+    assert done.code == 0, done.err
+    return done.record, done.own
 
 
 @pytest.mark.stopwatch
-def test_steps_that_wait_unevenly_for_input_are_not_noise(tmp_path: Path, cli) -> None:
-    record, own = _run(cli, tmp_path, LOOP.format(before=UNEVEN, inside="pass"))
+def test_steps_that_wait_unevenly_for_input_are_not_noise(run_script) -> None:
+    record, own = _run(run_script, LOOP.format(before=UNEVEN, inside="pass"))
     assert not any("vary" in r for r in record["noise"]), record["noise"]
     (note,) = [n for n in record["notes"] if "only by their wait for input" in n]
     mean = float(re.search(r"The step time is therefore their mean, ([\d.]+) ms", note).group(1))
@@ -66,9 +63,9 @@ def test_steps_that_wait_unevenly_for_input_are_not_noise(tmp_path: Path, cli) -
 
 
 @pytest.mark.stopwatch
-def test_the_same_spread_inside_the_step_is_still_noise(tmp_path: Path, cli) -> None:
+def test_the_same_spread_inside_the_step_is_still_noise(run_script) -> None:
     """The same 12 ms every other step, after the forward: not a wait for input, so the run says the steps vary."""
-    record, _ = _run(cli, tmp_path, LOOP.format(before="pass", inside=UNEVEN))
+    record, _ = _run(run_script, LOOP.format(before="pass", inside=UNEVEN))
     assert any("vary" in r for r in record["noise"]), record["noise"]
     assert not any("only by their wait for input" in n for n in record["notes"])
 
@@ -159,18 +156,12 @@ json.dump(steps, open(sys.argv[1], "w"))
 
 
 @pytest.mark.stopwatch
-def test_the_rates_of_steps_that_wait_unevenly_are_of_the_mean_step(tmp_path: Path, cli) -> None:
+def test_the_rates_of_steps_that_wait_unevenly_are_of_the_mean_step(run_script) -> None:
     """tokens/s from the median of each step's rate was the rate of neither kind of step: 4 x 32 tokens over the
     mean step is what the loop delivers. Truth: 128 tokens over the script's own mean pass."""
     pytest.importorskip("transformers")
-    script, own = tmp_path / "loop.py", tmp_path / "own.json"
-    script.write_text(HF_LOOP)
-    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
+    record, steps = _run(run_script, HF_LOOP)
     assert any("only by their wait for input" in n for n in record["notes"]), (record["notes"], record["noise"])
-    steps = json.loads(own.read_text())
     truth = 4 * 32 / (statistics.mean(steps[4:14]) / 1e3)  # the clean steps' passes
     assert record["metrics"]["tokens_per_s"]["value"] == pytest.approx(truth, rel=0.15), (record["metrics"]["tokens_per_s"],
                                                                                            steps)

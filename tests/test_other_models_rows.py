@@ -8,10 +8,8 @@ well above this machine's noise.
 """
 from __future__ import annotations
 
-import json
 import re
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,19 +30,11 @@ def timed(module, sink, hold_s):
     module.register_forward_hook(end)
 """
 
-def _rows(folder: Path) -> dict[tuple[str, str], float]:
-    record = json.loads((folder / "run.json").read_text())
-    return {(b["name"], b["phase"]): b["time_ms"] for b in record["blocks"]}
 
-
-def _run(cli, tmp_path: Path, body: str, *flags: str) -> tuple[dict[tuple[str, str], float], dict[str, list[float]],
-                                                                 dict]:
-    script, own = tmp_path / "loop.py", tmp_path / "own.json"
-    script.write_text(body)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), *flags, str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    return _rows(folder), json.loads(own.read_text()), json.loads((folder / "run.json").read_text())
+def _run(run_script, body: str, *flags: str) -> tuple[dict[tuple[str, str], float], dict[str, list[float]], dict]:
+    done = run_script(body, *flags)
+    assert done.code == 0, done.err
+    return done.rows(), done.own, done.record
 
 
 def _stated_pct(record: dict) -> float:
@@ -90,8 +80,8 @@ json.dump({"other": [s * 1e3 for s in spent], "whole": [s * 1e3 for s in whole]}
 """
 
 
-def test_a_teachers_forward_is_the_other_models_row_not_the_loss(tmp_path: Path, cli) -> None:
-    rows, own, record = _run(cli, tmp_path, TEACHER)
+def test_a_teachers_forward_is_the_other_models_row_not_the_loss(run_script) -> None:
+    rows, own, record = _run(run_script, TEACHER)
     truth = statistics.median(own["other"])  # one teacher forward a step, by the script's stopwatch: >= 3 ms
     assert truth >= 3.0
     assert set(k for k in rows if k[0] == "other_models") == {("other_models", "forward")}
@@ -119,8 +109,8 @@ json.dump({"other": per_generation, "whole": whole}, open(sys.argv[1], "w"))
 """
 
 
-def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation(tmp_path: Path, cli) -> None:
-    rows, own, record = _run(cli, tmp_path, ASSISTED, "--infer")
+def test_an_assistant_models_forwards_are_the_other_models_row_of_the_generation(run_script) -> None:
+    rows, own, record = _run(run_script, ASSISTED, "--infer")
     truth = statistics.median(own["other"])  # the draft's forwards a generation, by the script's stopwatch
     assert truth >= 2.0 * 4, own  # several drafts a generation, each held 2 ms
     assert set(k for k in rows if k[0] == "other_models") <= {("other_models", "prefill"), ("other_models", "decode")}
@@ -136,7 +126,7 @@ COMPILED_STUDENT = TEACHER.replace(  # the same loop, its student compiled
     "student = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))")
 
 
-def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(tmp_path: Path, cli) -> None:
+def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(run_script) -> None:
     """The student is compiled (no hooks in it); the teacher's hooks touch nothing of the student's.
     Before, the teacher's forward was the step's `other`, and no note named it."""
     assert "torch.compile(" in COMPILED_STUDENT
@@ -146,7 +136,7 @@ def test_a_teacher_beside_a_compiled_student_has_its_row_and_nothing_recompiles(
     # optimizer) alive into the next test's run.
     torch._dynamo.reset()
     try:
-        rows, own, record = _run(cli, tmp_path, COMPILED_STUDENT)
+        rows, own, record = _run(run_script, COMPILED_STUDENT)
     finally:
         torch._dynamo.reset()
     _check(rows, own, record)

@@ -7,8 +7,6 @@ update, the row is small and gets no note.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 LOOP = """
 import torch
@@ -25,19 +23,16 @@ for i in range(30):
 """
 
 
-def _notes(cli, tmp_path: Path, update: str) -> list[str]:
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP.format(update=update))
-    code, _, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    return json.loads((folder / "run.json").read_text())["notes"]
+def _notes(run_script, update: str) -> list[str]:
+    done = run_script(LOOP.format(update=update))
+    assert done.code == 0, done.err
+    return done.record["notes"]
 
 
-def test_an_ema_update_is_named_in_the_steps_own_work(tmp_path: Path, cli) -> None:
-    (note,) = [n for n in _notes(cli, tmp_path, "ema.update_parameters(model)") if n.startswith("other (step) is")]
+def test_an_ema_update_is_named_in_the_steps_own_work(run_script) -> None:
+    (note,) = [n for n in _notes(run_script, "ema.update_parameters(model)") if n.startswith("other (step) is")]
     assert "aten::_foreach_lerp_" in note, note
 
 
-def test_without_it_the_row_gets_no_note(tmp_path: Path, cli) -> None:
-    assert not any(n.startswith("other (step) is") for n in _notes(cli, tmp_path, "pass"))
+def test_without_it_the_row_gets_no_note(run_script) -> None:
+    assert not any(n.startswith("other (step) is") for n in _notes(run_script, "pass"))

@@ -7,8 +7,6 @@ started it) got the same for its first, heavier generation. Truth: the script pu
 first three steps, which lmprof's counts make warm-up steps."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 LOOP = """
 import time, torch
@@ -23,13 +21,10 @@ for i in range(1, 15):  # 3 warm-up + 10 clean + the profiler's own warm-up step
 """
 
 
-def test_the_figures_steps_stand_in_is_not_judged_as_a_profiled_window(tmp_path: Path, cli) -> None:
-    script = tmp_path / "short.py"
-    script.write_text(LOOP)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
+def test_the_figures_steps_stand_in_is_not_judged_as_a_profiled_window(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    record = done.record
     assert any(n.startswith("no step of lmprof's profiled window completed") for n in record["notes"])
     assert record["tables"]["attribution"][0]["profiled_step_ms"][0] > 50  # the stand-in holds the 50 ms
     assert not any("profiled window" in r or "profiled step" in r for r in record["noise"]), record["noise"]

@@ -5,9 +5,7 @@ end, a loop whose every step sleeps a known, growing time, timed by the script's
 """
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,17 +71,13 @@ json.dump(times, open(sys.argv[1], "w"))
 """
 
 
-def test_lmprof_run_says_the_steps_grew_by_what_the_scripts_own_stopwatch_saw(tmp_path: Path, cli) -> None:
-    script, own = tmp_path / "grow.py", tmp_path / "own.json"
-    script.write_text(LOOP)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
-    reasons = record["noise"]
+def test_lmprof_run_says_the_steps_grew_by_what_the_scripts_own_stopwatch_saw(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    reasons = done.record["noise"]
     # the growth as the script's own stopwatch saw it, step to step (the median: lmprof's first steps and the
     # profiled ones cost more, on top of the loop's own)
-    truth = float(np.median(np.diff(json.loads(own.read_text())))) * 1e3
+    truth = float(np.median(np.diff(done.own))) * 1e3
     assert truth == pytest.approx(1.5, abs=0.3)
     said = [r for r in reasons if "grew steadily" in r]
     assert said, reasons

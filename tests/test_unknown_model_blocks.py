@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -43,13 +42,10 @@ json.dump(per_step, open(sys.argv[1], "w"))
 """
 
 
-def test_multihead_attention_has_its_row(tmp_path: Path, cli) -> None:
-    script, own = tmp_path / "lm.py", tmp_path / "own.json"
-    script.write_text(LOOP)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
+def test_multihead_attention_has_its_row(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    record = done.record
     # its ids are (sequence 32, batch 16), as nn.Transformer's default layout wants them (batch_first=False)
     assert (record["config"]["batch_size"], record["config"]["seq_len"]) == (16, 32)
     rows: dict[tuple[str, str], float] = {}
@@ -57,24 +53,21 @@ def test_multihead_attention_has_its_row(tmp_path: Path, cli) -> None:
         key = (b["name"].split("[")[0], b["phase"])
         rows[key] = rows.get(key, 0.0) + b["time_ms"]
     attn = rows.get(("encoder.layers.*.self_attn", "forward"), 0.0)
-    truth = statistics.median(json.loads(own.read_text()))  # both layers' attention forwards, a step
+    truth = statistics.median(done.own)  # both layers' attention forwards, a step
     assert attn == pytest.approx(truth, rel=0.35)
     assert rows[("encoder.layers.*.self_attn", "backward")] > 0
     assert rows.get(("model_glue", "forward"), 0.0) < 0.5 * attn  # where the attention's time was
 
 
-def test_ids_a_seq_first_model_transposes_itself_stay_batch_first(tmp_path: Path, cli) -> None:
+def test_ids_a_seq_first_model_transposes_itself_stay_batch_first(run_script) -> None:
     """The same model fed (batch 16, sequence 32) ids that it transposes itself: read as they are."""
-    script = tmp_path / "lm.py"
-    script.write_text(LOOP.replace("self.encoder(self.embedding(src), mask, is_causal=True)",
+    done = run_script(LOOP.replace("self.encoder(self.embedding(src), mask, is_causal=True)",
                                    "self.encoder(self.embedding(src).transpose(0, 1), mask, is_causal=True)"
                                    ".transpose(0, 1)")
                       .replace("torch.randint(0, 500, (32, 16))", "torch.randint(0, 500, (16, 32))")
                       .replace("json.dump(per_step, open(sys.argv[1], \"w\"))", ""))
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    config = json.loads((folder / "run.json").read_text())["config"]
+    assert done.code == 0, done.err
+    config = done.record["config"]
     assert (config["batch_size"], config["seq_len"]) == (16, 32)
 
 
@@ -111,17 +104,15 @@ for i in range(18):
 """
 
 
-def test_a_hand_written_attention_core_is_its_modules_row(tmp_path: Path, cli) -> None:
+def test_a_hand_written_attention_core_is_its_modules_row(run_script) -> None:
     """The attention between the projections (F.scaled_dot_product_attention, in the module's own forward)
     was model_glue; now its module's row. Truth: torch's own trace, event by event: the innermost lmprof
     range around every SDPA operator."""
     import gzip
 
-    script = tmp_path / "custom.py"
-    script.write_text(CUSTOM)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
+    done = run_script(CUSTOM)
+    assert done.code == 0, done.err
+    folder = done.folder
     events = json.loads(gzip.decompress((folder / "trace.json.gz").read_bytes()))["traceEvents"]
     ranges = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("lmprof:")]
     sdpa = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::_scaled_dot_product_flash_attention_for_cpu"]
