@@ -162,6 +162,6 @@ def test_the_rates_of_steps_that_wait_unevenly_are_of_the_mean_step(run_script) 
     pytest.importorskip("transformers")
     record, steps = _run(run_script, HF_LOOP)
     assert any("only by their wait for input" in n for n in record["notes"]), (record["notes"], record["noise"])
-    truth = 4 * 32 / (statistics.mean(steps[4:14]) / 1e3)  # the clean steps' passes
+    truth = 4 * 32 / (statistics.mean(steps[3:13]) / 1e3)  # the clean steps' passes (the first ends warm-up step 1)
     assert record["metrics"]["tokens_per_s"]["value"] == pytest.approx(truth, rel=0.15), (record["metrics"]["tokens_per_s"],
                                                                                            steps)
