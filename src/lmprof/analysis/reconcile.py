@@ -121,7 +121,7 @@ def reconcile(att: Attribution, clean_ms: float, cost: EventCost | None) -> Reco
             ops=round(att.issued[k], 3) if k in att.issued else (0.0 if att.issued else None),
         ))
     removed = sum(min(overhead[k], float(np.median([s.get(k, 0.0) for s in steps]))) for k in keys)
-    notes = [n for n in map(lambda b: _other_note(b, att), rows) if n]
+    notes = [n for n in (_other_note(b, att) for b in rows) if n]
     if rare:
         notes.append(f"ran in fewer than half of the {len(steps)} profiled steps, so in no row (each row is the "
                      "median step's): " + "; ".join(
