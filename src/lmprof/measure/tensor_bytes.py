@@ -14,6 +14,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
+from lmprof.workloads.stepping import params as stepped
+
 
 Range = tuple[Any, int, int]  # (storage key, first byte, end byte)
 
@@ -116,12 +118,10 @@ def trained_params(model: torch.nn.Module, optimizers: Sequence[torch.optim.Opti
     copy an optimizer keeps of 16-bit weights (apex O2, DeepSpeed's bf16 optimizer), not a parameter."""
     params: list[torch.Tensor] = list(model.parameters())
     ours, dtypes = {id(p) for p in params}, {p.dtype for p in params}
-    for opt in optimizers:
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if isinstance(p, torch.Tensor) and id(p) not in ours and (not dtypes or p.dtype in dtypes):
-                    ours.add(id(p))
-                    params.append(p)
+    for p in (p for opt in optimizers for p in stepped(opt)):
+        if id(p) not in ours and (not dtypes or p.dtype in dtypes):
+            ours.add(id(p))
+            params.append(p)
     return params
 
 

@@ -1,7 +1,8 @@
 """Which optimizers step which parameters: the optimizer hooks (pipeline/protocol/triggers.py) judge with it
 whether a step is the model's, the figures step finds the optimizers no hook saw (windows/figures.py), the
-other models beside the model are told trained or not (measure/other_models.py), and whether a user's
-optimizers keep a master copy of the model's weights is read (pipeline/protocol/observed.py)."""
+other models beside the model are told trained or not (measure/other_models.py), whether a user's
+optimizers keep a master copy of the model's weights is read (pipeline/protocol/observed.py), and the memory
+figures count the parameters the model's optimizers step outside it (measure/tensor_bytes.py)."""
 from __future__ import annotations
 
 import torch
