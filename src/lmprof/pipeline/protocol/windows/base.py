@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from lmprof.hardware.devices import Device
     from lmprof.measure.energy import EnergyMonitor
+    from lmprof.measure.other_models import Beside
     from lmprof.measure.profiling import ProfiledPhase
     from lmprof.pipeline.protocol.observed import Observed
     from lmprof.pipeline.protocol.plan import PhasePlan
@@ -71,6 +72,12 @@ class Context(Protocol):
     def fail(self, exc: BaseException) -> None: ...
 
     def abandon(self) -> None: ...
+
+
+def beside_of(ctx: Context) -> "Beside | None":
+    """The other models a window's recording gives a row of their own, where the driver looks for them (one
+    session-wide scan, observed.py: Observed.beside); None where it does not (driver.py: Driver.other_models)."""
+    return ctx.observed.beside() if ctx.driver.other_models else None
 
 
 class Window:

@@ -28,7 +28,7 @@ from lmprof.measure.window import STEP_PREFIX, GiveWay, user_profiler_active
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.probes import Probes
 from lmprof.workloads.stepping import optimizers_stepping
-from lmprof.pipeline.protocol.windows.base import Context, Window
+from lmprof.pipeline.protocol.windows.base import Context, Window, beside_of
 from lmprof.workloads.hf_interface import cache_bytes, returned_cache
 from lmprof.workloads.hooks import takes_hooks
 
@@ -230,7 +230,7 @@ class FiguresWindow(Window):
         self.step = FiguresStep(seen.model, seen.optimizers, seen.device, ctx.spec.mode, count_flops=describe,
                                 compiled=seen.compiled, phases=ctx.driver.probes_place_phases,
                                 snapshot_dir=snapshot_dir,
-                                beside=seen.beside() if ctx.driver.other_models else None)
+                                beside=beside_of(ctx))
         ctx.kineto_ran = True
         self.step.start()
         self._give_way = GiveWay(lambda: run_guarded(ctx, self._user_profiler_starts))  # after lmprof's own started

@@ -17,7 +17,7 @@ from lmprof.measure.window import GiveWay, ProfilerWindow
 from lmprof.pipeline.protocol.guard import run_guarded, why
 from lmprof.pipeline.protocol.plan import Phase
 from lmprof.pipeline.protocol.probes import Probes
-from lmprof.pipeline.protocol.windows.base import Context, Window
+from lmprof.pipeline.protocol.windows.base import Context, Window, beside_of
 
 
 class ProfiledWindow(Window):
@@ -50,7 +50,7 @@ class ProfiledWindow(Window):
         self.window = ProfilerWindow(seen.device.torch_device, folder / "trace.json.gz")
         self._probes = Probes(seen.model, ctx.spec.mode, blocks=not seen.compiled,
                               phases=ctx.driver.probes_place_phases,
-                              beside=seen.beside() if ctx.driver.other_models else None)
+                              beside=beside_of(ctx))
         self._probes.install(seen.optimizers)
         ctx.kineto_ran = True
         self.window.start()

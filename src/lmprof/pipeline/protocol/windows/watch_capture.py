@@ -20,7 +20,7 @@ from lmprof.measure.window import GiveWay, ProfilerWindow
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.guard import why
 from lmprof.pipeline.protocol.probes import Probes
-from lmprof.pipeline.protocol.windows.base import Context
+from lmprof.pipeline.protocol.windows.base import Context, beside_of
 from lmprof.record.run import RequestKind, WatchCapture
 
 MARK = "this captured window was interrupted before its record (run.json) was written\n"
@@ -50,7 +50,7 @@ class Capture:
         write_text(self.folder / INCOMPLETE, MARK)
         self._probes = Probes(seen.model, self.ctx.spec.mode, blocks=not seen.compiled,
                               phases=self.ctx.driver.probes_place_phases,
-                              beside=seen.beside() if self.ctx.driver.other_models else None)
+                              beside=beside_of(self.ctx))
         self._probes.install(seen.optimizers)
         self.window = ProfilerWindow(seen.device.torch_device, self.folder / "trace.json.gz")
         self.ctx.kineto_ran = True
