@@ -126,7 +126,7 @@ class Observed:
         direct = ("the loop calls model.forward(...) itself, which runs none of the model's own hooks: the forward "
                   "phase opens at its first submodule, and the model's own code outside its submodules and the loss "
                   "are not told apart (both in the forward's 'other'); model(...) runs them")
-        if getattr(probes, "direct", 0) and direct not in self.notes:
+        if probes.direct and direct not in self.notes:
             self.notes.append(direct)
 
     def shape(self) -> ModelShape | None:

@@ -191,6 +191,9 @@ class OptimizerTrigger:
         self._handles.clear()
         if self._scaler is not None:
             self._scaler.remove()
+        self._drop_forward_hook()
+
+    def _drop_forward_hook(self) -> None:
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
@@ -327,14 +330,12 @@ class OptimizerTrigger:
         return self._forward_hook is not None or self.session.observed.model is None
 
     def _rechoose(self, again: torch.optim.Optimizer) -> None:
-        """``again`` stepped twice: the choice goes to the largest of the optimizers that stepped: the first one's model, hooks, windows'
-        set-up and notes (the choice's and its attach's) are taken back (nothing was measured: no step of the
-        chosen one ever ended)."""
+        """``again`` stepped twice: the choice goes to the largest of the optimizers that stepped. The first one's
+        model, hooks, windows' set-up and notes (the choice's and its attach's) are taken back (nothing was
+        measured: no step of the chosen one ever ended)."""
         idle = self.chosen
         assert idle is not None
-        if self._forward_hook is not None:
-            self._forward_hook.remove()
-            self._forward_hook = None
+        self._drop_forward_hook()
         had_model = self.session.observed.model is not None
         self.session.windows.detached()
         self.session.observed.detach()
