@@ -4,8 +4,6 @@ precision with master weights): 'fp32 master weights and fp32 moments', 3.6 MiB 
 did not exist. Truth: the script's own sum of its optimizer's state tensors, and the tensors themselves."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,15 +29,12 @@ json.dump({"state": state, "dtypes": sorted({str(t.dtype) for s in opt.state.val
 """
 
 
-def test_the_estimate_keeps_the_moments_in_the_parameters_dtype(tmp_path: Path, cli) -> None:
-    script, own = tmp_path / "bf16.py", tmp_path / "own.json"
-    script.write_text(LOOP)
-    code, out, err = cli("run", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    truth = json.loads(own.read_text())
+def test_the_estimate_keeps_the_moments_in_the_parameters_dtype(run_script) -> None:
+    done = run_script(LOOP)
+    assert done.code == 0, done.err
+    truth = done.own
     assert truth["dtypes"] == ["torch.bfloat16"]  # torch's AdamW: moments in the parameters' dtype
-    (folder,) = (tmp_path / "runs").iterdir()
-    metrics = json.loads((folder / "run.json").read_text())["metrics"]
+    metrics = done.record["metrics"]
     assert metrics["memory.optimizer"]["value"] == truth["state"]
     assert metrics["memory.estimated.optimizer"]["value"] == truth["state"]
     assert "no fp32 master copy" in metrics["memory.estimated.peak"]["note"]

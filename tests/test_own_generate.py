@@ -3,9 +3,7 @@ a generation, as a Hugging Face generate() is. Before: "the script ended without
 nothing measured". Truth: the script's own stopwatch around each generate() call."""
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
@@ -38,15 +36,11 @@ json.dump(took, open(sys.argv[1], "w"))
 """
 
 
-def test_a_models_own_generate_is_a_generation(tmp_path: Path, cli) -> None:
+def test_a_models_own_generate_is_a_generation(run_script) -> None:
     had_hook = "__init_subclass__" in vars(torch.nn.Module)
-    script, own = tmp_path / "sample.py", tmp_path / "own.json"
-    script.write_text(SAMPLE)
-    code, out, err = cli("run", "--infer", "--no-report", "--out", str(tmp_path / "runs"), str(script), str(own))
-    assert code == 0, err
-    (folder,) = (tmp_path / "runs").iterdir()
-    record = json.loads((folder / "run.json").read_text())
-    took = json.loads(own.read_text())
+    done = run_script(SAMPLE, "--infer")
+    assert done.code == 0, done.err
+    record, took = done.record, done.own
     truth = statistics.median(took[1:6])  # the clean generations: after the 1 warm-up, 5 of them
     assert record["mode"] == "infer"
     assert record["metrics"]["e2e_latency"]["value"] == pytest.approx(truth, rel=0.15)
