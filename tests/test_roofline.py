@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from lmprof.estimate.flops import model_flops_per_step
+from lmprof.estimate.flops import model_flops_per_step, phase_costs
 from lmprof.estimate.mfu import block_roofline, fill_block_costs, mfu_metrics
 from lmprof.estimate.roofline import attainable, classify, ridge_point, roofline_time
 from lmprof.cli.main import main
@@ -198,7 +198,8 @@ def test_fill_blocks_and_block_roofline():
         Block(name="mlp.fc", phase="backward", time_ms=4.0, profiled_ms=5.0, pct=20.0),
         Block(name="optimizer", phase="step", time_ms=3.0, profiled_ms=3.0, pct=15.0),
     ]
-    filled = fill_block_costs(blocks, SHAPE, batch=2, seq_len=64, dtype="fp32")
+    filled = fill_block_costs(blocks, lambda phase: phase_costs(SHAPE, batch=2, seq_len=64, phase=phase,
+                                                                   dtype="fp32"))
     fc, ln, fc_b, opt = filled
     assert fc.flops == pytest.approx(4 * (2 * 2 * 64 * 128 * 512 + 2 * 64 * 512))  # matmul + bias adds
     assert fc_b.flops == pytest.approx(2 * fc.flops) and ln.bytes > 0

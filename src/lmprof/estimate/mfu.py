@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 from lmprof.dtypes import normalize_dtype
 from lmprof.estimate.flops import (
     DEFAULT_CONVENTIONS,
+    BlockCost,
     FlopConventions,
     model_flops_per_step,
     model_flops_per_token,
@@ -328,50 +329,46 @@ def utilisation_metrics(model: float, hardware: float | None, nbytes: float, tim
     return out
 
 
-def fill_block_costs(
-    blocks: Sequence[Block],
-    shape: ModelShape,
-    *,
-    batch: int,
-    seq_len: int,
-    dtype: object = "bf16",
-    decode_tokens: int = 1,
-    attention: Literal["math", "sdpa"] = "math",
-    conventions: FlopConventions = DEFAULT_CONVENTIONS,
-    phase_map: Mapping[str, str] = DEFAULT_PHASE_MAP,
-) -> list[Block]:
+def fill_block_costs(blocks: Sequence[Block], costs: Callable[[str], Sequence[BlockCost]], *,
+                     phase_map: Mapping[str, str] = DEFAULT_PHASE_MAP) -> list[Block]:
     """Copies of ``blocks`` with ``flops`` and ``bytes`` set from the analytic model.
 
-    A block's phase is mapped through ``phase_map`` (forward/backward/prefill/decode); blocks of other
-    phases (optimizer, data, ...) or unknown names are returned unchanged. Decode blocks get the sum
-    over ``decode_tokens`` steps (a phase total); pass ``decode_tokens=1`` for per-token blocks.
+    ``costs(phase)`` gives a phase's block costs (:func:`~lmprof.estimate.flops.phase_costs` at the run's
+    shape, batch, dtype, ...), asked once per phase. A block's phase is mapped through ``phase_map``
+    (forward/backward/prefill/decode); blocks of other phases (optimizer, data, ...) or unknown names are
+    returned unchanged. Decode costs are a phase total when ``phase_costs`` sums ``decode_tokens`` steps.
     """
     cache: dict[str, dict[str, tuple[float, float]]] = {}
-    out = []
-    for b in blocks:
-        phase = phase_map.get(b.phase)
-        if phase is None:
-            out.append(b)
-            continue
+
+    def cost(name: str, phase: str) -> tuple[float, float] | None:
         if phase not in cache:
-            costs = phase_costs(shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
-                                decode_tokens=decode_tokens, attention=attention, conventions=conventions)
-            cache[phase] = {c.name: (c.flops, c.bytes) for c in costs}
-        fb = cache[phase].get(b.name)
-        out.append(b if fb is None else b.model_copy(update={"flops": fb[0], "bytes": fb[1]}))
-    return out
+            cache[phase] = {c.name: (c.flops, c.bytes) for c in costs(phase)}
+        return cache[phase].get(name)
+
+    return _filled(blocks, cost, phase_map)
 
 
 def fill_facts_block_costs(blocks: Sequence[Block], facts: ModelFacts, *, decode_steps: int = 1,
                            phase_map: Mapping[str, str] = DEFAULT_PHASE_MAP) -> list[Block]:
     """:func:`fill_block_costs` from the describer's rows (a decode block: ``decode_steps`` steps of the one read)."""
     rows = {(r.name, r.phase): r for r in facts.rows}
+
+    def cost(name: str, phase: str) -> tuple[float, float] | None:
+        r = rows.get((name, phase))
+        scale = decode_steps if phase == "decode" else 1
+        return None if r is None else (r.flops * scale, r.bytes * scale)
+
+    return _filled(blocks, cost, phase_map)
+
+
+def _filled(blocks: Sequence[Block], cost: Callable[[str, str], tuple[float, float] | None],
+            phase_map: Mapping[str, str]) -> list[Block]:
+    """``blocks`` with the (FLOPs, bytes) ``cost(name, phase)`` gives each in its mapped phase; the others as they are."""
     out = []
     for b in blocks:
         phase = phase_map.get(b.phase)
-        r = rows.get((b.name, phase)) if phase is not None else None
-        scale = decode_steps if phase == "decode" else 1
-        out.append(b if r is None else b.model_copy(update={"flops": r.flops * scale, "bytes": r.bytes * scale}))
+        fb = cost(b.name, phase) if phase is not None else None
+        out.append(b if fb is None else b.model_copy(update={"flops": fb[0], "bytes": fb[1]}))
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from lmprof.estimate.flops import conventions_for
+from lmprof.estimate.flops import conventions_for, phase_costs
 from lmprof.estimate.facts import ModelFacts
 from lmprof.estimate.mfu import (Pass, block_roofline, facts_mfu_metrics, fill_block_costs, fill_facts_block_costs,
                                  formula_cost, mfu_metrics, recomputed_note, varied_mfu_metrics)
@@ -71,9 +71,9 @@ def add_costs(
                        for k, v in figures.items()}
         put_pass(run, p, figures)
     # decode_tokens scales the decode blocks, of which a prefill-only generation has none
-    run.blocks = _blocks_per_step(fill_block_costs(run.blocks, shape, batch=batch, seq_len=seq_len, dtype=dtype,
-                                                   decode_tokens=max(decode_tokens, 1), attention=attention,
-                                                   conventions=conventions), micro_batches)
+    run.blocks = _blocks_per_step(fill_block_costs(run.blocks, lambda phase: phase_costs(
+        shape, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, decode_tokens=max(decode_tokens, 1),
+        attention=attention, conventions=conventions)), micro_batches)
     run.blocks = _blocks_without_bytes(run.blocks, no_bytes)
     no_cache_note(run, kv_cache, decode_tokens)
     _roofline(run, folder, dtype, shape.name or "model", plots)
@@ -143,8 +143,9 @@ def add_varied_costs(run: Run, folder: Path, shape: ModelShape,
             device_name=run.env.device_name, device_kind=kind, dtype=dtype,
             hardware=hardware if p == "train" else None), no_bytes))
     run.blocks = _blocks_without_bytes(_mean_blocks(run.blocks, blocks_from, lambda f: fill_block_costs(
-        run.blocks, shape, batch=f[0], seq_len=f[1], decode_tokens=max(f[2], 1) if len(f) > 2 else 1, dtype=dtype,
-        attention=attention, conventions=conventions)), no_bytes)
+        run.blocks, lambda phase: phase_costs(shape, batch=f[0], seq_len=f[1], phase=phase, dtype=dtype,
+                                              decode_tokens=max(f[2], 1) if len(f) > 2 else 1, attention=attention,
+                                              conventions=conventions))), no_bytes)
     run.notes.append(note)
     _roofline(run, folder, dtype, shape.name or "model", plots)
 
