@@ -766,19 +766,13 @@ static int read_event(Scanner *s) {
                 break;
             }
             case K_PID:
-                r = read_id(s, &pid, 0);
-                break;
             case K_TID:
-                r = read_id(s, &tid, 0);
-                break;
-            case K_ID:
-                r = read_id(s, &id, -1);
+            case K_ID: /* a null id reads as -1 (none), a null pid or tid as 0 */
+                r = read_id(s, key == K_PID ? &pid : key == K_TID ? &tid : &id, key == K_ID ? -1 : 0);
                 break;
             case K_TS:
-                r = read_double(s, &ts, 0.0);
-                break;
             case K_DUR:
-                r = read_double(s, &dur, 0.0);
+                r = read_double(s, key == K_TS ? &ts : &dur, 0.0);
                 break;
             case K_ARGS:
                 if (is_null(s)) {
