@@ -46,6 +46,14 @@ def nothing_measured(what: str, plan: PhasePlan, counted: int, clean: int, unit:
             f"{plan.layout(unit)}")
 
 
+def no_step_called(what: str, unit: str, *, trains: bool) -> str:
+    """Why ``lmprof.profile()`` measured nothing when its loop never called ``prof.step()`` (``what``: how it ended):
+    there the steps are the calls, not the optimizer's steps, which the loop may well have taken."""
+    after = ", after the optimizer's step" if trains else ""
+    return (f"{what} before any prof.step() call: nothing measured (lmprof.profile() counts a {unit} at each "
+            f"prof.step(): call it once per {unit}{after}, inside the with-block)")
+
+
 def wrote(reason: str, here: str, first_call: bool, folder: Path | None) -> str:
     """What a run that ended early (``reason``, ``here``) wrote, and where."""
     rough = " (rough first-call timings: see the note)" if first_call else ""

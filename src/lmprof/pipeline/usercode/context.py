@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from lmprof.pipeline.protocol import active
+from lmprof.pipeline.protocol import active, messages
 from lmprof.pipeline.protocol.say import say
 from lmprof.pipeline.protocol.session import Session
 from lmprof.pipeline.protocol.spec import Spec
@@ -75,6 +75,9 @@ class Profile:
         if not self.session.done:
             reason = "the with-block ended" if exc_type is None else f"the loop raised {exc_type.__name__}"
             self.session.finish(reason)
+            if self.session.k == 0 and self.session.run is None:
+                spec = self.session.spec
+                self.session.message = messages.no_step_called(reason, spec.unit, trains=spec.traits.trains)
         if self.session.message and self.session.spec.verbose:
             say(f"lmprof: {self.session.message}")
 
