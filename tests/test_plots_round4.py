@@ -133,3 +133,30 @@ def test_analyze_diff_help_gives_the_order_its_usage_and_the_docs_give(cli, tmp_
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["before"], doc["after"]) == (str(before), str(after))
+
+
+def test_the_memory_plot_leaves_the_users_backend_and_says_a_small_peak_in_figures(tmp_path, drawn, monkeypatch):
+    """lmprof.profile() draws memory.png inside the user's process: it called matplotlib.use("Agg"), so a
+    script on the svg (or a notebook's inline) backend read Agg after the with-block; and a 17 KiB peak
+    was labelled "0.0 MiB"."""
+    import matplotlib
+
+    from lmprof.measure.memory_timeline import MemoryTimeline, Phase
+    from lmprof.show.memory_plot import plot_memory_timeline
+
+    switched: list[Any] = []
+    monkeypatch.setattr(matplotlib, "use", lambda *a, **k: switched.append(a))
+    before = matplotlib.get_backend()
+    params, grads = 8_448, 8_448  # a 16 x 64 x 16 MLP's fp32 weights and biases, and their grads
+    tl = MemoryTimeline(t_ms=[0.0, 0.5, 1.0], allocated=[params, params + grads, params],
+                        categories={"params": [params] * 3, "grads": [0, grads, 0]},
+                        phases=[Phase("forward", 0.0, 0.4), Phase("backward", 0.4, 1.0)], baseline=params,
+                        device="cpu", peak=params + grads, peak_ms=0.5, peak_phase="backward", activations=0, events=3)
+    plot_memory_timeline(tl, tmp_path / "memory.png", "tiny", estimated_peak=20_000)
+    assert switched == [] and matplotlib.get_backend() == before
+    (fig,) = drawn
+    texts = [t.get_text() for t in fig.axes[0].texts] + [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    want = f"{(params + grads) / 2**20:.2g}"  # 0.016 MiB
+    assert f"peak {want} MiB (backward)" in texts, texts
+    assert f"grads ({grads / 2**20:.2g} MiB at peak)" in texts and f"estimated peak {20_000 / 2**20:.2g} MiB" in texts
+    assert not any("0.0 MiB" in t for t in texts), texts

@@ -102,7 +102,7 @@ def _draw(ax: Any, tl: "MemoryTimeline", xs: Sequence[float], spans: list[tuple[
     shown = [c for c in tl.categories if any(v > 0 for v in sy[c])]
     if sx and shown:
         k = tl.allocated.index(tl.peak) if tl.peak in tl.allocated else None
-        labels = [f"{LABELS.get(c, c)} ({(tl.categories[c][k] if k is not None else 0) / MIB:.1f} MiB at peak)"
+        labels = [f"{LABELS.get(c, c)} ({_mib(tl.categories[c][k] if k is not None else 0)} MiB at peak)"
                   for c in shown]
         ax.stackplot(sx, [sy[c] for c in shown], labels=labels, colors=[COLORS.get(c, "#999999") for c in shown],
                      alpha=0.9, zorder=2, lw=0)
@@ -113,6 +113,13 @@ def _draw(ax: Any, tl: "MemoryTimeline", xs: Sequence[float], spans: list[tuple[
     ax.grid(axis="y", color="#dddddd", lw=0.6, zorder=1)
     if legend:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _mib(n: float) -> str:
+    """Bytes in MiB as the axis reads them: one decimal from 1 MiB up, two significant figures below (a
+    small model's 17 KiB peak read "0.0 MiB")."""
+    v = n / MIB
+    return f"{v:,.1f}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"
 
 
 @literal_text
@@ -128,15 +135,18 @@ def plot_memory_timeline(
     ``title`` should name model / batch / seq / dtype / device (see :func:`timeline_title`).
     ``estimated_peak`` (bytes) draws the analytic peak as a dotted line for comparison.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # The Agg canvas itself, not pyplot: lmprof.profile() and the callbacks draw this inside the user's
+    # process, where matplotlib.use("Agg") switched the user's own backend (an svg or inline one read
+    # Agg after the with-block) and pyplot kept a global figure.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     tl = timeline
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), dpi=110, gridspec_kw={"height_ratios": [3, 2]})
+    fig = Figure(figsize=(11, 8), dpi=110)
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [3, 2]})
     ymax = max([tl.peak / MIB] + ([estimated_peak / MIB] if estimated_peak else [])) * 1.12 or 1.0
     n = len(tl.t_ms)
     peak_k = tl.allocated.index(tl.peak) if tl.peak in tl.allocated else 0
@@ -146,7 +156,7 @@ def plot_memory_timeline(
     spans = [(p.name, p.start_ms, p.end_ms) for p in tl.phases]
     _draw(top, tl, tl.t_ms, spans, t_end, tl.peak_ms, ymax, max_points, legend=True)
     right_half = tl.peak_ms > (t_end / 2 if t_end else 0.0)  # keep the label inside the axes
-    top.annotate(f"peak {tl.peak / MIB:.1f} MiB" + (f" ({tl.peak_phase})" if tl.peak_phase else ""),
+    top.annotate(f"peak {_mib(tl.peak)} MiB" + (f" ({tl.peak_phase})" if tl.peak_phase else ""),
                  (tl.peak_ms, tl.peak / MIB), textcoords="offset points", xytext=(-6 if right_half else 6, 6),
                  ha="right" if right_half else "left", fontsize=9, zorder=5)
     top.set_xlabel("time in step (ms, under the profiler)")
@@ -162,14 +172,13 @@ def plot_memory_timeline(
     for ax in (top, bottom):
         if estimated_peak:
             ax.axhline(estimated_peak / MIB, color="black", ls=":", lw=1.2, zorder=4,
-                       label=f"estimated peak {estimated_peak / MIB:.1f} MiB")
+                       label=f"estimated peak {_mib(estimated_peak)} MiB")
     if estimated_peak:
         top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     top.set_title(title or f"memory over one step ({tl.device})", fontsize=11)
     fig.tight_layout()
     with atomic_path(out) as tmp:
         fig.savefig(tmp)
-    plt.close(fig)
     return out
 
 
