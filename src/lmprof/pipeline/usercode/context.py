@@ -24,6 +24,7 @@ class Profile:
         self.session = Session(spec)
         self._used = False
         self._idle = False  # another session measures this process: this one stood aside
+        self._calls = 0
         self._watch = watch_of(self.session.windows)  # found once: step() runs in every step of the loop
 
     def __enter__(self) -> "Profile":
@@ -34,6 +35,7 @@ class Profile:
                 say("lmprof: this lmprof.profile() was used before: this with-block is measured as a new run, "
                     "from warm-up")
         self._used = True
+        self._calls = 0  # prof.step() calls in this with-block (the session does not count steps it stood aside for)
         if active.claim(self.session) is not None:
             # lmprof run, a callback or another thread's lmprof.profile() measures this process already: two
             # sessions would measure the same steps twice (and two profilers at once crash kineto); this one
@@ -65,6 +67,7 @@ class Profile:
         whole-run watch's series (a device tensor is read once the device is done with it, never waited for)."""
         if loss is not None and self._watch is not None:
             self._watch.report_loss(loss)
+        self._calls += 1
         self.session.boundary()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -75,7 +78,7 @@ class Profile:
         if not self.session.done:
             reason = "the with-block ended" if exc_type is None else f"the loop raised {exc_type.__name__}"
             self.session.finish(reason)
-            if self.session.k == 0 and self.session.run is None:
+            if self._calls == 0 and self.session.run is None:
                 spec = self.session.spec
                 self.session.message = messages.no_step_called(reason, spec.unit, trains=spec.traits.trains)
         if self.session.message and self.session.spec.verbose:
