@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import shutil
+
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +236,26 @@ def _runs(out: Path) -> list[Path]:
 def test_a_script_that_closes_stderr_keeps_its_exit_code(tmp_path, monkeypatch, capfd):
     """The script closes sys.stderr and exits 4 (as under plain python: its own exit code); lmprof's
     summary came after and failed on the closed stream, which made the exit code lmprof's 1. lmprof's
-    lines now go to descriptor 2, which closing sys.stderr leaves open."""
+    lines now go to descriptor 2, which closing sys.stderr leaves open. The run is written as its window
+    completes, before the script closes the stream (which then has the summary); a window still open when
+    the stream closes is written at the end, to descriptor 2."""
     import io
 
-    script = write(tmp_path, "close.py", STEPS + "for _ in range(8):\n    step()\nsys.stderr.close()\nsys.exit(4)\n")
-    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.BytesIO()))  # the stream the script closes
-    assert _lmprof_run(tmp_path, script) == 4
-    assert len(_runs(tmp_path / "runs")) == 1 and "run folder:" in capfd.readouterr().err
+    class Kept(io.BytesIO):
+        text = b""
+
+        def close(self) -> None:
+            Kept.text = self.getvalue()
+            super().close()
+
+    for steps, before in ((8, True), (3, False)):
+        script = write(tmp_path, "close.py", STEPS + f"for _ in range({steps}):\n    step()\nsys.stderr.close()\nsys.exit(4)\n")
+        monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(Kept()))  # the stream the script closes
+        assert _lmprof_run(tmp_path, script) == 4
+        assert len(_runs(tmp_path / "runs")) == 1
+        err = capfd.readouterr().err
+        assert ("run folder:" in Kept.text.decode()) is before and ("run folder:" in err) is not before, (steps, err)
+        shutil.rmtree(tmp_path / "runs")
 
 
 def test_lmprof_profile_inside_lmprof_run_stands_aside(tmp_path, capsys):

@@ -39,6 +39,9 @@ class Driver:
     # The step may run models beside the profiled one (a teacher, a reference model): the user's loop may;
     # lmprof's own runs its model alone, and looking for others reads every live object (0.05-0.15 s)
     other_models = True
+    # The run is written as the profiled window completes, inside the loop's step (lmprof's own loop
+    # stops there and its door writes it): else a script killed after it took the measured window along
+    writes_when_complete = False
 
     def counts(self, asked: Counts) -> Counts:
         """The counts the session runs (the door's, adjusted to the loop)."""
@@ -70,6 +73,8 @@ class Driver:
 class Observer(Driver):
     """Someone else's loop; ``first_step_marks_start``: the first boundary only marks a start (``lmprof
     run``: nothing else tells when the first step began), so it counts as a warm-up step."""
+
+    writes_when_complete = True
 
     def __init__(self, first_step_marks_start: bool = False):
         self.first_step_marks_start = first_step_marks_start

@@ -87,12 +87,14 @@ class Session:
         self.clock.kind = None
 
     def window_complete(self) -> None:
-        """The profiled window completed: lmprof's hooks go unless a window watches the steps after it;
-        the rest (the trace, the figures, the run) waits for :meth:`finish`, outside the user's step."""
+        """The profiled window completed: lmprof's hooks go and, in someone else's loop, the run is written
+        now (a script killed later, by SIGKILL, the OOM killer or ``os._exit``, keeps it), unless a window
+        watches the steps after it: then the run waits for :meth:`finish`, when the loop ends."""
         self.collected = True
-        if not any(w.steps_after_window and w.active for w in self.windows):
+        watched = any(w.steps_after_window and w.active for w in self.windows)
+        if not watched:
             self._releases.run()
-        if self.spec.stop_after:
+        if self.spec.stop_after or (not watched and self.driver.writes_when_complete):
             self.finish(None)
 
     # -- setup -------------------------------------------------------------------------------------

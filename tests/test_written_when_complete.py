@@ -1,0 +1,70 @@
+"""In someone else's loop the run is written as the profiled window completes, not when the loop ends: a
+script killed afterwards (SIGKILL, the OOM killer, ``os._exit``) kept nothing. Truth: the script itself
+looks for run.json on disk after each of its steps, and a process that leaves by ``os._exit``."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+import lmprof
+from lmprof.record.run import Run
+
+FAST = ("--warmup", "1", "--steps", "2", "--profile-steps", "1")
+LOOP = """
+import glob, json, os, sys, torch
+m = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+runs = os.path.join(os.path.dirname(sys.argv[1]), "runs")
+seen = None
+for i in range(int(sys.argv[2])):
+    m(torch.randn(4, 16)).sum().backward(); opt.step(); opt.zero_grad()
+    if seen is None and glob.glob(os.path.join(runs, "*", "run.json")):
+        seen = i  # the pass after whose optimizer step run.json was on disk
+json.dump({"seen": seen}, open(sys.argv[1], "w"))
+print("done", flush=True)
+if len(sys.argv) > 3:
+    os._exit(int(sys.argv[3]))
+"""
+
+
+def test_lmprof_run_writes_the_run_inside_the_step_that_completes_the_window(run_script):
+    r = run_script(LOOP, *FAST, args=("12",))
+    assert r.code == 0 and r.out == "done\n" and r.record is not None
+    # The first optimizer step ends the warm-up step (begun with the session), then 2 clean, the profiler's
+    # warm-up and 1 profiled step: the window completes at the fifth optimizer step (pass 4), and the run is
+    # on disk right after it, with seven passes to go.
+    assert r.own == {"seen": 4}, r.err
+    assert r.record["metrics"]["step_time"]["n"] == 2
+
+
+def test_a_script_that_leaves_by_os_exit_after_the_window_keeps_its_run(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    done = subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report", "--out", str(tmp_path / "runs"), *FAST,
+                           str(script), str(tmp_path / "own.json"), "20", "5"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 5 and done.stdout == "done\n", done.stderr
+    (folder,) = (tmp_path / "runs").iterdir()
+    run = Run.load(folder)  # a whole run: no INCOMPLETE mark, every figure of the window
+    assert not (folder / "INCOMPLETE").exists() and run.metrics["step_time"].n == 2 and run.blocks
+    assert (folder / "trace.json.gz").is_file()
+
+
+def test_lmprof_profile_has_its_run_before_the_with_block_ends(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    written_at = None
+    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False,
+                        verbose=False) as prof:
+        for i in range(10):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+            if written_at is None and prof.run is not None:
+                written_at = i
+                assert (prof.folder / "run.json").is_file()
+    # 1 warm-up, 2 clean, the profiler's warm-up, 1 profiled: the fifth prof.step() completes the window
+    assert written_at == 4
