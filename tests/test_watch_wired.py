@@ -306,16 +306,19 @@ def test_trainer_callback_watch_captures_on_sigusr2_and_a_failing_watch_keeps_th
 
 
 def test_a_crash_in_the_loop_still_writes_the_run_with_the_series_so_far(tmp_path: Path) -> None:
-    """While watched, the folder is marked INCOMPLETE with watch.json in it (what a SIGKILL leaves); the
-    loop raising ends the watch, and the run is written with every step the loop finished."""
+    """While watched, the folder holds the measured window's run.json (no watch section yet) and watch.json:
+    what a SIGKILL leaves (until this session it was only marked INCOMPLETE, the window's figures lost);
+    the loop raising ends the watch, and the run is written again with every step the loop finished."""
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with pytest.raises(ValueError, match="the script's own"):
         with lmprof.profile(model, out=tmp_path, report=False, verbose=False, watch=True, **COUNTS) as prof:
             for i in range(WINDOW + 20):
                 if i == WINDOW + 8:
-                    assert (prof.session.folder / "INCOMPLETE").is_file()
-                    assert load_section(prof.session.folder).first_step == WINDOW + 1
+                    folder = prof.session.folder
+                    assert not (folder / "INCOMPLETE").exists() and Run.load(folder).watch is None
+                    assert Run.load(folder).metrics["step_time"].n == COUNTS["steps"]
+                    assert load_section(folder).first_step == WINDOW + 1
                     raise ValueError("the script's own error")
                 model(torch.randint(0, 100, (2, 8))).sum().backward()
                 opt.step()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import lmprof
@@ -68,3 +69,20 @@ def test_lmprof_profile_has_its_run_before_the_with_block_ends(tmp_path):
                 assert (prof.folder / "run.json").is_file()
     # 1 warm-up, 2 clean, the profiler's warm-up, 1 profiled: the fifth prof.step() completes the window
     assert written_at == 4
+
+
+def test_a_watched_script_killed_after_the_window_keeps_the_windows_run_beside_its_series(tmp_path):
+    """With --watch the run is written again, with the watch's section, when the script ends; one that never
+    ends (os._exit here, SIGKILL alike) keeps the measured window's run.json and the watch's own files."""
+    pytest.importorskip("pyarrow")
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    done = subprocess.run([sys.executable, "-m", "lmprof", "run", "--no-report", "--watch", "--out",
+                           str(tmp_path / "runs"), *FAST, str(script), str(tmp_path / "own.json"), "40", "7"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7 and done.stdout == "done\n", done.stderr
+    (folder,) = (tmp_path / "runs").iterdir()
+    run = Run.load(folder)
+    assert run.watch is None and run.metrics["step_time"].n == 2 and run.blocks  # the window's, whole
+    assert not (folder / "INCOMPLETE").exists() and (folder / "watch" / "watch.json").is_file()
+    assert "lmprof train" not in done.stderr  # the summary waits for the end, which never came

@@ -200,7 +200,8 @@ def profile(
     ``watch=True``: after the profiled window every step is watched until the block ends (step time,
     memory, input wait, the loss given to ``prof.step(loss=...)``), with alerts and windows captured
     when something changes, at most ``watch_max_captures``, ``watch_min_gap`` steps apart (defaults:
-    ``lmprof.counts.WATCH_LIMITS``); the run is then written when the block ends (docs/user-code.md).
+    ``lmprof.counts.WATCH_LIMITS``); the run, written as its window completes, is written again with the
+    watch's section when the block ends (docs/user-code.md).
     """
     from lmprof.pipeline.protocol.spec import Spec
     from lmprof.pipeline.usercode.context import Profile

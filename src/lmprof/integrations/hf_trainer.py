@@ -20,9 +20,10 @@ from lmprof.workloads.hooks import compiled_wrapper, unwrap
 class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: ignore[misc]  # transformers is not followed by mypy
     """Profile a Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
-    ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
-    unprofiled, or with ``watch=True`` watched to its end (docs/user-code.md, "Watching the whole run"; the
-    run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
+    The run is written as its window completes, inside that step. ``stop_after=True`` then asks the
+    Trainer to stop; otherwise training goes on unprofiled, or with ``watch=True`` watched to its end
+    (docs/user-code.md, "Watching the whole run"; the run is written again, with the watch's section,
+    when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
     source = "TrainerCallback"
@@ -51,7 +52,7 @@ class TrainerCallback(SessionCallback, transformers.TrainerCallback):  # type: i
         if s is None or s.done:
             return control
         self._step_ended()  # after the profiled window: the watch's, when there is one
-        if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
+        if (s.done or s.collected) and self.stop_after:  # else the run was written as its window completed
             s.finish(None)
             self._release()
             control.should_training_stop = True

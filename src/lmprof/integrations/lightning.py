@@ -39,9 +39,10 @@ def _loss_of(outputs: Any) -> Any:
 class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc]  # Lightning is not followed by mypy
     """Profile a Lightning Trainer's steps: warm-up, clean timed steps, a profiled window, a run folder.
 
-    ``stop_after=True`` asks the Trainer to stop once the run is written; otherwise training goes on
-    unprofiled, or with ``watch=True`` watched to its end (docs/user-code.md, "Watching the whole run"; the
-    run is then written when training ends). ``run`` and ``folder`` hold the result afterwards.
+    The run is written as its window completes, inside that step. ``stop_after=True`` then asks the
+    Trainer to stop; otherwise training goes on unprofiled, or with ``watch=True`` watched to its end
+    (docs/user-code.md, "Watching the whole run"; the run is written again, with the watch's section,
+    when training ends). ``run`` and ``folder`` hold the result afterwards.
     """
 
     source = "LightningCallback"
@@ -106,7 +107,7 @@ class LightningCallback(SessionCallback, _LightningBase):  # type: ignore[misc] 
         if s.done:
             return
         self._step_ended(_loss_of(outputs))  # after the profiled window: the watch's, when there is one
-        if (s.done or s.collected) and self.stop_after:  # else the run is written when training ends
+        if (s.done or s.collected) and self.stop_after:  # else the run was written as its window completed
             s.finish(None)
             self._release()
             trainer.should_stop = True

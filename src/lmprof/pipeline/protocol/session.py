@@ -10,6 +10,7 @@ and hands back what was measured as a :class:`~lmprof.pipeline.protocol.finish.m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from lmprof.pipeline.protocol.spec import Spec
 from lmprof.pipeline.protocol.forwards import ForwardEnds
 from lmprof.pipeline.protocol.timing import Generation, StepClock, Timings, rough_kind
 from lmprof.pipeline.protocol.windows import windows_for
-from lmprof.workloads.hf_interface import generate_compiles
+from lmprof.workloads.hf_interface import forward_tokens, generate_compiles
 from lmprof.workloads.hooks import unwrap
 
 
@@ -67,6 +68,7 @@ class Session:
         self._releases = Releases()
         self.on_done = self._releases.add  # call a function once lmprof's hooks go (triggers remove theirs there)
         self._forwards: ForwardEnds | None = None  # hooks that mark a generation's forwards (forwards.py)
+        self._window: tuple[Any, Any] | None = None  # a watched run's exported window, written at its completion
 
     # -- what the windows use (windows/base.py: Context) ------------------------------------------
     def _make_plan(self) -> PhasePlan:
@@ -87,9 +89,8 @@ class Session:
         self.clock.kind = None
 
     def window_complete(self) -> None:
-        """The profiled window completed: lmprof's hooks go and, in someone else's loop, the run is written
-        now (a script killed later, by SIGKILL, the OOM killer or ``os._exit``, keeps it), unless a window
-        watches the steps after it: then the run waits for :meth:`finish`, when the loop ends."""
+        """The profiled window completed: lmprof's hooks go; in someone else's loop the run is written now (a
+        script killed later keeps it), a watched run's window at this boundary's end (:meth:`_end`)."""
         self.collected = True
         watched = any(w.steps_after_window and w.active for w in self.windows)
         if not watched:
@@ -136,6 +137,9 @@ class Session:
             self.timings.keep(value, self.clock.kind)
         for w in self.windows:
             w.step_ends(n)
+        if self._window is None and self.collected and not self.done and self.driver.writes_when_complete:
+            self._window = (self.windows.profiled.export(), self.windows.compile.report())  # watched: the window's
+            self.driver.finished(self._measured(*self._window, quiet=True))  # run now; finish() adds the watch's
 
     @guarded
     def boundary(self) -> None:
@@ -187,11 +191,8 @@ class Session:
         model = self.observed.model
         if self.driver.hooks_forwards and self._forwards is None and model is not None:
             self._forwards = ForwardEnds.installed(model, self.forward_end, self.on_done, self.observed.compiled)
-        ids = (kwargs or {}).get("input_ids", args[0] if args else None)
-        if ids is None:  # generate(inputs_embeds=...): a prompt of embeddings, its (batch, length) the same
-            ids = (kwargs or {}).get("inputs_embeds")
         self._begin(self.k + 1)
-        self.clock.generation_begins(ids)
+        self.clock.generation_begins(forward_tokens(args, kwargs or {})[0])  # the prompt's ids, else its embeddings
 
     @guarded
     def forward_end(self, output: Any = None, ids: Any = None) -> None:
@@ -230,17 +231,14 @@ class Session:
         what it does (``lmprof run`` and the like: the run written, :attr:`run`)."""
         if self.done or self._finishing:
             return self.measured
-        # Not done until written: a failure below leaves the session to fail(), which says so.
-        self._finishing, self._ending = True, reason is not None
-        if self.collected:
-            reason = None  # the window completed: a whole run, whatever ended the loop afterwards
+        self._finishing, self._ending = True, reason is not None  # not done until written: a failure goes to fail()
+        reason = None if self.collected else reason  # the window completed: a whole run, whatever ended the loop
         unit, seen = self.spec.unit, self.observed
         here = messages.where(self.plan, self.k, self.timings.clean, self.windows.profiled.complete, unit)
         try:
             for w in self.windows.more:
                 w.stop()  # the run's end is theirs too (the whole-run watch): what they measured is kept
-            profile = self.windows.profiled.export()
-            compiled = self.windows.compile.report()
+            profile, compiled = self._window or (self.windows.profiled.export(), self.windows.compile.report())
         finally:
             self._teardown()
         seen.notes.extend(filter(None, (self.aside.note(unit),
@@ -252,11 +250,7 @@ class Session:
             self._folder.settle(None)  # nothing measured: a trace of a window that never completed goes with the folder
             self.done = True
             return None
-        folder = self.claim_folder()
-        if profile is None or not profile.steps:
-            profile = self.windows.figures.profile(folder, unit) or profile
-        self.measured = measured(self.spec, self.plan, folder, seen, self.timings, profile, compiled, self.windows,
-                                 self.describe)
+        self.measured = self._measured(profile, compiled)
         self.run = self.driver.finished(self.measured)
         self._folder.settle("lmprof stopped while writing it")
         self.done = True
@@ -266,6 +260,12 @@ class Session:
             self.stop_again = StopAgain.after_writing(self.folder)
             raise StopScript()
         return self.measured
+
+    def _measured(self, profile: Any, compiled: Any, quiet: bool = False) -> Measured:
+        """What was measured, into the claimed folder (``quiet``: no summary; the run is written again later)."""
+        spec = dataclasses.replace(self.spec, verbose=False) if quiet else self.spec
+        return measured(spec, self.plan, self.claim_folder(), self.observed, self.timings, profile, compiled,
+                        self.windows, self.describe)
 
     def assemble_capture(self, folder: Path, profile: Any, step_s: list[float], config: dict[str, Any],
                          per_step: tuple[float | None, float | None, float | None, float | None]) -> Any:

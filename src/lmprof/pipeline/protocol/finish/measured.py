@@ -78,6 +78,8 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
     """The record of a finished session (called once its windows are stopped); ``describe``: the
     driver's account of the run, given the model's facts."""
     assert seen.device is not None
+    if profile is None or not profile.steps:  # the figures step's recording stands in for a window never completed
+        profile = windows.figures.profile(folder, spec.unit) or profile
     facts = model_facts(seen)
     said = describe(facts)
     step = windows.figures.result()

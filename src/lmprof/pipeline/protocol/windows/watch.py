@@ -11,8 +11,8 @@ rows go to the detectors (analysis/watch_detect.py), the live panel and the door
 (``--log-to``). An alert that a profile of the next steps can explain, SIGUSR2 or a ``capture`` file in
 the run folder asks for a capture (windows/watch_capture.py), rate-limited (analysis/watch_capture.py).
 ``watch/watch.json`` is rewritten when an alert opens or closes or a capture begins or ends, so a run
-that never reaches run.json keeps the alerts so far; the run's end closes the series and puts the
-section into the run (:class:`WatchResult`), with what grew in each capture against the run's own
+killed while watched keeps the alerts so far beside the measured window's run.json (written as the
+window completed); the run's end closes the series and puts the section into the run (:class:`WatchResult`), with what grew in each capture against the run's own
 profiled window.
 
 Nothing of the watch may break the user's program or lose the run measured before it: a failure of
@@ -64,7 +64,8 @@ UNUSUAL_RUN = 3  # steps in a row beyond the drift limit (or waiting long for in
 FEED_COST_S = 1e-4  # a feed's cost until one is measured: its cost alone (0.5-2 ms in a loop), so the first comes early
 SINK_EVERY_S = 1.0  # the step sink (a tracker) gets the latest step at most this often
 RECENT = 16  # watched steps a capture's clean figure is the median of
-MARK = "this run is being watched: its record (run.json) is written when the script ends\n"
+MARK = ("this run is being watched: its record (run.json) is written as the profiled window completes, and again, "
+        "with the watch's section, when the script ends\n")
 ARMED, WATCHING, STOPPED = "armed", "watching", "stopped"
 
 
