@@ -2,8 +2,8 @@
 
 :func:`run_folder` claims a new folder with an exclusive ``mkdir`` (two runs never share one);
 :func:`incomplete_until_saved` (lmprof's own loops) marks it ``INCOMPLETE`` while a run measures
-into it, and :func:`settle` (a session in someone else's loop, which writes nothing into the folder
-inside the user's steps) judges it when the run ends, so a folder holding only a trace is never
+into it, and :func:`settle` (a session in someone else's loop, which writes the run into the folder
+as the profiled window completes) judges it when the run ends, so a folder holding only a trace is never
 mistaken for a finished run: a folder has run.json, or is marked INCOMPLETE with what it holds and
 why, or is removed.
 """
@@ -102,7 +102,8 @@ def settle(folder: Path, why: str | None) -> None:
 class SessionFolder:
     """A session's run folder: the door's own (``run_dir``, which the door marks while it measures), or
     claimed under ``out`` when first needed and settled by the session when the run ends (:func:`settle`).
-    Nothing is written into a claimed folder before the run ends: no write inside the user's steps."""
+    The run is written into it as the profiled window completes, inside that step of the user's loop (a
+    script killed afterwards keeps it); nothing before."""
 
     def __init__(self, out: str | Path, mode: str, label: str, run_dir: Path | None):
         self.out, self.mode, self.label, self.run_dir = out, mode, label, run_dir

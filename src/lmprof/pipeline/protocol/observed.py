@@ -2,7 +2,7 @@
 
 A driver that owns its loop (``lmprof train`` / ``infer``) describes its workload up front
 (:class:`Known`); for someone else's loop the same facts are read off the model once the run is
-over (:func:`model_facts`), never inside the user's step.
+over (:func:`model_facts`): as the profiled window completes, never inside a measured step.
 """
 from __future__ import annotations
 
