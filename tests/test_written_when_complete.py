@@ -3,6 +3,8 @@ script killed afterwards (SIGKILL, the OOM killer, ``os._exit``) kept nothing. T
 looks for run.json on disk after each of its steps, and a process that leaves by ``os._exit``."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 
@@ -86,3 +88,38 @@ def test_a_watched_script_killed_after_the_window_keeps_the_windows_run_beside_i
     assert run.watch is None and run.metrics["step_time"].n == 2 and run.blocks  # the window's, whole
     assert not (folder / "INCOMPLETE").exists() and (folder / "watch" / "watch.json").is_file()
     assert "lmprof train" not in done.stderr  # the summary waits for the end, which never came
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_that_arrives_while_the_run_is_written_waits_for_the_write(tmp_path, monkeypatch, signum):
+    """A Ctrl-C (or a kill) in the middle of writing the run interrupted the write: the folder kept a trace and
+    no run.json, nor the INCOMPLETE mark that says so. Now the signal is held: the run is written whole, then
+    the signal takes effect through the handler that was there (KeyboardInterrupt; the script's own)."""
+    from lmprof.pipeline.protocol.finish import write as write_module
+
+    real = write_module.write
+    seen: list[tuple[int, bool]] = []
+
+    def interrupted(run, folder, spec):
+        signal.raise_signal(signum)  # arrives as the write begins
+        real(run, folder, spec)
+
+    monkeypatch.setattr(write_module, "write", interrupted)
+    own = signal.signal(signal.SIGTERM, lambda n, f: seen.append((n, any(tmp_path.glob("*/run.json")))))
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(KeyboardInterrupt) if signum == signal.SIGINT else contextlib.nullcontext():
+            with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False,
+                                verbose=False) as prof:
+                for _ in range(8):
+                    model(torch.randn(4, 16)).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    prof.step()
+    finally:
+        signal.signal(signal.SIGTERM, own)
+    (folder,) = tmp_path.iterdir()
+    assert Run.load(folder).metrics["step_time"].n == 2 and not (folder / "INCOMPLETE").exists()
+    if signum == signal.SIGTERM:
+        assert seen == [(signal.SIGTERM, True)]  # the script's own handler ran once, after run.json was there

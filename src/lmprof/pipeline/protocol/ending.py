@@ -3,6 +3,7 @@
 * SIGTERM (``timeout``, Slurm, Kubernetes, ``docker stop``): what was measured is written, one line
   says so, then the process dies of the signal, as it would have without lmprof (exit status 128+15
   seen from a shell). SIGINT goes through Python's own KeyboardInterrupt and ends the same way.
+  Either one that arrives while a run is written is held until the write is done (:func:`holding_signals`).
 * ``--stop-after`` raises StopScript into the script once the run is written. A loop with a bare
   ``except:`` swallows it; the next optimizer step or model forward then ends the process: atexit
   handlers run, stdout and stderr are flushed, and it exits 0 (``os._exit``: nothing else can be
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import threading
@@ -36,6 +38,37 @@ def die_by(signum: int) -> None:
     say.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def holding_signals(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` (a run being written) with SIGINT and SIGTERM held: one that arrives meanwhile takes effect
+    as ``fn`` returns, through the handler that was there (a KeyboardInterrupt, lmprof run's SIGTERM, the
+    script's own), so a Ctrl-C or a ``kill`` in the middle of the write no longer leaves half a run folder
+    (a trace and no run.json, nor the mark that says so). Off the main thread ``fn`` runs as it is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread() or _holding:
+            return fn(*args, **kwargs)
+        got: list[int] = []
+        held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        held = {s: h for s, h in held.items() if h is not None}  # a handler set outside Python stays as it is
+        for s in held:
+            signal.signal(s, lambda signum, frame: got.append(signum))
+        _holding.append(True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _holding.clear()
+            for s, h in held.items():
+                signal.signal(s, h)
+            if got:
+                signal.raise_signal(got[0])
+
+    return wrapper
+
+
+_holding: list[bool] = []  # a write in progress holds the signals already (finish inside finish returns at once)
 
 
 class TermHandler:

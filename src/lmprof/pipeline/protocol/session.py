@@ -22,7 +22,7 @@ from lmprof import gc_hold
 from lmprof.hardware.devices import Device
 from lmprof.pipeline.protocol import messages
 from lmprof.pipeline.protocol.driver import Driver, Observer
-from lmprof.pipeline.protocol.ending import StopAgain, StopScript
+from lmprof.pipeline.protocol.ending import StopAgain, StopScript, holding_signals
 from lmprof.pipeline.protocol.finish.capture import capture_run
 from lmprof.pipeline.protocol.finish.measured import Described, Measured, measured
 from lmprof.pipeline.protocol.folder import SessionFolder
@@ -223,6 +223,7 @@ class Session:
 
     # -- the end -----------------------------------------------------------------------------------
     @guarded
+    @holding_signals
     def finish(self, reason: str | None) -> Measured | None:
         """End the session: stop what runs, collect what was measured, say what happened.
 
@@ -277,8 +278,7 @@ class Session:
         return self.driver.describe(self.spec, self.counts, facts, self.observed)
 
     def _teardown(self) -> None:
-        """Stop every window, keeping nothing it still held, and remove every hook; each part runs even
-        when another one fails."""
+        """Stop every window, keeping nothing it held, and remove every hook; each part runs if another fails."""
         for w in self.windows:
             with contextlib.suppress(Exception):
                 w.abort()
