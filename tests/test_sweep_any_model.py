@@ -253,3 +253,62 @@ def test_a_changed_script_spec_never_merges_into_recorded_points(tmp_path: Path)
             store.plan(changed, "{}")  # the same label, another configuration: refused, nothing merged
         store.plan(first, "{}")  # the unchanged spec plans the same point again
         assert store.statuses() == {first[0].id: "ok"}
+
+
+AFTER = """
+import argparse, os
+import torch
+p = argparse.ArgumentParser()
+p.add_argument("--then", default="")
+p.add_argument("--batch_size", type=int, default=2)
+p.add_argument("--block_size", type=int, default=8)
+a = p.parse_args()
+model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(6):  # the window (1 warm-up, 1 clean, the profiler's, 1 profiled) completes at step 4
+    x = torch.randint(0, 64, (a.batch_size, a.block_size))
+    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+    opt.step()
+    opt.zero_grad()
+if a.then == "killed":
+    os.kill(os.getpid(), 9)  # the kernel's OOM killer, a preemption: SIGKILL, nothing runs after it
+raise ValueError("the evaluation after training failed")
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_fails_or_is_killed_after_its_measured_window_is_a_whole_point(tmp_path: Path) -> None:
+    """A script's run is written as its profiled window completes: what the script does after it (a crash, a
+    SIGKILL) no longer makes a point whose measurement is whole an error or an oom that --resume runs again from
+    scratch; the message says what came after. Truth: the record is there, whole, read without lmprof."""
+    script = tmp_path / "after.py"
+    script.write_text(textwrap.dedent(AFTER))
+    spec = {"script": str(script), "name": "after", "args": {"--then": ["raise", "killed"]},
+            "fixed_args": ["--batch_size", "2", "--block_size", "8"], "batch_size_arg": "--batch_size",
+            "seq_len_arg": "--block_size", **FAST}
+    path = tmp_path / "after.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    summary = run_sweep(load_spec(path), tmp_path / "sweep")
+    assert summary.counts == {"ok": 2}
+    for label, row in _rows(tmp_path / "sweep").items():
+        then = "killed by signal 9 (SIGKILL)" if "killed" in label else "ValueError: the evaluation after training failed"
+        assert row["status"] == "ok" and then in row["message"], row
+        assert row["message"].startswith("measured whole (run.json written as the profiled window completed); then ")
+        record = json.loads((tmp_path / "sweep" / row["run_dir"] / "run.json").read_text())
+        assert record["metrics"]["step_time"]["n"] == 1 and record["blocks"]
+
+
+def test_a_worker_still_running_at_the_timeout_after_writing_its_run_is_ok(tmp_path: Path) -> None:
+    """The timeout's side of it: a worker (here a stand-in for python that writes run.json, then hangs) killed at
+    timeout_s with its record written is ok, the message saying it was stopped."""
+    from lmprof.sweep.runner import run_point
+
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho \'{"whole": true}\' > "$4/run.json"\nexec sleep 30\n')  # -m worker POINT RUN_DIR
+    fake.chmod(0o755)
+    point = ScriptPoint(mode="train", model="after", script=str(tmp_path / "s.py"), argv=[], grid={})
+    outcome = run_point(point, tmp_path / "run", timeout_s=0.5, python=str(fake))
+    assert outcome.status == "ok", outcome
+    assert outcome.message == ("measured whole (run.json written as the profiled window completed); then no result "
+                               "after 0.5 s (timeout_s): the worker was killed")
+    assert json.loads((tmp_path / "run" / "run.json").read_text()) == {"whole": True}

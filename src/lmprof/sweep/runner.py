@@ -201,15 +201,23 @@ def run_point(point: AnyPoint, run_dir: Path, timeout_s: float, python: str = sy
         else:
             proc = start_worker(point_json, run_dir, fh, python)
         try:
-            rc = proc.wait(timeout=timeout_s)
+            rc: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            return Outcome("timeout", f"no result after {timeout_s:g} s (timeout_s): the worker was killed",
-                           started, _now(), time.monotonic() - t0)
+            rc = None
         except BaseException:
             _kill_group(proc)  # interrupted (Ctrl-C, SIGTERM): never leave the worker behind
             raise
-    status, message = classify(rc, _tail(log), (run_dir / "run.json").is_file())
+    has_record = (run_dir / "run.json").is_file()
+    message: str | None
+    if rc is None:
+        status, message = "timeout", f"no result after {timeout_s:g} s (timeout_s): the worker was killed"
+    else:
+        status, message = classify(rc, _tail(log), has_record)
+    if status != "ok" and has_record:
+        # a script's run is written as its profiled window completes: what failed came after a whole
+        # measurement (run.json is written atomically), which a --resume would otherwise throw away
+        status, message = "ok", f"measured whole (run.json written as the profiled window completed); then {message}"
     return Outcome(status, message, started, _now(), time.monotonic() - t0)
 
 
