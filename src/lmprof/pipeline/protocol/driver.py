@@ -4,8 +4,8 @@ someone else's loop; lmprof's own is own_loop.py).
 :class:`Observer` — someone else's loop (``lmprof run``, ``lmprof.profile()``, the Trainer and
 Lightning callbacks): lmprof only watches. Its probes place the phase scopes, a hook on the model
 sees a generation's forwards, the figures step is the second warm-up step, a failure of lmprof's ends
-the session with one line (the user's program goes on), and the session writes the run itself when
-it ends, wherever that happens (a hook, a signal, the with-block's end).
+the session with one line (the user's program goes on), and the session writes the run itself as the
+profiled window completes, inside that step (else when it ends: a hook, a signal, the with-block's end).
 
 :class:`OwnLoop` — lmprof's own loop (``lmprof train`` / ``infer``): its step places its own phase
 scopes and reports each forward's end, the figures step is one extra untimed warm-up step, the
