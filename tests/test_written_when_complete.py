@@ -55,22 +55,30 @@ def test_a_script_that_leaves_by_os_exit_after_the_window_keeps_its_run(tmp_path
     assert (folder / "trace.json.gz").is_file()
 
 
-def test_lmprof_profile_has_its_run_before_the_with_block_ends(tmp_path):
+def _profiled_loop(out, passes: int, after_step=lambda i, prof: None) -> None:
+    """A small model's training loop under lmprof.profile() (1 warm-up, 2 clean, 1 profiled step)."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    written_at = None
-    with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False,
-                        verbose=False) as prof:
-        for i in range(10):
+    with lmprof.profile(model, out=out, warmup=1, steps=2, profile_steps=1, report=False, verbose=False) as prof:
+        for i in range(passes):
             model(torch.randn(4, 16)).sum().backward()
             opt.step()
             opt.zero_grad()
             prof.step()
-            if written_at is None and prof.run is not None:
-                written_at = i
-                assert (prof.folder / "run.json").is_file()
+            after_step(i, prof)
+
+
+def test_lmprof_profile_has_its_run_before_the_with_block_ends(tmp_path):
+    written: list[int] = []
+
+    def look(i, prof):
+        if not written and prof.run is not None:
+            written.append(i)
+            assert (prof.folder / "run.json").is_file()
+
+    _profiled_loop(tmp_path, 10, look)
     # 1 warm-up, 2 clean, the profiler's warm-up, 1 profiled: the fifth prof.step() completes the window
-    assert written_at == 4
+    assert written == [4]
 
 
 def test_a_watched_script_killed_after_the_window_keeps_the_windows_run_beside_its_series(tmp_path):
@@ -107,16 +115,8 @@ def test_a_signal_that_arrives_while_the_run_is_written_waits_for_the_write(tmp_
     monkeypatch.setattr(write_module, "write", interrupted)
     own = signal.signal(signal.SIGTERM, lambda n, f: seen.append((n, any(tmp_path.glob("*/run.json")))))
     try:
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with pytest.raises(KeyboardInterrupt) if signum == signal.SIGINT else contextlib.nullcontext():
-            with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False,
-                                verbose=False) as prof:
-                for _ in range(8):
-                    model(torch.randn(4, 16)).sum().backward()
-                    opt.step()
-                    opt.zero_grad()
-                    prof.step()
+            _profiled_loop(tmp_path, 8)
     finally:
         signal.signal(signal.SIGTERM, own)
     (folder,) = tmp_path.iterdir()
