@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmprof.pipeline.protocol.folder import INCOMPLETE
-from lmprof.pipeline.protocol.say import err
+from lmprof.pipeline.protocol.say import beside_bars, err
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
 
@@ -26,9 +26,11 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
 
     stream = err()
     console = Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 120)
-    render(run, console, folder=str(folder))
+    with beside_bars(stream):  # the script's progress bars: the summary may come mid-training
+        render(run, console, folder=str(folder))
     if spec.report:
         from lmprof.show.report import write_run_report
 
         path = write_run_report(run, folder)
-        console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")
+        with beside_bars(stream):
+            console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")
