@@ -123,3 +123,62 @@ def test_a_signal_that_arrives_while_the_run_is_written_waits_for_the_write(tmp_
     assert Run.load(folder).metrics["step_time"].n == 2 and not (folder / "INCOMPLETE").exists()
     if signum == signal.SIGTERM:
         assert seen == [(signal.SIGTERM, True)]  # the script's own handler ran once, after run.json was there
+
+
+class GracefulExit(Exception):
+    """What a training script's own SIGTERM handler raises to leave its loop and save a checkpoint."""
+
+
+def test_a_scripts_signal_handler_that_raises_reaches_the_script_after_the_write(tmp_path, monkeypatch):
+    """The held signal's handler runs inside lmprof's hook; an exception it raises is the script's (its way out of
+    the loop), not lmprof's failure: it was taken for one, said in a line and swallowed, and the loop went on."""
+    from lmprof.pipeline.protocol.finish import write as write_module
+
+    real = write_module.write
+
+    def interrupted(run, folder, spec):
+        signal.raise_signal(signal.SIGTERM)
+        real(run, folder, spec)
+
+    def graceful(signum, frame):
+        raise GracefulExit("checkpoint and leave")
+
+    monkeypatch.setattr(write_module, "write", interrupted)
+    own = signal.signal(signal.SIGTERM, graceful)
+    passes: list[int] = []
+    try:
+        with pytest.raises(GracefulExit, match="checkpoint and leave"):
+            _profiled_loop(tmp_path, 12, lambda i, prof: passes.append(i))
+    finally:
+        signal.signal(signal.SIGTERM, own)
+    assert passes == [0, 1, 2, 3]  # it left in the step that completed the window (the fifth), as it asked
+    (folder,) = tmp_path.iterdir()
+    assert Run.load(folder).metrics["step_time"].n == 2
+
+
+def test_an_alarm_whose_handler_raises_inside_lmprofs_hook_is_the_scripts(tmp_path, monkeypatch, capsys):
+    """A per-step timeout the script set with signal.alarm fires while lmprof's hook runs (here: as the run is
+    written; SIGALRM is not held): the TimeoutError its handler raises goes to the script, which asked for it, and
+    lmprof ends its measurement with one line, the folder marked for what it holds."""
+    from lmprof.pipeline.protocol.finish import write as write_module
+
+    real = write_module.write
+
+    def interrupted(run, folder, spec):
+        signal.raise_signal(signal.SIGALRM)
+        real(run, folder, spec)
+
+    def timed_out(signum, frame):
+        raise TimeoutError("step took too long")
+
+    monkeypatch.setattr(write_module, "write", interrupted)
+    own = signal.signal(signal.SIGALRM, timed_out)
+    try:
+        with pytest.raises(TimeoutError, match="step took too long"):
+            _profiled_loop(tmp_path, 12)
+    finally:
+        signal.signal(signal.SIGALRM, own)
+    err = capsys.readouterr().err
+    assert "lmprof: could not write the report (TimeoutError: step took too long)" in err, err
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "INCOMPLETE").is_file() and not (folder / "run.json").exists()

@@ -63,7 +63,7 @@ def holding_signals(fn: Callable[..., Any]) -> Callable[..., Any]:
             for s, h in held.items():
                 signal.signal(s, h)
             if got:
-                signal.raise_signal(got[0])
+                signal.raise_signal(got[0])  # its handler runs here (what it raises is the script's: guard.py)
 
     return wrapper
 

@@ -9,10 +9,12 @@
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import re
+import signal
 import sys
 import traceback
 from typing import Any, Callable, Protocol, TypeVar
@@ -29,6 +31,7 @@ class Guarded(Protocol):
     """What :func:`run_guarded` needs of a session."""
 
     failed: bool
+    done: bool
     pid: int
 
     @property
@@ -82,6 +85,27 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # src/lmprof
+
+
+def raised_by_a_signal_handler(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of one of the script's signal handlers (a graceful exit on SIGTERM, an alarm's
+    timeout), which Python runs wherever the main thread is, lmprof's hooks included: the script's, not lmprof's."""
+    handlers = set()
+    for signum in signal.valid_signals():
+        with contextlib.suppress(ValueError, OSError):
+            handler = signal.getsignal(signum)
+            code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+            if code is not None and not code.co_filename.startswith(_PACKAGE):
+                handlers.add(code)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def run_guarded(session: Guarded, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``fn`` for ``session`` as :func:`guarded` does (for hooks that are not the session's own
     methods: a trigger's, a window's)."""
@@ -90,6 +114,10 @@ def run_guarded(session: Guarded, fn: Callable[..., Any], *args: Any, **kwargs: 
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
+        if raised_by_a_signal_handler(exc):
+            if not session.done:
+                session.fail(exc)  # the measurement ends here (its state is wherever the signal found it)
+            raise  # to the script, whose handler raised it to leave what it was doing
         if session.raises:
             session.abandon()  # lmprof's own loop: nothing of the user's to protect, the error goes on
             raise

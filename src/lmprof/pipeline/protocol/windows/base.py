@@ -43,6 +43,7 @@ class Context(Protocol):
     clock: "StepClock"  # the running step's marks (a window's forward hook marks the step's first forward)
     kineto_ran: bool  # lmprof started a profiler in this process (a forked child must not finalize)
     failed: bool
+    done: bool
     pid: int
     raises: bool  # lmprof's own failures go on to the caller (guard.py)
 
