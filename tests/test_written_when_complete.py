@@ -98,27 +98,36 @@ def test_a_watched_script_killed_after_the_window_keeps_the_windows_run_beside_i
     assert "lmprof train" not in done.stderr  # the summary waits for the end, which never came
 
 
+@contextlib.contextmanager
+def signal_as_the_run_is_written(monkeypatch, signum: int, handler):
+    """``signum`` raised as lmprof begins to write the run (``handler`` installed for it meanwhile)."""
+    from lmprof.pipeline.protocol.finish import write as write_module
+
+    real = write_module.write
+
+    def interrupted(run, folder, spec):
+        signal.raise_signal(signum)
+        real(run, folder, spec)
+
+    monkeypatch.setattr(write_module, "write", interrupted)
+    own = signal.signal(signum, handler) if handler is not None else None
+    try:
+        yield
+    finally:
+        if own is not None:
+            signal.signal(signum, own)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_that_arrives_while_the_run_is_written_waits_for_the_write(tmp_path, monkeypatch, signum):
     """A Ctrl-C (or a kill) in the middle of writing the run interrupted the write: the folder kept a trace and
     no run.json, nor the INCOMPLETE mark that says so. Now the signal is held: the run is written whole, then
     the signal takes effect through the handler that was there (KeyboardInterrupt; the script's own)."""
-    from lmprof.pipeline.protocol.finish import write as write_module
-
-    real = write_module.write
     seen: list[tuple[int, bool]] = []
-
-    def interrupted(run, folder, spec):
-        signal.raise_signal(signum)  # arrives as the write begins
-        real(run, folder, spec)
-
-    monkeypatch.setattr(write_module, "write", interrupted)
-    own = signal.signal(signal.SIGTERM, lambda n, f: seen.append((n, any(tmp_path.glob("*/run.json")))))
-    try:
+    own = None if signum == signal.SIGINT else (lambda n, f: seen.append((n, any(tmp_path.glob("*/run.json")))))
+    with signal_as_the_run_is_written(monkeypatch, signum, own):
         with pytest.raises(KeyboardInterrupt) if signum == signal.SIGINT else contextlib.nullcontext():
             _profiled_loop(tmp_path, 8)
-    finally:
-        signal.signal(signal.SIGTERM, own)
     (folder,) = tmp_path.iterdir()
     assert Run.load(folder).metrics["step_time"].n == 2 and not (folder / "INCOMPLETE").exists()
     if signum == signal.SIGTERM:
@@ -129,28 +138,19 @@ class GracefulExit(Exception):
     """What a training script's own SIGTERM handler raises to leave its loop and save a checkpoint."""
 
 
+def _raise(exc: Exception):
+    def handler(signum, frame):
+        raise exc
+    return handler
+
+
 def test_a_scripts_signal_handler_that_raises_reaches_the_script_after_the_write(tmp_path, monkeypatch):
     """The held signal's handler runs inside lmprof's hook; an exception it raises is the script's (its way out of
     the loop), not lmprof's failure: it was taken for one, said in a line and swallowed, and the loop went on."""
-    from lmprof.pipeline.protocol.finish import write as write_module
-
-    real = write_module.write
-
-    def interrupted(run, folder, spec):
-        signal.raise_signal(signal.SIGTERM)
-        real(run, folder, spec)
-
-    def graceful(signum, frame):
-        raise GracefulExit("checkpoint and leave")
-
-    monkeypatch.setattr(write_module, "write", interrupted)
-    own = signal.signal(signal.SIGTERM, graceful)
     passes: list[int] = []
-    try:
+    with signal_as_the_run_is_written(monkeypatch, signal.SIGTERM, _raise(GracefulExit("checkpoint and leave"))):
         with pytest.raises(GracefulExit, match="checkpoint and leave"):
             _profiled_loop(tmp_path, 12, lambda i, prof: passes.append(i))
-    finally:
-        signal.signal(signal.SIGTERM, own)
     assert passes == [0, 1, 2, 3]  # it left in the step that completed the window (the fifth), as it asked
     (folder,) = tmp_path.iterdir()
     assert Run.load(folder).metrics["step_time"].n == 2
@@ -160,24 +160,9 @@ def test_an_alarm_whose_handler_raises_inside_lmprofs_hook_is_the_scripts(tmp_pa
     """A per-step timeout the script set with signal.alarm fires while lmprof's hook runs (here: as the run is
     written; SIGALRM is not held): the TimeoutError its handler raises goes to the script, which asked for it, and
     lmprof ends its measurement with one line, the folder marked for what it holds."""
-    from lmprof.pipeline.protocol.finish import write as write_module
-
-    real = write_module.write
-
-    def interrupted(run, folder, spec):
-        signal.raise_signal(signal.SIGALRM)
-        real(run, folder, spec)
-
-    def timed_out(signum, frame):
-        raise TimeoutError("step took too long")
-
-    monkeypatch.setattr(write_module, "write", interrupted)
-    own = signal.signal(signal.SIGALRM, timed_out)
-    try:
+    with signal_as_the_run_is_written(monkeypatch, signal.SIGALRM, _raise(TimeoutError("step took too long"))):
         with pytest.raises(TimeoutError, match="step took too long"):
             _profiled_loop(tmp_path, 12)
-    finally:
-        signal.signal(signal.SIGALRM, own)
     err = capsys.readouterr().err
     assert "lmprof: could not write the report (TimeoutError: step took too long)" in err, err
     (folder,) = tmp_path.iterdir()
