@@ -32,6 +32,8 @@ class ProfiledWindow(Window):
         self._probes: Probes | None = None
         self._give_way: GiveWay | None = None
         self.off_thread = False  # the window's first step ran outside the main thread: no window
+        # the threads the steps so far began in (the objects: a new thread may take an ended one's ident)
+        self._threads: set[threading.Thread] = set()
 
     @property
     def active(self) -> bool:
@@ -58,17 +60,20 @@ class ProfiledWindow(Window):
         self._give_way.install()
 
     def step_begins(self, step: int) -> None:
+        self._threads.add(threading.current_thread())
         if not self.ctx.plan.window_starts(step):
             return
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() and len(self._threads) > 1:
             # torch's profiler must stop in the thread that started it, and the window spans several steps:
-            # a generate() per thread (a streamer's) would stop it from another, which kills the process
+            # a generate() per thread (a streamer's) would stop it from another, which kills the process. A
+            # loop whose every step so far ran in this one thread (training in a worker thread) keeps to it.
             if not self.off_thread:
                 self.off_thread = True
                 self.ctx.observed.notes.append(
                     f"no profiled window: {self.ctx.spec.unit} {step}, where it starts, ran outside the main thread "
-                    f"(a streamer's generate() in a thread of its own?), and torch's profiler must stop in the thread "
-                    "that started it; the clean timings and the figures stand")
+                    f"and the {self.ctx.spec.unit}s before it in {len(self._threads) - 1} other(s) (a streamer's "
+                    "generate() in a thread of its own?), and torch's profiler must stop in the thread that started "
+                    "it; the clean timings and the figures stand")
             return
         self.start()
 
