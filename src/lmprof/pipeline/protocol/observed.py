@@ -63,6 +63,8 @@ class Observed:
     recomputes: bool | None = None
     # Other models the figures step ran forwards of (measure/other_models.py); None: not watched
     others: list[Any] | None = None
+    # The loop re-created its optimizer (triggers.py): the replaced one's class, and the steps counted by then
+    optimizer_replaced: tuple[str, int] | None = None
     # Where a compiled model takes a hook outside its compiled code (torch.compile's OptimizedModule, or the
     # model itself when only parts of it are compiled): it sees each call's input without a recompilation
     # (windows/shapes.py)

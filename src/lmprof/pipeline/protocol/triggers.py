@@ -315,6 +315,7 @@ class OptimizerTrigger:
         old, self.chosen = self.chosen, opt
         seen = self.session.observed
         seen.optimizers = [opt if o is old else o for o in seen.optimizers]
+        seen.optimizer_replaced = (type(old).__name__, self.session.k)
         if not any(n.startswith("the optimizer was re-created") for n in seen.notes):
             seen.notes.append(f"the optimizer was re-created during the run (a new {type(opt).__name__} holding "
                               "the same parameters): its steps are counted as the first one's were")

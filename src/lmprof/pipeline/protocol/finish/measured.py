@@ -7,6 +7,7 @@ hook or profiler; :func:`lmprof.pipeline.protocol.finish.assemble.assemble` turn
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +17,7 @@ from lmprof.measure.compile_events import CompileReport
 from lmprof.measure.flops import aside_note
 from lmprof.measure.energy.monitor import EnergyResult
 from lmprof.measure.memory import MeasuredMemory
+from lmprof.measure.tensor_bytes import static_memory
 from lmprof.measure.noise import Snapshot
 from lmprof.measure.profiling import ProfiledPhase
 from lmprof.measure.other_models import beyond_model
@@ -102,10 +104,33 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         compiled=seen.compiled, input_shape=shape,
         backwards_per_step=seen.backwards_per_step, forwards_per_step=seen.forwards_per_step,
         batches_per_step=batches, tokens_per_step=tokens,
-        memory=step.memory if step else None, cache_bytes=step.cache_bytes if step else None, flops=flops,
+        memory=_replaced(step.memory, seen, plan) if step else None, cache_bytes=step.cache_bytes if step else None,
+        flops=flops,
         recomputes=seen.recomputes, others=seen.others, shapes=windows.shapes.record,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
         more=[r for r in (w.result() for w in windows.more) if r is not None])
+
+
+def _replaced(memory: MeasuredMemory | None, seen: Observed, plan: PhasePlan) -> MeasuredMemory | None:
+    """The figures step's memory, unless the loop re-created its optimizer after it (a warm-up phase with SGD, then
+    AdamW): then the optimizer's state is read off the one that stepped the measured steps, live now, and the peak,
+    which the replaced one's step set, is n/a (it read 0 B of AdamW state, and a peak below AdamW's own bytes)."""
+    if memory is None or seen.optimizer_replaced is None or seen.model is None:
+        return memory
+    old, at = seen.optimizer_replaced
+    if at + 1 < plan.figures_at:
+        return memory  # the new one stepped before the figures step began: its state was there to measure
+    now = static_memory(seen.model, seen.optimizers)
+    new = ", ".join(sorted({type(o).__name__ for o in seen.optimizers}))
+    static = dataclasses.replace(memory.static, optimizer=now.optimizer, optimizer_scalars=now.optimizer_scalars)
+    return dataclasses.replace(
+        memory, static=static, peak=None,
+        peak_source=(f"not measured: the loop replaced its {old} with {new} after step {at}, and warm-up step "
+                     f"{plan.figures_at}, which measures memory, did not run the {new} with its state in place (its "
+                     "steps hold more: the state, its temporaries)"),
+        notes=[*memory.notes, f"memory.optimizer is the state of the {new} that stepped the measured steps, read when "
+                              f"the run was written: the loop replaced its {old} after step {at}, and the figures "
+                              f"step ({plan.figures_at}) measured the rest before that state existed"])
 
 
 def _flop_count(spec: Spec, plan: PhasePlan, seen: Observed, facts: ModelFacts,
