@@ -7,6 +7,7 @@ parsed with wandb's own protobuf ``Record``; the values are wandb's JSON-encoded
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 from pathlib import Path
@@ -108,7 +109,9 @@ def test_offline_run_equals_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert main(["export", str(run_dir), "--to", "wandb", "--dest", str(tmp_path / "wb"), "--project", "proj"]) == 0
     assert "(updated)" in capsys.readouterr().out
     folders = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*"))
-    assert len(folders) == 2 and {f.name.rsplit("-", 1)[1] for f in folders} == {run_rec.run_id}
+    # offline-run-<date>_<time>-<run id>, and "-1" after it when both exports began in the same second
+    ids = {re.fullmatch(r"offline-run-\d{8}_\d{6}-([a-z0-9]+)(?:-\d+)?", f.name).group(1) for f in folders}
+    assert len(folders) == 2 and ids == {run_rec.run_id}, folders
 
 
 def test_reader_leaves_out_a_torn_tail(tmp_path: Path) -> None:
