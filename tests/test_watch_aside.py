@@ -14,6 +14,7 @@ import torch
 
 import lmprof
 from lmprof.record.run import Run
+from lmprof.record.watch import read_series
 
 
 def test_periodic_evaluations_and_checkpoints_are_no_spikes_and_a_plain_slow_step_is_one(tmp_path: Path) -> None:
@@ -41,7 +42,13 @@ def test_periodic_evaluations_and_checkpoints_are_no_spikes_and_a_plain_slow_ste
     w = run.watch
     assert w is not None
     spikes = [(a.first_step, a.last_step) for a in w.alerts if a.kind == "spike"]
-    assert any(a <= 91 <= b for a, b in spikes), spikes
+    # The full suite under two workers failed this twice in one day, spikes at 21, 41, 61, 141 and none at 91,
+    # not reproduced alone: what the series held around those steps says which rows were slow, should it recur.
+    series = read_series([prof.folder / p for p in w.series])
+    around = {int(s): (round(float(t) * 1e3, 2), round(float(o) * 1e3, 3))
+              for s, t, o in zip(series["step"], series["step_s"], series["own_s"])
+              if any(abs(int(s) - c) <= 1 for c in (20, 21, 40, 41, 91))}
+    assert any(a <= 91 <= b for a, b in spikes), (spikes, "step: (step ms, own ms)", around, w.notes)
     assert not any(a <= s <= b for a, b in spikes for s in evaluated), (spikes, sorted(evaluated))
     watched = sum(1 for s in evaluated if s >= w.first_step)
     assert any(n.startswith(f"{watched} watched step(s) also ran an evaluation or saved a checkpoint") for n in w.notes), \

@@ -14,6 +14,7 @@ protect), and the door assembles the run from the session's :class:`Measured` re
 """
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from lmprof.counts import Counts
@@ -125,4 +126,7 @@ class Observer(Driver):
 
         run = assemble(measured)
         write(run, measured.folder, measured.spec)
+        # Writing made garbage (the trace read, the figures): collected now, in this one pause of the loop, not by
+        # a collection the loop's next steps would pay for (a watched step read as a spike)
+        gc.collect()
         return run
