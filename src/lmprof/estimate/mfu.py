@@ -363,7 +363,8 @@ def fill_facts_block_costs(blocks: Sequence[Block], facts: ModelFacts, *, decode
 
 def _filled(blocks: Sequence[Block], cost: Callable[[str, str], tuple[float, float] | None],
             phase_map: Mapping[str, str]) -> list[Block]:
-    """``blocks`` with the (FLOPs, bytes) ``cost(name, phase)`` gives each in its mapped phase; the others as they are."""
+    """``blocks`` with the (FLOPs, bytes) ``cost(name, phase)`` gives each in its mapped phase; the others as
+    they are."""
     out = []
     for b in blocks:
         phase = phase_map.get(b.phase)

@@ -12,8 +12,8 @@ rows go to the detectors (analysis/watch_detect.py), the live panel and the door
 the run folder asks for a capture (windows/watch_capture.py), rate-limited (analysis/watch_capture.py).
 ``watch/watch.json`` is rewritten when an alert opens or closes or a capture begins or ends, so a run
 killed while watched keeps the alerts so far beside the measured window's run.json (written as the
-window completed); the run's end closes the series and puts the section into the run (:class:`WatchResult`), with what grew in each capture against the run's own
-profiled window.
+window completed); the run's end closes the series and puts the section into the run
+(:class:`WatchResult`), with what grew in each capture against the run's own profiled window.
 
 Nothing of the watch may break the user's program or lose the run measured before it: a failure of
 its own ends the watch alone (one line on stderr, a note, the series so far kept), never the session.
