@@ -71,6 +71,7 @@ json.dump(times, open(sys.argv[1], "w"))
 """
 
 
+@pytest.mark.stopwatch  # the loop's sleeps are its truth: on a machine busy with other tests they overshoot
 def test_lmprof_run_says_the_steps_grew_by_what_the_scripts_own_stopwatch_saw(run_script) -> None:
     done = run_script(LOOP)
     assert done.code == 0, done.err
