@@ -66,8 +66,9 @@ class Driver:
         """The driver's account of the run: by default, the owner's validated options as they are."""
         return Described(dict(spec.config), self.step_means, self.known)
 
-    def finished(self, measured: Measured) -> "Run | None":
-        """The session ended with ``measured``: what the driver does with it (the Run, if it made one)."""
+    def finished(self, measured: Measured, watched_on: bool = False) -> "Run | None":
+        """The session ended with ``measured``: what the driver does with it (the Run, if it made one);
+        ``watched_on``: the window's run, written while the watch goes on watching the loop's steps."""
         return None
 
 
@@ -119,14 +120,16 @@ class Observer(Driver):
         cfg.update(spec.config)
         return Described(cfg, self.step_means, None)
 
-    def finished(self, measured: Measured) -> "Run | None":
+    def finished(self, measured: Measured, watched_on: bool = False) -> "Run | None":
         """Assemble the run and write it: save, report.html, the summary on stderr."""
         from lmprof.pipeline.protocol.finish.assemble import assemble
         from lmprof.pipeline.protocol.finish.write import write
 
         run = assemble(measured)
         write(run, measured.folder, measured.spec)
-        # Writing made garbage (the trace read, the figures): collected now, in this one pause of the loop, not by
-        # a collection the loop's next steps would pay for (a watched step read as a spike)
-        gc.collect()
+        if watched_on:
+            # Writing made garbage (the trace read, the figures): collected now, in this pause of the loop, not by a
+            # collection a watched step would pay for and be read as a spike. Only then: a full collection costs
+            # 0.15-0.3 s in a process with transformers loaded, which a loop nobody watches need not pay.
+            gc.collect()
         return run

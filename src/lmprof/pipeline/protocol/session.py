@@ -138,8 +138,8 @@ class Session:
         for w in self.windows:
             w.step_ends(n)
         if self._window is None and self.collected and not self.done and self.driver.writes_when_complete:
-            self._window = (self.windows.profiled.export(), self.windows.compile.report())  # watched: the window's
-            self.driver.finished(self._measured(*self._window, quiet=True))  # run now; finish() adds the watch's
+            self._window = (self.windows.profiled.export(), self.windows.compile.report())  # watched: the window's run
+            self.driver.finished(self._measured(*self._window, quiet=True), watched_on=True)  # now; finish() adds the watch
 
     @guarded
     def boundary(self) -> None:
