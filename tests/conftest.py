@@ -131,6 +131,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc_hold.release()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201
+    """At the end of each test file, collect its garbage and freeze what is left (module caches, objects
+    some library keeps), as the lmprof command freezes its start-up. Every lmprof run passes over what the
+    collector tracks (live_objects: the models and optimizers alive; a full collection where two
+    optimizers are alive) and paid for the whole worker's heap, which the files before it had grown:
+    the parallel stage took 223 s, and 196 s with each file's leftovers frozen (get_objects: 12.6 s of
+    the workers' CPU before, 0.2 s after; the collections in lmprof's runs: 13.8 s, 0.1 s)."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        import gc
+
+        gc.collect()
+        gc.freeze()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs the stopwatch stage on the files that say ``mark.stopwatch`` (it greps for it):
     a stopwatch test marked any other way would silently not run there.
