@@ -29,3 +29,67 @@ def test_the_summary_mid_loop_does_not_start_on_the_scripts_progress_bar(run_scr
     assert re.search(r"\r +\r$", before), repr(before[-120:])
     # and drawn again after it: the bar's count goes on to 12/12 below the summary
     assert "12/12" in r.err[start:]
+
+
+def _bar_lines(screen: str) -> list[str]:
+    """The lines of a terminal's output as drawn: each carriage return starts its line again, and the cursor
+    moves and line erasures that follow it leave the text after them at the line's start."""
+    return [re.sub(r"^(\x1b\[[0-9;]*[A-Za-z])+", "", line.rsplit("\r", 1)[-1]) for line in screen.split("\n")]
+
+
+def test_the_summary_mid_loop_goes_above_a_rich_progress_bar(tmp_path, capsys):
+    """rich's Progress replaces sys.stderr with a proxy that prints above the bar; a Console given that proxy
+    wrote past it, onto the bar's line ("... 53% 0:00:01lmprof train — ...")."""
+    import io
+
+    import torch
+    from rich.console import Console
+    from rich.progress import Progress
+
+    import lmprof
+
+    screen = io.StringIO()
+    bar_console = Console(file=screen, force_terminal=True, width=100, color_system=None)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Progress(console=bar_console, refresh_per_second=1000) as progress:
+        task = progress.add_task("training", total=8)
+        with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False) as prof:
+            for _ in range(8):
+                model(torch.randn(4, 16)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                prof.step()
+                progress.advance(task)
+                progress.refresh()
+    drawn = screen.getvalue()
+    # everything lmprof said went above the bar, through the bar's own console: none of it past it to stderr
+    assert "lmprof train — " in drawn and "run folder: " in drawn, drawn[-400:]
+    assert "lmprof train" not in capsys.readouterr().err
+    lines = _bar_lines(drawn)
+    for said in ("lmprof train — ", "run folder: ", "note: "):
+        (first, *_) = [line for line in lines if said in line]
+        assert first.startswith(said), repr(first)  # never after the bar's text
+    assert any("training" in line and "100%" in line for line in lines)  # and the bar went on below it
+
+
+def test_the_watch_prints_plain_lines_above_a_rich_progress_bar():
+    """The watch's own live panel would fight the program's bar for the terminal: beside one it prints lines,
+    above the bar, as the summary does."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from lmprof.show.watch_panel import WatchPanel
+
+    screen = io.StringIO()
+    with Progress(console=Console(file=screen, force_terminal=True, width=100, color_system=None)) as progress:
+        progress.add_task("training", total=8)
+        panel = WatchPanel()  # on sys.stderr, which the bar's display holds now
+        assert not panel.live
+        panel.say("a capture was taken")
+        progress.refresh()
+    lines = _bar_lines(screen.getvalue())
+    (said,) = [line for line in lines if "a capture was taken" in line]
+    assert said.startswith("lmprof watch: a capture was taken"), repr(said)

@@ -12,12 +12,12 @@ import sys
 import time
 from typing import Any, Callable, Sequence, TextIO
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from lmprof.record.run import WatchAlert
 from lmprof.record.watch import StepSummary
+from lmprof.show.console import console_on, is_terminal, proxied
 from lmprof.show.format import human_bytes, number
 
 PREFIX = "lmprof watch: "
@@ -61,13 +61,13 @@ class WatchPanel:
     def __init__(self, stream: TextIO | None = None, *, live: bool | None = None, every_s: float = 30.0,
                  refresh_s: float = 0.5, clock: Callable[[], float] = time.monotonic):
         self.stream = stream if stream is not None else sys.stderr
-        self.live = _is_terminal(self.stream) if live is None else live
+        # a program's own rich bar on the stream: plain lines, printed above it (two live displays fight)
+        self.live = (is_terminal(self.stream) and not proxied(self.stream)) if live is None else live
         self.every_s = every_s if not self.live else refresh_s
         self.clock = clock
         self._next = float("-inf")
         self._alerts: list[WatchAlert] = []
-        self._console = Console(file=self.stream, highlight=False, markup=False, emoji=False, soft_wrap=True,
-                                width=None if self.live else 160)
+        self._console = console_on(self.stream, width=160, highlight=False, markup=False, emoji=False, soft_wrap=True)
         self._live: Any = None
 
     def update(self, summary: StepSummary | None, new_alerts: Sequence[WatchAlert] = ()) -> None:
@@ -118,8 +118,3 @@ class WatchPanel:
             self._live = None
 
 
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False

@@ -20,12 +20,11 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
 
             write_run_report(run, folder)
         return
-    from rich.console import Console
-
+    from lmprof.show.console import console_on
     from lmprof.show.summary import render
 
     stream = err()
-    console = Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 120)
+    console = console_on(stream, width=120, highlight=False, soft_wrap=True)
     with beside_bars(stream):  # the script's progress bars: the summary may come mid-training
         render(run, console, folder=str(folder))
     if spec.report:
