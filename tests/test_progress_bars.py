@@ -42,26 +42,15 @@ def test_the_summary_mid_loop_goes_above_a_rich_progress_bar(tmp_path, capsys):
     wrote past it, onto the bar's line ("... 53% 0:00:01lmprof train — ...")."""
     import io
 
-    import torch
     from rich.console import Console
     from rich.progress import Progress
 
-    import lmprof
+    from test_written_when_complete import _profiled_loop
 
     screen = io.StringIO()
-    bar_console = Console(file=screen, force_terminal=True, width=100, color_system=None)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with Progress(console=bar_console, refresh_per_second=1000) as progress:
+    with Progress(console=Console(file=screen, force_terminal=True, width=100, color_system=None)) as progress:
         task = progress.add_task("training", total=8)
-        with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False) as prof:
-            for _ in range(8):
-                model(torch.randn(4, 16)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-                prof.step()
-                progress.advance(task)
-                progress.refresh()
+        _profiled_loop(tmp_path, 8, lambda i, prof: (progress.advance(task), progress.refresh()), verbose=True)
     drawn = screen.getvalue()
     # everything lmprof said went above the bar, through the bar's own console: none of it past it to stderr
     assert "lmprof train — " in drawn and "run folder: " in drawn, drawn[-400:]

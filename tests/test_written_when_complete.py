@@ -55,11 +55,13 @@ def test_a_script_that_leaves_by_os_exit_after_the_window_keeps_its_run(tmp_path
     assert (folder / "trace.json.gz").is_file()
 
 
-def _profiled_loop(out, passes: int, after_step=lambda i, prof: None) -> None:
-    """A small model's training loop under lmprof.profile() (1 warm-up, 2 clean, 1 profiled step)."""
+def _profiled_loop(out, passes: int, after_step=lambda i, prof: None, **options) -> None:
+    """A small model's training loop under lmprof.profile() (1 warm-up, 2 clean, 1 profiled step; ``options``:
+    lmprof.profile's others)."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with lmprof.profile(model, out=out, warmup=1, steps=2, profile_steps=1, report=False, verbose=False) as prof:
+    options = {"report": False, "verbose": False, **options}
+    with lmprof.profile(model, out=out, warmup=1, steps=2, profile_steps=1, **options) as prof:
         for i in range(passes):
             model(torch.randn(4, 16)).sum().backward()
             opt.step()
@@ -197,18 +199,9 @@ def test_a_full_collection_after_the_write_only_where_the_watch_goes_on(tmp_path
     spike); a loop nobody watches is not made to pay a full collection (0.15-0.3 s with transformers loaded)."""
     at: list[int] = []
     steps: list[int] = []
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with _full_collections(at, steps):
-        limits = {"watch": True, "watch_max_captures": 0} if watch else {}
-        with lmprof.profile(model, out=tmp_path, warmup=1, steps=2, profile_steps=1, report=False, verbose=False,
-                            **limits) as prof:
-            for i in range(8):
-                model(torch.randn(4, 16)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-                prof.step()
-                steps.append(i)
+        _profiled_loop(tmp_path, 8, lambda i, prof: steps.append(i),
+                       **({"watch": True, "watch_max_captures": 0} if watch else {}))
     # the window completes at the fifth prof.step() (as above), with four steps behind it; one at the first
     # step's end may choose among optimizers that earlier tests left
     assert [n for n in at if n > 0] == ([4] if watch else []), at
