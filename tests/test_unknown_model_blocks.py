@@ -42,6 +42,7 @@ json.dump(per_step, open(sys.argv[1], "w"))
 """
 
 
+@pytest.mark.stopwatch  # a block row against the script's own stopwatch: alone, as the others are
 def test_multihead_attention_has_its_row(run_script) -> None:
     done = run_script(LOOP)
     assert done.code == 0, done.err
