@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -149,7 +150,7 @@ def summary(step=41, **kw):
 def test_the_plain_panel_prints_a_line_per_period_and_each_alert_at_once(tmp_path):
     clock = Clock()
     out = io.StringIO()
-    panel = WatchPanel(out, live=False, every_s=30.0, clock=clock)
+    panel = WatchPanel(out, every_s=30.0, clock=clock)
     panel.update(summary())
     panel.update(summary(42))  # within the period: nothing
     run = watched_run(tmp_path, n=300, slow_from=100)
@@ -166,19 +167,44 @@ def test_the_plain_panel_prints_a_line_per_period_and_each_alert_at_once(tmp_pat
     assert len(lines) == 3
 
 
-def test_the_live_panel_on_a_terminal_leaves_stdout_alone(capsys):
+def test_on_a_terminal_the_watch_prints_lines_and_never_moves_over_the_scripts_own(capsys):
+    """A region redrawn in place moved the cursor up over what the script printed meanwhile (the HF Trainer's
+    log lines, erased or drawn into): on a terminal too the watch only appends whole lines."""
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    clock = Clock()
+    tty = Tty()
+    panel = WatchPanel(tty, clock=clock)
+    panel.update(summary())
+    tty.write("the script's own line\n")  # stdout and stderr on one terminal
+    clock.t += 31
+    panel.update(summary(42))
+    screen = tty.getvalue()
+    assert screen.splitlines()[1] == "the script's own line"
+    assert [line.split(" · ")[0] for line in screen.splitlines()] == ["lmprof watch: step 41", "the script's own line",
+                                                                       "lmprof watch: step 42"]
+    assert not re.search(r"\x1b\[\d*[ABK]|\r", screen), repr(screen)  # no cursor up or down, no erasing
+    assert capsys.readouterr().out == ""
+
+
+def test_the_watch_line_clears_a_tqdm_bar_and_draws_it_again():
+    tqdm = pytest.importorskip("tqdm")
+
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     tty = Tty()
-    panel = WatchPanel(tty, clock=Clock())
-    assert panel.live
-    panel.update(summary())
-    print("the script's own line")
-    panel.close()
-    assert capsys.readouterr().out == "the script's own line\n"
-    assert "20,812" in tty.getvalue()
+    with tqdm.tqdm(total=10, file=tty, mininterval=0, ascii=True) as bar:
+        bar.update(3)
+        WatchPanel(tty, clock=Clock()).update(summary())
+        bar.update(1)
+    screen = tty.getvalue()
+    said = screen.index("lmprof watch: step 41")
+    assert re.search(r"\r +\r$", screen[:said]), repr(screen[:said][-80:])  # the bar cleared first
+    assert "4/10" in screen[said:]  # and drawn again after
 
 
 def test_summary_line_leaves_out_what_a_step_does_not_have():

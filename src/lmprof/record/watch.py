@@ -86,7 +86,7 @@ LAST_READ = frozenset({"loss", "mem_allocated_B", "mem_reserved_B", "rss_B"})
 
 @dataclass(frozen=True)
 class StepSummary:
-    """One watched step as the live panel and the trackers see it (NaN-free: None where n/a)."""
+    """One watched step as the watch's lines and the trackers see it (NaN-free: None where n/a)."""
 
     step: int
     step_s: float

@@ -16,7 +16,7 @@ The protocol drives it (docs/user-code.md, "Watching the whole run"):
     w.report_loss(loss)           # optional, or step_end(loss=...)
     w.step_end(tokens=..., loss=...)   # at each step boundary (the optimizer step ended)
     w.skip()                      # or: a boundary whose step stays out of the series (a captured window)
-    rows = w.take()               # complete rows since the last take (detectors, live panel)
+    rows = w.take()               # complete rows since the last take (detectors, the watch's lines)
     w.recorded()                  # what is on disk so far (for watch/watch.json when an alert changes)
     recorded = w.close()          # the script ended; abort() on a signal or crash (no waiting)
 """

@@ -6,9 +6,8 @@ there turned the script's own exit code into lmprof's 1. Python opens ``sys.stde
 descriptor 2 without owning it, so closing it leaves the descriptor open: lmprof then writes there,
 and when even that is gone, nowhere.
 
-The script's progress bars (tqdm's: the HF Trainer's, a DataLoader loop's) are cleared while lmprof writes and
-drawn again after it (tqdm's own ``external_write_mode``), so a summary printed as the profiled window completes,
-mid-training, does not start on the bar's line.
+The script's progress bars are left whole (show/console.py: tqdm's cleared and drawn again, rich's printed
+above), so a summary printed as the profiled window completes, mid-training, does not start on the bar's line.
 """
 from __future__ import annotations
 
@@ -16,7 +15,9 @@ import contextlib
 import io
 import os
 import sys
-from typing import Iterator, TextIO, cast
+
+from lmprof.show.console import beside_bars
+from typing import TextIO, cast
 
 _fallback: TextIO | None = None
 
@@ -52,23 +53,6 @@ def say(line: str) -> None:
         with beside_bars(stream):
             print(line, file=stream)
             stream.flush()
-
-
-@contextlib.contextmanager
-def beside_bars(stream: TextIO) -> Iterator[None]:
-    """Clear the script's tqdm bars while lmprof writes to ``stream``, and draw them again after (nothing
-    when tqdm was never imported: lmprof does not import it)."""
-    tqdm = sys.modules.get("tqdm")
-    try:
-        mode = tqdm.tqdm.external_write_mode(file=stream) if tqdm is not None else contextlib.nullcontext()
-        mode.__enter__()
-    except Exception:  # noqa: BLE001 - an odd tqdm (or none that works) only leaves the bars as they are
-        mode = contextlib.nullcontext()
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            mode.__exit__(None, None, None)
 
 
 def flush() -> None:

@@ -7,7 +7,7 @@ step boundary the session passes on (``steps_after_window`` keeps its triggers) 
 recorder (measure/watch/), a forward pre-hook on the model marks when the step's first forward begins
 (the input wait), and every N steps (N from the detectors' measured cost, 0.05% of a step,
 sooner after a few steps in a row beyond the drift limit or waiting long for input) the new
-rows go to the detectors (analysis/watch_detect.py), the live panel and the door's step sink
+rows go to the detectors (analysis/watch_detect.py), the panel's lines and the door's step sink
 (``--log-to``). An alert that a profile of the next steps can explain, SIGUSR2 or a ``capture`` file in
 the run folder asks for a capture (windows/watch_capture.py), rate-limited (analysis/watch_capture.py).
 ``watch/watch.json`` is rewritten when an alert opens or closes or a capture begins or ends, so a run
@@ -483,17 +483,13 @@ class WatchWindow(Window):
                 self.notes.append(f"watch/watch.json could not be written ({why(exc)})")
 
     def _release(self) -> None:
-        """Remove what the watch placed (the forward hook, torch.save's patch, the SIGUSR2 handler, the panel,
-        the sink)."""
+        """Remove what the watch placed (the forward hook, torch.save's patch, the SIGUSR2 handler, the sink)."""
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
         self._saves.remove()
         if self.requests is not None:
             self.requests.close()
-        if self.panel is not None:
-            with contextlib.suppress(Exception):
-                self.panel.close()
         sink, self.spec.sink = self.spec.sink, None
         if sink is not None:
             with contextlib.suppress(Exception):
