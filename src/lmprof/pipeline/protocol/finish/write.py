@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmprof.pipeline.protocol.folder import INCOMPLETE
-from lmprof.pipeline.protocol.say import beside_bars, err
+from lmprof.pipeline.protocol.say import err
+from lmprof.show.console import beside_bars
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
 
