@@ -181,3 +181,44 @@ def test_a_run_without_clean_steps_reads_the_dtype_in_its_profiled_ones(tmp_path
             prof.step()
     run = Run.load(prof.folder)
     assert (run.config["dtype"], run.config["param_dtype"]) == ("bf16", "fp32")
+
+
+FP64_LOOP = """
+import json, sys, torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=500, attn_implementation="eager")
+# eager attention: its matmuls are ops torch's FlopCounterMode counts (it has no formula for the CPU's flash kernel)
+model = LlamaForCausalLM(cfg).double()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randint(0, 500, (2, 32))
+def step():
+    model(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    opt.zero_grad()
+for _ in range(20):
+    step()
+with FlopCounterMode(display=False) as counter:
+    model(input_ids=x, labels=x).loss.backward()
+model.zero_grad()
+json.dump({"flops": counter.get_total_flops()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_float64_model_gets_its_run_its_peak_and_a_refused_memory_estimate(run_script) -> None:
+    """A model in float64 (gradient checks, numerics) lost its whole run: the memory formulas refused fp64 and
+    that refusal ended the write ("could not write the report (ConfigError: dtype must be one of fp32, bf16, fp16,
+    got 'torch.float64')")."""
+    pytest.importorskip("transformers")
+    done = run_script(FP64_LOOP)
+    assert done.code == 0 and done.record is not None, done.err
+    record = done.record
+    assert record["config"]["dtype"] == "fp64"
+    # the model's FLOPs read off the meta device, against torch's own count of the script's step
+    assert record["metrics"]["flops.model_per_step"]["value"] == pytest.approx(done.own["flops"], rel=0.005)
+    assert "peak fp64 FLOP/s" in record["metrics"]["mfu"]["note"]
+    assert any(n.startswith("no memory estimate: the formulas model fp32, bf16, fp16 and this run is fp64")
+               for n in record["notes"]), record["notes"]
+    assert "memory.peak" in record["metrics"] and "memory.estimated.peak" not in record["metrics"]

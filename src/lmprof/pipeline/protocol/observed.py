@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import torch
 
+from lmprof.dtypes import normalize_dtype
+from lmprof.errors import ConfigError
 from lmprof.estimate.shape import ModelShape
 from lmprof.hardware.devices import Device, resolve_device
 from lmprof.measure.model_facts.quantized import Quantized, quantized
@@ -190,7 +192,10 @@ def dtype_of(model: torch.nn.Module | None) -> str | None:
     p = next(model.parameters(), None) if model is not None else None
     if p is None:
         return None
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(p.dtype, str(p.dtype))
+    try:
+        return normalize_dtype(p.dtype)  # the record's names (fp64, fp32, ...), never torch's spelling
+    except ConfigError:
+        return str(p.dtype).removeprefix("torch.")  # a dtype with no peak: named as torch names it
 
 
 def model_name(model: torch.nn.Module | None) -> str:
