@@ -205,3 +205,22 @@ def test_a_full_collection_after_the_write_only_where_the_watch_goes_on(tmp_path
     # the window completes at the fifth prof.step() (as above), with four steps behind it; one at the first
     # step's end may choose among optimizers that earlier tests left
     assert [n for n in at if n > 0] == ([4] if watch else []), at
+
+
+def test_a_formula_that_fails_leaves_the_measured_run_written(tmp_path, monkeypatch):
+    """A figure's formula that raises (an fp64 model's memory estimate once did) lost the whole run: now the step
+    time and the blocks are written, and a note says which figures are missing and why."""
+    import lmprof.pipeline.protocol.finish.figures as figures
+    from lmprof.errors import ConfigError
+
+    def refuse(*args, **kwargs):
+        raise ConfigError("a formula that cannot take this model")
+
+    monkeypatch.delenv("LMPROF_DEBUG", raising=False)
+    monkeypatch.setattr(figures, "_estimate", refuse)
+    _profiled_loop(tmp_path, 6)
+    (folder,) = tmp_path.iterdir()
+    run = Run.load(folder)
+    assert run.metrics["step_time"].value > 0 and run.blocks
+    (note,) = [n for n in run.notes if n.startswith("some figures were not computed")]
+    assert "ConfigError: a formula that cannot take this model" in note

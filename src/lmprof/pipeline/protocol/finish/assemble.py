@@ -7,6 +7,7 @@ timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, `
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -62,10 +63,23 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
             run.files.pop("trace", None)
     add_compile_report(run, m.compile, m.folder)
     run.notes.extend(m.figure_notes)
-    add_figures(run, m.folder, _facts(m, run))
+    _figures(run, m)
     for result in m.more:  # windows beyond the protocol's own put what they measured into the run
         result.add_to(run, m.folder)
     return run
+
+
+def _figures(run: Run, m: Measured) -> None:
+    """The figures derived from what was measured. One that fails to compute is left out, said in a note and
+    in the summary: the step time and the blocks, measured already, are written whatever a formula did (an fp64
+    model's memory estimate once raised here, and the user's run was lost with it). LMPROF_DEBUG raises it."""
+    try:
+        add_figures(run, m.folder, _facts(m, run))
+    except Exception as exc:  # noqa: BLE001 - any failure of a formula: the measured run is kept
+        if os.environ.get("LMPROF_DEBUG"):
+            raise
+        run.notes.append(f"some figures were not computed ({type(exc).__name__}: {exc}): the ones written "
+                         "before it are kept, the rest are missing from this run (please report it)")
 
 
 def _attribution(m: Measured) -> Attribution | None:
