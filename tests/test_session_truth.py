@@ -160,14 +160,15 @@ def test_a_run_that_measured_nothing_leaves_no_folder_behind(tmp_path):
 
 
 def test_a_run_that_failed_while_written_is_marked_incomplete_with_what_it_holds(tmp_path, monkeypatch, capsys):
-    """A failure while the run is assembled (here its figures) leaves the folder marked INCOMPLETE, the
-    reason and its files named: never a folder that looks like a run and is not one."""
+    """A failure while the run is assembled (here its compile report: a figure's failure leaves the run written,
+    test_written_when_complete.py) leaves the folder marked INCOMPLETE, the reason and its files named: never a
+    folder that looks like a run and is not one."""
     from lmprof.pipeline.protocol.finish import assemble
 
     def broken(*args, **kwargs):
         raise ValueError("a figure lmprof could not make")
 
-    monkeypatch.setattr(assemble, "add_figures", broken)
+    monkeypatch.setattr(assemble, "add_compile_report", broken)
     prof = _loop(tmp_path / "runs", calls_model=True, warmup=1, steps=1, profile_steps=1)
     assert prof.run is None
     (folder,) = (tmp_path / "runs").iterdir()
