@@ -15,9 +15,9 @@ import contextlib
 import io
 import os
 import sys
+from typing import TextIO, cast
 
 from lmprof.show.console import beside_bars
-from typing import TextIO, cast
 
 _fallback: TextIO | None = None
 
