@@ -20,7 +20,7 @@ def quantized_note(q: Quantized) -> str:
     """The run's note for a model with quantized weights."""
     runs_in = ("the activations' dtype (the weights are widened first)" if q.matmuls is None
                else "a format lmprof does not know" if q.matmuls == "unknown" else q.matmuls)
-    return (f"quantized weights: {q.kind}" + (f", {q.layers} layers" if q.layers else "")
+    return (f"quantized weights: {q.kind}" + (f", {q.layers} layer{'s' if q.layers != 1 else ''}" if q.layers else "")
             + f"; its matmuls run in {runs_in}. Model FLOPs are its config's (quantization changes number formats, "
             "not the math), counting each quantized weight at its logical shape"
             + (f"; memory.params leaves out the {q.hidden:,} weights held packed outside the model's parameters "
