@@ -224,3 +224,17 @@ def test_a_formula_that_fails_leaves_the_measured_run_written(tmp_path, monkeypa
     assert run.metrics["step_time"].value > 0 and run.blocks
     (note,) = [n for n in run.notes if n.startswith("some figures were not computed")]
     assert "ConfigError: a formula that cannot take this model" in note
+
+
+def test_a_failing_formulas_long_message_is_one_short_line_in_the_note(tmp_path, monkeypatch):
+    import lmprof.pipeline.protocol.finish.figures as figures
+
+    def refuse(*args, **kwargs):
+        raise ValueError("tensor([" + ",\n ".join(["0.1234"] * 5000) + "])")
+
+    monkeypatch.delenv("LMPROF_DEBUG", raising=False)
+    monkeypatch.setattr(figures, "_estimate", refuse)
+    _profiled_loop(tmp_path, 6)
+    (folder,) = tmp_path.iterdir()
+    (note,) = [n for n in Run.load(folder).notes if n.startswith("some figures were not computed")]
+    assert "\n" not in note and len(note) < 500 and "ValueError: tensor([0.1234, 0.1234" in note

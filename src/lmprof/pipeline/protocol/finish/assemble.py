@@ -78,7 +78,9 @@ def _figures(run: Run, m: Measured) -> None:
     except Exception as exc:  # noqa: BLE001 - any failure of a formula: the measured run is kept
         if os.environ.get("LMPROF_DEBUG"):
             raise
-        run.notes.append(f"some figures were not computed ({type(exc).__name__}: {exc}): the ones written "
+        said = " ".join(str(exc).split())  # one line, and short: an error's text may hold a whole tensor
+        said = said if len(said) <= 300 else said[:297] + "..."
+        run.notes.append(f"some figures were not computed ({type(exc).__name__}: {said}): the ones written "
                          "before it are kept, the rest are missing from this run (please report it)")
 
 
