@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from lmprof.analysis.counted_flops import counted_mfu_metrics
 from lmprof.estimate.dropout import Dropout
-from lmprof.estimate.memory import DTYPE_BYTES as MEMORY_DTYPES
 from lmprof.estimate.memory import MemoryEstimate, estimate_memory
 from lmprof.estimate.memory.result import DTYPE_BYTES
 from lmprof.hardware import quick_bandwidth
@@ -355,9 +354,9 @@ def _estimate(run: Run, f: Facts, described: ModelFacts | None = None) -> Memory
     if f.quantized is not None:
         run.notes.append(f"no memory estimate: {quantized_bytes(f.quantized)}; memory figures are measured only")
         return None
-    unmodelled = sorted({d for d in (f.dtype, f.param_dtype) if d and d not in MEMORY_DTYPES})
+    unmodelled = sorted({d for d in (f.dtype, f.param_dtype) if d and d not in DTYPE_BYTES})
     if unmodelled:
-        run.notes.append(f"no memory estimate: the formulas model {', '.join(MEMORY_DTYPES)} and this run is "
+        run.notes.append(f"no memory estimate: the formulas model {', '.join(DTYPE_BYTES)} and this run is "
                          f"{' and '.join(unmodelled)}; memory figures are measured only")
         return None
     if described is not None and f.batch and f.seq_len:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.say import err
-from lmprof.show.console import beside_bars
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
+from lmprof.show.console import beside_bars, console_on
 
 
 def write(run: Run, folder: Path, spec: Spec) -> None:
@@ -21,7 +21,6 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
 
             write_run_report(run, folder)
         return
-    from lmprof.show.console import console_on
     from lmprof.show.summary import render
 
     stream = err()
