@@ -3,6 +3,7 @@ mid-loop, and its summary began on the bar's line ("...4.2it/s]lmprof train — 
 external_write_mode clears the bar first and draws it again after."""
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -31,6 +32,14 @@ def test_the_summary_mid_loop_does_not_start_on_the_scripts_progress_bar(run_scr
     assert "12/12" in r.err[start:]
 
 
+def _rich_bar(screen: io.StringIO):  # noqa: ANN202
+    """A rich progress bar drawn on ``screen`` as on a terminal: while it runs, sys.stderr is rich's proxy."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    return Progress(console=Console(file=screen, force_terminal=True, width=100, color_system=None))
+
+
 def _bar_lines(screen: str) -> list[str]:
     """The lines of a terminal's output as drawn: each carriage return starts its line again, and the cursor
     moves and line erasures that follow it leave the text after them at the line's start."""
@@ -40,15 +49,10 @@ def _bar_lines(screen: str) -> list[str]:
 def test_the_summary_mid_loop_goes_above_a_rich_progress_bar(tmp_path, capsys):
     """rich's Progress replaces sys.stderr with a proxy that prints above the bar; a Console given that proxy
     wrote past it, onto the bar's line ("... 53% 0:00:01lmprof train — ...")."""
-    import io
-
-    from rich.console import Console
-    from rich.progress import Progress
-
     from test_written_when_complete import _profiled_loop
 
     screen = io.StringIO()
-    with Progress(console=Console(file=screen, force_terminal=True, width=100, color_system=None)) as progress:
+    with _rich_bar(screen) as progress:
         task = progress.add_task("training", total=8)
         _profiled_loop(tmp_path, 8, lambda i, prof: (progress.advance(task), progress.refresh()), verbose=True)
     drawn = screen.getvalue()
@@ -65,15 +69,10 @@ def test_the_summary_mid_loop_goes_above_a_rich_progress_bar(tmp_path, capsys):
 def test_the_watch_prints_plain_lines_above_a_rich_progress_bar():
     """The watch's lines go through the bar's proxy, above the bar, as the summary does (a Console given the
     proxy wrote past it, onto the bar's line)."""
-    import io
-
-    from rich.console import Console
-    from rich.progress import Progress
-
     from lmprof.show.watch_panel import WatchPanel
 
     screen = io.StringIO()
-    with Progress(console=Console(file=screen, force_terminal=True, width=100, color_system=None)) as progress:
+    with _rich_bar(screen) as progress:
         progress.add_task("training", total=8)
         panel = WatchPanel()  # on sys.stderr, which the bar's display holds now
         panel.say("a capture was taken")

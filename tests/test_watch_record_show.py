@@ -142,6 +142,13 @@ def test_missing_and_foreign_series_files_are_named_not_fatal(tmp_path):
     assert "/etc/passwd: not a file inside the run folder" in text
 
 
+class Tty(io.StringIO):
+    """A terminal's screen, as the bytes written to it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def summary(step=41, **kw):
     base = dict(step=step, step_s=0.0123, tokens_per_s=20812.0, loss=2.5, input_wait_s=0.0004, rss_B=3 * 2**30)
     return StepSummary(**{**base, **kw})
@@ -170,10 +177,6 @@ def test_the_plain_panel_prints_a_line_per_period_and_each_alert_at_once(tmp_pat
 def test_on_a_terminal_the_watch_prints_lines_and_never_moves_over_the_scripts_own(capsys):
     """A region redrawn in place moved the cursor up over what the script printed meanwhile (the HF Trainer's
     log lines, erased or drawn into): on a terminal too the watch only appends whole lines."""
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
     clock = Clock()
     tty = Tty()
     panel = WatchPanel(tty, clock=clock)
@@ -191,10 +194,6 @@ def test_on_a_terminal_the_watch_prints_lines_and_never_moves_over_the_scripts_o
 
 def test_the_watch_line_clears_a_tqdm_bar_and_draws_it_again():
     tqdm = pytest.importorskip("tqdm")
-
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
 
     tty = Tty()
     with tqdm.tqdm(total=10, file=tty, mininterval=0, ascii=True) as bar:
