@@ -195,6 +195,21 @@ def test_summary_of_a_model_named_like_markup(tmp_path):
     assert "runs[v2]/b[/]" in text and "[red]markup[/red] and [/]" in text
 
 
+def test_the_report_line_of_a_users_run_keeps_brackets_in_its_path(cli, tmp_path):
+    """`lmprof run --out 'runs[bold]x'` printed "report: .../runsx/.../report.html": rich read the folder's
+    '[bold]' as markup, and the path it printed was not the report's."""
+    script = tmp_path / "loop.py"
+    script.write_text("import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "for _ in range(8):\n    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n")
+    out = tmp_path / "runs[bold]x[/]"
+    code, _, err = cli("run", "--out", str(out), "--warmup", "1", "--steps", "2", "--profile-steps", "1", str(script))
+    assert code == 0, err
+    (folder,) = out.iterdir()
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("report: ")]
+    assert line.startswith(f"report: {folder / 'report.html'}  ("), line
+    assert (folder / "report.html").is_file()
+
+
 def test_compare_runs_with_markup_ids(cli, tmp_path):
     a, b = tmp_path / "a[/]", tmp_path / "runs[v2]"
     _run("b[/]", "train", "tiny", 2, 32).save(a)

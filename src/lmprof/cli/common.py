@@ -132,10 +132,9 @@ def write_report(run: Any, folder: Path, enabled: bool = True) -> None:
     """Write report.html into the run folder and print where it is."""
     if not enabled:
         return
-    from lmprof.show.report import write_run_report
+    from lmprof.show.report import report_line, write_run_report
 
-    path = write_run_report(run, folder)
-    console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")
+    console.print(report_line(write_run_report(run, folder)), markup=False)
 
 
 # -- flags lmprof train and infer share whose help differs around them (the rest: cli/measuring.py) ----------

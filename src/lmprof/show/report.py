@@ -21,12 +21,12 @@ from pathlib import Path
 from lmprof.errors import DataError
 from lmprof.record.run import Run
 from lmprof.show.html import REPORT_NAME
-from lmprof.show.run_report import block_chart_png, render_run_report, write_run_report
+from lmprof.show.run_report import block_chart_png, render_run_report, report_line, write_run_report
 from lmprof.show.sweep_report import best_points, is_sweep_folder, load_sweep_table, render_sweep_report, write_sweep_report
 from lmprof.show.trace_findings import TraceFindings, findings_from_analysis, trace_findings
 
 __all__ = ["REPORT_NAME", "TraceFindings", "best_points", "block_chart_png", "findings_from_analysis", "is_sweep_folder",
-           "load_sweep_table", "render_run_report", "render_sweep_report", "trace_findings", "write_report",
+           "load_sweep_table", "render_run_report", "render_sweep_report", "report_line", "trace_findings", "write_report",
            "write_run_report", "write_sweep_report"]
 
 

@@ -343,6 +343,12 @@ def render_run_report(run: Run, report_dir: str | Path | None = None,
                 created=run.created, noise=list(run.noise) if run.noisy else None)
 
 
+def report_line(path: Path) -> str:
+    """The line that says where a run's report was written: plain text, printed with rich markup off (a
+    folder may be named ``runs[bold]``, which markup would swallow)."""
+    return f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)"
+
+
 def write_run_report(run: Run, folder: str | Path | None = None, *, out: str | Path | None = None) -> Path:
     """Write the run report to ``out``, or ``folder/report.html`` (default: the run's folder)."""
     if out is not None:

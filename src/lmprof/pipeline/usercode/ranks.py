@@ -51,13 +51,12 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
 
 
 def _show(run: Any, folder: Path, report: bool) -> None:
-    from rich.console import Console
-
+    from lmprof.show.console import console_on
     from lmprof.show.summary import render
 
-    console = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 120)
+    console = console_on(sys.stderr, width=120, highlight=False, soft_wrap=True)
     render(run, console, folder=str(folder))
     if report:
-        from lmprof.show.report import write_run_report
+        from lmprof.show.report import report_line, write_run_report
 
-        console.print(f"report: {write_run_report(run, folder)}")
+        console.print(report_line(write_run_report(run, folder)), markup=False)

@@ -28,8 +28,8 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
     with beside_bars(stream):  # the script's progress bars: the summary may come mid-training
         render(run, console, folder=str(folder))
     if spec.report:
-        from lmprof.show.report import write_run_report
+        from lmprof.show.report import report_line, write_run_report
 
         path = write_run_report(run, folder)
         with beside_bars(stream):
-            console.print(f"report: {path}  (open it in a browser; the trace opens in https://ui.perfetto.dev)")
+            console.print(report_line(path), markup=False)
