@@ -48,10 +48,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-class Metric(BaseModel):
-    """One figure with its unit and source. ``value`` is the median when there are samples."""
+class Part(BaseModel):
+    """A part of the run record. Each refuses a key it does not know (rather than dropping it), so a
+    misspelt key in a hand-made run.json, or a newer lmprof's field, is an error a reader sees."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class Metric(Part):
+    """One figure with its unit and source. ``value`` is the median when there are samples."""
 
     value: float | None
     unit: str
@@ -100,7 +105,7 @@ class Metric(BaseModel):
         return 100.0 * (self.p90 - self.p10) / abs(self.value)
 
 
-class Block(BaseModel):
+class Block(Part):
     """Time of one part of a step.
 
     ``profiled_ms`` is the mean measured under the profiler; ``time_ms`` is the block's median over
@@ -108,8 +113,6 @@ class Block(BaseModel):
     parts add up to the clean (profiler-free) median step a user would see without lmprof watching
     (analysis/reconcile.py).
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     phase: str
@@ -135,10 +138,8 @@ class Block(BaseModel):
     uncertain: str | None = None
 
 
-class OpStat(BaseModel):
+class OpStat(Part):
     """One operator's aggregate over the profiled steps (per step averages)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     calls: int
@@ -173,14 +174,14 @@ AlertKind = Literal["drift", "spike", "memory_creep", "input_bound", "straggler"
 RequestKind = Literal["alert", "signal", "file"]
 
 
-class Baseline(BaseModel):
+class Baseline(Part):
     """What the clean window measured, that the watched steps are judged against.
 
     ``step_s_spread`` is the clean steps' own upper spread, slowest clean step minus their median (the
     spread analysis/noise.py judges a profiled step with).
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     step_s_median: float = Field(gt=0)
     step_s_spread: float = Field(ge=0)
@@ -200,10 +201,8 @@ class Baseline(BaseModel):
         return cls(step_s_median=med, step_s_spread=max(xs) - med, n=len(xs), **figures)
 
 
-class WatchAlert(BaseModel):
+class WatchAlert(Part):
     """Something the detectors saw, with its step range and the figures behind it (units in each)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: AlertKind
     first_step: int
@@ -214,10 +213,8 @@ class WatchAlert(BaseModel):
     ongoing: bool = False
 
 
-class Growth(BaseModel):
+class Growth(Part):
     """A block or operator that took longer in a captured window than in the baseline window."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["block", "operator"]
     name: str
@@ -231,10 +228,8 @@ class Growth(BaseModel):
     beyond_noise: bool
 
 
-class WatchCapture(BaseModel):
+class WatchCapture(Part):
     """A window profiled by itself while the run was watched."""
-
-    model_config = ConfigDict(extra="forbid")
 
     path: str  # the child run folder, relative to the run folder
     first_step: int
@@ -245,10 +240,8 @@ class WatchCapture(BaseModel):
     note: str | None = None
 
 
-class WatchSection(BaseModel):
+class WatchSection(Part):
     """run.json's ``watch``: the series files, the baseline, the alerts and the captures."""
-
-    model_config = ConfigDict(extra="forbid")
 
     series: list[str] = Field(default_factory=list)  # chunk files, relative to the run folder, in step order
     steps: int = 0
@@ -262,10 +255,10 @@ class WatchSection(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class Run(BaseModel):
+class Run(Part):
     """A complete run record. ``save`` writes the folder; ``load`` reads it back."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(populate_by_name=True)
 
     schema_: str = Field(default=SCHEMA, alias="schema")
     id: str
