@@ -25,6 +25,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -121,6 +122,7 @@ class Shapes:
     graphs_tokens: int
     graphs_steps: tuple[str, ...]
     overhead: tuple[str, ...]  # benchmarks/overhead.py
+    generation: tuple[str, ...]  # benchmarks/generation_overhead.py
     calibrate: tuple[str, ...]
     oom: tuple[str, ...]  # model of the out-of-memory bisection (the fit check's and the probes')
     small_layers: int  # --n-layer of the re-runs that make small traces
@@ -138,6 +140,7 @@ GPU = Shapes(
     graphs=("--preset", "gpt2", "--dtype", "bf16", "--attention", "sdpa"), graphs_tokens=64,
     graphs_steps=("--steps", "5", "--warmup", "2", "--profile-steps", "1"),
     overhead=("--presets", "tiny,small,gpt2", "--steps", "10"),
+    generation=("--layers", "12", "--width", "768", "--rounds", "3"),
     calibrate=("--dtypes", "bf16,tf32", "--seconds", "10"),
     oom=("--preset", "gpt2", "--seq-len", "1024"),
     small_layers=2, timeout_scale=1.0,
@@ -153,6 +156,7 @@ REHEARSAL = Shapes(
     graphs=("--preset", "tiny", "--dtype", "bf16", "--attention", "sdpa"), graphs_tokens=8,
     graphs_steps=("--steps", "2", "--warmup", "1", "--profile-steps", "1"),
     overhead=("--presets", "tiny", "--steps", "3"),
+    generation=("--rounds", "1"),
     calibrate=("--dtypes", "fp32", "--seconds", "2"),
     oom=("--preset", "tiny", "--seq-len", "64"),
     small_layers=1, timeout_scale=3.0,
@@ -887,6 +891,14 @@ def step_overhead(s: StepRun) -> None:
             if pct:
                 s.figure(f"profiler overhead, preset {parts[0]}", float(pct.rstrip("%")), "%", "derived",
                          line.strip()[:200])
+    # lmprof's cost to a user's decode loop in its clean window: its hooks, and a device sync at every forward's
+    # end that a loop keeping its tokens on the device would not do (docs/user-code.md)
+    cmd = s.python(["benchmarks/generation_overhead.py", "--device", s.dev, *s.sh.generation], "generation")
+    for line in s.read(cmd).splitlines():
+        found = re.search(r"([+-]\d+\.\d+)%", line)
+        if found and ("stopwatch" in line or "reports" in line or "hooks off" in line):
+            name = line.split("  ")[0] if "  " in line else line.split(":")[0]
+            s.figure(f"generation loop, {name.strip()[:60]}", float(found.group(1)), "%", "measured", line.strip()[:200])
 
 
 SI = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -982,7 +994,7 @@ STEPS: tuple[Step, ...] = (
     Step("ddp_nccl", "One-rank DDP on NCCL under lmprof run", step_ddp_nccl, False, 30, 180,
          ("allreduce block in the backward", "NCCL kernels in the trace", "analyze reads the collectives")),
     Step("overhead", "Profiler overhead per preset (benchmarks/overhead.py)", step_overhead, False, 40, 180,
-         ("clean vs profiled step, tiny/small/gpt2",)),
+         ("clean vs profiled step, tiny/small/gpt2", "a decode loop in the clean window vs plain (benchmarks/generation_overhead.py)")),
     Step("calibrate", "Measured matmul and copy ceilings (lmprof calibrate --no-save)", step_calibrate, False, 15, 60,
          ("achieved bf16/tf32 FLOP/s and bandwidth",)),
     Step("small_traces", "Small traces for tests/data (fewer layers)", step_small_traces, False, 30, 200,

@@ -222,3 +222,21 @@ def test_a_float64_model_gets_its_run_its_peak_and_a_refused_memory_estimate(run
     assert any(n.startswith("no memory estimate: the formulas model fp32, bf16, fp16 and this run is fp64")
                for n in record["notes"]), record["notes"]
     assert "memory.peak" in record["metrics"] and "memory.estimated.peak" not in record["metrics"]
+
+
+def test_the_dtype_is_read_once_a_generation_not_at_every_forward(tmp_path: Path, monkeypatch) -> None:
+    """Each read runs inside the user's forward; a decode forward of a small model takes well under a
+    millisecond (benchmarks/generation_overhead.py), so the first matmul module's hook reads at a step's first
+    forward only. The figures still see the generations' autocast (as in the test of their peak above)."""
+    from lmprof.pipeline.protocol.windows.shapes import ShapesWindow
+
+    reads: list[set[str | None]] = []
+    compute = ShapesWindow._compute
+    monkeypatch.setattr(ShapesWindow, "_compute", lambda self, into: (reads.append(into), compute(self, into))[1])
+    forwards = []
+    model = _gpt2().eval()
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    run = _generated_under_autocast(tmp_path, model)
+    assert len(forwards) == 8 * 4  # the prefill and three decode forwards, 8 generations
+    assert 0 < len(reads) <= 8  # one a generation at most (old: one a forward of each clean and profiled one)
+    assert "peak bf16" in (run.metrics["decode.mfu"].note or "")

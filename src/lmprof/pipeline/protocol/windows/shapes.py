@@ -121,6 +121,9 @@ class ShapesWindow(Window):
         self._dtype_hook: Any = None  # the first matmul module's, clean steps only: autocast inside the forward
         self._inner = False  # autocast is read at the first matmul module's pre-hook, not the model's
         self._reads = False  # the running step reads the dtype (a clean one, or none was read yet)
+        # The first matmul module's read is done for the running step: one read a step is enough (a decode loop's
+        # forwards take well under a millisecond, and each read in a forward cost it about 10 us on a CPU)
+        self._inner_read = False
         self._started = False
         self._evaluated = False  # the running step ran a forward without grad (an evaluation)
         self._saved = False  # the running step called torch.save (a checkpoint)
@@ -139,6 +142,7 @@ class ShapesWindow(Window):
         # warm-up): once read, nothing of it runs inside the profiled steps, where a hook's time is the
         # blocks' "other" (nanoGPT's rose from 3.5% past the 5% goal with it)
         self._reads = phase is Phase.CLEAN or not (self.record.autocast or self.record.autocast_outer)
+        self._inner_read = False
         if not self._reads and self._dtype_hook is not None:
             self._dtype_hook.remove()
             self._dtype_hook = None
@@ -182,8 +186,11 @@ class ShapesWindow(Window):
             self._complete = False
 
     def _inner_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        if self._inner_read:
+            return
         if torch.is_grad_enabled() or not self.ctx.spec.traits.trains:  # training: not an evaluation's
             self._compute(self.record.autocast)
+            self._inner_read = True
 
     def _compute(self, into: set[str | None]) -> None:
         """What this forward's matmuls run in (``into``): autocast's dtype on the model's device type; TF32 on
