@@ -73,7 +73,7 @@ def test_throughputs_of_generations_from_their_times_by_hand():
     t = Timings()
     for e2e, decode in ((0.060, [0.010, 0.012]), (0.050, [0.011, 0.011]), (0.040, [0.008, 0.010])):
         t.keep(Generation(prefill_s=0.030, decode_s=decode, e2e_s=e2e, batch=4, prompt_len=7, forwards=3), None)
-    m = SimpleNamespace(timings=t, config={}, spec=Spec(mode="infer"))
+    m = SimpleNamespace(timings=t, config={}, spec=Spec(mode="infer"), hooked_forwards=False)
     metrics = _infer_metrics(m, None, [])  # type: ignore[arg-type]  # only what the timing figures read
     out = metrics["output_tokens_per_s"]
     assert (out.value, out.p10, out.n) == (pytest.approx(4 * 3 / 0.050), pytest.approx(np.percentile(

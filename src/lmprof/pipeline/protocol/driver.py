@@ -64,7 +64,7 @@ class Driver:
 
     def describe(self, spec: Spec, counts: Counts, facts: ModelFacts, seen: Observed) -> Described:
         """The driver's account of the run: by default, the owner's validated options as they are."""
-        return Described(dict(spec.config), self.step_means, self.known)
+        return Described(dict(spec.config), self.step_means, self.known, self.hooks_forwards)
 
     def finished(self, measured: Measured, watched_on: bool = False) -> "Run | None":
         """The session ended with ``measured``: what the driver does with it (the Run, if it made one);
@@ -118,7 +118,7 @@ class Observer(Driver):
         if seen.input_shape and len(seen.input_shape) == 2:
             cfg["batch_size"], cfg["seq_len"] = seen.input_shape
         cfg.update(spec.config)
-        return Described(cfg, self.step_means, None)
+        return Described(cfg, self.step_means, None, self.hooks_forwards)
 
     def finished(self, measured: Measured, watched_on: bool = False) -> "Run | None":
         """Assemble the run and write it: save, report.html, the summary on stderr."""

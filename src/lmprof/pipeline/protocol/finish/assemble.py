@@ -264,6 +264,8 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
                                          note=rough or ("decode time / (tokens generated - 1), per generation"
                                                         if several else TPOT_SPANS))
                      if decode else Metric.na("ms", "one forward per generation: no decode step"))
+    if m.hooked_forwards and decode:
+        notes.extend(marks_note(float(np.median(decode))))
     last = gens[-1]
     if last.batch and last.prompt_len:
         metrics[PREFILL_TOKENS_PER_S] = Metric.from_samples(  # the tokens it ran: a cached prefix's are not
@@ -281,6 +283,23 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
     _overhead(m, metrics, att)
     m.config.setdefault("new_tokens", last.generated)
     return metrics
+
+
+# What lmprof's hooks marking each forward's end cost a user's generation, per forward (µs): measured with
+# benchmarks/generation_overhead.py on this project's 2-core CPU (docs/user-code.md), not in the run itself.
+MARK_COST_US = (45, 70)
+MARK_NOTE_SHARE = 0.02  # the note is said where that cost may be this share of a token's time, or more
+
+
+def marks_note(tpot_ms: float) -> list[str]:
+    """What the hooks that mark each forward cost the figures, where it may matter (a short TPOT)."""
+    low, high = (us / 1e3 / tpot_ms for us in MARK_COST_US)
+    if high < MARK_NOTE_SHARE:
+        return []
+    return [f"lmprof's hooks marked each forward's end inside the generations, which costs about {MARK_COST_US[0]}-"
+            f"{MARK_COST_US[1]} us a forward on a 2-core CPU (not measured in this run: "
+            f"benchmarks/generation_overhead.py measures it on a machine): {100 * low:.0f}-{100 * high:.0f}% of this "
+            f"TPOT of {tpot_ms:.3g} ms, by which TTFT, TPOT and the latency read slower than the loop without lmprof"]
 
 
 EXPANDED = (

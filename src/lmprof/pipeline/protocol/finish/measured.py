@@ -38,6 +38,7 @@ class Described:
     config: dict[str, Any]
     step_means: str
     known: Known | None
+    hooked_forwards: bool = False  # a hook on the user's model marked each forward's end (inside the generation)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Measured:
     noise: tuple[Snapshot, Snapshot] | None  # the machine's counters before and after the clean window
     compile: CompileReport | None
     more: list[Any] = field(default_factory=list)  # results of windows beyond the protocol's own (add_to(run, folder))
+    hooked_forwards: bool = False  # generations: lmprof's hooks on the model marked each forward's end
 
 
 def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings: Timings,
@@ -108,7 +110,7 @@ def measured(spec: Spec, plan: PhasePlan, folder: Path, seen: Observed, timings:
         flops=flops,
         recomputes=seen.recomputes, others=seen.others, shapes=windows.shapes.record,
         figure_notes=notes, energy=windows.meter.energy, noise=windows.meter.noise, compile=compiled,
-        more=[r for r in (w.result() for w in windows.more) if r is not None])
+        more=[r for r in (w.result() for w in windows.more) if r is not None], hooked_forwards=said.hooked_forwards)
 
 
 def _replaced(memory: MeasuredMemory | None, seen: Observed, plan: PhasePlan) -> MeasuredMemory | None:
