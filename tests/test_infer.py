@@ -171,12 +171,14 @@ def test_generate_reports_each_forward_after_its_device_sync():
 
 
 def test_model_scopes_come_back_after_a_compiled_run(tmp_path):
-    """A compiled training run switches the built-in GPT's sub-block scopes off process-wide;
-    an inference run after it must switch them back on (this was a real, order-dependent bug)."""
-    from lmprof.workloads.blocks import model_scopes
+    """A compiled run switches the built-in GPT's sub-block scopes off while it runs; an eager inference
+    run must switch them on for itself whatever it finds (this was a real, order-dependent bug). The
+    process's own setting (off here) is put back after it (tests/test_model_scopes_kept.py)."""
+    from lmprof.workloads.blocks import model_scopes, model_scopes_kept
 
-    model_scopes(False)
-    run, _ = run_inference(small_cfg(), out_dir=tmp_path / "r")
+    with model_scopes_kept():
+        model_scopes(False)
+        run, _ = run_inference(small_cfg(), out_dir=tmp_path / "r")
     assert "attn.qkv" in {b.name for b in run.blocks if b.phase == "decode"}
 
 

@@ -16,6 +16,7 @@ from lmprof.pipeline.protocol.own_loop import close, drive_generations, own_sess
 from lmprof.record.run import Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
+from lmprof.workloads.blocks import model_scopes_kept
 from lmprof.workloads.builders import infer_workload
 from lmprof.workloads.describe import attention_path
 from lmprof.workloads.inference import InferWorkload, generate, own_generation
@@ -60,6 +61,11 @@ def _generation_row(work: InferWorkload, tokens: torch.Tensor, i: int) -> dict[s
 
 def run_inference(cfg: InferConfig, out_dir: Path | None = None) -> tuple[Run, Path]:
     """Profile greedy generation; returns the Run and the folder it was saved in."""
+    with model_scopes_kept():
+        return _run_inference(cfg, out_dir)
+
+
+def _run_inference(cfg: InferConfig, out_dir: Path | None) -> tuple[Run, Path]:
     device = resolve_device(cfg.device)
     work, described = infer_workload(cfg, device)
     folder = out_dir or run_folder(cfg.out, "infer", cfg.label(), device, batch=cfg.batch_size)

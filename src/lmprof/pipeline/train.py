@@ -25,6 +25,7 @@ from lmprof.record.catalogue import LOSS
 from lmprof.record.run import Metric, Run
 from lmprof.analysis.block_truth import STOPWATCH_STEPS
 from lmprof.measure.block_stopwatch import block_stopwatch
+from lmprof.workloads.blocks import model_scopes_kept
 from lmprof.workloads.builders import train_workload
 from lmprof.workloads.training import TrainStep, TrainWorkload
 
@@ -66,6 +67,11 @@ def run_training(cfg: TrainConfig, out_dir: Path | None = None) -> tuple[Run, Pa
     Under torchrun (WORLD_SIZE > 1) every rank profiles itself into ``<run>/rank<r>`` and rank 0
     assembles ``<run>/run.json``; with ``cfg.nproc > 1`` outside torchrun, this launches torchrun.
     """
+    with model_scopes_kept():
+        return _run_training(cfg, out_dir)
+
+
+def _run_training(cfg: TrainConfig, out_dir: Path | None) -> tuple[Run, Path]:
     from lmprof.pipeline import distributed as dist
 
     if cfg.nproc > 1 and not dist.is_distributed():

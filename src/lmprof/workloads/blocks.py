@@ -74,6 +74,19 @@ def model_scopes(on: bool) -> None:
     _model_enabled = on
 
 
+@contextlib.contextmanager
+def model_scopes_kept() -> Iterator[None]:
+    """What :func:`model_scopes` is set to in the body (a built-in run's: off for ``--compile``) is put back
+    when it ends, however it ends: a process that goes on (a notebook, ``lmprof.profile`` of a model with
+    scopes after a compiled ``run_inference``) keeps its blocks. Left off, the next run's sub-blocks
+    got no time and no FLOPs (a run's failed ``--compile`` option set it too)."""
+    before = _model_enabled
+    try:
+        yield
+    finally:
+        model_scopes(before)
+
+
 def scope(name: str) -> contextlib.AbstractContextManager[object]:
     """A sub-block range ``lmprof:<name>`` inside a model, when scopes are enabled, else a no-op."""
     # _model_enabled is read first: it is constant for a compiled model, so dynamo's guard holds.
