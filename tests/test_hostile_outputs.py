@@ -457,12 +457,13 @@ def test_interrupted_run_keeps_what_was_measured_marked_incomplete(tmp_path):
 def test_sigterm_inside_interruptible_is_143_and_ctrl_c_130():
     from lmprof.cli.common import Interrupted, interruptible
 
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or what a test before installed (ray.init installs one)
     with pytest.raises(Interrupted) as info:
         with interruptible():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
     assert info.value.code == 143 and "SIGTERM" in str(info.value)
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before
     from lmprof.pipeline.protocol.folder import RunInterrupted
 
     with pytest.raises(Interrupted) as info:
