@@ -243,7 +243,7 @@ def _hardware(con: Console, dev: DeviceReport) -> None:
         tab.add_row("shared memory per block", f"{_num(hw.shared_memory_bytes, ',.0f')} B", "measured (CUPTI)")
     else:
         tab.add_row("occupancy, blocks/warps per SM", "n/a", "the trace has no kernel resource args")
-    tab.add_row("compute time in tensor-core kernels", _pct(hw.tensor_core_pct),
+    tab.add_row("compute time in tensor/matrix-core kernels", _pct(hw.tensor_core_pct),
                 f"estimated from names ({hw.tensor_core_kernels:,} kernels)")
     for c in hw.copies[:6]:
         tab.add_row(escape(c.kind), f"{_gbps(c.achieved_gbps)} GB/s",

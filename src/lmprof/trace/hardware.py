@@ -3,7 +3,7 @@
 * Kernel resources (CUPTI args of each kernel, NVIDIA traces): ``est. achieved occupancy %``,
   ``blocks per SM``, ``warps per SM``, ``registers per thread``, ``shared memory`` (bytes per
   block). Averages are weighted by kernel duration, so they describe where the time went.
-* Tensor-core share: kernel time in kernels whose name marks them as tensor-core kernels (see
+* Tensor-core share (matrix cores on AMD): kernel time in kernels whose name marks them as such (see
   :data:`TENSOR_CORE_RE`); an estimate from names, never measured.
 * Copies: bytes (``args.bytes``) and time of each memcpy / memset kind, and the achieved bandwidth.
   The trace does not record the link (PCIe generation, NVLink), so no peak is compared with.
@@ -21,11 +21,18 @@ from lmprof.trace.records import Record
 # Tensor-core kernels by name (case-insensitive): cuBLAS/cuDNN MMA shapes (h884, s1688, h16816, i8816,
 # s16832: volta_h884gemm_*, turing_fp16_s1688gemm_*, ampere_fp16_s16816gemm_*), SASS-level names
 # (hmma, imma, xmma, gmma, wgmma: sm80_xmma_gemm_*, sm90_xmma_*), CUTLASS (tensorop, wmma), and fused
-# attention kernels that run on tensor cores (flash_fwd/flash_bwd, fmha). Plain sgemm/SIMT kernels
-# and elementwise kernels do not match.
+# attention kernels that run on tensor cores (flash_fwd/flash_bwd, fmha); cuBLAS's GEMMs on Hopper and
+# Blackwell (nvjet_*), and TensorRT-LLM's generated GEMMs, which name their MMA instruction shape beside a
+# thread-block cluster (bmm_..._m128x16x32_cga1x1x1_...). AMD's matrix cores (MFMA) the
+# same way: rocBLAS/hipBLASLt's Tensile kernels name their matrix instruction (Cijk_..._MT256x128x64_
+# MI16x16x1_...), Composable Kernel its XDL ops (gemm_xdl_cshuffle, *_xdlops_*), MIOpen's implicit GEMMs
+# their xdlops generation (igemm_fwd_gtcx2_*), and some name mfma itself. Plain sgemm/SIMT kernels and
+# elementwise kernels do not match, nor MIOpen's elementwise SubTensorOp* ("tensorop" only as CUTLASS writes it,
+# after a separator).
 TENSOR_CORE_RE = re.compile(
-    r"(?<![0-9a-z])[hsi](?:884|1688|16816|8816|16832)|hmma|imma|xmma|wgmma|gmma|tensorop|wmma|"
-    r"tensor_?core|flash_?(?:fwd|bwd)|fmha",
+    r"(?<![0-9a-z])[hsi](?:884|1688|16816|8816|16832)|hmma|imma|xmma|wgmma|gmma|(?<![a-z])tensorop|wmma|"
+    r"tensor_?core|flash_?(?:fwd|bwd)|fmha|nvjet|(?<![0-9a-z])m\d+x\d+x\d+_cga\d|"
+    r"(?<![0-9a-z])MI\d+x\d+x\d+|(?<![a-z])xdl|(?<![a-z])gtcx|mfma",
     re.IGNORECASE,
 )
 LOW_OCCUPANCY_PCT = 25.0

@@ -1,0 +1,80 @@
+"""`lmprof analyze` of real ROCm LLM-serving traces that nobody here wrote (TraceLens' test data: SGLang on an
+MI300X, vLLM replaying a HIP graph, an MI210's device events; tests/data/traces/PROVENANCE.md).
+
+Truths: the trace read event by event with the standard library (json + gzip), not with lmprof's reader: the
+device events' count and summed time; and the matrix-core share, from the kernels this file names by hand
+as AMD matrix-core (MFMA) kernels, with the rule that says how each is recognised. Until this session every
+AMD trace read 0% there (0 kernels): the rule knew only NVIDIA's names. The MI210's MIOpen elementwise
+kernels (SubTensorOpWithScalar1d, ...) counted as tensor-core kernels ("tensorop" inside their names).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from lmprof.trace.analyze import analyze_table
+from lmprof.trace.hardware import is_tensor_core_kernel
+from lmprof.trace.load import load_trace
+
+DATA = Path(__file__).parent / "data" / "traces"
+THEIRS = ["mi300x_sglang_qwen3_decode", "rocm_vllm_decode_graph", "mi210_gpu_only", "amd_mi250_train"]
+DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _events(name: str) -> list[dict]:
+    with gzip.open(DATA / f"{name}.json.gz") as f:
+        return [e for e in json.load(f)["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+@pytest.mark.parametrize("name", THEIRS)
+def test_device_events_add_up_as_the_trace_wrote_them(name: str) -> None:
+    device = [e for e in _events(name) if e.get("cat") in DEVICE]
+    kernels = analyze_table(load_trace(DATA / f"{name}.json.gz")).device.kernels
+    assert kernels.count == len(device)
+    assert kernels.total_us == pytest.approx(sum(float(e["dur"]) for e in device), abs=1e-3)
+
+
+# By hand, from each name: Tensile's matrix instruction (rocBLAS/hipBLASLt, "_MI16x16x1_"), an MFMA kernel named
+# so (vLLM's paged attention for ROCm), MIOpen's xdlops implicit GEMMs ("gtcx2"). Prefixes, as the names are long.
+MATRIX_CORE = {
+    "mi300x_sglang_qwen3_decode": ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x32x64_MI16x16x1_",
+                                   "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT32x32x256_MI16x16x1_",
+                                   "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x256_MI16x16x1_",
+                                   "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x32x512_MI16x16x1_",
+                                   "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x48x64_MI16x16x1_",
+                                   "void paged_attention_ll4mi_QKV_mfma16_kernel<"),
+    "amd_mi250_train": ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_",
+                        "Cijk_Ailk_Bjlk_SB_Bias_AS_SAV_UserArgs_MT64x16x16_MI16x16x1_"),
+    "mi210_gpu_only": ("igemm_wrw_gtcx2_", "igemm_bwd_gtcx2_", "igemm_fwd_gtcx2_",
+                       "Cijk_Ailk_Bjlk_BBS_BH_Bias_HAS_SAV_UserArgs_MT128x64x32_MI32x32x1_",
+                       "Cijk_Ailk_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs_MT16x64x64_MI16x16x1_",
+                       "Cijk_Alik_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs_MT32x32x64_MI16x16x1_"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATRIX_CORE))
+def test_the_matrix_core_share_is_that_of_the_kernels_named_by_hand(name: str) -> None:
+    kernels = [e for e in _events(name) if e.get("cat") == "kernel"]  # none of them is communication
+    mfma = sum(float(e["dur"]) for e in kernels if e["name"].startswith(MATRIX_CORE[name]))
+    hw = analyze_table(load_trace(DATA / f"{name}.json.gz")).device.hardware
+    assert hw.compute_time_us == pytest.approx(sum(float(e["dur"]) for e in kernels), abs=1e-3)
+    assert hw.tensor_core_time_us == pytest.approx(mfma, abs=1e-3) and mfma > 0  # was 0 (or MIOpen's elementwise)
+    assert hw.tensor_core_kernels == sum(e["name"].startswith(MATRIX_CORE[name]) for e in kernels)
+
+
+def test_amd_and_newer_nvidia_names() -> None:
+    yes = ["Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x32x64_MI16x16x1_SN_LDSB1_AFC1",
+           "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm",
+           "void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3>",
+           "igemm_fwd_gtcx2_nhwc_bf16_bx0_ex1_bt32x256x32_wt16x64x4", "void paged_attention_ll4mi_QKV_mfma16_kernel<0>",
+           "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmha",
+           "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN",
+           "bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN"]
+    no = ["SubTensorOpWithCastTensor1d", "SubTensorOpWithScalar1d", "batched_transpose_16x32_half",
+          "Cijk_Ailk_Bljk_SB_MT128x128x8_SE_GRVW4_K1_NLCA1", "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
+          "void at::native::batch_norm_backward_kernel<c10::BFloat16>", "attn_fwd", "kernel_mi300x_copy"]
+    assert [n for n in yes if not is_tensor_core_kernel(n)] == []
+    assert [n for n in no if is_tensor_core_kernel(n)] == []
