@@ -100,14 +100,17 @@ def test_kernels_shorter_than_the_rounding_tolerance_do_not_loop(tmp_path):
     rounding: each "ended before" the other started, and the walk used to go round them until its
     1 M-step cap (kernels_on_path 1,000,000, cross-stream 39.6 us). By hand, back from 60: C 50..60
     (computation), waiting on B's stream since B ended at 10.0000005 (cross-stream ~40), B waits
-    for A, A for nothing in the trace (unknown 0..10)."""
+    for A, A for its launch (latency 2..10, the call 1..2, the host before it 0..1). All three are
+    launched in the trace: with one step, a device event launched before the trace began is not the
+    step's (timeline.py)."""
     tr = Trace()
     tr.step(1, 0, 20)
-    tr.kernel("A", 10.0, 0.0000004, stream=7)
-    tr.kernel("B", 10.0000001, 0.0000004, stream=8)
-    tr.kernel("C", 50, 10, stream=9, launch=(1, 1))
+    tr.kernel("A", 10.0, 0.0000004, stream=7, launch=(1, 1))
+    tr.kernel("B", 10.0000001, 0.0000004, stream=8, launch=(3, 1))
+    tr.kernel("C", 50, 10, stream=9, launch=(5, 1))
     step = _cp(tr, tmp_path).steps[0]
     seg = step.segments_us
     assert step.kernels_on_path == 3 and step.step_us == pytest.approx(60)
     assert seg["computation"] == pytest.approx(10, abs=1e-5) and seg["cross_stream"] == pytest.approx(40, abs=1e-5)
-    assert seg["unknown"] == pytest.approx(10) and sum(seg.values()) == pytest.approx(60)
+    assert seg["launch_latency"] == pytest.approx(8, abs=1e-5) and seg["launch_call"] == pytest.approx(1)
+    assert seg["cpu"] == pytest.approx(1) and sum(seg.values()) == pytest.approx(60)

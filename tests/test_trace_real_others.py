@@ -1,5 +1,6 @@
-"""`lmprof analyze` of real ROCm LLM-serving traces that nobody here wrote (TraceLens' test data: SGLang on an
-MI300X, vLLM replaying a HIP graph, an MI210's device events; tests/data/traces/PROVENANCE.md).
+"""`lmprof analyze` of real ROCm LLM traces that nobody here wrote (TraceLens' test data: SGLang on an MI300X,
+vLLM replaying a HIP graph, an MI210's device events, one profiled step of Qwen1.5-0.5B on an MI300X;
+tests/data/traces/PROVENANCE.md).
 
 Truths: the trace read event by event with the standard library (json + gzip), not with lmprof's reader: the
 device events' count and summed time; and the matrix-core share, from the kernels this file names by hand
@@ -21,6 +22,7 @@ from lmprof.trace.load import load_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
 THEIRS = ["mi300x_sglang_qwen3_decode", "rocm_vllm_decode_graph", "mi210_gpu_only", "amd_mi250_train"]
+ONE_STEP = "mi300x_vf_qwen15_05b_one_step"
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -78,3 +80,24 @@ def test_amd_and_newer_nvidia_names() -> None:
           "void at::native::batch_norm_backward_kernel<c10::BFloat16>", "attn_fwd", "kernel_mi300x_copy"]
     assert [n for n in yes if not is_tensor_core_kernel(n)] == []
     assert [n for n in no if is_tensor_core_kernel(n)] == []
+
+
+def test_one_profiled_step_is_timed_as_tracelens_times_it() -> None:
+    """A trace of one profiled step (schedule(active=1)) also holds device work queued before the profiler
+    recorded: 463 device events whose launching call is not in the trace, a previous step's tail. With one step
+    lmprof kept every device event: a 47.1 ms window, 43.1 ms busy. Truths: TraceLens' own report of this trace
+    (its tests/traces/compare_test_e2e/reference/mi300_perf_report_csvs/gpu_timeline.csv, times in ms: its window
+    is the device-side ProfilerStep annotation), and the trace read event by event."""
+    events = _events(ONE_STEP)
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    device = [e for e in events if e.get("cat") in DEVICE]
+    kept = [e for e in device if e["args"].get("correlation") in launched]
+    dev = analyze_table(load_trace(DATA / f"{ONE_STEP}.json.gz")).device
+    assert dev.window.rule == "launched in the trace (one ProfilerStep)"
+    assert (dev.window.device_events, dev.window.excluded_events) == (len(kept), len(device) - len(kept)) == (1054, 463)
+    tracelens_ms = {"total_time": 33.13133349609375, "busy_time": 29.743927734375, "idle_time": 3.38740576171875,
+                    "computation_time": 29.74316796875, "total_memcpy_time": 0.000759765625}
+    t = dev.temporal
+    mine = {"total_time": t.span_us, "busy_time": t.busy_us, "idle_time": t.idle_us, "computation_time": t.compute_us,
+            "total_memcpy_time": t.memory_us}
+    assert {k: round(v / 1e3, 6) for k, v in mine.items()} == {k: round(v, 6) for k, v in tracelens_ms.items()}

@@ -36,7 +36,7 @@ class Window(Record, frozen=True):
     device_events: int  # device events inside (kernels + memcpy + memset)
     excluded_events: int  # device events of the trace left out by the rule
     # "all device events" | "before last ProfilerStep" | "up to end of last ProfilerStep"
-    # | "all device events (none launched before the cut-off)"
+    # | "launched in the trace (one ProfilerStep)" | "all device events (none launched before the cut-off)"
     rule: str
 
 
@@ -53,8 +53,11 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     With >= 2 distinct ProfilerStep#N annotations, a device event is kept when its launching
     runtime call started before the last step's start (``include_last_step``: no later than the
     last step's end); device events whose runtime call is not in the trace are then left out.
-    Without steps every device event is kept, and so it is when the rule would keep none (e.g. the
-    trace has no runtime calls).
+    With one step, that step is the trace's work (HTA's cut at its start would keep none of it): a
+    device event is kept when its launching call is in the trace, as ``include_last_step`` would have
+    it; the device work queued before the trace began (a previous step's tail, launched before the
+    profiler recorded) is left out. Without steps every device event is kept, and so it is when the
+    rule would keep none (e.g. the trace has no runtime calls).
     """
     dev = np.flatnonzero(kinds.device_mask(table))
     if dev.size == 0:
@@ -69,6 +72,9 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
         launch = np.where(rt >= 0, ts[np.maximum(rt, 0)], np.inf)
         keep = before_cutoff(launch, cut, include_last_step)
         rule = "up to end of last ProfilerStep" if include_last_step else "before last ProfilerStep"
+    elif distinct(profiler_steps(table)["step"]).size == 1:
+        keep = launch_columns(table, dev, ["runtime"])["runtime"] >= 0
+        rule = "launched in the trace (one ProfilerStep)"
     if not keep.any():
         # HTA would report nothing; analysing all device work is more useful than "no device activity"
         keep = np.ones(len(dev), dtype=bool)
