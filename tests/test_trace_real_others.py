@@ -101,3 +101,22 @@ def test_one_profiled_step_is_timed_as_tracelens_times_it() -> None:
     mine = {"total_time": t.span_us, "busy_time": t.busy_us, "idle_time": t.idle_us, "computation_time": t.compute_us,
             "total_memcpy_time": t.memory_us}
     assert {k: round(v / 1e3, 6) for k, v in mine.items()} == {k: round(v, 6) for k, v in tracelens_ms.items()}
+
+
+def test_gemm_flops_and_times_from_recorded_shapes_are_tracelens() -> None:
+    """The same trace's GEMMs as TraceLens reports them (reference/mi300_perf_report_csvs/GEMM.csv: GFLOPs of the
+    first call, summed kernel time in us, calls). aten::addmm differs by the bias: TraceLens adds M x N
+    additions, lmprof counts what FlopCounterMode counts (2 M N K), the truth the rest of lmprof's FLOPs meet."""
+    rows = analyze_table(load_trace(DATA / f"{ONE_STEP}.json.gz")).op_flops.rows
+    mine = {(r.name, str(r.shapes)): r for r in rows}
+    tracelens = [  # name, Input Dims, GFLOPs, kernel time us, calls
+        ("aten::mm", "[[8944, 1024], [1024, 2816]]", 51.581550592, 5308.2734375, 48),
+        ("aten::mm", "[[8944, 2816], [2816, 1024]]", 51.581550592, 2374.7939453125, 24),
+        ("aten::addmm", "[[1024], [8944, 1024], [1024, 1024], [], []]", 18.766086144, 2954.7626953125, 72),
+    ]
+    for name, dims, gflops, time_us, calls in tracelens:
+        r = mine[(name, dims)]
+        bias = 8944 * 1024 if name == "aten::addmm" else 0
+        assert (r.count, r.flops + bias) == (calls, round(gflops * 1e9))
+        # TraceLens sums in float32 (2374.7939453125 is one; 24 float32 additions drift by about 1 ns), lmprof in float64
+        assert r.time_us == pytest.approx(time_us, abs=2e-3)
