@@ -130,6 +130,8 @@ def test_json_array_format(tmp_path):
         (b"", "empty"),
         (b"  \n\t ", "empty"),
         (b"hello", "not a JSON trace"),
+        # rocprofv3's JSON (TraceLens' tests/rocprof/908_results.json.gz begins so): said at once, not after 16 MiB
+        (b'{"rocprofiler-sdk-tool": [{"metadata": {"pid": 1}}]}', "a rocprofv3 .rocprofiler-sdk. JSON result"),
         (b'{"foo": 1, "bar": [1, 2]}', "no traceEvents"),
         (b'{"traceEvents": []}', "no events"),
         (b'{"traceEvents": [{"ph": "M", "name": "x"}]}', "no complete"),
@@ -145,6 +147,14 @@ def test_broken_files_raise_data_error(tmp_path, data, message):
     with pytest.raises(DataError, match=message) as err:
         load_trace(_write(tmp_path, data))
     assert "\n" not in str(err.value) and "t.json" in str(err.value)
+
+
+def test_a_protobuf_trace_is_named_as_one(tmp_path):
+    """JAX's XPlane (TraceLens' tests hold a .xplane.pb) and Perfetto's .pftrace are binary: said what they are."""
+    for name in ("run.xplane.pb", "trace.pftrace"):
+        with pytest.raises(DataError, match="a protobuf trace") as err:
+            load_trace(_write(tmp_path, b"\x9d\x01\x0a\x05hello", name))
+        assert "\n" not in str(err.value)
 
 
 def test_truncated_and_corrupt_gzip(tmp_path):

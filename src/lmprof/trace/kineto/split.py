@@ -196,10 +196,16 @@ class Splitter:
         if first == b"[":  # Chrome "JSON Array Format": the root is the event list itself
             self.prefix, self.array_depth, self.state = b"[", 1, "events"
         elif first == b"{":
+            if bytes(self.buf[1:64]).lstrip(_WS).startswith(b'"rocprofiler-sdk-tool"'):
+                raise DataError(f"{self.path}: a rocprofv3 (rocprofiler-sdk) JSON result, not a torch.profiler "
+                                "trace: lmprof reads torch.profiler's JSON (which ROCm's PyTorch writes too) and "
+                                "Nsight Systems exports")
             self.state = "prefix"
         else:
+            protobuf = " (a protobuf trace: Perfetto's or XPlane's, JAX's and TensorFlow's, which lmprof does not read)"
             raise DataError(
                 f"{self.path}: not a JSON trace (it starts with {bytes(first)!r}, expected '{{' or '[')"
+                + (protobuf if self.path.name.lower().endswith((".pb", ".pftrace", ".perfetto-trace")) else "")
             )
 
     def _prefix(self) -> None:
