@@ -61,6 +61,9 @@ def main() -> int:
     ap.add_argument("repo", type=Path, help="TraceLens' git directory (a clone, or a bare snapshot)")
     ap.add_argument("--out", type=Path, default=None, help="where to keep the traces (default: a temporary folder)")
     args = ap.parse_args()
+    if subprocess.run(["git", "-C", str(args.repo), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        print(f"crosscheck_tracelens: {args.repo} is not a git directory of TraceLens", file=sys.stderr)
+        return 2
     lmprof = Path(sys.executable).with_name("lmprof")
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)

@@ -53,7 +53,8 @@ def test_lmprofs_own_loop_has_no_hooks_to_tell_of(tmp_path: Path) -> None:
     assert not _marks(run.notes)
 
 
-@pytest.mark.parametrize("tpot_ms, said", [(0.5, True), (3.0, True), (3.6, False), (40.0, False)])
+@pytest.mark.parametrize("tpot_ms, said", [(0.5, True), (3.0, True), (3.6, False), (40.0, False), (0.0, False),
+                                            (float("nan"), False), (float("inf"), False)])
 def test_the_note_is_said_where_the_marks_may_be_two_percent_of_a_token_or_more(tpot_ms: float, said: bool) -> None:
     notes = marks_note(tpot_ms)
     assert bool(notes) is said
