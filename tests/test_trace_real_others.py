@@ -118,5 +118,37 @@ def test_gemm_flops_and_times_from_recorded_shapes_are_tracelens() -> None:
         r = mine[(name, dims)]
         bias = 8944 * 1024 if name == "aten::addmm" else 0
         assert (r.count, r.flops + bias) == (calls, round(gflops * 1e9))
-        # TraceLens sums in float32 (2374.7939453125 is one; 24 float32 additions drift by about 1 ns), lmprof in float64
+        # TraceLens sums in float32 (2374.7939453125 is one; 24 float32 additions drift ~1 ns), lmprof in float64
         assert r.time_us == pytest.approx(time_us, abs=2e-3)
+
+
+# TraceLens' ops_summary.csv of the same trace (tests/traces/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005_perf_report_csvs/):
+# each operator's direct kernel time, us (float32 sums)
+TRACELENS_OP_KERNEL_US = {
+    "aten::mm": 8663.615234375, "aten::mul": 4541.28857421875, "aten::_flash_attention_forward": 3908.79833984375,
+    "aten::copy_": 3190.6943359375, "aten::addmm": 2954.7626953125, "aten::add": 1895.603515625,
+    "aten::cat": 1356.06982421875, "aten::pow": 928.080078125, "aten::silu": 777.642578125,
+    "aten::mean": 619.05224609375, "aten::neg": 517.09814453125, "aten::rsqrt": 215.44775390625,
+    "aten::fill_": 107.544921875, "aten::bmm": 27.341796875, "aten::index_select": 21.0078125,
+    "aten::eq": 5.57177734375, "aten::cos": 4.68994140625, "aten::sin": 4.2490234375, "aten::all": 2.3251953125,
+    "aten::arange": 2.2841796875, "aten::_local_scalar_dense": 0.759765625,
+}
+
+
+def test_each_operators_kernels_are_the_ones_tracelens_links_to_it(tmp_path: Path, cli) -> None:
+    """Kernels linked to the operator that launched them (runtime call -> operator), summed per operator, in the
+    exported kernels table (`--export`, the kernels in the device figures): TraceLens' per-operator direct kernel
+    time of the same trace, all 21 operators that launched kernels, within its float32 rounding."""
+    import pyarrow.parquet as pq
+
+    code, _, err = cli("analyze", str(DATA / f"{ONE_STEP}.json.gz"), "--export", str(tmp_path / "tables"))
+    assert code == 0, err
+    kernels = pq.read_table(tmp_path / "tables" / "kernels.parquet").to_pylist()
+    mine: dict[str, float] = {}
+    for k in kernels:
+        if k["in_device_figures"] and k["op_name"]:
+            mine[k["op_name"]] = mine.get(k["op_name"], 0.0) + k["dur_us"]
+    assert mine.keys() == TRACELENS_OP_KERNEL_US.keys()
+    for name, us in TRACELENS_OP_KERNEL_US.items():
+        assert mine[name] == pytest.approx(us, abs=5e-3), name
+
