@@ -86,12 +86,23 @@ def test_partitions_from_workers_make_the_serial_parquet_files(rank_folder, tmp_
 @pytest.mark.slow
 @pytest.mark.skipif(not installed("ray"), reason="ray is not installed")
 def test_ray_gives_the_serial_report(rank_folder):
+    import signal
+
     files = sorted(rank_folder.iterdir())
     serial = _report(rank_folder, workers=1)
     from lmprof.trace.analyze import combine
 
-    reports = analyze_files(files, ray="local",
-                            ray_init={"num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 1024 * 1024})
+    def mine(signum, frame):  # noqa: ANN001 - a caller's own SIGTERM handler
+        raise SystemExit(143)
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        reports = analyze_files(files, ray="local",
+                                ray_init={"num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 1024 * 1024})
+        # ray.init put its own handler in and left it: the caller's was gone for the rest of the process
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
     assert json.dumps(combine(reports).to_dict(), sort_keys=True) == serial
     import ray
 

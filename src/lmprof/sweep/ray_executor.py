@@ -18,24 +18,15 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lmprof.errors import ConfigError, LmprofError
+from lmprof.errors import ConfigError
+from lmprof.ray_session import ray_session
 from lmprof.sweep.runner import Outcome, _now, run_point
 from lmprof.sweep.spec import AnyPoint, parse_point
 from lmprof.sweep.worker import THREADS_ENV
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise LmprofError("--executor ray needs Ray: pip install 'lmprof[ray]'") from None
-    return ray
 
 
 def resources_for(point: AnyPoint, cluster_has_gpu: bool, cpus: float = 1) -> dict[str, float]:
@@ -84,53 +75,29 @@ class RayExecutor:
     def run(
         self, jobs: list[tuple[AnyPoint, Path]], timeout_s: float, python: str, on_start: Callable[[AnyPoint], None]
     ) -> Iterator[tuple[AnyPoint, Outcome]]:
-        ray = _ray()
-        started_here = not ray.is_initialized()
-        # ray.init installs its own SIGTERM handler in the driver and leaves it there: the sweep's (SIGTERM
-        # as Ctrl-C, running points put back to pending) and the caller's are restored.
-        on_term = signal.getsignal(signal.SIGTERM) if _main_thread() else None
-        if started_here:
+        # ray_session keeps the sweep's own SIGTERM handler (SIGTERM as Ctrl-C: running points back to pending)
+        with ray_session(self.address, self.init_kwargs, "--executor ray") as ray:
+            remote = ray.remote(_task)
+            has_gpu = ray.cluster_resources().get("GPU", 0) > 0
+            pending: dict[Any, AnyPoint] = {}
             try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False, **self.init_kwargs)
-            except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
-                raise LmprofError(f"cannot start or reach Ray at {self.address or 'a local instance'}: "
-                                  f"{str(exc).splitlines()[0]}") from None
+                nodes = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+                cpus = cpu_share(nodes, self.cpus_per_point)
+                for point, run_dir in jobs:
+                    ref = remote.options(**resources_for(point, has_gpu, cpus)).remote(
+                        point.model_dump_json(), str(run_dir), timeout_s, python or sys.executable, threads_for(cpus))
+                    pending[ref] = point
+                    on_start(point)
+                while pending:
+                    done, _ = ray.wait(list(pending), num_returns=1)
+                    for ref in done:
+                        point = pending.pop(ref)
+                        try:
+                            outcome = ray.get(ref)
+                        except Exception as exc:  # noqa: BLE001 - the task itself died (node lost, ...)
+                            outcome = Outcome("error", f"Ray task failed: {str(exc).splitlines()[0]}"[:300],
+                                              _now(), _now(), 0.0)
+                        yield point, outcome
             finally:
-                _restore(on_term)
-        remote = ray.remote(_task)
-        has_gpu = ray.cluster_resources().get("GPU", 0) > 0
-        pending: dict[Any, AnyPoint] = {}
-        try:
-            nodes = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
-            cpus = cpu_share(nodes, self.cpus_per_point)
-            for point, run_dir in jobs:
-                ref = remote.options(**resources_for(point, has_gpu, cpus)).remote(
-                    point.model_dump_json(), str(run_dir), timeout_s, python or sys.executable, threads_for(cpus))
-                pending[ref] = point
-                on_start(point)
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    point = pending.pop(ref)
-                    try:
-                        outcome = ray.get(ref)
-                    except Exception as exc:  # noqa: BLE001 - the task itself died (node lost, ...)
-                        outcome = Outcome("error", f"Ray task failed: {str(exc).splitlines()[0]}"[:300],
-                                          _now(), _now(), 0.0)
-                    yield point, outcome
-        finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            if started_here:
-                ray.shutdown()
-                _restore(on_term)
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _restore(handler: Any) -> None:
-    if handler is not None and _main_thread():
-        signal.signal(signal.SIGTERM, handler)
+                for ref in pending:
+                    ray.cancel(ref, force=True)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lmprof.errors import DataError, LmprofError
+from lmprof.ray_session import ray_session
 from lmprof.trace.analyze import Report, analyze_table, combine, find_traces, load_tables
 from lmprof.trace.blocks import BlockMap
 
@@ -201,24 +202,8 @@ def _in_processes(files: list[Path], job: Job, n: int) -> Iterator[list[Result]]
                 fut.cancel()
 
 
-def _ray_module() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise LmprofError("--ray needs Ray: pip install 'lmprof[ray]'") from None
-    return ray
-
-
 def _on_ray(files: list[Path], job: Job, address: str, init: dict[str, Any]) -> Iterator[list[Result]]:
-    ray = _ray_module()
-    started_here = not ray.is_initialized()
-    if started_here:
-        try:
-            ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, **init)
-        except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
-            raise LmprofError(f"cannot start or reach Ray at {address}: {str(exc).splitlines()[0]}") from None
-    try:
+    with ray_session(None if address == "local" else address, init, "--ray") as ray:
         remote = ray.remote(num_cpus=1)(analyze_one)
         slots = max(1, int(ray.cluster_resources().get("CPU", 1))) * _IN_FLIGHT_PER_WORKER
         pending: deque[tuple[Path, Any]] = deque()
@@ -241,9 +226,6 @@ def _on_ray(files: list[Path], job: Job, address: str, init: dict[str, Any]) -> 
         finally:
             for _, ref in pending:
                 ray.cancel(ref, force=True)
-    finally:
-        if started_here:
-            ray.shutdown()
 
 
 def analyze_path(
