@@ -40,7 +40,7 @@ FORWARDS = 8  # a generation: the prefill and 7 decode forwards
 def _model(layers: int, width: int, device: torch.device) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=layers, n_head=max(1, width // 64), n_embd=width, vocab_size=512, n_positions=64)
+    config = GPT2Config(n_layer=layers, n_head=max(2, width // 64), n_embd=width, vocab_size=512, n_positions=64)
     return GPT2LMHeadModel(config).eval().to(device)
 
 
