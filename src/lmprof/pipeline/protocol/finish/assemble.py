@@ -7,6 +7,7 @@ timings comes from figures.py: the same code for ``lmprof train`` / ``infer``, `
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable
 
@@ -293,7 +294,7 @@ MARK_NOTE_SHARE = 0.02  # the note is said where that cost may be this share of 
 
 def marks_note(tpot_ms: float) -> list[str]:
     """What the hooks that mark each forward cost the figures, where it may matter (a short TPOT)."""
-    if not tpot_ms > 0 or tpot_ms == float("inf"):  # a clock that did not move: no share to give (nor to divide by)
+    if not (math.isfinite(tpot_ms) and tpot_ms > 0):  # a clock that did not move: no share to give (nor to divide by)
         return []
     low, high = (us / 1e3 / tpot_ms for us in MARK_COST_US)
     if high < MARK_NOTE_SHARE:
