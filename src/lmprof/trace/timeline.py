@@ -54,9 +54,8 @@ def select_device(table: TraceTable, include_last_step: bool = False) -> DeviceS
     runtime call started before the last step's start (``include_last_step``: no later than the
     last step's end); device events whose runtime call is not in the trace are then left out.
     With one step, that step is the trace's work (HTA's cut at its start would keep none of it): a
-    device event is kept when its launching call is in the trace, as ``include_last_step`` would have
-    it; the device work queued before the trace began (a previous step's tail, launched before the
-    profiler recorded) is left out. Without steps every device event is kept, and so it is when the
+    device event is kept when its launching call is in the trace; the device work queued before the trace
+    began (a previous step's tail, launched before the profiler recorded) is left out. Without steps every device event is kept, and so it is when the
     rule would keep none (e.g. the trace has no runtime calls).
     """
     dev = np.flatnonzero(kinds.device_mask(table))
