@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,6 +16,7 @@ from lmprof.modes import traits
 from lmprof.record.catalogue import HFU, MFU, PASS_PREFIX, cost_key, ranked
 from lmprof.record.run import Run
 from lmprof.show.blocks import block_table, fused_kernel_lines, off_goal_lines
+from lmprof.show.console import beside_bars, console_on
 from lmprof.show.format import config_line, metric_spread, metric_value, number, run_title
 
 # The terminal shows the catalogue's summary figures, in its order; run.json has every figure.
@@ -164,6 +167,20 @@ def render(run: Run, console: Console, folder: str | None = None) -> None:
         console.print(f"note: {note}", markup=False)
     if folder:
         console.print(f"\nrun folder: {folder}", markup=False)
+
+
+def print_summary(run: Run, folder: Path, stream: TextIO, *, report: bool) -> None:
+    """A written run's summary on ``stream`` (a user program's stderr: beside its progress bars), then, with
+    ``report``, report.html and the line that says where it is (printed as text: a folder named ``runs[bold]``)."""
+    console = console_on(stream, width=120, highlight=False, soft_wrap=True)
+    with beside_bars(stream):  # the script's progress bars: the summary may come mid-training
+        render(run, console, folder=str(folder))
+    if report:
+        from lmprof.show.run_report import report_line, write_run_report  # lazy: the report's imports are heavy
+
+        path = write_run_report(run, folder)
+        with beside_bars(stream):
+            console.print(report_line(path), markup=False)
 
 
 def render_text(run: Run, width: int = 120) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from lmprof.hardware.devices import resolve_device
 from lmprof.pipeline import distributed as dist
@@ -46,17 +45,9 @@ def launch_script(target: str, script_args: list[str], *, module: bool, nproc: i
               f"rank folders are in {run_dir}", file=sys.stderr)
         return code
     run = dist.assemble(run_dir, nproc)
-    _show(run, run_dir, report)
+    from lmprof.show.summary import print_summary
+
+    print_summary(run, run_dir, sys.stderr, report=report)
     return code
 
 
-def _show(run: Any, folder: Path, report: bool) -> None:
-    from lmprof.show.console import console_on
-    from lmprof.show.summary import render
-
-    console = console_on(sys.stderr, width=120, highlight=False, soft_wrap=True)
-    render(run, console, folder=str(folder))
-    if report:
-        from lmprof.show.report import report_line, write_run_report
-
-        console.print(report_line(write_run_report(run, folder)), markup=False)

@@ -8,7 +8,6 @@ from lmprof.pipeline.protocol.folder import INCOMPLETE
 from lmprof.pipeline.protocol.say import err
 from lmprof.pipeline.protocol.spec import Spec
 from lmprof.record.run import Run
-from lmprof.show.console import beside_bars, console_on
 
 
 def write(run: Run, folder: Path, spec: Spec) -> None:
@@ -21,15 +20,6 @@ def write(run: Run, folder: Path, spec: Spec) -> None:
 
             write_run_report(run, folder)
         return
-    from lmprof.show.summary import render
+    from lmprof.show.summary import print_summary
 
-    stream = err()
-    console = console_on(stream, width=120, highlight=False, soft_wrap=True)
-    with beside_bars(stream):  # the script's progress bars: the summary may come mid-training
-        render(run, console, folder=str(folder))
-    if spec.report:
-        from lmprof.show.report import report_line, write_run_report
-
-        path = write_run_report(run, folder)
-        with beside_bars(stream):
-            console.print(report_line(path), markup=False)
+    print_summary(run, folder, err(), report=spec.report)
