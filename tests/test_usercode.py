@@ -28,6 +28,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.record.run import Run
+from test_run_schema import assert_valid
 
 TOL = 0.10  # the bound
 
@@ -499,6 +500,8 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     assert took == pytest.approx(SLEEP, rel=0.5)
     assert st.evidence["figure"].value == pytest.approx(took * 1e3, rel=0.10)
     assert any(a.message.startswith("rank 1: ") and a.kind == "input_bound" for a in w.alerts)
+    for record in (folder / "run.json", folder / "rank0" / "run.json", folder / "rank1" / "run.json"):
+        assert_valid(record)  # the merged parent and each rank's, as published (docs/run.schema.json)
 
 
 @pytest.mark.parametrize("variant", ["compile", "gradscaler"])
