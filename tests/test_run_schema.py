@@ -34,6 +34,36 @@ def assert_valid(run_json: Path) -> None:
     assert not errors, errors
 
 
+def table_docs() -> dict[str, str]:
+    """docs/run-format.md's paragraph on each of run.json's tables, by the table's name."""
+    doc = (ROOT / "docs" / "run-format.md").read_text(encoding="utf-8")
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+    return {p[len("`tables."):p.index("`", 1)]: p for p in paragraphs if p.startswith("`tables.")}
+
+
+def keys_of(rows: list[Any]) -> set[str]:
+    """Every key of a table's rows, and of the objects inside them (``event_cost_us``, ``held``)."""
+    found: set[str] = set()
+    for row in rows:
+        for key, value in row.items() if isinstance(row, dict) else ():
+            found.add(key)
+            if isinstance(value, dict):
+                found |= keys_of([value])
+            elif isinstance(value, list):
+                found |= keys_of(value)
+    return found
+
+
+def assert_tables_documented(run_json: Path) -> None:
+    """Each table of ``run_json`` has its paragraph in docs/run-format.md, which names each of its keys."""
+    docs = table_docs()
+    tables = json.loads(run_json.read_text(encoding="utf-8"))["tables"]
+    missing = [name for name in tables if name not in docs]
+    missing += [f"{name}.{key}" for name, rows in tables.items() if name in docs
+                for key in sorted(keys_of(rows)) if f"`{key}`" not in docs[name]]
+    assert not missing, f"run.json keys docs/run-format.md does not describe: {missing}"
+
+
 def test_the_checked_in_schema_and_tables_are_the_models_own():
     assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == gen.run_schema(), (
         "docs/run.schema.json is stale: run `python -m lmprof.record.schema --write`")
@@ -54,9 +84,13 @@ def test_every_key_of_the_record_has_its_meaning():
         line[:line.index(" (") + 1] for line in doc.splitlines() if line.startswith("<!-- fields:")}
 
 
-def test_runs_lmprof_writes_match_the_schema(cli, tmp_path: Path):
+def test_runs_lmprof_writes_match_the_schema_and_the_docs(cli, tmp_path: Path):
+    """A training run with estimated energy and an inference run: valid, every table and key documented,
+    and the energy table there at all (the protocol's finish had dropped it: the report's Meters table
+    never showed), its one domain as the estimate's formula gives it: rated watts x window."""
     counts = ("--warmup", "1", "--steps", "2", "--profile-steps", "1", "--device", "cpu", "--no-report")
-    code, _, err = cli("train", "--batch-size", "2", "--seq-len", "16", *counts, "--out", tmp_path / "t")
+    code, _, err = cli("train", "--batch-size", "2", "--seq-len", "16", "--energy", "estimate", "--tdp-w", "10",
+                       *counts, "--out", tmp_path / "t")
     assert code == 0, err
     code, _, err = cli("infer", "--batch-size", "1", "--prompt-len", "8", "--new-tokens", "3", *counts,
                        "--out", tmp_path / "i")
@@ -65,8 +99,17 @@ def test_runs_lmprof_writes_match_the_schema(cli, tmp_path: Path):
     assert len(written) == 2
     for path in written:
         assert_valid(path)
+        assert_tables_documented(path)
         record = json.loads(path.read_text(encoding="utf-8"))
         assert record["blocks"] and record["metrics"] and "watch" not in record
+    train = json.loads(written[1].read_text(encoding="utf-8"))
+    assert train["mode"] == "train"
+    assert {"attribution", "memory", "memory_measured", "energy"} <= set(train["tables"])  # roofline: a known peak
+    (cpu,) = train["tables"]["energy"]
+    assert (cpu["meter"], cpu["method"], cpu["source"], cpu["watts"]) == ("estimate", "model", "estimated", 10.0)
+    assert cpu["joules"] == pytest.approx(10.0 * cpu["seconds"], rel=1e-9) and cpu["idle_w"] == pytest.approx(2.0)
+    assert train["metrics"]["energy.estimated.total"]["value"] == pytest.approx(cpu["joules"], rel=1e-9)
+    assert "generation" in json.loads(written[0].read_text(encoding="utf-8"))["tables"]
 
 
 def test_the_schema_refuses_what_the_loader_refuses(tmp_path: Path):

@@ -10,6 +10,7 @@ import lmprof
 from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Run
+from test_run_schema import assert_tables_documented, assert_valid
 
 MATH_BLOCKS = ["embedding", "ln_1", "attn.qkv", "attn.scores", "attn.softmax", "attn.av", "attn.proj",
                "residual", "ln_2", "mlp.fc", "mlp.act", "mlp.proj", "ln_f", "lm_head", "loss"]
@@ -128,6 +129,8 @@ def test_compiled_model_profiles_without_recompiling(tmp_path, request):
     assert all(b.fused_ms is not None and 0 <= b.fused_ms <= b.time_ms + 1e-9 for b in run.blocks)
     assert any(b.fused_ms > 0 for b in run.blocks if b.name == "mlp.act")
     assert "fused ms" in lmprof.summary(run)
+    assert_valid(tmp_path / "c" / "run.json")  # compile and fused_kernels rows, as published and documented
+    assert_tables_documented(tmp_path / "c" / "run.json")
     # The FLOPs weighed per kernel at compile time add up to FlopCounterMode's count of the eager
     # model's forward and backward (the same shapes): inductor fuses and reorders, it does not change
     # matmuls. The eager model computes attention as plain matmuls (torch counts those: QK^T and AV

@@ -28,7 +28,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.record.run import Run
-from test_run_schema import assert_valid
+from test_run_schema import assert_tables_documented, assert_valid
 
 TOL = 0.10  # the bound
 
@@ -502,6 +502,7 @@ def test_nproc_launches_torchrun_one_folder_per_rank(tmp_path: Path) -> None:
     assert any(a.message.startswith("rank 1: ") and a.kind == "input_bound" for a in w.alerts)
     for record in (folder / "run.json", folder / "rank0" / "run.json", folder / "rank1" / "run.json"):
         assert_valid(record)  # the merged parent and each rank's, as published (docs/run.schema.json)
+        assert_tables_documented(record)
 
 
 @pytest.mark.parametrize("variant", ["compile", "gradscaler"])

@@ -23,7 +23,7 @@ import torch
 
 import lmprof
 from conftest import one_line_error
-from test_run_schema import assert_valid
+from test_run_schema import assert_tables_documented, assert_valid
 from lmprof.analysis.watch_capture import profiled_spread
 from lmprof.errors import ConfigError
 from lmprof.record.run import Run
@@ -249,6 +249,7 @@ def test_run_watch_names_the_module_that_slowed_and_a_sigterm_keeps_the_series(t
     assert json.loads((folder / "watch" / "watch.json").read_text())["alerts"][0]["kind"] == "drift"
     for record in (folder / "run.json", child / "run.json"):  # alerts, a capture, what grew: as published
         assert_valid(record)
+        assert_tables_documented(record)
 
 
 def test_trainer_callback_watch_captures_on_sigusr2_and_a_failing_watch_keeps_the_run(tmp_path: Path, capsys,

@@ -49,7 +49,7 @@ def assemble(m: Measured, stopwatch: dict[Any, float] | None = None) -> Run:
     empty = Attribution(0, [], [], "cpu")
     phase = m.profile if (m.profile is not None and att is not None) else ProfiledPhase(m.folder / "trace.json.gz",
                                                                                       [], 0)
-    run = assemble_run(m.spec.mode, m.device, m.folder, m.config, metrics, att or empty, clean, phase, notes, None)
+    run = assemble_run(m.spec.mode, m.device, m.folder, m.config, metrics, att or empty, clean, phase, notes)
     if m.noise is not None:
         before, after = m.noise
         timed = _timed(m)

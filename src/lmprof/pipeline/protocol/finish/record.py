@@ -44,8 +44,10 @@ def overhead_metrics(att: Attribution, clean_ms: float, mode: Mode) -> dict[str,
 
 
 def add_energy(run: Run, energy: EnergyResult, **totals: Any) -> None:
-    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window; the mode)."""
+    """Energy figures over the measured window (totals: steps, tokens, FLOPs in that window; the mode),
+    and each domain's reading as ``tables["energy"]`` (the report's Meters table)."""
     run.metrics.update(energy_metrics(energy, **totals))
+    run.tables["energy"] = energy.rows()
     run.notes.extend([energy.explanation(), *energy.warnings])
 
 
@@ -57,7 +59,6 @@ def profiler_cost_for(att: Attribution) -> EventCost | None:
 def assemble_run(
     mode: Mode, device: Device, out_dir: Path, config: dict[str, Any],
     metrics: dict[str, Metric], att: Attribution, clean_ms: float, prof: ProfiledPhase, notes: list[str],
-    energy: EnergyResult | None,
 ) -> Run:
     """The Run record common to every entry point: env, blocks reconciled to the clean time, ops, tables."""
     cost = profiler_cost_for(att)
@@ -74,8 +75,6 @@ def assemble_run(
         notes=[*notes, *att.notes, *rec.notes],
         files={"trace": "trace.json.gz"},
     )
-    if energy is not None:
-        run.tables["energy"] = energy.rows()
     run.tables["attribution"] = [{
         "clock": att.clock, "profiled_steps": att.steps, "profiled_step_ms": [s / 1e3 for s in att.step_us],
         "correction": rec.correction, "event_cost_us": cost.to_dict() if cost else None,
