@@ -1,7 +1,8 @@
 """run.json described for readers without lmprof: its JSON Schema and the field tables of docs/run-format.md.
 
-Both are generated from the record models (record/run.py), whose field strings are the meanings, so a
-field is described once and a new one reaches the schema and the docs by regeneration::
+Both are generated from the record models (record/run.py), whose field strings are the meanings, and
+the watch's series table from its column table (record/watch.py), so a field is described once and a
+new one reaches the schema and the docs by regeneration::
 
     python -m lmprof.record.schema           exit 1 naming each generated file that is stale
     python -m lmprof.record.schema --write   write docs/run.schema.json and refresh docs/run-format.md
@@ -24,12 +25,14 @@ from pydantic import BaseModel
 from lmprof.atomic import write_text
 from lmprof.record.run import SCHEMA, Baseline, Block, Env, Growth, Metric, OpStat, Run, WatchAlert, WatchCapture, \
     WatchSection
+from lmprof.record.watch import SERIES_COLUMNS
 
 SCHEMA_PATH = Path("docs") / "run.schema.json"
 DOC_PATH = Path("docs") / "run-format.md"
-# The models docs/run-format.md tables, by the name its markers use.
+# The models docs/run-format.md tables, by the name its markers use (``series``: the watch's Parquet columns).
 TABLED: dict[str, type[BaseModel]] = {m.__name__: m for m in (
     Run, Env, Metric, Block, OpStat, WatchSection, Baseline, WatchAlert, WatchCapture, Growth)}
+SERIES = "series"
 # <!-- fields: Name ... --> table <!-- end fields -->: the table between the two is generated.
 _MARKED = re.compile(r"(<!-- fields: (\w+)[^>]*-->\n)(.*?)(<!-- end fields -->)", re.S)
 
@@ -98,13 +101,21 @@ def field_table(model: type[BaseModel]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def series_table() -> str:
+    """The markdown table of the watch's series columns: name, Parquet type, unit, meaning."""
+    rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{c.name}` | {c.dtype} | {c.unit} | {' '.join(c.meaning.split()).replace('|', chr(92) + '|')} |"
+             for c in SERIES_COLUMNS]
+    return "\n".join(rows) + "\n"
+
+
 def render_doc(text: str) -> str:
     """``text`` (docs/run-format.md) with every marked table generated afresh; an unknown name is an error."""
     def table(m: re.Match[str]) -> str:
-        model = TABLED.get(m.group(2))
-        if model is None:
-            raise KeyError(f"{DOC_PATH} marks a table of {m.group(2)!r}, which is not a record model")
-        return m.group(1) + field_table(model) + m.group(4)
+        name, model = m.group(2), TABLED.get(m.group(2))
+        if model is None and name != SERIES:
+            raise KeyError(f"{DOC_PATH} marks a table of {name!r}, which is not a record model")
+        return m.group(1) + (field_table(model) if model is not None else series_table()) + m.group(4)
 
     return _MARKED.sub(table, text)
 
