@@ -95,6 +95,7 @@ def test_figures_the_tiny_runs_cannot_reach(folders: dict[str, Path], tmp_path: 
     """Distributed, compiled and metered figures, from the code that writes them, fed by hand."""
     from lmprof.measure.compile_events import CompileEvent, CompileReport
     from lmprof.measure.energy import energy_metrics
+    from lmprof.measure.energy.base import EnergyWindow
     from lmprof.measure.energy.monitor import DomainEnergy, EnergyResult
     from lmprof.pipeline.distributed import assemble
 
@@ -122,7 +123,7 @@ def test_figures_the_tiny_runs_cannot_reach(folders: dict[str, Path], tmp_path: 
     # A readable meter (one RAPL domain, 10 J over 2 s, 1 W idle), with the units each mode gives it
     # (pipeline/protocol/finish/figures.py: steps and tokens in training, generations and generated tokens in inference).
     result = EnergyResult(mode="auto", seconds=2.0, idle_seconds=1.0, domains=[DomainEnergy(
-        "cpu", "rapl", "counter", "measured", True, 0.001, joules=10.0, seconds=2.0, idle_w=1.0)])
+        "cpu", "rapl", "counter", "measured", True, 0.001, window=EnergyWindow(10.0, 2.0, "counter"), idle_w=1.0)])
     for mode in ("train", "infer"):
         metered = {k: m.model_dump() for k, m in energy_metrics(result, steps=4, tokens=64, flops=1e9, mode=mode).items()}
         assert len(metered) >= 9, metered

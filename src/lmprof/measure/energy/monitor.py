@@ -42,7 +42,9 @@ DEFAULT_IDLE_S = 1.0
 
 @dataclass
 class DomainEnergy:
-    """One domain's reading for one window (``joules is None`` means n/a, see ``reason``)."""
+    """One domain, its meter and idle baseline, and the meter's reading of the measured window
+    (``window``; None means n/a, see ``reason``). The reading is kept whole rather than copied out
+    field by field: its joules, seconds and samples are read through it."""
 
     domain: str
     meter: str
@@ -50,12 +52,22 @@ class DomainEnergy:
     source: Source
     in_total: bool
     update_period_s: float
-    joules: float | None = None
-    seconds: float | None = None
-    samples: int | None = None
+    window: EnergyWindow | None = None
     idle_w: float | None = None
     reason: str | None = None
     note: str | None = None
+
+    @property
+    def joules(self) -> float | None:
+        return None if self.window is None else self.window.joules
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.window is None else self.window.seconds
+
+    @property
+    def samples(self) -> int | None:
+        return None if self.window is None else self.window.samples
 
     @property
     def available(self) -> bool:
@@ -398,7 +410,7 @@ class EnergyMonitor:
 
     @staticmethod
     def _fill(d: DomainEnergy, win: EnergyWindow) -> None:
-        d.joules, d.seconds, d.samples, d.method = win.joules, win.seconds, win.samples, win.method
+        d.window, d.method = win, win.method  # the method the reading itself was taken with
         d.note = "; ".join(n for n in (win.note, d.note) if n) or None
 
     def _window_warnings(self, m: EnergyMeter, seconds: float) -> list[str]:
