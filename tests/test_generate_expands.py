@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lmprof.record.catalogue import E2E_LATENCY, FLOPS_MODEL, OUTPUT_TOKENS_PER_S, cost_key
+from lmprof.record.catalogue import E2E_LATENCY, FLOPS_MODEL, OUTPUT_TOKENS_PER_S, TOTAL_TOKENS_PER_S, cost_key
 from lmprof.record.run import Run
 from script_truth import TINY_GPT2, run_with_truth
 
@@ -57,6 +57,9 @@ def test_beams_and_several_sequences_count_the_rows_the_forwards_ran(tmp_path: P
         # the sequences returned, 12 new tokens each, over the whole generation's time
         per_s = returned * 12 / (run.metrics[E2E_LATENCY].value / 1000)
         assert run.metrics[OUTPUT_TOKENS_PER_S].value == pytest.approx(per_s, rel=0.05)
+        # total tokens: the 2 prompts' 16 tokens once (not per beam or per sequence), and what came back
+        total = (2 * 16 + returned * 12) / (run.metrics[E2E_LATENCY].value / 1000)
+        assert run.metrics[TOTAL_TOKENS_PER_S].value == pytest.approx(total, rel=0.05)
         assert [n for n in run.notes if n.startswith(f"generate() ran its forwards on {8 if run is beams else 6} rows "
                                                      f"for 2 prompt(s) and returned {returned} sequence(s)")], run.notes
     assert not [n for n in greedy.notes if "rows for" in n]

@@ -81,6 +81,9 @@ def test_throughputs_of_generations_from_their_times_by_hand():
     assert out.unit == "tokens/s" and out.source == "derived"
     assert metrics["decode_tokens_per_s"].value == pytest.approx(4 * 2 / 0.022)  # the other ratios, as before
     assert metrics["prefill_tokens_per_s"].value == pytest.approx(4 * 7 / 0.030)
+    # total: the 4 prompts' 7 tokens once and the 4 x 3 generated, over the whole generation (vLLM's total tokens/s)
+    total = metrics["total_tokens_per_s"]
+    assert (total.value, total.n, total.unit) == (pytest.approx((4 * 7 + 4 * 3) / 0.050), 3, "tokens/s")
     assert metrics["e2e_latency"].value == pytest.approx(50.0) and m.config == {"new_tokens": 3}
 
 

@@ -43,6 +43,7 @@ DECODE_TOKENS_PER_S = "decode_tokens_per_s"
 E2E_LATENCY = "e2e_latency"
 PREFILL_TOKENS_PER_S = "prefill_tokens_per_s"
 OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
+TOTAL_TOKENS_PER_S = "total_tokens_per_s"
 PROFILED_STEP_TIME = "profiled_step_time"
 PROFILED_E2E_LATENCY = "profiled_e2e_latency"
 PROFILER_OVERHEAD = "profiler_overhead"
@@ -348,6 +349,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
        "(median): what a server's users receive per second, where decode throughput leaves the prefill out",
        INFER, "headline", True, spread=True, condition="lmprof run: needs the prompt's shape", summary=65,
        compare=95),
+    _m(TOTAL_TOKENS_PER_S, "tokens/s", "derived", "total token throughput",
+       "(prompts x prompt tokens + sequences returned x tokens generated) / the whole generation's time, per clean "
+       "generation (median): a serving benchmark's total token throughput (vLLM's), each request's prompt counted "
+       "once (its padding included) however many rows beam search or several returned sequences ran",
+       INFER, "headline", True, spread=True, condition="lmprof run: needs the prompt's shape", summary=67,
+       compare=96),
     # -- compute: the training step, then the two inference phases --------------------------------
     *_costs("train", TRAIN, "training step", _TRAIN_COSTS),
     *_costs("prefill", INFER, "prefill", {MFU: {"summary": 90, "card": 50}}),

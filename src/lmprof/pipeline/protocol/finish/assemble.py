@@ -24,7 +24,7 @@ from lmprof.pipeline.protocol.observed import Known
 from lmprof.pipeline.protocol.timing import ROUGH
 from lmprof.record.catalogue import (
     DECODE_TOKENS_PER_S, E2E_LATENCY, OUTPUT_TOKENS_PER_S, PARAMS, PREFILL_TOKENS_PER_S, PROFILER_OVERHEAD, STEP_TIME,
-    TOKENS_PER_S, TOKENS_PER_STEP, TPOT, TTFT, pick,
+    TOKENS_PER_S, TOKENS_PER_STEP, TOTAL_TOKENS_PER_S, TPOT, TTFT, pick,
 )
 from lmprof.record.run import Basis, Metric, Run
 from lmprof.trace.attribution import Attribution, attribute
@@ -279,6 +279,11 @@ def _infer_metrics(m: Measured, att: Attribution | None, notes: list[str]) -> di
         metrics[OUTPUT_TOKENS_PER_S] = Metric.from_samples(
             [g.outputs * g.generated / g.e2e_s for g in gens if g.outputs and g.generated], "tokens/s", "derived",
             note="sequences returned x tokens generated / the whole generation's time", basis=basis)
+        metrics[TOTAL_TOKENS_PER_S] = Metric.from_samples(  # each request's prompt once, however many rows it ran
+            [((g.prompts or g.batch) * g.prompt_len + g.outputs * g.generated) / g.e2e_s
+             for g in gens if g.batch and g.prompt_len and g.outputs], "tokens/s", "derived",
+            note="(prompts x prompt tokens + sequences returned x tokens generated) / the whole generation's time",
+            basis=basis)
     if last.batch and (last.prompts is not None or last.returned is not None):
         notes.append(EXPANDED.format(rows=last.batch, prompts=last.prompts or last.batch, returned=last.outputs))
     _overhead(m, metrics, att)
