@@ -97,6 +97,11 @@ def test_profile_watch_sees_the_loaders_sleep_and_the_loss(tmp_path: Path, capsy
     lately = [waited[k] for k in range(ib.last_step - 15, ib.last_step + 1)]  # 'mean over the last 16 steps'
     assert ib.evidence["input_wait"].value == pytest.approx(np.mean(lately) * 1e3, rel=0.10)
     assert ib.evidence["input_wait"].unit == "ms"
+    # the baseline's wait: the clean steps' (3-7: after 2 warm-up steps), by the loader's own clock, and the
+    # alert sets the later waits beside it
+    clean = float(np.median([waited[k] for k in range(3, 8)]))
+    assert w.baseline is not None and w.baseline.input_wait_s == pytest.approx(clean, rel=0.05)
+    assert ib.evidence["baseline_input_wait"].value == pytest.approx(clean * 1e3, rel=0.05)
     assert not [a for a in w.alerts if a.kind == "memory_creep"]
     # the panel said it on stderr (not a terminal: plain lines)
     assert "lmprof watch: watching every step from step 11" in err and "lmprof watch: input bound (steps 12-" in err

@@ -260,9 +260,8 @@ class Baseline(Part):
     memory_capacity_bytes: float | None = None
     """The device's memory, B, for "full in N steps"."""
     input_wait_s: float | None = None
-    """A clean step's wait for input, s (as the series' `input_wait_s`). lmprof's watch does not time the
-    clean window's input wait: `null` in its runs, and an `input_bound` alert then has no
-    `baseline_input_wait` in its evidence."""
+    """The clean steps' median wait for their input, s, by the host clock as the series' `input_wait_s`
+    (`null`: no forward seen, or no clean step); an `input_bound` alert's `baseline_input_wait`."""
     tokens_per_step: float | None = None
     """Tokens in a step, when known."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import os
 import sys
 import time
@@ -196,9 +197,12 @@ class WatchWindow(Window):
         shape = seen.input_shape
         tokens = (round(seen.tokens_per_step) if seen.tokens_per_step
                   else shape[0] * shape[1] if shape and len(shape) == 2 else None)
+        # the clean steps' own wait for input (host clock, as the series' input_wait_s): an input_bound
+        # alert's evidence sets the later waits beside it
+        waits = [w for w in ctx.timings.waits if w is not None and math.isfinite(w)] if ctx.timings.steps else []
         self.base = Baseline.from_samples(steps, memory_bytes=self._memory0,
                                           memory_capacity_bytes=_capacity(seen.device.torch_device),
-                                          tokens_per_step=tokens)
+                                          tokens_per_step=tokens, input_wait_s=statistics.median(waits) if waits else None)
         self.an = WatchAnalyzer(self.base)
         self.w = Watcher(folder / WATCH_DIR, device=seen.device.torch_device, tokens_per_step=tokens,
                          step_s_hint=self.base.step_s_median, memory_every_max=self.an.rules.memory_every_max)
