@@ -170,6 +170,9 @@ def test_the_command_checks_writes_and_refuses(tmp_path: Path, monkeypatch, caps
     capsys.readouterr()
     assert gen.main([]) == 2
     assert "'Nope', which is not a record model" in capsys.readouterr().err
+    (tmp_path / "docs" / "run-format.md").write_text("<!-- fields: Block (x) -->\nno end marker\n")
+    assert gen.main([]) == 2
+    assert "without its '<!-- end fields -->'" in capsys.readouterr().err
     (tmp_path / "docs" / "run-format.md").unlink()
     assert gen.main([]) == 2
     assert capsys.readouterr().err.count("\n") == 1

@@ -117,7 +117,10 @@ def render_doc(text: str) -> str:
             raise KeyError(f"{DOC_PATH} marks a table of {name!r}, which is not a record model")
         return m.group(1) + (field_table(model) if model is not None else series_table()) + m.group(4)
 
-    return _MARKED.sub(table, text)
+    out, found = _MARKED.subn(table, text)
+    if found != text.count("<!-- fields:"):
+        raise KeyError(f"{DOC_PATH} has a '<!-- fields: ... -->' marker without its '<!-- end fields -->'")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
