@@ -374,7 +374,23 @@ class StepRun:
             raise StepFailed(f"no run.json under {out.relative_to(self.ctx.out)}")
         folder = found[-1]
         self.rec.files.append(str(folder.relative_to(self.ctx.out)))
-        return folder, json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        self.matches_schema(run)
+        return folder, run
+
+    def matches_schema(self, run: dict[str, Any]) -> None:
+        """Check a run.json against docs/run.schema.json with jsonschema (a CUDA run writes keys a CPU run
+        cannot: device_ms, the env's gpu facts, NVML's energy rows); each problem in the note."""
+        try:
+            import jsonschema
+        except ImportError:
+            self.check("run.json matches docs/run.schema.json", None, "", "valid", None, "jsonschema not installed")
+            return
+        schema = json.loads((ROOT / "docs" / "run.schema.json").read_text(encoding="utf-8"))
+        errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"[:200]
+                  for e in jsonschema.Draft202012Validator(schema).iter_errors(run)]
+        self.check("run.json matches docs/run.schema.json", len(errors), "problems", "0", not errors,
+                   "; ".join(errors[:5]))
 
     def metric(self, run: dict[str, Any], name: str, label: str | None = None) -> float | None:
         """Record a run metric as a figure (value, unit, source, note as lmprof wrote them); its value."""
