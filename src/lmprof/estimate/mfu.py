@@ -129,8 +129,8 @@ def mfu_metrics(
     (FLOP/s), ``peak.flops`` (FLOP/s), ``peak.bandwidth`` (B/s), ``bytes.model_per_step`` (B),
     ``mfu`` (%), ``hfu`` (%), ``mbu`` (%: minimum bytes / time / peak bandwidth).
     """
-    if mode not in ("train", "prefill", "decode"):
-        raise ConfigError(f"mode must be train, prefill or decode, got {mode!r}")
+    if mode not in PASS_PHASES:
+        raise ConfigError(f"mode must be one of the passes {', '.join(PASS_PHASES)}, got {mode!r}")
     dt = normalize_dtype(dtype)
     peak_dtype = "tf32" if (tf32 and dt == "fp32") else dt
     fraction = _recompute_fraction(recompute)
