@@ -58,12 +58,13 @@ def add_costs(
         conventions = replace(conventions, prefill_logits="last" if last_logits_only else "all")
 
     for p in passes(run):
-        k = micro_batches if p == "train" else 1.0
+        trains = p == "train"  # the training pass: micro-batches and the backward's recomputation are its
+        k = micro_batches if trains else 1.0
         figures = mfu_metrics(shape, batch=batch, seq_len=seq_len, mode=p,
                               time_s=_per_batch(pass_time_s(run, p, batch, decode_tokens), k),
                               decode_tokens=max(decode_tokens, 1), device_name=run.env.device_name, device_kind=kind,
                               dtype=dtype, attention=attention, conventions=conventions, kv_cache=kv_cache,
-                              recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else None,
+                              recomputed=_recomputed_per_batch(recomputed_step, k) if trains else None,
                               recomputed_source="measured")
         figures = per_optimizer_step(_without_bytes(figures, no_bytes), k)
         if p == "decode" and not decode_tokens:  # generate(max_new_tokens=1): the prefill is all there is
@@ -98,12 +99,13 @@ def add_model_costs(run: Run, folder: Path, facts: ModelFacts, *, dtype: str, de
     elif not kv_cache:
         recomputed = (None, recomputed_note(decode_tokens, "not counted in this run: its FLOPs are n/a"))
     for p in passes(run):
-        k = micro_batches if p == "train" else 1.0
+        trains = p == "train"
+        k = micro_batches if trains else 1.0
         figures = facts_mfu_metrics(facts, mode=p, time_s=_per_batch(pass_time_s(run, p, facts.batch, decode_tokens), k),
                                     device_name=run.env.device_name, device_kind=kind, dtype=dtype,
                                     decode_steps=max(decode_tokens, 1),
-                                    recomputed=_recomputed_per_batch(recomputed_step, k) if p == "train" else recomputed,
-                                    recomputed_source="measured" if p == "train" or counted_decode else "estimated")
+                                    recomputed=_recomputed_per_batch(recomputed_step, k) if trains else recomputed,
+                                    recomputed_source="measured" if trains or counted_decode else "estimated")
         put_pass(run, p, per_optimizer_step(_without_bytes(figures, no_bytes), k))
     run.blocks = _blocks_per_step(fill_facts_block_costs(run.blocks, facts, decode_steps=max(decode_tokens, 1)),
                                   micro_batches)
