@@ -59,8 +59,8 @@ def test_beams_and_several_sequences_count_the_rows_the_forwards_ran(tmp_path: P
         assert run.metrics[OUTPUT_TOKENS_PER_S].value == pytest.approx(per_s, rel=0.05)
         # total tokens: the 2 prompts' 16 tokens once (not per beam or per sequence), and what came back, over
         # each generation's same time as output's: the two medians stand in that ratio exactly, however loaded
-        ratio = (2 * 16 + returned * 12) / (returned * 12)
-        assert run.metrics[TOTAL_TOKENS_PER_S].value == pytest.approx(ratio * run.metrics[OUTPUT_TOKENS_PER_S].value,
+        tokens = (2 * 16 + returned * 12) / (returned * 12)
+        assert run.metrics[TOTAL_TOKENS_PER_S].value == pytest.approx(tokens * run.metrics[OUTPUT_TOKENS_PER_S].value,
                                                                       rel=1e-9)
         assert [n for n in run.notes if n.startswith(f"generate() ran its forwards on {8 if run is beams else 6} rows "
                                                      f"for 2 prompt(s) and returned {returned} sequence(s)")], run.notes
