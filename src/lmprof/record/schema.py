@@ -92,20 +92,23 @@ def type_words(annotation: Any) -> str:
                                                                                             str(annotation)))
 
 
+def _cell(text: str) -> str:
+    """Text for one markdown table cell: on one line, its pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def field_table(model: type[BaseModel]) -> str:
     """The markdown table of a model's fields: key (as on disk), type, meaning (the field's string)."""
     rows = ["| key | type | meaning |", "|---|---|---|"]
-    for name, field in model.model_fields.items():
-        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
-        rows.append(f"| `{field.alias or name}` | {type_words(field.annotation)} | {meaning} |")
+    rows += [f"| `{field.alias or name}` | {type_words(field.annotation)} | {_cell(field.description or '')} |"
+             for name, field in model.model_fields.items()]
     return "\n".join(rows) + "\n"
 
 
 def series_table() -> str:
     """The markdown table of the watch's series columns: name, Parquet type, unit, meaning."""
     rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
-    rows += [f"| `{c.name}` | {c.dtype} | {c.unit} | {' '.join(c.meaning.split()).replace('|', chr(92) + '|')} |"
-             for c in SERIES_COLUMNS]
+    rows += [f"| `{c.name}` | {c.dtype} | {c.unit} | {_cell(c.meaning)} |" for c in SERIES_COLUMNS]
     return "\n".join(rows) + "\n"
 
 
@@ -132,10 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         doc = DOC_PATH.read_text(encoding="utf-8")
         wanted = {SCHEMA_PATH: schema_text(), DOC_PATH: render_doc(doc)}
+        current = {SCHEMA_PATH: SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.is_file() else "", DOC_PATH: doc}
     except (OSError, UnicodeDecodeError, KeyError) as exc:  # run from elsewhere than the repository, or a bad marker
         print(f"python -m lmprof.record.schema: {exc.args[-1] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
-    current = {SCHEMA_PATH: SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.is_file() else "", DOC_PATH: doc}
     stale = [path for path, text in wanted.items() if current[path] != text]
     if args:
         for path in stale:
