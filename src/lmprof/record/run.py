@@ -172,7 +172,7 @@ class Block(Part):
     """p90 - p10 of the block's time over the profiled steps, on the `time_ms` scale: its uncertainty."""
     fused_ms: float | None = None
     """Derived, compiled runs only (`null` otherwise): the part of `time_ms` that came from kernels fusing
-    this block with others, split by FLOPs or bytes (the fused kernels' shares, above)."""
+    this block with others, split by FLOPs or bytes (the shares in `tables.fused_kernels`)."""
     ops: float | None = None
     """Operators called directly in the block per step (eager: e.g. `aten::linear`, not the `aten::addmm`
     inside it; backward: one per autograd node), plus, in a compiled run, the compiled kernels it owns (a
@@ -390,8 +390,8 @@ class Run(Part):
     ops: list[OpStat] = Field(default_factory=list)
     """**OpStat** rows, the same as ops.csv."""
     tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-    """Named tables (lists of row objects) for sections such as `attribution`, `memory`, `roofline`
-    (below)."""
+    """Named tables (lists of row objects): `attribution`, `memory`, `memory_measured`, `roofline`,
+    `energy`, `compile`, `fused_kernels`, `generation`, `ranks`; docs/run-format.md says each one's keys."""
     notes: list[str] = Field(default_factory=list)
     """Caveats that apply to this run (e.g. compiled model: coarse attribution)."""
     files: dict[str, str] = Field(default_factory=dict)
@@ -407,7 +407,7 @@ class Run(Part):
     noise: list[str] = Field(default_factory=list)
     """One sentence per reason, with the figure behind it (empty when `noisy` is false)."""
     watch: WatchSection | None = None
-    """Watched runs only: the whole-run watch (series files, baseline, alerts, captures; below). A run
+    """Watched runs only: the whole-run watch (series files, baseline, alerts, captures). A run
     that was not watched has no `watch` key at all, and records written before the watch existed load as
     they are."""
     # Where the run's files (trace, plots) were written, so save() elsewhere can bring them along.
