@@ -643,6 +643,9 @@ def check_train_figures(s: StepRun, run: dict[str, Any]) -> None:
                  "hand FLOPs / clean step time / datasheet dense bf16 peak")
     s.metric(run, "profiler_overhead")
     s.metric(run, "profiled_step_time")
+    smi = s.ctx.env_info.get("driver")  # nvidia-smi's driver_version (the env step)
+    s.check_equal("env.driver (NVML) vs nvidia-smi's driver_version", run.get("env", {}).get("driver"), smi,
+                  cuda_only=True)
 
 
 def step_train_compiled(s: StepRun) -> None:

@@ -5,12 +5,14 @@ MPS launch work asynchronously and a host clock read without it measures only th
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import platform
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -114,6 +116,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def gpu_driver(nvml: Any = None) -> str | None:
+    """The NVIDIA driver's version, as NVML gives it (``nvml``: the ``pynvml`` module, or a stand-in);
+    None where NVML cannot say: no NVIDIA driver (a ROCm or CPU machine), or nvidia-ml-py missing."""
+    try:
+        nv = nvml if nvml is not None else importlib.import_module("pynvml")
+        nv.nvmlInit()  # reference-counted: the energy meter's own init and shutdown are not disturbed
+    except Exception:  # noqa: BLE001 - any failure to reach NVML means the version is not known
+        return None
+    try:
+        version = nv.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+
+
 def environment(device: Device) -> dict[str, object]:
     """Facts about the machine for the run record's ``env``."""
     from lmprof.version import __version__
@@ -132,6 +152,7 @@ def environment(device: Device) -> dict[str, object]:
     }
     if device.kind == "cuda":
         env["cuda"] = torch.version.cuda
+        env["driver"] = gpu_driver()
         props = torch.cuda.get_device_properties(device.torch_device)
         env["gpu_memory_bytes"] = int(props.total_memory)
         env["gpu_sm_count"] = int(props.multi_processor_count)

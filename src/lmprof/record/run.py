@@ -233,8 +233,8 @@ class Env(BaseModel):
     cuda: str | None = None
     """`torch.version.cuda` on a CUDA run (`null` elsewhere)."""
     driver: str | None = None
-    """The GPU driver's version: lmprof does not read it (`null` in its own runs); a record made
-    elsewhere may carry it, and `lmprof compare` names a change of it."""
+    """The NVIDIA driver's version (NVML) on a CUDA run; `null` elsewhere, or where NVML cannot say (a
+    ROCm build). `lmprof compare` names a change of it."""
 
 
 # -- the whole-run watch (run.json's ``watch``; record/watch.py has its series files) -----------------
