@@ -10,7 +10,7 @@ import lmprof
 from lmprof.config import TrainConfig
 from lmprof.pipeline.train import run_training
 from lmprof.record.run import Run
-from test_run_schema import assert_tables_documented, assert_valid
+from record_checks import assert_tables_documented, assert_valid
 
 MATH_BLOCKS = ["embedding", "ln_1", "attn.qkv", "attn.scores", "attn.softmax", "attn.av", "attn.proj",
                "residual", "ln_2", "mlp.fc", "mlp.act", "mlp.proj", "ln_f", "lm_head", "loss"]

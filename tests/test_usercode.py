@@ -28,7 +28,7 @@ import pytest
 
 from lmprof.cli.main import main
 from lmprof.record.run import Run
-from test_run_schema import assert_tables_documented, assert_valid
+from record_checks import assert_tables_documented, assert_valid
 
 TOL = 0.10  # the bound
 

@@ -23,7 +23,7 @@ import torch
 
 import lmprof
 from conftest import one_line_error
-from test_run_schema import assert_tables_documented, assert_valid
+from record_checks import assert_tables_documented, assert_valid
 from lmprof.analysis.watch_capture import profiled_spread
 from lmprof.errors import ConfigError
 from lmprof.record.run import Run
