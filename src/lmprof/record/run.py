@@ -78,8 +78,9 @@ class Metric(Part):
     note: str | None = None
     """Why the figure is n/a; on a figure with a value, a caveat on how it was obtained."""
     basis: Basis | None = None
-    """Timing figures only (`step_time`, `tokens_per_s`, `ttft`, `tpot`, `e2e_latency`,
-    `prefill_tokens_per_s`, `decode_tokens_per_s`): what the figure rests on. `clean`: clean steps
+    """Timing figures only (`step_time`, `tokens_per_s`, `ttft`, `tpot`, `e2e_latency`, and the inference
+    throughputs `prefill_tokens_per_s`, `decode_tokens_per_s`, `output_tokens_per_s`, `total_tokens_per_s`):
+    what the figure rests on. `clean`: clean steps
     (nothing of lmprof's running, no profiler). `first_call`: the script was too short for a clean
     window, so the figure comes from rough steps (warm-up, the figures step, lmprof's profiled steps,
     the very first call; `note` says which). A step during which the user's own torch.profiler ran is
