@@ -55,6 +55,9 @@ def test_runs_lmprof_writes_match_the_schema_and_the_docs(cli, tmp_path: Path):
         assert_tables_documented(path)
         record = json.loads(path.read_text(encoding="utf-8"))
         assert record["blocks"] and record["metrics"] and "watch" not in record
+        # every figure that carries a basis is one the field's meaning names
+        based = {k for k, m in record["metrics"].items() if m.get("basis") is not None}
+        assert based and {k for k in based if f"`{k}`" not in Metric.model_fields["basis"].description} == set()
     train = json.loads(written[1].read_text(encoding="utf-8"))
     assert train["mode"] == "train"
     assert {"attribution", "memory", "memory_measured", "energy"} <= set(train["tables"])  # roofline: a known peak
