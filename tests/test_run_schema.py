@@ -17,6 +17,7 @@ from lmprof.record.run import Block, Metric, Run
 from lmprof.errors import DataError
 from record_checks import ROOT, SCHEMA_FILE, assert_tables_documented, assert_valid, validator
 
+
 def test_the_checked_in_schema_and_tables_are_the_models_own():
     assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == gen.run_schema(), (
         "docs/run.schema.json is stale: run `python -m lmprof.record.schema --write`")

@@ -23,6 +23,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel
 
 from lmprof.atomic import write_text
+from lmprof.errors import DataError
 from lmprof.record.run import SCHEMA, Baseline, Block, Env, Growth, Metric, OpStat, Run, WatchAlert, WatchCapture, \
     WatchSection
 from lmprof.record.watch import SERIES_COLUMNS
@@ -117,12 +118,12 @@ def render_doc(text: str) -> str:
     def table(m: re.Match[str]) -> str:
         name, model = m.group(2), TABLED.get(m.group(2))
         if model is None and name != SERIES:
-            raise KeyError(f"{DOC_PATH} marks a table of {name!r}, which is not a record model")
+            raise DataError(f"{DOC_PATH} marks a table of {name!r}, which is not a record model")
         return m.group(1) + (field_table(model) if model is not None else series_table()) + m.group(4)
 
     out, found = _MARKED.subn(table, text)
     if found != text.count("<!-- fields:"):
-        raise KeyError(f"{DOC_PATH} has a '<!-- fields: ... -->' marker without its '<!-- end fields -->'")
+        raise DataError(f"{DOC_PATH} has a '<!-- fields: ... -->' marker without its '<!-- end fields -->'")
     return out
 
 
@@ -136,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = DOC_PATH.read_text(encoding="utf-8")
         wanted = {SCHEMA_PATH: schema_text(), DOC_PATH: render_doc(doc)}
         current = {SCHEMA_PATH: SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.is_file() else "", DOC_PATH: doc}
-    except (OSError, UnicodeDecodeError, KeyError) as exc:  # run from elsewhere than the repository, or a bad marker
-        print(f"python -m lmprof.record.schema: {exc.args[-1] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+    except (OSError, UnicodeDecodeError, DataError) as exc:  # run from elsewhere than the repository, or a bad marker
+        print(f"python -m lmprof.record.schema: {exc}", file=sys.stderr)
         return 2
     stale = [path for path, text in wanted.items() if current[path] != text]
     if args:

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 import os
+import statistics
 import sys
 import time
 from collections import deque
@@ -199,7 +199,7 @@ class WatchWindow(Window):
                   else shape[0] * shape[1] if shape and len(shape) == 2 else None)
         # the clean steps' own wait for input (host clock, as the series' input_wait_s): an input_bound
         # alert's evidence sets the later waits beside it
-        waits = [w for w in ctx.timings.waits if w is not None and math.isfinite(w)] if ctx.timings.steps else []
+        waits = [w for w in ctx.timings.waits if w is not None]  # clean steps only (rough ones keep no wait)
         self.base = Baseline.from_samples(steps, memory_bytes=self._memory0,
                                           memory_capacity_bytes=_capacity(seen.device.torch_device),
                                           tokens_per_step=tokens, input_wait_s=statistics.median(waits) if waits else None)
